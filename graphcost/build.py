@@ -1,0 +1,42 @@
+"""Model file + run settings -> the graph llama.cpp would run for one ubatch."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .archs import BUILDERS, SUPPORTED
+from .errors import UnsupportedError
+from .ggml_graph import Tensor
+from .gguf_reader import read_model
+from .llm_graph import KVCache, LlmGraph
+from .model import ModelInfo, model_info
+from .settings import Resolved, RunSettings, resolve
+
+FLAVOURS = ("head",)
+
+
+@dataclass
+class BuiltGraph:
+    """The nodes in execution order, the leaves they read, and the KV caches."""
+
+    model: ModelInfo
+    run: Resolved
+    nodes: list[Tensor]
+    leafs: list[Tensor]
+    caches: list[KVCache]
+
+
+def load_model(path: str | os.PathLike) -> ModelInfo:
+    """Read the header (all shards) and the hyperparameters of a supported architecture."""
+    return model_info(read_model(path), SUPPORTED)
+
+
+def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
+    """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
+    if settings.llama_cpp not in FLAVOURS:
+        raise UnsupportedError(f"--llama-cpp {settings.llama_cpp!r} is not a graph flavour "
+                               f"graphcost knows (known: {', '.join(FLAVOURS)})")
+    run = resolve(settings, model.n_ctx_train, model.n_swa)
+    b = LlmGraph(model, run)
+    BUILDERS[model.arch](b)
+    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches)

@@ -1,0 +1,293 @@
+"""Per-op cost functions: shapes and types in, an :class:`OpCost` out. One registry.
+
+Counting convention (the one graphcost uses everywhere)
+-------------------------------------------------------
+FLOPs are counted **by kind**, one per elementary operation the CPU kernel performs on
+floats (kinds: ``mul add div exp sqrt sin cos tanh max``). A fused multiply-add is a
+``mul`` plus an ``add``, so it counts **2** in ``flops`` (the total over all kinds). A
+matmul ``a [K, M] x b [K, N, B2, B3]`` is ``M*N*K*B2*B3`` multiplies and as many adds
+(``2*M*N*K*B`` in total, the convention of llama.cpp's ``test-backend-ops``); for
+quantized weights those multiply-adds run on integers inside the block dot products
+(``vec_dot_q*``), and we still count them as mul/add, plus the per-block float work.
+Type conversions are counted separately as ``cvt`` (elements converted) and are not in
+``flops``; quantizing to a block type also costs an abs-max (``max``) and a multiply per
+element and one ``div`` per block.
+
+Bytes: each op says how many bytes it reads from each source (a view counts the bytes of
+its elements, not the span of its strides; GET_ROWS only the rows it gathers) and how
+many it writes. Views (VIEW, RESHAPE, PERMUTE, TRANSPOSE) allocate nothing and cost
+nothing. The analysis
+(:mod:`graphcost.analysis`) files each read under what the source is — weights, KV
+cache, graph inputs, activations — and counts a graph input (tokens, positions, mask,
+indices) only at its first use, because it stays cached after that; weights and KV cache
+are counted at every use.
+
+CPU matmul activation conversion: ``ggml_compute_forward_mul_mat`` converts every row of
+``b`` to the weights' ``vec_dot_type`` (Q8_0, Q8_1, Q8_K, F16...) into a work buffer
+before the dot products. That work is part of the MUL_MAT node's cost: ``b`` is read once
+as F32, the converted copy is written (``work``) and then read by the dot products.
+
+How this differs from the older analyzer of ``shared/reference/sample-report.txt``: it
+counted only a matmul's multiplies (graphcost counts the adds too: 2x its FLOPs), counted
+views as if they allocated memory, printed a CPY's write in bits (8x the bytes), ignored
+the activation conversion, and assumed CONT was free (graphcost counts its read and write).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import ggml_types as gt
+from .ggml_graph import Tensor
+
+#: FLOP kinds summed into ``flops`` (``cvt`` is reported but not summed)
+FLOP_KINDS = ("mul", "add", "div", "exp", "sqrt", "sin", "cos", "tanh", "max")
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """What one op does: FLOPs by kind, bytes read per source, bytes written.
+
+    ``reads[i]`` is the bytes read from ``src[i]``; ``work`` is scratch traffic (bytes
+    written to and read back from the CPU work buffer, e.g. converted activations).
+    """
+
+    ops: dict[str, int] = field(default_factory=dict)
+    reads: tuple[int, ...] = ()
+    write: int = 0
+    work: int = 0
+
+    @property
+    def flops(self) -> int:
+        return sum(self.ops.get(k, 0) for k in FLOP_KINDS)
+
+
+def _ops(**kw: int) -> dict[str, int]:
+    return {k: int(v) for k, v in kw.items() if v}
+
+
+def _rows(t: Tensor) -> int:
+    return t.ne[1] * t.ne[2] * t.ne[3]
+
+
+def _quantize_ops(t: gt.GGMLType, n: int) -> dict[str, int]:
+    """Converting ``n`` F32 values to type ``t`` (from_float / quantize_row_*)."""
+    if t == gt.F32:
+        return {}
+    blk = gt.block(t)[0]
+    if blk == 1:
+        return {"cvt": n}
+    # per block: abs-max over the block, d = amax/qmax, then x * (1/d) and round per value
+    return {"max": n, "mul": n, "div": n // blk, "cvt": n}
+
+
+def _plain(t: Tensor) -> list[int]:
+    """Bytes read from each source in full (its spanned extent)."""
+    return [s.data_bytes for s in t.src]
+
+
+# ---- op cost functions -----------------------------------------------------------------
+# each: (node) -> OpCost; shapes in ggml ne order
+
+def mul_mat(t: Tensor) -> OpCost:
+    # a:[K, M, A2, A3] x b:[K, N, B2, B3] -> [M, N, B2, B3]; a broadcast over b's dims 2, 3
+    a, b = t.src[0], t.src[1]
+    K = a.ne[0]
+    macs = t.n_elements * K
+    ops = Counter(mul=macs, add=macs)
+    work = 0
+    vdt = gt.vec_dot_type(a.type)
+    if vdt is None:
+        raise KeyError(f"MUL_MAT with {gt.type_name(a.type)} weights")
+    if b.type != vdt:
+        n_b = b.n_elements
+        ops.update(_quantize_ops(vdt, n_b))
+        work = gt.row_size(vdt, n_b)  # converted activations: written, then read
+    blk = gt.block(vdt)[0]
+    if blk > 1:
+        # per block pair: d_a * d_b * isum, accumulated: 2 mul + 1 add (vec_dot_q*_q8*)
+        n_blocks = macs // blk
+        ops.update(mul=2 * n_blocks, add=n_blocks)
+    return OpCost(dict(ops), (a.data_bytes, b.data_bytes), t.data_bytes, work)
+
+
+def _binary(op: str) -> Callable[[Tensor], OpCost]:
+    def cost(t: Tensor) -> OpCost:
+        # a:[n...] op b (broadcast) -> [n...]: one op per output element
+        return OpCost({op: t.n_elements}, tuple(_plain(t)), t.data_bytes)
+    cost.__name__ = f"binary_{op}"
+    return cost
+
+
+def scale(t: Tensor) -> OpCost:
+    # y = x*s (+ b)
+    n = t.n_elements
+    bias = t.params.get("bias", 0.0)
+    return OpCost(_ops(mul=n, add=n if bias else 0), tuple(_plain(t)), t.data_bytes)
+
+
+def rms_norm(t: Tensor) -> OpCost:
+    # per row of n = ne0: sum(x*x) [n mul, n add], mean = sum/n [1 div], + eps [1 add],
+    # 1/sqrt(.) [1 sqrt, 1 div], y = x*scale [n mul]  (ggml_compute_forward_rms_norm_f32)
+    n, r = t.ne[0], _rows(t)
+    return OpCost(_ops(mul=2 * n * r, add=(n + 1) * r, div=2 * r, sqrt=r), tuple(_plain(t)), t.data_bytes)
+
+
+def norm(t: Tensor) -> OpCost:
+    # per row: mean [n add, 1 div], x - mean [n add], sum sq [n mul, n add], var/n [1 div],
+    # + eps [1 add], 1/sqrt [1 sqrt, 1 div], scale [n mul]  (ggml_compute_forward_norm_f32)
+    n, r = t.ne[0], _rows(t)
+    return OpCost(_ops(mul=2 * n * r, add=(3 * n + 1) * r, div=3 * r, sqrt=r), tuple(_plain(t)), t.data_bytes)
+
+
+def get_rows(t: Tensor) -> OpCost:
+    # a:[n, rows] gathered at idx:[m] -> F32 [n, m]: dequantize m rows
+    a, idx = t.src[0], t.src[1]
+    n_out = t.n_elements
+    row_bytes = gt.row_size(a.type, a.ne[0])
+    ops: dict[str, int] = {}
+    blk = gt.block(a.type)[0]
+    if blk > 1:
+        ops = {"mul": n_out, "cvt": n_out}  # value * block scale (dequantize_row_*)
+    elif a.type != t.type:
+        ops = {"cvt": n_out}
+    return OpCost(ops, (row_bytes * _rows(t), idx.data_bytes), t.data_bytes)
+
+
+def set_rows(t: Tensor) -> OpCost:
+    # dst rows (type_k/type_v) <- src F32 rows [n, m] at idx:[m]: convert and scatter
+    src, idx = t.src[0], t.src[1]
+    n = src.n_elements
+    written = gt.row_size(t.type, src.ne[0]) * _rows(src)
+    return OpCost(_quantize_ops(t.type, n), (src.data_bytes, idx.data_bytes), written)
+
+
+def copy(t: Tensor) -> OpCost:
+    # CONT / CPY: read the (strided) source, write the packed result, converting types
+    src = t.src[0]
+    ops = {} if src.type == t.type else _quantize_ops(t.type, src.n_elements)
+    reads = [src.data_bytes] + [0] * (len(t.src) - 1)  # CPY's destination is not read
+    return OpCost(ops, tuple(reads), t.data_bytes)
+
+
+def rope(t: Tensor) -> OpCost:
+    # x:[D, H, T] rotated in n_dims/2 pairs per head. Per token and pair (rope cache, shared
+    # by all heads): theta*scale, cos*m, sin*m, theta step [4 mul], 1 sin, 1 cos (+1 div with
+    # freq factors). Per head and pair: x0*c - x1*s, x0*s + x1*c [4 mul, 2 add].
+    # (ggml_rope_cache_init / rotate_pairs in ggml-cpu/ops.cpp)
+    x = t.src[0]
+    pairs = t.params.get("n_dims", x.ne[0]) // 2
+    tokens = x.ne[2] * x.ne[3]
+    heads = x.ne[1]
+    per_tok = pairs * tokens
+    rot = pairs * tokens * heads
+    has_ff = len(t.src) > 2
+    reads = [x.data_bytes, t.src[1].data_bytes] + ([t.src[2].data_bytes] if has_ff else [])
+    return OpCost(_ops(mul=4 * per_tok + 4 * rot, add=2 * rot, sin=per_tok, cos=per_tok,
+                       div=per_tok if has_ff else 0), tuple(reads), t.data_bytes)
+
+
+def soft_max(t: Tensor) -> OpCost:
+    # per row of n: x*scale [n mul]; + slope*mask [n mul, n add]; max [n max];
+    # exp(x - max) [n add, n exp] summed [n add]; 1/sum [1 div]; * (1/sum) [n mul]
+    # (ggml_compute_forward_soft_max_f32, ggml_vec_soft_max_f32)
+    n, r = t.ne[0], _rows(t)
+    has_mask = len(t.src) > 1
+    mask_reads = []
+    if has_mask:
+        m = t.src[1]
+        mask_reads = [m.data_bytes]
+    mul = (2 + (1 if has_mask else 0)) * n * r
+    add = (2 + (1 if has_mask else 0)) * n * r
+    return OpCost(_ops(mul=mul, add=add, max=n * r, exp=n * r, div=r),
+                  tuple([t.src[0].data_bytes] + mask_reads), t.data_bytes)
+
+
+def flash_attn_ext(t: Tensor) -> OpCost:
+    # q:[Dk, T, H, ns] k:[Dk, NKV, Hkv] v:[Dv, NKV, Hkv] mask:[NKV, T] -> [Dv, H, T]
+    # per (query row, kv cell): q.k [Dk mul, Dk add], *scale [1 mul], + slope*mask
+    # [1 mul, 1 add], running max [1 max], one exp(s - M) [1 add, 1 exp], S = S*ms + vs
+    # [1 mul, 1 add], V accumulate [Dv mul, Dv add]; per row: q -> F16 [Dk cvt],
+    # 1/S [1 div], output scale [Dv mul]. The V rescale when the running max grows is
+    # data-dependent and not counted. (ggml_compute_forward_flash_attn_ext_f16_one_chunk)
+    q, k, v = t.src[0], t.src[1], t.src[2]
+    Dk, Dv, nkv = q.ne[0], v.ne[0], k.ne[1]
+    rows = q.ne[1] * q.ne[2] * q.ne[3]
+    pairs = rows * nkv
+    has_mask = len(t.src) > 3
+    ops = _ops(mul=pairs * (Dk + 3 + Dv) + rows * Dv, add=pairs * (Dk + 3 + Dv),
+               max=pairs, exp=pairs, div=rows,
+               cvt=rows * Dk if k.type != gt.F32 else 0)
+    reads = [q.data_bytes, k.data_bytes, v.data_bytes] + ([t.src[3].data_bytes] if has_mask else [])
+    return OpCost(ops, tuple(reads), t.data_bytes)
+
+
+def silu(t: Tensor) -> OpCost:
+    # x / (1 + exp(-x)): 1 exp, 1 add, 1 div per element
+    n = t.n_elements
+    return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
+
+
+def gelu(t: Tensor) -> OpCost:
+    # 0.5*x*(1 + tanh(sqrt(2/pi)*x*(1 + 0.044715*x*x))): 6 mul, 2 add, 1 tanh per element.
+    # (The CPU F32 path looks values up in an F16 table; we count the arithmetic it stands for.)
+    n = t.n_elements
+    return OpCost(_ops(mul=6 * n, add=2 * n, tanh=n), tuple(_plain(t)), t.data_bytes)
+
+
+def tanh(t: Tensor) -> OpCost:
+    n = t.n_elements
+    return OpCost(_ops(tanh=n), tuple(_plain(t)), t.data_bytes)
+
+
+def _glu(act: Callable[[Tensor], OpCost]) -> Callable[[Tensor], OpCost]:
+    def cost(t: Tensor) -> OpCost:
+        # act(gate) * up: the activation's ops plus 1 mul per output element
+        base = act(t)
+        ops = Counter(base.ops)
+        ops["mul"] += t.n_elements
+        return OpCost(dict(ops), tuple(_plain(t)), t.data_bytes)
+    cost.__name__ = f"glu_{act.__name__}"
+    return cost
+
+
+#: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
+COSTS: dict[str, Callable[[Tensor], OpCost]] = {
+    "MUL_MAT": mul_mat,
+    "ADD": _binary("add"),
+    "SUB": _binary("add"),
+    "MUL": _binary("mul"),
+    "DIV": _binary("div"),
+    "SCALE": scale,
+    "RMS_NORM": rms_norm,
+    "NORM": norm,
+    "GET_ROWS": get_rows,
+    "SET_ROWS": set_rows,
+    "CPY": copy,
+    "CONT": copy,
+    "ROPE": rope,
+    "SOFT_MAX": soft_max,
+    "FLASH_ATTN_EXT": flash_attn_ext,
+    "SILU": silu,
+    "GELU": gelu,
+    "TANH": tanh,
+    "SWIGLU": _glu(silu),
+    "GEGLU": _glu(gelu),
+}
+
+#: ops that only reinterpret memory: no cost, no allocation
+FREE_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+
+
+def op_cost(t: Tensor) -> OpCost | None:
+    """The cost of one node; ``None`` when its op has no cost model (unmodelled)."""
+    if t.op in FREE_OPS:
+        return OpCost(reads=(0,) * len(t.src))
+    fn = COSTS.get(t.op)
+    if fn is None:
+        return None
+    try:
+        return fn(t)
+    except KeyError:
+        return None

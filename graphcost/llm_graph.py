@@ -1,0 +1,313 @@
+"""The llama.cpp graph helpers (``src/llama-graph.cpp``, ``src/llama-kv-cache.cpp``) on top
+of :mod:`graphcost.ggml_graph`: inputs, norms, QKV, attention with the KV cache, FFN.
+
+Each method names the llama.cpp function it mirrors; call order inside each method is
+the same as there, because creation order decides auto-names and expand order decides
+node order.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import ggml_types as gt
+from .errors import UnsupportedError
+from .ggml_graph import Graph, Tensor
+from .model import ModelInfo
+from .settings import Resolved
+
+
+@dataclass
+class KVCache:
+    """One ``llama_kv_cache``: per-layer K/V buffers ``cache_k_l<il>``, ``cache_v_l<il>``."""
+
+    name: str  # "base" or "swa"
+    size: int  # cells
+    n_kv: int  # cells attended this ubatch
+    layers: tuple[int, ...]
+    v_trans: bool
+    k: dict[int, Tensor]
+    v: dict[int, Tensor]
+    rot_k: bool
+    rot_v: bool
+
+    def bytes(self) -> int:
+        """Bytes of all K and V buffers (what llama.cpp logs as the KV buffer size)."""
+        return sum(t.nbytes for t in self.k.values()) + sum(t.nbytes for t in self.v.values())
+
+
+@dataclass
+class AttnInputs:
+    """llm_graph_input_attn_kv (one per cache): index inputs, mask, Hadamard matrices."""
+
+    cache: KVCache
+    k_idxs: Tensor
+    v_idxs: Tensor
+    kq_mask: Tensor
+    k_rot: Tensor | None
+    v_rot: Tensor | None
+
+
+class LlmGraph:
+    """State shared by the per-architecture builders (``llm_graph_context``)."""
+
+    def __init__(self, model: ModelInfo, run: Resolved):
+        self.model = model
+        self.run = run
+        self.g = Graph()
+        self.n_tokens = run.n_tokens
+        self.n_outputs = run.n_outputs
+        self._weights: dict[str, Tensor] = {}
+        self.caches: list[KVCache] = []
+
+    # ---- weights -------------------------------------------------------------------
+    def weight(self, name: str, required: bool = True) -> Tensor | None:
+        """A GGUF tensor as a graph leaf (one object per name, so it is read once)."""
+        if name in self._weights:
+            return self._weights[name]
+        info = self.model.tensor(name)
+        if info is None:
+            if required:
+                raise UnsupportedError(f"{self.model.header.path}: tensor {name!r} is missing "
+                                       f"(needed by the {self.model.arch} graph)")
+            return None
+        t = self.g._new("NONE", info.type, info.ne, name=name, role="weight")
+        t.layer, t.block = None, "other"
+        self._weights[name] = t
+        return t
+
+    def lw(self, il: int, short: str, required: bool = True) -> Tensor | None:
+        """A per-layer weight ``blk.<il>.<short>``."""
+        return self.weight(f"blk.{il}.{short}", required)
+
+    # ---- inputs --------------------------------------------------------------------
+    def build_inp_embd(self, tok_embd: Tensor) -> Tensor:
+        g = self.g
+        tokens = g.cb(g.new_tensor(gt.I32, [self.n_tokens]), "inp_tokens")
+        embd_in = g.cb(g.new_tensor(gt.F32, [self.model.n_embd, self.n_tokens]), "inp_embd")
+        cur = g.get_rows(tok_embd, tokens)
+        # ggml_build_forward_select: both paths are visited, the token path computes
+        g.expand(cur)
+        g.expand(embd_in)
+        if self.model.embedding_scale != 0.0:
+            cur = g.scale(cur, self.model.embedding_scale)
+        g.cb(cur, "embd")
+        g.expand(cur)
+        return cur
+
+    def build_inp_pos(self) -> Tensor:
+        return self.g.cb(self.g.new_tensor(gt.I32, [self.n_tokens]), "inp_pos")
+
+    def build_inp_out_ids(self) -> Tensor:
+        return self.g.new_tensor(gt.I32, [self.n_outputs], name="out_ids")
+
+    def make_cache(self, name: str, layers: list[int], size: int, n_kv: int) -> KVCache:
+        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]."""
+        m, run, g = self.model, self.run, self.g
+        v_trans = not run.flash_attn
+        k, v = {}, {}
+        for il in layers:
+            k[il] = g.new_tensor(run.type_k, [m.n_embd_k_gqa(il), size, 1],
+                                 name=f"cache_k_l{il}", role="kv")
+            v[il] = g.new_tensor(run.type_v, [m.n_embd_v_gqa(il), size, 1],
+                                 name=f"cache_v_l{il}", role="kv")
+            k[il].layer = v[il].layer = il
+        # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches)
+        rot_k = gt.is_quantized(run.type_k) and m.head_dim_k % 64 == 0
+        rot_v = gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
+        cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v)
+        self.caches.append(cache)
+        return cache
+
+    def build_attn_inputs(self, cache: KVCache) -> AttnInputs:
+        """build_input_k_idxs / v_idxs, build_attn_inp_kq_mask, build_input_k_rot / v_rot."""
+        g, m, T = self.g, self.model, self.n_tokens
+        k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
+        n_v = T if not cache.v_trans else T * max(m.n_embd_v_gqa(il) for il in cache.layers)
+        v_idxs = g.new_tensor(gt.I64, [n_v], name="attn_inp_v_idxs")
+        mask_type = gt.F16 if self.run.flash_attn else gt.F32
+        mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
+        return AttnInputs(cache, k_idxs, v_idxs, mask, None, None)
+
+    def build_rot_inputs(self, inp: AttnInputs) -> None:
+        g = self.g
+        if inp.cache.rot_k:
+            nrot = 64
+            while self.model.head_dim_k % (nrot * 2) == 0:
+                nrot *= 2
+            inp.k_rot = g.new_tensor(gt.F32, [nrot, nrot], name="attn_inp_k_rot")
+        if inp.cache.rot_v:
+            inp.v_rot = g.new_tensor(gt.F32, [64, 64], name="attn_inp_v_rot")
+
+    # ---- blocks --------------------------------------------------------------------
+    def build_norm(self, cur: Tensor, mw: Tensor | None, mb: Tensor | None, il: int,
+                   kind: str = "rms") -> Tensor:
+        g = self.g
+        cur = g.rms_norm(cur, self.model.rms_eps) if kind == "rms" else g.norm(cur, self.model.norm_eps)
+        if mw is not None or mb is not None:
+            g.cb(cur, "norm", il)
+        if mw is not None:
+            cur = g.mul(cur, mw)
+            if mb is not None:
+                g.cb(cur, "norm_w", il)
+        if mb is not None:
+            cur = g.add(cur, mb)
+        return cur
+
+    def mm(self, w: Tensor, cur: Tensor) -> Tensor:
+        """build_lora_mm without adapters: one MUL_MAT."""
+        return self.g.mul_mat(w, cur)
+
+    def build_qkv(self, il: int, cur: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """build_qkv, separate Q/K/V weights with optional biases, reshaped to 3-D."""
+        g, m, T = self.g, self.model, self.n_tokens
+        out = []
+        for short, name in (("attn_q", "Qcur"), ("attn_k", "Kcur"), ("attn_v", "Vcur")):
+            t = g.cb(self.mm(self.lw(il, f"{short}.weight"), cur), name, il)
+            b = self.lw(il, f"{short}.bias", required=False)
+            if b is not None:
+                t = g.cb(g.add(t, b), name, il)
+            out.append(t)
+        q, k, v = out
+        q = g.reshape(q, [m.head_dim_k, m.n_head[il], T])
+        k = g.reshape(k, [m.head_dim_k, m.n_head_kv[il], T])
+        v = g.reshape(v, [m.head_dim_v, m.n_head_kv[il], T])
+        g.cb(q, "Qcur", il)
+        g.cb(k, "Kcur", il)
+        g.cb(v, "Vcur", il)
+        return q, k, v
+
+    def rope(self, x: Tensor, pos: Tensor, factors: Tensor | None, il: int, mode: int,
+             freq_base: float, freq_scale: float) -> Tensor:
+        """ggml_rope_ext with the context's rope parameters."""
+        m = self.model
+        return self.g.rope(x, pos, factors, n_dims=m.n_rot, mode=mode, freq_base=freq_base,
+                           freq_scale=freq_scale, n_ctx_orig=m.n_ctx_train)
+
+    def build_ffn_par(self, il: int, cur: Tensor, act: str) -> Tensor:
+        """build_ffn with a parallel gate (LLM_FFN_PAR) and SILU or GELU: fused GLU split."""
+        g = self.g
+        up = g.cb(self.mm(self.lw(il, "ffn_up.weight"), cur), "ffn_up", il)
+        b = self.lw(il, "ffn_up.bias", required=False)
+        if b is not None:
+            up = g.cb(g.add(up, b), "ffn_up_b", il)
+        gate = g.cb(self.mm(self.lw(il, "ffn_gate.weight"), cur), "ffn_gate", il)
+        b = self.lw(il, "ffn_gate.bias", required=False)
+        if b is not None:
+            gate = g.cb(g.add(gate, b), "ffn_gate_b", il)
+        op, name = {"silu": ("SWIGLU", "ffn_swiglu"), "gelu": ("GEGLU", "ffn_geglu")}[act]
+        cur = g.cb(g.glu_split(op, gate, up), name, il)
+        cur = self.mm(self.lw(il, "ffn_down.weight"), cur)
+        b = self.lw(il, "ffn_down.bias", required=False)
+        if b is not None:
+            g.cb(cur, "ffn_down", il)
+            cur = g.add(cur, b)
+        return cur
+
+    def hadamard(self, cur: Tensor, rot: Tensor) -> Tensor:
+        """llama_mul_mat_hadamard (src/llama-impl.h): rotate rows of ``rot.ne0`` elements."""
+        g = self.g
+        n = rot.ne[0]
+        shape2 = [n, cur.n_elements // n]
+        res = g.reshape(cur, shape2) if cur.is_contiguous() else g.cont(cur, shape2)
+        res = g.mul_mat(rot, res)
+        return g.reshape(res, cur.ne)
+
+    # ---- attention -----------------------------------------------------------------
+    def cpy_k(self, cache: KVCache, k_cur: Tensor, k_idxs: Tensor, il: int) -> Tensor:
+        g = self.g
+        k_cur = g.view(k_cur, [k_cur.ne[0] * k_cur.ne[1], k_cur.ne[2]], [k_cur.nb[2]], 0)
+        return g.set_rows(cache.k[il], k_cur, k_idxs)
+
+    def cpy_v(self, cache: KVCache, v_cur: Tensor, v_idxs: Tensor, il: int) -> Tensor:
+        g = self.g
+        n_embd_gqa = v_cur.ne[0] * v_cur.ne[1]
+        T = v_cur.ne[2]
+        v = cache.v[il]
+        if not cache.v_trans:
+            v_cur = g.view(v_cur, [n_embd_gqa, T], [v_cur.nb[2]], 0)
+            return g.set_rows(v, v_cur, v_idxs)
+        if gt.row_size(v_cur.type, n_embd_gqa) == v_cur.nb[2]:
+            v_cur = g.reshape(v_cur, [n_embd_gqa, T])
+        else:
+            v_cur = g.cont(v_cur, [n_embd_gqa, T])
+        v_view = g.reshape(v, [1, v.n_elements])
+        v_cur = g.reshape(v_cur, [1, v_cur.n_elements])
+        return g.set_rows(v_view, v_cur, v_idxs)
+
+    def get_k(self, cache: KVCache, il: int) -> Tensor:
+        m, k = self.model, cache.k[il]
+        rs = gt.row_size
+        return self.g.view(k, [m.head_dim_k, m.n_head_kv[il], cache.n_kv, 1],
+                           [rs(k.type, m.head_dim_k), rs(k.type, k.ne[0]),
+                            rs(k.type, k.ne[0] * cache.size)], 0)
+
+    def get_v(self, cache: KVCache, il: int) -> Tensor:
+        m, v = self.model, cache.v[il]
+        rs = gt.row_size
+        if not cache.v_trans:
+            return self.g.view(v, [m.head_dim_v, m.n_head_kv[il], cache.n_kv, 1],
+                               [rs(v.type, m.head_dim_v), rs(v.type, v.ne[0]),
+                                rs(v.type, v.ne[0] * cache.size)], 0)
+        return self.g.view(v, [cache.n_kv, m.n_head_kv[il], m.head_dim_v, 1],
+                           [rs(v.type, cache.size * m.head_dim_v), rs(v.type, cache.size),
+                            rs(v.type, cache.size * v.ne[0])], 0)
+
+    def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: float,
+                       il: int) -> Tensor:
+        g, m = self.g, self.model
+        v_trans = v.nb[1] > v.nb[2]
+        ns = k.ne[3]
+        q = g.view(q, [q.ne[0], q.ne[1], q.ne[2] // ns, ns],
+                   [q.nb[1], q.nb[2], q.nb[2] * (q.ne[2] // ns)], 0)
+        q = g.permute(q, 0, 2, 1, 3)
+        k = g.permute(k, 0, 2, 1, 3)
+        v = g.permute(v, 0, 2, 1, 3)
+        if self.run.flash_attn:
+            if v_trans:
+                v = g.transpose(v)
+            cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, 0.0)
+            cur = g.reshape(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
+        else:
+            kq = g.cb(g.mul_mat(k, q), "kq", il)
+            kq = g.cb(g.soft_max_ext(kq, mask, kq_scale, 0.0), "kq_soft_max", il)
+            if not v_trans:
+                v = g.cb(g.cont(g.transpose(v)), "v_cont", il)
+            kqv = g.cb(g.mul_mat(v, kq), "kqv", il)
+            cur = g.permute(kqv, 0, 2, 1, 3)
+            cur = g.cont(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
+        g.expand(cur)
+        return cur
+
+    def build_attn(self, inp: AttnInputs, wo: Tensor, wo_b: Tensor | None, q: Tensor,
+                   k: Tensor, v: Tensor, kq_scale: float, il: int, iswa: bool) -> Tensor:
+        """build_attn for llm_graph_input_attn_kv (``iswa=False``: expands q, v, k) and
+        llm_graph_input_attn_kv_iswa (``iswa=True``: expands q, k, v)."""
+        g, cache = self.g, inp.cache
+        if inp.k_rot is not None:
+            q = self.hadamard(q, inp.k_rot)
+            k = self.hadamard(k, inp.k_rot)
+        if inp.v_rot is not None:
+            v = self.hadamard(v, inp.v_rot)
+        for t in ((q, k, v) if iswa else (q, v, k)):
+            g.expand(t)
+        g.expand(self.cpy_k(cache, k, inp.k_idxs, il))
+        g.expand(self.cpy_v(cache, v, inp.v_idxs, il))
+        kk = self.get_k(cache, il)
+        vv = self.get_v(cache, il)
+        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il), "kqv_out", il)
+        if inp.v_rot is not None:
+            cur = self.hadamard(cur, inp.v_rot)
+        cur = self.mm(wo, cur)
+        if wo_b is not None:
+            cur = g.add(cur, wo_b)
+        return cur
+
+    def select_rows(self, il: int, *ts: Tensor, out_ids: Tensor) -> list[Tensor]:
+        """Last layer: keep only the output rows (``ggml_get_rows(cur, inp_out_ids)``)."""
+        if il != self.model.n_layer - 1:
+            return list(ts)
+        return [self.g.get_rows(t, out_ids) for t in ts]
+
+    def kq_scale_default(self) -> float:
+        return 1.0 / math.sqrt(self.model.head_dim_k)

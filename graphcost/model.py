@@ -1,0 +1,212 @@
+"""Model hyperparameters from GGUF metadata, read the way llama.cpp's loader reads them.
+
+Key names come from ``gguf.Keys``; defaults and per-layer handling follow
+``src/llama-model.cpp`` / ``src/llama-hparams.cpp`` (for example a head count may be a
+scalar or one value per layer, and is read as an array either way).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gguf import Keys
+
+from .errors import GraphcostError, UnsupportedError
+from .gguf_reader import GGUFHeader, LazyArray, TensorInfo
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the graph builders need to know about a model (sizes in elements)."""
+
+    arch: str
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: tuple[int, ...]  # per layer
+    n_head_kv: tuple[int, ...]  # per layer
+    head_dim_k: int
+    head_dim_v: int
+    n_rot: int
+    n_ff: tuple[int, ...]  # per layer
+    n_vocab: int
+    n_ctx_train: int
+    rms_eps: float
+    norm_eps: float
+    rope_freq_base: float
+    rope_freq_scale: float
+    rope_freq_base_swa: float
+    rope_scaling_type: str
+    n_swa: int
+    is_swa: tuple[bool, ...]  # per layer
+    attn_scale: float  # f_attention_scale (0: 1/sqrt(head_dim))
+    final_logit_softcap: float
+    embedding_scale: float
+    header: GGUFHeader = field(repr=False, compare=False)
+
+    @property
+    def tensors(self) -> dict[str, TensorInfo]:
+        return self.header.tensors
+
+    def tensor(self, name: str) -> TensorInfo | None:
+        return self.header.tensors.get(name)
+
+    def n_embd_k_gqa(self, il: int) -> int:
+        return self.head_dim_k * self.n_head_kv[il]
+
+    def n_embd_v_gqa(self, il: int) -> int:
+        return self.head_dim_v * self.n_head_kv[il]
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(t.nbytes for t in self.header.tensors.values())
+
+    @property
+    def n_params(self) -> int:
+        return sum(t.n_elements for t in self.header.tensors.values())
+
+
+class _Meta:
+    """Typed access to ``{arch}.*`` keys; a wrong type names the key."""
+
+    def __init__(self, header: GGUFHeader, arch: str):
+        self.md = header.metadata
+        self.path = header.path
+        self.arch = arch
+
+    def key(self, template: str) -> str:
+        return template.format(arch=self.arch)
+
+    def get(self, template: str, default: Any = None, *, required: bool = False):
+        k = self.key(template)
+        if k not in self.md:
+            if required:
+                raise GraphcostError(f"{self.path}: required metadata key {k!r} is missing")
+            return default
+        return self.md[k]
+
+    def int(self, template: str, default: int | None = None, *, required: bool = False) -> int:
+        v = self.get(template, default, required=required)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise GraphcostError(f"{self.path}: metadata key {self.key(template)!r} must be a "
+                                 f"non-negative integer, got {_show(v)}")
+        return v
+
+    def float(self, template: str, default: float) -> float:
+        v = self.get(template, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise GraphcostError(f"{self.path}: metadata key {self.key(template)!r} must be a "
+                                 f"finite number, got {_show(v)}")
+        return float(v)
+
+    def per_layer(self, template: str, n_layer: int, default: int | None = None) -> tuple[int, ...]:
+        """A scalar repeated per layer, or an array with one entry per layer."""
+        v = self.get(template, default, required=default is None)
+        if isinstance(v, LazyArray):
+            v = v.load()
+        if isinstance(v, list):
+            if len(v) != n_layer or not all(isinstance(x, int) and x >= 0 for x in v):
+                raise GraphcostError(f"{self.path}: metadata key {self.key(template)!r} must hold "
+                                     f"{n_layer} non-negative integers, got {_show(v)}")
+            return tuple(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise GraphcostError(f"{self.path}: metadata key {self.key(template)!r} must be an "
+                                 f"integer or a per-layer array, got {_show(v)}")
+        return (v,) * n_layer
+
+
+def _show(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+#: sliding-window pattern default per architecture (``load_swa_pattern(ml, N)`` calls)
+_SWA_PATTERN_DEFAULT = {"gemma3": 6}
+
+
+def model_info(header: GGUFHeader, supported: tuple[str, ...]) -> ModelInfo:
+    """Read the hyperparameters of a supported architecture; reject others in one line."""
+    arch = header.architecture
+    if arch is None:
+        raise GraphcostError(f"{header.path}: metadata key 'general.architecture' is missing")
+    if arch not in supported:
+        raise UnsupportedError(f"{header.path}: architecture {arch!r} is not supported "
+                               f"(supported: {', '.join(supported)})")
+    m = _Meta(header, arch)
+    n_layer = m.int(Keys.LLM.BLOCK_COUNT, required=True)
+    n_embd = m.int(Keys.LLM.EMBEDDING_LENGTH, required=True)
+    if n_layer == 0 or n_embd == 0 or n_layer > 4096:
+        raise GraphcostError(f"{header.path}: block_count {n_layer} / embedding_length {n_embd} "
+                             f"are not a model llama.cpp can build")
+    n_head = m.per_layer(Keys.Attention.HEAD_COUNT, n_layer)
+    n_head_kv = m.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=None) \
+        if m.key(Keys.Attention.HEAD_COUNT_KV) in m.md else n_head
+    n_ff = m.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_layer, default=0)
+    if n_head[0] == 0:
+        raise GraphcostError(f"{header.path}: {m.key(Keys.Attention.HEAD_COUNT)!r} is 0")
+    for il in range(n_layer):
+        if n_head_kv[il] == 0 or n_head[il] % n_head_kv[il]:
+            raise GraphcostError(f"{header.path}: layer {il} has {n_head[il]} heads and "
+                                 f"{n_head_kv[il]} KV heads; heads must be a multiple of KV heads")
+    head_dim_k = m.int(Keys.Attention.KEY_LENGTH, n_embd // n_head[0])
+    head_dim_v = m.int(Keys.Attention.VALUE_LENGTH, n_embd // n_head[0])
+    n_rot = m.int(Keys.Rope.DIMENSION_COUNT, head_dim_k)
+
+    n_vocab = m.get(Keys.LLM.VOCAB_SIZE)
+    if n_vocab is None:
+        toks = header.metadata.get("tokenizer.ggml.tokens")
+        n_vocab = len(toks) if toks is not None else None
+    if n_vocab is None:
+        emb = header.tensors.get("token_embd.weight")
+        n_vocab = emb.ne[1] if emb is not None and len(emb.ne) > 1 else 0
+    if not isinstance(n_vocab, int) or n_vocab <= 0:
+        raise GraphcostError(f"{header.path}: cannot tell the vocabulary size "
+                             f"(no {m.key(Keys.LLM.VOCAB_SIZE)!r}, no tokenizer.ggml.tokens)")
+
+    scaling = m.get(Keys.Rope.SCALING_TYPE, "none")
+    factor = m.float(Keys.Rope.SCALING_FACTOR, 0.0)
+    freq_scale = 1.0 if scaling == "none" or factor == 0.0 else 1.0 / factor
+
+    n_swa = 0
+    is_swa = (False,) * n_layer
+    if arch in _SWA_PATTERN_DEFAULT:
+        n_swa = m.int(Keys.Attention.SLIDING_WINDOW, 0)
+        if n_swa > 0:
+            is_swa = _swa_pattern(m, n_layer, _SWA_PATTERN_DEFAULT[arch])
+
+    return ModelInfo(
+        arch=arch,
+        name=str(header.metadata.get("general.name", header.path.stem)),
+        n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+        head_dim_k=head_dim_k, head_dim_v=head_dim_v, n_rot=n_rot, n_ff=n_ff,
+        n_vocab=n_vocab,
+        n_ctx_train=m.int(Keys.LLM.CONTEXT_LENGTH, 0),
+        rms_eps=m.float(Keys.Attention.LAYERNORM_RMS_EPS, 1e-5),
+        norm_eps=m.float(Keys.Attention.LAYERNORM_EPS, 1e-5),
+        rope_freq_base=m.float(Keys.Rope.FREQ_BASE, 10000.0),
+        rope_freq_scale=freq_scale,
+        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA, 10000.0),
+        rope_scaling_type=str(scaling),
+        n_swa=n_swa, is_swa=is_swa,
+        attn_scale=m.float(Keys.Attention.SCALE, 0.0),
+        final_logit_softcap=m.float(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, 0.0),
+        embedding_scale=m.float(Keys.LLM.EMBEDDING_SCALE, 0.0),
+        header=header,
+    )
+
+
+def _swa_pattern(m: _Meta, n_layer: int, default: int) -> tuple[bool, ...]:
+    """llama_model_base::load_swa_pattern + llama_hparams::set_swa_pattern (dense last)."""
+    v = m.get(Keys.Attention.SLIDING_WINDOW_PATTERN, default)
+    if isinstance(v, LazyArray):
+        v = v.load()
+    if isinstance(v, list):
+        if len(v) != n_layer:
+            raise GraphcostError(f"{m.path}: {m.key(Keys.Attention.SLIDING_WINDOW_PATTERN)!r} "
+                                 f"has {len(v)} entries for {n_layer} layers")
+        return tuple(bool(x) for x in v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise GraphcostError(f"{m.path}: {m.key(Keys.Attention.SLIDING_WINDOW_PATTERN)!r} "
+                             f"must be an integer, got {_show(v)}")
+    return tuple(v == 0 or (il % v < v - 1) for il in range(n_layer))

@@ -1,0 +1,130 @@
+"""Run settings under llama.cpp's flag names, and the sizes llama.cpp derives from them.
+
+Derivations follow ``src/llama-context.cpp`` (n_ctx padded to 256, n_batch and n_ubatch
+clamped), ``src/llama-kv-cache.cpp`` (``get_n_kv``: cells attended) and
+``src/llama-kv-cache-iswa.cpp`` (size of the sliding-window cache).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import ggml_types as gt
+from .errors import SettingsError
+
+#: cache types llama.cpp's ``-ctk/-ctv`` accept (common/arg.cpp kv_cache_types)
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+#: llama.cpp pads n_ctx and the attended KV length to this many cells
+KV_PAD = 256
+
+
+def pad(x: int, n: int) -> int:
+    """GGML_PAD: round ``x`` up to a multiple of ``n``."""
+    return (x + n - 1) // n * n
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the user asked for, with llama-cli's defaults."""
+
+    ctx_size: int = 4096  # -c; 0 = the model's training context
+    batch_size: int = 2048  # -b
+    ubatch_size: int = 512  # -ub
+    flash_attn: str = "auto"  # -fa on|off|auto (auto is on for the CPU backend)
+    cache_type_k: str = "f16"  # -ctk
+    cache_type_v: str = "f16"  # -ctv
+    swa_full: bool = False  # --swa-full
+    tokens: int = 1  # --tokens: tokens in this ubatch
+    past: int = 0  # --past: cells already filled
+    outputs: int = 1  # --outputs: tokens whose logits are computed
+    llama_cpp: str = "head"  # graph flavour
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Settings after llama.cpp's own adjustments; all sizes in cells or tokens."""
+
+    settings: RunSettings
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    flash_attn: bool
+    type_k: gt.GGMLType
+    type_v: gt.GGMLType
+    n_tokens: int
+    n_outputs: int
+    past: int
+    kv_size: int
+    kv_size_swa: int | None
+    n_kv: int
+    n_kv_swa: int | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            **self.settings.to_dict(),
+            "n_ctx": self.n_ctx, "n_batch": self.n_batch, "n_ubatch": self.n_ubatch,
+            "flash_attn": "on" if self.flash_attn else "off",
+            "kv_size": self.kv_size, "kv_size_swa": self.kv_size_swa,
+            "n_kv": self.n_kv, "n_kv_swa": self.n_kv_swa,
+        }
+
+
+def _cache_type(flag: str, value: str) -> gt.GGMLType:
+    if value.lower() not in CACHE_TYPES:
+        raise SettingsError(f"{flag} {value!r} is not a KV cache type llama.cpp accepts "
+                            f"({', '.join(CACHE_TYPES)})")
+    return gt.type_from_name(value)
+
+
+def n_kv_for(used: int, size: int) -> int:
+    """llama_kv_cache::get_n_kv: attended cells for ``used`` filled cells in a cache of ``size``."""
+    return min(size, max(KV_PAD, pad(used, KV_PAD)))
+
+
+def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
+    """Apply llama.cpp's padding and clamping; reject what llama.cpp would reject."""
+    if s.ctx_size < 0:
+        raise SettingsError(f"--ctx-size {s.ctx_size} must be >= 0")
+    if s.batch_size < 1 or s.ubatch_size < 1:
+        raise SettingsError("--batch-size and --ubatch-size must be >= 1")
+    fa = s.flash_attn.lower()
+    if fa not in ("on", "off", "auto", "true", "false", "1", "0"):
+        raise SettingsError(f"--flash-attn {s.flash_attn!r}: use on, off or auto")
+    flash = fa in ("on", "auto", "true", "1")
+    type_k = _cache_type("--cache-type-k", s.cache_type_k)
+    type_v = _cache_type("--cache-type-v", s.cache_type_v)
+    if gt.is_quantized(type_v) and not flash:
+        raise SettingsError(f"--cache-type-v {s.cache_type_v} needs --flash-attn on "
+                            "(llama.cpp: V cache quantization requires flash_attn)")
+    ctx = s.ctx_size or n_ctx_train
+    if ctx <= 0:
+        raise SettingsError("--ctx-size 0 needs the model's context_length, which is missing")
+    n_ctx = pad(ctx, KV_PAD)
+    n_batch = min(n_ctx, s.batch_size)
+    n_ubatch = min(n_batch, s.ubatch_size)
+    if s.tokens < 1:
+        raise SettingsError(f"--tokens {s.tokens} must be >= 1")
+    if s.tokens > n_ubatch:
+        raise SettingsError(f"--tokens {s.tokens} is more than one ubatch holds (-ub {n_ubatch})")
+    if s.past < 0:
+        raise SettingsError(f"--past {s.past} must be >= 0")
+    if s.past + s.tokens > n_ctx:
+        raise SettingsError(f"--past {s.past} + --tokens {s.tokens} exceed the context of "
+                            f"{n_ctx} cells")
+    if not 1 <= s.outputs <= s.tokens:
+        raise SettingsError(f"--outputs {s.outputs} must be between 1 and --tokens {s.tokens}")
+    used = s.past + s.tokens
+    kv_size = n_ctx
+    kv_size_swa = None
+    n_kv_swa = None
+    notes = []
+    if s.flash_attn.lower() == "auto":
+        notes.append("flash attention 'auto' resolves to on for the CPU backend")
+    if n_swa > 0:
+        kv_size_swa = kv_size if s.swa_full else pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
+        n_kv_swa = n_kv_for(min(used, kv_size_swa), kv_size_swa)
+    return Resolved(s, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, s.tokens, s.outputs,
+                    s.past, kv_size, kv_size_swa, n_kv_for(used, kv_size), n_kv_swa, notes)
