@@ -160,7 +160,7 @@ def set_rows(t: Tensor) -> OpCost:
     src, idx = t.src[0], t.src[1]
     n = src.n_elements
     written = gt.row_size(t.type, src.ne[0]) * _rows(src)
-    return OpCost(_quantize_ops(t.type, n), (src.data_bytes, idx.data_bytes), written)
+    return OpCost(_quantize_ops(t.type, n), (src.data_bytes, idx.data_bytes, 0), written)
 
 
 def copy(t: Tensor) -> OpCost:

@@ -208,14 +208,15 @@ class Graph:
 
     def cast(self, a: Tensor, type_: GGMLType) -> Tensor:
         """ggml_cast: a new tensor of another type (op CPY)."""
-        dst = self._new("NONE", type_, a.ne)
-        return self._new("CPY", type_, a.ne, [a, dst], name=f"{a.name} (copy)")
+        res = self._new("CPY", type_, a.ne, [a], name=f"{a.name} (copy)")
+        res.src.append(res)  # ggml_cast: src[1] is the result itself
+        return res
 
     def set_rows(self, a: Tensor, b: Tensor, idx: Tensor) -> Tensor:
         """ggml_set_rows: scatter rows of ``b`` into ``a`` at ``idx``; result views ``a``."""
         v = self.view_tensor(a)
         v.op = "SET_ROWS"
-        v.src = [b, idx]
+        v.src = [b, idx, a]
         v.params = {}
         return v
 

@@ -1,0 +1,1 @@
+"""Renderers: one class per ``--format``, all behind :class:`Renderer` (see ``formats``)."""

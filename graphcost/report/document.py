@@ -1,0 +1,85 @@
+"""The analysis as plain data (dicts, lists, ints, strs): the JSON/YAML document.
+
+``schema`` is bumped whenever a field changes meaning or is removed.
+"""
+from __future__ import annotations
+
+from ..analysis import Analysis, Cost
+from ..ggml_types import type_name
+
+SCHEMA = 1
+
+
+def node_dict(nc, live: int | None = None) -> dict:
+    n = nc.node
+    d = {
+        "index": nc.index,
+        "name": n.name,
+        "op": n.op,
+        "type": type_name(n.type),
+        "ne": list(n.ne),
+        "nbytes": 0 if n.is_view else n.nbytes,
+        "view": n.is_view,
+        "src": [s.name for s in n.src],
+        "layer": n.layer,
+        "block": n.block,
+        "cost": nc.cost.to_dict() if nc.cost is not None else None,
+    }
+    return d
+
+
+def _rollup(items) -> list[dict]:
+    return [{"key": k, **c.to_dict()} for k, c in items]
+
+
+def document(a: Analysis) -> dict:
+    """Everything ``analyze --format json|yaml`` writes, in a stable order."""
+    bg = a.graph
+    m = bg.model
+    run = bg.run
+    layers = sorted((k for k in a.by_layer if k is not None))
+    by_layer = [{"layer": k, **a.by_layer[k].to_dict()} for k in layers]
+    if None in a.by_layer:
+        by_layer.append({"layer": None, **a.by_layer[None].to_dict()})
+    return {
+        "schema": SCHEMA,
+        "model": {
+            "path": str(m.header.path),
+            "name": m.name,
+            "architecture": m.arch,
+            "n_layer": m.n_layer,
+            "n_embd": m.n_embd,
+            "n_head": list(m.n_head) if len(set(m.n_head)) > 1 else m.n_head[0],
+            "n_head_kv": list(m.n_head_kv) if len(set(m.n_head_kv)) > 1 else m.n_head_kv[0],
+            "head_dim": m.head_dim_k,
+            "n_ff": list(m.n_ff) if len(set(m.n_ff)) > 1 else m.n_ff[0],
+            "n_vocab": m.n_vocab,
+            "n_ctx_train": m.n_ctx_train,
+            "sliding_window": m.n_swa,
+            "weights_bytes": m.weights_bytes,
+            "n_params": m.n_params,
+            "n_tensors": len(m.tensors),
+            "has_tensor_data": m.header.has_data,
+            "shards": len(m.header.shards),
+        },
+        "run": run.to_dict(),
+        "notes": list(run.notes) + ([] if m.header.has_data else
+                                    ["header-only file: tensor data is absent; sizes come from the tensor infos"]),
+        "totals": {"nodes": len(a.nodes), **a.total.to_dict()},
+        "by_op": _rollup(sorted(a.by_op.items(), key=lambda kv: -kv[1].flops)),
+        "by_layer": by_layer,
+        "by_block": _rollup(sorted(a.by_block.items())),
+        "memory": {
+            "weights_bytes": m.weights_bytes,
+            "kv_cache_bytes": a.kv_cache_bytes,
+            "kv_caches": [
+                {"name": c.name, "cells": c.size, "n_kv": c.n_kv, "layers": len(c.layers),
+                 "type_k": type_name(run.type_k), "type_v": type_name(run.type_v),
+                 "bytes": c.bytes()}
+                for c in bg.caches
+            ],
+        },
+        "unmodelled": [{"index": nc.index, "name": nc.node.name, "op": nc.node.op}
+                       for nc in a.unmodelled],
+        "nodes": [node_dict(nc) for nc in a.nodes],
+    }

@@ -1,0 +1,83 @@
+"""graphcost's graph equals llama.cpp's, node for node: order, name, op, type, ne, sources.
+
+llama.cpp (through llama-cpp-python) reports every node its scheduler runs via cb_eval;
+see tests/llama_oracle.py. Fixtures are tiny GGUFs with odd sizes and mixed weight types.
+"""
+from __future__ import annotations
+
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+import fixtures as F
+from llama_oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
+from parity import first_difference, our_records
+
+pytestmark = pytest.mark.skipif(not llama_cpp_available(),
+                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("parity")
+    return {
+        # GQA 8/2, head_dim 32, mixed F16/Q8_0/Q4_0/Q4_K weights, untied output
+        "llama": F.write_llama(d / "llama.gguf"),
+        # head_dim 64 (Hadamard path for quantized KV), tied embeddings, llama3 rope_freqs, odd vocab
+        "llama64": F.write_llama(d / "llama64.gguf", n_embd=384, n_head=6, n_head_kv=3,
+                                 head_dim=64, n_ff=1024, n_layer=2, n_vocab=333,
+                                 tie_embeddings=True, rope_freqs=True,
+                                 weight_types={"attn_q": QT.Q4_0, "ffn_down": QT.Q4_K,
+                                               "attn_v": QT.F16, "ffn_up": QT.Q8_0}),
+        # 7 layers, window 64, pattern 6: sliding and global layers, two caches
+        "gemma3": F.write_gemma3(d / "gemma3.gguf"),
+        # gemma3 without a sliding window: the plain-KV attention path
+        "gemma3_noswa": F.write_gemma3(d / "gemma3_noswa.gguf", sliding_window=0, n_layer=3),
+    }
+
+
+CASES = [
+    # (model, settings)
+    ("llama", dict(tokens=1, past=3)),
+    ("llama", dict(tokens=7, past=0)),
+    ("llama", dict(tokens=5, past=300, n_outputs=2)),
+    ("llama", dict(tokens=1, past=0, type_k="q8_0")),
+    ("llama", dict(tokens=3, past=2, type_k="q8_0", type_v="q4_0", fa=True)),
+    ("llama64", dict(tokens=1, past=5)),
+    ("llama64", dict(tokens=6, past=0, type_k="q8_0", type_v="q8_0", fa=True)),
+    ("llama64", dict(tokens=2, past=1, type_k="q4_0")),
+    ("gemma3", dict(tokens=1, past=3)),
+    ("gemma3", dict(tokens=9, past=0)),
+    ("gemma3", dict(tokens=4, past=100, n_ubatch=64, n_ctx=600)),
+    ("gemma3", dict(tokens=3, past=2, swa_full=True)),
+    ("gemma3", dict(tokens=2, past=0, type_k="q8_0", type_v="q8_0", fa=True)),
+    ("gemma3_noswa", dict(tokens=3, past=1)),
+]
+
+
+def _ids():
+    return [f"{m}-" + "-".join(f"{k}{v}" for k, v in s.items()) for m, s in CASES]
+
+
+@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
+@pytest.mark.parametrize("model,settings", CASES, ids=_ids())
+def test_fixture_graph_matches_llama_cpp(models, model, settings, fa):
+    s = dict(settings)
+    force_fa = s.pop("fa", False)
+    if force_fa and not fa:
+        pytest.skip("quantized V cache needs flash attention (llama.cpp refuses it)")
+    kw = {"n_ctx": 512, "n_ubatch": 512, "flash_attn": fa, **s}
+    theirs = capture_graph(models[model], **kw)
+    ours = our_records(models[model], **kw)
+    diff = first_difference(ours, theirs)
+    assert diff is None, diff
+
+
+@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
+@pytest.mark.parametrize("tokens,past", [(1, 0), (1, 37), (16, 0), (5, 700)],
+                         ids=["decode0", "decode37", "prefill16", "prefill5_past700"])
+def test_real_gemma3_graph_matches_llama_cpp(gemma3_270m, fa, tokens, past):
+    kw = dict(n_ctx=1024, n_ubatch=512, flash_attn=fa, tokens=tokens, past=past)
+    theirs = capture_graph(gemma3_270m, **kw)
+    ours = our_records(gemma3_270m, **kw)
+    diff = first_difference(ours, theirs)
+    assert diff is None, diff
