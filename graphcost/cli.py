@@ -1,0 +1,140 @@
+"""The ``graphcost`` command: parse flags, run the pipeline, print. No math here."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import GraphcostError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="What one llama.cpp step costs, from a GGUF header alone.")
+
+# ---- shared run-setting options (llama.cpp flag names) -------------------------------
+CtxOpt = Annotated[int, typer.Option("--ctx-size", "-c", help="context size (0 = model's)")]
+BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", help="logical batch size")]
+UbatchOpt = Annotated[int, typer.Option("--ubatch-size", "-ub", help="physical batch size")]
+FaOpt = Annotated[str, typer.Option("--flash-attn", "-fa", help="on|off|auto")]
+CtkOpt = Annotated[str, typer.Option("--cache-type-k", "-ctk", help="K cache type")]
+CtvOpt = Annotated[str, typer.Option("--cache-type-v", "-ctv", help="V cache type")]
+SwaOpt = Annotated[bool, typer.Option("--swa-full", help="full-size sliding-window cache")]
+TokOpt = Annotated[int, typer.Option("--tokens", help="tokens in this ubatch")]
+PastOpt = Annotated[int, typer.Option("--past", help="KV cells already filled")]
+OutOpt = Annotated[int, typer.Option("--outputs", help="tokens whose logits are computed")]
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"graphcost: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _parse_layers(spec: str | None) -> set[int] | None:
+    if spec is None:
+        return None
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                out.update(range(int(lo), int(hi) + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise GraphcostError(f"--layers {spec!r}: use a list like 0-1,5") from None
+    return out
+
+
+def _model_path(model: Optional[Path]) -> Path:
+    from .resources import default_model
+    return model if model is not None else default_model()
+
+
+@app.command()
+def analyze(
+    model: Annotated[Optional[Path], typer.Argument(help="GGUF file (default: a bundled example)")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="summary|tree|json|yaml")] = "summary",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write to FILE")] = None,
+    layers: Annotated[Optional[str], typer.Option("--layers", help="tree: only these layers, e.g. 0-1")] = None,
+    ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
+    flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
+    swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
+) -> None:
+    """Rebuild llama.cpp's graph for one ubatch and report its cost."""
+    from .pipeline import analyze_model
+    from .report.formats import RENDERERS, Format
+    from .settings import RunSettings
+
+    try:
+        fmt = Format(format)
+    except ValueError:
+        _fail(f"--format {format!r}: use one of {', '.join(f.value for f in Format)}")
+    settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
+                           flash_attn=flash_attn, cache_type_k=cache_type_k,
+                           cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
+                           past=past, outputs=outputs)
+    a = analyze_model(_model_path(model), settings)
+    text = RENDERERS[fmt](a, layers=_parse_layers(layers), width=80,
+                          color=output is None and sys.stdout.isatty() and fmt == Format.summary)
+    _emit(text, output)
+
+
+@app.command()
+def check(
+    model: Annotated[Path, typer.Argument(help="GGUF file")],
+    baseline: Annotated[Path, typer.Option("--baseline", help="YAML written by analyze --format yaml")],
+    rtol: Annotated[float, typer.Option("--rtol", help="allowed relative change")] = 0.0,
+) -> None:
+    """Exit 0 if the costs match the baseline within --rtol, 1 (with a diff table) if not."""
+    from .check import baseline_settings, compare, load_baseline
+    from .pipeline import analyze_model
+    from .report.check_table import render_drift
+    from .report.document import document
+
+    if not rtol >= 0:
+        _fail(f"--rtol {rtol} must be >= 0")
+    base = load_baseline(baseline)
+    a = analyze_model(model, baseline_settings(base, baseline))
+    drifts = compare(base, document(a), rtol)
+    if drifts:
+        typer.echo(render_drift(drifts, rtol), nl=False)
+        raise typer.Exit(1)
+    typer.echo(f"ok: {model} matches {baseline} within rtol {rtol}")
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text)
+    except OSError as e:
+        raise GraphcostError(f"{output}: cannot write: {e.strerror or e}") from None
+
+
+def main() -> None:
+    """Entry point: bad input is one line on stderr and exit code 2, never a traceback."""
+    try:
+        app(standalone_mode=False)
+    except GraphcostError as e:
+        typer.echo(f"graphcost: {e}", err=True)
+        sys.exit(2)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:  # click usage errors and anything unforeseen
+        import click
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(1)
+        if os.environ.get("GRAPHCOST_DEBUG"):
+            raise
+        typer.echo(f"graphcost: internal error: {type(e).__name__}: {e} "
+                   "(set GRAPHCOST_DEBUG=1 for a traceback)", err=True)
+        sys.exit(3)

@@ -1,0 +1,12 @@
+"""file -> metadata -> graph -> costs, in one call."""
+from __future__ import annotations
+
+import os
+
+from .analysis import Analysis, analyze_graph
+from .build import build_graph, load_model
+from .settings import RunSettings
+
+
+def analyze_model(path: str | os.PathLike, settings: RunSettings) -> Analysis:
+    return analyze_graph(build_graph(load_model(path), settings))

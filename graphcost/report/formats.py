@@ -1,0 +1,45 @@
+"""``--format``: one enum, one renderer per value, all with the same signature."""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Callable
+
+import yaml
+
+from ..analysis import Analysis
+from .document import document
+from .summary import render_summary
+
+
+class Format(str, Enum):
+    summary = "summary"
+    tree = "tree"
+    json = "json"
+    yaml = "yaml"
+
+
+def _json(a: Analysis, **_: object) -> str:
+    return json.dumps(document(a), indent=1) + "\n"
+
+
+def _yaml(a: Analysis, **_: object) -> str:
+    return yaml.safe_dump(document(a), sort_keys=False, width=100)
+
+
+def _tree(a: Analysis, *, layers: set[int] | None = None, **_: object) -> str:
+    from .tree import render_tree
+    return render_tree(a, layers=layers)
+
+
+def _summary(a: Analysis, *, width: int = 80, color: bool = False, **_: object) -> str:
+    return render_summary(a, width=width, color=color)
+
+
+#: every Format has exactly one renderer (tests/test_formats.py checks this)
+RENDERERS: dict[Format, Callable[..., str]] = {
+    Format.summary: _summary,
+    Format.tree: _tree,
+    Format.json: _json,
+    Format.yaml: _yaml,
+}

@@ -1,0 +1,89 @@
+"""``--format summary``: rich tables of totals, per op kind, per block, per layer, memory.
+
+Fits 80 columns; without a terminal (piped) rich drops colour and the tables stay plain.
+"""
+from __future__ import annotations
+
+import io
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis import READ_KINDS, Analysis, Cost
+from ..costs import FLOP_KINDS
+from ..ggml_types import type_name
+from .units import human_bytes, human_count
+
+
+def _cost_table(title: str, key: str, rows: list[tuple[str, Cost]]) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    t.add_column(key)
+    for col in ("read", "weights", "kv", "written", "FLOPs"):
+        t.add_column(col, justify="right")
+    for k, c in rows:
+        t.add_row(k, human_bytes(c.bytes_read), human_bytes(c.read.get("weights", 0)),
+                  human_bytes(c.read.get("kv", 0)), human_bytes(c.bytes_written),
+                  human_count(c.flops))
+    return t
+
+
+def render_summary(a: Analysis, *, width: int = 80, color: bool = False) -> str:
+    bg, m, run = a.graph, a.graph.model, a.graph.run
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=color, no_color=not color,
+                  color_system="standard" if color else None, highlight=False)
+    con.print(f"[bold]{m.name}[/bold] ({m.arch}, {m.n_layer} layers, "
+              f"{human_count(m.n_params)} params, {human_bytes(m.weights_bytes)} weights)")
+    con.print(f"run: -c {run.n_ctx} -ub {run.n_ubatch} -fa {'on' if run.flash_attn else 'off'} "
+              f"-ctk {type_name(run.type_k)} -ctv {type_name(run.type_v)}"
+              f"{' --swa-full' if run.settings.swa_full else ''} "
+              f"--tokens {run.n_tokens} --past {run.past} --outputs {run.n_outputs}")
+    con.print(f"attends n_kv = {run.n_kv} cells"
+              f"{'' if run.n_kv_swa is None else f' (sliding-window layers: {run.n_kv_swa})'}")
+    for note in run.notes:
+        con.print(f"note: {note}")
+    if not m.header.has_data:
+        con.print("note: header-only file (no tensor data); sizes come from the tensor infos")
+
+    tot = a.total
+    t = Table(title="Totals for one ubatch", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_column("exact", justify="right")
+    t.add_row("nodes", str(len(a.nodes)), "")
+    t.add_row("bytes read", human_bytes(tot.bytes_read), f"{tot.bytes_read:,}")
+    for k in READ_KINDS:
+        t.add_row(f"  {k}", human_bytes(tot.read.get(k, 0)), f"{tot.read.get(k, 0):,}")
+    t.add_row("  work buffer", human_bytes(tot.work), f"{tot.work:,}")
+    t.add_row("bytes written", human_bytes(tot.bytes_written), f"{tot.bytes_written:,}")
+    t.add_row("FLOPs (FMA = 2)", human_count(tot.flops), f"{tot.flops:,}")
+    for k in FLOP_KINDS + ("cvt",):
+        if tot.ops.get(k):
+            t.add_row(f"  {k}", human_count(tot.ops[k]), f"{tot.ops[k]:,}")
+    con.print(t)
+
+    by_op = sorted(a.by_op.items(), key=lambda kv: (-kv[1].flops, -kv[1].bytes_read, kv[0]))
+    con.print(_cost_table("Per op kind", "op", by_op))
+    con.print(_cost_table("Per block", "block", sorted(a.by_block.items())))
+    layers = [(("-" if k is None else str(k)), c) for k, c in
+              sorted(a.by_layer.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
+    con.print(_cost_table("Per layer ('-' = outside the layers)", "layer", layers))
+
+    mt = Table(title="Memory", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    mt.add_column("what")
+    mt.add_column("size", justify="right")
+    mt.add_column("bytes", justify="right")
+    mt.add_row("model weights", human_bytes(a.weights_bytes), f"{a.weights_bytes:,}")
+    for c in bg.caches:
+        mt.add_row(f"KV cache {c.name} ({c.size} cells, {len(c.layers)} layers)",
+                   human_bytes(c.bytes()), f"{c.bytes():,}")
+    mt.add_row("KV cache total", human_bytes(a.kv_cache_bytes), f"{a.kv_cache_bytes:,}")
+    con.print(mt)
+
+    if a.unmodelled:
+        ops = sorted({nc.node.op for nc in a.unmodelled})
+        con.print(f"unmodelled: {len(a.unmodelled)} nodes ({', '.join(ops)}) are not costed")
+    else:
+        con.print("unmodelled: none (every node has a cost model)")
+    return buf.getvalue()
