@@ -118,7 +118,8 @@ def _emit(text: str, output: Optional[Path]) -> None:
 def main() -> None:
     """Entry point: bad input is one line on stderr and exit code 2, never a traceback."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)  # click returns typer.Exit's code here
+        sys.exit(rc if isinstance(rc, int) else 0)
     except GraphcostError as e:
         typer.echo(f"graphcost: {e}", err=True)
         sys.exit(2)
