@@ -248,3 +248,120 @@ def bad_type_ids(lay: Layout) -> list[Bad]:
             out += [Bad(f"{f.kind} {v} ({f.where})", at=f.start, patch=struct.pack("<I", v),
                         expect=f"unknown value type {v}") for v in BAD_VALUE_TYPES]
     return out
+
+
+FAMILIES: dict[str, Callable[[Layout, bytes, int], list[Bad]]] = {
+    "truncate": lambda lay, base, seed: truncations(lay, len(base)),
+    "flip": lambda lay, base, seed: flips(lay, base, seed),
+    "huge-count": lambda lay, base, seed: huge_counts(lay, base),
+    "bad-type-id": lambda lay, base, seed: bad_type_ids(lay),
+}
+
+
+# --------------------------------------------------------------------------------------
+# the base headers and the check applied to every bad file
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def bases(request, tmp_path_factory) -> Callable[[str], tuple[bytes, Layout]]:
+    """name -> (bytes, layout) of a well-formed base file, built once per session."""
+    cache: dict[str, tuple[bytes, Layout]] = {}
+
+    def get(name: str) -> tuple[bytes, Layout]:
+        if name not in cache:
+            if name in EXAMPLE_FILES:
+                buf = EXAMPLE_FILES[name].read_bytes()
+            elif name == "fixture-llama":  # a full file: header, padding and tensor data
+                p = tmp_path_factory.mktemp("base") / "tiny-llama.gguf"
+                write_llama(p, n_layer=2)
+                buf = p.read_bytes()
+            else:  # the real gemma3 270m header (6.5 MB: 262k tokens, scores, types)
+                real = Path(request.getfixturevalue("gemma3_270m"))
+                with open(real, "rb") as f:
+                    head = f.read(8 << 20)
+                buf = head[:layout(head).data_offset]
+            cache[name] = (buf, layout(buf))
+        return cache[name]
+
+    return get
+
+
+def check_load(path: Path, bad: Bad) -> str | None:
+    """None if ``load_model(path)`` behaved, else what went wrong."""
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    try:
+        load_model(path)
+        problem = "loaded without an error" if bad.must_fail else None
+    except GraphcostError as e:
+        msg = str(e)
+        if len(msg.splitlines()) != 1 or not msg.strip():
+            problem = f"message is not one line: {msg!r}"
+        elif str(path) not in msg:
+            problem = f"message does not name the file: {msg!r}"
+        elif bad.expect not in msg:
+            problem = f"message lacks {bad.expect!r}: {msg!r}"
+        else:
+            problem = None
+    except Exception as e:  # noqa: BLE001 - any other exception is what this test hunts
+        problem = f"{type(e).__name__}: {e}"
+    peak = tracemalloc.get_traced_memory()[1] - before
+    if problem is None and peak > PEAK_LIMIT:
+        problem = f"peak allocation {peak:,} bytes > {PEAK_LIMIT:,}"
+    return problem
+
+
+def run_bad_files(base: bytes, bads: list[Bad], tmp_path: Path, stem: str) -> list[str]:
+    """Write each bad file, load it, and return the problems (one line each)."""
+    problems = []
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    try:
+        for i, bad in enumerate(bads):
+            path = tmp_path / f"{stem}-{i:04d}.gguf"
+            path.write_bytes(bad.apply(base))
+            problem = check_load(path, bad)
+            if problem:
+                problems.append(f"{bad.name}: {problem}")
+            path.unlink()
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    return problems
+
+
+# --------------------------------------------------------------------------------------
+# the mutation families, on every base header
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_base_file_loads(bases, source, tmp_path):
+    """The unmutated bases load (else every 'may succeed' case below proves nothing)."""
+    buf, lay = bases(source)
+    assert lay.ti_end <= lay.data_offset <= len(buf)
+    path = tmp_path / f"{source}.gguf"
+    path.write_bytes(buf)
+    assert load_model(path).n_layer > 0
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("source", SOURCES)
+def test_bad_files(bases, source, family, tmp_path):
+    base, lay = bases(source)
+    bads = FAMILIES[family](lay, base, SOURCES.index(source))
+    assert len(bads) >= 20  # the family really produced files
+    problems = run_bad_files(base, bads, tmp_path, f"{source}-{family}")
+    assert not problems, f"{len(problems)} of {len(bads)} bad files misbehaved:\n" + \
+        "\n".join(problems[:30])
+
+
+def test_at_least_300_bad_files(bases):
+    """The issue asks for at least a few hundred bad files; the examples alone give more."""
+    n = 0
+    for source in EXAMPLE_FILES:
+        base, lay = bases(source)
+        n += sum(len(make(lay, base, 0)) for make in FAMILIES.values())
+    assert n >= 300
