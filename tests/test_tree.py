@@ -129,7 +129,8 @@ def _check_wires(text: str) -> dict[tuple[int, str], int]:
             uses[(current, src["label"])] = int(src["what"][1:].split(",")[0])
         for p in open_:
             ended_by_use[p] = p == head
-    assert not open_, f"wires still open at the end: {open_}"
+    dangling = {open_[p] for p in open_ if not ended_by_use[p]}
+    assert not dangling, f"wires still open at the end: {dangling}"
     return uses
 
 

@@ -56,7 +56,10 @@ def render_tree(a: Analysis, *, layers: set[int] | None = None, max_wires: int =
     lines = _totals(a, shown, layers, wires)
     lines.append("")
     lines += _node_blocks(a, shown, index_of, wires, narrowed=layers is not None)
-    return "".join(line.rstrip() + "\n" for line in lines)
+    lines = [line.rstrip() for line in lines]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "".join(line + "\n" for line in lines)
 
 
 # ---- wires ------------------------------------------------------------------------------
@@ -293,8 +296,7 @@ def _node_blocks(a: Analysis, shown: list[int], index_of: dict[int, int], wires:
     g = _Gutter(wires.width)
     out: list[str] = []
     prev: int | None = None
-    layer: int | None = None
-    seen_layer = False
+    layer: int | None = None  # nodes before the first layer (the prologue) get no title
 
     def gap(lo: int, hi: int) -> None:
         n = hi - lo + 1
@@ -308,10 +310,9 @@ def _node_blocks(a: Analysis, shown: list[int], index_of: dict[int, int], wires:
             gap(0, j - 1)
         elif prev is not None and j > prev + 1:
             gap(prev + 1, j - 1)
-        if node.layer != layer or (node.layer is not None and not seen_layer):
+        if node.layer != layer:
             title = f"layer {node.layer}" if node.layer is not None else "output"
             out += [g.plain(f"== {title} =="), g.plain("")]
-            seen_layer = seen_layer or node.layer is not None
             layer = node.layer
 
         for i in wires.enter.get(j, ()):
