@@ -4,13 +4,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .archs import BUILDERS, SUPPORTED
+from .arch_spec import load_specs
 from .errors import UnsupportedError
 from .ggml_graph import Tensor
 from .gguf_reader import read_model
 from .llm_graph import KVCache, LlmGraph
 from .model import ModelInfo, model_info
 from .settings import Resolved, RunSettings, resolve
+from .spec_builder import build_from_spec
 
 FLAVOURS = ("head",)
 
@@ -28,7 +29,7 @@ class BuiltGraph:
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
     """Read the header (all shards) and the hyperparameters of a supported architecture."""
-    return model_info(read_model(path), SUPPORTED)
+    return model_info(read_model(path), load_specs())
 
 
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
@@ -38,5 +39,5 @@ def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
                                f"graphcost knows (known: {', '.join(FLAVOURS)})")
     run = resolve(settings, model.n_ctx_train, model.n_swa)
     b = LlmGraph(model, run)
-    BUILDERS[model.arch](b)
+    build_from_spec(b, load_specs()[model.arch])
     return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches)

@@ -121,17 +121,20 @@ def _show(v: Any) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
-#: sliding-window pattern default per architecture (``load_swa_pattern(ml, N)`` calls)
-_SWA_PATTERN_DEFAULT = {"gemma3": 6}
+def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
+    """Read the hyperparameters of a supported architecture; reject others in one line.
 
-
-def model_info(header: GGUFHeader, supported: tuple[str, ...]) -> ModelInfo:
-    """Read the hyperparameters of a supported architecture; reject others in one line."""
+    ``specs`` maps architecture names to :class:`~graphcost.arch_spec.ArchSpec`; a spec's
+    ``hparams.swa_pattern`` is the default of its ``load_swa_pattern(ml, N)`` call.
+    """
+    supported = tuple(sorted(specs))
     arch = header.architecture
     if arch is None:
-        raise GraphcostError(f"{header.path}: metadata key 'general.architecture' is missing")
+        raw = header.metadata.get("general.architecture")
+        what = "is missing" if raw is None else f"must be a string, got {_show(raw)}"
+        raise GraphcostError(f"{header.path}: metadata key 'general.architecture' {what}")
     if arch not in supported:
-        raise UnsupportedError(f"{header.path}: architecture {arch!r} is not supported "
+        raise UnsupportedError(f"{header.path}: architecture {_show(arch)} is not supported "
                                f"(supported: {', '.join(supported)})")
     m = _Meta(header, arch)
     n_layer = m.int(Keys.LLM.BLOCK_COUNT, required=True)
@@ -156,11 +159,11 @@ def model_info(header: GGUFHeader, supported: tuple[str, ...]) -> ModelInfo:
     n_vocab = m.get(Keys.LLM.VOCAB_SIZE)
     if n_vocab is None:
         toks = header.metadata.get("tokenizer.ggml.tokens")
-        n_vocab = len(toks) if toks is not None else None
+        n_vocab = len(toks) if isinstance(toks, (list, LazyArray)) else None
     if n_vocab is None:
         emb = header.tensors.get("token_embd.weight")
         n_vocab = emb.ne[1] if emb is not None and len(emb.ne) > 1 else 0
-    if not isinstance(n_vocab, int) or n_vocab <= 0:
+    if isinstance(n_vocab, bool) or not isinstance(n_vocab, int) or n_vocab <= 0:
         raise GraphcostError(f"{header.path}: cannot tell the vocabulary size "
                              f"(no {m.key(Keys.LLM.VOCAB_SIZE)!r}, no tokenizer.ggml.tokens)")
 
@@ -170,10 +173,11 @@ def model_info(header: GGUFHeader, supported: tuple[str, ...]) -> ModelInfo:
 
     n_swa = 0
     is_swa = (False,) * n_layer
-    if arch in _SWA_PATTERN_DEFAULT:
+    swa_default = specs[arch].hparams.get("swa_pattern")
+    if swa_default is not None:
         n_swa = m.int(Keys.Attention.SLIDING_WINDOW, 0)
         if n_swa > 0:
-            is_swa = _swa_pattern(m, n_layer, _SWA_PATTERN_DEFAULT[arch])
+            is_swa = _swa_pattern(m, n_layer, int(swa_default))
 
     return ModelInfo(
         arch=arch,
