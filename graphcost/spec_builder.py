@@ -18,6 +18,21 @@ from .ggml_graph import Tensor
 from .llm_graph import AttnInputs, LlmGraph
 
 
+#: statements defined outside this module (``@statement("name")``), e.g. in
+#: :mod:`graphcost.statements_moe`; each is ``fn(builder, args)``.
+STATEMENTS: dict[str, Callable[["SpecBuilder", Any], None]] = {}
+
+
+def statement(name: str):
+    """Register a spec statement implemented in another module."""
+    def deco(fn):
+        if name in STATEMENTS:
+            raise ValueError(f"statement {name!r} registered twice")
+        STATEMENTS[name] = fn
+        return fn
+    return deco
+
+
 class SpecBuilder:
     def __init__(self, b: LlmGraph, spec: ArchSpec):
         self.b, self.g, self.m, self.spec = b, b.g, b.model, spec
@@ -188,10 +203,13 @@ class SpecBuilder:
     def run(self, stmts: list[dict]) -> None:
         for s in stmts:
             (key, args), = s.items()
-            fn = getattr(self, f"s_{key}", None)
-            if fn is None:
+            method = getattr(self, f"s_{key}", None)
+            if method is not None:
+                method(args if args is not None else {})
+            elif key in STATEMENTS:
+                STATEMENTS[key](self, args if args is not None else {})
+            else:
                 raise GraphcostError(self.where(f"unknown statement {key!r}"))
-            fn(args if args is not None else {})
 
     def build(self) -> None:
         m, g = self.m, self.g
@@ -215,4 +233,4 @@ def build_from_spec(b: LlmGraph, spec: ArchSpec) -> None:
     SpecBuilder(b, spec).build()
 
 
-__all__ = ["build_from_spec", "SpecBuilder", "math"]
+__all__ = ["build_from_spec", "SpecBuilder", "STATEMENTS", "statement", "math"]
