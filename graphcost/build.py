@@ -14,7 +14,6 @@ from .settings import Resolved, RunSettings, resolve
 from .spec_builder import build_from_spec
 from . import statements  # noqa: F401  (registers the extra spec statements)
 
-FLAVOURS = ("head",)
 
 
 @dataclass
@@ -35,10 +34,13 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
 
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
     """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
-    if settings.llama_cpp not in FLAVOURS:
-        raise UnsupportedError(f"--llama-cpp {settings.llama_cpp!r} is not a graph flavour "
-                               f"graphcost knows (known: {', '.join(FLAVOURS)})")
     run = resolve(settings, model.n_ctx_train, model.n_swa)
+    specs = load_specs()
+    key = model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
+    if key not in specs:
+        have = sorted(k.split("@")[0] for k in specs if k.endswith(f"@{settings.llama_cpp}"))
+        raise UnsupportedError(f"{model.header.path}: --llama-cpp {settings.llama_cpp} has no "
+                               f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
     b = LlmGraph(model, run)
-    build_from_spec(b, load_specs()[model.arch])
+    build_from_spec(b, specs[key])
     return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches)

@@ -24,6 +24,7 @@ SwaOpt = Annotated[bool, typer.Option("--swa-full", help="full-size sliding-wind
 TokOpt = Annotated[int, typer.Option("--tokens", help="tokens in this ubatch")]
 PastOpt = Annotated[int, typer.Option("--past", help="KV cells already filled")]
 OutOpt = Annotated[int, typer.Option("--outputs", help="tokens whose logits are computed")]
+FlavourOpt = Annotated[str, typer.Option("--llama-cpp", help="graph flavour: head | 2024-08")]
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -62,6 +63,7 @@ def analyze(
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
+    llama_cpp: FlavourOpt = "head",
 ) -> None:
     """Rebuild llama.cpp's graph for one ubatch and report its cost."""
     from .pipeline import analyze_model
@@ -75,7 +77,7 @@ def analyze(
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
-                           past=past, outputs=outputs)
+                           past=past, outputs=outputs, llama_cpp=llama_cpp)
     a = analyze_model(_model_path(model), settings)
     text = RENDERERS[fmt](a, layers=_parse_layers(layers), width=80,
                           color=output is None and sys.stdout.isatty() and fmt == Format.summary)

@@ -16,6 +16,22 @@ CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "
 #: llama.cpp pads n_ctx and the attended KV length to this many cells
 KV_PAD = 256
 
+#: graph flavours: which llama.cpp the graph mirrors (``--llama-cpp``)
+FLAVOURS = {
+    "head": "llama.cpp as vendored by llama-cpp-python 0.3.36 (2026): SET_ROWS KV store, "
+            "n_ctx and n_kv padded to 256",
+    "2024-08": "llama.cpp of August 2024 (6e02327e8): KV stored by CPY into cache views, 1-D "
+               "caches, n_ctx and n_kv padded to 32 without flash attention (256 with), mask "
+               "rows padded to 32, names of that time (inp_embd, k_cache_view, kq_soft_max_ext)",
+}
+
+
+def kv_pad(flavour: str, flash_attn: bool) -> int:
+    """Cells n_ctx and n_kv are padded to (llama_kv_cache_get_padding in 2024-08)."""
+    if flavour == "2024-08":
+        return 256 if flash_attn else 32
+    return KV_PAD
+
 
 def pad(x: int, n: int) -> int:
     """GGML_PAD: round ``x`` up to a multiple of ``n``."""
@@ -79,9 +95,9 @@ def _cache_type(flag: str, value: str) -> gt.GGMLType:
     return gt.type_from_name(value)
 
 
-def n_kv_for(used: int, size: int) -> int:
+def n_kv_for(used: int, size: int, p: int = KV_PAD) -> int:
     """llama_kv_cache::get_n_kv: attended cells for ``used`` filled cells in a cache of ``size``."""
-    return min(size, max(KV_PAD, pad(used, KV_PAD)))
+    return min(size, max(p, pad(used, p)))
 
 
 def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
@@ -102,7 +118,11 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
     ctx = s.ctx_size or n_ctx_train
     if ctx <= 0:
         raise SettingsError("--ctx-size 0 needs the model's context_length, which is missing")
-    n_ctx = pad(ctx, KV_PAD)
+    if s.llama_cpp not in FLAVOURS:
+        raise SettingsError(f"--llama-cpp {s.llama_cpp!r}: known flavours are "
+                            f"{', '.join(FLAVOURS)}")
+    p = kv_pad(s.llama_cpp, flash)
+    n_ctx = pad(ctx, p)
     n_batch = min(n_ctx, s.batch_size)
     n_ubatch = min(n_batch, s.ubatch_size)
     if s.tokens < 1:
@@ -127,4 +147,4 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
         kv_size_swa = kv_size if s.swa_full else pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
         n_kv_swa = n_kv_for(min(used, kv_size_swa), kv_size_swa)
     return Resolved(s, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, s.tokens, s.outputs,
-                    s.past, kv_size, kv_size_swa, n_kv_for(used, kv_size), n_kv_swa, notes)
+                    s.past, kv_size, kv_size_swa, n_kv_for(used, kv_size, p), n_kv_swa, notes)
