@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .build import BuiltGraph
 from .costs import FLOP_KINDS, op_cost
 from .ggml_graph import Tensor
+from .memory_plan import MemoryPlan, plan_for
 
 READ_KINDS = ("weights", "kv", "inputs", "act")
 _ROLE_TO_READ = {"weight": "weights", "kv": "kv", "input": "inputs", "activation": "act"}
@@ -88,6 +90,12 @@ class Analysis:
     @property
     def kv_cache_bytes(self) -> int:
         return sum(c.bytes() for c in self.graph.caches)
+
+    @cached_property
+    def memory(self) -> MemoryPlan:
+        """Start-up buffers for these settings and the live bytes of this graph's nodes
+        (graphcost.memory_plan); built on first use (it allocates two more graphs)."""
+        return plan_for(self.graph)
 
 
 def analyze_graph(bg: BuiltGraph) -> Analysis:

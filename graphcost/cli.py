@@ -107,6 +107,65 @@ def check(
     typer.echo(f"ok: {model} matches {baseline} within rtol {rtol}")
 
 
+def _parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
+    """'ctx=512,4096' -> ('ctx', [512, 4096])."""
+    if spec is None:
+        return None
+    from .memory_plan import SWEEP_KEYS
+    key, _, vals = spec.partition("=")
+    key = key.strip()
+    try:
+        values = [int(v) for v in vals.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if key not in SWEEP_KEYS or not values or any(v < 1 for v in values):
+        raise GraphcostError(f"--sweep {spec!r}: use ctx=512,4096,32768 or ub=1,64,512")
+    return key, values
+
+
+@app.command()
+def memory(
+    model: Annotated[Optional[Path], typer.Argument(help="GGUF file (default: a bundled example)")] = None,
+    sweep: Annotated[Optional[str], typer.Option(
+        "--sweep", help="ctx=512,4096,32768 or ub=1,64,512")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="with --sweep: plot to FILE (.svg, or .png with matplotlib)")] = None,
+    fuse: Annotated[Optional[str], typer.Option(
+        "--fuse", help="what-if: 'attention' as one fused kernel")] = None,
+    ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
+    flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
+    swa_full: SwaOpt = False,
+) -> None:
+    """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers."""
+    from .build import load_model
+    from .memory_plan import fuse_plan, plan_memory, sweep as run_sweep
+    from .report.memory import render_memory, render_sweep, write_plot
+    from .settings import RunSettings
+
+    if fuse is not None and fuse != "attention":
+        _fail(f"--fuse {fuse!r}: only 'attention' is modelled")
+    if output is not None and sweep is None:
+        _fail("-o/--output writes the sweep plot: give --sweep too")
+    parsed = _parse_sweep(sweep)
+    settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
+                           flash_attn=flash_attn, cache_type_k=cache_type_k,
+                           cache_type_v=cache_type_v, swa_full=swa_full)
+    info = load_model(_model_path(model))
+    if parsed is None:
+        plan = plan_memory(info, settings)
+        sys.stdout.write(render_memory(plan, fuse_plan(plan) if fuse else None))
+        return
+    key, values = parsed
+    plans = run_sweep(info, settings, key, values)
+    sys.stdout.write(render_sweep(key, values, plans))
+    if fuse:
+        for v, plan in zip(values, plans):
+            sys.stdout.write(f"\n{key} = {v}:\n" + render_memory(plan, fuse_plan(plan)))
+    if output is not None:
+        write_plot(output, key, values, plans)
+        sys.stdout.write(f"plot written to {output}\n")
+
+
 def _emit(text: str, output: Optional[Path]) -> None:
     if output is None:
         sys.stdout.write(text)

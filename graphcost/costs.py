@@ -27,6 +27,10 @@ CPU matmul activation conversion: ``ggml_compute_forward_mul_mat`` converts ever
 before the dot products. That work is part of the MUL_MAT node's cost: ``b`` is read once
 as F32, the converted copy is written (``work``) and then read by the dot products.
 
+Mixture of experts: a MUL_MAT_ID counts the FLOPs of the ``n_expert_used`` experts each
+token uses, and reads the weights of the distinct experts touched, assumed to be the worst
+case ``min(n_expert, n_expert_used * n_tokens)`` (:func:`experts_touched`).
+
 How this differs from the older analyzer of ``shared/reference/sample-report.txt``: it
 counted only a matmul's multiplies (graphcost counts the adds too: 2x its FLOPs), counted
 views as if they allocated memory, printed a CPY's write in bits (8x the bytes), ignored
@@ -171,6 +175,11 @@ def copy(t: Tensor) -> OpCost:
     return OpCost(ops, tuple(reads), t.data_bytes)
 
 
+def concat(t: Tensor) -> OpCost:
+    # a ++ b along one dim -> packed result: read both, write the result, no arithmetic
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
 def rope(t: Tensor) -> OpCost:
     # x:[D, H, T] rotated in n_dims/2 pairs per head. Per token and pair (rope cache, shared
     # by all heads): theta*scale, cos*m, sin*m, theta step [4 mul], 1 sin, 1 cos (+1 div with
@@ -211,13 +220,15 @@ def flash_attn_ext(t: Tensor) -> OpCost:
     # [1 mul, 1 add], V accumulate [Dv mul, Dv add]; per row: q -> F16 [Dk cvt],
     # 1/S [1 div], output scale [Dv mul]. The V rescale when the running max grows is
     # data-dependent and not counted. (ggml_compute_forward_flash_attn_ext_f16_one_chunk)
+    # With logit soft-capping (gemma2), per pair s = softcap*tanh(s) [1 tanh, 1 mul].
     q, k, v = t.src[0], t.src[1], t.src[2]
     Dk, Dv, nkv = q.ne[0], v.ne[0], k.ne[1]
     rows = q.ne[1] * q.ne[2] * q.ne[3]
     pairs = rows * nkv
     has_mask = len(t.src) > 3
-    ops = _ops(mul=pairs * (Dk + 3 + Dv) + rows * Dv, add=pairs * (Dk + 3 + Dv),
-               max=pairs, exp=pairs, div=rows,
+    capped = pairs if t.params.get("softcap", 0.0) else 0
+    ops = _ops(mul=pairs * (Dk + 3 + Dv) + rows * Dv + capped, add=pairs * (Dk + 3 + Dv),
+               max=pairs, exp=pairs, div=rows, tanh=capped,
                cvt=rows * Dk if k.type != gt.F32 else 0)
     reads = [q.data_bytes, k.data_bytes, v.data_bytes] + ([t.src[3].data_bytes] if has_mask else [])
     return OpCost(ops, tuple(reads), t.data_bytes)
@@ -252,6 +263,65 @@ def _glu(act: Callable[[Tensor], OpCost]) -> Callable[[Tensor], OpCost]:
     return cost
 
 
+# ---- mixture of experts ----------------------------------------------------------------
+# Expert weights a MUL_MAT_ID reads: T tokens routed to k experts each touch at most
+# min(n_expert, k*T) distinct experts. graphcost assumes that worst case (no two tokens
+# share an expert): exact for one token (decode), an upper bound otherwise, and reached as
+# soon as k*T >= n_expert. (Under uniform random routing the expectation would be
+# n*(1 - (1 - k/n)**T), lower for small T; real routing is neither.) docs/counting.md.
+
+def experts_touched(n_expert: int, n_used: int, n_tokens: int) -> int:
+    """Distinct experts read by ``n_tokens`` tokens using ``n_used`` experts each: the worst
+    case ``min(n_expert, n_used * n_tokens)`` (see the comment above)."""
+    return min(n_expert, n_used * n_tokens)
+
+
+def expert_bytes(w: Tensor) -> int:
+    """Bytes of one expert's matrix in a stacked expert tensor ``w`` [K, M, n_expert]."""
+    return gt.row_size(w.type, w.ne[0]) * w.ne[1]
+
+
+def mul_mat_id(t: Tensor) -> OpCost:
+    # as:[K, M, n_exp] x b:[K, n_b, T] for ids:[k, T] (I32) -> [M, k, T]
+    # (ggml_compute_forward_mul_mat_id): all of b is converted to the weights' vec_dot_type
+    # once, then each (slot, token) is one M x K matrix-vector product with its expert:
+    # M*k*T*K multiply-adds, the arithmetic of a MUL_MAT with N = k*T (same conversion and
+    # block-scale work). Weights read: experts_touched(n_exp, k, T) experts of
+    # expert_bytes each, not the whole tensor; ids read in full.
+    dense = mul_mat(t)
+    a, ids = t.src[0], t.src[2]
+    touched = experts_touched(a.ne[2], ids.ne[0], ids.ne[1])
+    return OpCost(dense.ops, (touched * expert_bytes(a), dense.reads[1], ids.data_bytes),
+                  dense.write, dense.work)
+
+
+def argsort(t: Tensor) -> OpCost:
+    # a:[n, rows] F32 -> I32 [n, rows]: std::sort of n indices per row. Comparisons are
+    # data-dependent; counted as n*ceil(log2 n) per row, each a "max" (compare-select).
+    # (ggml_compute_forward_argsort_f32)
+    n, r = t.ne[0], _rows(t)
+    cmp = n * max(1, (n - 1).bit_length()) * r
+    return OpCost(_ops(max=cmp), tuple(_plain(t)), t.data_bytes)
+
+
+def sum_rows(t: Tensor) -> OpCost:
+    # a:[n, rows] -> [1, rows]: n adds per row (ggml_vec_sum_f32 accumulates from 0)
+    a = t.src[0]
+    return OpCost(_ops(add=a.ne[0] * _rows(a)), tuple(_plain(t)), t.data_bytes)
+
+
+def clamp(t: Tensor) -> OpCost:
+    # y = MAX(MIN(x, hi), lo): 2 compare-selects ("max") per element
+    n = t.n_elements
+    return OpCost(_ops(max=2 * n), tuple(_plain(t)), t.data_bytes)
+
+
+def sigmoid(t: Tensor) -> OpCost:
+    # 1 / (1 + exp(-x)): 1 exp, 1 add, 1 div per element (ggml_vec_sigmoid_f32)
+    n = t.n_elements
+    return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
+
+
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
 COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "MUL_MAT": mul_mat,
@@ -266,6 +336,7 @@ COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "SET_ROWS": set_rows,
     "CPY": copy,
     "CONT": copy,
+    "CONCAT": concat,
     "ROPE": rope,
     "SOFT_MAX": soft_max,
     "FLASH_ATTN_EXT": flash_attn_ext,
@@ -274,6 +345,11 @@ COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "TANH": tanh,
     "SWIGLU": _glu(silu),
     "GEGLU": _glu(gelu),
+    "MUL_MAT_ID": mul_mat_id,
+    "ARGSORT": argsort,
+    "SUM_ROWS": sum_rows,
+    "CLAMP": clamp,
+    "SIGMOID": sigmoid,
 }
 
 #: ops that only reinterpret memory: no cost, no allocation

@@ -242,6 +242,12 @@ class Graph:
     def div(self, a: Tensor, b: Tensor) -> Tensor:
         return self._binary("DIV", a, b)
 
+    def concat(self, a: Tensor, b: Tensor, dim: int) -> Tensor:
+        """ggml_concat: ``b`` after ``a`` along ``dim``; other dims as ``a``; type of ``a``."""
+        ne = list(a.ne)
+        ne[dim] += b.ne[dim]
+        return self._new("CONCAT", a.type, ne, [a, b], params={"dim": dim})
+
     def scale(self, a: Tensor, s: float, bias: float = 0.0) -> Tensor:
         return self._new("SCALE", a.type, a.ne, [a], params={"scale": s, "bias": bias})
 
@@ -284,6 +290,35 @@ class Graph:
         """ggml_swiglu / ggml_geglu (one source): act(first half) * second half."""
         return self._new(op, a.type, (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3]), [a],
                          params={"glu": True})
+
+    # ---- mixture of experts ------------------------------------------------------------
+    def soft_max(self, a: Tensor) -> Tensor:
+        """ggml_soft_max: softmax over rows, no mask, scale 1."""
+        return self.soft_max_ext(a, None, 1.0, 0.0)
+
+    def mul_mat_id(self, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        """ggml_mul_mat_id: experts as_ [K, M, n_expert] x b [K, n_b, T] for ids I32 [k, T]
+        -> F32 [M, k, T] (b's dim 1 broadcasts over the k slots)."""
+        if as_.ne[0] != b.ne[0] or ids.ne[1] != b.ne[2] or ids.ne[0] % b.ne[1]:
+            raise ValueError(f"mul_mat_id shapes {as_.ne} x {b.ne} for ids {ids.ne}")
+        return self._new("MUL_MAT_ID", gt.F32, (as_.ne[1], ids.ne[0], b.ne[2], 1), [as_, b, ids])
+
+    def argsort(self, a: Tensor, order: str = "desc") -> Tensor:
+        """ggml_argsort: I32 indices that sort each row (same shape as ``a``)."""
+        return self._new("ARGSORT", gt.I32, a.ne, [a], params={"order": order})
+
+    def argsort_top_k(self, a: Tensor, k: int) -> Tensor:
+        """ggml_argsort_top_k: a descending ARGSORT, then a view of its first ``k`` columns."""
+        res = self.argsort(a, "desc")
+        return self.view(res, [k, res.ne[1], res.ne[2], res.ne[3]], [res.nb[1], res.nb[2], res.nb[3]], 0)
+
+    def sum_rows(self, a: Tensor) -> Tensor:
+        """ggml_sum_rows: [n, r1, r2, r3] -> [1, r1, r2, r3]."""
+        return self._new("SUM_ROWS", a.type, (1, a.ne[1], a.ne[2], a.ne[3]), [a])
+
+    def clamp(self, a: Tensor, lo: float, hi: float) -> Tensor:
+        """ggml_clamp: a new tensor (ggml_dup_tensor, so unnamed) with values in [lo, hi]."""
+        return self._new("CLAMP", a.type, a.ne, [a], params={"min": lo, "max": hi})
 
     # ---- graph order -------------------------------------------------------------------
     def expand(self, t: Tensor) -> None:

@@ -61,6 +61,14 @@ _U64 = struct.Struct("<Q")
 _SHARD_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
+def _label(value: Any) -> str:
+    """A key, tensor name or value from the file, fit for a one-line message: repr'd (so
+    quoted, with control characters escaped: a corrupted length can pull a newline into
+    a key) and shortened."""
+    s = repr(value)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
 @dataclass(frozen=True)
 class LazyArray:
     """A metadata array left in the file: ``count`` items of ``item_type`` at ``offset``."""
@@ -86,7 +94,8 @@ class LazyArray:
                 out.append(raw[pos + 8: pos + 8 + n].decode("utf-8", "replace"))
                 pos += 8 + n
             return out
-        return np.frombuffer(raw, dtype=_NUMPY[self.item_type], count=self.count).tolist()
+        items = np.frombuffer(raw, dtype=_NUMPY[self.item_type], count=self.count).tolist()
+        return [bool(x) for x in items] if self.item_type == GGUFValueType.BOOL else items
 
 
 @dataclass(frozen=True)
@@ -190,6 +199,7 @@ class _Cursor:
         return v
 
     def value(self, vtype: GGUFValueType, key: str, depth: int = 0):
+        """Read one value; ``key`` is the quoted key, used only in messages."""
         if vtype == GGUFValueType.STRING:
             return self.string(f"value of {key}")
         if vtype != GGUFValueType.ARRAY:
@@ -230,37 +240,14 @@ class _Cursor:
 def _skip_string_array(cur: _Cursor, count: int, key: str) -> int:
     """Return the offset just past ``count`` length-prefixed strings starting at ``cur.pos``.
 
-    Fast path: token strings are short, so every true length prefix has its six high bytes
-    zero and is followed by a non-zero first character. Such positions are found with one
-    vectorised pass over the region (an unaligned uint64 view), and the chain
-    ``next = pos + 8 + len`` is verified for all of them at once. If the chain does not hold
-    (a long or empty-looking string, a NUL character) the plain loop decides.
+    :func:`_skip_strings_fast` verifies as many strings as it can; the plain loop walks
+    the rest (a long or empty string, a NUL character, a corrupted or truncated array)
+    and names the string that is wrong.
     """
-    start = cur.pos
-    limit = cur.size
-    window = min(limit - start, 24 * count + 4096)
-    while window > 9:
-        raw = np.frombuffer(cur.buf, dtype=np.uint8, count=window, offset=start)
-        zero = raw == 0
-        # q = p + 7: the last (zero) byte of a length prefix, followed by a non-zero byte
-        q = np.flatnonzero(zero[7:-1] & ~zero[8:])
-        p = q  # q - 7 + 7 offset of the slices above cancels: p is the prefix start
-        ok = zero[p + 2] & zero[p + 3] & zero[p + 4] & zero[p + 5] & zero[p + 6]
-        p = p[ok]
-        if not p.size or p[0] != 0:
-            break  # the first string does not fit the fast path's pattern
-        if p.size >= count:
-            p = p[:count]
-            nxt = p + 8 + raw[p].astype(np.int64) + (raw[p + 1].astype(np.int64) << 8)
-            if np.array_equal(nxt[:-1], p[1:]):
-                return start + int(nxt[-1])
-            break
-        if window == limit - start:
-            break
-        window = min(limit - start, window * 2)
+    done, pos = _skip_strings_fast(cur.buf, cur.pos, cur.size, count)
     # slow, exact path
-    pos, buf, size, unpack = start, cur.buf, cur.size, _U64.unpack_from
-    for i in range(count):
+    buf, size, unpack = cur.buf, cur.size, _U64.unpack_from
+    for i in range(done, count):
         if pos + 8 > size:
             raise GGUFError(cur.path, pos, f"truncated: string {i} of {key} has no length")
         (n,) = unpack(buf, pos)
@@ -269,6 +256,41 @@ def _skip_string_array(cur: _Cursor, count: int, key: str) -> int:
             raise GGUFError(cur.path, pos - n - 8,
                             f"truncated: string {i} of {key} claims {n} bytes past the end of the file")
     return pos
+
+
+def _skip_strings_fast(buf, start: int, limit: int, count: int) -> tuple[int, int]:
+    """``(i, pos)``: the first ``i`` of ``count`` strings at ``start`` end at ``pos``.
+
+    Token strings are short, so every true length prefix has its six high bytes zero and
+    is followed by a non-zero first character. Such positions are found with one
+    vectorised pass over the region (an unaligned uint64 view), and the chain
+    ``next = pos + 8 + len`` is verified for all of them at once, up to the first string
+    that breaks the pattern (or is cut off by the end of the file). The numpy views of
+    ``buf`` live only in this function, so an error raised by the caller cannot keep the
+    mmap exported (which would make closing it fail).
+    """
+    window = min(limit - start, 24 * count + 4096)
+    while window > 9:
+        raw = np.frombuffer(buf, dtype=np.uint8, count=window, offset=start)
+        zero = raw == 0
+        # q = p + 7: the last (zero) byte of a length prefix, followed by a non-zero byte
+        q = np.flatnonzero(zero[7:-1] & ~zero[8:])
+        p = q  # q - 7 + 7 offset of the slices above cancels: p is the prefix start
+        ok = zero[p + 2] & zero[p + 3] & zero[p + 4] & zero[p + 5] & zero[p + 6]
+        p = p[ok]
+        if not p.size or p[0] != 0:
+            return 0, start  # the first string does not fit the fast path's pattern
+        if p.size >= count or window == limit - start:
+            p = p[:count]
+            nxt = p + 8 + raw[p].astype(np.int64) + (raw[p + 1].astype(np.int64) << 8)
+            broken = np.flatnonzero(nxt[:-1] != p[1:])
+            # p[0..k] are true string starts: the chain holds up to string k
+            k = int(broken[0]) if broken.size else p.size - 1
+            if k == count - 1 and start + int(nxt[k]) <= limit:
+                return count, start + int(nxt[k])
+            return k, start + int(p[k])
+        window = min(limit - start, window * 2)
+    return 0, start
 
 
 def read_header(path: str | os.PathLike) -> GGUFHeader:
@@ -316,52 +338,60 @@ def _parse(buf, p: Path, size: int) -> GGUFHeader:
     for i in range(n_kv):
         key_at = cur.pos
         key = cur.string(f"key of metadata pair {i}")
+        label = _label(key)
         if key in metadata:
-            cur.fail(f"duplicate metadata key {key!r}", at=key_at)
-        vtype = cur.value_type(f"type of {key}")
-        metadata[key] = cur.value(vtype, key)
+            cur.fail(f"duplicate metadata key {label}", at=key_at)
+        vtype = cur.value_type(f"type of {label}")
+        metadata[key] = cur.value(vtype, label)
 
     alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 \
             or alignment & (alignment - 1) or alignment > 1 << 20:
-        raise GGUFError(p, None, f"general.alignment {alignment!r} is not a power of two")
+        raise GGUFError(p, None, f"general.alignment {_label(alignment)} is not a power of two "
+                                  f"up to {1 << 20}")
 
     tensors: dict[str, TensorInfo] = {}
     for i in range(n_tensors):
         at = cur.pos
         name = cur.string(f"name of tensor {i}")
+        label = _label(name)
         if name in tensors:
-            cur.fail(f"duplicate tensor name {name!r}", at=at)
-        n_dims = cur.u32(f"dimension count of {name}")
+            cur.fail(f"duplicate tensor name {label}", at=at)
+        n_dims = cur.u32(f"dimension count of {label}")
         if not 1 <= n_dims <= MAX_DIMS:
-            cur.fail(f"tensor {name!r} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")
-        ne = tuple(cur.u64(f"dimension {d} of {name}") for d in range(n_dims))
+            cur.fail(f"tensor {label} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")
+        ne = tuple(cur.u64(f"dimension {d} of {label}") for d in range(n_dims))
         type_at = cur.pos
-        type_id = cur.u32(f"type of {name}")
+        type_id = cur.u32(f"type of {label}")
         if not ggml_types.is_known(type_id):
-            cur.fail(f"tensor {name!r} has unknown type id {type_id}", at=type_at)
+            cur.fail(f"tensor {label} has unknown type id {type_id}", at=type_at)
         ttype = ggml_types.GGMLType(type_id)
-        offset = cur.u64(f"data offset of {name}")
+        offset = cur.u64(f"data offset of {label}")
         n_el = 1
         for d in ne:
             if d <= 0:
-                cur.fail(f"tensor {name!r} has a zero dimension {list(ne)}", at=at)
+                cur.fail(f"tensor {label} has a zero dimension {list(ne)}", at=at)
             n_el *= d
         if n_el >= 1 << 62:
-            cur.fail(f"tensor {name!r} has {n_el} elements, more than ggml can address", at=at)
+            cur.fail(f"tensor {label} has {n_el} elements, more than ggml can address", at=at)
         blk = ggml_types.block(ttype)[0]
         if ne[0] % blk:
-            cur.fail(f"tensor {name!r} row of {ne[0]} is not a multiple of the "
+            cur.fail(f"tensor {label} row of {ne[0]} is not a multiple of the "
                      f"{ggml_types.type_name(ttype)} block size {blk}", at=at)
         if offset % alignment:
-            cur.fail(f"tensor {name!r} data offset {offset} is not aligned to {alignment}", at=at)
+            cur.fail(f"tensor {label} data offset {offset} is not aligned to {alignment}", at=at)
         tensors[name] = TensorInfo(name, ne, ttype, offset)
 
     data_offset = -(-cur.pos // alignment) * alignment
-    end = data_offset
+    end, last = data_offset, None
     for t in tensors.values():
-        end = max(end, data_offset + t.offset + t.nbytes)
+        if data_offset + t.offset + t.nbytes > end:
+            end, last = data_offset + t.offset + t.nbytes, t
     _check_overlaps(p, tensors, data_offset)
+    # a header-only file stops at (or before) data_offset; one that goes on holds data
+    if data_offset < size < end:
+        raise GGUFError(p, size, f"truncated: tensor {_label(last.name)} ends at byte {end}, "
+                                 f"the file has {size} bytes")
     return GGUFHeader(p, version, metadata, tensors, alignment, data_offset, size,
                       shards=[p], has_data=size >= end)
 
@@ -371,7 +401,7 @@ def _check_overlaps(p: Path, tensors: dict[str, TensorInfo], data_offset: int) -
     spans = sorted((t.offset, t.offset + t.nbytes, t.name) for t in tensors.values())
     for (a0, a1, an), (b0, _b1, bn) in zip(spans, spans[1:]):
         if b0 < a1:
-            raise GGUFError(p, data_offset + b0, f"tensor {bn!r} overlaps tensor {an!r}")
+            raise GGUFError(p, data_offset + b0, f"tensor {_label(bn)} overlaps tensor {_label(an)}")
 
 
 def shard_paths(path: str | os.PathLike) -> list[Path]:
@@ -404,10 +434,11 @@ def read_model(path: str | os.PathLike) -> GGUFHeader:
         h = read_header(sp)
         declared = h.metadata.get("split.count")
         if declared is not None and declared != len(paths):
-            raise GGUFError(sp, None, f"split.count is {declared} but the file name says {len(paths)}")
+            raise GGUFError(sp, None, f"split.count is {_label(declared)} but the file name "
+                                      f"says {len(paths)}")
         for name, t in h.tensors.items():
             if name in tensors:
-                raise GGUFError(sp, None, f"tensor {name!r} appears in two shards")
+                raise GGUFError(sp, None, f"tensor {_label(name)} appears in two shards")
             tensors[name] = TensorInfo(t.name, t.ne, t.type, t.offset, shard=i)
         has_data &= h.has_data
         first = first or h

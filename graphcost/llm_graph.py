@@ -81,7 +81,9 @@ class LlmGraph:
         return self.weight(f"blk.{il}.{short}", required)
 
     # ---- inputs --------------------------------------------------------------------
-    def build_inp_embd(self, tok_embd: Tensor) -> Tensor:
+    def build_inp_embd(self, tok_embd: Tensor, scale: float = 0.0) -> Tensor:
+        """``scale``: hparams.f_embedding_scale, which llama.cpp loads only for the
+        architectures that have one (Granite); 0 means none."""
         g = self.g
         tokens = g.cb(g.new_tensor(gt.I32, [self.n_tokens]), "inp_tokens")
         embd_in = g.cb(g.new_tensor(gt.F32, [self.model.n_embd, self.n_tokens]), "inp_embd")
@@ -89,8 +91,8 @@ class LlmGraph:
         # ggml_build_forward_select: both paths are visited, the token path computes
         g.expand(cur)
         g.expand(embd_in)
-        if self.model.embedding_scale != 0.0:
-            cur = g.scale(cur, self.model.embedding_scale)
+        if scale != 0.0:
+            cur = g.scale(cur, scale)
         g.cb(cur, "embd")
         g.expand(cur)
         return cur
@@ -159,8 +161,12 @@ class LlmGraph:
         return self.g.mul_mat(w, cur)
 
     def build_qkv(self, il: int, cur: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """build_qkv, separate Q/K/V weights with optional biases, reshaped to 3-D."""
+        """build_qkv, separate Q/K/V weights with optional biases, reshaped to 3-D; the
+        fused path when the layer has ``attn_qkv.weight``."""
         g, m, T = self.g, self.model, self.n_tokens
+        wqkv = self.lw(il, "attn_qkv.weight", required=False)
+        if wqkv is not None:
+            return self.build_qkv_fused(il, cur, wqkv)
         out = []
         for short, name in (("attn_q", "Qcur"), ("attn_k", "Kcur"), ("attn_v", "Vcur")):
             t = g.cb(self.mm(self.lw(il, f"{short}.weight"), cur), name, il)
@@ -172,6 +178,33 @@ class LlmGraph:
         q = g.reshape(q, [m.head_dim_k, m.n_head[il], T])
         k = g.reshape(k, [m.head_dim_k, m.n_head_kv[il], T])
         v = g.reshape(v, [m.head_dim_v, m.n_head_kv[il], T])
+        g.cb(q, "Qcur", il)
+        g.cb(k, "Kcur", il)
+        g.cb(v, "Vcur", il)
+        return q, k, v
+
+    def build_qkv_fused(self, il: int, cur: Tensor, wqkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """build_qkv's fused path: one MUL_MAT ``wqkv`` (+ ``attn_qkv.bias``, or the three
+        separate Q/K/V biases CONCATenated), then Q/K/V as strided 3-D views of its rows
+        (no copy; V is non-contiguous, so the non-FA V store CONTs it)."""
+        g, m, T = self.g, self.model, self.n_tokens
+        qkv = g.cb(self.mm(wqkv, cur), "wqkv", il)
+        b = self.lw(il, "attn_qkv.bias", required=False)
+        if b is None:
+            # create_tensor_qkv loads separate biases only when there is no fused one
+            bq, bk, bv = (self.lw(il, f"attn_{x}.bias", required=False) for x in "qkv")
+            if bq is not None and bk is not None and bv is not None:
+                b = g.concat(g.concat(bq, bk, 0), bv, 0)
+        if b is not None:
+            qkv = g.cb(g.add(qkv, b), "wqkv_b", il)
+        rs = gt.row_size
+        hq, hk, hv = m.head_dim_k, m.head_dim_k, m.head_dim_v
+        n_q, n_k = hq * m.n_head[il], hk * m.n_head_kv[il]
+        q = g.view(qkv, [hq, m.n_head[il], T], [rs(qkv.type, hq), qkv.nb[1]], 0)
+        k = g.view(qkv, [hk, m.n_head_kv[il], T], [rs(qkv.type, hk), qkv.nb[1]],
+                   rs(qkv.type, n_q))
+        v = g.view(qkv, [hv, m.n_head_kv[il], T], [rs(qkv.type, hv), qkv.nb[1]],
+                   rs(qkv.type, n_q + n_k))
         g.cb(q, "Qcur", il)
         g.cb(k, "Kcur", il)
         g.cb(v, "Vcur", il)
@@ -197,6 +230,30 @@ class LlmGraph:
             gate = g.cb(g.add(gate, b), "ffn_gate_b", il)
         op, name = {"silu": ("SWIGLU", "ffn_swiglu"), "gelu": ("GEGLU", "ffn_geglu")}[act]
         cur = g.cb(g.glu_split(op, gate, up), name, il)
+        cur = self.mm(self.lw(il, "ffn_down.weight"), cur)
+        b = self.lw(il, "ffn_down.bias", required=False)
+        if b is not None:
+            g.cb(cur, "ffn_down", il)
+            cur = g.add(cur, b)
+        return cur
+
+    #: build_ffn's activations without a parallel gate: op and the name it is cb'ed with
+    FFN_SEQ_ACT = {"gelu": ("GELU", "ffn_gelu"), "silu": ("SILU", "ffn_silu"),
+                   "swiglu": ("SWIGLU", "ffn_swiglu"), "geglu": ("GEGLU", "ffn_geglu")}
+
+    def build_ffn_seq(self, il: int, cur: Tensor, act: str) -> Tensor:
+        """build_ffn without a gate (LLM_FFN_SEQ): up (+ bias), activation, down (+ bias).
+        ``swiglu``/``geglu`` are the one-input GLUs (up is [2F]: act(first half) * second)."""
+        g = self.g
+        if act not in self.FFN_SEQ_ACT:
+            raise UnsupportedError(f"sequential ffn activation {act!r} is not implemented")
+        cur = g.cb(self.mm(self.lw(il, "ffn_up.weight"), cur), "ffn_up", il)
+        b = self.lw(il, "ffn_up.bias", required=False)
+        if b is not None:
+            cur = g.cb(g.add(cur, b), "ffn_up_b", il)
+        op, name = self.FFN_SEQ_ACT[act]
+        cur = g.glu(op, cur) if act in ("swiglu", "geglu") else g.unary(op, cur)
+        g.cb(cur, name, il)
         cur = self.mm(self.lw(il, "ffn_down.weight"), cur)
         b = self.lw(il, "ffn_down.bias", required=False)
         if b is not None:
@@ -266,10 +323,14 @@ class LlmGraph:
         if self.run.flash_attn:
             if v_trans:
                 v = g.transpose(v)
-            cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, 0.0)
+            cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, m.attn_softcap)
             cur = g.reshape(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
         else:
             kq = g.cb(g.mul_mat(k, q), "kq", il)
+            if m.attn_softcap:  # hparams.attn_soft_cap (gemma2): cap * tanh(kq / cap)
+                kq = g.cb(g.scale(kq, 1.0 / m.attn_softcap), "kq_scaled_1", il)
+                kq = g.cb(g.unary("TANH", kq), "kq_tanh", il)
+                kq = g.cb(g.scale(kq, m.attn_softcap), "kq_scaled_2", il)
             kq = g.cb(g.soft_max_ext(kq, mask, kq_scale, 0.0), "kq_soft_max", il)
             if not v_trans:
                 v = g.cb(g.cont(g.transpose(v)), "v_cont", il)

@@ -44,6 +44,23 @@ class ModelInfo:
     final_logit_softcap: float
     embedding_scale: float
     header: GGUFHeader = field(repr=False, compare=False)
+    #: granite: f_residual_scale (0: no scaling), f_logit_scale (logits / it)
+    residual_scale: float = 0.0
+    logit_scale: float = 0.0
+    #: rope.scaling.finetuned; granite fills rope_pattern (has_rope) with it
+    rope_finetuned: bool = False
+    #: hparams.n_ctx_orig_yarn: rope.scaling.original_context_length, else n_ctx_train
+    #: (llama_model::get_rope_factors picks LongRoPE's long factors above it)
+    n_ctx_orig_yarn: int = 0
+    #: mixture of experts: expert_count, expert_used_count (per layer), and the keys some
+    #: architectures read (expert_weights_scale/_norm, expert_gating_func: 1 softmax, 2 sigmoid)
+    n_expert: int = 0
+    n_expert_used: tuple[int, ...] = ()
+    expert_weights_scale: float = 0.0
+    expert_weights_norm: bool = False
+    expert_gating_func: int = 0
+    #: f_attn_logit_softcapping when the architecture sets attn_soft_cap (gemma2), else 0
+    attn_softcap: float = 0.0
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -127,7 +144,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     ``specs`` maps architecture names to :class:`~graphcost.arch_spec.ArchSpec`; a spec's
     ``hparams.swa_pattern`` is the default of its ``load_swa_pattern(ml, N)`` call.
     """
-    supported = tuple(sorted(specs))
+    supported = tuple(sorted(k for k in specs if "@" not in k))
     arch = header.architecture
     if arch is None:
         raw = header.metadata.get("general.architecture")
@@ -175,7 +192,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     is_swa = (False,) * n_layer
     swa_default = specs[arch].hparams.get("swa_pattern")
     if swa_default is not None:
-        n_swa = m.int(Keys.Attention.SLIDING_WINDOW, 0)
+        n_swa = m.int(Keys.Attention.SLIDING_WINDOW, int(specs[arch].hparams.get("sliding_window", 0)))
         if n_swa > 0:
             is_swa = _swa_pattern(m, n_layer, int(swa_default))
 
@@ -194,10 +211,28 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         rope_scaling_type=str(scaling),
         n_swa=n_swa, is_swa=is_swa,
         attn_scale=m.float(Keys.Attention.SCALE, 0.0),
-        final_logit_softcap=m.float(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, 0.0),
+        final_logit_softcap=m.float(Keys.LLM.FINAL_LOGIT_SOFTCAPPING,
+                                    float(specs[arch].hparams.get("final_logit_softcap", 0.0))),
         embedding_scale=m.float(Keys.LLM.EMBEDDING_SCALE, 0.0),
         header=header,
+        residual_scale=m.float(Keys.LLM.RESIDUAL_SCALE, 0.0),
+        logit_scale=m.float(Keys.LLM.LOGIT_SCALE, 0.0),
+        rope_finetuned=_bool(m, Keys.Rope.SCALING_FINETUNED,
+                             bool(specs[arch].hparams.get("rope_finetuned", False))),
+        n_ctx_orig_yarn=m.int(Keys.Rope.SCALING_ORIG_CTX_LEN, m.int(Keys.LLM.CONTEXT_LENGTH, 0)),
+        attn_softcap=(m.float(Keys.LLM.ATTN_LOGIT_SOFTCAPPING,
+                              float(specs[arch].hparams["attn_logit_softcap"]))
+                      if "attn_logit_softcap" in specs[arch].hparams else 0.0),
+        **_experts(m, n_layer),
     )
+
+
+def _bool(m: _Meta, template: str, default: bool) -> bool:
+    v = m.get(template, default)
+    if not isinstance(v, bool):
+        raise GraphcostError(f"{m.path}: metadata key {m.key(template)!r} must be a boolean, "
+                             f"got {_show(v)}")
+    return v
 
 
 def _swa_pattern(m: _Meta, n_layer: int, default: int) -> tuple[bool, ...]:
@@ -214,3 +249,21 @@ def _swa_pattern(m: _Meta, n_layer: int, default: int) -> tuple[bool, ...]:
         raise GraphcostError(f"{m.path}: {m.key(Keys.Attention.SLIDING_WINDOW_PATTERN)!r} "
                              f"must be an integer, got {_show(v)}")
     return tuple(v == 0 or (il % v < v - 1) for il in range(n_layer))
+
+
+def _experts(m: _Meta, n_layer: int) -> dict:
+    """llama_model::load_hparams: expert_count, expert_used_count (scalar or per layer), and
+    the optional expert keys; the same checks as llama.cpp's asserts, as one-line errors."""
+    n_expert = m.int(Keys.LLM.EXPERT_COUNT, 0)
+    n_used = m.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_layer, default=0)
+    if max(n_used) > n_expert or (n_expert > 0 and max(n_used) == 0):
+        raise GraphcostError(f"{m.path}: {m.key(Keys.LLM.EXPERT_USED_COUNT)!r} = {max(n_used)} "
+                             f"must be between 1 and {m.key(Keys.LLM.EXPERT_COUNT)!r} = {n_expert}")
+    norm = m.get(Keys.LLM.EXPERT_WEIGHTS_NORM, False)
+    if not isinstance(norm, bool):
+        raise GraphcostError(f"{m.path}: metadata key {m.key(Keys.LLM.EXPERT_WEIGHTS_NORM)!r} "
+                             f"must be a boolean, got {_show(norm)}")
+    return dict(n_expert=n_expert, n_expert_used=n_used,
+                expert_weights_scale=m.float(Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0),
+                expert_weights_norm=norm,
+                expert_gating_func=m.int(Keys.LLM.EXPERT_GATING_FUNC, 0))

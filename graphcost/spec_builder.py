@@ -45,6 +45,8 @@ class SpecBuilder:
             "n_rot": m.n_rot, "attn_scale": m.attn_scale,
             "final_logit_softcap": m.final_logit_softcap,
             "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
+            "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
+            "rope_finetuned": float(m.rope_finetuned),
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
@@ -82,7 +84,8 @@ class SpecBuilder:
 
     # ---- statements --------------------------------------------------------------------
     def s_embed(self, a: dict) -> None:
-        self.vars[a.get("out", "inpL")] = self.b.build_inp_embd(self.b.weight("token_embd.weight"))
+        scale = self.expr(a["scale"]) if "scale" in a else 0.0
+        self.vars[a.get("out", "inpL")] = self.b.build_inp_embd(self.b.weight("token_embd.weight"), scale)
 
     def s_positions(self, a: dict) -> None:
         self.vars[a.get("out", "inp_pos")] = self.b.build_inp_pos()
@@ -134,6 +137,8 @@ class SpecBuilder:
         else:
             fb, fs = m.rope_freq_base, m.rope_freq_scale
         factors = self.weight(a["factors"]) if "factors" in a else None
+        if "factors_var" in a:  # a tensor chosen at build time (statement rope_factors)
+            factors = self.var(a["factors_var"])
         t = self.b.rope(self.var(a["x"]), self.var(a.get("pos", "inp_pos")), factors, il, mode, fb, fs)
         self.vars[a.get("out", a["x"])] = self.cb(t, a.get("cb"))
 
@@ -174,9 +179,12 @@ class SpecBuilder:
 
     def s_ffn(self, a: dict) -> None:
         kind = a.get("kind", "par")
-        if kind != "par":
+        if kind == "seq":  # no gate: up (+b), act, down (+b)
+            t = self.b.build_ffn_seq(self.il, self.var(a.get("x", "cur")), a.get("act", "gelu"))
+        elif kind != "par":
             raise UnsupportedError(self.where(f"ffn kind {kind!r} is not implemented yet"))
-        t = self.b.build_ffn_par(self.il, self.var(a.get("x", "cur")), a.get("act", "silu"))
+        else:
+            t = self.b.build_ffn_par(self.il, self.var(a.get("x", "cur")), a.get("act", "silu"))
         self.vars[a.get("out", "cur")] = self.cb(t, a.get("cb"))
 
     def s_lm_head(self, a: dict) -> None:

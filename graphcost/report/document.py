@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ..analysis import Analysis, Cost
+from ..experts import expert_weights
 from ..ggml_types import type_name
 
 SCHEMA = 1
@@ -24,6 +25,7 @@ def node_dict(nc, live: int | None = None) -> dict:
         "layer": n.layer,
         "block": n.block,
         "cost": nc.cost.to_dict() if nc.cost is not None else None,
+        "live_bytes": live,
     }
     return d
 
@@ -41,6 +43,8 @@ def document(a: Analysis) -> dict:
     by_layer = [{"layer": k, **a.by_layer[k].to_dict()} for k in layers]
     if None in a.by_layer:
         by_layer.append({"layer": None, **a.by_layer[None].to_dict()})
+    mem = a.memory
+    step = mem.step
     return {
         "schema": SCHEMA,
         "model": {
@@ -78,8 +82,27 @@ def document(a: Analysis) -> dict:
                  "bytes": c.bytes()}
                 for c in bg.caches
             ],
+            # start-up buffers llama.cpp allocates for these settings (graphcost.memory_plan)
+            "compute_buffer_bytes": mem.compute_buffer_bytes,
+            "output_buffer_bytes": mem.output_buffer_bytes,
+            "reserve_graphs": [
+                {"graph": r.label, "n_tokens": r.n_tokens, "n_outputs": r.n_outputs,
+                 "buffer_bytes": r.alloc.buffer_bytes, "peak_live_bytes": r.alloc.peak_bytes,
+                 "peak_node": {"index": r.alloc.peak_index, "name": r.peak_node.name}}
+                for r in mem.reserves
+            ],
+            # this graph's nodes: bytes live in the compute buffer (nodes[].live_bytes)
+            "peak_live_bytes": step.peak_bytes,
+            "peak_node": {"index": step.peak_index, "name": bg.nodes[step.peak_index].name},
         },
+        # mixture of experts: expert weights in total, per token, read (null when dense)
+        "experts": _experts(a),
         "unmodelled": [{"index": nc.index, "name": nc.node.name, "op": nc.node.op}
                        for nc in a.unmodelled],
-        "nodes": [node_dict(nc) for nc in a.nodes],
+        "nodes": [node_dict(nc, live) for nc, live in zip(a.nodes, step.live)],
     }
+
+
+def _experts(a: Analysis) -> dict | None:
+    ew = expert_weights(a)
+    return None if ew is None else ew.to_dict()

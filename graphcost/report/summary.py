@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..analysis import READ_KINDS, Analysis, Cost
 from ..costs import FLOP_KINDS
+from ..experts import expert_weights
 from ..ggml_types import type_name
 from .units import human_bytes, human_count
 
@@ -81,9 +82,27 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False) -> str:
     mt.add_row("KV cache total", human_bytes(a.kv_cache_bytes), f"{a.kv_cache_bytes:,}")
     con.print(mt)
 
+    ew = expert_weights(a)
+    if ew is not None:
+        con.print(_experts_table(ew))
+
     if a.unmodelled:
         ops = sorted({nc.node.op for nc in a.unmodelled})
         con.print(f"unmodelled: {len(a.unmodelled)} nodes ({', '.join(ops)}) are not costed")
     else:
         con.print("unmodelled: none (every node has a cost model)")
     return buf.getvalue()
+
+
+def _experts_table(ew) -> Table:
+    """Mixture of experts: expert weights in total, for one token, and read by this ubatch."""
+    t = Table(title=f"Expert weights ({ew.n_expert_used} of {ew.n_expert} experts per token)",
+              box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    t.add_column("what")
+    t.add_column("size", justify="right")
+    t.add_column("bytes", justify="right")
+    t.add_row("total", human_bytes(ew.total_bytes), f"{ew.total_bytes:,}")
+    t.add_row(f"active per token ({ew.active_fraction:.1%})",
+              human_bytes(ew.active_bytes_per_token), f"{ew.active_bytes_per_token:,}")
+    t.add_row("read this ubatch", human_bytes(ew.read_bytes), f"{ew.read_bytes:,}")
+    return t

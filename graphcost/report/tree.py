@@ -232,6 +232,9 @@ def _totals(a: Analysis, shown: list[int], layers: set[int] | None, wires: _Wire
     rows += [(k, v, "") for k, v in sorted(t.ops.items()) if k not in FLOP_KINDS and k != "cvt"]
     rows.append(("weights", a.weights_bytes, "model tensors; " + _human_bytes(a.weights_bytes)))
     rows.append(("KV cache", a.kv_cache_bytes, "all K and V buffers; " + _human_bytes(a.kv_cache_bytes)))
+    step = a.memory.step
+    rows.append(("peak live", step.peak_bytes, f"compute buffer, at #{step.peak_index} "
+                 f"{a.graph.nodes[step.peak_index].name}; " + _human_bytes(step.peak_bytes)))
     lines += ["  " + r for r in _table(rows)]
     lines.append("  " + _unmodelled(a))
     return lines

@@ -1,0 +1,158 @@
+"""Mixture-of-experts spec statement ``moe_ffn``.
+
+``moe_ffn`` mirrors ``llm_graph_context::build_moe_ffn`` (``src/llama-graph.cpp`` of the
+llama.cpp vendored by llama-cpp-python 0.3.36): router logits, softmax/sigmoid gating,
+top-k by ARGSORT + view, GET_ROWS of the chosen weights, optional normalisation
+(SUM_ROWS, CLAMP, DIV) and scaling, MUL_MAT_ID for up/gate/down, the weighting MUL, and
+the aggregation of the k expert outputs (views, then ADDs). A family that builds the MoE
+FFN only in some layers chooses with ``when: {tensor: ffn_gate_inp, then, else}``, like
+``if (model.layers[il].ffn_gate_inp == nullptr)`` in ``src/models/llama.cpp``.
+
+Creation and expand order are llama.cpp's, because they decide auto-names and node order.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..arch_spec import evaluate
+from ..errors import GraphcostError, UnsupportedError
+from ..ggml_graph import Tensor
+from ..llm_graph import LlmGraph
+from ..spec_builder import SpecBuilder, statement
+
+#: llama_expert_gating_func_type (src/llama-hparams.h) by spec name
+GATING = {"softmax": 1, "sigmoid": 2, "softmax_weight": 3}
+#: build_moe_ffn: the activation between gate/up and down, with and without a gate
+_ACT = {"silu": (("SWIGLU", "ffn_moe_swiglu"), ("SILU", "ffn_moe_silu")),
+        "gelu": (("GEGLU", "ffn_moe_geglu"), ("GELU", "ffn_moe_gelu"))}
+#: weights_sum clamp floor: the smallest normal F16 (build_moe_ffn)
+_SUM_FLOOR = 6.103515625e-5
+
+
+def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor | None,
+                  up_exps: Tensor, gate_exps: Tensor | None, down_exps: Tensor,
+                  exp_probs_b: Tensor | None, n_expert: int, n_expert_used: int,
+                  n_expert_used_il: int, act: str, norm_w: bool, w_scale: float, gating: int,
+                  il: int) -> Tensor:
+    """build_moe_ffn without adapters, expert biases, groups or per-expert scales."""
+    g = b.g
+    n_embd, n_tokens = cur.ne[0], cur.ne[1]
+    cb = g.cb
+
+    logits = cb(b.mm(gate_inp, cur), "ffn_moe_logits", il)  # [n_expert, n_tokens]
+    if gate_inp_b is not None:
+        logits = cb(g.add(logits, gate_inp_b), "ffn_moe_logits_biased", il)
+
+    if gating == 1:
+        probs = g.soft_max(logits)
+    elif gating == 2:
+        probs = g.unary("SIGMOID", logits)
+    elif gating == 3:
+        probs = logits
+    else:
+        raise UnsupportedError(f"expert gating function {gating} is not modelled")
+    cb(probs, "ffn_moe_probs", il)
+
+    selection_probs = probs
+    if exp_probs_b is not None:
+        selection_probs = cb(g.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
+
+    selected = g.argsort_top_k(selection_probs, n_expert_used)  # [n_expert_used, n_tokens]
+    cb(selected.src[0], "ffn_moe_argsort", il)
+    cb(selected, "ffn_moe_topk", il)
+
+    probs = g.reshape(probs, [1, n_expert, n_tokens])
+    weights = cb(g.get_rows(probs, selected), "ffn_moe_weights", il)  # [1, k, n_tokens]
+
+    if gating == 3:
+        weights = g.reshape(weights, [n_expert_used, n_tokens])
+        weights = g.soft_max(weights)
+        weights = g.reshape(weights, [1, n_expert_used, n_tokens])
+        cb(weights, "ffn_moe_weights_softmax", il)
+
+    if norm_w:
+        weights = g.reshape(weights, [n_expert_used, n_tokens])
+        weights_sum = cb(g.sum_rows(weights), "ffn_moe_weights_sum", il)  # [1, n_tokens]
+        weights_sum = cb(g.clamp(weights_sum, _SUM_FLOOR, float("inf")),
+                         "ffn_moe_weights_sum_clamped", il)
+        weights = cb(g.div(weights, weights_sum), "ffn_moe_weights_norm", il)
+        weights = g.reshape(weights, [1, n_expert_used, n_tokens])
+    if w_scale != 0.0 and w_scale != 1.0:
+        weights = cb(g.scale(weights, w_scale), "ffn_moe_weights_scaled", il)
+
+    g.expand(weights)  # "call early so that topk-moe can be used"
+
+    cur = g.reshape(cur, [n_embd, 1, n_tokens])
+    up = cb(g.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)  # [n_ff, k, n_tokens]
+    if gate_exps is not None:
+        cur = cb(g.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
+    else:
+        cur = up
+
+    if act not in _ACT:
+        raise UnsupportedError(f"mixture-of-experts activation {act!r} is not modelled")
+    (glu_op, glu_name), (op, name) = _ACT[act]
+    if gate_exps is not None:
+        cur = cb(g.glu_split(glu_op, cur, up), glu_name, il)
+    else:
+        cur = cb(g.unary(op, cur), name, il)
+
+    experts = cb(g.mul_mat_id(down_exps, cur, selected), "ffn_moe_down", il)  # [n_embd, k, T]
+    experts = cb(g.mul(experts, weights), "ffn_moe_weighted", il)
+    g.expand(experts)
+
+    # order the views before the adds
+    views = []
+    for i in range(n_expert_used_il):
+        v = g.view(experts, [n_embd, n_tokens], [experts.nb[2]], i * experts.nb[1])
+        g.expand(v)
+        views.append(v)
+    moe_out = views[0]
+    for v in views[1:]:
+        moe_out = g.add(moe_out, v)
+        g.expand(moe_out)
+    if n_expert_used_il == 1:
+        moe_out = g.cont(moe_out)  # avoid returning a non-contiguous tensor
+    return cb(moe_out, "ffn_moe_out", il)
+
+
+def _names(sb: SpecBuilder) -> dict[str, float]:
+    m = sb.m
+    return {**sb.names, "n_expert": m.n_expert,
+            "n_expert_used": m.n_expert_used[0] if m.n_expert_used else 0,
+            "expert_weights_scale": m.expert_weights_scale,
+            "expert_weights_norm": float(m.expert_weights_norm),
+            "expert_gating_func": m.expert_gating_func}
+
+
+def _gating(sb: SpecBuilder, v: Any) -> int:
+    if isinstance(v, str) and v in GATING:
+        return GATING[v]
+    return int(evaluate(v, _names(sb), str(sb.spec.path)))
+
+
+@statement("moe_ffn")
+def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
+    """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, down, probs_bias, act, gating,
+    norm_w, w_scale, cb, out}``; tensors default to ``ffn_gate_inp``, ``ffn_up_exps``,
+    ``ffn_gate_exps?`` (optional, as in llama), ``ffn_down_exps``."""
+    m, il = sb.m, sb.il
+    if il is None:
+        raise GraphcostError(sb.where("moe_ffn outside the layer statements"))
+    if m.n_expert == 0:
+        raise GraphcostError(f"{m.header.path}: layer {il} has expert tensors but "
+                             f"{m.arch}.expert_count is missing or 0")
+    up = sb.weight(a.get("up", "ffn_up_exps"))
+    if up.ne[2] != m.n_expert:
+        raise GraphcostError(f"{m.header.path}: {up.name} holds {up.ne[2]} experts, "
+                             f"{m.arch}.expert_count says {m.n_expert}")
+    names = _names(sb)
+    where = str(sb.spec.path)
+    t = build_moe_ffn(
+        sb.b, sb.var(a.get("x", "cur")), sb.weight(a.get("gate_inp", "ffn_gate_inp")),
+        sb.weight(a.get("gate_inp_bias")), up, sb.weight(a.get("gate", "ffn_gate_exps?")),
+        sb.weight(a.get("down", "ffn_down_exps")), sb.weight(a.get("probs_bias")),
+        m.n_expert, m.n_expert_used[0], m.n_expert_used[il], a.get("act", "silu"),
+        bool(evaluate(a.get("norm_w", 0), names, where)),
+        evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il)
+    sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))

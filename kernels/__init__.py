@@ -1,0 +1,1 @@
+"""Numba CPU kernels for graphcost's graph (placeholder; filled in below)."""

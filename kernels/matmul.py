@@ -1,0 +1,156 @@
+"""mul_mat: y[N, M] = x[N, K] @ W[M, K].T for a raw (quantized) weight, two variants.
+
+``W`` is ggml's ``src0`` with ne = [K, M] (M rows of K, as stored in the GGUF),
+``x`` is ``src1`` with ne = [K, N] (numpy ``[N, K]``) and ``y`` is ne = [M, N]
+(numpy ``[N, M]``). FLOPs: 2*N*M*K (an FMA counts 2). Bytes read: the weight once
+(``M * row_bytes``) plus ``x``.
+
+* :func:`mul_mat` -- float32 math on the weight decoded on the fly. Two paths:
+
+  - matrix-vector (N <= ``MATVEC_MAX_N``, decode): every weight row is streamed once
+    from memory and dotted with each x row while it sits in L1
+    (:func:`.vec_dot.dot_row`); threads split the rows. Memory-bound by design.
+  - tiled (larger N, prompt processing): a tile of ``TILE_BYTES`` of weight rows is
+    decoded into a per-thread float32 buffer (never the whole matrix) and multiplied
+    by all of ``x``, four rows at a time.
+
+  Validated against ``dequantize(W) @ x`` (gguf-py's dequantizer, float64 matmul)
+  to a relative 1e-5 of ``|x| @ |W|.T``.
+
+* :func:`mul_mat_ggml` -- what llama.cpp computes: x is first quantized to the
+  weight's vec_dot_type (:func:`.quants.quantize_activations`) and each output is
+  ggml's block dot product (:func:`.vec_dot_ggml.dot_row_ggml`). Validated bit for
+  bit against the numpy reimplementation :func:`mul_mat_ggml_ref`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+from numba import njit, prange
+
+from .bits import prefer_512bit
+from .quants import VEC_DOT_TYPE, check_weight, dequantize_ref, dequantize_row, \
+    quantize_activations, quantize_activations_ref
+from .vec_dot import dot_row, x_sums16
+from .vec_dot_ggml import dot_row_ggml, dot_rows_ggml_ref
+
+#: largest batch that takes the matrix-vector path
+MATVEC_MAX_N = 4
+#: bytes of decoded float32 weight rows per thread in the tiled path (fits in L2)
+TILE_BYTES = 512 * 1024
+
+
+# ---------------------------------------------------------------------------- reference
+
+
+def mul_mat_ref(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray) -> np.ndarray:
+    """numpy reference: ``x @ dequantize(W).T`` in float64, returned as float32."""
+    w = dequantize_ref(w_raw, w_type, k)[:m]
+    return (np.asarray(x, dtype=np.float64) @ w.T.astype(np.float64)).astype(np.float32)
+
+
+def mul_mat_ggml_ref(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray,
+                     x86: bool = True) -> np.ndarray:
+    """numpy reference of :func:`mul_mat_ggml`: quantize x (numpy), then ggml's dots."""
+    w = check_weight(w_raw, w_type, k)[:m]
+    yq = quantize_activations_ref(np.atleast_2d(x), VEC_DOT_TYPE[QT(w_type)], x86)
+    return dot_rows_ggml_ref(w, w_type, yq)
+
+
+# ---------------------------------------------------------------------------- kernels
+
+
+@njit(parallel=True, cache=True)
+def _matvec(w, code, x, y):
+    # W:[M, row_bytes] x:[N, K] -> y:[N, M]; each weight row is read from memory once
+    n_rows, k = x.shape
+    xs = np.empty((n_rows, k // 16), dtype=np.float32)
+    for n in range(n_rows):
+        x_sums16(x[n], xs[n])
+    for r in prange(w.shape[0]):
+        row = w[r]
+        for n in range(n_rows):
+            y[n, r] = dot_row(code, row, x[n], xs[n])
+
+
+@njit(inline="always", fastmath=True, cache=True)
+def _tile_times_x(tile, nt, x, y, m0):
+    # tile:[nt, K] (decoded rows m0..m0+nt) x:[N, K] -> y[:, m0:m0+nt]; 4 rows share x loads
+    k = x.shape[1]
+    for n in range(x.shape[0]):
+        xn = x[n]
+        i = 0
+        while i + 4 <= nt:
+            s0 = s1 = s2 = s3 = np.float32(0)
+            for c in range(k):
+                v = xn[c]
+                s0 += tile[i, c] * v
+                s1 += tile[i + 1, c] * v
+                s2 += tile[i + 2, c] * v
+                s3 += tile[i + 3, c] * v
+            y[n, m0 + i], y[n, m0 + i + 1], y[n, m0 + i + 2], y[n, m0 + i + 3] = s0, s1, s2, s3
+            i += 4
+        while i < nt:
+            s = np.float32(0)
+            for c in range(k):
+                s += tile[i, c] * xn[c]
+            y[n, m0 + i] = s
+            i += 1
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _matmul_tiled(w, code, x, y, tile_rows):
+    m_rows, k = w.shape[0], x.shape[1]
+    n_tiles = (m_rows + tile_rows - 1) // tile_rows
+    for t in prange(n_tiles):
+        prefer_512bit()
+        m0 = t * tile_rows
+        nt = min(tile_rows, m_rows - m0)
+        tile = np.empty((tile_rows, k), dtype=np.float32)
+        for i in range(nt):
+            dequantize_row(code, w[m0 + i], tile[i])
+        _tile_times_x(tile, nt, x, y, m0)
+
+
+@njit(parallel=True, cache=True)
+def _matmul_ggml(w, code, yq, y):
+    for r in prange(w.shape[0]):
+        row = w[r]
+        for n in range(yq.shape[0]):
+            y[n, r] = dot_row_ggml(code, row, yq[n])
+
+
+# ---------------------------------------------------------------------------- entry points
+
+
+def _prepare(w_raw, w_type, k, m, x):
+    w = check_weight(w_raw, w_type, k)
+    if w.shape[0] < m:
+        raise ValueError(f"weight has {w.shape[0]} rows, {m} requested")
+    x = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be [N, {k}], got {x.shape}")
+    return w[:m], x, np.empty((x.shape[0], m), dtype=np.float32)
+
+
+def mul_mat(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray) -> np.ndarray:
+    """y[N, M] = x[N, K] @ W.T, W raw ``[M, row_bytes]`` uint8 of type ``w_type``."""
+    w, x, y = _prepare(w_raw, w_type, k, m, x)
+    code = np.int64(QT(w_type))
+    if x.shape[0] <= MATVEC_MAX_N:
+        _matvec(w, code, x, y)
+    else:
+        tile_rows = max(4, TILE_BYTES // (4 * k) // 4 * 4)
+        _matmul_tiled(w, code, x, y, np.int64(tile_rows))
+    return y
+
+
+def mul_mat_ggml(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray,
+                 x86: bool = True) -> np.ndarray:
+    """llama.cpp's mul_mat: quantize x to the vec_dot_type, then ggml block dots.
+
+    ``x86`` picks how Q8_0/Q8_1 activations are rounded (see :mod:`.quants`)."""
+    w, x, y = _prepare(w_raw, w_type, k, m, x)
+    yq = quantize_activations(x, VEC_DOT_TYPE[QT(w_type)], x86)
+    _matmul_ggml(w, np.int64(QT(w_type)), yq, y)
+    return y

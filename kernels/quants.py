@@ -1,0 +1,533 @@
+"""Block decoding of ggml weight types, and the activation quantizers ggml's matmul uses.
+
+Weights stay as the raw bytes memory-mapped from the GGUF: a ``uint8`` array
+``[rows, row_bytes]``, ``row_bytes = K / block_size * type_size``
+(``gguf.constants.GGML_QUANT_SIZES``). Nothing here makes a dequantized copy of a
+matrix: :func:`dequantize_row` decodes one row into a caller-owned float32 buffer.
+
+Block layouts (byte offsets inside one block; ggml-common.h, gguf/quants.py)::
+
+    Q4_0  18 B / 32    d:f16@0  qs[16]@2              x = ((q & 15) | q >> 4) - 8
+    Q4_1  20 B / 32    d@0 m@2  qs[16]@4              x = d*q + m
+    Q5_0  22 B / 32    d@0 qh:u32@2 qs[16]@6          x = d*((q | hbit << 4) - 16)
+    Q5_1  24 B / 32    d@0 m@2 qh@4 qs[16]@8          x = d*(q | hbit << 4) + m
+    Q8_0  34 B / 32    d@0 qs:i8[32]@2                x = d*q
+    Q2_K  84 B / 256   scales[16]@0 qs[64]@16 d@80 dmin@82
+    Q3_K 110 B / 256   hmask[32]@0 qs[64]@32 scales[12]@96 d@108
+    Q4_K 144 B / 256   d@0 dmin@2 scales[12]@4 qs[128]@16
+    Q5_K 176 B / 256   d@0 dmin@2 scales[12]@4 qh[32]@16 qs[128]@48
+    Q6_K 210 B / 256   ql[128]@0 qh[64]@128 scales:i8[16]@192 d@208
+
+The decoders follow ``dequantize_row_*`` in ggml-quants.c operation for operation
+(e.g. Q4_K is ``(d*sc)*q - (dmin*m)`` in float32, no FMA), so they match
+``gguf.quants.dequantize`` bit for bit.
+
+Activation quantizers (the ``vec_dot_type`` ggml converts src1 to before a quantized
+matmul; ggml-cpu/ggml-cpu.c ``type_traits_cpu``), written as raw ggml blocks:
+
+    Q8_0  34 B / 32    d:f16 qs:i8[32]                  (Q4_0, Q5_0, Q8_0 weights)
+    Q8_1  36 B / 32    d:f16 s:f16(=d*sum qs) qs[32]    (Q4_1, Q5_1 weights)
+    Q8_K 292 B / 256   d:f32 qs:i8[256] bsums:i16[16]   (K-quant weights)
+
+``x86=True`` (the default) reproduces ggml-cpu/arch/x86/quants.c (what an AVX/AVX2
+build runs): ``id = 127/amax`` and round-half-to-even. ``x86=False`` is the scalar
+``quantize_row_q8_0_ref``: ``id = 1/d`` and ``roundf`` (half away from zero), which
+``gguf.quants.quantize`` reproduces. Q8_K uses the reference on every arch
+(``quantize_row_q8_K`` is the placeholder that calls it).
+"""
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+from gguf import quants as gq
+from gguf.constants import GGML_QUANT_SIZES
+from numba import njit, prange
+
+from .bits import (bf16_round_ref, bf16_to_f32, f16_at, f16_to_f32, f32_bits, f32_to_bf16,
+                   f32_to_f16, u32_at)
+
+# ---------------------------------------------------------------------------- types
+
+#: weight types every kernel supports
+SUPPORTED: tuple[QT, ...] = (
+    QT.F32, QT.F16, QT.BF16,
+    QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0,
+    QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K,
+)
+
+# integer codes for use inside njit code (gguf's enum values, frozen as constants)
+F32, F16, BF16 = int(QT.F32), int(QT.F16), int(QT.BF16)
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = int(QT.Q4_0), int(QT.Q4_1), int(QT.Q5_0), int(QT.Q5_1), int(QT.Q8_0)
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = int(QT.Q2_K), int(QT.Q3_K), int(QT.Q4_K), int(QT.Q5_K), int(QT.Q6_K)
+Q8_1, Q8_K = int(QT.Q8_1), int(QT.Q8_K)
+
+#: the type ggml quantizes activations to for a matmul with each weight type
+VEC_DOT_TYPE: dict[QT, QT] = {
+    QT.F32: QT.F32, QT.F16: QT.F16, QT.BF16: QT.BF16,
+    QT.Q4_0: QT.Q8_0, QT.Q5_0: QT.Q8_0, QT.Q8_0: QT.Q8_0,
+    QT.Q4_1: QT.Q8_1, QT.Q5_1: QT.Q8_1,
+    QT.Q2_K: QT.Q8_K, QT.Q3_K: QT.Q8_K, QT.Q4_K: QT.Q8_K, QT.Q5_K: QT.Q8_K, QT.Q6_K: QT.Q8_K,
+}
+
+
+def row_bytes(qtype: QT, k: int) -> int:
+    """Bytes of one row of ``k`` elements of ``qtype`` (raises if k is not whole blocks)."""
+    blck, tsize = GGML_QUANT_SIZES[QT(qtype)]
+    if k % blck:
+        raise ValueError(f"{QT(qtype).name}: row length {k} is not a multiple of {blck}")
+    return k // blck * tsize
+
+
+def check_weight(w_raw: np.ndarray, qtype: QT, k: int) -> np.ndarray:
+    """Return ``w_raw`` as a C-contiguous ``uint8 [rows, row_bytes]`` view, or raise."""
+    qtype = QT(qtype)
+    if qtype not in SUPPORTED:
+        raise NotImplementedError(f"weight type {qtype.name} is not supported by the kernels")
+    rb = row_bytes(qtype, k)
+    w = np.ascontiguousarray(w_raw).view(np.uint8)
+    if w.ndim != 2:
+        w = w.reshape(-1, rb)
+    if w.shape[1] != rb:
+        raise ValueError(f"{qtype.name} rows of {k} elements take {rb} bytes, got {w.shape[1]}")
+    return w
+
+
+# ---------------------------------------------------------------------------- reference
+
+
+def dequantize_ref(w_raw: np.ndarray, qtype: QT, k: int) -> np.ndarray:
+    """numpy reference: gguf-py's dequantizer, float32 ``[rows, k]``."""
+    w = check_weight(w_raw, qtype, k)
+    qtype = QT(qtype)
+    if qtype == QT.F32:
+        return w.view(np.float32).copy()
+    if qtype == QT.F16:
+        return w.view(np.float16).astype(np.float32)
+    return gq.dequantize(w, qtype).astype(np.float32, copy=False)
+
+
+# ---------------------------------------------------------------------------- decoders
+# each decodes one block of ``row`` starting at byte ``p`` into ``out[o:o+QK]``
+
+
+@njit(inline="always", cache=True)
+def _deq_q4_0(row, p, out, o):
+    d = f16_at(row, p)
+    for j in range(16):
+        q = np.int32(row[p + 2 + j])
+        out[o + j] = np.float32((q & 15) - 8) * d
+        out[o + j + 16] = np.float32((q >> 4) - 8) * d
+
+
+@njit(inline="always", cache=True)
+def _deq_q4_1(row, p, out, o):
+    d = f16_at(row, p)
+    m = f16_at(row, p + 2)
+    for j in range(16):
+        q = np.int32(row[p + 4 + j])
+        out[o + j] = np.float32(q & 15) * d + m
+        out[o + j + 16] = np.float32(q >> 4) * d + m
+
+
+@njit(inline="always", cache=True)
+def _deq_q5_0(row, p, out, o):
+    d = f16_at(row, p)
+    qh = np.int32(u32_at(row, p + 2))
+    for j in range(16):
+        q = np.int32(row[p + 6 + j])
+        h0 = ((qh >> j) << 4) & 0x10
+        h1 = (qh >> (j + 12)) & 0x10
+        out[o + j] = np.float32(((q & 15) | h0) - 16) * d
+        out[o + j + 16] = np.float32(((q >> 4) | h1) - 16) * d
+
+
+@njit(inline="always", cache=True)
+def _deq_q5_1(row, p, out, o):
+    d = f16_at(row, p)
+    m = f16_at(row, p + 2)
+    qh = np.int32(u32_at(row, p + 4))
+    for j in range(16):
+        q = np.int32(row[p + 8 + j])
+        h0 = ((qh >> j) << 4) & 0x10
+        h1 = (qh >> (j + 12)) & 0x10
+        out[o + j] = np.float32((q & 15) | h0) * d + m
+        out[o + j + 16] = np.float32((q >> 4) | h1) * d + m
+
+
+@njit(inline="always", cache=True)
+def _deq_q8_0(row, p, out, o):
+    d = f16_at(row, p)
+    for j in range(32):
+        out[o + j] = np.float32(np.int8(row[p + 2 + j])) * d
+
+
+@njit(inline="always", cache=True)
+def _deq_q2_k(row, p, out, o):
+    d = f16_at(row, p + 80)
+    dmin = f16_at(row, p + 82)
+    for n in range(2):                       # two halves of 128
+        q0 = p + 16 + 32 * n
+        for j in range(4):                   # 2-bit planes
+            shift = 2 * j
+            for h in range(2):               # two sub-blocks of 16 per plane
+                sc = np.int32(row[p + 8 * n + 2 * j + h])
+                dl = d * np.float32(sc & 15)
+                ml = dmin * np.float32(sc >> 4)
+                base = o + 128 * n + 32 * j + 16 * h
+                for l in range(16):
+                    q = (np.int32(row[q0 + 16 * h + l]) >> shift) & 3
+                    out[base + l] = dl * np.float32(q) - ml
+
+
+@njit(inline="always", cache=True)
+def _q3_k_scale(row, p, j):
+    """6-bit scale j (0..15) of a Q3_K block, minus 32 (ggml's kmask shuffle)."""
+    sc = p + 96
+    lo = (np.int32(row[sc + (j & 7)]) >> (4 * (j >> 3))) & 15
+    hi = (np.int32(row[sc + 8 + (j & 3)]) >> (2 * (j >> 2))) & 3
+    return (lo | (hi << 4)) - 32
+
+
+@njit(inline="always", cache=True)
+def _deq_q3_k(row, p, out, o):
+    d = f16_at(row, p + 108)
+    for n in range(2):
+        q0 = p + 32 + 32 * n
+        for j in range(4):
+            shift = 2 * j
+            bit = 4 * n + j                  # hmask bit for this plane
+            for h in range(2):
+                dl = d * np.float32(_q3_k_scale(row, p, 8 * n + 2 * j + h))
+                base = o + 128 * n + 32 * j + 16 * h
+                for l in range(16):
+                    lq = (np.int32(row[q0 + 16 * h + l]) >> shift) & 3
+                    hm = (np.int32(row[p + 16 * h + l]) >> bit) & 1
+                    out[base + l] = dl * np.float32(lq - 4 + 4 * hm)
+
+
+@njit(inline="always", cache=True)
+def scale_min_k4(row, sc, j):
+    """ggml get_scale_min_k4: 6-bit (scale, min) of sub-block j of a Q4_K/Q5_K block
+    whose 12 scale bytes start at ``sc``."""
+    if j < 4:
+        return np.int32(row[sc + j]) & 63, np.int32(row[sc + j + 4]) & 63
+    s = (np.int32(row[sc + j + 4]) & 15) | ((np.int32(row[sc + j - 4]) >> 6) << 4)
+    m = (np.int32(row[sc + j + 4]) >> 4) | ((np.int32(row[sc + j]) >> 6) << 4)
+    return s, m
+
+
+@njit(inline="always", cache=True)
+def _deq_q4_k(row, p, out, o):
+    d = f16_at(row, p)
+    dmin = f16_at(row, p + 2)
+    for j in range(4):                       # 64 values per pair of sub-blocks
+        s1, m1 = scale_min_k4(row, p + 4, 2 * j)
+        s2, m2 = scale_min_k4(row, p + 4, 2 * j + 1)
+        d1 = d * np.float32(s1)
+        d2 = d * np.float32(s2)
+        mm1 = dmin * np.float32(m1)
+        mm2 = dmin * np.float32(m2)
+        q0 = p + 16 + 32 * j
+        for l in range(32):
+            q = np.int32(row[q0 + l])
+            out[o + 64 * j + l] = d1 * np.float32(q & 15) - mm1
+            out[o + 64 * j + 32 + l] = d2 * np.float32(q >> 4) - mm2
+
+
+@njit(inline="always", cache=True)
+def _deq_q5_k(row, p, out, o):
+    d = f16_at(row, p)
+    dmin = f16_at(row, p + 2)
+    for j in range(4):
+        s1, m1 = scale_min_k4(row, p + 4, 2 * j)
+        s2, m2 = scale_min_k4(row, p + 4, 2 * j + 1)
+        d1 = d * np.float32(s1)
+        d2 = d * np.float32(s2)
+        mm1 = dmin * np.float32(m1)
+        mm2 = dmin * np.float32(m2)
+        q0 = p + 48 + 32 * j
+        for l in range(32):
+            q = np.int32(row[q0 + l])
+            h = np.int32(row[p + 16 + l]) >> (2 * j)
+            out[o + 64 * j + l] = d1 * np.float32((q & 15) | ((h & 1) << 4)) - mm1
+            out[o + 64 * j + 32 + l] = d2 * np.float32((q >> 4) | ((h & 2) << 3)) - mm2
+
+
+@njit(inline="always", cache=True)
+def _deq_q6_k(row, p, out, o):
+    d = f16_at(row, p + 208)
+    for n in range(2):
+        ql = p + 64 * n
+        qh = p + 128 + 32 * n
+        sc = p + 192 + 8 * n
+        for h in range(2):                   # l in [0,16) uses scale is=0, [16,32) is=1
+            d1 = d * np.float32(np.int8(row[sc + h]))
+            d2 = d * np.float32(np.int8(row[sc + h + 2]))
+            d3 = d * np.float32(np.int8(row[sc + h + 4]))
+            d4 = d * np.float32(np.int8(row[sc + h + 6]))
+            for i in range(16):
+                l = 16 * h + i
+                a = np.int32(row[ql + l])
+                b = np.int32(row[ql + l + 32])
+                hh = np.int32(row[qh + l])
+                base = o + 128 * n + l
+                out[base] = d1 * np.float32(((a & 15) | ((hh & 3) << 4)) - 32)
+                out[base + 32] = d2 * np.float32(((b & 15) | (((hh >> 2) & 3) << 4)) - 32)
+                out[base + 64] = d3 * np.float32(((a >> 4) | (((hh >> 4) & 3) << 4)) - 32)
+                out[base + 96] = d4 * np.float32(((b >> 4) | (((hh >> 6) & 3) << 4)) - 32)
+
+
+@njit(inline="always", cache=True)
+def dequantize_row(code, row, out):
+    """Decode one raw row (uint8) of weight type ``code`` into float32 ``out[K]``."""
+    k = out.shape[0]
+    if code == F32:
+        v = row.view(np.float32)
+        for i in range(k):
+            out[i] = v[i]
+    elif code == F16:
+        v = row.view(np.uint16)
+        for i in range(k):
+            out[i] = f16_to_f32(v[i])
+    elif code == BF16:
+        v = row.view(np.uint16)
+        for i in range(k):
+            out[i] = bf16_to_f32(v[i])
+    elif code == Q4_0:
+        for b in range(k // 32):
+            _deq_q4_0(row, 18 * b, out, 32 * b)
+    elif code == Q4_1:
+        for b in range(k // 32):
+            _deq_q4_1(row, 20 * b, out, 32 * b)
+    elif code == Q5_0:
+        for b in range(k // 32):
+            _deq_q5_0(row, 22 * b, out, 32 * b)
+    elif code == Q5_1:
+        for b in range(k // 32):
+            _deq_q5_1(row, 24 * b, out, 32 * b)
+    elif code == Q8_0:
+        for b in range(k // 32):
+            _deq_q8_0(row, 34 * b, out, 32 * b)
+    elif code == Q2_K:
+        for b in range(k // 256):
+            _deq_q2_k(row, 84 * b, out, 256 * b)
+    elif code == Q3_K:
+        for b in range(k // 256):
+            _deq_q3_k(row, 110 * b, out, 256 * b)
+    elif code == Q4_K:
+        for b in range(k // 256):
+            _deq_q4_k(row, 144 * b, out, 256 * b)
+    elif code == Q5_K:
+        for b in range(k // 256):
+            _deq_q5_k(row, 176 * b, out, 256 * b)
+    elif code == Q6_K:
+        for b in range(k // 256):
+            _deq_q6_k(row, 210 * b, out, 256 * b)
+
+
+@njit(parallel=True, cache=True)
+def _dequantize_rows(w, code, out):
+    for r in prange(w.shape[0]):
+        dequantize_row(code, w[r], out[r])
+
+
+def dequantize(w_raw: np.ndarray, qtype: QT, k: int) -> np.ndarray:
+    """Decode every row (for tests and small tensors; weights are decoded on the fly)."""
+    w = check_weight(w_raw, qtype, k)
+    out = np.empty((w.shape[0], k), dtype=np.float32)
+    _dequantize_rows(w, np.int64(QT(qtype)), out)
+    return out
+
+
+# ---------------------------------------------------------------------------- activations
+
+
+@njit(inline="always", cache=True)
+def _q8_block(x, i0, n, x86, qs_out, q0):
+    """Quantize x[i0:i0+n] to int8 with amax/127 scaling; return (d as f16 bits, sum q)."""
+    amax = np.float32(0.0)
+    for j in range(n):
+        amax = max(amax, abs(x[i0 + j]))
+    d = amax / np.float32(127.0)
+    if x86:   # arch/x86/quants.c: id = 127/amax, _mm256_round_ps(NEAREST) = ties to even
+        iv = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
+    else:     # quantize_row_q8_0_ref: id = 1/d, roundf = ties away from zero
+        iv = np.float32(1.0) / d if d != np.float32(0.0) else np.float32(0.0)
+    s = 0
+    for j in range(n):
+        v = x[i0 + j] * iv
+        if x86:
+            q = np.int32(np.rint(v))
+        else:
+            a = abs(v)                       # gguf np_roundf: exact for every float
+            fa = np.floor(a)
+            q = np.int32(np.sign(v) * (fa + np.floor(np.float32(2.0) * (a - fa))))
+        qs_out[q0 + j] = np.int8(q)
+        s += q
+    return f32_to_f16(d), s, d
+
+
+@njit(cache=True)
+def quantize_row_q8_0(x, out, x86):
+    """float32 x[K] -> raw Q8_0 blocks out[K/32*34] (uint8)."""
+    qs = out.view(np.int8)
+    for b in range(x.shape[0] // 32):
+        dh, s, d = _q8_block(x, 32 * b, 32, x86, qs, 34 * b + 2)
+        out[34 * b] = np.uint8(dh & 0xFF)
+        out[34 * b + 1] = np.uint8(dh >> 8)
+
+
+@njit(cache=True)
+def quantize_row_q8_1(x, out, x86):
+    """float32 x[K] -> raw Q8_1 blocks out[K/32*36]: d, s = d*sum(qs), qs."""
+    qs = out.view(np.int8)
+    for b in range(x.shape[0] // 32):
+        dh, s, d = _q8_block(x, 32 * b, 32, x86, qs, 36 * b + 4)
+        sh = f32_to_f16(np.float32(s) * d)
+        out[36 * b] = np.uint8(dh & 0xFF)
+        out[36 * b + 1] = np.uint8(dh >> 8)
+        out[36 * b + 2] = np.uint8(sh & 0xFF)
+        out[36 * b + 3] = np.uint8(sh >> 8)
+
+
+@njit(cache=True)
+def quantize_row_q8_k(x, out):
+    """float32 x[K] -> raw Q8_K blocks out[K/256*292] (quantize_row_q8_K_ref)."""
+    qs = out.view(np.int8)
+    for b in range(x.shape[0] // 256):
+        p = 292 * b
+        x0 = 256 * b
+        amax = np.float32(0.0)
+        mx = np.float32(0.0)
+        for j in range(256):           # signed value of the first largest |x|
+            ax = abs(x[x0 + j])
+            if ax > amax:
+                amax = ax
+                mx = x[x0 + j]
+        if amax == np.float32(0.0):
+            for j in range(292):
+                out[p + j] = 0
+            continue
+        iscale = np.float32(-127.0) / mx
+        for j in range(256):           # nearest_int: round half to even
+            v = np.int32(np.rint(iscale * x[x0 + j]))
+            qs[p + 4 + j] = np.int8(min(127, v))
+        db = f32_bits(np.float32(1.0) / iscale)
+        for j in range(4):
+            out[p + j] = np.uint8((db >> np.uint32(8 * j)) & np.uint32(0xFF))
+        for g in range(16):
+            t = 0
+            for j in range(16):
+                t += np.int32(qs[p + 4 + 16 * g + j])
+            out[p + 260 + 2 * g] = np.uint8(t & 0xFF)
+            out[p + 261 + 2 * g] = np.uint8((t >> 8) & 0xFF)
+
+
+@njit(cache=True)
+def quantize_row_f16(x, out):
+    """float32 x[K] -> uint16 halves (ggml_cpu_fp32_to_fp16: ties to even)."""
+    for i in range(x.shape[0]):
+        out[i] = f32_to_f16(x[i])
+
+
+@njit(cache=True)
+def quantize_row_bf16(x, out):
+    """float32 x[K] -> uint16 bfloat16 (ggml_cpu_fp32_to_bf16)."""
+    for i in range(x.shape[0]):
+        out[i] = f32_to_bf16(x[i])
+
+
+def quantize_q8_0_ref(x: np.ndarray, x86: bool = True) -> np.ndarray:
+    """numpy reference of :func:`quantize_row_q8_0` on ``[rows, K]`` -> raw blocks."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if not x86:
+        return gq.quantize(x, QT.Q8_0)            # bit exact with quantize_row_q8_0_ref
+    d, q = _q8_ref_parts(x)
+    return np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)],
+                          axis=-1).reshape(*x.shape[:-1], -1)
+
+
+def quantize_q8_1_ref(x: np.ndarray, x86: bool = True) -> np.ndarray:
+    """numpy reference of :func:`quantize_row_q8_1` on ``[rows, K]`` -> raw blocks."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    d, q = _q8_ref_parts(x, x86)
+    s = (q.astype(np.int32).sum(-1, keepdims=True).astype(np.float32) * d)
+    return np.concatenate([d.astype(np.float16).view(np.uint8), s.astype(np.float16).view(np.uint8),
+                           q.view(np.uint8)], axis=-1).reshape(*x.shape[:-1], -1)
+
+
+def _q8_ref_parts(x: np.ndarray, x86: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    b = x.reshape(-1, 32)
+    amax = np.abs(b).max(-1, keepdims=True)
+    d = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        if x86:
+            iv = np.where(amax == 0, np.float32(0), np.float32(127) / amax).astype(np.float32)
+            q = np.rint(b * iv)
+        else:
+            iv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+            q = gq.np_roundf(b * iv)
+    return d, q.astype(np.int8)
+
+
+def quantize_q8_k_ref(x: np.ndarray) -> np.ndarray:
+    """numpy reference of :func:`quantize_row_q8_k` on ``[rows, K]`` -> raw blocks."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    b = x.reshape(-1, 256)
+    idx = np.abs(b).argmax(-1)                     # first index of the largest |x|
+    mx = b[np.arange(b.shape[0]), idx][:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iscale = (np.float32(-127) / mx).astype(np.float32)
+        q = np.minimum(127, np.rint((iscale * b).astype(np.float32))).astype(np.int8)
+        d = (np.float32(1) / iscale).astype(np.float32)
+    zero = mx == 0
+    q = np.where(zero, 0, q).astype(np.int8)
+    d = np.where(zero, np.float32(0), d).astype(np.float32)
+    bsums = q.reshape(-1, 16, 16).astype(np.int32).sum(-1).astype(np.int16)
+    out = np.concatenate([d.view(np.uint8), q.view(np.uint8), bsums.view(np.uint8)], axis=-1)
+    return out.reshape(*x.shape[:-1], -1)
+
+
+@njit(parallel=True, cache=True)
+def _quantize_rows(x, code, x86, out):
+    for r in prange(x.shape[0]):
+        if code == Q8_0:
+            quantize_row_q8_0(x[r], out[r], x86)
+        elif code == Q8_1:
+            quantize_row_q8_1(x[r], out[r], x86)
+        elif code == Q8_K:
+            quantize_row_q8_k(x[r], out[r])
+        elif code == F16:
+            quantize_row_f16(x[r], out[r].view(np.uint16))
+        elif code == BF16:
+            quantize_row_bf16(x[r], out[r].view(np.uint16))
+        else:
+            out[r].view(np.float32)[:] = x[r]
+
+
+def quantize_activations(x: np.ndarray, qtype: QT, x86: bool = True) -> np.ndarray:
+    """float32 ``[N, K]`` -> raw rows of ``qtype`` (a vec_dot_type), uint8 ``[N, bytes]``."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    qtype = QT(qtype)
+    if qtype not in (QT.Q8_0, QT.Q8_1, QT.Q8_K, QT.F16, QT.BF16, QT.F32):
+        raise ValueError(f"{qtype.name} is not an activation (vec_dot) type")
+    out = np.empty((x.shape[0], row_bytes(qtype, x.shape[1])), dtype=np.uint8)
+    _quantize_rows(x, np.int64(qtype), x86, out)
+    return out
+
+
+def quantize_activations_ref(x: np.ndarray, qtype: QT, x86: bool = True) -> np.ndarray:
+    """numpy reference of :func:`quantize_activations`."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    qtype = QT(qtype)
+    if qtype == QT.Q8_0:
+        return quantize_q8_0_ref(x, x86)
+    if qtype == QT.Q8_1:
+        return quantize_q8_1_ref(x, x86)
+    if qtype == QT.Q8_K:
+        return quantize_q8_k_ref(x)
+    if qtype == QT.F16:
+        return x.astype(np.float16).view(np.uint8)
+    if qtype == QT.BF16:
+        return bf16_round_ref(x).view(np.uint8)
+    return x.view(np.uint8)

@@ -1,0 +1,500 @@
+"""ggml's quantized dot products: weight row x activations quantized to the vec_dot_type.
+
+llama.cpp does not multiply a quantized weight by float activations. It first
+quantizes each activation row to the weight's ``vec_dot_type`` (:mod:`.quants`:
+Q8_0, Q8_1, Q8_K, F16, BF16 or F32) and then calls ``ggml_vec_dot_<w>_<y>``, which
+multiplies integer quants block by block and applies the float scales per block.
+``dot_row_ggml(code, row, yq)`` reproduces the scalar ("generic") versions in
+ggml-cpu/quants.c and vec.cpp operation for operation, in float32 without FMA:
+
+* Q4_0/Q5_0/Q8_0 x Q8_0, Q4_1/Q5_1 x Q8_1: integer block sums, ``sumf`` accumulated
+  block by block with the exact expression ggml uses (``sumi*dx*dy``,
+  ``(dx*dy)*sumi + m*s``, ...);
+* K-quants x Q8_K: integer sums per sub-block times the 6/8-bit scales, kept in 8
+  int32 lanes (``aux32``) and 8 float lanes (``sums``) exactly like the generic code,
+  mins through Q8_K's ``bsums``;
+* F16/BF16/F32: products in float32, summed in float64 (``ggml_float``).
+
+The integer parts are exact everywhere; the float32 parts follow the generic order.
+ggml's AVX2/AVX-512 versions compute the same integer sums but add the float terms
+in a different order, so llama.cpp on x86 differs from this by float32 rounding only
+(~1e-7 relative).
+
+:func:`dot_rows_ggml_ref` is the numpy reimplementation the kernel is validated
+against (bit for bit).
+"""
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+from gguf import quants as gq
+from numba import njit
+
+from .bits import bf16_to_f32, f16_at, f16_to_f32, u32_at
+from .quants import (BF16, F16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
+                     _q3_k_scale, scale_min_k4)
+
+F = np.float32
+
+
+@njit(inline="always", cache=True)
+def _i8(buf, p):
+    """Signed byte at offset p of a uint8 buffer, as int."""
+    v = np.int64(buf[p])
+    return v - 256 if v > 127 else v
+
+
+@njit(inline="always", cache=True)
+def _i16(buf, p):
+    v = np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8)
+    return v - 65536 if v > 32767 else v
+
+
+@njit(inline="always", cache=True)
+def _f32_at(buf, p):
+    return buf[p:p + 4].view(np.float32)[0]
+
+
+# ---------------------------------------------------------------------------- 32-blocks
+
+
+@njit(cache=True)
+def _ggml_q4_0(row, y):          # block_q4_0 x block_q8_0 (34 B)
+    sumf = F(0)
+    for ib in range(row.shape[0] // 18):
+        p, py = 18 * ib, 34 * ib
+        sumi = 0
+        for j in range(16):
+            q = np.int64(row[p + 2 + j])
+            sumi += ((q & 15) - 8) * _i8(y, py + 2 + j) + ((q >> 4) - 8) * _i8(y, py + 18 + j)
+        sumf += F(sumi) * f16_at(row, p) * f16_at(y, py)
+    return sumf
+
+
+@njit(cache=True)
+def _ggml_q4_1(row, y):          # block_q4_1 x block_q8_1 (36 B: d, s, qs)
+    sumf = F(0)
+    for ib in range(row.shape[0] // 20):
+        p, py = 20 * ib, 36 * ib
+        sumi = 0
+        for j in range(16):
+            q = np.int64(row[p + 4 + j])
+            sumi += (q & 15) * _i8(y, py + 4 + j) + (q >> 4) * _i8(y, py + 20 + j)
+        sumf += ((f16_at(row, p) * f16_at(y, py)) * F(sumi)
+                 + f16_at(row, p + 2) * f16_at(y, py + 2))
+    return sumf
+
+
+@njit(cache=True)
+def _ggml_q5_0(row, y):
+    sumf = F(0)
+    for ib in range(row.shape[0] // 22):
+        p, py = 22 * ib, 34 * ib
+        qh = np.int64(u32_at(row, p + 2))
+        sumi = 0
+        for j in range(16):
+            q = np.int64(row[p + 6 + j])
+            x0 = ((q & 15) | (((qh >> j) & 1) << 4)) - 16
+            x1 = ((q >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16
+            sumi += x0 * _i8(y, py + 2 + j) + x1 * _i8(y, py + 18 + j)
+        sumf += (f16_at(row, p) * f16_at(y, py)) * F(sumi)
+    return sumf
+
+
+@njit(cache=True)
+def _ggml_q5_1(row, y):
+    sumf = F(0)
+    for ib in range(row.shape[0] // 24):
+        p, py = 24 * ib, 36 * ib
+        qh = np.int64(u32_at(row, p + 4))
+        sumi = 0
+        for j in range(16):
+            q = np.int64(row[p + 8 + j])
+            x0 = (q & 15) | (((qh >> j) & 1) << 4)
+            x1 = (q >> 4) | (((qh >> (j + 16)) & 1) << 4)
+            sumi += x0 * _i8(y, py + 4 + j) + x1 * _i8(y, py + 20 + j)
+        sumf += ((f16_at(row, p) * f16_at(y, py)) * F(sumi)
+                 + f16_at(row, p + 2) * f16_at(y, py + 2))
+    return sumf
+
+
+@njit(cache=True)
+def _ggml_q8_0(row, y):
+    sumf = F(0)
+    for ib in range(row.shape[0] // 34):
+        p = 34 * ib
+        sumi = 0
+        for j in range(32):
+            sumi += _i8(row, p + 2 + j) * _i8(y, p + 2 + j)
+        sumf += F(sumi) * (f16_at(row, p) * f16_at(y, p))
+    return sumf
+
+
+# ---------------------------------------------------------------------------- K-quants
+# Q8_K block (292 B): d:f32 @0, qs:i8[256] @4, bsums:i16[16] @260
+
+
+@njit(cache=True)
+def _ggml_q2_k(row, y):
+    sumf = F(0)
+    for i in range(row.shape[0] // 84):
+        p, py = 84 * i, 292 * i
+        summs = 0
+        for j in range(16):
+            summs += _i16(y, py + 260 + 2 * j) * (np.int64(row[p + j]) >> 4)
+        yd = _f32_at(y, py)
+        dall = yd * f16_at(row, p + 80)
+        dmin = yd * f16_at(row, p + 82)
+        isum = 0
+        for k in range(2):
+            for j in range(4):
+                for h in range(2):
+                    d = np.int64(row[p + 8 * k + 2 * j + h]) & 15
+                    isuml = 0
+                    for l in range(16 * h, 16 * h + 16):
+                        q2 = (np.int64(row[p + 16 + 32 * k + l]) >> (2 * j)) & 3
+                        isuml += _i8(y, py + 4 + 128 * k + 32 * j + l) * q2
+                    isum += d * isuml
+        sumf += dall * F(isum) - dmin * F(summs)
+    return sumf
+
+
+@njit(inline="always", cache=True)
+def _add_lanes(sumf, sums):
+    """ggml's final ``for (l = 0; l < 8; ++l) sumf += sums[l]``."""
+    for l in range(8):
+        sumf += sums[l]
+    return sumf
+
+
+@njit(cache=True)
+def _ggml_q3_k(row, y):
+    sums = np.zeros(8, dtype=np.float32)
+    aux32 = np.zeros(8, dtype=np.int64)
+    for i in range(row.shape[0] // 110):
+        p, py = 110 * i, 292 * i
+        aux32[:] = 0
+        for k in range(256):                      # value k: plane j of half n, lane l
+            n, j, l = k // 128, (k // 32) % 4, k % 32
+            lq = (np.int64(row[p + 32 + 32 * n + l]) >> (2 * j)) & 3
+            hm = (np.int64(row[p + l]) >> (4 * n + j)) & 1
+            a = lq - (0 if hm else 4)
+            aux32[k % 8] += _q3_k_scale(row, p, k // 16) * (_i8(y, py + 4 + k) * a)
+        d = f16_at(row, p + 108) * _f32_at(y, py)
+        for l in range(8):
+            sums[l] += d * F(aux32[l])
+    return _add_lanes(F(0), sums)
+
+
+@njit(inline="always", cache=True)
+def _k4_mins_ggml(row, p, y, py):
+    sumi = 0
+    for j in range(16):
+        _, m = scale_min_k4(row, p + 4, j // 2)
+        sumi += _i16(y, py + 260 + 2 * j) * m
+    return sumi
+
+
+@njit(cache=True)
+def _ggml_q4_k(row, y):
+    sums = np.zeros(8, dtype=np.float32)
+    aux32 = np.zeros(8, dtype=np.int64)
+    sumf = F(0)
+    for i in range(row.shape[0] // 144):
+        p, py = 144 * i, 292 * i
+        aux32[:] = 0
+        for k in range(256):                      # sub-block k//32: low/high nibbles
+            j, l = k // 64, k % 32
+            q = np.int64(row[p + 16 + 32 * j + l])
+            a = (q & 15) if (k // 32) % 2 == 0 else (q >> 4)
+            sc, _ = scale_min_k4(row, p + 4, k // 32)
+            aux32[k % 8] += sc * (_i8(y, py + 4 + k) * a)
+        sumi = _k4_mins_ggml(row, p, y, py)
+        d = f16_at(row, p) * _f32_at(y, py)
+        for l in range(8):
+            sums[l] += d * F(aux32[l])
+        dmin = f16_at(row, p + 2) * _f32_at(y, py)
+        sumf -= dmin * F(sumi)
+    return _add_lanes(sumf, sums)
+
+
+@njit(cache=True)
+def _ggml_q5_k(row, y):
+    sums = np.zeros(8, dtype=np.float32)
+    aux32 = np.zeros(8, dtype=np.int64)
+    sumf = F(0)
+    for i in range(row.shape[0] // 176):
+        p, py = 176 * i, 292 * i
+        aux32[:] = 0
+        for k in range(256):
+            j, l, hi = k // 64, k % 32, (k // 32) % 2
+            q = np.int64(row[p + 48 + 32 * j + l])
+            a = ((q >> 4) if hi else (q & 15)) + (16 if (np.int64(row[p + 16 + l]) >> (k // 32)) & 1 else 0)
+            sc, _ = scale_min_k4(row, p + 4, k // 32)
+            aux32[k % 8] += sc * (_i8(y, py + 4 + k) * a)
+        sumi = _k4_mins_ggml(row, p, y, py)
+        d = f16_at(row, p) * _f32_at(y, py)
+        for l in range(8):
+            sums[l] += d * F(aux32[l])
+        dmin = f16_at(row, p + 2) * _f32_at(y, py)
+        sumf -= dmin * F(sumi)
+    return _add_lanes(sumf, sums)
+
+
+@njit(cache=True)
+def _ggml_q6_k(row, y):
+    sums = np.zeros(8, dtype=np.float32)
+    aux32 = np.zeros(8, dtype=np.int64)
+    for i in range(row.shape[0] // 210):
+        p, py = 210 * i, 292 * i
+        aux32[:] = 0
+        for k in range(256):                      # half n, quarter t (32 values), lane l
+            n, t, l = k // 128, (k // 32) % 4, k % 32
+            ql = np.int64(row[p + 64 * n + l + 32 * (t % 2)])
+            qh = np.int64(row[p + 128 + 32 * n + l])
+            a = (((ql >> (4 * (t // 2))) & 15) | (((qh >> (2 * t)) & 3) << 4)) - 32
+            aux32[k % 8] += _i8(row, p + 192 + k // 16) * (_i8(y, py + 4 + k) * a)
+        d = f16_at(row, p + 208) * _f32_at(y, py)
+        for l in range(8):
+            sums[l] += d * F(aux32[l])
+    return _add_lanes(F(0), sums)
+
+
+# ---------------------------------------------------------------------------- float types
+
+
+@njit(cache=True)
+def _ggml_f32(row, y):
+    w, v = row.view(np.float32), y.view(np.float32)
+    s = 0.0
+    for i in range(w.shape[0]):
+        s += np.float64(w[i] * v[i])
+    return F(s)
+
+
+@njit(cache=True)
+def _ggml_f16(row, y):
+    w, v = row.view(np.uint16), y.view(np.uint16)
+    s = 0.0
+    for i in range(w.shape[0]):
+        s += np.float64(f16_to_f32(w[i]) * f16_to_f32(v[i]))
+    return F(s)
+
+
+@njit(cache=True)
+def _ggml_bf16(row, y):
+    w, v = row.view(np.uint16), y.view(np.uint16)
+    s = 0.0
+    for i in range(w.shape[0]):
+        s += np.float64(bf16_to_f32(w[i]) * bf16_to_f32(v[i]))
+    return F(s)
+
+
+@njit(inline="always", cache=True)
+def dot_row_ggml(code, row, yq):
+    """ggml_vec_dot for raw weight row ``row`` and one quantized activation row ``yq``
+    (raw vec_dot_type bytes), both uint8."""
+    if code == Q4_0:
+        return _ggml_q4_0(row, yq)
+    if code == Q4_1:
+        return _ggml_q4_1(row, yq)
+    if code == Q5_0:
+        return _ggml_q5_0(row, yq)
+    if code == Q5_1:
+        return _ggml_q5_1(row, yq)
+    if code == Q8_0:
+        return _ggml_q8_0(row, yq)
+    if code == Q2_K:
+        return _ggml_q2_k(row, yq)
+    if code == Q3_K:
+        return _ggml_q3_k(row, yq)
+    if code == Q4_K:
+        return _ggml_q4_k(row, yq)
+    if code == Q5_K:
+        return _ggml_q5_k(row, yq)
+    if code == Q6_K:
+        return _ggml_q6_k(row, yq)
+    if code == F16:
+        return _ggml_f16(row, yq)
+    if code == BF16:
+        return _ggml_bf16(row, yq)
+    if code == F32:
+        return _ggml_f32(row, yq)
+    return F(np.nan)
+
+
+# ---------------------------------------------------------------------------- reference
+# numpy reimplementation of the same arithmetic: integer block sums (int64, exact),
+# float32 per-block terms with ggml's operation order, and a sequential float32 sum
+# over blocks (a Python loop: numpy's pairwise sum would add in another order).
+
+_f32 = np.float32
+
+
+def _f16(b: np.ndarray) -> np.ndarray:
+    """[..., 2] uint8 -> [...] float32."""
+    return np.ascontiguousarray(b).view(np.float16)[..., 0].astype(np.float32)
+
+
+def _seq_sum(terms: np.ndarray, start: np.ndarray | float = 0.0) -> np.ndarray:
+    """sumf += terms[..., b] for b in order, in float32."""
+    acc = np.broadcast_to(np.asarray(start, dtype=np.float32), terms.shape[:-1]).copy()
+    for b in range(terms.shape[-1]):
+        acc = (acc + terms[..., b]).astype(np.float32)
+    return acc
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """[..., 16] bytes -> [..., 32]: low nibbles then high nibbles (ggml order)."""
+    q = qs.astype(np.int64)
+    return np.concatenate([q & 15, q >> 4], axis=-1)
+
+
+def _qh_bits(qh4: np.ndarray) -> np.ndarray:
+    """[..., 4] bytes of a little-endian uint32 -> [..., 32] bits."""
+    return np.unpackbits(np.ascontiguousarray(qh4), axis=-1, bitorder="little").astype(np.int64)
+
+
+def _y_q8(yq: np.ndarray, nb: int, size: int, qoff: int):
+    """Q8_0 (size 34) / Q8_1 (36) activation blocks -> d, s, qs[N, nb, 32]."""
+    b = yq.reshape(yq.shape[0], nb, size)
+    s = _f16(b[..., 2:4]) if size == 36 else None
+    return _f16(b[..., 0:2]), s, b[..., qoff:qoff + 32].view(np.int8).astype(np.int64)
+
+
+def _ref_32(w: np.ndarray, qt: QT, yq: np.ndarray) -> np.ndarray:
+    size = {QT.Q4_0: 18, QT.Q4_1: 20, QT.Q5_0: 22, QT.Q5_1: 24, QT.Q8_0: 34}[qt]
+    nb = w.shape[1] // size
+    blk = w.reshape(w.shape[0], nb, size)
+    d = _f16(blk[..., 0:2])
+    m = None
+    if qt == QT.Q4_0:
+        q = _nibbles(blk[..., 2:18]) - 8
+    elif qt == QT.Q4_1:
+        m, q = _f16(blk[..., 2:4]), _nibbles(blk[..., 4:20])
+    elif qt == QT.Q5_0:
+        q = (_nibbles(blk[..., 6:22]) | (_qh_bits(blk[..., 2:6]) << 4)) - 16
+    elif qt == QT.Q5_1:
+        m, q = _f16(blk[..., 2:4]), _nibbles(blk[..., 8:24]) | (_qh_bits(blk[..., 4:8]) << 4)
+    else:
+        q = blk[..., 2:34].view(np.int8).astype(np.int64)
+    ysize = 36 if qt in (QT.Q4_1, QT.Q5_1) else 34
+    yd, ys, y8 = _y_q8(yq, nb, ysize, ysize - 32)
+    sumi = np.einsum("mbj,nbj->nmb", q, y8).astype(np.float32)       # [N, M, nb]
+    dx, dy = d[None, :, :], yd[:, None, :]
+    if qt == QT.Q4_0:
+        terms = sumi * dx * dy                                       # sumi*dx*dy
+    elif qt == QT.Q8_0:
+        terms = sumi * (dx * dy)                                     # sumi*(dx*dy)
+    elif qt == QT.Q5_0:
+        terms = (dx * dy) * sumi
+    else:                                                            # (dx*dy)*sumi + m*s
+        terms = (dx * dy) * sumi + m[None, :, :] * ys[:, None, :]
+    return _seq_sum(terms.astype(np.float32))
+
+
+def _y_q8k(yq: np.ndarray, nb: int):
+    b = yq.reshape(yq.shape[0], nb, 292)
+    d = np.ascontiguousarray(b[..., 0:4]).view(np.float32)[..., 0]
+    q = b[..., 4:260].view(np.int8).astype(np.int64)
+    bsums = np.ascontiguousarray(b[..., 260:292]).view(np.int16).astype(np.int64)
+    return d, q, bsums
+
+
+def _lanes_sum(vals: np.ndarray, scale_of_k: np.ndarray, y8: np.ndarray) -> np.ndarray:
+    """aux32[l] = sum over k = l (mod 8) of scale*q8*a: [N, M, nb, 8] int64."""
+    prod = vals[None] * scale_of_k[None] * y8[:, None]               # [N, M, nb, 256]
+    return prod.reshape(*prod.shape[:-1], 32, 8).sum(-2)
+
+
+def _k_values(qt: QT, blk: np.ndarray):
+    """Integer values a[M, nb, 256] and the per-value scale of a K-quant block."""
+    M, nb = blk.shape[:2]
+    crumbs = lambda qs: ((qs.reshape(M, nb, 2, 1, 32).astype(np.int64)
+                          >> (2 * np.arange(4)).reshape(1, 1, 1, 4, 1)) & 3).reshape(M, nb, 256)
+    if qt == QT.Q3_K:
+        lq = crumbs(blk[..., 32:96])
+        shifts = (4 * np.arange(2)[:, None] + np.arange(4)[None, :]).reshape(1, 1, 2, 4, 1)
+        hm = ((blk[..., 0:32].reshape(M, nb, 1, 1, 32).astype(np.int64) >> shifts) & 1)
+        a = lq - 4 * (1 - hm.reshape(M, nb, 256))
+        sc = blk[..., 96:108].astype(np.int64)
+        j = np.arange(16)
+        lo = (sc[..., j & 7] >> (4 * (j >> 3))) & 15
+        hi = (sc[..., 8 + (j & 3)] >> (2 * (j >> 2))) & 3
+        return a, np.repeat((lo | (hi << 4)) - 32, 16, axis=-1)
+    if qt in (QT.Q4_K, QT.Q5_K):
+        sc, _ = gq.Q4_K.get_scale_min(blk[..., 4:16].reshape(-1, 12))
+        sc = np.repeat(sc.reshape(M, nb, 8).astype(np.int64), 32, axis=-1)
+        qs = blk[..., 16:144] if qt == QT.Q4_K else blk[..., 48:176]
+        a = ((qs.reshape(M, nb, 4, 1, 32).astype(np.int64) >> np.array([0, 4]).reshape(1, 1, 1, 2, 1))
+             & 15).reshape(M, nb, 256)
+        if qt == QT.Q5_K:
+            qh = blk[..., 16:48].reshape(M, nb, 1, 32).astype(np.int64)
+            a = a + 16 * ((qh >> np.arange(8).reshape(1, 1, 8, 1)) & 1).reshape(M, nb, 256)
+        return a, sc
+    # Q6_K (gguf-py's dequantize order)
+    ql = blk[..., 0:128].reshape(M, nb, 2, 1, 64).astype(np.int64) >> np.array([0, 4]).reshape(1, 1, 1, 2, 1)
+    ql = (ql & 15).reshape(M, nb, 8, 32)
+    qh = blk[..., 128:192].reshape(M, nb, 2, 1, 32).astype(np.int64) >> (2 * np.arange(4)).reshape(1, 1, 1, 4, 1)
+    qh = (qh & 3).reshape(M, nb, 8, 32)
+    a = ((ql | (qh << 4)) - 32).reshape(M, nb, 256)
+    sc = blk[..., 192:208].view(np.int8).astype(np.int64)
+    return a, np.repeat(sc, 16, axis=-1)
+
+
+def _ref_k(w: np.ndarray, qt: QT, yq: np.ndarray) -> np.ndarray:
+    size = {QT.Q2_K: 84, QT.Q3_K: 110, QT.Q4_K: 144, QT.Q5_K: 176, QT.Q6_K: 210}[qt]
+    M, nb = w.shape[0], w.shape[1] // size
+    blk = w.reshape(M, nb, size)
+    yd, y8, bsums = _y_q8k(yq, nb)
+    if qt == QT.Q2_K:
+        sc = blk[..., 0:16].astype(np.int64)
+        q2 = ((blk[..., 16:80].reshape(M, nb, 2, 1, 32).astype(np.int64)
+               >> (2 * np.arange(4)).reshape(1, 1, 1, 4, 1)) & 3).reshape(M, nb, 256)
+        isum = np.einsum("mbk,nbk->nmb", q2 * np.repeat(sc & 15, 16, axis=-1), y8)
+        summs = np.einsum("mbj,nbj->nmb", sc >> 4, bsums)
+        dall = yd[:, None, :] * _f16(blk[..., 80:82])[None]        # y.d * fp16(x.d)
+        dmin = yd[:, None, :] * _f16(blk[..., 82:84])[None]
+        return _seq_sum((dall * isum.astype(np.float32) - dmin * summs.astype(np.float32))
+                        .astype(np.float32))
+    a, scale = _k_values(qt, blk)
+    aux32 = _lanes_sum(a, scale, y8).astype(np.float32)              # [N, M, nb, 8]
+    dpos = {QT.Q3_K: 108, QT.Q4_K: 0, QT.Q5_K: 0, QT.Q6_K: 208}[qt]
+    d = _f16(blk[..., dpos:dpos + 2])[None] * yd[:, None, :]         # fp16(x.d) * y.d
+    sums = np.zeros(aux32.shape[:2] + (8,), dtype=np.float32)
+    for b in range(nb):
+        sums = (sums + d[..., b, None] * aux32[..., b, :]).astype(np.float32)
+    sumf = np.zeros(aux32.shape[:2], dtype=np.float32)
+    if qt in (QT.Q4_K, QT.Q5_K):
+        _, mins = gq.Q4_K.get_scale_min(blk[..., 4:16].reshape(-1, 12))
+        mins = np.repeat(mins.reshape(M, nb, 8).astype(np.int64), 2, axis=-1)
+        sumi = np.einsum("mbj,nbj->nmb", mins, bsums).astype(np.float32)
+        dmin = _f16(blk[..., 2:4])[None] * yd[:, None, :]
+        for b in range(nb):
+            sumf = (sumf - dmin[..., b] * sumi[..., b]).astype(np.float32)
+    for l in range(8):
+        sumf = (sumf + sums[..., l]).astype(np.float32)
+    return sumf
+
+
+def _ref_float(w: np.ndarray, qt: QT, yq: np.ndarray) -> np.ndarray:
+    if qt == QT.F32:
+        wf, yf = w.view(np.float32), yq.view(np.float32)
+    elif qt == QT.F16:
+        wf, yf = w.view(np.float16).astype(np.float32), yq.view(np.float16).astype(np.float32)
+    else:
+        wf = (w.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        yf = (yq.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    prod = (yf[:, None, :] * wf[None, :, :]).astype(np.float32)      # float32 products
+    return prod.astype(np.float64).sum(-1).astype(np.float32)        # ggml_float sum
+
+
+def dot_rows_ggml_ref(w: np.ndarray, qtype: QT, yq: np.ndarray) -> np.ndarray:
+    """numpy reference: raw weights ``[M, row_bytes]`` x raw quantized activations
+    ``[N, bytes]`` -> float32 ``[N, M]``, ggml's generic vec_dot arithmetic."""
+    qt = QT(qtype)
+    if qt in (QT.F32, QT.F16, QT.BF16):
+        return _ref_float(w, qt, yq)
+    if qt in (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K):
+        return _ref_k(w, qt, yq)
+    return _ref_32(w, qt, yq)

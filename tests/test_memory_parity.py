@@ -1,0 +1,135 @@
+"""graphcost's memory plan equals what llama.cpp allocates, read from llama.cpp's own log.
+
+For each case the JSON document (``graphcost analyze --format json``, built in-process)
+is compared with the log of a real llama.cpp context (tests/llama_oracle.py
+``capture_log``) at the precision llama.cpp prints:
+
+* ``memory.compute_buffer_bytes``: the ``CPU compute buffer size = %8.2f MiB`` line of
+  sched_reserve and the ``%8.4f MiB`` DEBUG line ``~llama_context`` prints on free;
+* every KV cache (``memory.kv_caches``, in creation order: base then sliding-window):
+  ``KV buffer size`` and its K and V parts (``%8.2f MiB``), and the cells;
+* ``memory.output_buffer_bytes``: ``output buffer size``.
+
+The cases span -c 512..32768 (and a context that is padded), -ub 1..512, flash attention
+on/off, F16 and Q8_0 caches (Q8_0 with head_dim 64/256 adds llama.cpp's Hadamard rotation
+inputs), --swa-full on/off, on the real gemma3 270M and the tiny fixtures. The logs are
+captured in parallel once per module (each capture loads the model in a subprocess).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+import fixtures as F
+from graphcost.analysis import analyze_graph
+from graphcost.build import build_graph, load_model
+from graphcost.report.document import document
+from graphcost.settings import RunSettings
+from llama_oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+
+pytestmark = pytest.mark.skipif(not llama_cpp_available(),
+                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+
+MiB = 1024 * 1024
+
+# (model, n_ctx, n_ubatch, flash_attn, type_k, type_v, swa_full)
+CASES = [
+    ("gemma3_270m", 512, 512, False, "f16", "f16", False),
+    ("gemma3_270m", 32768, 1, False, "f16", "f16", False),
+    ("gemma3_270m", 4096, 64, True, "q8_0", "q8_0", True),
+    ("gemma3_270m", 32768, 512, True, "f16", "f16", True),
+    ("gemma3_270m", 4096, 512, False, "q8_0", "f16", False),
+    ("gemma3", 512, 512, False, "f16", "f16", False),
+    ("gemma3", 32768, 512, False, "f16", "f16", True),
+    ("gemma3", 32768, 64, True, "q8_0", "q8_0", False),
+    ("gemma3", 4096, 1, True, "f16", "f16", True),
+    ("gemma3", 1000, 100, False, "q8_0", "f16", False),
+    ("llama", 512, 1, False, "f16", "f16", False),
+    ("llama", 32768, 512, False, "f16", "f16", False),
+    ("llama", 32768, 512, True, "q8_0", "q8_0", False),
+    ("llama", 4096, 64, True, "f16", "f16", False),
+    ("llama", 700, 300, False, "q8_0", "f16", False),
+    ("llama64", 4096, 512, True, "q8_0", "q8_0", False),
+    ("llama64", 512, 64, False, "q8_0", "f16", False),
+]
+
+
+def _id(c) -> str:
+    m, ctx, ub, fa, tk, tv, swa = c
+    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}{'-swafull' if swa else ''}"
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory, gemma3_270m):
+    d = tmp_path_factory.mktemp("memparity")
+    return {
+        "gemma3_270m": gemma3_270m,
+        # 7 layers, window 64, pattern 6: a base and a sliding-window cache; head_dim 64
+        "gemma3": F.write_gemma3(d / "gemma3.gguf").path,
+        # GQA 8/2, head_dim 32 (no Hadamard rotation for quantized caches)
+        "llama": F.write_llama(d / "llama.gguf").path,
+        # head_dim 64: quantized caches add the rotation matmuls
+        "llama64": F.write_llama(d / "llama64.gguf", n_embd=384, n_head=6, n_head_kv=3,
+                                 head_dim=64, n_ff=1024, n_layer=2, n_vocab=333,
+                                 weight_types={"attn_q": QT.Q4_0, "ffn_down": QT.Q4_K}).path,
+    }
+
+
+@pytest.fixture(scope="module")
+def logs(paths):
+    """llama.cpp's parsed log for every case, captured in parallel subprocesses."""
+    def one(c):
+        m, ctx, ub, fa, tk, tv, swa = c
+        return capture_log(paths[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk,
+                           type_v=tv, swa_full=swa)
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
+        return dict(zip(map(_id, CASES), ex.map(one, CASES)))
+
+
+def _document(path, c) -> dict:
+    m, ctx, ub, fa, tk, tv, swa = c
+    s = RunSettings(ctx_size=ctx, ubatch_size=ub, batch_size=ub, flash_attn="on" if fa else "off",
+                    cache_type_k=tk, cache_type_v=tv, swa_full=swa)
+    return document(analyze_graph(build_graph(load_model(path), s)))
+
+
+def mib2(n: int) -> float:
+    """llama.cpp's "%8.2f MiB" of n bytes."""
+    return float(f"{n / MiB:.2f}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_memory_matches_llama_cpp_log(paths, logs, case):
+    log = logs[_id(case)]
+    mem = _document(paths[case[0]], case)["memory"]
+    # compute buffer: the INFO line (2 decimals) and the DEBUG line at free (4 decimals)
+    assert mib2(mem["compute_buffer_bytes"]) == log["compute_buffer_mib"]
+    (exact,) = log["compute_buffer_exact"]
+    assert f"{mem['compute_buffer_bytes'] / MiB:.4f}" == f"{exact['mib']:.4f}"
+    # the buffer is the larger of the prompt and generation reserve graphs
+    assert mem["compute_buffer_bytes"] == max(g["buffer_bytes"] for g in mem["reserve_graphs"])
+    # KV caches, one by one (base, then sliding-window), and their total
+    assert len(mem["kv_caches"]) == len(log["kv_caches"])
+    for ours, theirs in zip(mem["kv_caches"], log["kv_caches"]):
+        assert ours["cells"] == theirs["cells"]
+        assert ours["layers"] == theirs["layers"]
+        assert mib2(ours["bytes"]) == theirs["buffer_mib"]
+    assert mem["kv_cache_bytes"] == sum(c["bytes"] for c in mem["kv_caches"])
+    assert mib2(mem["output_buffer_bytes"]) == log["output_buffer_mib"]
+
+
+def test_kv_split_matches_llama_cpp_k_and_v(paths, logs):
+    """The per-cache K and V parts (``K (q8_0): x MiB, V (f16): y MiB``)."""
+    from graphcost.memory_plan import plan_memory
+    for c in CASES:
+        m, ctx, ub, fa, tk, tv, swa = c
+        s = RunSettings(ctx_size=ctx, ubatch_size=ub, batch_size=ub,
+                        flash_attn="on" if fa else "off", cache_type_k=tk, cache_type_v=tv,
+                        swa_full=swa)
+        plan = plan_memory(load_model(paths[m]), s)
+        for ours, theirs in zip(plan.caches, logs[_id(c)]["kv_caches"]):
+            assert (ours.type_k, ours.type_v) == (theirs["type_k"], theirs["type_v"]), _id(c)
+            assert (mib2(ours.k_bytes), mib2(ours.v_bytes)) == (theirs["k_mib"], theirs["v_mib"]), _id(c)
