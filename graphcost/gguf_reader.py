@@ -413,6 +413,10 @@ def shard_paths(path: str | os.PathLike) -> list[Path]:
     count = int(m.group("count"))
     if count < 1:
         raise GGUFError(p, None, "split count in the file name is 0")
+    for i in range(1, count + 1):  # stop at the first gap: no list of 99,999 paths
+        shard = p.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf")
+        if not shard.exists():
+            raise GGUFError(shard, None, f"shard {i} of {count} is missing")
     return [p.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
 
 
