@@ -30,6 +30,9 @@ def models(tmp_path_factory):
                                                "attn_v": QT.F16, "ffn_up": QT.Q8_0}),
         # 7 layers, window 64, pattern 6: sliding and global layers, two caches
         "gemma3": F.write_gemma3(d / "gemma3.gguf"),
+        # the sliding-window pattern as a per-layer array (irregular on purpose)
+        "gemma3_arr": F.write_gemma3(d / "gemma3_arr.gguf", n_layer=5,
+                                     swa_pattern=[True, False, False, True, True]),
         # gemma3 without a sliding window: the plain-KV attention path
         "gemma3_noswa": F.write_gemma3(d / "gemma3_noswa.gguf", sliding_window=0, n_layer=3),
     }
@@ -51,6 +54,7 @@ CASES = [
     ("gemma3", dict(tokens=3, past=2, swa_full=True)),
     ("gemma3", dict(tokens=2, past=0, type_k="q8_0", type_v="q8_0", fa=True)),
     ("gemma3_noswa", dict(tokens=3, past=1)),
+    ("gemma3_arr", dict(tokens=2, past=70)),
 ]
 
 
