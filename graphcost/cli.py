@@ -188,13 +188,13 @@ def main() -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as e:  # click usage errors and anything unforeseen
-        import click
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(2)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(1)
+    except typer.Abort:
+        sys.exit(1)
+    except typer.TyperException as e:  # usage errors: unknown option, bad value, ...
+        if e.format_message():  # empty when the help was shown for a bare command
+            typer.echo(f"graphcost: {e.format_message()}", err=True)
+        sys.exit(2)
+    except Exception as e:  # anything unforeseen: still one line
         if os.environ.get("GRAPHCOST_DEBUG"):
             raise
         typer.echo(f"graphcost: internal error: {type(e).__name__}: {e} "

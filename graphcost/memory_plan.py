@@ -70,11 +70,20 @@ class ReserveGraph:
         return self.graph.nodes[self.alloc.peak_index]
 
 
+#: the worst-case graphs each graph flavour reserves: HEAD's sched_reserve allocates a
+#: prompt and a generation graph; llama_new_context_with_model of 2024-08 only the prompt
+#: graph (``llama_build_graph(..., worst_case = true)``; not checked against that llama.cpp)
+RESERVE_GRAPHS = {"head": ("prompt", "generation"), "2024-08": ("prompt",)}
+
+
 def reserve_settings(settings: RunSettings, run: Resolved) -> list[tuple[str, RunSettings]]:
-    """The settings of the graphs sched_reserve allocates: prompt (n_ubatch tokens, all
-    outputs) and generation (one token), both with every KV cell attended."""
+    """The settings of the graphs llama.cpp allocates at start-up: prompt (n_ubatch
+    tokens, all outputs) and generation (one token), every KV cell attended."""
     out = []
+    labels = RESERVE_GRAPHS.get(settings.llama_cpp, RESERVE_GRAPHS["head"])
     for label, tokens in (("prompt", run.n_ubatch), ("generation", N_SEQ_MAX)):
+        if label not in labels:
+            continue
         # past + tokens = n_ctx makes every cache attend all its cells (n_kv = size)
         out.append((label, dataclasses.replace(settings, tokens=tokens, outputs=tokens,
                                                past=run.n_ctx - tokens)))

@@ -123,3 +123,12 @@ def test_unsupported_architecture_names_it_and_lists_supported(tmp_path):
     supported = sorted(k for k in load_specs() if "@" not in k)
     assert "'mamba' is not supported" in r.stderr
     assert f"(supported: {', '.join(supported)})" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["analyze", "--bogus"], ["analyze", "-c", "abc"],
+                                  ["memory", "--sweep", "ctx="]],
+                         ids=["unknown-option", "bad-int", "bad-sweep"])
+def test_usage_errors_are_one_line_and_exit_2(args):
+    r = cli(*args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("graphcost: ")

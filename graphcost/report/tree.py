@@ -297,6 +297,7 @@ def _node_blocks(a: Analysis, shown: list[int], index_of: dict[int, int], wires:
                 consumers.setdefault(i, []).append(j)
 
     g = _Gutter(wires.width)
+    live = a.memory.step.live
     out: list[str] = []
     prev: int | None = None
     layer: int | None = None  # nodes before the first layer (the prologue) get no title
@@ -334,6 +335,7 @@ def _node_blocks(a: Analysis, shown: list[int], index_of: dict[int, int], wires:
             out.append(g.plain(head, indent=""))
 
         out += [g.plain(s) for s in _about(node, index_of)]
+        out.append(g.plain(f"live: {live[j]:,} bytes in the compute buffer while it runs"))
         out += [g.plain(s) for s in _cost_lines(a.nodes[j].cost, node.op)]
         used = consumers.get(j, [])
         if not used:
