@@ -167,14 +167,8 @@ class LlmGraph:
         wqkv = self.lw(il, "attn_qkv.weight", required=False)
         if wqkv is not None:
             return self.build_qkv_fused(il, cur, wqkv)
-        out = []
-        for short, name in (("attn_q", "Qcur"), ("attn_k", "Kcur"), ("attn_v", "Vcur")):
-            t = g.cb(self.mm(self.lw(il, f"{short}.weight"), cur), name, il)
-            b = self.lw(il, f"{short}.bias", required=False)
-            if b is not None:
-                t = g.cb(g.add(t, b), name, il)
-            out.append(t)
-        q, k, v = out
+        q, k, v = (self.proj(il, short, cur, name)
+                   for short, name in (("attn_q", "Qcur"), ("attn_k", "Kcur"), ("attn_v", "Vcur")))
         q = g.reshape(q, [m.head_dim_k, m.n_head[il], T])
         k = g.reshape(k, [m.head_dim_k, m.n_head_kv[il], T])
         v = g.reshape(v, [m.head_dim_v, m.n_head_kv[il], T])
@@ -217,25 +211,33 @@ class LlmGraph:
         return self.g.rope(x, pos, factors, n_dims=m.n_rot, mode=mode, freq_base=freq_base,
                            freq_scale=freq_scale, n_ctx_orig=m.n_ctx_train)
 
-    def build_ffn_par(self, il: int, cur: Tensor, act: str) -> Tensor:
-        """build_ffn with a parallel gate (LLM_FFN_PAR) and SILU or GELU: fused GLU split."""
+    def proj(self, il: int, short: str, cur: Tensor, name: str, bias_name: str | None = None) -> Tensor:
+        """build_lora_mm(blk.il.<short>.weight, cur) cb'ed ``name``, plus the optional
+        ``<short>.bias`` ADD cb'ed ``bias_name`` (default: ``name`` again)."""
         g = self.g
-        up = g.cb(self.mm(self.lw(il, "ffn_up.weight"), cur), "ffn_up", il)
-        b = self.lw(il, "ffn_up.bias", required=False)
+        t = g.cb(self.mm(self.lw(il, f"{short}.weight"), cur), name, il)
+        b = self.lw(il, f"{short}.bias", required=False)
         if b is not None:
-            up = g.cb(g.add(up, b), "ffn_up_b", il)
-        gate = g.cb(self.mm(self.lw(il, "ffn_gate.weight"), cur), "ffn_gate", il)
-        b = self.lw(il, "ffn_gate.bias", required=False)
-        if b is not None:
-            gate = g.cb(g.add(gate, b), "ffn_gate_b", il)
-        op, name = {"silu": ("SWIGLU", "ffn_swiglu"), "gelu": ("GEGLU", "ffn_geglu")}[act]
-        cur = g.cb(g.glu_split(op, gate, up), name, il)
+            t = g.cb(g.add(t, b), bias_name or name, il)
+        return t
+
+    def ffn_down(self, il: int, cur: Tensor) -> Tensor:
+        """build_ffn's down projection: unnamed, or ``ffn_down`` then an unnamed bias ADD."""
+        g = self.g
         cur = self.mm(self.lw(il, "ffn_down.weight"), cur)
         b = self.lw(il, "ffn_down.bias", required=False)
         if b is not None:
             g.cb(cur, "ffn_down", il)
             cur = g.add(cur, b)
         return cur
+
+    def build_ffn_par(self, il: int, cur: Tensor, act: str) -> Tensor:
+        """build_ffn with a parallel gate (LLM_FFN_PAR) and SILU or GELU: fused GLU split."""
+        up = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
+        gate = self.proj(il, "ffn_gate", cur, "ffn_gate", "ffn_gate_b")
+        op, name = {"silu": ("SWIGLU", "ffn_swiglu"), "gelu": ("GEGLU", "ffn_geglu")}[act]
+        cur = self.g.cb(self.g.glu_split(op, gate, up), name, il)
+        return self.ffn_down(il, cur)
 
     #: build_ffn's activations without a parallel gate: op and the name it is cb'ed with
     FFN_SEQ_ACT = {"gelu": ("GELU", "ffn_gelu"), "silu": ("SILU", "ffn_silu"),
@@ -247,19 +249,11 @@ class LlmGraph:
         g = self.g
         if act not in self.FFN_SEQ_ACT:
             raise UnsupportedError(f"sequential ffn activation {act!r} is not implemented")
-        cur = g.cb(self.mm(self.lw(il, "ffn_up.weight"), cur), "ffn_up", il)
-        b = self.lw(il, "ffn_up.bias", required=False)
-        if b is not None:
-            cur = g.cb(g.add(cur, b), "ffn_up_b", il)
+        cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
         op, name = self.FFN_SEQ_ACT[act]
         cur = g.glu(op, cur) if act in ("swiglu", "geglu") else g.unary(op, cur)
         g.cb(cur, name, il)
-        cur = self.mm(self.lw(il, "ffn_down.weight"), cur)
-        b = self.lw(il, "ffn_down.bias", required=False)
-        if b is not None:
-            g.cb(cur, "ffn_down", il)
-            cur = g.add(cur, b)
-        return cur
+        return self.ffn_down(il, cur)
 
     def hadamard(self, cur: Tensor, rot: Tensor) -> Tensor:
         """llama_mul_mat_hadamard (src/llama-impl.h): rotate rows of ``rot.ne0`` elements."""
