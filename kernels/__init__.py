@@ -1,1 +1,31 @@
-"""Numba CPU kernels for graphcost's graph (placeholder; filled in below)."""
+"""Numba CPU kernels that run graphcost's graph: one module per op family.
+
+Each module holds the numba kernel(s) and the numpy reference they are validated
+against (``tests/test_kernels.py``); ``benchmarks/bench_kernels.py`` times them.
+
+=================  =========================================================
+``quants``         block layouts of F32..Q6_K, row decoders, activation quantizers
+``vec_dot``        row x vector on the fly (float32 math), the decode hot loop
+``vec_dot_ggml``   ggml's integer block dots against quantized activations
+``matmul``         mul_mat (matrix-vector and tiled) and mul_mat_ggml
+``get_rows``       gather + decode rows (embeddings)
+``elementwise``    add/sub/mul/div (ggml repeat), scale, silu, gelu, tanh, GLUs
+``norm``           rms_norm, norm
+``rope``           rope_ext NORMAL/NEOX with YaRN and freq_factors
+``softmax``        soft_max_ext with mask, ALiBi, sinks
+``attention``      flash_attn_ext (online softmax, F16/F32 K/V, GQA)
+``cache``          set_rows into F32/F16/BF16/Q8_0 caches, cpy, cont
+``bits``           F16/BF16 conversions and the LLVM helpers the loops rely on
+=================  =========================================================
+
+Use the modules by name: ``K = load_kernels(); K.matmul.mul_mat(...)``,
+``K.norm.rms_norm(...)``. Installed as ``graphcost/_bundled/kernels``; load with
+``graphcost.kernels_loader.load_kernels()`` (imports here are relative only).
+All kernels are ``numba.njit(cache=True)``: the first call of each compiles (seconds),
+later processes load the cache from ``__pycache__``.
+"""
+from . import (attention, bits, cache, elementwise, get_rows, matmul, norm, quants, rope, softmax,
+               vec_dot, vec_dot_ggml)
+
+__all__ = ["attention", "bits", "cache", "elementwise", "get_rows", "matmul", "norm", "quants",
+           "rope", "softmax", "vec_dot", "vec_dot_ggml"]

@@ -168,6 +168,17 @@ def u32_bit_f32(typingctx, word, i):
 
 
 @intrinsic
+def fma_f32(typingctx, a, b, c):
+    """a*b + c in float32 with a single rounding (llvm.fma: what ggml's SIMD FMAs do)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+
+    return sig, codegen
+
+
+@intrinsic
 def out_of_line(typingctx):
     """Mark the enclosing LLVM function ``noinline``.
 

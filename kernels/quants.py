@@ -5,9 +5,11 @@ Weights stay as the raw bytes memory-mapped from the GGUF: a ``uint8`` array
 (``gguf.constants.GGML_QUANT_SIZES``). Nothing here makes a dequantized copy of a
 matrix: :func:`dequantize_row` decodes one row into a caller-owned float32 buffer.
 
-Block layouts (byte offsets inside one block; ggml-common.h, gguf/quants.py)::
+Block layouts (byte offsets inside one block; ggml-common.h, gguf/quants.py). In the
+32-blocks value j < 16 is the low nibble of qs[j] and value j + 16 its high nibble;
+Q5 types add bit j of ``qh`` as bit 4::
 
-    Q4_0  18 B / 32    d:f16@0  qs[16]@2              x = ((q & 15) | q >> 4) - 8
+    Q4_0  18 B / 32    d:f16@0  qs[16]@2              x = d*(q - 8)
     Q4_1  20 B / 32    d@0 m@2  qs[16]@4              x = d*q + m
     Q5_0  22 B / 32    d@0 qh:u32@2 qs[16]@6          x = d*((q | hbit << 4) - 16)
     Q5_1  24 B / 32    d@0 m@2 qh@4 qs[16]@8          x = d*(q | hbit << 4) + m
@@ -43,8 +45,9 @@ from gguf import quants as gq
 from gguf.constants import GGML_QUANT_SIZES
 from numba import njit, prange
 
-from .bits import (bf16_round_ref, bf16_to_f32, f16_at, f16_to_f32, f32_bits, f32_to_bf16,
-                   f32_to_f16, u32_at)
+from .bits import (b_and, b_f32, b_or, b_shl, b_shr, b_sub, b_test, bf16_round_ref,
+                   bf16_to_f32, f16_at, f16_to_f32, f32_bits, f32_to_bf16, f32_to_f16,
+                   out_of_line, sb_f32, u32_at, u32_bit)
 
 # ---------------------------------------------------------------------------- types
 
@@ -70,9 +73,14 @@ VEC_DOT_TYPE: dict[QT, QT] = {
 }
 
 
+#: gguf-py still lists Q8_1 as 40 B (float d, float s); ggml-common.h's block_q8_1 is
+#: two halves + 32 quants = 36 B. Q8_1 only ever exists as a matmul activation.
+_BLOCK_SIZES = {**GGML_QUANT_SIZES, QT.Q8_1: (32, 36)}
+
+
 def row_bytes(qtype: QT, k: int) -> int:
     """Bytes of one row of ``k`` elements of ``qtype`` (raises if k is not whole blocks)."""
-    blck, tsize = GGML_QUANT_SIZES[QT(qtype)]
+    blck, tsize = _BLOCK_SIZES[QT(qtype)]
     if k % blck:
         raise ValueError(f"{QT(qtype).name}: row length {k} is not a multiple of {blck}")
     return k // blck * tsize
@@ -107,76 +115,103 @@ def dequantize_ref(w_raw: np.ndarray, qtype: QT, k: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- decoders
-# each decodes one block of ``row`` starting at byte ``p`` into ``out[o:o+QK]``
+
+_8, _16, _32 = np.float32(8), np.float32(16), np.float32(32)
+# each decodes a whole row; block b starts at byte p of ``row`` and value o of ``out``
+
+
+@njit(cache=True)
+def _deq_q4_0(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 32):
+        p, o = 18 * b, 32 * b
+        d = f16_at(row, p)
+        for j in range(16):
+            q = row[p + 2 + j]
+            out[o + j] = (b_f32(b_and(q, 15)) - _8) * d
+            out[o + j + 16] = (b_f32(b_shr(q, 4)) - _8) * d
+
+
+@njit(cache=True)
+def _deq_q4_1(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 32):
+        p, o = 20 * b, 32 * b
+        d = f16_at(row, p)
+        m = f16_at(row, p + 2)
+        for j in range(16):
+            q = row[p + 4 + j]
+            out[o + j] = b_f32(b_and(q, 15)) * d + m
+            out[o + j + 16] = b_f32(b_shr(q, 4)) * d + m
 
 
 @njit(inline="always", cache=True)
-def _deq_q4_0(row, p, out, o):
-    d = f16_at(row, p)
-    for j in range(16):
-        q = np.int32(row[p + 2 + j])
-        out[o + j] = np.float32((q & 15) - 8) * d
-        out[o + j + 16] = np.float32((q >> 4) - 8) * d
+def _q5(q, qh, j):
+    """The two 5-bit values of byte j of a Q5 block: (low nibble | qh bit j << 4, high
+    nibble | qh bit j+16 << 4), as uint8."""
+    return (b_or(b_and(q, 15), b_shl(u32_bit(qh, j), 4)),
+            b_or(b_shr(q, 4), b_shl(u32_bit(qh, j + 16), 4)))
 
 
-@njit(inline="always", cache=True)
-def _deq_q4_1(row, p, out, o):
-    d = f16_at(row, p)
-    m = f16_at(row, p + 2)
-    for j in range(16):
-        q = np.int32(row[p + 4 + j])
-        out[o + j] = np.float32(q & 15) * d + m
-        out[o + j + 16] = np.float32(q >> 4) * d + m
+@njit(cache=True)
+def _deq_q5_0(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 32):
+        p, o = 22 * b, 32 * b
+        d = f16_at(row, p)
+        qh = u32_at(row, p + 2)
+        for j in range(16):
+            lo, hi = _q5(row[p + 6 + j], qh, j)
+            out[o + j] = (b_f32(lo) - _16) * d
+            out[o + j + 16] = (b_f32(hi) - _16) * d
 
 
-@njit(inline="always", cache=True)
-def _deq_q5_0(row, p, out, o):
-    d = f16_at(row, p)
-    qh = np.int32(u32_at(row, p + 2))
-    for j in range(16):
-        q = np.int32(row[p + 6 + j])
-        h0 = ((qh >> j) << 4) & 0x10
-        h1 = (qh >> (j + 12)) & 0x10
-        out[o + j] = np.float32(((q & 15) | h0) - 16) * d
-        out[o + j + 16] = np.float32(((q >> 4) | h1) - 16) * d
+@njit(cache=True)
+def _deq_q5_1(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 32):
+        p, o = 24 * b, 32 * b
+        d = f16_at(row, p)
+        m = f16_at(row, p + 2)
+        qh = u32_at(row, p + 4)
+        for j in range(16):
+            lo, hi = _q5(row[p + 8 + j], qh, j)
+            out[o + j] = b_f32(lo) * d + m
+            out[o + j + 16] = b_f32(hi) * d + m
 
 
-@njit(inline="always", cache=True)
-def _deq_q5_1(row, p, out, o):
-    d = f16_at(row, p)
-    m = f16_at(row, p + 2)
-    qh = np.int32(u32_at(row, p + 4))
-    for j in range(16):
-        q = np.int32(row[p + 8 + j])
-        h0 = ((qh >> j) << 4) & 0x10
-        h1 = (qh >> (j + 12)) & 0x10
-        out[o + j] = np.float32((q & 15) | h0) * d + m
-        out[o + j + 16] = np.float32((q >> 4) | h1) * d + m
+@njit(cache=True)
+def _deq_q8_0(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 32):
+        p, o = 34 * b, 32 * b
+        d = f16_at(row, p)
+        for j in range(32):
+            out[o + j] = sb_f32(row[p + 2 + j]) * d
 
 
-@njit(inline="always", cache=True)
-def _deq_q8_0(row, p, out, o):
-    d = f16_at(row, p)
-    for j in range(32):
-        out[o + j] = np.float32(np.int8(row[p + 2 + j])) * d
-
-
-@njit(inline="always", cache=True)
-def _deq_q2_k(row, p, out, o):
-    d = f16_at(row, p + 80)
-    dmin = f16_at(row, p + 82)
-    for n in range(2):                       # two halves of 128
-        q0 = p + 16 + 32 * n
-        for j in range(4):                   # 2-bit planes
-            shift = 2 * j
-            for h in range(2):               # two sub-blocks of 16 per plane
-                sc = np.int32(row[p + 8 * n + 2 * j + h])
-                dl = d * np.float32(sc & 15)
-                ml = dmin * np.float32(sc >> 4)
-                base = o + 128 * n + 32 * j + 16 * h
+@njit(cache=True)
+def _deq_q2_k(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 256):
+        p, o = 84 * b, 256 * b
+        d = f16_at(row, p + 80)
+        dmin = f16_at(row, p + 82)
+        for n in range(2):                       # two halves of 128 values
+            for h in range(2):                   # sub-blocks of 16; the 4 crumb planes of
+                base = o + 128 * n + 16 * h      # each byte are written out (constant shifts)
+                s0, s1 = row[p + 8 * n + h], row[p + 8 * n + 2 + h]
+                s2, s3 = row[p + 8 * n + 4 + h], row[p + 8 * n + 6 + h]
+                d0, m0 = d * b_f32(b_and(s0, 15)), dmin * b_f32(b_shr(s0, 4))
+                d1, m1 = d * b_f32(b_and(s1, 15)), dmin * b_f32(b_shr(s1, 4))
+                d2, m2 = d * b_f32(b_and(s2, 15)), dmin * b_f32(b_shr(s2, 4))
+                d3, m3 = d * b_f32(b_and(s3, 15)), dmin * b_f32(b_shr(s3, 4))
                 for l in range(16):
-                    q = (np.int32(row[q0 + 16 * h + l]) >> shift) & 3
-                    out[base + l] = dl * np.float32(q) - ml
+                    q = row[p + 16 + 32 * n + 16 * h + l]
+                    out[base + l] = d0 * b_f32(b_and(q, 3)) - m0
+                    out[base + 32 + l] = d1 * b_f32(b_and(b_shr(q, 2), 3)) - m1
+                    out[base + 64 + l] = d2 * b_f32(b_and(b_shr(q, 4), 3)) - m2
+                    out[base + 96 + l] = d3 * b_f32(b_shr(q, 6)) - m3
 
 
 @njit(inline="always", cache=True)
@@ -189,20 +224,33 @@ def _q3_k_scale(row, p, j):
 
 
 @njit(inline="always", cache=True)
-def _deq_q3_k(row, p, out, o):
-    d = f16_at(row, p + 108)
-    for n in range(2):
-        q0 = p + 32 + 32 * n
-        for j in range(4):
-            shift = 2 * j
-            bit = 4 * n + j                  # hmask bit for this plane
+def q3_k_value(q, shift, hbyte, hmask):
+    """A Q3_K value as float: 2 low bits of ``q >> shift``, minus 4 unless the hmask bit
+    is set (``(lq | (set ? 4 : 0)) - 4`` in bytes, then a signed conversion)."""
+    lq = b_and(b_shr(q, shift), 3)
+    return sb_f32(b_sub(b_or(lq, b_and(b_test(hbyte, hmask), 4)), 4))
+
+
+@njit(cache=True)
+def _deq_q3_k(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 256):
+        p, o = 110 * b, 256 * b
+        d = f16_at(row, p + 108)
+        for n in range(2):
+            m = 1 << (4 * n)                     # hmask bit of plane 0; planes 1..3: << j
             for h in range(2):
-                dl = d * np.float32(_q3_k_scale(row, p, 8 * n + 2 * j + h))
-                base = o + 128 * n + 32 * j + 16 * h
+                base = o + 128 * n + 16 * h
+                d0 = d * np.float32(_q3_k_scale(row, p, 8 * n + h))
+                d1 = d * np.float32(_q3_k_scale(row, p, 8 * n + 2 + h))
+                d2 = d * np.float32(_q3_k_scale(row, p, 8 * n + 4 + h))
+                d3 = d * np.float32(_q3_k_scale(row, p, 8 * n + 6 + h))
                 for l in range(16):
-                    lq = (np.int32(row[q0 + 16 * h + l]) >> shift) & 3
-                    hm = (np.int32(row[p + 16 * h + l]) >> bit) & 1
-                    out[base + l] = dl * np.float32(lq - 4 + 4 * hm)
+                    q, hb = row[p + 32 + 32 * n + 16 * h + l], row[p + 16 * h + l]
+                    out[base + l] = d0 * q3_k_value(q, 0, hb, m)
+                    out[base + 32 + l] = d1 * q3_k_value(q, 2, hb, m << 1)
+                    out[base + 64 + l] = d2 * q3_k_value(q, 4, hb, m << 2)
+                    out[base + 96 + l] = d3 * q3_k_value(q, 6, hb, m << 3)
 
 
 @njit(inline="always", cache=True)
@@ -216,65 +264,81 @@ def scale_min_k4(row, sc, j):
     return s, m
 
 
-@njit(inline="always", cache=True)
-def _deq_q4_k(row, p, out, o):
-    d = f16_at(row, p)
-    dmin = f16_at(row, p + 2)
-    for j in range(4):                       # 64 values per pair of sub-blocks
-        s1, m1 = scale_min_k4(row, p + 4, 2 * j)
-        s2, m2 = scale_min_k4(row, p + 4, 2 * j + 1)
-        d1 = d * np.float32(s1)
-        d2 = d * np.float32(s2)
-        mm1 = dmin * np.float32(m1)
-        mm2 = dmin * np.float32(m2)
-        q0 = p + 16 + 32 * j
-        for l in range(32):
-            q = np.int32(row[q0 + l])
-            out[o + 64 * j + l] = d1 * np.float32(q & 15) - mm1
-            out[o + 64 * j + 32 + l] = d2 * np.float32(q >> 4) - mm2
+@njit(cache=True)
+def _deq_q4_k(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 256):
+        p, o = 144 * b, 256 * b
+        d = f16_at(row, p)
+        dmin = f16_at(row, p + 2)
+        for j in range(4):                       # 64 values per pair of sub-blocks
+            s1, m1 = scale_min_k4(row, p + 4, 2 * j)
+            s2, m2 = scale_min_k4(row, p + 4, 2 * j + 1)
+            d1, d2 = d * np.float32(s1), d * np.float32(s2)
+            c1, c2 = dmin * np.float32(m1), dmin * np.float32(m2)
+            for l in range(32):
+                q = row[p + 16 + 32 * j + l]
+                out[o + 64 * j + l] = d1 * b_f32(b_and(q, 15)) - c1
+                out[o + 64 * j + 32 + l] = d2 * b_f32(b_shr(q, 4)) - c2
 
 
 @njit(inline="always", cache=True)
-def _deq_q5_k(row, p, out, o):
-    d = f16_at(row, p)
-    dmin = f16_at(row, p + 2)
-    for j in range(4):
-        s1, m1 = scale_min_k4(row, p + 4, 2 * j)
-        s2, m2 = scale_min_k4(row, p + 4, 2 * j + 1)
-        d1 = d * np.float32(s1)
-        d2 = d * np.float32(s2)
-        mm1 = dmin * np.float32(m1)
-        mm2 = dmin * np.float32(m2)
-        q0 = p + 48 + 32 * j
-        for l in range(32):
-            q = np.int32(row[q0 + l])
-            h = np.int32(row[p + 16 + l]) >> (2 * j)
-            out[o + 64 * j + l] = d1 * np.float32((q & 15) | ((h & 1) << 4)) - mm1
-            out[o + 64 * j + 32 + l] = d2 * np.float32((q >> 4) | ((h & 2) << 3)) - mm2
+def q5_k_values(q, h, hm1, hm2):
+    """The two 5-bit values of a Q5_K qs byte, high bits from qh byte ``h`` masks."""
+    return (b_or(b_and(q, 15), b_and(b_test(h, hm1), 16)),
+            b_or(b_shr(q, 4), b_and(b_test(h, hm2), 16)))
+
+
+@njit(cache=True)
+def _deq_q5_k(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 256):
+        p, o = 176 * b, 256 * b
+        d = f16_at(row, p)
+        dmin = f16_at(row, p + 2)
+        for j in range(4):
+            s1, m1 = scale_min_k4(row, p + 4, 2 * j)
+            s2, m2 = scale_min_k4(row, p + 4, 2 * j + 1)
+            d1, d2 = d * np.float32(s1), d * np.float32(s2)
+            c1, c2 = dmin * np.float32(m1), dmin * np.float32(m2)
+            hm1, hm2 = 1 << (2 * j), 2 << (2 * j)        # qh bits of the two sub-blocks
+            for l in range(32):
+                lo, hi = q5_k_values(row[p + 48 + 32 * j + l], row[p + 16 + l], hm1, hm2)
+                out[o + 64 * j + l] = d1 * b_f32(lo) - c1
+                out[o + 64 * j + 32 + l] = d2 * b_f32(hi) - c2
 
 
 @njit(inline="always", cache=True)
-def _deq_q6_k(row, p, out, o):
-    d = f16_at(row, p + 208)
-    for n in range(2):
-        ql = p + 64 * n
-        qh = p + 128 + 32 * n
-        sc = p + 192 + 8 * n
-        for h in range(2):                   # l in [0,16) uses scale is=0, [16,32) is=1
-            d1 = d * np.float32(np.int8(row[sc + h]))
-            d2 = d * np.float32(np.int8(row[sc + h + 2]))
-            d3 = d * np.float32(np.int8(row[sc + h + 4]))
-            d4 = d * np.float32(np.int8(row[sc + h + 6]))
-            for i in range(16):
-                l = 16 * h + i
-                a = np.int32(row[ql + l])
-                b = np.int32(row[ql + l + 32])
-                hh = np.int32(row[qh + l])
-                base = o + 128 * n + l
-                out[base] = d1 * np.float32(((a & 15) | ((hh & 3) << 4)) - 32)
-                out[base + 32] = d2 * np.float32(((b & 15) | (((hh >> 2) & 3) << 4)) - 32)
-                out[base + 64] = d3 * np.float32(((a >> 4) | (((hh >> 4) & 3) << 4)) - 32)
-                out[base + 96] = d4 * np.float32(((b >> 4) | (((hh >> 6) & 3) << 4)) - 32)
+def q6_k_values(a, c, hh):
+    """The four 6-bit values (before -32) from ql bytes a = ql[l], c = ql[l+32] and
+    qh byte hh = qh[l]: for outputs l, l+32, l+64, l+96 of a 128-half."""
+    return (b_or(b_and(a, 15), b_shl(b_and(hh, 3), 4)),
+            b_or(b_and(c, 15), b_shl(b_and(b_shr(hh, 2), 3), 4)),
+            b_or(b_shr(a, 4), b_shl(b_and(b_shr(hh, 4), 3), 4)),
+            b_or(b_shr(c, 4), b_shl(b_shr(hh, 6), 4)))
+
+
+@njit(cache=True)
+def _deq_q6_k(row, out):
+    out_of_line()
+    for b in range(out.shape[0] // 256):
+        p, o = 210 * b, 256 * b
+        d = f16_at(row, p + 208)
+        for n in range(2):
+            ql, qh, sc = p + 64 * n, p + 128 + 32 * n, p + 192 + 8 * n
+            for h in range(2):                   # l in [0,16) uses scale is=0, [16,32) is=1
+                d1 = d * sb_f32(row[sc + h])
+                d2 = d * sb_f32(row[sc + h + 2])
+                d3 = d * sb_f32(row[sc + h + 4])
+                d4 = d * sb_f32(row[sc + h + 6])
+                for i in range(16):
+                    l = 16 * h + i
+                    q1, q2, q3, q4 = q6_k_values(row[ql + l], row[ql + l + 32], row[qh + l])
+                    base = o + 128 * n + l
+                    out[base] = d1 * (b_f32(q1) - _32)
+                    out[base + 32] = d2 * (b_f32(q2) - _32)
+                    out[base + 64] = d3 * (b_f32(q3) - _32)
+                    out[base + 96] = d4 * (b_f32(q4) - _32)
 
 
 @njit(inline="always", cache=True)
@@ -294,49 +358,25 @@ def dequantize_row(code, row, out):
         for i in range(k):
             out[i] = bf16_to_f32(v[i])
     elif code == Q4_0:
-        for b in range(k // 32):
-            _deq_q4_0(row, 18 * b, out, 32 * b)
+        _deq_q4_0(row, out)
     elif code == Q4_1:
-        for b in range(k // 32):
-            _deq_q4_1(row, 20 * b, out, 32 * b)
+        _deq_q4_1(row, out)
     elif code == Q5_0:
-        for b in range(k // 32):
-            _deq_q5_0(row, 22 * b, out, 32 * b)
+        _deq_q5_0(row, out)
     elif code == Q5_1:
-        for b in range(k // 32):
-            _deq_q5_1(row, 24 * b, out, 32 * b)
+        _deq_q5_1(row, out)
     elif code == Q8_0:
-        for b in range(k // 32):
-            _deq_q8_0(row, 34 * b, out, 32 * b)
+        _deq_q8_0(row, out)
     elif code == Q2_K:
-        for b in range(k // 256):
-            _deq_q2_k(row, 84 * b, out, 256 * b)
+        _deq_q2_k(row, out)
     elif code == Q3_K:
-        for b in range(k // 256):
-            _deq_q3_k(row, 110 * b, out, 256 * b)
+        _deq_q3_k(row, out)
     elif code == Q4_K:
-        for b in range(k // 256):
-            _deq_q4_k(row, 144 * b, out, 256 * b)
+        _deq_q4_k(row, out)
     elif code == Q5_K:
-        for b in range(k // 256):
-            _deq_q5_k(row, 176 * b, out, 256 * b)
+        _deq_q5_k(row, out)
     elif code == Q6_K:
-        for b in range(k // 256):
-            _deq_q6_k(row, 210 * b, out, 256 * b)
-
-
-@njit(parallel=True, cache=True)
-def _dequantize_rows(w, code, out):
-    for r in prange(w.shape[0]):
-        dequantize_row(code, w[r], out[r])
-
-
-def dequantize(w_raw: np.ndarray, qtype: QT, k: int) -> np.ndarray:
-    """Decode every row (for tests and small tensors; weights are decoded on the fly)."""
-    w = check_weight(w_raw, qtype, k)
-    out = np.empty((w.shape[0], k), dtype=np.float32)
-    _dequantize_rows(w, np.int64(QT(qtype)), out)
-    return out
+        _deq_q6_k(row, out)
 
 
 # ---------------------------------------------------------------------------- activations
@@ -501,8 +541,6 @@ def _quantize_rows(x, code, x86, out):
             quantize_row_f16(x[r], out[r].view(np.uint16))
         elif code == BF16:
             quantize_row_bf16(x[r], out[r].view(np.uint16))
-        else:
-            out[r].view(np.float32)[:] = x[r]
 
 
 def quantize_activations(x: np.ndarray, qtype: QT, x86: bool = True) -> np.ndarray:
@@ -511,6 +549,8 @@ def quantize_activations(x: np.ndarray, qtype: QT, x86: bool = True) -> np.ndarr
     qtype = QT(qtype)
     if qtype not in (QT.Q8_0, QT.Q8_1, QT.Q8_K, QT.F16, QT.BF16, QT.F32):
         raise ValueError(f"{qtype.name} is not an activation (vec_dot) type")
+    if qtype == QT.F32:
+        return x.view(np.uint8)
     out = np.empty((x.shape[0], row_bytes(qtype, x.shape[1])), dtype=np.uint8)
     _quantize_rows(x, np.int64(qtype), x86, out)
     return out

@@ -32,10 +32,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .bits import (b_and, b_f32, b_or, b_shl, b_shr, b_sub, b_test, bf16_to_f32, f16_at,
-                   f16_to_f32, out_of_line, prefer_512bit, sb_f32, stack_f32, u32_at, u32_bit_f32)
+from .bits import (b_and, b_f32, b_shr, bf16_to_f32, f16_at, f16_to_f32, out_of_line,
+                   prefer_512bit, sb_f32, stack_f32, u32_at, u32_bit_f32)
 from .quants import (BF16, F16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
-                     _q3_k_scale, scale_min_k4)
+                     _q3_k_scale, q3_k_value, q5_k_values, q6_k_values, scale_min_k4)
 
 F = np.float32
 _8, _16, _32 = F(8), F(16), F(32)
@@ -207,13 +207,6 @@ def _dot_q2_k(row, x, xs):
     return _lanes(acc) - mins
 
 
-@njit(inline="always", cache=True)
-def _q3_k_q(q, shift, hbyte, hmask):
-    """A Q3_K value as float: 2 low bits, minus 4 unless its hmask bit is set."""
-    lq = b_and(b_shr(q, shift), 3)
-    return sb_f32(b_sub(b_or(lq, b_and(b_test(hbyte, hmask), 4)), 4))
-
-
 @njit(fastmath=True, cache=True)
 def _dot_q3_k(row, x, xs):
     prefer_512bit()
@@ -233,10 +226,10 @@ def _dot_q3_k(row, x, xs):
                 qo, xo = p + 32 + 32 * n + 16 * h, o + 128 * n + 16 * h
                 for l in range(16):
                     q, hb = row[qo + l], row[p + 16 * h + l]
-                    acc[l] += (d0 * (_q3_k_q(q, 0, hb, m) * x[xo + l])
-                               + d1 * (_q3_k_q(q, 2, hb, m << 1) * x[xo + 32 + l])
-                               + d2 * (_q3_k_q(q, 4, hb, m << 2) * x[xo + 64 + l])
-                               + d3 * (_q3_k_q(q, 6, hb, m << 3) * x[xo + 96 + l]))
+                    acc[l] += (d0 * (q3_k_value(q, 0, hb, m) * x[xo + l])
+                               + d1 * (q3_k_value(q, 2, hb, m << 1) * x[xo + 32 + l])
+                               + d2 * (q3_k_value(q, 4, hb, m << 2) * x[xo + 64 + l])
+                               + d3 * (q3_k_value(q, 6, hb, m << 3) * x[xo + 96 + l]))
     return _lanes(acc)
 
 
@@ -290,9 +283,7 @@ def _dot_q5_k(row, x, xs):
             qo, xo = p + 48 + 32 * j, o + 64 * j
             hm1, hm2 = 1 << (2 * j), 2 << (2 * j)     # qh bits of the two sub-blocks
             for l in range(32):
-                q, h = row[qo + l], row[p + 16 + l]
-                lo = b_or(b_and(q, 15), b_and(b_test(h, hm1), 16))
-                hi = b_or(b_shr(q, 4), b_and(b_test(h, hm2), 16))
+                lo, hi = q5_k_values(row[qo + l], row[p + 16 + l], hm1, hm2)
                 acc[l] += d1 * (b_f32(lo) * x[xo + l]) + d2 * (b_f32(hi) * x[xo + 32 + l])
     return _lanes(acc) - _k4_mins(row, 176, xs)
 
@@ -315,11 +306,7 @@ def _dot_q6_k(row, x, xs):
                 d4 = d * sb_f32(row[sc + h + 6])
                 for i in range(16):
                     l = 16 * h + i
-                    a, c, hh = row[ql + l], row[ql + l + 32], row[qh + l]
-                    q1 = b_or(b_and(a, 15), b_shl(b_and(hh, 3), 4))
-                    q2 = b_or(b_and(c, 15), b_shl(b_and(b_shr(hh, 2), 3), 4))
-                    q3 = b_or(b_shr(a, 4), b_shl(b_and(b_shr(hh, 4), 3), 4))
-                    q4 = b_or(b_shr(c, 4), b_shl(b_shr(hh, 6), 4))
+                    q1, q2, q3, q4 = q6_k_values(row[ql + l], row[ql + l + 32], row[qh + l])
                     xo = o + 128 * n + l
                     acc[i] += (d1 * ((b_f32(q1) - _32) * x[xo])
                                + d2 * ((b_f32(q2) - _32) * x[xo + 32])
@@ -332,8 +319,6 @@ def _dot_q6_k(row, x, xs):
 def dot_row(code, row, x, xs):
     """sum_k w[k]*x[k] for the raw row ``row`` (uint8) of weight type ``code``;
     ``xs`` = :func:`x_sums16` of ``x``."""
-    prefer_512bit()
-    out_of_line()
     if code == Q4_K:
         return _dot_q4_k(row, x, xs)
     if code == Q6_K:

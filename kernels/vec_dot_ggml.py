@@ -30,7 +30,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 from numba import njit
 
-from .bits import bf16_to_f32, f16_at, f16_to_f32, u32_at
+from .bits import bf16_to_f32, f16_at, f16_to_f32, out_of_line, u32_at
 from .quants import (BF16, F16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                      _q3_k_scale, scale_min_k4)
 
@@ -60,6 +60,7 @@ def _f32_at(buf, p):
 
 @njit(cache=True)
 def _ggml_q4_0(row, y):          # block_q4_0 x block_q8_0 (34 B)
+    out_of_line()
     sumf = F(0)
     for ib in range(row.shape[0] // 18):
         p, py = 18 * ib, 34 * ib
@@ -73,6 +74,7 @@ def _ggml_q4_0(row, y):          # block_q4_0 x block_q8_0 (34 B)
 
 @njit(cache=True)
 def _ggml_q4_1(row, y):          # block_q4_1 x block_q8_1 (36 B: d, s, qs)
+    out_of_line()
     sumf = F(0)
     for ib in range(row.shape[0] // 20):
         p, py = 20 * ib, 36 * ib
@@ -87,6 +89,7 @@ def _ggml_q4_1(row, y):          # block_q4_1 x block_q8_1 (36 B: d, s, qs)
 
 @njit(cache=True)
 def _ggml_q5_0(row, y):
+    out_of_line()
     sumf = F(0)
     for ib in range(row.shape[0] // 22):
         p, py = 22 * ib, 34 * ib
@@ -103,6 +106,7 @@ def _ggml_q5_0(row, y):
 
 @njit(cache=True)
 def _ggml_q5_1(row, y):
+    out_of_line()
     sumf = F(0)
     for ib in range(row.shape[0] // 24):
         p, py = 24 * ib, 36 * ib
@@ -120,6 +124,7 @@ def _ggml_q5_1(row, y):
 
 @njit(cache=True)
 def _ggml_q8_0(row, y):
+    out_of_line()
     sumf = F(0)
     for ib in range(row.shape[0] // 34):
         p = 34 * ib
@@ -136,6 +141,7 @@ def _ggml_q8_0(row, y):
 
 @njit(cache=True)
 def _ggml_q2_k(row, y):
+    out_of_line()
     sumf = F(0)
     for i in range(row.shape[0] // 84):
         p, py = 84 * i, 292 * i
@@ -169,6 +175,7 @@ def _add_lanes(sumf, sums):
 
 @njit(cache=True)
 def _ggml_q3_k(row, y):
+    out_of_line()
     sums = np.zeros(8, dtype=np.float32)
     aux32 = np.zeros(8, dtype=np.int64)
     for i in range(row.shape[0] // 110):
@@ -197,6 +204,7 @@ def _k4_mins_ggml(row, p, y, py):
 
 @njit(cache=True)
 def _ggml_q4_k(row, y):
+    out_of_line()
     sums = np.zeros(8, dtype=np.float32)
     aux32 = np.zeros(8, dtype=np.int64)
     sumf = F(0)
@@ -220,6 +228,7 @@ def _ggml_q4_k(row, y):
 
 @njit(cache=True)
 def _ggml_q5_k(row, y):
+    out_of_line()
     sums = np.zeros(8, dtype=np.float32)
     aux32 = np.zeros(8, dtype=np.int64)
     sumf = F(0)
@@ -229,7 +238,8 @@ def _ggml_q5_k(row, y):
         for k in range(256):
             j, l, hi = k // 64, k % 32, (k // 32) % 2
             q = np.int64(row[p + 48 + 32 * j + l])
-            a = ((q >> 4) if hi else (q & 15)) + (16 if (np.int64(row[p + 16 + l]) >> (k // 32)) & 1 else 0)
+            hbit = (np.int64(row[p + 16 + l]) >> (k // 32)) & 1
+            a = ((q >> 4) if hi else (q & 15)) + 16 * hbit
             sc, _ = scale_min_k4(row, p + 4, k // 32)
             aux32[k % 8] += sc * (_i8(y, py + 4 + k) * a)
         sumi = _k4_mins_ggml(row, p, y, py)
@@ -243,6 +253,7 @@ def _ggml_q5_k(row, y):
 
 @njit(cache=True)
 def _ggml_q6_k(row, y):
+    out_of_line()
     sums = np.zeros(8, dtype=np.float32)
     aux32 = np.zeros(8, dtype=np.int64)
     for i in range(row.shape[0] // 210):
@@ -265,6 +276,7 @@ def _ggml_q6_k(row, y):
 
 @njit(cache=True)
 def _ggml_f32(row, y):
+    out_of_line()
     w, v = row.view(np.float32), y.view(np.float32)
     s = 0.0
     for i in range(w.shape[0]):
@@ -274,6 +286,7 @@ def _ggml_f32(row, y):
 
 @njit(cache=True)
 def _ggml_f16(row, y):
+    out_of_line()
     w, v = row.view(np.uint16), y.view(np.uint16)
     s = 0.0
     for i in range(w.shape[0]):
@@ -283,6 +296,7 @@ def _ggml_f16(row, y):
 
 @njit(cache=True)
 def _ggml_bf16(row, y):
+    out_of_line()
     w, v = row.view(np.uint16), y.view(np.uint16)
     s = 0.0
     for i in range(w.shape[0]):
@@ -426,17 +440,17 @@ def _k_values(qt: QT, blk: np.ndarray):
         sc, _ = gq.Q4_K.get_scale_min(blk[..., 4:16].reshape(-1, 12))
         sc = np.repeat(sc.reshape(M, nb, 8).astype(np.int64), 32, axis=-1)
         qs = blk[..., 16:144] if qt == QT.Q4_K else blk[..., 48:176]
-        a = ((qs.reshape(M, nb, 4, 1, 32).astype(np.int64) >> np.array([0, 4]).reshape(1, 1, 1, 2, 1))
-             & 15).reshape(M, nb, 256)
+        shifts = np.array([0, 4]).reshape(1, 1, 1, 2, 1)
+        a = ((qs.reshape(M, nb, 4, 1, 32).astype(np.int64) >> shifts) & 15).reshape(M, nb, 256)
         if qt == QT.Q5_K:
             qh = blk[..., 16:48].reshape(M, nb, 1, 32).astype(np.int64)
             a = a + 16 * ((qh >> np.arange(8).reshape(1, 1, 8, 1)) & 1).reshape(M, nb, 256)
         return a, sc
     # Q6_K (gguf-py's dequantize order)
-    ql = blk[..., 0:128].reshape(M, nb, 2, 1, 64).astype(np.int64) >> np.array([0, 4]).reshape(1, 1, 1, 2, 1)
-    ql = (ql & 15).reshape(M, nb, 8, 32)
-    qh = blk[..., 128:192].reshape(M, nb, 2, 1, 32).astype(np.int64) >> (2 * np.arange(4)).reshape(1, 1, 1, 4, 1)
-    qh = (qh & 3).reshape(M, nb, 8, 32)
+    ql = blk[..., 0:128].reshape(M, nb, 2, 1, 64).astype(np.int64)
+    ql = ((ql >> np.array([0, 4]).reshape(1, 1, 1, 2, 1)) & 15).reshape(M, nb, 8, 32)
+    qh = blk[..., 128:192].reshape(M, nb, 2, 1, 32).astype(np.int64)
+    qh = ((qh >> (2 * np.arange(4)).reshape(1, 1, 1, 4, 1)) & 3).reshape(M, nb, 8, 32)
     a = ((ql | (qh << 4)) - 32).reshape(M, nb, 256)
     sc = blk[..., 192:208].view(np.int8).astype(np.int64)
     return a, np.repeat(sc, 16, axis=-1)

@@ -1,0 +1,186 @@
+"""flash_attn_ext: fused attention with online softmax, as ggml-cpu/ops.cpp
+``ggml_compute_forward_flash_attn_ext_f16_one_chunk``.
+
+Layouts (numpy order; llama.cpp's views after its permutes)::
+
+    q    [H,   T,    DK]  float32            (ggml ne [DK, T, H])
+    k    [Hkv, n_kv, DK]  float16 or float32 (ne [DK, n_kv, Hkv])
+    v    [Hkv, n_kv, DV]  float16 or float32 (ne [DV, n_kv, Hkv], not transposed)
+    mask [Hm,  T',   n_kv] float16, T' >= T, Hm divides H (or None)
+    out  [T,   H,    DV]  float32            (ne [DV, H, T]: heads interleaved)
+
+GQA: query head ``h`` reads kv head ``h // (H // Hkv)``.
+
+Per (token, head), following the one_chunk loop:
+
+* q is converted to K's vec_dot_type first (F16 K: q rounded to F16), and
+  ``s = dot(k_j, q)`` is ggml_vec_dot_f16/f32 (float32 products, float64 sum);
+* ``s = s*scale`` (``scale/softcap`` then ``softcap*tanhf(s)`` with softcap); then
+  ``s += slope*mask`` (ALiBi slope as :mod:`.softmax`); masked (-inf) keys are skipped;
+* online softmax: on a new maximum the accumulator is scaled by ``expf(M_old - M)``,
+  otherwise the value weight is ``expf(s - M)``;
+* with F16 V the accumulator itself is F16 (``VKQ16``: every scale and
+  multiply-add is rounded to F16, FMA as ggml's SIMD); with F32 V it is float32;
+* optional sinks, then ``out = VKQ / S``.
+
+llama.cpp switches to a tiled kernel for >= ``Q_TILE`` queries and to a split-KV
+kernel for single-token decode with >= 512 keys; those accumulate in float32 and
+round differently. The reference is a numpy loop over keys doing the same steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .bits import f16_round, f16_to_f32, fma_f32
+from .softmax import alibi_slopes
+
+F = np.float32
+
+
+@njit(parallel=True, cache=True)
+def _flash_attn(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                sinks, has_sinks, out):
+    n_head, n_tok, dk = q.shape
+    n_kv_head, n_kv = (k16.shape[0], k16.shape[1]) if kv_f16[0] else (k32.shape[0], k32.shape[1])
+    dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
+    k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
+    rk, rv = n_head // n_kv_head, n_head // n_kv_head
+    if softcap != F(0):
+        scale = scale / softcap
+    for r in prange(n_head * n_tok):
+        h, t = r // n_tok, r % n_tok
+        slope = slopes[h]
+        qf = np.empty(dk, dtype=np.float32)              # q in K's vec_dot_type
+        for i in range(dk):
+            qf[i] = f16_round(q[h, t, i]) if k_is_f16 else q[h, t, i]
+        acc = np.zeros(dv, dtype=np.float32)             # VKQ16 (F16 values) or VKQ32
+        s_sum = F(0)
+        m = F(-np.inf)
+        hk, hv = h // rk, h // rv
+        for j in range(n_kv):
+            mv = slope * f16_to_f32(mask[h % mask.shape[0], t, j]) if has_mask else F(0)
+            if mv == F(-np.inf):
+                continue
+            s = 0.0
+            for i in range(dk):
+                kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
+                s += np.float64(kv * qf[i])
+            s32 = F(s) * scale
+            if softcap != F(0):
+                s32 = softcap * np.tanh(s32)
+            s32 += mv
+            ms = F(1)
+            vs = F(1)
+            if s32 > m:
+                ms = np.exp(m - s32)
+                m = s32
+                for d in range(dv):
+                    acc[d] = f16_round(acc[d] * ms) if v_is_f16 else acc[d] * ms
+            else:
+                vs = np.exp(s32 - m)
+            for d in range(dv):
+                if v_is_f16:
+                    acc[d] = f16_round(fma_f32(f16_to_f32(v16[hv, j, d]), vs, acc[d]))
+                else:
+                    acc[d] = fma_f32(v32[hv, j, d], vs, acc[d])
+            s_sum = s_sum * ms + vs
+        if has_sinks:
+            sk = sinks[h]
+            ms = F(1)
+            vs = F(1)
+            if sk > m:
+                ms = np.exp(m - sk)
+                m = sk
+                for d in range(dv):
+                    acc[d] *= ms
+            else:
+                vs = np.exp(sk - m)
+            s_sum = s_sum * ms + vs
+        inv = F(0) if s_sum == F(0) else F(1) / s_sum
+        for d in range(dv):
+            out[t, h, d] = acc[d] * inv
+
+
+def _kv(a):
+    a = np.ascontiguousarray(a)
+    if a.dtype == np.float16:
+        return a.view(np.uint16), np.zeros((1, 1, 1), np.float32), True
+    return np.zeros((1, 1, 1), np.uint16), a.astype(np.float32, copy=False), False
+
+
+def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
+                   scale: float, max_bias: float = 0.0, softcap: float = 0.0,
+                   sinks: np.ndarray | None = None) -> np.ndarray:
+    """ggml_flash_attn_ext -> ``out[T, H, DV]`` float32 (see module doc for layouts)."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    n_head, n_tok, dk = q.shape
+    if k.shape[0] == 0 or n_head % k.shape[0] or k.shape[2] != dk or v.shape[:2] != k.shape[:2]:
+        raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape} do not fit "
+                         "(GQA needs H % Hkv == 0)")
+    k16, k32, k_f16 = _kv(k)
+    v16, v32, v_f16 = _kv(v)
+    has_mask = mask is not None
+    if has_mask:
+        m = np.asarray(mask, dtype=np.float16)
+        m = m.reshape((1,) * (3 - m.ndim) + m.shape)
+        if m.shape[1] < n_tok or m.shape[2] != k.shape[1] or n_head % m.shape[0]:
+            raise ValueError(f"mask {mask.shape} does not fit T={n_tok}, n_kv={k.shape[1]}")
+        m = np.ascontiguousarray(m).view(np.uint16)
+    else:
+        m = np.zeros((1, 1, 1), np.uint16)
+    has_sinks = sinks is not None
+    sk = np.ascontiguousarray(sinks if has_sinks else np.zeros(n_head), dtype=np.float32)
+    out = np.empty((n_tok, n_head, v.shape[2]), dtype=np.float32)
+    _flash_attn(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), m, has_mask, F(scale),
+                F(softcap), alibi_slopes(n_head, max_bias), sk, has_sinks, out)
+    return out
+
+
+def flash_attn_ext_ref(q, k, v, mask, scale, max_bias=0.0, softcap=0.0, sinks=None):
+    """numpy reference: the same per-key online-softmax steps, vectorized over (h, t)."""
+    q = np.asarray(q, dtype=np.float32)
+    n_head, n_tok, dk = q.shape
+    k_f16, v_f16 = k.dtype == np.float16, v.dtype == np.float16
+    rep = n_head // k.shape[0]
+    kf = np.repeat(np.asarray(k, dtype=np.float32), rep, axis=0)         # [H, n_kv, DK]
+    vf = np.repeat(np.asarray(v, dtype=np.float32), rep, axis=0)
+    qf = q.astype(np.float16).astype(np.float32) if k_f16 else q
+    scores = np.einsum("hkd,htd->htk", kf.astype(np.float64), qf.astype(np.float64))
+    sc = F(scale) / F(softcap) if softcap else F(scale)
+    s = (scores.astype(np.float32) * sc).astype(np.float32)
+    if softcap:
+        s = (F(softcap) * np.tanh(s)).astype(np.float32)
+    slopes = alibi_slopes(n_head, max_bias)[:, None, None]
+    if mask is not None:
+        m = np.asarray(mask, dtype=np.float16).astype(np.float32)
+        m = m.reshape((1,) * (3 - m.ndim) + m.shape)[:, :n_tok, :]
+        mv = (slopes * np.tile(m, (n_head // m.shape[0], 1, 1))).astype(np.float32)
+    else:
+        mv = np.zeros_like(s)
+    s = (s + mv).astype(np.float32)
+    rnd = (lambda a: a.astype(np.float16).astype(np.float32)) if v_f16 else (lambda a: a)
+    acc = np.zeros((n_head, n_tok, v.shape[2]), dtype=np.float32)
+    big_m = np.full((n_head, n_tok), -np.inf, dtype=np.float32)
+    big_s = np.zeros((n_head, n_tok), dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for j in range(k.shape[1]):
+            sj, live = s[..., j], mv[..., j] != -np.inf
+            new = live & (sj > big_m)
+            ms = np.where(new, np.exp(big_m - sj), F(1)).astype(np.float32)
+            vs = np.where(new | ~live, F(1), np.exp(sj - big_m)).astype(np.float32)
+            big_m = np.where(new, sj, big_m)
+            scaled = np.where(new[..., None], rnd(acc * ms[..., None]), acc)
+            upd = rnd((vf[:, None, j, :].astype(np.float64) * vs[..., None]
+                       + scaled.astype(np.float64)).astype(np.float32))   # one rounding: FMA
+            acc = np.where(live[..., None], upd, acc).astype(np.float32)
+            big_s = np.where(live, big_s * ms + vs, big_s).astype(np.float32)
+        if sinks is not None:
+            sk = np.asarray(sinks, dtype=np.float32)[:, None]
+            new = sk > big_m
+            ms = np.where(new, np.exp(big_m - sk), F(1)).astype(np.float32)
+            vs = np.where(new, F(1), np.exp(sk - big_m)).astype(np.float32)
+            acc = (acc * ms[..., None]).astype(np.float32)
+            big_s = (big_s * ms + vs).astype(np.float32)
+    inv = np.where(big_s == 0, F(0), F(1) / np.where(big_s == 0, F(1), big_s)).astype(np.float32)
+    return (acc * inv[..., None]).transpose(1, 0, 2).astype(np.float32)

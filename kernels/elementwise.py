@@ -1,0 +1,274 @@
+"""Element-wise ops: add/sub/mul/div with ggml broadcasting, scale, and activations.
+
+Shapes are numpy order (ggml ne reversed): ``a`` up to 4-D, float32.
+
+Broadcasting is ggml's ``ggml_can_repeat``, not numpy's: every dim of ``b`` must
+divide the matching dim of ``a`` and ``b`` is *tiled* over ``a`` (element ``i`` of a
+row of ``a`` meets ``b[i % len(b)]``; binary-ops.cpp ``apply_binary_op``). Exact: one
+float32 rounding per element, same as the numpy reference.
+
+Activations, float32 (vec.h):
+
+* ``silu(x) = x / (1 + expf(-x))``; ``tanh``: ``tanhf``.
+* ``gelu``: the tanh form ``0.5x(1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2)))``.
+* ``gelu_f16_table``: what ggml's CPU backend actually computes (``GGML_GELU_FP16``):
+  x <= -10 -> 0, x >= 10 -> x, otherwise x is rounded to F16 and looked up in a
+  65536-entry table of F16 results computed in float32 with the tanh formula.
+* ``swiglu(a, b) = silu(a) * b``, ``geglu(a, b) = gelu(a) * b`` (the split forms),
+  ``geglu_f16_table`` with the table GELU.
+
+ggml's x86 SIMD loops compute ``expf`` for silu/softmax with their own polynomial
+(``ggml_v_expf``, <= 2 ulp from libm), so silu here can differ from llama.cpp by a
+couple of float32 ulp. The references below compute in float64.
+"""
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+from numba import njit, prange
+
+from .bits import f16_to_f32, f32_to_f16, fma_f32
+
+F = np.float32
+OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
+
+# vec.h constants
+GELU_COEF_A = F(0.044715)
+SQRT_2_OVER_PI = F(0.79788456080286535587989211986876)
+
+
+# ---------------------------------------------------------------------------- binary
+
+
+def _as4d(a: np.ndarray) -> np.ndarray:
+    if a.ndim > 4:
+        raise ValueError(f"at most 4 dims, got {a.shape}")
+    return a.reshape((1,) * (4 - a.ndim) + a.shape)
+
+
+def _check_repeat(a: np.ndarray, b: np.ndarray) -> None:
+    if b.ndim > a.ndim or any(da % db for da, db in zip(a.shape[::-1], b.shape[::-1])):
+        raise ValueError(f"b {b.shape} cannot be repeated over a {a.shape} (ggml_can_repeat)")
+
+
+@njit(inline="always", cache=True)
+def _op(code, x, y):
+    if code == 0:
+        return x + y
+    if code == 1:
+        return x - y
+    if code == 2:
+        return x * y
+    return x / y
+
+
+@njit(parallel=True, cache=True)
+def _binary(a, b, code, out):
+    # a, out: [d3, d2, d1, d0]; b: [e3, e2, e1, e0], each e divides its d
+    d3, d2, d1, d0 = a.shape
+    e3, e2, e1, e0 = b.shape
+    for r in prange(d3 * d2 * d1):
+        i3, i2, i1 = r // (d2 * d1), (r // d1) % d2, r % d1
+        brow = b[i3 % e3, i2 % e2, i1 % e1]
+        arow, orow = a[i3, i2, i1], out[i3, i2, i1]
+        for i in range(d0):
+            orow[i] = _op(code, arow[i], brow[i % e0])
+
+
+def binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a op b`` with ``b`` repeated over ``a`` (ggml add/sub/mul/div), float32."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    b = np.ascontiguousarray(b, dtype=np.float32)
+    _check_repeat(a, b)
+    out = np.empty_like(a)
+    _binary(_as4d(a), _as4d(b), np.int64(OPS[op]), _as4d(out))
+    return out
+
+
+def add(a, b):
+    return binary("add", a, b)
+
+
+def mul(a, b):
+    return binary("mul", a, b)
+
+
+def binary_ref(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy reference: tile ``b`` to ``a``'s shape, then the float32 op."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32).reshape((1,) * (a.ndim - b.ndim) + b.shape)
+    bt = np.tile(b, [da // db for da, db in zip(a.shape, b.shape)])
+    return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op](a, bt)
+
+
+# ---------------------------------------------------------------------------- unary
+
+
+@njit(inline="always", cache=True)
+def silu_f32(x):
+    return x / (F(1) + np.exp(-x))
+
+
+@njit(inline="always", cache=True)
+def gelu_f32(x):
+    """ggml_gelu_f32 (vec.h)."""
+    return F(0.5) * x * (F(1) + np.tanh(SQRT_2_OVER_PI * x * (F(1) + GELU_COEF_A * x * x)))
+
+
+@njit(inline="always", cache=True)
+def _gelu_lut(x, table):
+    """ggml_vec_gelu_f32 with GGML_GELU_FP16."""
+    if x <= F(-10):
+        return F(0)
+    if x >= F(10):
+        return x
+    return f16_to_f32(table[f32_to_f16(x)])
+
+
+@njit(parallel=True, cache=True)
+def _unary(x, code, s, b, table, out):
+    for i in prange(x.shape[0]):
+        v = x[i]
+        if code == 0:
+            out[i] = silu_f32(v)
+        elif code == 1:
+            out[i] = gelu_f32(v)
+        elif code == 2:
+            out[i] = _gelu_lut(v, table)
+        elif code == 3:
+            out[i] = np.tanh(v)
+        elif code == 4:
+            out[i] = v * s
+        else:
+            out[i] = fma_f32(v, s, b)
+
+
+@njit(parallel=True, cache=True)
+def _gated(a, g, code, table, out):
+    for i in prange(a.shape[0]):
+        v = a[i]
+        if code == 0:
+            out[i] = silu_f32(v) * g[i]
+        elif code == 1:
+            out[i] = gelu_f32(v) * g[i]
+        else:
+            out[i] = _gelu_lut(v, table) * g[i]
+
+
+@njit(cache=True)
+def _build_gelu_table(table):
+    # ggml-cpu.c ggml_cpu_init: table[i] = fp16(gelu_f32(fp32(half i)))
+    for i in range(65536):
+        table[i] = f32_to_f16(gelu_f32(f16_to_f32(np.uint16(i))))
+
+
+@cache
+def gelu_table() -> np.ndarray:
+    """ggml_table_gelu_f16: uint16[65536] F16 bits of GELU at every F16 value."""
+    table = np.empty(65536, dtype=np.uint16)
+    _build_gelu_table(table)
+    return table
+
+
+_NO_TABLE = np.zeros(1, dtype=np.uint16)
+
+
+def _run_unary(x, code, s=1.0, b=0.0, table=_NO_TABLE):
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    _unary(x.reshape(-1), np.int64(code), F(s), F(b), table, out.reshape(-1))
+    return out
+
+
+def silu(x):
+    return _run_unary(x, 0)
+
+
+def gelu(x):
+    return _run_unary(x, 1)
+
+
+def gelu_f16_table(x):
+    return _run_unary(x, 2, table=gelu_table())
+
+
+def tanh(x):
+    return _run_unary(x, 3)
+
+
+def scale(x, s: float, b: float = 0.0):
+    """ggml_scale(_bias): ``x*s`` (``fma(x, s, b)`` when there is a bias, as ggml's SIMD)."""
+    return _run_unary(x, 4 if b == 0.0 else 5, s, b)
+
+
+def _run_gated(a, g, code, table=_NO_TABLE):
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    g = np.ascontiguousarray(g, dtype=np.float32)
+    if a.shape != g.shape:
+        raise ValueError(f"gate shapes differ: {a.shape} vs {g.shape}")
+    out = np.empty_like(a)
+    _gated(a.reshape(-1), g.reshape(-1), np.int64(code), table, out.reshape(-1))
+    return out
+
+
+def swiglu(a, g):
+    """silu(a) * g (ggml_swiglu_split)."""
+    return _run_gated(a, g, 0)
+
+
+def geglu(a, g):
+    """gelu(a) * g with the exact tanh GELU."""
+    return _run_gated(a, g, 1)
+
+
+def geglu_f16_table(a, g):
+    """gelu(a) * g with ggml's F16-table GELU (ggml_vec_geglu_f32)."""
+    return _run_gated(a, g, 2, gelu_table())
+
+
+# ---------------------------------------------------------------------------- references
+
+
+def silu_ref(x):
+    x = np.asarray(x, dtype=np.float64)
+    return (x / (1.0 + np.exp(-x))).astype(np.float32)
+
+
+def gelu_ref(x):
+    x = np.asarray(x, dtype=np.float64)
+    c = np.sqrt(2.0 / np.pi)
+    return (0.5 * x * (1.0 + np.tanh(c * x * (1.0 + 0.044715 * x * x)))).astype(np.float32)
+
+
+def gelu_f32_ref(x):
+    """ggml_gelu_f32's float32 arithmetic in numpy; tanh is float64 rounded to float32
+    (what glibc's tanhf returns; numpy's own float32 tanh is a few ulp off, which the
+    cancellation in 1 + tanh(..) for x < 0 would magnify)."""
+    x = np.asarray(x, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        inner = SQRT_2_OVER_PI * x * (F(1) + GELU_COEF_A * x * x)
+        th = np.tanh(inner.astype(np.float64)).astype(np.float32)
+        return (F(0.5) * x * (F(1) + th)).astype(np.float32)
+
+
+def gelu_table_ref() -> np.ndarray:
+    """ggml_table_gelu_f16 from the float32 formula in numpy."""
+    f = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    return gelu_f32_ref(f).astype(np.float16).view(np.uint16)
+
+
+def gelu_f16_table_ref(x, table=None):
+    x = np.asarray(x, dtype=np.float32)
+    table = gelu_table_ref() if table is None else table
+    looked = table[x.astype(np.float16).view(np.uint16)].view(np.float16).astype(np.float32)
+    return np.where(x <= -10, np.float32(0), np.where(x >= 10, x, looked)).astype(np.float32)
+
+
+def tanh_ref(x):
+    return np.tanh(np.asarray(x, dtype=np.float64)).astype(np.float32)
+
+
+def scale_ref(x, s, b=0.0):
+    x = np.asarray(x, dtype=np.float64)
+    return (x * np.float32(s) + np.float32(b)).astype(np.float32)

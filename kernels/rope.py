@@ -1,0 +1,155 @@
+"""ggml_rope_ext, modes NORMAL (0, adjacent pairs) and NEOX (2, halves), with YaRN.
+
+``x`` is numpy ``[T, H, D]`` float32 (ggml ne [D, H, T]), ``pos`` int32 ``[T]``.
+The first ``n_dims`` values of each head are rotated, the rest copied.
+
+Angles (ggml-cpu/ops.cpp ``ggml_rope_cache_init`` / ``rope_yarn``, all float32)::
+
+    theta_scale = powf(freq_base, -2/n_dims)
+    theta_0     = pos;  theta_{i+1} = theta_i * theta_scale      (repeated multiply)
+    theta_e     = theta_i / freq_factors[i]                      (if given)
+    theta       = freq_scale * theta_e                           (interpolation)
+    if ext_factor != 0:                                          (YaRN)
+        mix   = ramp(corr_dims, 2i) * ext_factor
+        theta = theta * (1 - mix) + theta_e * mix
+        mscale = attn_factor * (1 + 0.1 * logf(1 / freq_scale))
+    cos, sin = cosf(theta) * mscale, sinf(theta) * mscale
+
+``corr_dims`` is ggml.c ``ggml_rope_yarn_corr_dims`` (from n_ctx_orig, beta_fast,
+beta_slow). Pair i is (x[2i], x[2i+1]) for NORMAL and (x[i], x[i + n_dims/2]) for
+NEOX, rotated as ``(x0 cos - x1 sin, x0 sin + x1 cos)``.
+
+The reference repeats the float32 recurrence in numpy and uses float32 ``np.cos``;
+llama.cpp's compiler may fuse the rotation into FMAs, so expect ~1 ulp differences.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+F = np.float32
+NORMAL, NEOX = 0, 2
+
+
+def yarn_corr_dims(n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float,
+                   beta_slow: float) -> tuple[float, float]:
+    """ggml_rope_yarn_corr_dims (ggml.c), float32."""
+    def corr_dim(n_rot):
+        return F(n_dims) * F(math.log(F(n_ctx_orig) / (F(n_rot) * F(2) * F(math.pi)))) \
+            / (F(2) * F(math.log(F(freq_base))))
+    start = F(math.floor(corr_dim(beta_fast)))
+    end = F(math.ceil(corr_dim(beta_slow)))
+    return float(max(F(0), start)), float(min(F(n_dims - 1), end))
+
+
+@njit(inline="always", cache=True)
+def _ramp(low, high, i0):
+    y = (F(i0 // 2) - low) / max(F(0.001), high - low)
+    return F(1) - min(F(1), max(F(0), y))
+
+
+@njit(cache=True)
+def _cache(p, n_dims, theta_scale, freq_scale, ff, has_ff, low, high, ext_factor,
+           attn_factor, cos, sin):
+    theta = F(p)
+    for i in range(n_dims // 2):
+        theta_e = theta / ff[i] if has_ff else theta
+        theta_i = freq_scale * theta_e
+        t = theta_i
+        mscale = attn_factor
+        if ext_factor != F(0):
+            mix = _ramp(low, high, 2 * i) * ext_factor
+            t = theta_i * (F(1) - mix) + theta_e * mix
+            mscale *= F(1) + F(0.1) * np.log(F(1) / freq_scale)
+        cos[i] = np.cos(t) * mscale
+        sin[i] = np.sin(t) * mscale
+        theta *= theta_scale
+
+
+@njit(parallel=True, cache=True)
+def _rope(x, pos, n_dims, mode, theta_scale, freq_scale, ff, has_ff, low, high,
+          ext_factor, attn_factor, out):
+    t_len, n_head, d = x.shape
+    half = n_dims // 2
+    for t in prange(t_len):
+        cos = np.empty(half, dtype=np.float32)
+        sin = np.empty(half, dtype=np.float32)
+        _cache(pos[t], n_dims, theta_scale, freq_scale, ff, has_ff, low, high, ext_factor,
+               attn_factor, cos, sin)
+        for h in range(n_head):
+            src, dst = x[t, h], out[t, h]
+            for i in range(half):
+                a, b = (2 * i, 2 * i + 1) if mode == NORMAL else (i, i + half)
+                x0, x1 = src[a], src[b]
+                dst[a] = x0 * cos[i] - x1 * sin[i]
+                dst[b] = x0 * sin[i] + x1 * cos[i]
+            for i in range(n_dims, d):
+                dst[i] = src[i]
+
+
+def _params(n_dims, freq_base, n_ctx_orig, beta_fast, beta_slow, freq_factors, ext_factor):
+    theta_scale = F(F(freq_base) ** (F(-2.0) / F(n_dims)))
+    low, high = (yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
+                 if ext_factor != 0.0 else (0.0, 0.0))   # only YaRN reads them
+    has_ff = freq_factors is not None
+    ff = np.ascontiguousarray(freq_factors if has_ff else np.ones(1), dtype=np.float32)
+    if has_ff and ff.shape[0] < n_dims // 2:
+        raise ValueError(f"freq_factors needs {n_dims // 2} values, got {ff.shape[0]}")
+    return theta_scale, F(low), F(high), has_ff, ff
+
+
+def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: int = NORMAL,
+         freq_base: float = 10000.0, freq_scale: float = 1.0, n_ctx_orig: int = 0,
+         ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
+         beta_slow: float = 1.0, freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """ggml_rope_ext on ``x[T, H, D]`` with positions ``pos[T]`` (int32)."""
+    if mode not in (NORMAL, NEOX):
+        raise NotImplementedError(f"rope mode {mode} (only 0 NORMAL and 2 NEOX)")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 3 or n_dims % 2 or n_dims > x.shape[2]:
+        raise ValueError(f"x must be [T, H, D] with even n_dims <= D, got {x.shape}, {n_dims}")
+    theta_scale, low, high, has_ff, ff = _params(n_dims, freq_base, n_ctx_orig, beta_fast,
+                                                 beta_slow, freq_factors, ext_factor)
+    out = np.empty_like(x)
+    _rope(x, np.ascontiguousarray(pos, dtype=np.int32), n_dims, mode, theta_scale,
+          F(freq_scale), ff, has_ff, low, high, F(ext_factor), F(attn_factor), out)
+    return out
+
+
+def rope_ref(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: int = NORMAL,
+             freq_base: float = 10000.0, freq_scale: float = 1.0, n_ctx_orig: int = 0,
+             ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
+             beta_slow: float = 1.0, freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """numpy reference: the same float32 recurrence, vectorized over tokens."""
+    x = np.asarray(x, dtype=np.float32)
+    theta_scale, low, high, has_ff, ff = _params(n_dims, freq_base, n_ctx_orig, beta_fast,
+                                                 beta_slow, freq_factors, ext_factor)
+    half = n_dims // 2
+    theta = np.empty((x.shape[0], half), dtype=np.float32)
+    th = np.asarray(pos, dtype=np.float32)
+    for i in range(half):                                  # theta *= theta_scale, in order
+        theta[:, i] = th
+        th = (th * theta_scale).astype(np.float32)
+    theta_e = theta / ff[:half] if has_ff else theta
+    t = (F(freq_scale) * theta_e).astype(np.float32)
+    mscale = F(attn_factor)
+    if ext_factor != 0.0:
+        i0 = 2 * np.arange(half)
+        y = ((i0 // 2).astype(np.float32) - low) / max(F(0.001), F(high - low))
+        mix = (F(1) - np.minimum(F(1), np.maximum(F(0), y))).astype(np.float32) * F(ext_factor)
+        t = (t * (F(1) - mix) + theta_e * mix).astype(np.float32)
+        mscale = F(mscale * (F(1) + F(0.1) * F(np.log(F(1) / F(freq_scale)))))
+    cos = (np.cos(t) * mscale)[:, None, :]
+    sin = (np.sin(t) * mscale)[:, None, :]
+    out = x.copy()
+    if mode == NORMAL:
+        x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
+        out[..., 0:n_dims:2] = x0 * cos - x1 * sin
+        out[..., 1:n_dims:2] = x0 * sin + x1 * cos
+    else:
+        x0, x1 = x[..., :half], x[..., half:n_dims]
+        out[..., :half] = x0 * cos - x1 * sin
+        out[..., half:n_dims] = x0 * sin + x1 * cos
+    return out

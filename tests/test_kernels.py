@@ -1,0 +1,369 @@
+"""Numba kernels against their numpy references (kernels/*.py), on odd sizes.
+
+Tolerances, in the order of the file:
+
+* exact (``array_equal``): row decoding vs gguf-py, activation quantizers, ggml's
+  quantized dots vs their numpy reimplementation, binary ops, scale, the F16 GELU
+  table, set_rows, cpy, cont;
+* 1 float32 ulp: rms_norm/norm (float64 sums added in another order);
+* 1e-5 of ``|x| @ |W|.T``: mul_mat vs ``x @ dequantize(W).T`` (float32, other order);
+* a few ulp (``rtol`` 2e-6): silu/gelu/tanh/rope/softmax/flash attention, whose
+  transcendental functions come from libm in the kernel and from numpy's own float32
+  implementations (or float64) in the reference.
+
+The first run compiles every kernel (~1 min on 2 cores); numba's cache makes later
+runs take seconds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import quants as gq
+
+import fixtures as F
+from graphcost.kernels_loader import load_kernels
+from graphcost.resources import bundled
+
+K = load_kernels()
+Q, MM, GR = K.quants, K.matmul, K.get_rows
+E, NORM, ROPE, SM, FA, CACHE = K.elementwise, K.norm, K.rope, K.softmax, K.attention, K.cache
+
+TYPES = list(Q.SUPPORTED)
+IDS = [t.name for t in TYPES]
+
+
+def row_len(qt: QT) -> int:
+    """An odd number of blocks: 3 super-blocks (768) for K-quants, 3 blocks (96) for the
+    32-blocks, 97 for the float types."""
+    return {QT.F32: 97, QT.F16: 97, QT.BF16: 97}.get(qt, 768 if qt.name.endswith("_K") else 96)
+
+
+def weight(qt: QT, rows: int, seed: int = 0) -> np.ndarray:
+    """Raw ``[rows, row_bytes]`` uint8 weight from the shared fixture maker."""
+    w = F.make_weight(np.random.default_rng(seed), (rows, row_len(qt)), qt)
+    return np.ascontiguousarray(w).view(np.uint8).reshape(rows, -1)
+
+
+def bound_of(w, qt, x):
+    """|x| @ |W|.T in float64: the scale of a dot product's rounding error."""
+    wd = np.abs(Q.dequantize_ref(w, qt, x.shape[1])).astype(np.float64)
+    return np.abs(x).astype(np.float64) @ wd.T
+
+
+def rand(shape, seed=1, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- loader
+
+
+def test_loader_imports_the_bundled_directory_once():
+    assert K is load_kernels()
+    assert K.__name__ == "graphcost_kernels"
+    assert K.__path__ == [str(bundled("kernels"))]
+    assert K.matmul.__name__ == "graphcost_kernels.matmul"      # relative imports resolved
+
+
+# ---------------------------------------------------------------------------- quants
+
+
+@pytest.mark.parametrize("qt", TYPES, ids=IDS)
+def test_get_rows_decodes_like_gguf(qt):
+    w = weight(qt, 13)
+    idx = np.array([12, 0, 5, 5, 7])                              # repeats, out of order
+    got = GR.get_rows(w, qt, row_len(qt), idx)
+    assert got.shape == (5, row_len(qt)) and got.dtype == np.float32
+    assert np.array_equal(got, GR.get_rows_ref(w, qt, row_len(qt), idx))
+
+
+def test_get_rows_rejects_bad_index():
+    with pytest.raises(IndexError):
+        GR.get_rows(weight(QT.Q8_0, 3), QT.Q8_0, 96, [3])
+
+
+def test_unsupported_weight_type_is_refused():
+    with pytest.raises(NotImplementedError, match="IQ2_XXS"):
+        Q.check_weight(np.zeros((1, 66), np.uint8), QT.IQ2_XXS, 256)
+
+
+ACT = [(QT.Q8_0, True), (QT.Q8_0, False), (QT.Q8_1, True), (QT.Q8_1, False), (QT.Q8_K, True),
+       (QT.F16, True), (QT.BF16, True), (QT.F32, True)]
+
+
+@pytest.mark.parametrize("qt,x86", ACT, ids=[f"{t.name}-{'x86' if a else 'ref'}" for t, a in ACT])
+def test_activation_quantizers_match_reference(qt, x86):
+    x = rand((3, 768), scale=3.0)
+    x[1, 256:512] = 0.0                                           # an all-zero Q8_K block
+    got = Q.quantize_activations(x, qt, x86)
+    assert got.shape == (3, Q.row_bytes(qt, 768))
+    assert np.array_equal(got, Q.quantize_activations_ref(x, qt, x86))
+
+
+def test_q8_0_reference_rounding_is_ggml_ref_and_x86_rounds_ties_to_even():
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0], x[0, 1], x[0, 2] = 127.0, 2.5, -3.5                  # d = 1: x/d hits .5 ties
+    ref = Q.quantize_activations(x, QT.Q8_0, x86=False)
+    assert np.array_equal(ref, gq.quantize(x, QT.Q8_0))           # == quantize_row_q8_0_ref
+    assert list(ref[0, 2:5].view(np.int8)) == [127, 3, -4]        # roundf: away from zero
+    simd = Q.quantize_activations(x, QT.Q8_0, x86=True)
+    assert list(simd[0, 2:5].view(np.int8)) == [127, 2, -4]       # _mm256_round_ps: even
+
+
+def test_q8_1_block_is_36_bytes_as_in_ggml_common():
+    # gguf-py's GGML_QUANT_SIZES says 40 (an older float layout): 2 halves + 32 quants
+    assert Q.row_bytes(QT.Q8_1, 64) == 72
+
+
+# ---------------------------------------------------------------------------- matmul
+
+
+@pytest.mark.parametrize("n", [1, 3, 7], ids=["decode", "n3", "tiled"])
+@pytest.mark.parametrize("qt", TYPES, ids=IDS)
+def test_mul_mat_matches_dequantized_matmul(qt, n):
+    k, m = row_len(qt), 13
+    w, x = weight(qt, m), rand((n, k))
+    y = MM.mul_mat(w, qt, k, m, x)
+    assert y.shape == (n, m) and y.dtype == np.float32
+    assert np.all(np.abs(y - MM.mul_mat_ref(w, qt, k, m, x)) <= 1e-5 * bound_of(w, qt, x))
+
+
+@pytest.mark.parametrize("qt", [QT.Q4_K, QT.Q8_0, QT.F16], ids=["Q4_K", "Q8_0", "F16"])
+def test_mul_mat_tiled_path_over_many_partial_tiles(qt, monkeypatch):
+    k, m = row_len(qt), 23                                        # 8-row tiles: 8, 8, 7
+    monkeypatch.setattr(MM, "TILE_BYTES", 8 * 4 * k)
+    w, x = weight(qt, m, seed=3), rand((9, k), seed=4)
+    err = np.abs(MM.mul_mat(w, qt, k, m, x) - MM.mul_mat_ref(w, qt, k, m, x))
+    assert np.all(err <= 1e-5 * bound_of(w, qt, x))
+
+
+def test_mul_mat_uses_only_the_first_m_rows():
+    w, x = weight(QT.Q4_0, 9), rand((1, 96))
+    assert np.array_equal(MM.mul_mat(w, QT.Q4_0, 96, 5, x), MM.mul_mat(w[:5], QT.Q4_0, 96, 5, x))
+
+
+@pytest.mark.parametrize("n", [1, 3], ids=["decode", "n3"])
+@pytest.mark.parametrize("qt", TYPES, ids=IDS)
+def test_mul_mat_ggml_is_bit_exact_with_numpy_reimplementation(qt, n):
+    k, m = row_len(qt), 13
+    w, x = weight(qt, m), rand((n, k))
+    assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x), MM.mul_mat_ggml_ref(w, qt, k, m, x))
+
+
+@pytest.mark.parametrize("qt", TYPES, ids=IDS)
+def test_quantizing_activations_costs_less_than_a_percent(qt):
+    # relational: ggml's path differs from the float one only by x's quantization
+    k, m = row_len(qt), 13
+    w, x = weight(qt, m), rand((2, k))
+    diff = np.abs(MM.mul_mat_ggml(w, qt, k, m, x) - MM.mul_mat(w, qt, k, m, x))
+    assert np.all(diff <= 1e-2 * bound_of(w, qt, x))
+
+
+# ---------------------------------------------------------------------------- elementwise
+
+SHAPES = [((3, 5, 7), (5, 7)), ((3, 5, 7), (1, 1, 7)), ((2, 3, 5, 7), (1, 3, 1, 7)),
+          ((3, 5, 14), (5, 7)), ((6, 7), (3, 1)), ((4, 7), (7,))]
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("a_shape,b_shape", SHAPES, ids=[f"{a}x{b}" for a, b in SHAPES])
+def test_binary_ops_repeat_b_like_ggml_exactly(op, a_shape, b_shape):
+    a, b = rand(a_shape, 2), rand(b_shape, 3) + 3.0
+    assert np.array_equal(E.binary(op, a, b), E.binary_ref(op, a, b))
+
+
+def test_binary_refuses_b_that_does_not_divide_a():
+    with pytest.raises(ValueError, match="repeat"):
+        E.add(rand((4, 6)), rand((4, 4)))
+
+
+X = np.concatenate([rand(997, 5, scale=4.0), [0.0, -0.0, 9.99, 10.0, -10.0, 30.0, -30.0]])
+UNARY = [("silu", E.silu, E.silu_ref), ("gelu", E.gelu, E.gelu_ref), ("tanh", E.tanh, E.tanh_ref)]
+
+
+@pytest.mark.parametrize("name,fn,ref", UNARY, ids=[u[0] for u in UNARY])
+def test_activations_within_a_few_ulp(name, fn, ref):
+    # gelu's float32 formula cancels in 1 + tanh(..) for x < 0: ggml's own error there
+    # is ~ulp(1)*|x|, so it gets an absolute allowance of 2e-7*|x|
+    slack = 2e-7 * np.abs(X) if name == "gelu" else 1e-37
+    assert np.all(np.abs(fn(X) - ref(X)) <= 2e-6 * np.abs(ref(X)) + slack)
+
+
+def test_gelu_f16_table_equals_numpy_float32_formula():
+    got = E.gelu_table().view(np.float16)
+    np.testing.assert_array_equal(got, E.gelu_table_ref().view(np.float16))   # NaN == NaN
+
+
+def test_gelu_f16_table_lookup_and_clamps():
+    y = E.gelu_f16_table(X)
+    assert np.array_equal(y, E.gelu_f16_table_ref(X))
+    assert list(y[-4:]) == [10.0, 0.0, 30.0, 0.0]                 # x >= 10 -> x, <= -10 -> 0
+    assert np.abs(y - E.gelu_ref(X)).max() <= 2e-3 * np.abs(X).max()   # F16 rounding
+
+
+def test_scale_and_scale_bias():
+    assert np.array_equal(E.scale(X, 0.125), E.scale_ref(X, 0.125))
+    assert np.array_equal(E.scale(X, 0.3, -1.5), E.scale_ref(X, 0.3, -1.5))   # one rounding
+
+
+def test_gated_activations_are_act_times_gate():
+    a, g = rand((5, 33), 6, 3.0), rand((5, 33), 7)
+    np.testing.assert_allclose(E.swiglu(a, g), E.silu_ref(a) * g, rtol=4e-6, atol=1e-37)
+    assert np.all(np.abs(E.geglu(a, g) - E.gelu_ref(a) * g)
+                  <= 4e-6 * np.abs(E.gelu_ref(a) * g) + 2e-7 * np.abs(a * g))
+    assert np.array_equal(E.geglu_f16_table(a, g), E.gelu_f16_table(a) * g)
+
+
+# ---------------------------------------------------------------------------- norm
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 77), (2, 3, 4097)], ids=["1x1", "5x77", "2x3x4097"])
+def test_rms_norm_and_norm_within_one_ulp(shape):
+    x = rand(shape, 8, 2.0) + 0.5
+    np.testing.assert_array_max_ulp(NORM.rms_norm(x, 1e-6), NORM.rms_norm_ref(x, 1e-6), maxulp=1)
+    np.testing.assert_array_max_ulp(NORM.norm(x, 1e-5), NORM.norm_ref(x, 1e-5), maxulp=1)
+
+
+def test_rms_norm_output_has_unit_rms():
+    y = NORM.rms_norm(rand((3, 1001), 9, 5.0), 0.0)
+    np.testing.assert_allclose(np.sqrt((y.astype(np.float64) ** 2).mean(-1)), 1.0, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- rope
+
+POS = np.array([0, 1, 2, 37, 4095, 70001], dtype=np.int32)
+ROPES = {
+    "plain": {},
+    "freq_factors": {"freq_base": 500000.0,
+                     "freq_factors": np.linspace(1, 8, 6).astype(np.float32)},
+    "yarn": {"freq_base": 1e6, "freq_scale": 0.25, "n_ctx_orig": 8192, "ext_factor": 1.0,
+             "attn_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0},
+    "linear_scaled": {"freq_scale": 0.5, "attn_factor": 0.75},
+}
+
+
+@pytest.mark.parametrize("mode", [ROPE.NORMAL, ROPE.NEOX], ids=["normal", "neox"])
+@pytest.mark.parametrize("name", list(ROPES))
+def test_rope_matches_reference(mode, name):
+    x = rand((6, 3, 14), 10)                                      # D=14, rotate n_dims=12
+    got = ROPE.rope(x, POS, 12, mode, **ROPES[name])
+    np.testing.assert_allclose(got, ROPE.rope_ref(x, POS, 12, mode, **ROPES[name]),
+                               rtol=2e-6, atol=2e-6 * np.abs(x).max())
+    assert np.array_equal(got[..., 12:], x[..., 12:])             # the rest is copied
+
+
+@pytest.mark.parametrize("mode", [ROPE.NORMAL, ROPE.NEOX], ids=["normal", "neox"])
+def test_rope_is_a_rotation_and_identity_at_position_zero(mode):
+    x = rand((6, 3, 12), 11)
+    y = ROPE.rope(x, POS, 12, mode)
+    assert np.array_equal(y[0], x[0])                             # cos 0 = 1, sin 0 = 0
+    pairs = (lambda a: a.reshape(6, 3, 6, 2)) if mode == ROPE.NORMAL else \
+        (lambda a: np.stack([a[..., :6], a[..., 6:]], -1))
+    np.testing.assert_allclose(np.hypot(*np.moveaxis(pairs(y), -1, 0)),
+                               np.hypot(*np.moveaxis(pairs(x), -1, 0)), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- softmax
+
+MASK = np.where(np.random.default_rng(12).random((1, 1, 8, 9)) < 0.3, -np.inf, 0.0)
+MASK[..., 0] = 0.0                                                # keep one key per row
+SOFTMAX = {
+    "plain": (None, 0.5, 0.0, None),
+    "mask_f16": (MASK.astype(np.float16), 0.125, 0.0, None),
+    "mask_f32_alibi": (MASK.astype(np.float32), 1.0, 8.0, None),
+    "mask_f16_sinks": (MASK.astype(np.float16), 0.3, 0.0, np.array([0.5, -1, 2, 0, 1], np.float32)),
+}
+
+
+@pytest.mark.parametrize("name", list(SOFTMAX))
+def test_soft_max_matches_reference(name):
+    mask, scale, max_bias, sinks = SOFTMAX[name]
+    x = rand((2, 5, 7, 9), 13, 3.0)                               # 5 heads (ALiBi: m1 used)
+    y = SM.soft_max(x, mask, scale, max_bias, sinks)
+    np.testing.assert_allclose(y, SM.soft_max_ref(x, mask, scale, max_bias, sinks),
+                               rtol=2e-6, atol=1e-9)
+    if mask is not None:
+        assert np.all(y[..., np.isinf(MASK[0, 0, :7, :])] == 0.0)
+    if sinks is None:
+        np.testing.assert_allclose(y.astype(np.float64).sum(-1), 1.0, rtol=2e-6)
+
+
+def test_alibi_slopes_follow_ggml():
+    # 8 heads, max_bias 8: m0 = 2^-1, slopes 2^-1 .. 2^-8
+    np.testing.assert_array_equal(SM.alibi_slopes(8, 8.0), 2.0 ** -np.arange(1, 9))
+
+
+# ---------------------------------------------------------------------------- attention
+
+
+def attn_inputs(kv_dtype, seed=14, n_head=4, n_kv_head=2, n_tok=3, n_kv=37, dk=24, dv=16):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n_head, n_tok, dk)).astype(np.float32)
+    k = rng.standard_normal((n_kv_head, n_kv, dk)).astype(kv_dtype)
+    v = rng.standard_normal((n_kv_head, n_kv, dv)).astype(kv_dtype)
+    mask = np.where(rng.random((1, n_tok + 1, n_kv)) < 0.4, -np.inf, 0.0).astype(np.float16)
+    mask[:, :, 0] = 0
+    return q, k, v, mask
+
+
+FA_CASES = {"plain": (0.0, 0.0, None), "softcap": (0.0, 30.0, None), "alibi": (8.0, 0.0, None),
+            "sinks": (0.0, 0.0, np.array([0.5, -1.0, 3.0, 0.0], np.float32))}
+
+
+@pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
+@pytest.mark.parametrize("name", list(FA_CASES))
+def test_flash_attn_matches_online_softmax_reference(kv, name):
+    max_bias, softcap, sinks = FA_CASES[name]
+    q, k, v, mask = attn_inputs(kv)
+    got = FA.flash_attn_ext(q, k, v, mask, 0.2, max_bias, softcap, sinks)
+    assert got.shape == (3, 4, 16)
+    ref = FA.flash_attn_ext_ref(q, k, v, mask, 0.2, max_bias, softcap, sinks)
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
+def test_flash_attn_equals_softmax_of_scores_times_v(kv):
+    # relational: the non-fused path (KQ, soft_max_ext, KQV) with GQA by hand
+    q, k, v, mask = attn_inputs(kv)
+    kf, vf = np.repeat(k.astype(np.float32), 2, 0), np.repeat(v.astype(np.float32), 2, 0)
+    qf = q.astype(np.float16).astype(np.float32) if kv == np.float16 else q
+    kq = np.einsum("hkd,htd->htk", kf, qf)
+    p = SM.soft_max(kq, mask[:, :3, :].astype(np.float32), 0.2)
+    expect = np.einsum("htk,hkd->thd", p, vf)
+    tol = 5e-3 if kv == np.float16 else 1e-5                      # F16 accumulator in VKQ16
+    np.testing.assert_allclose(FA.flash_attn_ext(q, k, v, mask, 0.2), expect, atol=tol)
+
+
+def test_flash_attn_fully_masked_row_is_zero():
+    q, k, v, mask = attn_inputs(np.float16)
+    mask[:, 1, :] = -np.inf
+    assert np.all(FA.flash_attn_ext(q, k, v, mask, 0.2)[1] == 0.0)
+
+
+# ---------------------------------------------------------------------------- cache
+
+
+@pytest.mark.parametrize("x86", [True, False], ids=["x86", "ref"])
+@pytest.mark.parametrize("qt", CACHE.CACHE_TYPES, ids=[t.name for t in CACHE.CACHE_TYPES])
+def test_set_rows_writes_converted_rows_only(qt, x86):
+    src, idx = rand((5, 96), 15, 2.0), np.array([6, 0, 3, 9, 1])
+    dst = np.random.default_rng(16).integers(0, 256, (11, Q.row_bytes(qt, 96)), dtype=np.uint8)
+    expect = CACHE.set_rows_ref(dst, qt, src, idx, x86)
+    untouched = dst[[2, 4, 5, 7, 8, 10]].copy()
+    CACHE.set_rows(dst, qt, src, idx, x86)
+    assert np.array_equal(dst, expect)
+    assert np.array_equal(dst[[2, 4, 5, 7, 8, 10]], untouched)
+
+
+def test_set_rows_refuses_unsupported_cache_type():
+    with pytest.raises(NotImplementedError, match="Q4_1"):
+        CACHE.set_rows(np.zeros((2, 60), np.uint8), QT.Q4_1, rand((1, 96)), [0])
+
+
+def test_cpy_and_cont():
+    x = rand((4, 6, 64), 17).transpose(1, 0, 2)                   # a permuted view
+    assert not x.flags.c_contiguous
+    assert np.array_equal(CACHE.cont(x), np.ascontiguousarray(x))
+    view = x[:, 1, :]                                             # strided rows [6, 64]
+    expect = Q.quantize_activations_ref(np.ascontiguousarray(view), QT.Q8_0)
+    assert np.array_equal(CACHE.cpy(view, QT.Q8_0), expect)
