@@ -29,19 +29,21 @@ def _cost_table(title: str, key: str, rows: list[tuple[str, Cost]]) -> Table:
     return t
 
 
-def render_summary(a: Analysis, *, width: int = 80, color: bool = False) -> str:
+def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardware=None) -> str:
     bg, m, run = a.graph, a.graph.model, a.graph.run
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=color, no_color=not color,
                   color_system="standard" if color else None, highlight=False)
-    con.print(f"[bold]{m.name}[/bold] ({m.arch}, {m.n_layer} layers, "
-              f"{human_count(m.n_params)} params, {human_bytes(m.weights_bytes)} weights)")
+    con.print(f"[bold]{m.name}[/bold]")
+    con.print(f"model: {m.arch}, {m.n_layer} layers, {human_count(m.n_params)} params, "
+              f"{human_bytes(m.weights_bytes)} weights")
     con.print(f"run: -c {run.n_ctx} -ub {run.n_ubatch} -fa {'on' if run.flash_attn else 'off'} "
               f"-ctk {type_name(run.type_k)} -ctv {type_name(run.type_v)}"
-              f"{' --swa-full' if run.settings.swa_full else ''} "
-              f"--tokens {run.n_tokens} --past {run.past} --outputs {run.n_outputs}")
+              f"{' --swa-full' if run.settings.swa_full else ''}"
+              f"{'' if run.settings.llama_cpp == 'head' else f' --llama-cpp {run.settings.llama_cpp}'}")
+    con.print(f"step: --tokens {run.n_tokens} --past {run.past} --outputs {run.n_outputs}")
     con.print(f"attends n_kv = {run.n_kv} cells"
-              f"{'' if run.n_kv_swa is None else f' (sliding-window layers: {run.n_kv_swa})'}")
+              f"{'' if run.n_kv_swa is None else f' ({run.n_kv_swa} in sliding-window layers)'}")
     for note in run.notes:
         con.print(f"note: {note}")
     if not m.header.has_data:
@@ -86,6 +88,9 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False) -> str:
     if ew is not None:
         con.print(_experts_table(ew))
 
+    if hardware is not None:
+        con.print(_roofline_table(a, hardware))
+
     if a.unmodelled:
         ops = sorted({nc.node.op for nc in a.unmodelled})
         con.print(f"unmodelled: {len(a.unmodelled)} nodes ({', '.join(ops)}) are not costed")
@@ -105,4 +110,26 @@ def _experts_table(ew) -> Table:
     t.add_row(f"active per token ({ew.active_fraction:.1%})",
               human_bytes(ew.active_bytes_per_token), f"{ew.active_bytes_per_token:,}")
     t.add_row("read this ubatch", human_bytes(ew.read_bytes), f"{ew.read_bytes:,}")
+    return t
+
+
+def _roofline_table(a: Analysis, hw) -> Table:
+    """--hardware: per op kind, the roofline time max(bytes/bandwidth, FLOPs/peak)."""
+    from ..roofline import estimate
+
+    est = estimate(a, hw)
+    t = Table(title=f"Roofline on {hw.name} ({hw.kind}: {hw.bandwidth / 1e9:.1f} GB/s, "
+                    f"{hw.peak_flops / 1e9:.0f} GFLOP/s)",
+              box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    t.add_column("op")
+    t.add_column("time", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("memory-bound", justify="right")
+    t.add_column("compute-bound", justify="right")
+    for o in est.by_op:
+        t.add_row(o.op, f"{o.seconds * 1e3:.3f} ms", f"{o.seconds / est.seconds:.1%}"
+                  if est.seconds else "-", str(o.memory_bound_nodes), str(o.compute_bound_nodes))
+    n = a.graph.run.n_tokens
+    t.add_row("total", f"{est.seconds * 1e3:.3f} ms", "100.0%", "", "")
+    t.add_row(f"tokens/s ({n} per step)", f"{est.tokens_per_second(n):.1f}", "", "", "")
     return t
