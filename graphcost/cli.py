@@ -64,8 +64,11 @@ def analyze(
     flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
     llama_cpp: FlavourOpt = "head",
+    hardware: Annotated[Optional[str], typer.Option(
+        "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
 ) -> None:
     """Rebuild llama.cpp's graph for one ubatch and report its cost."""
+    from .hardware import load as load_hardware
     from .pipeline import analyze_model
     from .report.formats import RENDERERS, Format
     from .settings import RunSettings
@@ -78,8 +81,9 @@ def analyze(
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
                            past=past, outputs=outputs, llama_cpp=llama_cpp)
+    hw = load_hardware(hardware) if hardware is not None else None
     a = analyze_model(_model_path(model), settings)
-    text = RENDERERS[fmt](a, layers=_parse_layers(layers), width=80,
+    text = RENDERERS[fmt](a, layers=_parse_layers(layers), width=80, hardware=hw,
                           color=output is None and sys.stdout.isatty() and fmt == Format.summary)
     _emit(text, output)
 
@@ -164,6 +168,121 @@ def memory(
     if output is not None:
         write_plot(output, key, values, plans)
         sys.stdout.write(f"plot written to {output}\n")
+
+
+def _parse_ids(flag: str, spec: str | None) -> list[int]:
+    if spec is None or not spec.strip():
+        return []
+    try:
+        ids = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise GraphcostError(f"{flag} {spec!r}: use comma-separated token ids, e.g. 3,10,17") from None
+    if any(i < 0 for i in ids):
+        raise GraphcostError(f"{flag} {spec!r}: token ids are >= 0")
+    return ids
+
+
+@app.command()
+def profile(
+    model: Annotated[Path, typer.Argument(help="GGUF file (header-only files run on random weights)")],
+    token_ids: Annotated[str, typer.Option("--token-ids", help="prompt token ids, e.g. 3,10,17,24")],
+    decode_ids: Annotated[Optional[str], typer.Option("--decode-ids", help="then decode these ids one by one")] = None,
+    greedy: Annotated[int, typer.Option("--greedy", help="then K greedy (argmax) decode steps")] = 0,
+    repeat: Annotated[int, typer.Option("--repeat", help="runs per step; node times are medians")] = 3,
+    hardware: Annotated[Optional[str], typer.Option(
+        "--hardware", help="hardware profile for the roofline (default: probe this machine now)")] = None,
+    numerics: Annotated[str, typer.Option(
+        "--numerics", help="fast (float activations) | ggml (llama.cpp's quantized activations)")] = "fast",
+    threads: Annotated[Optional[int], typer.Option("--threads", "-t", help="kernel threads")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table|json")] = "table",
+    top: Annotated[int, typer.Option("--top", help="table: slowest nodes shown (0 = all)")] = 20,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write to FILE")] = None,
+    ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
+    flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
+    swa_full: SwaOpt = False,
+) -> None:
+    """Run the graph on the Numba kernels and time every node against its modelled cost."""
+    from .executor import NUMERICS
+    from .hardware import load as load_hardware
+    from .profile import quick_hardware, run_profile
+    from .report.profile import RENDERERS, ProfileFormat
+    from .settings import RunSettings
+
+    try:
+        fmt = ProfileFormat(format)
+    except ValueError:
+        _fail(f"--format {format!r}: use one of {', '.join(f.value for f in ProfileFormat)}")
+    if numerics not in NUMERICS:
+        _fail(f"--numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
+    if threads is not None and threads < 1:
+        _fail(f"--threads {threads} must be >= 1")
+    if greedy < 0:
+        _fail(f"--greedy {greedy} must be >= 0")
+    prompt = _parse_ids("--token-ids", token_ids)
+    settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
+                           flash_attn=flash_attn, cache_type_k=cache_type_k,
+                           cache_type_v=cache_type_v, swa_full=swa_full, tokens=max(1, len(prompt)))
+    hw = load_hardware(hardware) if hardware is not None else None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    decode = _parse_ids("--decode-ids", decode_ids)
+    # no auto-refresh thread: it would take the GIL from the timed loop now and then
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                  auto_refresh=False) as bar:
+        task = bar.add_task("probing hardware" if hw is None else "loading",
+                            total=(1 + (len(decode) or greedy)) * repeat)
+        bar.refresh()
+        if hw is None:
+            hw = quick_hardware(threads)
+
+        def tick(description: str, advance: int) -> None:
+            bar.update(task, description=description, advance=advance)
+            bar.refresh()
+        prof = run_profile(model, settings, prompt, decode_ids=decode, greedy=greedy,
+                           repeat=repeat, hardware=hw, numerics=numerics, threads=threads,
+                           progress=tick)
+    text = RENDERERS[fmt](prof, top=top, width=100,
+                          color=output is None and sys.stdout.isatty() and fmt == ProfileFormat.table)
+    _emit(text, output)
+
+
+@app.command()
+def hwprobe(
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="profile NAME (default: host name)")] = None,
+    mib: Annotated[int, typer.Option("--mib", help="size of the streamed matrices")] = 256,
+    repeat: Annotated[int, typer.Option("--repeat", help="timed runs per figure (median)")] = 5,
+    threads: Annotated[Optional[int], typer.Option("--threads", "-t", help="kernel threads")] = None,
+) -> None:
+    """Measure memory bandwidth and peak FLOP rate with the kernels; write a hardware profile."""
+    from .hardware import save
+    from .hwprobe import default_name, probe
+
+    if mib < 16:
+        _fail(f"--mib {mib}: use at least 16 (the matrix must be larger than the caches)")
+    if repeat < 1:
+        _fail(f"--repeat {repeat} must be >= 1")
+    name = output or default_name()
+    if "/" in name or name.startswith("."):
+        _fail(f"-o {name!r}: give a profile name, not a path")
+    from rich.console import Console
+    err = Console(stderr=True)
+    with err.status("probing") as status:
+        doc = probe(mib=mib, repeat=repeat, threads=threads,
+                    progress=lambda s: status.update(f"probing {s}"))
+    doc["name"] = name
+    path, note = save(doc, name)
+    bw, fl = doc["memory_bandwidth"], doc["peak_flops"]
+    typer.echo(f"memory bandwidth: {bw['bytes_per_second'] / 1e9:.2f} GB/s ("
+               + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in bw["by_type"].items()) + ")")
+    typer.echo(f"peak FLOP rate:   {fl['flops_per_second'] / 1e9:.1f} GFLOP/s")
+    ovh = doc["op_overhead"]
+    typer.echo(f"per-op overhead:  {ovh['seconds'] * 1e6:.1f} us median over op kinds ("
+               f"{min(ovh['by_op'].values()) * 1e6:.1f}-{max(ovh['by_op'].values()) * 1e6:.1f} us)")
+    typer.echo(f"wrote {path}")
+    if note:
+        typer.echo(f"note: {note}")
 
 
 def _emit(text: str, output: Optional[Path]) -> None:

@@ -5,6 +5,9 @@
   source names.
 * :func:`capture_log`   -- llama.cpp's log while the context is created and used,
   parsed into KV-cache / compute / output buffer sizes and resolved context sizes.
+* :func:`run_model`     -- a prompt and then decode steps (given ids or greedy), with
+  each step's logits, wall time, and the values of chosen nodes (read through
+  ``cb_eval``) -- the numerics oracle for graphcost's executor.
 
 Every call runs in a fresh subprocess (this file executed as a script), so
 llama.cpp's global state, its log callback and any crash stay out of the pytest
@@ -46,6 +49,7 @@ __all__ = [
     "capture_graph",
     "capture_log",
     "parse_log",
+    "run_model",
 ]
 
 _THIS = Path(__file__).resolve()
@@ -189,6 +193,51 @@ def capture_log(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch: i
     parsed = parse_log(out["raw"])
     parsed["decode_rc"] = out.get("decode_rc")
     return parsed
+
+
+def run_model(model_path, *, prompt: list[int], decode: list[int] | None = None, greedy: int = 0,
+              capture: list[str] = (), capture_steps: list[int] = (0,), n_ctx: int = 1024,
+              n_ubatch: int = 512, flash_attn: bool = False, type_k: str = "f16",
+              type_v: str = "f16", swa_full: bool = False, n_threads: int = 2,
+              timeout: float = 600.0, env: dict[str, str] | None = None) -> dict:
+    """Decode ``prompt`` (one ubatch, logits for its last token), then either the tokens
+    of ``decode`` one at a time or ``greedy`` steps feeding back each step's argmax.
+
+    Returns ``{"tokens": [generated ids], "steps": [{"n_tokens", "past", "argmax",
+    "top5": [[id, logit], ...], "seconds"}], "logits": [float32 [n_vocab] per step],
+    "captures": {step: [{"index", "name", "op", "type", "ne", "value"}]}}``.
+    ``capture`` names nodes whose output is read through ``cb_eval`` during the steps in
+    ``capture_steps`` (every node of that name; ``index`` is the node's position in the
+    graph, as in :func:`capture_graph`); ``value`` is a float32 array shaped
+    ``ne[::-1]`` (numpy order). Without ``capture`` no ``cb_eval`` is installed, so the
+    steps run exactly as llama.cpp runs them (``seconds`` is the wall time of
+    ``llama_decode`` + synchronize). The arrays travel through a temporary ``.npz``.
+    """
+    import tempfile
+
+    import numpy as np
+
+    if decode is None and greedy < 0:
+        raise ValueError("greedy must be >= 0")
+    if len(prompt) > n_ubatch:
+        raise ValueError("the prompt must fit one ubatch")
+    s = _settings(n_ctx, n_ubatch, None, flash_attn, type_k, type_v, swa_full, 0,
+                  max(1, len(prompt)), 1, n_threads)
+    with tempfile.TemporaryDirectory() as d:
+        npz = os.path.join(d, "out.npz")
+        s.update(prompt=[int(t) for t in prompt], decode=None if decode is None else
+                 [int(t) for t in decode], greedy=int(greedy), capture=list(capture),
+                 capture_steps=[int(x) for x in capture_steps], npz=npz)
+        out = _run_worker("run", model_path, s, timeout, env)
+        with np.load(npz) as z:
+            arrays = {k: z[k] for k in z.files}
+    out["logits"] = [arrays[f"logits_{i}"] for i in range(len(out["steps"]))]
+    caps: dict[int, list] = {}
+    for rec in out.pop("capture_records"):
+        rec["value"] = arrays[rec.pop("key")]
+        caps.setdefault(rec.pop("step"), []).append(rec)
+    out["captures"] = caps
+    return out
 
 
 # ----------------------------------------------------------------------------- log parsing
@@ -532,8 +581,55 @@ def _worker(req: dict) -> Any:  # pragma: no cover - exercised through the subpr
     # typedef bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data);
     # ask=True: "do you want this node's data?"  Answering True makes the scheduler compute
     # up to this node and call back with ask=False; answering False there would abort.
+    capture_names = set(req.get("capture") or ())
+    np_dtypes = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8"}
+
+    def read_value(t: int):
+        """A node's data as float32 in numpy order (ne reversed), honouring its strides."""
+        import numpy as np
+
+        tt = ctypes.cast(t, TP).contents
+        tname_ = ggml.ggml_type_name(tt.type).decode().lower()
+        if tname_ not in np_dtypes or not tt.data:
+            return None
+        span = int(ggml.ggml_nbytes(t))
+        raw = np.frombuffer((ctypes.c_char * span).from_address(tt.data), dtype=np.uint8)
+        ne = [int(tt.ne[i]) for i in range(4)]
+        nb = [int(tt.nb[i]) for i in range(4)]
+        arr = np.ndarray(ne[::-1], dtype=np_dtypes[tname_], buffer=raw, strides=nb[::-1])
+        return np.array(arr, dtype=np.float32)
+
+    run_state = {"step": -1, "ask_index": 0, "records": [], "arrays": {}}
+
     @L.ggml_backend_sched_eval_callback
     def eval_cb(t, ask, user_data):
+        if mode == "run":
+            try:
+                if ask:
+                    i = run_state["ask_index"]
+                    run_state["ask_index"] += 1
+                    name = ggml.ggml_get_name(t).decode("utf-8", "replace")
+                    want = state["recording"] and name in capture_names
+                    if want:
+                        run_state["pending"] = (i, name)
+                    return want
+                i, name = run_state.pop("pending", (None, None))
+                if i is None:
+                    return True
+                val = read_value(t)
+                if val is not None:
+                    key = f"cap_{run_state['step']}_{i}"
+                    run_state["arrays"][key] = val
+                    tt = ctypes.cast(t, TP).contents
+                    run_state["records"].append({
+                        "step": run_state["step"], "index": i, "name": name, "key": key,
+                        "op": ggml.ggml_op_desc(t).decode(),
+                        "type": ggml.ggml_type_name(tt.type).decode().lower(),
+                        "ne": [int(tt.ne[k]) for k in range(4)]})
+            except Exception as e:  # cannot cross the C boundary
+                if state["cb_error"] is None:
+                    state["cb_error"] = e
+            return True
         if not ask:
             return True
         if not state["recording"]:
@@ -565,7 +661,7 @@ def _worker(req: dict) -> Any:  # pragma: no cover - exercised through the subpr
     cparams.swa_full = req["swa_full"]
     cparams.offload_kqv = False
     cparams.no_perf = True
-    if mode == "graph":
+    if mode == "graph" or (mode == "run" and capture_names):
         cparams.cb_eval = eval_cb
         cparams.cb_eval_user_data = None
 
@@ -591,6 +687,9 @@ def _worker(req: dict) -> Any:  # pragma: no cover - exercised through the subpr
             return int(L.llama_decode(ctx, batch))
         finally:
             L.llama_batch_free(batch)
+
+    if mode == "run":
+        return _run_steps(L, ctx, model, n_vocab, req, state, run_state, errors)
 
     rc_past = 0
     past = req["past"]
@@ -622,6 +721,67 @@ def _worker(req: dict) -> Any:  # pragma: no cover - exercised through the subpr
     if mode == "graph":
         return records
     return {"raw": "".join(log_chunks), "decode_rc": rc}
+
+
+def _run_steps(L, ctx, model, n_vocab, req, state, run_state, errors) -> dict:  # pragma: no cover
+    """The "run" mode: prompt, then decode/greedy steps; arrays go to ``req["npz"]``."""
+    import ctypes
+    import time
+
+    import numpy as np
+
+    def decode(tokens: list[int], pos0: int) -> float:
+        n = len(tokens)
+        batch = L.llama_batch_init(n, 0, 1)
+        try:
+            batch.n_tokens = n
+            for i, tok in enumerate(tokens):
+                batch.token[i] = tok
+                batch.pos[i] = pos0 + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1 if i == n - 1 else 0
+            t0 = time.perf_counter()
+            rc = int(L.llama_decode(ctx, batch))
+            L.llama_synchronize(ctx)
+            dt = time.perf_counter() - t0
+        finally:
+            L.llama_batch_free(batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}: " + "".join(errors))
+        if state["cb_error"] is not None:
+            raise state["cb_error"]
+        return dt
+
+    capture_steps = set(req.get("capture_steps") or ())
+    steps, arrays, generated = [], run_state["arrays"], []
+    todo = req["decode"]
+    n_steps = len(todo) if todo is not None else req["greedy"]
+    tokens, past = list(req["prompt"]), 0
+    for step in range(n_steps + 1):
+        run_state["step"] = step
+        run_state["ask_index"] = 0
+        state["recording"] = step in capture_steps
+        dt = decode(tokens, past)
+        state["recording"] = False
+        ptr = L.llama_get_logits_ith(ctx, -1)
+        logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                       shape=(n_vocab,)).copy()
+        arrays[f"logits_{step}"] = logits
+        top = np.argsort(-logits, kind="stable")[:5]
+        steps.append({"n_tokens": len(tokens), "past": past, "argmax": int(top[0]),
+                      "top5": [[int(i), float(logits[i])] for i in top], "seconds": dt})
+        past += len(tokens)
+        if step == n_steps:
+            break
+        nxt = int(todo[step]) if todo is not None else int(top[0])
+        if todo is None:
+            generated.append(nxt)
+        tokens = [nxt]
+    np.savez(req["npz"], **arrays)
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+    return {"tokens": generated, "steps": steps, "capture_records": run_state["records"]}
 
 
 _WORKER_LOG: list[str] = []

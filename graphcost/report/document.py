@@ -34,8 +34,10 @@ def _rollup(items) -> list[dict]:
     return [{"key": k, **c.to_dict()} for k, c in items]
 
 
-def document(a: Analysis) -> dict:
-    """Everything ``analyze --format json|yaml`` writes, in a stable order."""
+def document(a: Analysis, hardware=None) -> dict:
+    """Everything ``analyze --format json|yaml`` writes, in a stable order; with a
+    hardware profile (``--hardware``) also ``roofline`` and each node's
+    ``roofline_seconds`` (graphcost.roofline)."""
     bg = a.graph
     m = bg.model
     run = bg.run
@@ -45,7 +47,7 @@ def document(a: Analysis) -> dict:
         by_layer.append({"layer": None, **a.by_layer[None].to_dict()})
     mem = a.memory
     step = mem.step
-    return {
+    doc = {
         "schema": SCHEMA,
         "model": {
             "path": str(m.header.path),
@@ -101,6 +103,13 @@ def document(a: Analysis) -> dict:
                        for nc in a.unmodelled],
         "nodes": [node_dict(nc, live) for nc, live in zip(a.nodes, step.live)],
     }
+    if hardware is not None:
+        from ..roofline import estimate
+        est = estimate(a, hardware)
+        doc["roofline"] = est.to_dict(run.n_tokens)
+        for nd, sec in zip(doc["nodes"], est.per_node):
+            nd["roofline_seconds"] = sec
+    return doc
 
 
 def _experts(a: Analysis) -> dict | None:

@@ -19,12 +19,12 @@ class Format(str, Enum):
     yaml = "yaml"
 
 
-def _json(a: Analysis, **_: object) -> str:
-    return json.dumps(document(a), indent=1) + "\n"
+def _json(a: Analysis, *, hardware=None, **_: object) -> str:
+    return json.dumps(document(a, hardware=hardware), indent=1) + "\n"
 
 
-def _yaml(a: Analysis, **_: object) -> str:
-    return yaml.safe_dump(document(a), sort_keys=False, width=100)
+def _yaml(a: Analysis, *, hardware=None, **_: object) -> str:
+    return yaml.safe_dump(document(a, hardware=hardware), sort_keys=False, width=100)
 
 
 def _tree(a: Analysis, *, layers: set[int] | None = None, **_: object) -> str:
@@ -32,8 +32,9 @@ def _tree(a: Analysis, *, layers: set[int] | None = None, **_: object) -> str:
     return render_tree(a, layers=layers)
 
 
-def _summary(a: Analysis, *, width: int = 80, color: bool = False, **_: object) -> str:
-    return render_summary(a, width=width, color=color)
+def _summary(a: Analysis, *, width: int = 80, color: bool = False, hardware=None,
+             **_: object) -> str:
+    return render_summary(a, width=width, color=color, hardware=hardware)
 
 
 #: every Format has exactly one renderer (tests/test_formats.py checks this)

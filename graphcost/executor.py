@@ -1,0 +1,590 @@
+"""Run graphcost's own graph node by node on the Numba kernels, with a KV cache kept
+across steps: the executor behind ``graphcost profile`` and the numerics tests.
+
+What it runs is exactly :func:`graphcost.build.build_graph`'s node list (the nodes the
+analyzer costs); each op is compiled once per graph shape by :mod:`graphcost.exec_ops`.
+
+Memory:
+
+* **weights** are memory-mapped from the GGUF (``np.memmap`` at the shard's
+  ``data_offset`` + the tensor's offset); matmuls decode them block by block, nothing is
+  dequantized into a copy. A header-only file runs on random data of the right types
+  (:func:`random_weights`);
+* **KV cache** leaves (``cache_k_l<il>``, ``cache_v_l<il>``) are zeroed buffers that live
+  as long as the executor; ``SET_ROWS`` writes the new rows at the indices in
+  ``attn_inp_k_idxs`` / ``attn_inp_v_idxs``;
+* **activations** are the arrays the kernels return, one per node and step; views,
+  reshapes and permutes are strided numpy views of their storage (``view_offs``, ``nb``).
+
+Graph inputs are filled like llama.cpp's ``set_input`` (``src/llama-graph.cpp``,
+``src/llama-kv-cache.cpp``) for one sequence: tokens, positions, output ids, the KV cells
+chosen by ``find_slot`` (``k_idxs``; ``v_idxs`` as element indices ``j*kv_size + cell``
+when V is transposed), the causal mask (0 / -inf, F16 with flash attention) with
+sliding-window masking (``LLAMA_SWA_TYPE_STANDARD``: cell masked when ``p1 - p0 >=
+n_swa``) for the SWA cache, and the Hadamard matrices of quantized caches.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable
+
+import numpy as np
+
+from . import ggml_types as gt
+from .build import BuiltGraph, build_graph, load_model
+from .errors import SettingsError, UnsupportedError
+from .exec_ops import (Ctx, compile_node, flat_bytes, shape_strides, tensor_view,
+                       unsupported_ops)
+from .ggml_graph import Tensor
+from .gguf_reader import read_header
+from .llm_graph import KVCache
+from .model import ModelInfo
+from .settings import KV_PAD, RunSettings, pad, resolve
+
+#: numerics modes (see graphcost.exec_ops)
+NUMERICS = ("ggml", "fast")
+#: fraction of available memory random weights may take before tensors of a type share one buffer
+RANDOM_WEIGHTS_MEMORY_FRACTION = 0.5
+
+
+# ---------------------------------------------------------------------------- weights
+
+
+def _f16_fields(t: gt.GGMLType) -> tuple[tuple[int, ...], float]:
+    """Byte offsets of the F16 scale fields inside one block, and a scale magnitude that
+    keeps decoded weights around 0.02 (ggml-common.h block layouts)."""
+    Q = gt.GGMLType
+    return {
+        Q.Q4_0: ((0,), 3e-3), Q.Q4_1: ((0, 2), 3e-3), Q.Q5_0: ((0,), 1.5e-3),
+        Q.Q5_1: ((0, 2), 1.5e-3), Q.Q8_0: ((0,), 2e-4),
+        Q.Q2_K: ((80, 82), 2e-3), Q.Q3_K: ((108,), 2e-4), Q.Q4_K: ((0, 2), 1e-4),
+        Q.Q5_K: ((0, 2), 5e-5), Q.Q6_K: ((208,), 2e-5),
+    }.get(t, ((), 0.0))
+
+
+def _random_raw(t: gt.GGMLType, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Flat bytes of a tensor of type ``t`` whose values are small and finite."""
+    n = int(np.prod(ne))
+    if t == gt.F32:
+        vec = len([d for d in ne if d > 1]) <= 1            # norm weights, biases: around 1
+        v = (1.0 + 0.05 * rng.standard_normal(n)) if vec else 0.02 * rng.standard_normal(n)
+        return v.astype(np.float32).view(np.uint8)
+    if t == gt.F16:
+        return (0.02 * rng.standard_normal(n)).astype(np.float16).view(np.uint8)
+    if t == gt.GGMLType.BF16:
+        f = (0.02 * rng.standard_normal(n)).astype(np.float32)
+        return (f.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    blk, size = gt.block(t)
+    n_blocks = n // blk
+    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    offsets, scale = _f16_fields(t)
+    if not offsets:
+        raise UnsupportedError(f"random weights of type {gt.type_name(t)}")
+    for off in offsets:
+        d = (rng.uniform(0.5, 1.0, size=n_blocks) * scale).astype(np.float16)
+        raw[:, off:off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(-1)
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def random_weights(model: ModelInfo, seed: int = 0) -> tuple[dict[str, np.ndarray], str]:
+    """Random bytes for every tensor of a header-only file, and a note on how.
+
+    Each tensor gets its own buffer if all of them fit in half the available memory;
+    otherwise all tensors of one type share one buffer (as big as the largest of them),
+    which keeps a 100-GB model runnable but lets caches serve reads that would come from
+    memory: timings are then optimistic."""
+    rng = np.random.default_rng(seed)
+    infos = list(model.tensors.values())
+    total = sum(t.nbytes for t in infos)
+    if total <= RANDOM_WEIGHTS_MEMORY_FRACTION * _available_memory():
+        return ({t.name: _random_raw(t.type, t.ne, rng) for t in infos},
+                f"header-only file: weights are random ({total / 2**20:.0f} MiB)")
+    pools: dict[gt.GGMLType, np.ndarray] = {}
+    for t in sorted(infos, key=lambda t: -t.nbytes):
+        if t.type not in pools:
+            pools[t.type] = _random_raw(t.type, t.ne, rng)
+    pooled = sum(p.nbytes for p in pools.values())
+    return ({t.name: pools[t.type][:t.nbytes] for t in infos},
+            f"header-only file: weights are random and tensors of one type share a buffer "
+            f"({pooled / 2**20:.0f} MiB for {total / 2**20:.0f} MiB of weights): timings are "
+            "optimistic")
+
+
+def mapped_weights(model: ModelInfo) -> dict[str, np.ndarray]:
+    """Each tensor's bytes, memory-mapped read-only from its shard (no copy)."""
+    header = model.header
+    shards = header.shards or [header.path]
+    maps, offsets = [], []
+    for i, p in enumerate(shards):
+        maps.append(np.memmap(p, dtype=np.uint8, mode="r"))
+        offsets.append(header.data_offset if i == 0 else read_header(p).data_offset)
+    out = {}
+    for t in model.tensors.values():
+        start = offsets[t.shard] + t.offset
+        out[t.name] = maps[t.shard][start:start + t.nbytes]
+    return out
+
+
+# ---------------------------------------------------------------------------- KV cells
+
+
+@dataclass
+class CellState:
+    """The cells of one ``llama_kv_cache`` for one sequence (``llama_kv_cells``): the
+    position each cell holds (-1: empty) and the search head (``v_heads``)."""
+
+    size: int
+    n_swa: int = 0                     # > 0: sliding-window cache (standard SWA)
+    pos: np.ndarray = field(init=False)
+    head: int = 0
+
+    def __post_init__(self) -> None:
+        self.pos = np.full(self.size, -1, dtype=np.int64)
+
+    def masked_swa(self, p0: np.ndarray | int, p1: int):
+        """llama_hparams::is_masked_swa for LLAMA_SWA_TYPE_STANDARD."""
+        return (p1 - p0 >= self.n_swa) if self.n_swa > 0 else np.zeros_like(p0, dtype=bool)
+
+    @property
+    def used(self) -> int:
+        return int((self.pos >= 0).sum())
+
+    def used_max_p1(self) -> int:
+        filled = np.nonzero(self.pos >= 0)[0]
+        return int(filled[-1]) + 1 if filled.size else 0
+
+    def n_kv(self) -> int:
+        """llama_kv_cache::get_n_kv: attended cells, padded to 256."""
+        return min(self.size, max(KV_PAD, pad(self.used_max_p1(), KV_PAD)))
+
+    def find_slot(self, n: int) -> np.ndarray:
+        """llama_kv_cache::find_slot (cont = false) for ``n`` tokens of sequence 0."""
+        if n > self.size:
+            raise SettingsError(f"{n} tokens do not fit a KV cache of {self.size} cells")
+        head = 0 if self.head > self.used + 2 * n else self.head
+        seq_max = int(self.pos.max()) if self.used else -1
+        idxs: list[int] = []
+        tested = 0
+        while len(idxs) < n:
+            if tested >= self.size:
+                raise SettingsError(f"the KV cache ({self.size} cells) is full")
+            if head >= self.size:
+                head = 0
+            p = int(self.pos[head])
+            if p < 0 or bool(self.masked_swa(p, seq_max + 1)):
+                idxs.append(head)
+            head += 1
+            tested += 1
+        return np.array(idxs, dtype=np.int64)
+
+    def apply(self, idxs: np.ndarray, positions: np.ndarray) -> None:
+        """llama_kv_cache::apply_ubatch: store positions, purge older overwritten ones."""
+        old = self.pos[idxs]
+        max_rm = int(old.max()) if (old >= 0).any() else -1
+        self.pos[idxs] = positions
+        if max_rm >= 0:
+            # keep [pos_min, pos_max] complete: drop positions <= the ones overwritten
+            stale = (self.pos >= 0) & (self.pos <= max_rm)
+            self.pos[stale] = -1
+        self.head = int(idxs[-1]) + 1
+
+    def mask(self, n_kv: int, positions: np.ndarray) -> np.ndarray:
+        """kq_mask rows [T, n_kv]: 0 where token i sees cell j, -inf elsewhere."""
+        p0 = self.pos[:n_kv][None, :]
+        p1 = positions[:, None]
+        keep = (p0 >= 0) & (p0 <= p1)
+        if self.n_swa > 0:
+            keep &= ~(p1 - p0 >= self.n_swa)
+        return np.where(keep, np.float32(0), np.float32(-np.inf)).astype(np.float32)
+
+
+def hadamard(n: int) -> np.ndarray:
+    """ggml_gen_hadamard (src/llama-kv-cache.cpp): orthonormal Walsh-Hadamard, F32 [n, n]."""
+    h = np.zeros((n, n), dtype=np.float32)
+    h[0, 0] = np.float32(1.0 / float(np.sqrt(np.float32(n))))
+    s = 1
+    while s < n:
+        blk = h[:s, :s].copy()
+        h[s:2 * s, :s] = blk
+        h[:s, s:2 * s] = blk
+        h[s:2 * s, s:2 * s] = -blk
+        s *= 2
+    return h
+
+
+# ---------------------------------------------------------------------------- plans
+
+
+COMPUTE, VIEW, FIXED = 0, 1, 2
+
+
+@dataclass
+class Step:
+    """One executable node: its index, compiled function and value slots."""
+
+    index: int
+    node: Tensor
+    fn: Callable | None       # None for a view
+    srcs: tuple[int, ...]
+    slot: int
+    storage: int              # slot of the tensor owning the memory (views, SET_ROWS, CPY)
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: object
+    kind: int = 0             # COMPUTE, VIEW (made per run) or FIXED (view of fixed memory)
+
+
+@dataclass
+class Plan:
+    """A built graph compiled for execution (one per ubatch shape)."""
+
+    graph: BuiltGraph
+    steps: list[Step]
+    n_slots: int
+    fixed: dict[int, np.ndarray]          # slot -> value of weights, caches, input buffers
+    fixed_raw: dict[int, np.ndarray]      # slot -> flat bytes of the same
+    inputs: dict[str, list[tuple[Tensor, np.ndarray, object]]]   # kind -> (leaf, array, cache)
+    needs_raw: set[int]                   # node slots that views or writers look through
+    slot_of: dict[int, int]
+
+
+@dataclass
+class NodeTiming:
+    """Nanoseconds per executed node of one run (``None`` for views)."""
+
+    ns: list[int | None]
+    wall_ns: int
+
+
+@dataclass
+class StepResult:
+    """What one ``llama_decode`` of a ubatch produced."""
+
+    n_tokens: int
+    past: int
+    logits: np.ndarray                       # [n_outputs, n_vocab] float32
+    timings: list[NodeTiming]
+    captured: dict[int, np.ndarray] = field(default_factory=dict)   # node index -> value copy
+    graph: BuiltGraph | None = None
+    warmup_ns: int | None = None             # wall time of the untimed first run, if any
+
+
+class Executor:
+    """Runs a model's llama.cpp graph step by step on the kernels, keeping the KV cache.
+
+    ``settings`` fixes the context (``ctx_size``, ``ubatch_size``, flash attention, cache
+    types, ``llama_cpp`` flavour); ``tokens``/``past``/``outputs`` are per step."""
+
+    def __init__(self, model: ModelInfo | str | os.PathLike, settings: RunSettings = RunSettings(),
+                 *, numerics: str = "ggml", seed: int = 0, threads: int | None = None):
+        from .kernels_loader import load_kernels
+
+        if numerics not in NUMERICS:
+            raise SettingsError(f"numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
+        if settings.llama_cpp != "head":
+            raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
+                                   f"{settings.llama_cpp}")
+        self.model = model if isinstance(model, ModelInfo) else load_model(model)
+        if self.model.rope_scaling_type == "yarn":
+            raise UnsupportedError(f"{self.model.header.path}: YaRN rope scaling is not executed "
+                                   "(the graph does not carry its parameters)")
+        self.settings = settings
+        self.numerics = numerics
+        import numba
+        if threads is not None:
+            numba.set_num_threads(threads)
+        self.threads = numba.get_num_threads()
+        t0 = time.perf_counter()
+        self.K = load_kernels()
+        self.kernels_import_s = time.perf_counter() - t0
+        self.ctx = Ctx(self.K, numerics)
+        self.rng = np.random.default_rng(seed)
+        self.notes: list[str] = []
+        if self.model.header.has_data:
+            self.weights = mapped_weights(self.model)
+        else:
+            self.weights, note = random_weights(self.model, seed)
+            self.notes.append(note)
+        self.kv: dict[str, np.ndarray] = {}          # cache tensor name -> bytes
+        self.cells: dict[str, CellState] = {}        # cache name -> cells
+        self.past = 0
+        self._plans: dict[tuple, Plan] = {}
+
+    # ---- state -----------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the sequence: empty cells, zeroed cache (llama_memory_clear)."""
+        for buf in self.kv.values():
+            buf[:] = 0
+        self.cells.clear()
+        self.past = 0
+
+    def step_settings(self, n_tokens: int, n_outputs: int = 1) -> RunSettings:
+        """The run settings of the next step (``past`` is the tokens decoded so far)."""
+        return replace(self.settings, tokens=n_tokens, past=self.past, outputs=n_outputs)
+
+    # ---- compilation -------------------------------------------------------------------
+    def plan(self, n_tokens: int, n_outputs: int = 1) -> Plan:
+        """The compiled graph for a ubatch of ``n_tokens`` at the current ``past``; graphs
+        differ only by their shape (tokens, outputs, attended cells), so plans are cached."""
+        rs = self.step_settings(n_tokens, n_outputs)
+        run = resolve(rs, self.model.n_ctx_train, self.model.n_swa)
+        key = (n_tokens, n_outputs, run.n_kv, run.n_kv_swa)
+        if key not in self._plans:
+            self._plans[key] = self._compile(build_graph(self.model, rs))
+        return self._plans[key]
+
+    def _compile(self, bg: BuiltGraph) -> Plan:
+        bad = unsupported_ops(bg.nodes)
+        if bad:
+            raise UnsupportedError(f"{self.model.header.path}: the executor has no kernel for "
+                                   f"op(s) {', '.join(bad)}")
+        slot_of: dict[int, int] = {}
+
+        def slot(t: Tensor) -> int:
+            if id(t) not in slot_of:
+                slot_of[id(t)] = len(slot_of)
+            return slot_of[id(t)]
+
+        fixed: dict[int, np.ndarray] = {}
+        fixed_raw: dict[int, np.ndarray] = {}
+        cache_of: dict[int, KVCache] = {}
+        for c in bg.caches:
+            for il in c.layers:
+                cache_of[id(c.k[il])] = c
+                cache_of[id(c.v[il])] = c
+        inputs: dict[str, list] = {}
+        for leaf in bg.leafs:
+            s = slot(leaf)
+            if leaf.role == "weight":
+                raw = self.weights[leaf.name]
+            elif leaf.role == "kv":
+                if leaf.name not in self.kv:
+                    self.kv[leaf.name] = np.zeros(leaf.nbytes, dtype=np.uint8)
+                raw = self.kv[leaf.name]
+            else:
+                raw = np.zeros(leaf.nbytes, dtype=np.uint8)
+            fixed_raw[s] = raw
+            fixed[s] = tensor_view(raw, leaf, 0)
+        consumers: dict[int, list[Tensor]] = {}
+        for n in bg.nodes:
+            for src in n.src:
+                consumers.setdefault(id(src), []).append(n)
+        for leaf in bg.leafs:
+            if leaf.role == "input":
+                kind, cache = self._input_kind(leaf, consumers, cache_of)
+                inputs.setdefault(kind, []).append((leaf, fixed[slot_of[id(leaf)]], cache))
+
+        steps: list[Step] = []
+        needs_raw: set[int] = set()
+        for i, n in enumerate(bg.nodes):
+            srcs = tuple(slot(s) for s in n.src)
+            storage = n.storage
+            st_slot = slot(storage) if storage is not n else slot(n)
+            shape, strides, dtype = shape_strides(n)
+            fn = None if n.op in ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "NONE") \
+                else compile_node(n, self.ctx)
+            if storage is not n and storage.op != "NONE":
+                needs_raw.add(st_slot)
+            offset = n.view_offs if n.is_view else 0
+            kind = COMPUTE if fn is not None else VIEW
+            if storage is not n and st_slot in fixed_raw:
+                # a view of weights, cache or inputs: the same array every run
+                fixed[slot(n)] = tensor_view(fixed_raw[st_slot], n, offset)
+                if fn is None:
+                    kind = FIXED
+            steps.append(Step(i, n, fn, srcs, slot(n), st_slot, offset, shape, strides,
+                              np.dtype(dtype), kind))
+        return Plan(bg, steps, len(slot_of), fixed, fixed_raw, inputs, needs_raw, slot_of)
+
+    @staticmethod
+    def _input_kind(leaf: Tensor, consumers, cache_of) -> tuple[str, KVCache | None]:
+        name = leaf.name
+        if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
+                    "attn_inp_v_rot"):
+            return name, None
+        if name in ("attn_inp_k_idxs", "attn_inp_v_idxs"):
+            for c in consumers.get(id(leaf), []):
+                if c.op == "SET_ROWS":
+                    return name, cache_of[id(c.src[2].storage)]
+        if name == "attn_inp_kq_mask":
+            for c in consumers.get(id(leaf), []):
+                cache = _cache_upstream(c, cache_of)
+                if cache is not None:
+                    return name, cache
+        raise UnsupportedError(f"graph input {name!r} ({gt.type_name(leaf.type)} {list(leaf.ne)}) "
+                               "has no filler in the executor")
+
+    # ---- inputs ------------------------------------------------------------------------
+    def _fill_inputs(self, plan: Plan, tokens: np.ndarray, positions: np.ndarray,
+                     out_ids: np.ndarray) -> None:
+        bg = plan.graph
+        T = len(tokens)
+        slots: dict[str, np.ndarray] = {}
+        for c in bg.caches:
+            cells = self.cells.get(c.name)
+            if cells is None:
+                n_swa = self.model.n_swa if c.name == "swa" else 0
+                cells = self.cells[c.name] = CellState(c.size, n_swa)
+            idxs = cells.find_slot(T)
+            cells.apply(idxs, positions)
+            if cells.n_kv() != c.n_kv:
+                raise AssertionError(f"cache {c.name}: cells give n_kv {cells.n_kv()}, "
+                                     f"the graph {c.n_kv}")
+            slots[c.name] = idxs
+        for kind, entries in plan.inputs.items():
+            for leaf, arr, cache in entries:
+                flat = arr.reshape(-1)
+                if kind == "inp_tokens":
+                    flat[:] = tokens
+                elif kind == "inp_pos":
+                    flat[:] = positions
+                elif kind == "out_ids":
+                    flat[:] = out_ids
+                elif kind == "inp_embd":
+                    pass
+                elif kind == "attn_inp_k_idxs":
+                    flat[:] = slots[cache.name]
+                elif kind == "attn_inp_v_idxs":
+                    idx = slots[cache.name]
+                    if cache.v_trans:
+                        n_embd_v = leaf.ne[0] // T      # n_embd_v_gqa_max
+                        j = np.arange(n_embd_v, dtype=np.int64)
+                        flat[:] = (j[None, :] * cache.size + idx[:, None]).reshape(-1)
+                    else:
+                        flat[:] = idx
+                elif kind == "attn_inp_kq_mask":
+                    m = self.cells[cache.name].mask(leaf.ne[0], positions)
+                    arr[0, 0, :T, :] = m.astype(arr.dtype)
+                elif kind in ("attn_inp_k_rot", "attn_inp_v_rot"):
+                    arr[0, 0] = hadamard(leaf.ne[0])
+
+    # ---- running -----------------------------------------------------------------------
+    def run_plan(self, plan: Plan, *, capture: Iterable[int] = (),
+                 timer: Callable[[], int] = time.perf_counter_ns
+                 ) -> tuple[list, NodeTiming, dict[int, np.ndarray]]:
+        """Execute every node once (inputs already filled); values of ``capture`` indices
+        are copied out. Returns (values by slot, timing, captured values)."""
+        vals: list = [None] * plan.n_slots
+        for s, v in plan.fixed.items():
+            vals[s] = v
+        raws: dict[int, np.ndarray] = dict(plan.fixed_raw)
+        ns: list[int | None] = []
+        append = ns.append
+        captured = set(capture)
+        cap: dict[int, np.ndarray] = {}
+        needs_raw = plan.needs_raw
+        new_view = np.ndarray
+        t_start = timer()
+        for st in plan.steps:
+            kind = st.kind
+            if kind == VIEW:
+                vals[st.slot] = new_view(st.shape, dtype=st.dtype, buffer=raws[st.storage],
+                                         offset=st.offset, strides=st.strides)
+                append(None)
+            elif kind == FIXED:
+                append(None)
+            else:
+                args = [vals[s] for s in st.srcs]
+                t0 = timer()
+                res = st.fn(*args)
+                append(timer() - t0)
+                if res is not None:          # None: it wrote into fixed memory (cache rows)
+                    if res.shape != st.shape or res.dtype != st.dtype or not res.flags.c_contiguous:
+                        res = tensor_view(flat_bytes(np.ascontiguousarray(res)), st.node, 0)
+                    vals[st.slot] = res
+                    if st.slot in needs_raw:
+                        raws[st.slot] = flat_bytes(res)
+            if captured and st.index in captured:
+                cap[st.index] = np.array(vals[st.slot], copy=True)
+        wall = timer() - t_start
+        return vals, NodeTiming(ns, wall), cap
+
+    def step(self, tokens: Iterable[int], *, n_outputs: int = 1, repeat: int = 1,
+             capture: Iterable[str | int] = (), warmup: bool = False,
+             on_run: Callable[[bool], None] | None = None) -> StepResult:
+        """``llama_decode`` of one ubatch: ``tokens`` at positions ``past..``; logits of the
+        last ``n_outputs`` tokens. ``repeat`` runs the (idempotent) graph that many times
+        for timing; ``warmup`` adds one untimed run first; ``on_run(timed)`` is called
+        after every run (progress bars)."""
+        tokens = np.asarray(list(tokens), dtype=np.int32)
+        T = len(tokens)
+        if T == 0:
+            raise SettingsError("a step needs at least one token")
+        if tokens.min() < 0 or tokens.max() >= self.model.n_vocab:
+            raise SettingsError(f"token ids must be in [0, {self.model.n_vocab})")
+        plan = self.plan(T, n_outputs)
+        positions = np.arange(self.past, self.past + T, dtype=np.int32)
+        out_ids = np.arange(T - n_outputs, T, dtype=np.int32)
+        self._fill_inputs(plan, tokens, positions, out_ids)
+        idx = _capture_indices(plan.graph, capture)
+        warmup_ns = None
+        if warmup:
+            warmup_ns = self.run_plan(plan)[1].wall_ns
+            if on_run:
+                on_run(False)
+        timings = []
+        vals, cap = None, {}
+        for r in range(max(1, repeat)):
+            vals, timing, c = self.run_plan(plan, capture=idx if r == 0 else ())
+            timings.append(timing)
+            cap = cap or c
+            if on_run:
+                on_run(True)
+        out = plan.steps[-1]
+        logits = np.array(vals[out.slot], dtype=np.float32).reshape(-1, plan.graph.model.n_vocab) \
+            if out.node.ne[0] == self.model.n_vocab else np.array(vals[out.slot]).reshape(-1)
+        res = StepResult(T, self.past, logits, timings, cap, plan.graph, warmup_ns)
+        self.past += T
+        return res
+
+
+def _cache_upstream(node: Tensor, cache_of: dict[int, KVCache], depth: int = 4) -> KVCache | None:
+    """The KV cache whose view an attention node reads (through up to ``depth`` ops)."""
+    frontier = [node]
+    for _ in range(depth):
+        nxt = []
+        for t in frontier:
+            for s in t.src:
+                c = cache_of.get(id(s.storage))
+                if c is not None:
+                    return c
+                nxt.append(s)
+        frontier = nxt
+    return None
+
+
+def _capture_indices(bg: BuiltGraph, capture: Iterable[str | int]) -> list[int]:
+    want = list(capture)
+    names = {w for w in want if isinstance(w, str)}
+    out = [w for w in want if isinstance(w, int)]
+    out += [i for i, n in enumerate(bg.nodes) if n.name in names]
+    return sorted(set(out))
+
+
+def greedy(ex: Executor, prompt: list[int], n_steps: int) -> tuple[list[int], list[StepResult]]:
+    """Prompt in one ubatch, then ``n_steps`` greedy single-token decodes (argmax)."""
+    res = [ex.step(prompt)]
+    out = []
+    for _ in range(n_steps):
+        tok = int(np.argmax(res[-1].logits[-1]))
+        out.append(tok)
+        res.append(ex.step([tok]))
+    return out, res
+
+
+__all__ = ["Executor", "CellState", "StepResult", "NodeTiming", "Plan", "greedy", "hadamard",
+           "random_weights", "mapped_weights", "NUMERICS"]

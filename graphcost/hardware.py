@@ -1,0 +1,132 @@
+"""Hardware profiles and the roofline model they feed.
+
+A profile is a YAML file in ``specs/hardware/`` (bundled) or given by path: a name, the
+memory bandwidth (bytes/s, streaming read) and the peak FLOP rate (FLOP/s), each with
+``how`` it was obtained and a ``source``. ``kind: theoretical`` profiles are datasheet
+arithmetic (channels x bus width x transfer rate; cores x clock x FLOP/cycle) and cite
+the datasheet; ``kind: measured`` ones come from ``graphcost hwprobe`` on that machine.
+
+Roofline (Williams, Waterman, Patterson, CACM 52(4), 2009): a node that moves ``B`` bytes
+and does ``F`` FLOPs takes at least ``max(B / bandwidth, F / peak)`` seconds; which term
+wins says whether it is memory- or compute-bound. ``B`` is what graphcost's cost model
+counts (bytes read + bytes written, see docs/counting.md), ``F`` its FLOPs (FMA = 2).
+
+A measured profile also holds ``op_overhead.seconds``: the time one tiny kernel call takes
+end to end (dispatch, thread wake-up). It is not part of the roofline; ``graphcost profile``
+reports a second estimate, roofline + overhead, to show which nodes are overhead-bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import GraphcostError
+from .resources import bundled
+
+KINDS = ("theoretical", "measured")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One machine: bytes/s it streams from memory, FLOP/s it can compute."""
+
+    name: str
+    bandwidth: float          # bytes per second
+    peak_flops: float         # FLOP per second (FMA = 2)
+    kind: str = "theoretical"
+    description: str = ""
+    threads: int | None = None
+    path: Path | None = None
+    overhead: float = 0.0     # seconds per executed node (measured profiles only)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def op_overhead(self, op: str) -> float:
+        """Per-call overhead of ``op`` (its own measurement if the probe has one)."""
+        by_op = (self.extra.get("op_overhead") or {}).get("by_op") or {}
+        return float(by_op.get(op, self.overhead))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "description": self.description,
+                "threads": self.threads, "bandwidth_bytes_per_s": self.bandwidth,
+                "peak_flops_per_s": self.peak_flops, "op_overhead_s": self.overhead,
+                "path": None if self.path is None else str(self.path)}
+
+
+def roofline_seconds(nbytes: float, flops: float, hw: Hardware) -> tuple[float, str]:
+    """(lower-bound seconds, ``"memory"`` or ``"compute"``) for one node or a sum."""
+    t_mem = nbytes / hw.bandwidth
+    t_cmp = flops / hw.peak_flops
+    return (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "compute")
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def hardware_dir() -> Path:
+    return bundled("specs") / "hardware"
+
+
+def available() -> list[str]:
+    """Names of the bundled profiles."""
+    d = hardware_dir()
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def _number(doc: dict, key: str, unit_key: str, path: Path) -> float:
+    section = doc.get(key)
+    value = section.get(unit_key) if isinstance(section, dict) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise GraphcostError(f"{path}: {key}.{unit_key} must be a positive number")
+    return float(value)
+
+
+def parse(doc: Any, path: Path) -> Hardware:
+    if not isinstance(doc, dict):
+        raise GraphcostError(f"{path}: a hardware profile is a YAML mapping")
+    kind = doc.get("kind", "theoretical")
+    if kind not in KINDS:
+        raise GraphcostError(f"{path}: kind {kind!r}: use {' or '.join(KINDS)}")
+    overhead = _number(doc, "op_overhead", "seconds", path) if "op_overhead" in doc else 0.0
+    return Hardware(name=str(doc.get("name") or path.stem),
+                    bandwidth=_number(doc, "memory_bandwidth", "bytes_per_second", path),
+                    peak_flops=_number(doc, "peak_flops", "flops_per_second", path),
+                    kind=kind, description=str(doc.get("description", "")),
+                    threads=doc.get("threads"), path=path, overhead=overhead, extra=doc)
+
+
+def load(name: str) -> Hardware:
+    """A profile by bundled name, by ``<name>.yaml`` in the current directory, or by path."""
+    candidates = [Path(name)] if name.endswith((".yaml", ".yml")) else []
+    candidates += [hardware_dir() / f"{name}.yaml", Path.cwd() / f"{name}.yaml"]
+    for p in candidates:
+        if p.is_file():
+            try:
+                doc = yaml.safe_load(p.read_text())
+            except (OSError, yaml.YAMLError) as e:
+                raise GraphcostError(f"{p}: cannot read the hardware profile: {e}") from None
+            return parse(doc, p)
+    have = ", ".join(available()) or "none"
+    raise GraphcostError(f"--hardware {name!r}: no such profile (bundled: {have}; or give a "
+                         "path to a .yaml written by graphcost hwprobe)")
+
+
+def save(doc: dict, name: str) -> tuple[Path, str | None]:
+    """Write ``doc`` as ``specs/hardware/<name>.yaml``; if that directory is read-only
+    (an installed wheel), write ``./<name>.yaml`` and return a note saying so."""
+    text = yaml.safe_dump(doc, sort_keys=False, width=100)
+    target = hardware_dir() / f"{name}.yaml"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        return target, None
+    except OSError:
+        local = Path.cwd() / f"{name}.yaml"
+        try:
+            local.write_text(text)
+        except OSError as e:
+            raise GraphcostError(f"{local}: cannot write the hardware profile: {e}") from None
+        return local, (f"{target.parent} is not writable (installed package): wrote {local} "
+                       f"instead; use it with --hardware {local}")

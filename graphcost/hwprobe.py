@@ -1,0 +1,194 @@
+"""``graphcost hwprobe``: this machine's memory bandwidth and peak FLOP rate, measured with
+the same Numba kernels the executor runs.
+
+* **Bandwidth** (streaming read): ``kernels.matmul.mul_mat`` of one activation row by a
+  weight matrix much larger than the caches (default 256 MiB), for F32, F16, Q8_0 and
+  Q4_0 weights: every weight byte is read once from memory and used for one
+  multiply-add, so the time is the time to stream the matrix. The profile's bandwidth is
+  the best of the types (the kernel closest to the memory's limit); each type's figure is
+  kept under ``by_type``.
+* **Peak FLOP rate**: the same kernel's tiled path on an F32 matrix that fits in L2-sized
+  tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs).
+* **Per-op overhead**: each op kind the executor runs, compiled by
+  :mod:`graphcost.exec_ops` exactly as for a graph node, on tiny operands (64 values per
+  row, 1 token, 16 cache cells): what one node costs end to end (Python closure, kernel
+  wrapper, Numba dispatch, waking the kernel threads) when it has almost no work. This is
+  the floor under every node's time, which a roofline does not see.
+
+Each figure is the median of ``repeat`` timed calls after one warm-up call (compilation or
+cache load is never timed). These are achieved rates of graphcost's kernels, which is what
+a roofline for graphcost's executor needs; a datasheet peak is higher.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+import numpy as np
+
+from . import ggml_types as gt
+
+#: weight types the bandwidth probe streams
+BANDWIDTH_TYPES = (gt.F32, gt.F16, gt.GGMLType.Q8_0, gt.GGMLType.Q4_0)
+#: row length of the probe matrices (elements)
+K = 4096
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _median_seconds(fn: Callable[[], object], repeat: int) -> float:
+    fn()                                        # warm-up: compile or load from cache
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
+          progress: Callable[[str], None] | None = None) -> dict:
+    """Measure and return the profile document (see :mod:`graphcost.hardware`)."""
+    import numba
+
+    from .executor import _random_raw
+    from .kernels_loader import load_kernels
+
+    if threads is not None:
+        numba.set_num_threads(threads)
+    K_ = load_kernels()
+    rng = np.random.default_rng(0)
+    say = progress or (lambda s: None)
+    x = rng.standard_normal((1, K)).astype(np.float32)
+    by_type = {}
+    for t in BANDWIDTH_TYPES:
+        rows = max(1, (mib << 20) // gt.row_size(t, K))
+        say(f"bandwidth: {gt.type_name(t)} {rows} x {K}")
+        w = _random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K))
+        sec = _median_seconds(lambda: K_.matmul.mul_mat(w, t, K, rows, x), repeat)
+        by_type[gt.type_name(t)] = round(w.nbytes / sec)
+        del w
+    best = max(by_type, key=by_type.get)
+
+    m, n = 1024, 256
+    say(f"peak FLOP rate: f32 {m} x {K} times {n} rows")
+    w = _random_raw(gt.F32, (K, m), rng).reshape(m, gt.row_size(gt.F32, K))
+    xs = rng.standard_normal((n, K)).astype(np.float32)
+    sec = _median_seconds(lambda: K_.matmul.mul_mat(w, gt.F32, K, m, xs), repeat)
+    flops = 2.0 * m * n * K / sec
+    say("per-op overhead")
+    by_op = op_overheads(K_, max(50, 20 * repeat))
+    overhead = float(np.median(list(by_op.values())))
+    n_threads = numba.get_num_threads()
+    return {
+        "name": None,
+        "description": f"{_cpu_name()}, {n_threads} threads (measured by graphcost hwprobe)",
+        "kind": "measured",
+        "threads": n_threads,
+        "cpu": _cpu_name(),
+        "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "memory_bandwidth": {
+            "bytes_per_second": by_type[best],
+            "how": f"kernels.matmul.mul_mat, 1 row x {mib} MiB {best} matrix, median of "
+                   f"{repeat}; best of the weight types below",
+            "by_type": by_type,
+            "source": "graphcost hwprobe on this machine",
+        },
+        "peak_flops": {
+            "flops_per_second": round(flops),
+            "how": f"kernels.matmul.mul_mat tiled path, f32 {m}x{K} weights x {n} rows "
+                   f"(2*M*N*K FLOPs), median of {repeat}",
+            "source": "graphcost hwprobe on this machine",
+        },
+        "op_overhead": {
+            "seconds": overhead,
+            "how": "one executor node on tiny operands (64 values, 1 token), end to end, "
+                   "median of the calls; seconds is the median over op kinds",
+            "by_op": by_op,
+            "source": "graphcost hwprobe on this machine",
+        },
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _tiny_nodes():
+    """One small node per op kind, built with the ggml graph mirror: [(node, inputs)]."""
+    from .ggml_graph import Graph
+
+    Q8 = gt.GGMLType.Q8_0
+    g = Graph()
+    x = g.new_tensor(gt.F32, [64, 1])
+    w = g.new_tensor(gt.F32, [64])
+    wq = g.new_tensor(Q8, [64, 16], role="weight")
+    h = g.reshape(x, [64, 1, 1])
+    pos = g.new_tensor(gt.I32, [1])
+    idx = g.new_tensor(gt.I64, [1])
+    rows = g.new_tensor(gt.I32, [1])
+    cache = g.new_tensor(gt.F16, [64, 16], role="kv")
+    k = g.view(cache, [64, 1, 16], [128, 128], 0)           # [D, Hkv, n_kv] as get_k
+    mask = g.new_tensor(gt.F16, [16, 1])
+    kq = g.new_tensor(gt.F32, [16, 1])
+    nodes = [
+        g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
+        g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x),
+        g.glu_split("SWIGLU", x, x), g.soft_max_ext(kq, g.new_tensor(gt.F32, [16, 1]), 1.0, 0.0),
+        g.rope(h, pos, None, n_dims=64, mode=2, freq_base=1e4, freq_scale=1.0, n_ctx_orig=4096),
+        g.set_rows(cache, x, idx), g.get_rows(wq, rows), g.mul_mat(wq, x),
+        g.cont(g.transpose(g.new_tensor(gt.F32, [8, 8]))),
+        g.flash_attn_ext(g.permute(h, 0, 2, 1, 3), g.permute(k, 0, 2, 1, 3),
+                         g.permute(k, 0, 2, 1, 3), mask, 0.125, 0.0, 0.0),
+    ]
+    return nodes
+
+
+def op_overheads(K_, repeat: int) -> dict[str, float]:
+    """Seconds per call of each op kind on tiny operands (see the module docstring)."""
+    from .exec_ops import Ctx, compile_node, tensor_view
+    from .executor import _random_raw
+
+    rng = np.random.default_rng(1)
+    ctx = Ctx(K_, "fast")
+    store: dict[int, np.ndarray] = {}
+
+    def value(t):
+        base = t.storage
+        if id(base) not in store:
+            if base.type in (gt.I32, gt.I64):
+                raw = np.zeros(base.nbytes, np.uint8)
+            else:
+                raw = _random_raw(base.type, base.ne, rng)
+            store[id(base)] = raw
+        return tensor_view(store[id(base)], t, t.view_offs if t.is_view else 0)
+
+    calls = []
+    for node in _tiny_nodes():
+        fn = compile_node(node, ctx)
+        args = [value(s) for s in node.src]
+        fn(*args)                                   # compile or load from cache
+        calls.append((node.op, fn, args))
+    # run them in turn, like the nodes of a graph, rather than one op in a tight loop
+    times: dict[str, list[float]] = {op: [] for op, _, _ in calls}
+    for _ in range(repeat):
+        for op, fn, args in calls:
+            t0 = time.perf_counter()
+            fn(*args)
+            times[op].append(time.perf_counter() - t0)
+    return {op: float(np.median(v)) for op, v in times.items()}
+
+
+def default_name() -> str:
+    """``<hostname>`` made safe for a file name."""
+    host = platform.node() or "this-machine"
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in host).strip("-.") or "local"

@@ -1,0 +1,168 @@
+"""``graphcost profile --format table|json``: one renderer per format, same signature."""
+from __future__ import annotations
+
+import io
+import json
+from enum import Enum
+from typing import Callable
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..profile import NodeRow, Profile, Rollup
+from .units import human_bytes, human_count
+
+SCHEMA = 1
+
+
+class ProfileFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.3f}"
+
+
+def _us(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e6:.1f}"
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _rollup_table(title: str, key: str, rows: list[Rollup]) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for col, just in ((key, "left"), ("nodes", "right"), ("ms", "right"), ("bytes", "right"),
+                      ("FLOPs", "right"), ("GB/s", "right"), ("GFLOP/s", "right"),
+                      ("roofline ms", "right"), ("ratio", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
+    for r in rows:
+        t.add_row("-" if r.key is None else str(r.key), str(r.count), _ms(r.seconds),
+                  human_bytes(r.bytes), human_count(r.flops),
+                  _rate(r.bytes / r.seconds / 1e9 if r.seconds else None),
+                  _rate(r.flops / r.seconds / 1e9 if r.seconds else None),
+                  _ms(r.predicted), _ratio(r.ratio))
+    return t
+
+
+def _node_table(title: str, rows: list[NodeRow]) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for col, just in (("#", "right"), ("node", "left"), ("op", "left"), ("us", "right"),
+                      ("bytes", "right"), ("FLOPs", "right"), ("GB/s", "right"),
+                      ("GFLOP/s", "right"), ("roof us", "right"), ("ratio", "right")):
+        t.add_column(col, justify=just, overflow="ellipsis", no_wrap=True,
+                     max_width=20 if col == "node" else None)
+    for n in rows:
+        t.add_row(str(n.index), n.name, n.op + ("*" if n.numpy else ""), _us(n.seconds),
+                  "-" if n.bytes is None else human_bytes(n.bytes),
+                  "-" if n.flops is None else human_count(n.flops), _rate(n.gbps),
+                  _rate(n.gflops), _us(n.predicted), _ratio(n.ratio))
+    return t
+
+
+def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = False) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=color, no_color=not color,
+                  color_system="standard" if color else None, highlight=False)
+    s, hw = p.settings, p.hardware
+    con.print(f"[bold]{p.model_name}[/bold] ({p.arch}) on graphcost's Numba kernels")
+    con.print(f"run: -c {s['n_ctx']} -ub {s['n_ubatch']} -fa {s['flash_attn']} "
+              f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']}; numerics {p.numerics}; "
+              f"{p.threads} threads; median of {p.repeat}")
+    con.print(f"hardware: {hw.name} ({hw.kind}): {hw.bandwidth / 1e9:.2f} GB/s, "
+              f"{hw.peak_flops / 1e9:.1f} GFLOP/s"
+              + (f", {hw.overhead * 1e6:.1f} us per op" if hw.overhead else ""))
+    nc = p.numba_cache
+    con.print(f"kernels: import {p.kernels_import:.2f} s; first-run overhead "
+              f"{p.first_run_overhead:.2f} s (Numba: {nc['misses']} compiled, "
+              f"{nc['hits']} loaded from cache) -- not in any timing below")
+    tps = p.tokens_per_second()
+    dec = "-" if tps["decode"] is None else f"{tps['decode']:.2f}"
+    con.print(f"tokens/s: prompt {tps['prompt']:.2f} ({p.prompt.n_tokens} tokens), decode {dec}")
+
+    st = Table(title="Steps", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for col in ("step", "tokens", "past", "argmax", "logit", "wall ms", "nodes ms"):
+        st.add_column(col, justify="right")
+    for i, step in enumerate(p.steps):
+        st.add_row(str(i), str(step.n_tokens), str(step.past), str(step.argmax),
+                   f"{step.top5[0][1]:.3f}", _ms(step.wall), _ms(step.node_seconds))
+    con.print(st)
+
+    phase, steps = p.phase()
+    per = "per token" if phase == "decode" else "prompt step"
+    con.print(_rollup_table(f"Per op kind ({phase}, {per})", "op", p.by_op()))
+    con.print(_rollup_table(f"Per layer ({phase}, {per}; '-' = outside the layers)", "layer",
+                            p.by_layer()))
+    last = steps[-1]
+    ran = [n for n in last.nodes if not n.view]
+    ran.sort(key=lambda n: -(n.seconds or 0))
+    shown = ran if top <= 0 else ran[:top]
+    con.print(_node_table(f"Slowest nodes (step {p.steps.index(last)}: "
+                          f"{len(shown)} of {len(ran)} executed; * = numpy)", shown))
+    acc = p.estimate_accuracy()
+    if acc["median_abs_error"] is not None:
+        ovh = (f"; with {acc['op_overhead_seconds'] * 1e6:.1f} us per-op overhead added: "
+               f"{acc['median_abs_error_with_overhead']:.2f}") if acc["op_overhead_seconds"] else ""
+        con.print(f"estimate accuracy: median |roofline/measured - 1| = "
+                  f"{acc['median_abs_error']:.2f} over {acc['nodes']} nodes > 10 us ({phase}){ovh}")
+    for note in p.notes:
+        con.print(f"note: {note}")
+    return buf.getvalue()
+
+
+def _node_dict(n: NodeRow) -> dict:
+    return {"index": n.index, "name": n.name, "op": n.op, "layer": n.layer, "block": n.block,
+            "view": n.view, "seconds": n.seconds, "bytes": n.bytes, "flops": n.flops,
+            "gbps": n.gbps, "gflops": n.gflops, "predicted_seconds": n.predicted,
+            "bound": n.bound, "ratio": n.ratio, "numpy": n.numpy}
+
+
+def _rollup_dict(r: Rollup) -> dict:
+    return {"key": r.key, "nodes": r.count, "seconds": r.seconds, "bytes": r.bytes,
+            "flops": r.flops, "predicted_seconds": r.predicted, "ratio": r.ratio}
+
+
+def document(p: Profile) -> dict:
+    phase, _ = p.phase()
+    return {
+        "schema": SCHEMA,
+        "model": {"path": p.model_path, "name": p.model_name, "architecture": p.arch},
+        "run": p.settings,
+        "executor": {"numerics": p.numerics, "threads": p.threads, "repeat": p.repeat},
+        "hardware": p.hardware.to_dict(),
+        "compile": {"kernels_import_seconds": p.kernels_import,
+                    "first_run_overhead_seconds": p.first_run_overhead,
+                    "numba_cache": p.numba_cache},
+        "tokens_per_second": p.tokens_per_second(),
+        "rollup_phase": phase,
+        "by_op": [_rollup_dict(r) for r in p.by_op()],
+        "by_layer": [_rollup_dict(r) for r in p.by_layer()],
+        "estimate_accuracy": p.estimate_accuracy(),
+        "notes": p.notes,
+        "steps": [{"n_tokens": s.n_tokens, "past": s.past, "argmax": s.argmax,
+                   "top5": [[t, v] for t, v in s.top5], "wall_seconds": s.wall,
+                   "warmup_seconds": s.warmup, "nodes": [_node_dict(n) for n in s.nodes]}
+                  for s in p.steps],
+    }
+
+
+def _json(p: Profile, **_: object) -> str:
+    return json.dumps(document(p), indent=1) + "\n"
+
+
+def _table(p: Profile, *, width: int = 100, top: int = 20, color: bool = False, **_: object) -> str:
+    return render_table(p, width=width, top=top, color=color)
+
+
+#: every ProfileFormat has exactly one renderer (tests check this)
+RENDERERS: dict[ProfileFormat, Callable[..., str]] = {
+    ProfileFormat.table: _table,
+    ProfileFormat.json: _json,
+}

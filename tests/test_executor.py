@@ -1,0 +1,235 @@
+"""The executor without llama.cpp: KV cells and masks, views without copies, memory-mapped
+weights, the cache kept across steps, header-only files on random data, bad input.
+
+The comparisons with llama.cpp are in tests/test_numerics.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fixtures as F
+from graphcost import ggml_types as gt
+from graphcost.errors import GraphcostError, SettingsError, UnsupportedError
+from graphcost.exec_ops import OPS, tensor_view, unsupported_ops
+from graphcost.executor import CellState, Executor, hadamard, mapped_weights
+from graphcost.ggml_graph import Graph
+from graphcost.gguf_reader import read_header
+from graphcost.settings import RunSettings
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return F.write_llama(tmp_path_factory.mktemp("exec") / "llama.gguf", n_layer=2)
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory):
+    # 7 layers, window 64: layer 5 global, the others sliding
+    return F.write_gemma3(tmp_path_factory.mktemp("exec") / "gemma3.gguf")
+
+
+# ---------------------------------------------------------------------------- cells
+
+
+def test_cells_fill_from_zero_and_pad_n_kv():
+    c = CellState(1024)
+    idx = c.find_slot(5)
+    c.apply(idx, np.arange(5))
+    assert idx.tolist() == [0, 1, 2, 3, 4] and c.head == 5
+    # used_max_p1 = 5 -> padded to 256 cells
+    assert c.n_kv() == 256
+    idx = c.find_slot(1)
+    c.apply(idx, np.array([5]))
+    assert idx.tolist() == [5]
+
+
+def test_causal_mask_rows():
+    c = CellState(256)
+    c.apply(c.find_slot(3), np.arange(3))
+    m = c.mask(256, np.arange(3))
+    assert m.shape == (3, 256)
+    # token i sees cells 0..i, nothing else (empty cells are masked too)
+    for i in range(3):
+        assert (m[i, :i + 1] == 0).all() and np.isneginf(m[i, i + 1:]).all()
+
+
+def test_sliding_window_mask_and_cell_reuse():
+    # window 4: p1 - p0 >= 4 is masked (LLAMA_SWA_TYPE_STANDARD)
+    c = CellState(8, n_swa=4)
+    c.apply(c.find_slot(6), np.arange(6))
+    m = c.mask(8, np.array([5]))
+    assert m[0].tolist()[:6] == [-np.inf, -np.inf, 0, 0, 0, 0]
+    # positions 6, 7 fill the last cells; 8 reuses cell 0 (position 0 is out of the window
+    # of the newest position 7 + 1: 8 - 0 >= 4); llama.cpp then purges the positions from
+    # the sequence's minimum (now 1) up to the overwritten one (0): none
+    c.apply(c.find_slot(2), np.array([6, 7]))
+    idx = c.find_slot(1)
+    assert idx.tolist() == [0]
+    c.apply(idx, np.array([8]))
+    assert c.pos.tolist() == [8, 1, 2, 3, 4, 5, 6, 7] and c.head == 1
+    # every cell still visible to position 8 is inside the window
+    vis = c.pos[(c.mask(8, np.array([8]))[0] == 0)]
+    assert sorted(vis.tolist()) == [5, 6, 7, 8]
+
+
+def test_full_cache_is_an_error():
+    c = CellState(4)
+    c.apply(c.find_slot(4), np.arange(4))
+    with pytest.raises(SettingsError, match="full"):
+        c.find_slot(1)
+
+
+def test_hadamard_is_orthonormal_walsh():
+    h = hadamard(64)
+    assert h.dtype == np.float32 and h[0, 0] == np.float32(1 / 8)
+    np.testing.assert_allclose(h @ h.T, np.eye(64), atol=1e-6)
+    # Sylvester: H_2n = [[H, H], [H, -H]]
+    np.testing.assert_array_equal(h[32:, 32:], -h[:32, :32])
+
+
+# ---------------------------------------------------------------------------- views
+
+
+def test_views_are_strided_numpy_views_of_the_storage():
+    g = Graph()
+    a = g.new_tensor(gt.F32, [4, 3, 2])
+    p = g.permute(a, 0, 2, 1, 3)          # [4, 2, 3]
+    t = g.transpose(g.reshape(a, [12, 2]))
+    raw = np.arange(24, dtype=np.float32).view(np.uint8)
+    base = tensor_view(raw, a, 0)
+    pv = tensor_view(raw, p, p.view_offs)
+    tv = tensor_view(raw, t, t.view_offs)
+    assert np.shares_memory(pv, raw) and np.shares_memory(tv, raw)
+    np.testing.assert_array_equal(pv[0], base[0].transpose(1, 0, 2))
+    np.testing.assert_array_equal(tv[0, 0], base.reshape(2, 12).T)
+
+
+def test_quantized_tensors_are_byte_rows():
+    g = Graph()
+    q = g.new_tensor(gt.GGMLType.Q8_0, [64, 5])
+    v = tensor_view(np.zeros(q.nbytes, np.uint8), q, 0)
+    # 64 values of Q8_0 = 2 blocks of 34 bytes
+    assert v.shape == (1, 1, 5, 68) and v.dtype == np.uint8
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def test_weights_are_memory_mapped_not_copied(llama):
+    ex = Executor(llama, RunSettings(ctx_size=256, flash_attn="off"))
+    w = ex.weights["blk.0.ffn_down.weight"]
+    assert isinstance(w.base, np.memmap) or isinstance(w, np.memmap)
+    assert not w.flags.owndata and not w.flags.writeable
+    assert w.nbytes == ex.model.tensor("blk.0.ffn_down.weight").nbytes
+
+
+def test_kv_cache_persists_across_steps(llama):
+    ex = Executor(llama, RunSettings(ctx_size=256, flash_attn="off"))
+    r1 = ex.step([5, 6, 7])
+    k = ex.kv["cache_k_l0"].view(np.float16).reshape(256, -1)
+    v = ex.kv["cache_v_l0"].view(np.float16).reshape(-1, 256)      # transposed V: [dim, cell]
+    assert (k[:3] != 0).any(axis=1).all() and not k[3:].any()
+    assert v[:, :3].any() and not v[:, 3:].any()
+    r2 = ex.step([8])
+    assert (r1.past, r2.past, ex.past) == (0, 3, 4)
+    assert (k[3] != 0).any() and not k[4:].any()
+    assert np.isfinite(r2.logits).all() and r2.logits.shape == (1, ex.model.n_vocab)
+
+
+def test_plans_are_reused_for_the_same_shape(llama):
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    ex.step([1, 2])
+    p1 = ex.plan(1)
+    ex.step([3])
+    assert ex.plan(1) is p1
+    assert ex.plan(2) is not p1
+
+
+def test_same_tokens_same_logits_after_reset(llama):
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    a = [ex.step([4, 5, 6]).logits, ex.step([7]).logits]
+    ex.reset()
+    b = [ex.step([4, 5, 6]).logits, ex.step([7]).logits]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_repeated_runs_of_a_step_are_idempotent(llama):
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    r = ex.step([9, 10], repeat=3, warmup=True)
+    assert len(r.timings) == 3 and r.warmup_ns is not None
+    ex2 = Executor(llama, RunSettings(ctx_size=256))
+    np.testing.assert_array_equal(ex2.step([9, 10]).logits, r.logits)
+
+
+def test_captured_values_are_copies_by_node_name(llama):
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    r = ex.step([1, 2, 3], capture=["attn_norm-0", "result_output"])
+    names = {r.graph.nodes[i].name for i in r.captured}
+    assert names == {"attn_norm-0", "result_output"}
+    out = r.captured[len(r.graph.nodes) - 1]
+    np.testing.assert_array_equal(out.reshape(-1), r.logits.reshape(-1))
+
+
+def test_fast_and_ggml_numerics_agree_to_activation_rounding(llama):
+    ids = [11, 12, 13, 14]
+    a = Executor(llama, RunSettings(ctx_size=256), numerics="ggml").step(ids).logits
+    b = Executor(llama, RunSettings(ctx_size=256), numerics="fast").step(ids).logits
+    # Q8 activations round to ~0.4% per value; the logits of this 2-layer model stay within 5%
+    assert np.abs(a - b).max() <= 0.05 * np.abs(a).max()
+    assert not np.array_equal(a, b)
+
+
+def test_sliding_window_model_runs_past_its_window(gemma3):
+    # window 64, ubatch 64: the SWA cache has pad(64 + 64, 256) = 256 cells and is reused
+    # from position 256 on
+    ex = Executor(gemma3, RunSettings(ctx_size=512, ubatch_size=64))
+    ex.step(list(range(3, 63)))
+    for t in range(200):
+        r = ex.step([3 + t % 200])
+    assert ex.past == 260 and np.isfinite(r.logits).all()
+    swa = ex.cells["swa"]
+    assert swa.size == 256 and swa.used <= 256 and swa.pos.max() == 259
+    assert ex.cells["base"].pos.max() == 259 and ex.cells["base"].size == 512
+
+
+def test_header_only_file_runs_on_random_weights(llama, tmp_path):
+    header_only = tmp_path / "header_only.gguf"
+    data = llama.path.read_bytes()
+    header_only.write_bytes(data[:read_header(llama.path).data_offset])
+    ex = Executor(header_only, RunSettings(ctx_size=256))
+    assert not ex.model.header.has_data
+    assert any("random" in n for n in ex.notes)
+    r = ex.step([1, 2, 3])
+    assert np.isfinite(r.logits).all()
+    for name, w in ex.weights.items():
+        assert w.nbytes == ex.model.tensor(name).nbytes
+
+
+def test_mapped_weights_cover_every_tensor(llama):
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    w = mapped_weights(ex.model)
+    assert set(w) == set(ex.model.tensors)
+    t = ex.model.tensor("output_norm.weight")
+    # F32 norm weights are around 1 (fixtures.write_llama: 1 + 0.05 N(0, 1))
+    assert abs(float(w[t.name].view(np.float32).mean()) - 1) < 0.1
+
+
+def test_bad_input_is_one_line_errors(llama):
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    with pytest.raises(SettingsError, match="token ids"):
+        ex.step([llama.n_vocab])
+    with pytest.raises(SettingsError, match="at least one token"):
+        ex.step([])
+    with pytest.raises(GraphcostError, match="numerics"):
+        Executor(llama, RunSettings(), numerics="exact")
+    with pytest.raises(UnsupportedError, match="head graph"):
+        Executor(llama, RunSettings(llama_cpp="2024-08"))
+
+
+def test_every_op_of_the_supported_graphs_has_an_implementation(llama, gemma3):
+    for path, fa in ((llama, "on"), (llama, "off"), (gemma3, "on"), (gemma3, "off")):
+        ex = Executor(path, RunSettings(ctx_size=256, flash_attn=fa))
+        assert unsupported_ops(ex.plan(3).graph.nodes) == []
+    assert {"MUL_MAT", "FLASH_ATTN_EXT", "SET_ROWS", "ROPE", "SOFT_MAX", "GEGLU"} <= set(OPS)

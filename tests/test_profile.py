@@ -1,0 +1,187 @@
+"""graphcost profile / hwprobe / analyze --hardware: documents, roll-ups, roofline arithmetic,
+profile files, bad flags. No timing is asserted (the machine is shared)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import fixtures as F
+from graphcost import hardware as hwmod
+from graphcost.analysis import analyze_graph
+from graphcost.build import build_graph, load_model
+from graphcost.errors import GraphcostError
+from graphcost.hardware import Hardware, roofline_seconds
+from graphcost.report.profile import RENDERERS, ProfileFormat
+from graphcost.roofline import estimate
+from graphcost.settings import RunSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "graphcost", *map(str, args)], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return F.write_llama(tmp_path_factory.mktemp("profile") / "llama.gguf", n_layer=2)
+
+
+def test_every_profile_format_has_a_renderer():
+    assert set(RENDERERS) == set(ProfileFormat)
+
+
+def test_roofline_takes_the_larger_bound():
+    hw = Hardware("t", bandwidth=10e9, peak_flops=100e9)
+    # 1 MB at 10 GB/s = 100 us > 1 MFLOP at 100 GFLOP/s = 10 us
+    assert roofline_seconds(1e6, 1e6, hw) == (1e-4, "memory")
+    # 1 MB, 100 MFLOP: 1 ms of compute
+    assert roofline_seconds(1e6, 1e8, hw) == (1e-3, "compute")
+
+
+def test_bundled_profiles_cite_their_sources():
+    names = hwmod.available()
+    assert len(names) >= 3
+    for name in names:
+        hw = hwmod.load(name)
+        doc = hw.extra
+        assert hw.bandwidth > 1e9 and hw.peak_flops > 1e9
+        for key in ("memory_bandwidth", "peak_flops"):
+            assert doc[key]["source"] and doc[key]["how"], (name, key)
+
+
+def test_unknown_profile_is_a_one_line_error():
+    with pytest.raises(GraphcostError, match="no such profile"):
+        hwmod.load("no-such-machine")
+
+
+def test_roofline_estimate_sums_its_nodes(llama):
+    a = analyze_graph(build_graph(load_model(llama), RunSettings(ctx_size=256, tokens=4)))
+    hw = hwmod.load("raspberry-pi-5")
+    est = estimate(a, hw)
+    per = [s for s in est.per_node if s is not None]
+    assert est.seconds == pytest.approx(sum(per))
+    assert est.seconds == pytest.approx(sum(o.seconds for o in est.by_op))
+    assert est.seconds == pytest.approx(est.memory_seconds + est.compute_seconds)
+    for nc, s in zip(a.nodes, est.per_node):
+        if nc.node.op in ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"):
+            assert s == 0.0
+        else:
+            c = nc.cost
+            assert s == max((c.bytes_read + c.bytes_written) / hw.bandwidth, c.flops / hw.peak_flops)
+
+
+def test_analyze_with_hardware(llama, tmp_path):
+    r = cli("analyze", llama.path, "--hardware", "apple-m2", "-c", 256)
+    assert r.returncode == 0, r.stderr
+    assert "Roofline on apple-m2" in r.stdout and "tokens/s" in r.stdout
+    assert all(len(line) <= 80 for line in r.stdout.splitlines())
+    out = tmp_path / "a.json"
+    r = cli("analyze", llama.path, "--hardware", "apple-m2", "-c", 256, "-f", "json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    roof = d["roofline"]
+    assert roof["hardware"]["name"] == "apple-m2"
+    assert roof["seconds"] == pytest.approx(sum(n["roofline_seconds"] or 0 for n in d["nodes"]))
+    assert roof["tokens_per_second"] == pytest.approx(1 / roof["seconds"])
+    # without --hardware the document is unchanged
+    out2 = tmp_path / "b.json"
+    assert cli("analyze", llama.path, "-c", 256, "-f", "json", "-o", out2).returncode == 0
+    assert "roofline" not in json.loads(out2.read_text())
+
+
+def test_profile_json_document(llama, tmp_path):
+    out = tmp_path / "p.json"
+    r = cli("profile", llama.path, "--token-ids", "3,10,17", "--greedy", 2, "--repeat", 2,
+            "--hardware", "raspberry-pi-5", "-c", 256, "-f", "json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["schema"] == 1 and d["executor"]["repeat"] == 2
+    steps = d["steps"]
+    assert [s["n_tokens"] for s in steps] == [3, 1, 1]
+    assert [s["past"] for s in steps] == [0, 3, 4]
+    for s in steps:
+        assert len(s["top5"]) == 5 and s["argmax"] == s["top5"][0][0]
+        logits = [v for _, v in s["top5"]]
+        assert logits == sorted(logits, reverse=True)
+        for n in s["nodes"]:
+            assert (n["seconds"] is None) == n["view"]
+            if not n["view"]:
+                assert n["seconds"] > 0 and n["predicted_seconds"] > 0
+                assert n["ratio"] == pytest.approx(n["predicted_seconds"] / n["seconds"])
+    # greedy: each decode step feeds the previous step's argmax
+    g = build_graph(load_model(llama), RunSettings(ctx_size=256, tokens=1, past=3))
+    assert len(steps[1]["nodes"]) == len(g.nodes)
+    # roll-ups are per decode token: the sum over both decode steps, halved
+    total = sum(n["seconds"] or 0 for s in steps[1:] for n in s["nodes"]) / 2
+    assert sum(r["seconds"] for r in d["by_op"]) == pytest.approx(total)
+    assert sum(r["seconds"] for r in d["by_layer"]) == pytest.approx(total)
+    assert d["rollup_phase"] == "decode"
+    assert set(d["tokens_per_second"]) == {"prompt", "decode"}
+    assert set(d["compile"]) >= {"kernels_import_seconds", "first_run_overhead_seconds", "numba_cache"}
+    acc = d["estimate_accuracy"]
+    assert acc["min_seconds"] == 1e-5 and set(acc["by_op"]) <= {n["op"] for n in steps[1]["nodes"]}
+
+
+def test_profile_decode_ids_and_table(llama):
+    r = cli("profile", llama.path, "--token-ids", "5,6", "--decode-ids", "7,8,9", "--repeat", 1,
+            "--hardware", "amd-ryzen9-7950x", "-c", 256, "--top", 5, "--numerics", "ggml")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for text in ("tokens/s:", "Steps", "Per op kind (decode, per token)", "Per layer",
+                 "Slowest nodes", "numerics ggml", "amd-ryzen9-7950x"):
+        assert text in out
+    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--token-ids", "1,2", "--greedy", "2", "--decode-ids", "3"], "not both"),
+    (["--token-ids", "1,x"], "comma-separated"),
+    (["--token-ids", "1", "--format", "xml"], "--format"),
+    (["--token-ids", "1", "--numerics", "exact"], "--numerics"),
+    (["--token-ids", "1", "--hardware", "nope"], "no such profile"),
+    (["--token-ids", "99999"], "token ids must be in"),
+    (["--token-ids", "1", "--repeat", "0"], "--repeat"),
+], ids=["decode_and_greedy", "bad_ids", "format", "numerics", "hardware", "id_range", "repeat"])
+def test_profile_bad_flags_are_one_line(llama, args, message):
+    r = cli("profile", llama.path, "-c", 256, *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from graphcost.cli import app
+    target = tmp_path / "specs" / "hardware"
+    monkeypatch.setattr(hwmod, "hardware_dir", lambda: target)
+    r = CliRunner().invoke(app, ["hwprobe", "-o", "probe-test", "--mib", "16", "--repeat", "1"])
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load((target / "probe-test.yaml").read_text())
+    assert doc["kind"] == "measured" and doc["name"] == "probe-test"
+    assert doc["memory_bandwidth"]["bytes_per_second"] == max(doc["memory_bandwidth"]["by_type"].values())
+    assert set(doc["memory_bandwidth"]["by_type"]) == {"f32", "f16", "q8_0", "q4_0"}
+    assert doc["peak_flops"]["flops_per_second"] > 0 and doc["op_overhead"]["seconds"] > 0
+    hw = hwmod.load(str(target / "probe-test.yaml"))
+    assert hw.kind == "measured" and hw.overhead == doc["op_overhead"]["seconds"]
+
+
+def test_hwprobe_writes_to_the_current_directory_when_specs_is_read_only(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setattr(hwmod, "hardware_dir", lambda: blocker / "hardware")
+    monkeypatch.chdir(tmp_path)
+    path, note = hwmod.save({"name": "x", "kind": "measured",
+                             "memory_bandwidth": {"bytes_per_second": 1e9},
+                             "peak_flops": {"flops_per_second": 1e9}}, "x")
+    assert path == tmp_path / "x.yaml" and path.is_file()
+    assert "not writable" in note and str(path) in note
+    assert np.isclose(hwmod.load(str(path)).bandwidth, 1e9)
