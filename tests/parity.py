@@ -31,3 +31,24 @@ def first_difference(ours: list[dict], theirs: list[dict]) -> str | None:
         return (f"graphcost has {len(ours)} nodes, llama.cpp {len(theirs)}; first extra: "
                 f"{(ours if len(ours) > len(theirs) else theirs)[min(len(ours), len(theirs))]}")
     return None
+
+
+def case_ids(cases: list[tuple[str, dict]]) -> list[str]:
+    """Readable pytest ids for ``(model, settings)`` cases."""
+    return [f"{m}-" + "-".join(f"{k}{v}" for k, v in s.items()) for m, s in cases]
+
+
+def assert_same_graph(model_path, settings: dict, fa: bool) -> None:
+    """Capture llama.cpp's graph and build ours for ``settings`` (n_ctx/n_ubatch default
+    512; ``fa=True`` in settings marks a case that needs flash attention, e.g. a quantized
+    V cache, which llama.cpp refuses otherwise) and assert they are equal."""
+    import pytest
+
+    from llama_oracle import capture_graph
+
+    s = dict(settings)
+    if s.pop("fa", False) and not fa:
+        pytest.skip("quantized V cache needs flash attention (llama.cpp refuses it)")
+    kw = {"n_ctx": 512, "n_ubatch": 512, "flash_attn": fa, **s}
+    diff = first_difference(our_records(model_path, **kw), capture_graph(model_path, **kw))
+    assert diff is None, diff

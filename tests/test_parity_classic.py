@@ -10,7 +10,7 @@ import fixtures_classic as C
 from graphcost.build import build_graph, load_model
 from graphcost.settings import RunSettings
 from llama_oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
-from parity import first_difference, our_records
+from parity import assert_same_graph, case_ids
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
@@ -73,22 +73,10 @@ CASES = [
 ]
 
 
-def _ids():
-    return [f"{m}-" + "-".join(f"{k}{v}" for k, v in s.items()) for m, s in CASES]
-
-
 @pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-@pytest.mark.parametrize("model,settings", CASES, ids=_ids())
+@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
 def test_fixture_graph_matches_llama_cpp(models, model, settings, fa):
-    s = dict(settings)
-    force_fa = s.pop("fa", False)
-    if force_fa and not fa:
-        pytest.skip("quantized V cache needs flash attention (llama.cpp refuses it)")
-    kw = {"n_ctx": 512, "n_ubatch": 512, "flash_attn": fa, **s}
-    theirs = capture_graph(models[model], **kw)
-    ours = our_records(models[model], **kw)
-    diff = first_difference(ours, theirs)
-    assert diff is None, diff
+    assert_same_graph(models[model], settings, fa)
 
 
 @pytest.mark.parametrize("model", ["gpt2", "phi3_gqa"])

@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from ..analysis import Analysis, Cost
+from ..analysis import Analysis
 from ..experts import expert_weights
 from ..ggml_types import type_name
 
