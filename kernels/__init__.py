@@ -6,7 +6,8 @@ against (``tests/test_kernels.py``); ``benchmarks/bench_kernels.py`` times them.
 =================  =========================================================
 ``quants``         block layouts of F32..Q6_K, row decoders, activation quantizers
 ``vec_dot``        row x vector on the fly (float32 math), the decode hot loop
-``vec_dot_ggml``   ggml's integer block dots against quantized activations
+``vec_dot_ggml``   ggml's integer block dots against quantized activations (scalar)
+``vec_dot_simd``   the same dots with byte SIMD: what mul_mat_ggml runs for quant types
 ``matmul``         mul_mat (matrix-vector and tiled) and mul_mat_ggml
 ``get_rows``       gather + decode rows (embeddings)
 ``elementwise``    add/sub/mul/div (ggml repeat), scale, silu, gelu, tanh, GLUs
@@ -16,6 +17,7 @@ against (``tests/test_kernels.py``); ``benchmarks/bench_kernels.py`` times them.
 ``attention``      flash_attn_ext (online softmax, F16/F32 K/V, GQA)
 ``cache``          set_rows into F32/F16/BF16/Q8_0 caches, cpy, cont
 ``bits``           F16/BF16 conversions and the LLVM helpers the loops rely on
+``simd``           a numba vector type and the byte dot products (vpdpbusd, ...)
 =================  =========================================================
 
 Use the modules by name: ``K = load_kernels(); K.matmul.mul_mat(...)``,
@@ -24,8 +26,8 @@ Use the modules by name: ``K = load_kernels(); K.matmul.mul_mat(...)``,
 All kernels are ``numba.njit(cache=True)``: the first call of each compiles (seconds),
 later processes load the cache from ``__pycache__``.
 """
-from . import (attention, bits, cache, elementwise, get_rows, matmul, norm, quants, rope, softmax,
-               vec_dot, vec_dot_ggml)
+from . import (attention, bits, cache, elementwise, get_rows, matmul, norm, quants, rope, simd,
+               softmax, vec_dot, vec_dot_ggml, vec_dot_simd)
 
 __all__ = ["attention", "bits", "cache", "elementwise", "get_rows", "matmul", "norm", "quants",
-           "rope", "softmax", "vec_dot", "vec_dot_ggml"]
+           "rope", "simd", "softmax", "vec_dot", "vec_dot_ggml", "vec_dot_simd"]

@@ -33,11 +33,18 @@ from .quants import VEC_DOT_TYPE, check_weight, dequantize_ref, dequantize_row, 
     quantize_activations, quantize_activations_ref
 from .vec_dot import dot_row, x_sums16
 from .vec_dot_ggml import dot_row_ggml, dot_rows_ggml_ref
+from .vec_dot_simd import CODES as SIMD_CODES
+from .vec_dot_simd import dot_row_simd, dot_rows4_simd, prep_bytes, prepare_row
 
 #: largest batch that takes the matrix-vector path
 MATVEC_MAX_N = 4
 #: bytes of decoded float32 weight rows per thread in the tiled path (fits in L2)
 TILE_BYTES = 512 * 1024
+#: mul_mat_ggml on quantized weights uses the byte-SIMD dots of .vec_dot_simd (same
+#: results as the scalar .vec_dot_ggml, which ``False`` selects)
+GGML_SIMD = True
+#: weight bytes a mul_mat_ggml task multiplies by every activation row before moving on
+GGML_TASK_BYTES = 64 * 1024
 
 
 # ---------------------------------------------------------------------------- reference
@@ -120,6 +127,29 @@ def _matmul_ggml(w, code, yq, y):
             y[n, r] = dot_row_ggml(code, row, yq[n])
 
 
+@njit(parallel=True, cache=True)
+def _matmul_ggml_simd(w, code, yq, prep, y, task_rows):
+    # W:[M, row_bytes] yq:[N, .] -> y:[N, M]. Each activation row is rearranged once
+    # (prepare_row, prep bytes); a task's rows (a multiple of 4) stay in cache across the
+    # N rows and go four at a time (dot_rows4_simd)
+    yp = np.empty((yq.shape[0], prep), dtype=np.uint8)
+    for n in range(yq.shape[0]):
+        prepare_row(code, yq[n], yp[n])
+    m = w.shape[0]
+    for t in prange((m + task_rows - 1) // task_rows):
+        r0, r1 = t * task_rows, min(m, (t + 1) * task_rows)
+        for n in range(yq.shape[0]):
+            yqn, ypn = yq[n], yp[n]
+            r = r0
+            while r + 4 <= r1:
+                y[n, r], y[n, r + 1], y[n, r + 2], y[n, r + 3] = dot_rows4_simd(
+                    code, w[r], w[r + 1], w[r + 2], w[r + 3], yqn, ypn)
+                r += 4
+            while r < r1:
+                y[n, r] = dot_row_simd(code, w[r], yqn, ypn)
+                r += 1
+
+
 # ---------------------------------------------------------------------------- entry points
 
 
@@ -151,6 +181,11 @@ def mul_mat_ggml(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray,
 
     ``x86`` picks how Q8_0/Q8_1 activations are rounded (see :mod:`.quants`)."""
     w, x, y = _prepare(w_raw, w_type, k, m, x)
+    code = np.int64(QT(w_type))
     yq = quantize_activations(x, VEC_DOT_TYPE[QT(w_type)], x86)
-    _matmul_ggml(w, np.int64(QT(w_type)), yq, y)
+    if GGML_SIMD and code in SIMD_CODES:
+        task_rows = max(4, GGML_TASK_BYTES // w.shape[1] // 4 * 4)
+        _matmul_ggml_simd(w, code, yq, np.int64(prep_bytes(code, k)), y, np.int64(task_rows))
+    else:
+        _matmul_ggml(w, code, yq, y)
     return y

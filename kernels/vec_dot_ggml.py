@@ -58,11 +58,13 @@ def _f32_at(buf, p):
 # ---------------------------------------------------------------------------- 32-blocks
 
 
-@njit(cache=True)
-def _ggml_q4_0(row, y):          # block_q4_0 x block_q8_0 (34 B)
-    out_of_line()
-    sumf = F(0)
-    for ib in range(row.shape[0] // 18):
+# Each 32-block dot is a loop over blocks b0 <= b < b1 (inline, so that the vectorised
+# kernels of .vec_dot_simd can finish a row's last blocks with the same code).
+
+
+@njit(inline="always", cache=True)
+def blocks_q4_0(row, y, b0, b1, sumf):          # block_q4_0 x block_q8_0 (34 B)
+    for ib in range(b0, b1):
         p, py = 18 * ib, 34 * ib
         sumi = 0
         for j in range(16):
@@ -72,11 +74,9 @@ def _ggml_q4_0(row, y):          # block_q4_0 x block_q8_0 (34 B)
     return sumf
 
 
-@njit(cache=True)
-def _ggml_q4_1(row, y):          # block_q4_1 x block_q8_1 (36 B: d, s, qs)
-    out_of_line()
-    sumf = F(0)
-    for ib in range(row.shape[0] // 20):
+@njit(inline="always", cache=True)
+def blocks_q4_1(row, y, b0, b1, sumf):          # block_q4_1 x block_q8_1 (36 B: d, s, qs)
+    for ib in range(b0, b1):
         p, py = 20 * ib, 36 * ib
         sumi = 0
         for j in range(16):
@@ -87,11 +87,9 @@ def _ggml_q4_1(row, y):          # block_q4_1 x block_q8_1 (36 B: d, s, qs)
     return sumf
 
 
-@njit(cache=True)
-def _ggml_q5_0(row, y):
-    out_of_line()
-    sumf = F(0)
-    for ib in range(row.shape[0] // 22):
+@njit(inline="always", cache=True)
+def blocks_q5_0(row, y, b0, b1, sumf):
+    for ib in range(b0, b1):
         p, py = 22 * ib, 34 * ib
         qh = np.int64(u32_at(row, p + 2))
         sumi = 0
@@ -104,11 +102,9 @@ def _ggml_q5_0(row, y):
     return sumf
 
 
-@njit(cache=True)
-def _ggml_q5_1(row, y):
-    out_of_line()
-    sumf = F(0)
-    for ib in range(row.shape[0] // 24):
+@njit(inline="always", cache=True)
+def blocks_q5_1(row, y, b0, b1, sumf):
+    for ib in range(b0, b1):
         p, py = 24 * ib, 36 * ib
         qh = np.int64(u32_at(row, p + 4))
         sumi = 0
@@ -122,17 +118,45 @@ def _ggml_q5_1(row, y):
     return sumf
 
 
-@njit(cache=True)
-def _ggml_q8_0(row, y):
-    out_of_line()
-    sumf = F(0)
-    for ib in range(row.shape[0] // 34):
+@njit(inline="always", cache=True)
+def blocks_q8_0(row, y, b0, b1, sumf):
+    for ib in range(b0, b1):
         p = 34 * ib
         sumi = 0
         for j in range(32):
             sumi += _i8(row, p + 2 + j) * _i8(y, p + 2 + j)
         sumf += F(sumi) * (f16_at(row, p) * f16_at(y, p))
     return sumf
+
+
+@njit(cache=True)
+def _ggml_q4_0(row, y):
+    out_of_line()
+    return blocks_q4_0(row, y, 0, row.shape[0] // 18, F(0))
+
+
+@njit(cache=True)
+def _ggml_q4_1(row, y):
+    out_of_line()
+    return blocks_q4_1(row, y, 0, row.shape[0] // 20, F(0))
+
+
+@njit(cache=True)
+def _ggml_q5_0(row, y):
+    out_of_line()
+    return blocks_q5_0(row, y, 0, row.shape[0] // 22, F(0))
+
+
+@njit(cache=True)
+def _ggml_q5_1(row, y):
+    out_of_line()
+    return blocks_q5_1(row, y, 0, row.shape[0] // 24, F(0))
+
+
+@njit(cache=True)
+def _ggml_q8_0(row, y):
+    out_of_line()
+    return blocks_q8_0(row, y, 0, row.shape[0] // 34, F(0))
 
 
 # ---------------------------------------------------------------------------- K-quants

@@ -16,6 +16,12 @@ runs take seconds.
 """
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
@@ -148,6 +154,136 @@ def test_mul_mat_ggml_is_bit_exact_with_numpy_reimplementation(qt, n):
     k, m = row_len(qt), 13
     w, x = weight(qt, m), rand((n, k))
     assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x), MM.mul_mat_ggml_ref(w, qt, k, m, x))
+
+
+# ---------------------------------------------------------------------------- ggml byte SIMD
+# mul_mat_ggml on quantized weights runs kernels/vec_dot_simd.py (GGML_SIMD), vectorised
+# versions of the scalar vec_dot_ggml dots; row_len's short rows only reach their scalar
+# tails, so these use rows that pass through every stage of them.
+
+QUANT = [t for t in TYPES if t not in (QT.F32, QT.F16, QT.BF16)]
+QUANT_IDS = [t.name for t in QUANT]
+#: byte offsets of the f16 fields of the 32-blocks (the K-quants' are in fixtures)
+F16_FIELDS = {QT.Q4_0: (0,), QT.Q4_1: (0, 2), QT.Q5_0: (0,), QT.Q5_1: (0, 2), QT.Q8_0: (0,),
+              **F._KQUANT_F16_OFFSETS}
+
+
+def long_row(qt: QT) -> int:
+    """32-blocks: 13 blocks = one group of 8, one of 4 and one scalar block; K-quants: 3
+    super-blocks."""
+    return 768 if qt.name.endswith("_K") else 416
+
+
+def arbitrary_weight(qt: QT, rows: int, k: int, seed: int = 5) -> np.ndarray:
+    """Random bytes in every quant, scale and min field (extreme codes, Q8_0's -128,
+    Q6_K scales of -128), finite f16 scales from the fixture maker."""
+    good = F.make_weight(np.random.default_rng(seed), (rows, k), qt)
+    good = np.ascontiguousarray(good).view(np.uint8).reshape(rows, -1)
+    w = np.random.default_rng(seed + 1).integers(0, 256, good.shape, dtype=np.uint8)
+    size = Q.row_bytes(qt, Q._BLOCK_SIZES[qt][0])
+    wb, gb = w.reshape(rows, -1, size), good.reshape(rows, -1, size)
+    for off in F16_FIELDS[qt]:
+        wb[..., off:off + 2] = gb[..., off:off + 2]
+    return w
+
+
+@pytest.mark.parametrize("n", [1, 3], ids=["decode", "n3"])
+@pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
+def test_mul_mat_ggml_simd_is_bit_exact_on_long_rows(qt, n):
+    k, m = long_row(qt), 13                      # 13 rows: three 4-row calls and one row
+    w = F.make_weight(np.random.default_rng(2), (m, k), qt)
+    w, x = np.ascontiguousarray(w).view(np.uint8).reshape(m, -1), rand((n, k), scale=3.0)
+    for x86 in (True, False):
+        assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x, x86),
+                              MM.mul_mat_ggml_ref(w, qt, k, m, x, x86))
+
+
+@pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
+def test_simd_and_scalar_ggml_dots_agree_on_arbitrary_bytes(qt, monkeypatch):
+    # no 16-bit pair sum may saturate and no offset may be lost, whatever the bytes
+    k, m = long_row(qt), 7
+    w, x = arbitrary_weight(qt, m, k), rand((2, k), seed=6, scale=100.0)
+    x[1, :32] = 0.0                                               # a zero activation block
+    simd = MM.mul_mat_ggml(w, qt, k, m, x)
+    monkeypatch.setattr(MM, "GGML_SIMD", False)
+    assert np.array_equal(simd, MM.mul_mat_ggml(w, qt, k, m, x))
+    assert np.array_equal(simd, MM.mul_mat_ggml_ref(w, qt, k, m, x))
+
+
+def _host_features() -> set[str]:
+    from llvmlite import binding
+    return {f for f, on in binding.get_host_cpu_features().items() if on}
+
+
+def test_byte_dots_compile_to_the_cpus_dot_instructions():
+    # the point of kernels/simd.py: LLVM does not find these from scalar code
+    from numba import njit
+    S = K.simd
+
+    @njit(cache=False)
+    def dots(a, b):
+        u, s = S.load(a, 0, 64, "u8"), S.load(b, 0, 64, "i8")
+        return S.hsum(S.dpbusd(S.zeros(16, "i32"), u, s)) + S.hsum(S.maddubs(u, s))
+
+    a = np.arange(64, dtype=np.uint8) % 100
+    b = (np.arange(64) % 50 - 25).astype(np.int8)
+    want = 2 * int((a.astype(np.int64) * b).sum())
+    assert dots(a, b.view(np.uint8)) == want
+    asm = dots.inspect_asm(dots.signatures[0])
+    feats = _host_features()
+    if "avx512vnni" in feats:
+        assert "vpdpbusd" in asm
+    if "avx2" in feats:
+        assert "vpmaddubsw" in asm
+
+
+# a CPU without AVX-512 (the AVX2 intrinsics) and one without AVX2 (plain LLVM IR)
+ISAS = {"avx2": ("haswell", "+avx2,+avx,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+sse4.1,+ssse3"),
+        "avx": ("ivybridge", "+avx,+f16c,+popcnt,+sse4.2,+sse4.1,+ssse3")}
+ISA_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+import fixtures as F
+from gguf import GGMLQuantizationType as QT
+from graphcost.kernels_loader import load_kernels
+K = load_kernels()
+MM, V, Q = K.matmul, K.vec_dot_simd, K.quants
+for name in ("Q4_K", "Q6_K", "Q3_K", "Q2_K", "Q8_0", "Q5_0", "Q4_1"):
+    # the per-type dots directly (compiling mul_mat_ggml's dispatch for every type costs
+    # a minute per CPU model); 13 rows: three 4-row calls and one row, like the kernel
+    qt, code = QT[name], np.int64(int(QT[name]))
+    k, m = (768 if name.endswith("_K") else 416), 13
+    rng = np.random.default_rng(3)
+    w = np.ascontiguousarray(F.make_weight(rng, (m, k), qt)).view(np.uint8).reshape(m, -1)
+    x = (rng.standard_normal((2, k)) * 3).astype(np.float32)
+    want = MM.mul_mat_ggml_ref(w, qt, k, m, x)
+    yq = Q.quantize_activations(x, Q.VEC_DOT_TYPE[qt], True)
+    one, four = getattr(V, "_simd_" + name.lower()), getattr(V, "_simd4_" + name.lower())
+    for n in range(2):
+        yp = np.empty(V.prep_bytes(code, k), np.uint8)
+        V.prepare_row(code, yq[n], yp)
+        got = [v for r in range(0, 12, 4) for v in four(w[r], w[r + 1], w[r + 2], w[r + 3], yq[n], yp)]
+        got.append(one(w[12], yq[n], yp))
+        if not np.array_equal(np.array(got, np.float32), want[n]):
+            print("MISMATCH", name)
+print("done")
+"""
+
+
+@pytest.mark.parametrize("isa", list(ISAS))
+def test_simd_kernels_are_exact_on_other_cpus(isa):
+    # numba compiles for NUMBA_CPU_NAME/FEATURES: the vpmaddubsw-without-VNNI and the
+    # plain-IR lowerings of kernels/simd.py
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the CPU models are x86")
+    cpu, feats = ISAS[isa]
+    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": feats + ",+sse3,+sse2,+sse,+cx16"}
+    script = ISA_SCRIPT.format(tests=str(Path(__file__).parent))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["done"], out.stdout
 
 
 @pytest.mark.parametrize("qt", TYPES, ids=IDS)

@@ -1,0 +1,916 @@
+"""ggml's quantized dot products with byte SIMD: the same numbers as :mod:`.vec_dot_ggml`.
+
+:mod:`.vec_dot_ggml` reproduces ggml's generic (scalar) ``ggml_vec_dot_<w>_<y>`` one value
+at a time. Here the same integer sums come from ``vpdpbusd``/``vpmaddubsw`` (u8 x i8 ->
+int32 / int16 pair sums) and ``vpdpwssd`` (int16 pairs x scales -> int32), 64 values
+per instruction (:mod:`.simd`), and the float32 parts are the generic ones, operation
+for operation. Integer sums are exact in any order, so the results are bit for bit
+those of :func:`.vec_dot_ggml.dot_row_ggml` (``tests/test_kernels.py``).
+
+What ggml's generic order fixes, and how the vector code keeps it:
+
+* 32-blocks (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0): ``sumf += f(sumi_b, d_b ...)`` one block after
+  the other. Eight blocks are summed at once (lanes of one vector, reduced by a
+  transposed add tree to one int32 lane per block), their float terms computed as an
+  8-lane vector, then added to ``sumf`` lane by lane in block order
+  (:func:`.simd.add_in_order`).
+* K-quants except Q2_K: ggml's ``aux32[l]`` collects the products of the values
+  ``k`` with ``k % 8 == l`` (times their sub-block scale) and adds ``d * aux32[l]`` to
+  float lane ``l`` once per 256 values. The weight bytes are therefore permuted in
+  registers (one ``vpermb``) so that each int32 lane of a dot holds one class ``l`` of
+  one sub-block; the activations were permuted the same way once per row
+  (:func:`prepare_row`). Q2_K sums everything into one integer per block.
+* Signed x signed bytes: ``vpdpbusd`` wants one unsigned side. Q8_0 uses ggml's sign
+  trick (``|w| * (sign(w) * y)``); Q4_0/Q5_0/Q6_K/Q3_K use their unsigned codes ``u``
+  and subtract ``offset * sum(y)`` (precomputed per row of activations, exact).
+
+Numbers are bounded so that no 16-bit pair sum saturates (see :mod:`.simd`): unsigned
+codes are at most 63 (Q6_K), ``|w| <= 128`` for Q8_0, activations in [-127, 127].
+
+Each weight row is streamed with a software prefetch ``PREFETCH`` bytes ahead: the
+kernels do ~15 GB/s per core from cache, and without the hint a core's misses and its
+arithmetic took turns (6.7 GB/s on Q4_K from memory, 12 GB/s with it).
+
+Activation layout (:func:`prepare_row`, ``prep_bytes(code, k)`` bytes per row; ``yq``
+itself is still read for the scales ``d`` and Q2_K's ``bsums``):
+
+=============  =======================================================================
+Q4_K, Q5_K     per 256: int8 quants of sub-blocks 0,2,1,3,4,6,5,7, each class-grouped
+               (:func:`_class32`); int16 ``bsums[2j] + bsums[2j+1]``, j < 8
+Q6_K           per 256: int8 quants, each 64 in :func:`_pairs16` order; int16
+               ``32 * (y[a] + y[b])`` for each maddubs pair
+Q3_K           as Q6_K over the bit-plane order (:data:`_PLANES`), ``4 * (y[a] + y[b])``
+Q2_K           per 256: int8 quants in bit-plane order
+32-blocks      quants (per 4 blocks: Q8_0 natural, others :func:`_nibble_order`), then
+               float32 ``d`` of every block, then int32 ``offset * sum(q)`` (Q4_0,
+               Q5_0) or float32 ``s`` (Q4_1, Q5_1) of every block
+=============  =======================================================================
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import simd as S
+from .bits import f16_to_f32, out_of_line, u32_at
+from .quants import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+from .vec_dot_ggml import (blocks_q4_0, blocks_q4_1, blocks_q5_0, blocks_q5_1,
+                           blocks_q8_0)
+
+F = np.float32
+
+#: bytes ahead of the current weight block that each kernel prefetches
+PREFETCH = 2048
+
+#: weight types with a kernel here (the others use :mod:`.vec_dot_ggml`)
+CODES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
+
+# ---------------------------------------------------------------------------- layouts
+# Each list maps an output byte to the input byte it takes; the same list permutes the
+# weight bytes in registers and the activations in prepare_row.
+
+
+def _class32(base: int = 0) -> list[int]:
+    """32 values grouped by class ``k % 8``: output 4c + i is input 8i + c, so the
+    int32 lane c of a ``dpbusd`` sums the four values of class c."""
+    return [base + 8 * i + c for c in range(8) for i in range(4)]
+
+
+def _pairs16(base: int = 0) -> list[int]:
+    """64 values = 4 sub-blocks of 16 (s = 0..3). Output dword L = 8h + c holds the class
+    c pair (c, c + 8) of sub-block 2h, then of sub-block 2h + 1: after ``maddubs`` its two
+    int16 are those sub-blocks' class-c sums, which one ``dpwssd`` scales and adds."""
+    return [base + 16 * (2 * h + e) + c + 8 * f
+            for h in range(2) for c in range(8) for e in range(2) for f in range(2)]
+
+
+#: Q2_K/Q3_K bit planes: vector j holds plane j of both 128-halves (values 32j..32j+31
+#: and 128+32j..128+32j+31), the values one shift of the 64 quant bytes yields
+_PLANES = [32 * j + i if i < 32 else 128 + 32 * j + i - 32 for j in range(4) for i in range(64)]
+
+#: sub-block order of the Q4_K/Q5_K activations: low nibbles of quant bytes 0..63 are
+#: sub-blocks 0 and 2, high nibbles 1 and 3; bytes 64..127 likewise 4,6 and 5,7
+_K4_SUBBLOCKS = (0, 2, 1, 3, 4, 6, 5, 7)
+
+
+def _nibble_order() -> list[int]:
+    """4 blocks of 32: the low halves (values 0..15) of blocks 0..3, then the high halves,
+    matching 4 blocks' 16 quant bytes loaded side by side and split into nibbles."""
+    return [32 * b + 16 * half + j for half in range(2) for b in range(4) for j in range(16)]
+
+
+_IDX_K4 = np.array([32 * s + i for s in _K4_SUBBLOCKS for i in _class32()], dtype=np.int64)
+_IDX_K6 = np.array([64 * m + i for m in range(4) for i in _pairs16()], dtype=np.int64)
+_IDX_K3 = np.array([_PLANES[64 * m + i] for m in range(4) for i in _pairs16()], dtype=np.int64)
+_IDX_K2 = np.array(_PLANES, dtype=np.int64)
+_IDX_NIB_INV = np.argsort(_nibble_order()).astype(np.int64)    # input value -> output byte
+
+_CLASS32X2 = S.permutation(_class32(0) + _class32(32))
+_PAIRS16 = S.permutation(_pairs16())
+
+
+def _lane_pairs(a: int, b: int, width: int = 8) -> object:
+    """16 int32 lanes: ``width`` copies of source lane a, then of b, and so on."""
+    return S.permutation(([a] * width + [b] * width) * (8 // width))
+
+
+# ---------------------------------------------------------------------------- activations
+
+
+def prep_bytes(code: int, k: int) -> int:
+    """Bytes of one prepared activation row for weight type ``code`` and row length k."""
+    if code in (Q4_K, Q5_K):
+        return k // 256 * 272
+    if code in (Q6_K, Q3_K):
+        return k // 256 * 512
+    if code == Q2_K:
+        return k
+    return k // 32 * 40          # 32 quants + float d + int32/float extra per block
+
+
+@njit(cache=True)
+def _prep_k(yq, out, idx, per_block, pair_offset):
+    """Permuted quants of each Q8_K block; then either bsum pairs (``pair_offset`` 0,
+    Q4_K/Q5_K) or ``pair_offset * (y[a] + y[b])`` for each byte pair (Q6_K, Q3_K)."""
+    q = yq.view(np.int8)
+    o8 = out.view(np.int8)
+    for i in range(yq.shape[0] // 292):
+        py, po = 292 * i, per_block * i
+        for j in range(256):
+            o8[po + j] = q[py + 4 + idx[j]]
+        if per_block == 272:
+            for j in range(8):
+                s = (np.int64(S.scalar_at(yq, py + 260 + 4 * j, "i16"))
+                     + np.int64(S.scalar_at(yq, py + 262 + 4 * j, "i16")))
+                S.store_at(out, po + 256 + 2 * j, s, "i16")
+        elif per_block == 512:
+            for j in range(128):
+                s = pair_offset * (np.int64(o8[po + 2 * j]) + np.int64(o8[po + 2 * j + 1]))
+                S.store_at(out, po + 256 + 2 * j, s, "i16")
+
+
+@njit(cache=True)
+def _prep_32(yq, out, block_bytes, natural, offset):
+    """Q8_0/Q8_1 blocks -> quants (4-block groups in kernel order), float32 d per block,
+    then int32 ``offset * sum(q)`` (offset > 0) or float32 s (Q8_1, offset 0)."""
+    q = yq.view(np.int8)
+    o8 = out.view(np.int8)
+    qoff = block_bytes - 32
+    nb = yq.shape[0] // block_bytes
+    full = nb // 4 * 4
+    for b in range(nb):
+        for j in range(32):
+            src = block_bytes * b + qoff + j
+            if natural or b >= full:
+                o8[32 * b + j] = q[src]
+            else:
+                o8[128 * (b // 4) + _IDX_NIB_INV[32 * (b % 4) + j]] = q[src]
+        d = f16_to_f32(S.scalar_at(yq, block_bytes * b, "u16"))
+        S.store_at(out, 32 * nb + 4 * b, d, "f32")
+        if offset:
+            t = 0
+            for j in range(32):
+                t += np.int64(q[block_bytes * b + qoff + j])
+            S.store_at(out, 36 * nb + 4 * b, offset * t, "i32")
+        else:
+            s = f16_to_f32(S.scalar_at(yq, block_bytes * b + 2, "u16"))
+            S.store_at(out, 36 * nb + 4 * b, s, "f32")
+
+
+
+@njit(cache=True)
+def prepare_row(code, yq, out):
+    """One activation row quantized to the vec_dot_type (``yq``, raw bytes) -> the
+    layout the kernel of weight type ``code`` reads (``out``: ``prep_bytes`` bytes)."""
+    if code == Q4_K or code == Q5_K:
+        _prep_k(yq, out, _IDX_K4, 272, 0)
+    elif code == Q6_K:
+        _prep_k(yq, out, _IDX_K6, 512, 32)
+    elif code == Q3_K:
+        _prep_k(yq, out, _IDX_K3, 512, 4)
+    elif code == Q2_K:
+        _prep_k(yq, out, _IDX_K2, 256, 0)
+    elif code == Q8_0:
+        _prep_32(yq, out, 34, True, 0)
+    elif code == Q4_0:
+        _prep_32(yq, out, 34, False, 8)
+    elif code == Q5_0:
+        _prep_32(yq, out, 34, False, 16)
+    elif code == Q4_1 or code == Q5_1:
+        _prep_32(yq, out, 36, False, 0)
+
+
+# ---------------------------------------------------------------------------- shared pieces
+
+
+@njit(inline="always", cache=True)
+def _prefetch(row, p, nbytes, ahead):
+    """Prefetch the cache lines ``ahead`` bytes after [p, p + nbytes): ``PREFETCH`` for a
+    kernel walking one row, 4 rows for one walking 4 (the same bytes of the 4 rows it
+    will do next; weight rows are contiguous)."""
+    for o in range(0, nbytes, 64):
+        S.prefetch(row, p + ahead + o)
+
+
+@njit(inline="always", cache=True)
+def _scaled(acc, dots, scales):
+    """acc + dots * scales for int32 lanes, dots and scales below 2**15 in magnitude:
+    one ``vpdpwssd`` on (dot, sign) x (scale, 0) int16 pairs."""
+    return S.dpwssd(acc, S.bitcast(dots, "i16"), S.bitcast(scales, "i16"))
+
+
+@njit(inline="always", cache=True)
+def _fold8(acc):
+    """int32 lanes 0..7 + 8..15: the eight class sums ggml calls aux32."""
+    return S.lanes(acc, 0, 8) + S.lanes(acc, 8, 8)
+
+
+_EVEN16 = S.permutation2(list(range(0, 32, 2)))
+_ODD16 = S.permutation2(list(range(1, 32, 2)))
+_EVEN8 = S.permutation(list(range(0, 16, 2)))
+_ODD8 = S.permutation(list(range(1, 16, 2)))
+_EVEN4 = S.permutation([0, 2, 4, 6])
+_ODD4 = S.permutation([1, 3, 5, 7])
+
+
+@njit(inline="always", cache=True)
+def _pairwise(a, b):
+    """Adjacent lanes of a then of b added: 2 x 16 lanes -> 16."""
+    return _EVEN16(a, b) + _ODD16(a, b)
+
+
+@njit(inline="always", cache=True)
+def _block_sums4(v0, v1):
+    """Two vectors of 4 int32 lanes per block (blocks 0..3, 4..7) -> 8 block sums."""
+    c = _pairwise(v0, v1)
+    return _EVEN8(c) + _ODD8(c)
+
+
+@njit(inline="always", cache=True)
+def _block_sums8(v0, v1, v2, v3):
+    """Four vectors of 8 int32 lanes per block (2 blocks each) -> 8 block sums."""
+    c = _pairwise(_pairwise(v0, v1), _pairwise(v2, v3))
+    return _EVEN8(c) + _ODD8(c)
+
+
+@njit(inline="always", cache=True)
+def _sum4lanes(v):
+    """int32 x16 -> x4: the sums of lanes 4r..4r+3 (block or row r)."""
+    h = _EVEN8(v) + _ODD8(v)
+    return _EVEN4(h) + _ODD4(h)
+
+
+@njit(inline="always", cache=True)
+def _quants4(row, p, stride):
+    """The 16 quant bytes of 4 consecutive blocks (at p, p + stride, ...) side by side."""
+    return S.concat(S.concat(S.load(row, p, 16, "u8"), S.load(row, p + stride, 16, "u8")),
+                    S.concat(S.load(row, p + 2 * stride, 16, "u8"),
+                             S.load(row, p + 3 * stride, 16, "u8")))
+
+
+@njit(inline="always", cache=True)
+def _high_bits4(row, p, stride):
+    """Q5 ``qh`` of 4 blocks as two 64-bit masks: bit 16b + j of the first is bit j of
+    block b's qh (values 0..15), of the second bit 16 + j (values 16..31)."""
+    lo = np.uint64(S.scalar_at(row, p, "u16"))
+    hi = np.uint64(S.scalar_at(row, p + 2, "u16"))
+    for b in range(1, 4):
+        lo |= np.uint64(S.scalar_at(row, p + b * stride, "u16")) << np.uint64(16 * b)
+        hi |= np.uint64(S.scalar_at(row, p + b * stride + 2, "u16")) << np.uint64(16 * b)
+    return lo, hi
+
+
+@njit(inline="always", cache=True)
+def _nibble_dot4(row, p, stride, yp, pq, qh):
+    """int32 lanes 4b..4b+3 = partial sums over block b (4 blocks whose quants start at
+    p, p + stride, ...) of code * y; codes are nibbles, plus bit 4 from the 32-bit
+    ``qh`` 4 bytes before the quants if ``qh`` (Q5_0/Q5_1)."""
+    q = _quants4(row, p, stride)
+    lo, hi = q & 15, q >> 4
+    if qh:
+        mlo, mhi = _high_bits4(row, p - 4, stride)
+        lo, hi = S.or_where(lo, mlo, 16), S.or_where(hi, mhi, 16)
+    z = S.zeros(16, "i32")
+    return S.dpbusd(S.dpbusd(z, lo, S.load(yp, pq, 64, "i8")), hi, S.load(yp, pq + 64, 64, "i8"))
+
+
+# ---------------------------------------------------------------------------- 32-blocks
+# A row is taken 8 blocks at a time, then 4 if that many are left, then block by block
+# with .vec_dot_ggml's scalar code (fewer than 4: any K >= 128 a multiple of 128 has none).
+# _sums4_<t>(row, b0, yp): int32 lanes 4i..4i+3 hold partial sums of block b0 + i (4
+# blocks); _float_<t>(row, b0, n, nb, yp, sumi): the float32 terms ggml adds to sumf for
+# the n blocks from b0, lanes in block order. A row's dot is sumf += term, term after
+# term (add_in_order); four rows at a time transpose their terms and add them as 4-lane
+# vectors (_add_rows4), which halves the shuffles and runs four such chains at once.
+
+
+@njit(inline="always", cache=True)
+def _sums4_q4_0(row, b0, yp):         # block_q4_0: d@0 qs@2, 18 B
+    return _nibble_dot4(row, 18 * b0 + 2, 18, yp, 32 * b0, False)
+
+
+@njit(inline="always", cache=True)
+def _float_q4_0(row, b0, n, nb, yp, sumi):      # sumi*dx*dy, sumi = dot - 8 * sum(y)
+    sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
+    return (S.convert(sumi, "f32") * S.gather_halves(row, 18 * b0, 18, n)
+            * S.load(yp, 32 * nb + 4 * b0, n, "f32"))
+
+
+@njit(inline="always", cache=True)
+def _sums4_q5_0(row, b0, yp):         # block_q5_0: d@0 qh@2 qs@6, 22 B
+    return _nibble_dot4(row, 22 * b0 + 6, 22, yp, 32 * b0, True)
+
+
+@njit(inline="always", cache=True)
+def _float_q5_0(row, b0, n, nb, yp, sumi):      # (dx*dy)*sumi, sumi = dot - 16 * sum(y)
+    sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
+    dxy = S.gather_halves(row, 22 * b0, 22, n) * S.load(yp, 32 * nb + 4 * b0, n, "f32")
+    return dxy * S.convert(sumi, "f32")
+
+
+@njit(inline="always", cache=True)
+def _sums4_q4_1(row, b0, yp):         # block_q4_1: d@0 m@2 qs@4, 20 B
+    return _nibble_dot4(row, 20 * b0 + 4, 20, yp, 32 * b0, False)
+
+
+@njit(inline="always", cache=True)
+def _float_q4_1(row, b0, n, nb, yp, sumi):      # (dx*dy)*sumi + m*s
+    dxy = S.gather_halves(row, 20 * b0, 20, n) * S.load(yp, 32 * nb + 4 * b0, n, "f32")
+    ms = S.gather_halves(row, 20 * b0 + 2, 20, n) * S.load(yp, 36 * nb + 4 * b0, n, "f32")
+    return dxy * S.convert(sumi, "f32") + ms
+
+
+@njit(inline="always", cache=True)
+def _sums4_q5_1(row, b0, yp):         # block_q5_1: d@0 m@2 qh@4 qs@8, 24 B
+    return _nibble_dot4(row, 24 * b0 + 8, 24, yp, 32 * b0, True)
+
+
+@njit(inline="always", cache=True)
+def _float_q5_1(row, b0, n, nb, yp, sumi):      # (dx*dy)*sumi + m*s
+    dxy = S.gather_halves(row, 24 * b0, 24, n) * S.load(yp, 32 * nb + 4 * b0, n, "f32")
+    ms = S.gather_halves(row, 24 * b0 + 2, 24, n) * S.load(yp, 36 * nb + 4 * b0, n, "f32")
+    return dxy * S.convert(sumi, "f32") + ms
+
+
+@njit(inline="always", cache=True)
+def _q8_dot2(row, p, yp, pq):
+    """int32 lanes 0..7 / 8..15: partial sums of blocks at p and p + 34 (sign trick)."""
+    w = S.concat(S.load(row, p + 2, 32, "i8"), S.load(row, p + 36, 32, "i8"))
+    y = S.load(yp, pq, 64, "i8")
+    return S.dpbusd(S.zeros(16, "i32"), S.bitcast(S.absolute(w), "u8"), S.select_neg(w, y))
+
+
+@njit(inline="always", cache=True)
+def _sums4_q8_0(row, b0, yp):         # block_q8_0: d@0 qs:i8@2, 34 B
+    p, pq = 34 * b0, 32 * b0
+    return _pairwise(_q8_dot2(row, p, yp, pq), _q8_dot2(row, p + 68, yp, pq + 64))
+
+
+@njit(inline="always", cache=True)
+def _float_q8_0(row, b0, n, nb, yp, sumi):      # sumi*(dx*dy)
+    dxy = S.gather_halves(row, 34 * b0, 34, n) * S.load(yp, 32 * nb + 4 * b0, n, "f32")
+    return S.convert(sumi, "f32") * dxy
+
+
+_ZIP8 = S.permutation2([i // 2 + 8 * (i % 2) for i in range(16)])    # a0 b0 a1 b1 ...
+_BLOCKS03 = S.permutation2([2 * b + i + 16 * h for b in range(4) for h in range(2)
+                            for i in range(2)])
+_BLOCKS47 = S.permutation2([2 * b + i + 16 * h for b in range(4, 8) for h in range(2)
+                            for i in range(2)])
+_ZIP4 = S.permutation2([i // 2 + 4 * (i % 2) for i in range(8)])
+_BLOCKS01 = S.permutation2([2 * b + i + 8 * h for b in range(2) for h in range(2)
+                            for i in range(2)])
+_BLOCKS23 = S.permutation2([2 * b + i + 8 * h for b in range(2, 4) for h in range(2)
+                            for i in range(2)])
+
+
+@njit(inline="always", cache=True)
+def _add_rows4(s, t0, t1, t2, t3):
+    """s[r] + t_r[0] + t_r[1] + ... + t_r[7] for the four rows r, in that order: the 4x8
+    terms transposed to 8 vectors of (row 0..3) and added one after the other."""
+    a, b = _ZIP8(t0, t1), _ZIP8(t2, t3)             # (row 0, row 1) / (2, 3) per block
+    lo, hi = _BLOCKS03(a, b), _BLOCKS47(a, b)       # block 0..3 / 4..7, 4 rows each
+    s = s + S.lanes(lo, 0, 4)
+    s = s + S.lanes(lo, 4, 4)
+    s = s + S.lanes(lo, 8, 4)
+    s = s + S.lanes(lo, 12, 4)
+    s = s + S.lanes(hi, 0, 4)
+    s = s + S.lanes(hi, 4, 4)
+    s = s + S.lanes(hi, 8, 4)
+    return s + S.lanes(hi, 12, 4)
+
+
+@njit(inline="always", cache=True)
+def _add_rows4x4(s, t0, t1, t2, t3):
+    """:func:`_add_rows4` for 4 terms per row."""
+    a, b = _ZIP4(t0, t1), _ZIP4(t2, t3)
+    lo, hi = _BLOCKS01(a, b), _BLOCKS23(a, b)
+    s = s + S.lanes(lo, 0, 4)
+    s = s + S.lanes(lo, 4, 4)
+    s = s + S.lanes(hi, 0, 4)
+    return s + S.lanes(hi, 4, 4)
+
+
+@njit(inline="always", cache=True)
+def _terms8(sums4, flt, size, row, g, nb, yp, ahead):
+    b0 = 8 * g
+    _prefetch(row, size * b0, 8 * size, ahead)
+    sumi = _block_sums4(sums4(row, b0, yp), sums4(row, b0 + 4, yp))
+    return flt(row, b0, 8, nb, yp, sumi)
+
+
+@njit(inline="always", cache=True)
+def _terms4(sums4, flt, row, b0, nb, yp):
+    return flt(row, b0, 4, nb, yp, _sum4lanes(sums4(row, b0, yp)))
+
+
+@njit(inline="always", cache=True)
+def _one32(sums4, flt, blocks, size, row, yq, yp):
+    """One row of a 32-block type (``size`` bytes per block)."""
+    nb, sumf = row.shape[0] // size, F(0)
+    for g in range(nb // 8):
+        sumf = S.add_in_order(sumf, _terms8(sums4, flt, size, row, g, nb, yp, PREFETCH))
+    if nb % 8 >= 4:
+        sumf = S.add_in_order(sumf, _terms4(sums4, flt, row, nb // 8 * 8, nb, yp))
+    return blocks(row, yq, nb // 4 * 4, nb, sumf)
+
+
+@njit(inline="always", cache=True)
+def _four32(sums4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
+    """Four rows of a 32-block type, their terms added as 4-lane vectors."""
+    nb, s, ahead = r0.shape[0] // size, S.zeros(4, "f32"), 4 * r0.shape[0]
+    for g in range(nb // 8):
+        s = _add_rows4(s, _terms8(sums4, flt, size, r0, g, nb, yp, ahead),
+                       _terms8(sums4, flt, size, r1, g, nb, yp, ahead),
+                       _terms8(sums4, flt, size, r2, g, nb, yp, ahead),
+                       _terms8(sums4, flt, size, r3, g, nb, yp, ahead))
+    if nb % 8 >= 4:
+        b0 = nb // 8 * 8
+        s = _add_rows4x4(s, _terms4(sums4, flt, r0, b0, nb, yp), _terms4(sums4, flt, r1, b0, nb, yp),
+                         _terms4(sums4, flt, r2, b0, nb, yp), _terms4(sums4, flt, r3, b0, nb, yp))
+    b = nb // 4 * 4
+    return (blocks(r0, yq, b, nb, S.lane(s, 0)), blocks(r1, yq, b, nb, S.lane(s, 1)),
+            blocks(r2, yq, b, nb, S.lane(s, 2)), blocks(r3, yq, b, nb, S.lane(s, 3)))
+
+
+@njit(cache=True)
+def _simd_q4_0(row, yq, yp):
+    out_of_line()
+    return _one32(_sums4_q4_0, _float_q4_0, blocks_q4_0, 18, row, yq, yp)
+
+
+@njit(cache=True)
+def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _four32(_sums4_q4_0, _float_q4_0, blocks_q4_0, 18, r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _simd_q5_0(row, yq, yp):
+    out_of_line()
+    return _one32(_sums4_q5_0, _float_q5_0, blocks_q5_0, 22, row, yq, yp)
+
+
+@njit(cache=True)
+def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _four32(_sums4_q5_0, _float_q5_0, blocks_q5_0, 22, r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _simd_q4_1(row, yq, yp):
+    out_of_line()
+    return _one32(_sums4_q4_1, _float_q4_1, blocks_q4_1, 20, row, yq, yp)
+
+
+@njit(cache=True)
+def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _four32(_sums4_q4_1, _float_q4_1, blocks_q4_1, 20, r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _simd_q5_1(row, yq, yp):
+    out_of_line()
+    return _one32(_sums4_q5_1, _float_q5_1, blocks_q5_1, 24, row, yq, yp)
+
+
+@njit(cache=True)
+def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _four32(_sums4_q5_1, _float_q5_1, blocks_q5_1, 24, r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _simd_q8_0(row, yq, yp):
+    out_of_line()
+    return _one32(_sums4_q8_0, _float_q8_0, blocks_q8_0, 34, row, yq, yp)
+
+
+@njit(cache=True)
+def _simd4_q8_0(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _four32(_sums4_q8_0, _float_q8_0, blocks_q8_0, 34, r0, r1, r2, r3, yq, yp)
+
+
+# ---------------------------------------------------------------------------- K-quants
+# Q8_K block (292 B): d:f32 @0, qs:i8[256] @4, bsums:i16[16] @260.
+# _<t>_ints(row, p, yp, pp): the integer parts of the block at byte p of a weight row
+# (16 int32 lanes of scaled class sums, lanes c and 8 + c being ggml's aux32[c]; plus the
+# mins of Q4_K/Q5_K). The float parts follow per row (_simd_<t>) or four rows at a time
+# (_simd4_<t>), whose per-row lanes see exactly the same operations.
+
+_SC02, _SC13 = _lane_pairs(0, 2), _lane_pairs(1, 3)
+_SC46, _SC57 = _lane_pairs(4, 6), _lane_pairs(5, 7)
+_SHL_42 = S.constant([4] * 16 + [2] * 16, "u16")      # Q5_K qh bits 0 | 2 -> bit 4
+_SHL_31 = S.constant([3] * 16 + [1] * 16, "u16")      # bits 1 | 3
+_SHR_02 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4 | 6
+_SHR_13 = S.constant([1] * 16 + [3] * 16, "u16")      # bits 5 | 7
+_FOLD2 = S.permutation2([i % 8 + (16 if i >= 8 else 0) for i in range(16)])
+_FOLD2_HI = S.permutation2([8 + i % 8 + (16 if i >= 8 else 0) for i in range(16)])
+_SPREAD01 = S.permutation([0] * 8 + [1] * 8)            # 4 row scalars -> 8 lanes each
+_SPREAD23 = S.permutation([2] * 8 + [3] * 8)
+_REP4 = S.permutation(list(range(8)) * 4)
+
+
+@njit(inline="always", cache=True)
+def _fold2(a, b):
+    """[aux32 of a | aux32 of b]: the class sums of two rows' blocks, 8 lanes each."""
+    return _FOLD2(a, b) + _FOLD2_HI(a, b)
+
+
+@njit(inline="always", cache=True)
+def _spread4(x):
+    """float32 x4 (one per row) -> lanes 0..7 = x[0], 8..15 = x[1]; and x[2], x[3]."""
+    return _SPREAD01(x), _SPREAD23(x)
+
+
+@njit(inline="always", cache=True)
+def _rows4_result(sumf, s01, s23):
+    """Each row's ``sumf + sums[0] + ... + sums[7]`` (ggml's final loop)."""
+    return (S.add_in_order(S.lane(sumf, 0), S.lanes(s01, 0, 8)),
+            S.add_in_order(S.lane(sumf, 1), S.lanes(s01, 8, 8)),
+            S.add_in_order(S.lane(sumf, 2), S.lanes(s23, 0, 8)),
+            S.add_in_order(S.lane(sumf, 3), S.lanes(s23, 8, 8)))
+
+
+@njit(inline="always", cache=True)
+def _k4_scales(row, p):
+    """Scales and mins of a Q4_K/Q5_K block, 8 uint8 lanes each (ggml's ``utmp``)."""
+    u0, u1, u2 = u32_at(row, p + 4), u32_at(row, p + 8), u32_at(row, p + 12)
+    v = S.bitcast(S.pack4(u0 & 0x3F3F3F3F, (u2 & 0x0F0F0F0F) | (((u0 >> 6) & 0x03030303) << 4),
+                          u1 & 0x3F3F3F3F,
+                          ((u2 >> 4) & 0x0F0F0F0F) | (((u1 >> 6) & 0x03030303) << 4)), "u8")
+    return S.lanes(v, 0, 8), S.lanes(v, 8, 8)
+
+
+@njit(inline="always", cache=True)
+def _k4_dots(lo0, hi0, lo1, hi1, sc, yp, pp):
+    """The scaled class sums of a Q4_K/Q5_K block from its codes, in 16 int32 lanes."""
+    z = S.zeros(16, "i32")
+    a0 = _scaled(z, S.dpbusd(z, lo0, S.load(yp, pp, 64, "i8")), _SC02(sc))
+    a1 = _scaled(z, S.dpbusd(z, hi0, S.load(yp, pp + 64, 64, "i8")), _SC13(sc))
+    a2 = _scaled(z, S.dpbusd(z, lo1, S.load(yp, pp + 128, 64, "i8")), _SC46(sc))
+    a3 = _scaled(z, S.dpbusd(z, hi1, S.load(yp, pp + 192, 64, "i8")), _SC57(sc))
+    return (a0 + a1) + (a2 + a3)
+
+
+@njit(inline="always", cache=True)
+def _q4_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qs@16, 144 B
+    _prefetch(row, p, 144, ahead)
+    sc8, mins = _k4_scales(row, p)
+    sc = S.opaque(S.convert(sc8, "i32"))
+    w0 = _CLASS32X2(S.load(row, p + 16, 64, "u8"))
+    w1 = _CLASS32X2(S.load(row, p + 80, 64, "u8"))
+    return _k4_dots(w0 & 15, w0 >> 4, w1 & 15, w1 >> 4, sc, yp, pp), mins
+
+
+@njit(inline="always", cache=True)
+def _q5_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qh@16 qs@48, 176 B
+    _prefetch(row, p, 176, ahead)
+    sc8, mins = _k4_scales(row, p)
+    sc = S.opaque(S.convert(sc8, "i32"))
+    qh = S.load(row, p + 16, 32, "u8")
+    h = S.bitcast(_CLASS32X2(S.concat(qh, qh)), "u16")     # bit 2j: sub-block 2j's bit 4
+    w0 = _CLASS32X2(S.load(row, p + 48, 64, "u8"))
+    w1 = _CLASS32X2(S.load(row, p + 112, 64, "u8"))
+    lo0 = (w0 & 15) | (S.bitcast(h << _SHL_42(), "u8") & 16)
+    hi0 = (w0 >> 4) | (S.bitcast(h << _SHL_31(), "u8") & 16)
+    lo1 = (w1 & 15) | (S.bitcast(h >> _SHR_02(), "u8") & 16)
+    hi1 = (w1 >> 4) | (S.bitcast(h >> _SHR_13(), "u8") & 16)
+    return _k4_dots(lo0, hi0, lo1, hi1, sc, yp, pp), mins
+
+
+@njit(inline="always", cache=True)
+def _k4_float(row, p, yq, py, yp, pp, acc, mins, sums, sumf):
+    """Q4_K/Q5_K per-block float part: sums[l] += d * aux32[l]; sumf -= dmin * sumi."""
+    sumi = S.hsum(S.madd(S.load(yp, pp + 256, 8, "i16"), S.convert(mins, "i16")))
+    yd = S.scalar_at(yq, py, "f32")
+    dd = S.halves_at(row, p, 2)
+    sums = sums + S.convert(_fold8(acc), "f32") * (S.lane(dd, 0) * yd)
+    return sums, sumf - (S.lane(dd, 1) * yd) * F(sumi)
+
+
+@njit(inline="always", cache=True)
+def _k4_float4(r0, r1, r2, r3, p, yq, py, yp, pp, a0, a1, a2, a3, m0, m1, m2, m3,
+               s01, s23, sumf):
+    """_k4_float for four rows: their d/dmin, sums and sumf side by side."""
+    mins = S.convert(S.concat(S.concat(m0, m1), S.concat(m2, m3)), "i16")
+    sumi = _sum4lanes(S.madd(_REP4(S.load(yp, pp + 256, 8, "i16")), mins))
+    dd = S.concat(S.concat(S.halves_at(r0, p, 2), S.halves_at(r1, p, 2)),
+                  S.concat(S.halves_at(r2, p, 2), S.halves_at(r3, p, 2)))
+    dd = dd * S.scalar_at(yq, py, "f32")                  # d, dmin of rows 0..3, interleaved
+    d01, d23 = _spread4(_EVEN4(dd))
+    s01 = s01 + S.convert(_fold2(a0, a1), "f32") * d01
+    s23 = s23 + S.convert(_fold2(a2, a3), "f32") * d23
+    return s01, s23, sumf - _ODD4(dd) * S.convert(sumi, "f32")
+
+
+@njit(cache=True)
+def _simd_q4_k(row, yq, yp):
+    out_of_line()
+    sums, sumf = S.zeros(8, "f32"), F(0)
+    for i in range(row.shape[0] // 144):
+        acc, mins = _q4_k_ints(row, 144 * i, yp, 272 * i, PREFETCH)
+        sums, sumf = _k4_float(row, 144 * i, yq, 292 * i, yp, 272 * i, acc, mins, sums, sumf)
+    return S.add_in_order(sumf, sums)
+
+
+@njit(cache=True)
+def _simd4_q4_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    ahead = 4 * r0.shape[0]
+    s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
+    for i in range(r0.shape[0] // 144):
+        p, pp = 144 * i, 272 * i
+        a0, m0 = _q4_k_ints(r0, p, yp, pp, ahead)
+        a1, m1 = _q4_k_ints(r1, p, yp, pp, ahead)
+        a2, m2 = _q4_k_ints(r2, p, yp, pp, ahead)
+        a3, m3 = _q4_k_ints(r3, p, yp, pp, ahead)
+        s01, s23, sumf = _k4_float4(r0, r1, r2, r3, p, yq, 292 * i, yp, pp, a0, a1, a2, a3,
+                                    m0, m1, m2, m3, s01, s23, sumf)
+    return _rows4_result(sumf, s01, s23)
+
+
+@njit(cache=True)
+def _simd_q5_k(row, yq, yp):
+    out_of_line()
+    sums, sumf = S.zeros(8, "f32"), F(0)
+    for i in range(row.shape[0] // 176):
+        acc, mins = _q5_k_ints(row, 176 * i, yp, 272 * i, PREFETCH)
+        sums, sumf = _k4_float(row, 176 * i, yq, 292 * i, yp, 272 * i, acc, mins, sums, sumf)
+    return S.add_in_order(sumf, sums)
+
+
+@njit(cache=True)
+def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    ahead = 4 * r0.shape[0]
+    s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
+    for i in range(r0.shape[0] // 176):
+        p, pp = 176 * i, 272 * i
+        a0, m0 = _q5_k_ints(r0, p, yp, pp, ahead)
+        a1, m1 = _q5_k_ints(r1, p, yp, pp, ahead)
+        a2, m2 = _q5_k_ints(r2, p, yp, pp, ahead)
+        a3, m3 = _q5_k_ints(r3, p, yp, pp, ahead)
+        s01, s23, sumf = _k4_float4(r0, r1, r2, r3, p, yq, 292 * i, yp, pp, a0, a1, a2, a3,
+                                    m0, m1, m2, m3, s01, s23, sumf)
+    return _rows4_result(sumf, s01, s23)
+
+
+_SHL_Q6 = S.constant([4] * 16 + [2] * 16, "u16")      # qh bits 0-1 | 2-3 -> bits 4-5
+_SHR_Q6 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4-5 | 6-7 -> bits 4-5
+_SC16_0, _SC16_1, _SC16_2, _SC16_3 = [_lane_pairs(2 * m, 2 * m + 1) for m in range(4)]
+
+
+@njit(inline="always", cache=True)
+def _pairs_dot(u, yp, pq, pb, scales):
+    """scale * (class sums of 4 sub-blocks of 16) for codes u in :func:`_pairs16` order,
+    activations at pq and their offset pair sums at pb."""
+    t = S.maddubs(u, S.load(yp, pq, 64, "i8")) - S.load(yp, pb, 32, "i16")
+    return S.dpwssd(S.zeros(16, "i32"), t, S.bitcast(scales, "i16"))
+
+
+@njit(inline="always", cache=True)
+def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 210 B
+    _prefetch(row, p, 210, ahead)
+    sc = S.bitcast(S.opaque(S.convert(S.load(row, p + 192, 16, "i8"), "i16")), "i32")
+    x0 = S.load(row, p, 64, "u8")                      # ql: values 0..63 (low), 64..127 (high)
+    h0 = S.load(row, p + 128, 32, "u8")
+    h = S.bitcast(S.concat(h0, h0), "u16")
+    a0 = _pairs_dot(_PAIRS16((x0 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp, pp,
+                    pp + 256, _SC16_0(sc))
+    a1 = _pairs_dot(_PAIRS16((x0 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
+                    pp + 64, pp + 320, _SC16_1(sc))
+    x1 = S.load(row, p + 64, 64, "u8")                 # values 128..191, 192..255
+    h1 = S.load(row, p + 160, 32, "u8")
+    h = S.bitcast(S.concat(h1, h1), "u16")
+    a2 = _pairs_dot(_PAIRS16((x1 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp,
+                    pp + 128, pp + 384, _SC16_2(sc))
+    a3 = _pairs_dot(_PAIRS16((x1 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
+                    pp + 192, pp + 448, _SC16_3(sc))
+    return (a0 + a1) + (a2 + a3)
+
+
+# hmask bit of plane j for each byte of the _pairs16-permuted quants: bytes from the first
+# 128-half test bit j, from the second bit 4 + j
+_HM0, _HM1, _HM2, _HM3 = [S.constant([1 << (j if i < 32 else 4 + j) for i in _pairs16()], "u8")
+                          for j in range(4)]
+_SC3_0, _SC3_1, _SC3_2, _SC3_3 = [_lane_pairs(j, 4 + j) for j in range(4)]
+
+
+@njit(inline="always", cache=True)
+def _q3_k_scales(row, p):
+    """The 16 scales of a Q3_K block minus 32, int16 pairs (2i, 2i+1) as int32 lanes."""
+    a0, a1, a2 = u32_at(row, p + 96), u32_at(row, p + 100), u32_at(row, p + 104)
+    v = S.bitcast(S.pack4((a0 & 0x0F0F0F0F) | ((a2 & 0x03030303) << 4),
+                          (a1 & 0x0F0F0F0F) | (((a2 >> 2) & 0x03030303) << 4),
+                          ((a0 >> 4) & 0x0F0F0F0F) | (((a2 >> 4) & 0x03030303) << 4),
+                          ((a1 >> 4) & 0x0F0F0F0F) | (((a2 >> 6) & 0x03030303) << 4)), "u8")
+    return S.bitcast(S.opaque(S.convert(v, "i16") - 32), "i32")
+
+
+@njit(inline="always", cache=True)
+def _q3_codes(q, hm, bits):
+    """2-bit plane values plus 4 where the hmask bit is set: 0..7 (ggml's value + 4)."""
+    return S.or_if(q & 3, hm & bits, 4)
+
+
+@njit(inline="always", cache=True)
+def _q3_k_ints(row, p, yp, pp, ahead):       # hmask@0 qs@32 scales@96 d@108, 110 B
+    _prefetch(row, p, 110, ahead)
+    sc = _q3_k_scales(row, p)
+    q = _PAIRS16(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
+    hm0 = S.load(row, p, 32, "u8")
+    hm = _PAIRS16(S.concat(hm0, hm0))
+    a0 = _pairs_dot(_q3_codes(q, hm, _HM0()), yp, pp, pp + 256, _SC3_0(sc))
+    a1 = _pairs_dot(_q3_codes(q >> 2, hm, _HM1()), yp, pp + 64, pp + 320, _SC3_1(sc))
+    a2 = _pairs_dot(_q3_codes(q >> 4, hm, _HM2()), yp, pp + 128, pp + 384, _SC3_2(sc))
+    a3 = _pairs_dot(_q3_codes(q >> 6, hm, _HM3()), yp, pp + 192, pp + 448, _SC3_3(sc))
+    return (a0 + a1) + (a2 + a3)
+
+
+@njit(cache=True)
+def _simd_q6_k(row, yq, yp):
+    out_of_line()
+    sums = S.zeros(8, "f32")
+    for i in range(row.shape[0] // 210):
+        acc = _q6_k_ints(row, 210 * i, yp, 512 * i, PREFETCH)
+        d = S.half_at(row, 210 * i + 208) * S.scalar_at(yq, 292 * i, "f32")
+        sums = sums + S.convert(_fold8(acc), "f32") * d
+    return S.add_in_order(F(0), sums)
+
+
+@njit(cache=True)
+def _simd4_q6_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    ahead = 4 * r0.shape[0]
+    s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
+    for i in range(r0.shape[0] // 210):
+        p, pp = 210 * i, 512 * i
+        a0, a1 = _q6_k_ints(r0, p, yp, pp, ahead), _q6_k_ints(r1, p, yp, pp, ahead)
+        a2, a3 = _q6_k_ints(r2, p, yp, pp, ahead), _q6_k_ints(r3, p, yp, pp, ahead)
+        d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 208) * S.scalar_at(yq, 292 * i, "f32"))
+        s01 = s01 + S.convert(_fold2(a0, a1), "f32") * d01
+        s23 = s23 + S.convert(_fold2(a2, a3), "f32") * d23
+    return _rows4_result(S.zeros(4, "f32"), s01, s23)
+
+
+@njit(cache=True)
+def _simd_q3_k(row, yq, yp):
+    out_of_line()
+    sums = S.zeros(8, "f32")
+    for i in range(row.shape[0] // 110):
+        acc = _q3_k_ints(row, 110 * i, yp, 512 * i, PREFETCH)
+        d = S.half_at(row, 110 * i + 108) * S.scalar_at(yq, 292 * i, "f32")
+        sums = sums + S.convert(_fold8(acc), "f32") * d
+    return S.add_in_order(F(0), sums)
+
+
+@njit(cache=True)
+def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    ahead = 4 * r0.shape[0]
+    s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
+    for i in range(r0.shape[0] // 110):
+        p, pp = 110 * i, 512 * i
+        a0, a1 = _q3_k_ints(r0, p, yp, pp, ahead), _q3_k_ints(r1, p, yp, pp, ahead)
+        a2, a3 = _q3_k_ints(r2, p, yp, pp, ahead), _q3_k_ints(r3, p, yp, pp, ahead)
+        d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, 292 * i, "f32"))
+        s01 = s01 + S.convert(_fold2(a0, a1), "f32") * d01
+        s23 = s23 + S.convert(_fold2(a2, a3), "f32") * d23
+    return _rows4_result(S.zeros(4, "f32"), s01, s23)
+
+
+_SC2_0, _SC2_1, _SC2_2, _SC2_3 = [
+    S.permutation([2 * j] * 4 + [2 * j + 1] * 4 + [8 + 2 * j] * 4 + [9 + 2 * j] * 4)
+    for j in range(4)]
+
+
+@njit(inline="always", cache=True)
+def _q2_k_ints(row, p, yq, py, yp, pp, ahead):   # scales@0 qs@16 d@80 dmin@82, 84 B
+    """(isum lanes, summs lanes): ggml's isum and summs of the block, still spread over
+    int32 lanes (16 and 8) whose sums they are."""
+    _prefetch(row, p, 84, ahead)
+    s8 = S.load(row, p, 16, "u8")
+    sc = S.opaque(S.convert(s8 & 15, "i32"))
+    q = S.load(row, p + 16, 64, "u8")
+    z = S.zeros(16, "i32")
+    a0 = _scaled(z, S.dpbusd(z, q & 3, S.load(yp, pp, 64, "i8")), _SC2_0(sc))
+    a1 = _scaled(z, S.dpbusd(z, (q >> 2) & 3, S.load(yp, pp + 64, 64, "i8")), _SC2_1(sc))
+    a2 = _scaled(z, S.dpbusd(z, (q >> 4) & 3, S.load(yp, pp + 128, 64, "i8")), _SC2_2(sc))
+    a3 = _scaled(z, S.dpbusd(z, q >> 6, S.load(yp, pp + 192, 64, "i8")), _SC2_3(sc))
+    summs = S.madd(S.load(yq, py + 260, 16, "i16"), S.convert(s8 >> 4, "i16"))
+    return (a0 + a1) + (a2 + a3), summs
+
+
+@njit(cache=True)
+def _simd_q2_k(row, yq, yp):
+    out_of_line()
+    sumf = F(0)
+    for i in range(row.shape[0] // 84):
+        p, py = 84 * i, 292 * i
+        isum, summs = _q2_k_ints(row, p, yq, py, yp, 256 * i, PREFETCH)
+        yd = S.scalar_at(yq, py, "f32")
+        dd = S.halves_at(row, p + 80, 2)
+        sumf += ((yd * S.lane(dd, 0)) * F(S.hsum(isum))
+                 - (yd * S.lane(dd, 1)) * F(S.hsum(summs)))
+    return sumf
+
+
+@njit(cache=True)
+def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    ahead = 4 * r0.shape[0]
+    sumf = S.zeros(4, "f32")
+    for i in range(r0.shape[0] // 84):
+        p, py, pp = 84 * i, 292 * i, 256 * i
+        i0, m0 = _q2_k_ints(r0, p, yq, py, yp, pp, ahead)
+        i1, m1 = _q2_k_ints(r1, p, yq, py, yp, pp, ahead)
+        i2, m2 = _q2_k_ints(r2, p, yq, py, yp, pp, ahead)
+        i3, m3 = _q2_k_ints(r3, p, yq, py, yp, pp, ahead)
+        isum = _sum4lanes(_pairwise(_pairwise(i0, i1), _pairwise(i2, i3)))
+        summs = _sum4lanes(_pairwise(S.concat(m0, m1), S.concat(m2, m3)))
+        dd = S.concat(S.concat(S.halves_at(r0, p + 80, 2), S.halves_at(r1, p + 80, 2)),
+                      S.concat(S.halves_at(r2, p + 80, 2), S.halves_at(r3, p + 80, 2)))
+        dd = S.scalar_at(yq, py, "f32") * dd               # dall, dmin of rows 0..3
+        sumf = sumf + (_EVEN4(dd) * S.convert(isum, "f32") - _ODD4(dd) * S.convert(summs, "f32"))
+    return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
+
+
+# ---------------------------------------------------------------------------- dispatch
+
+
+@njit(inline="always", cache=True)
+def dot_row_simd(code, row, yq, yp):
+    """ggml_vec_dot of raw weight row ``row`` with one activation row: ``yq`` quantized
+    to the vec_dot_type, ``yp`` = :func:`prepare_row` of it. ``code`` in :data:`CODES`."""
+    if code == Q4_K:
+        return _simd_q4_k(row, yq, yp)
+    if code == Q6_K:
+        return _simd_q6_k(row, yq, yp)
+    if code == Q8_0:
+        return _simd_q8_0(row, yq, yp)
+    if code == Q5_0:
+        return _simd_q5_0(row, yq, yp)
+    if code == Q4_0:
+        return _simd_q4_0(row, yq, yp)
+    if code == Q5_K:
+        return _simd_q5_k(row, yq, yp)
+    if code == Q3_K:
+        return _simd_q3_k(row, yq, yp)
+    if code == Q2_K:
+        return _simd_q2_k(row, yq, yp)
+    if code == Q4_1:
+        return _simd_q4_1(row, yq, yp)
+    if code == Q5_1:
+        return _simd_q5_1(row, yq, yp)
+    return F(np.nan)
+
+
+@njit(inline="always", cache=True)
+def dot_rows4_simd(code, r0, r1, r2, r3, yq, yp):
+    """:func:`dot_row_simd` of four weight rows with the same activations (the same four
+    numbers, computed together)."""
+    if code == Q4_K:
+        return _simd4_q4_k(r0, r1, r2, r3, yq, yp)
+    if code == Q6_K:
+        return _simd4_q6_k(r0, r1, r2, r3, yq, yp)
+    if code == Q8_0:
+        return _simd4_q8_0(r0, r1, r2, r3, yq, yp)
+    if code == Q5_0:
+        return _simd4_q5_0(r0, r1, r2, r3, yq, yp)
+    if code == Q4_0:
+        return _simd4_q4_0(r0, r1, r2, r3, yq, yp)
+    if code == Q5_K:
+        return _simd4_q5_k(r0, r1, r2, r3, yq, yp)
+    if code == Q3_K:
+        return _simd4_q3_k(r0, r1, r2, r3, yq, yp)
+    if code == Q2_K:
+        return _simd4_q2_k(r0, r1, r2, r3, yq, yp)
+    if code == Q4_1:
+        return _simd4_q4_1(r0, r1, r2, r3, yq, yp)
+    if code == Q5_1:
+        return _simd4_q5_1(r0, r1, r2, r3, yq, yp)
+    nan = F(np.nan)
+    return nan, nan, nan, nan
