@@ -29,8 +29,9 @@ well past the caches: a 64 MiB read already runs at DRAM speed here):
    each path, so the ratios compare measurements taken under the same load (the
    machine is shared); report medians.
 
-Bandwidth kernel: a numba ``prange`` sum over a 1 GiB float32 array (rows of 4096,
-one row per iteration, fastmath so it vectorizes) -- the simplest streaming read.
+Bandwidth kernel: ``kernels.stream.read_rows`` (the one ``graphcost hwprobe`` uses), a
+``prange`` sum over a 1 GiB float32 array (rows of 4096, fastmath so it vectorizes) --
+the simplest streaming read.
 Napkin math per row of the table: bytes = weight + x + y, FLOPs = 2*M*K (FMA = 2).
 """
 from __future__ import annotations
@@ -67,7 +68,6 @@ def main() -> None:
     if not args.use_cache:  # must happen before numba is imported
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="graphcost-bench-numba-")
     import numba
-    from numba import njit, prange
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from fixtures import make_weight
@@ -84,16 +84,7 @@ def main() -> None:
         raise SystemExit(f"--paths: expected float and/or ggml, got {args.paths!r}")
     run = {"float": mm.mul_mat, "ggml": mm.mul_mat_ggml}
 
-    @njit(parallel=True, fastmath=True)
-    def stream_sum(a):  # a: [rows, 4096] float32, read once
-        part = np.empty(a.shape[0], dtype=np.float32)
-        for r in prange(a.shape[0]):
-            s = np.float32(0)
-            for i in range(a.shape[1]):
-                s += a[r, i]
-            part[r] = s
-        return part.sum()
-
+    stream_sum = kern.stream.read_rows     # what hwprobe measures the bandwidth with
     big = np.ones((BW_BYTES // 4 // K_COLS, K_COLS), dtype=np.float32)   # touched: resident
     stream_sum(big)                                                         # compile + warm
 

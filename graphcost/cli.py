@@ -192,7 +192,7 @@ def profile(
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", help="hardware profile for the roofline (default: probe this machine now)")] = None,
     numerics: Annotated[str, typer.Option(
-        "--numerics", help="fast (float activations) | ggml (llama.cpp's quantized activations)")] = "fast",
+        "--numerics", help="fast (fastest kernel per weight type) | ggml (llama.cpp's activation rounding for every matmul)")] = "fast",
     threads: Annotated[Optional[int], typer.Option("--threads", "-t", help="kernel threads")] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table|json")] = "table",
     top: Annotated[int, typer.Option("--top", help="table: slowest nodes shown (0 = all)")] = 20,
@@ -274,8 +274,9 @@ def hwprobe(
     doc["name"] = name
     path, note = save(doc, name)
     bw, fl = doc["memory_bandwidth"], doc["peak_flops"]
-    typer.echo(f"memory bandwidth: {bw['bytes_per_second'] / 1e9:.2f} GB/s ("
-               + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in bw["by_type"].items()) + ")")
+    typer.echo(f"memory bandwidth: {bw['bytes_per_second'] / 1e9:.2f} GB/s (streaming read)")
+    typer.echo("matvec, % of it:  " + ", ".join(
+        f"{k} {v / bw['bytes_per_second']:.0%}" for k, v in bw["by_type"].items()))
     typer.echo(f"peak FLOP rate:   {fl['flops_per_second'] / 1e9:.1f} GFLOP/s")
     ovh = doc["op_overhead"]
     typer.echo(f"per-op overhead:  {ovh['seconds'] * 1e6:.1f} us median over op kinds ("

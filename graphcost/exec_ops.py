@@ -13,10 +13,23 @@ into another tensor's memory (``SET_ROWS``, ``CPY`` into a view), whose value is
 view of that memory. Compilation checks shapes and types once, so running a node is the
 kernel call and little else.
 
+Small nodes (decode: a few thousand values) cost far more in overhead than in work, so
+the common cases compile to a :class:`KernelNode`: the output is allocated once per
+plan (``fn.out``, for outputs up to :data:`PREALLOC_MAX_BYTES`; the node returns that
+same array every run), the numba kernel is the serial variant below the kernel
+module's work threshold (a ``prange`` region wakes the sleeping OpenMP workers: 5-30 us),
+and ``fn.bind(*src_values)`` returns a zero-argument callable with every kernel
+argument prepared once, for sources whose arrays are the same every run (weights,
+caches, inputs and other preallocated outputs; the executor binds those nodes and calls
+the compiled overload directly, see :func:`resolve_entry`).
+
 Numerics (``ctx.numerics``): ``"ggml"`` converts a matmul's activations to the weights'
 ``vec_dot_type`` (Q8_0/Q8_1/Q8_K/F16) and uses ggml's block dot products
-(``kernels.matmul.mul_mat_ggml``), as llama.cpp's CPU backend does; ``"fast"`` multiplies
-float32 activations by the weights decoded on the fly (``kernels.matmul.mul_mat``).
+(``kernels.matmul.mul_mat_ggml``), as llama.cpp's CPU backend does; ``"fast"`` runs the
+fastest kernel for each weight type: the same ggml byte-SIMD dots for the block types
+(``kernels.matmul.GGML_FASTEST``: they beat decoding to float32), and float32
+activations times the weights decoded on the fly (``kernels.matmul.mul_mat``) for the
+float types.
 Everything else is the same in both modes and follows ggml-cpu: GELU through ggml's F16
 table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
@@ -26,6 +39,7 @@ names them so reports can say so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any, Callable
 
@@ -45,6 +59,9 @@ NUMPY_OPS = frozenset({"CONCAT", "ARGSORT", "SUM_ROWS", "CLAMP", "SIGMOID"})
 
 #: rope modes the kernel implements (ggml.h GGML_ROPE_TYPE_NORMAL / _NEOX)
 ROPE_MODES = (0, 2)
+#: node outputs up to this size are allocated once per plan (larger ones per run, so a
+#: long prompt's activations are not kept between steps)
+PREALLOC_MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -93,6 +110,78 @@ def _rows2d(a: np.ndarray) -> np.ndarray:
         else np.ascontiguousarray(a).view(np.uint8)
 
 
+def is_contiguous(t: Tensor) -> bool:
+    """Whether ``t``'s value is C-contiguous (numpy's rule: size-1 dims ignored)."""
+    shape, strides, dtype = shape_strides(t)
+    step = np.dtype(dtype).itemsize
+    for n, st in zip(shape[::-1], strides[::-1]):
+        if n != 1 and st != step:
+            return False
+        step *= n
+    return True
+
+
+def _plain_f32(*ts: Tensor) -> bool:
+    """All of ``ts`` are C-contiguous F32: the kernels take their values as they are."""
+    return all(t.type == gt.F32 and is_contiguous(t) for t in ts)
+
+
+class KernelNode:
+    """A node computed by one numba kernel call into a C-contiguous float32 output.
+
+    ``prep(*src_values, out)`` returns the kernel's arguments (views of the values, no
+    copies when ``bindable``); ``out`` is the preallocated output (``None``: a fresh
+    array per call, for large outputs) or, with ``result=False``, the node writes into
+    a source's memory (SET_ROWS) and returns ``None``."""
+
+    __slots__ = ("kern", "prep", "out", "shape", "bindable", "result")
+
+    def __init__(self, kern, prep, shape=None, *, prealloc: bool = True,
+                 bindable: bool = True, result: bool = True):
+        self.kern, self.prep, self.shape = kern, prep, shape
+        self.result, self.bindable = result, bindable
+        self.out = None
+        if result and prealloc and 4 * int(np.prod(shape)) <= PREALLOC_MAX_BYTES:
+            self.out = np.empty(shape, dtype=np.float32)
+
+    def __call__(self, *vals):
+        if not self.result:
+            self.kern(*self.prep(*vals, None))
+            return None
+        out = self.out if self.out is not None else np.empty(self.shape, dtype=np.float32)
+        self.kern(*self.prep(*vals, out))
+        return out
+
+    def bind(self, *vals) -> Callable[[], Any] | None:
+        """A zero-argument callable computing the node from these very source arrays
+        (their contents may change between calls, not the arrays), or ``None`` when the
+        node cannot be bound (per-run output, or sources that need a copy)."""
+        if not self.bindable or (self.result and self.out is None):
+            return None
+        return partial(self.kern, *self.prep(*vals, self.out))
+
+
+def resolve_entry(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` (a bound :meth:`KernelNode.bind` partial that has run once) calling the
+    numba overload it compiled directly, skipping the dispatcher's type resolution of
+    every argument; ``call`` unchanged if that overload is not found. Safe because a
+    bound call always passes the same arrays (same types)."""
+    import numba
+
+    disp = getattr(call, "func", None)
+    overloads = getattr(disp, "overloads", None)
+    if overloads is None:
+        return call
+    try:
+        sig = tuple(numba.typeof(a) for a in call.args)
+    except (ValueError, TypeError):
+        return call
+    cres = overloads.get(sig)
+    if cres is None:
+        return call
+    return partial(cres.entry_point, *call.args)
+
+
 # ---------------------------------------------------------------------------- registry
 
 OPS: dict[str, Callable[[Tensor, Ctx], OpFn]] = {}
@@ -122,13 +211,15 @@ def unsupported_ops(nodes: list[Tensor]) -> list[str]:
 # ---------------------------------------------------------------------------- matmul
 
 
-def _matmul_fn(ctx: Ctx, w_type: gt.GGMLType, k: int, m: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def matmul_fn(ctx: Ctx, w_type: gt.GGMLType, k: int, m: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``f(w, x) -> y``: the kernel a MUL_MAT with ``w_type`` weights (``k`` columns, ``m``
+    rows) runs in ``ctx.numerics`` mode (hwprobe times the same function)."""
     mm = ctx.K.matmul
     supported = ctx.K.quants.SUPPORTED
     if w_type not in supported:
         raise UnsupportedError(f"matmul with {gt.type_name(w_type)} weights: the kernels "
                                f"support {', '.join(gt.type_name(t) for t in supported)}")
-    if ctx.numerics == "fast":
+    if ctx.numerics == "fast" and w_type not in mm.GGML_FASTEST:
         return lambda w, x: mm.mul_mat(w, w_type, k, m, x)
     return lambda w, x: mm.mul_mat_ggml(w, w_type, k, m, x)
 
@@ -141,9 +232,19 @@ def _mul_mat(node: Tensor, ctx: Ctx) -> OpFn:
     n, b2, b3 = b.ne[1], b.ne[2], b.ne[3]
     a2, a3 = a.ne[2], a.ne[3]
     r2, r3 = b2 // a2, b3 // a3
-    mm = _matmul_fn(ctx, a.type, k, m)
+    mm = matmul_fn(ctx, a.type, k, m)
 
     if a2 == a3 == b2 == b3 == 1:
+        if b.type == gt.F32 and is_contiguous(b) and is_contiguous(a) and \
+                4 * n * m <= PREALLOC_MAX_BYTES:
+            # the matmul kernels allocate their result: copied into the node's own
+            # output so that it (and the views of it) stay the same array every run
+            def into(w, x, o):
+                np.copyto(o, mm(w, x))
+
+            return KernelNode(into, lambda av, bv, out: (_rows2d(av[0, 0]), bv[0, 0], out[0, 0]),
+                              (1, 1, n, m))
+
         def run(av, bv):
             return mm(_rows2d(av[0, 0]), _f32(bv[0, 0])).reshape(1, 1, n, m)
         return run
@@ -166,7 +267,7 @@ def _mul_mat_id(node: Tensor, ctx: Ctx) -> OpFn:
     k, m = a.ne[0], a.ne[1]
     n_used, n_tok = ids.ne[0], ids.ne[1]
     n_b = b.ne[1]
-    mm = _matmul_fn(ctx, a.type, k, m)
+    mm = matmul_fn(ctx, a.type, k, m)
 
     def run(av, bv, iv):
         out = np.empty((1, n_tok, n_used, m), dtype=np.float32)
@@ -193,6 +294,18 @@ def _get_rows(node: Tensor, ctx: Ctx) -> OpFn:
         raise UnsupportedError(f"get_rows from {gt.type_name(a.type)} ({node.name})")
     n0, n1, n2 = idx.ne[0], idx.ne[1], idx.ne[2]
 
+    if n1 == n2 == 1 and is_contiguous(a) and idx.type in (gt.I32, gt.I64):
+        kern = ctx.K.get_rows.kernel(n0 * k)
+        code = np.int64(int(kernel_type))
+        idx64 = np.empty(n0, dtype=np.int64)     # the kernel's index type
+
+        def gather(w, iv, out):
+            np.copyto(idx64, iv, casting="unsafe")
+            kern(w, code, idx64, out)
+
+        return KernelNode(gather, lambda av, iv, out: (_rows2d(av[0, 0]), iv[0, 0, 0], out[0, 0]),
+                          (1, 1, n0, k))
+
     if n1 == n2 == 1:
         def run(av, iv):
             return gr(_rows2d(av[0, 0]), kernel_type, k, iv[0, 0, 0]).reshape(1, 1, n0, k)
@@ -217,6 +330,14 @@ def _set_rows(node: Tensor, ctx: Ctx) -> OpFn:
         raise UnsupportedError(f"KV cache type {gt.type_name(a.type)}: the set_rows kernel "
                                f"stores {', '.join(gt.type_name(t) for t in ctx.K.cache.CACHE_TYPES)}")
     sr = ctx.K.cache.set_rows
+    if _plain_f32(b) and idx.type == gt.I64 and is_contiguous(a) and is_contiguous(idx):
+        kern = ctx.K.cache.kernel("set_rows", b.ne[0] * b.ne[1])
+        code = np.int64(int(a.type))
+        rb = gt.row_size(a.type, a.ne[0])
+
+        def prep(bv, iv, av, out):
+            return av[0, 0].view(np.uint8).reshape(-1, rb), bv[0, 0], iv[0, 0, 0], code, True
+        return KernelNode(kern, prep, result=False)
 
     def run(bv, iv, av):
         dst = av[0, 0]
@@ -256,6 +377,10 @@ def _convert(a: Tensor, dst: Tensor, ctx: Ctx) -> OpFn:
 @op("CONT")
 def _cont(node: Tensor, ctx: Ctx) -> OpFn:
     shape = shape_strides(node)[0]
+    if node.type == gt.F32 and node.src[0].type == gt.F32:
+        src_shape = shape_strides(node.src[0])[0]     # out viewed in the source's shape
+        return KernelNode(ctx.K.cache.kernel("cont", node.n_elements),
+                          lambda av, out: (av, out.reshape(src_shape)), shape)
     if node.type == gt.F32:
         cont = ctx.K.cache.cont
         return lambda av: cont(av).reshape(shape)
@@ -276,21 +401,45 @@ def _concat(node: Tensor, ctx: Ctx) -> OpFn:
 @op("ADD", "SUB", "MUL", "DIV")
 def _binary(node: Tensor, ctx: Ctx) -> OpFn:
     name = node.op.lower()
-    binary = ctx.K.elementwise.binary
+    e = ctx.K.elementwise
+    a, b = node.src
+    if _plain_f32(a, b):
+        code = np.int64(e.OPS[name])
+        return KernelNode(e.kernel("binary", a.n_elements), lambda av, bv, out: (av, bv, code, out),
+                          shape_strides(node)[0])
+    binary = e.binary
     return lambda av, bv: binary(name, av, _f32(bv))
 
 
 @op("SCALE")
 def _scale(node: Tensor, ctx: Ctx) -> OpFn:
     s, bias = node.params["scale"], node.params.get("bias", 0.0)
-    scale = ctx.K.elementwise.scale
+    e = ctx.K.elementwise
+    if _plain_f32(node.src[0]):
+        code = "scale" if bias == 0.0 else "scale_bias"
+        return _unary_node(node, ctx, code, s, bias)
+    scale = e.scale
     return lambda av: scale(av, s, bias)
+
+
+def _unary_node(node: Tensor, ctx: Ctx, name: str, s: float = 1.0, b: float = 0.0) -> OpFn:
+    """One element-wise kernel over the flat values (C-contiguous F32 source)."""
+    e = ctx.K.elementwise
+    n = node.src[0].n_elements
+    args = (np.int64(e.UNARY_CODES[name]), np.float32(s), np.float32(b),
+            e.gelu_table() if name == "gelu_f16_table" else np.zeros(1, dtype=np.uint16))
+    return KernelNode(e.kernel("unary", n),
+                      lambda av, out: (av.reshape(-1),) + args + (out.reshape(-1),),
+                      shape_strides(node)[0])
 
 
 @op("SILU", "GELU", "TANH")
 def _unary(node: Tensor, ctx: Ctx) -> OpFn:
     e = ctx.K.elementwise
     # ggml-cpu computes GELU through its F16 table (vec.h GGML_GELU_FP16)
+    if _plain_f32(node.src[0]):
+        return _unary_node(node, ctx, {"SILU": "silu", "GELU": "gelu_f16_table",
+                                       "TANH": "tanh"}[node.op])
     return {"SILU": e.silu, "GELU": e.gelu_f16_table, "TANH": e.tanh}[node.op]
 
 
@@ -310,6 +459,13 @@ def _clamp(node: Tensor, ctx: Ctx) -> OpFn:
 def _glu(node: Tensor, ctx: Ctx) -> OpFn:
     e = ctx.K.elementwise
     gated = e.swiglu if node.op == "SWIGLU" else e.geglu_f16_table
+    if len(node.src) == 2 and _plain_f32(*node.src) and node.src[0].ne == node.src[1].ne:
+        name = "swiglu" if node.op == "SWIGLU" else "geglu_f16_table"
+        args = (np.int64(e.GATED_CODES[name]),
+                e.gelu_table() if name == "geglu_f16_table" else np.zeros(1, dtype=np.uint16))
+        return KernelNode(e.kernel("gated", node.n_elements),
+                          lambda av, bv, out: (av.reshape(-1), bv.reshape(-1)) + args
+                          + (out.reshape(-1),), shape_strides(node)[0])
     if len(node.src) == 2:          # ggml_*_split(a, b): act(a) * b
         return lambda av, bv: gated(av, bv)
     half = node.ne[0]               # ggml_swiglu(a): act(first half) * second half
@@ -324,6 +480,12 @@ def _glu(node: Tensor, ctx: Ctx) -> OpFn:
 def _norm(node: Tensor, ctx: Ctx) -> OpFn:
     eps = node.params["eps"]
     f = ctx.K.norm.rms_norm if node.op == "RMS_NORM" else ctx.K.norm.norm
+    if _plain_f32(node.src[0]):
+        n0 = node.ne[0]
+        feps = np.float32(eps)
+        return KernelNode(ctx.K.norm.kernel(node.op.lower(), node.n_elements),
+                          lambda av, out: (av.reshape(-1, n0), feps, out.reshape(-1, n0)),
+                          shape_strides(node)[0])
     return lambda av: f(av, eps)
 
 
@@ -331,6 +493,28 @@ def _norm(node: Tensor, ctx: Ctx) -> OpFn:
 def _soft_max(node: Tensor, ctx: Ctx) -> OpFn:
     scale, max_bias = node.params["scale"], node.params["max_bias"]
     sm = ctx.K.softmax.soft_max
+    a = node.src[0]
+    mask = node.src[1] if len(node.src) > 1 else None
+    if len(node.src) <= 2 and _plain_f32(a) and (
+            mask is None or (mask.type in (gt.F16, gt.F32) and is_contiguous(mask)
+                             and mask.ne[0] == a.ne[0] and mask.ne[1] >= a.ne[1]
+                             and a.ne[2] % mask.ne[2] == 0 and a.ne[3] % mask.ne[3] == 0)):
+        S = ctx.K.softmax
+        m32, m16 = np.zeros((1, 1, 1, 1), np.float32), np.zeros((1, 1, 1, 1), np.uint16)
+        kind = np.int64(0 if mask is None else 2 if mask.type == gt.F16 else 1)
+        tail = (np.float32(scale), S.alibi_slopes(a.ne[2], max_bias),
+                np.zeros(a.ne[2], dtype=np.float32), False)
+
+        def prep(av, mv=None, out=None):
+            if mv is None:
+                return (av, m32, m16, kind) + tail + (out,)
+            if mv.dtype == np.float16:
+                return (av, m32, mv.view(np.uint16), kind) + tail + (out,)
+            return (av, mv, m16, kind) + tail + (out,)
+        if mask is None:
+            return KernelNode(S.kernel(a.n_elements), lambda av, out: prep(av, None, out),
+                              shape_strides(node)[0])
+        return KernelNode(S.kernel(a.n_elements), prep, shape_strides(node)[0])
     if len(node.src) == 1:
         return lambda av: sm(av, None, scale, max_bias)
     return lambda av, mv: sm(av, mv, scale, max_bias)
@@ -364,6 +548,21 @@ def _rope(node: Tensor, ctx: Ctx) -> OpFn:
               ext_factor=p.get("ext_factor", 0.0), attn_factor=p.get("attn_factor", 1.0),
               beta_fast=p.get("beta_fast", 32.0), beta_slow=p.get("beta_slow", 1.0))
 
+    x, pos = node.src[:2]
+    ff = node.src[2] if len(node.src) > 2 else None
+    if _plain_f32(x) and pos.type == gt.I32 and is_contiguous(pos) and \
+            (ff is None or _plain_f32(ff)) and x.ne[0] >= p["n_dims"] and p["n_dims"] % 2 == 0:
+        R = ctx.K.rope
+        base = R.params(**kw)
+        if ff is not None and ff.n_elements < p["n_dims"] // 2:
+            raise UnsupportedError(f"{node.name}: freq_factors has {ff.n_elements} values, "
+                                   f"rope needs {p['n_dims'] // 2}")
+        kern = R.kernel(x.n_elements)
+        if ff is None:
+            return KernelNode(kern, lambda xv, pv, out: (xv[0], pv[0, 0, 0]) + base + (out[0],),
+                              shape_strides(node)[0])
+        return KernelNode(kern, lambda xv, pv, fv, out: (xv[0], pv[0, 0, 0]) + base[:4]
+                          + (fv.reshape(-1), True) + base[6:] + (out[0],), shape_strides(node)[0])
     if len(node.src) == 2:
         return lambda xv, pv: rope(xv[0], pv[0, 0, 0], **kw)[None]
     return lambda xv, pv, fv: rope(xv[0], pv[0, 0, 0], freq_factors=fv.reshape(-1), **kw)[None]
@@ -381,12 +580,54 @@ def _flash_attn(node: Tensor, ctx: Ctx) -> OpFn:
     deq_k = _kv_as_float(k, ctx)
     deq_v = _kv_as_float(v, ctx)
     scale, max_bias, softcap = p["scale"], p["max_bias"], p["softcap"]
+    mask = node.src[3] if len(node.src) > 3 else None
+    if len(node.src) <= 4 and q.type == gt.F32 and k.type in (gt.F16, gt.F32) and \
+            v.type in (gt.F16, gt.F32) and (mask is None or mask.type == gt.F16):
+        return _flash_attn_node(node, ctx)
 
     def run(qv, kv, vv, mv=None):
         out = fa(q_as(qv[0]), deq_k(kv[0]), deq_v(vv[0]), None if mv is None else mv[0],
                  scale, max_bias, softcap)
         return out[None]
     return run
+
+
+def _flash_attn_node(node: Tensor, ctx: Ctx) -> OpFn:
+    """FLASH_ATTN_EXT on F16/F32 K and V straight into the kernel (what
+    ``flash_attn_ext`` passes it, prepared once); non-contiguous sources are copied per
+    run (and the node is then not bindable)."""
+    A = ctx.K.attention
+    p = node.params
+    q, k, v = node.src[:3]
+    mask = node.src[3] if len(node.src) > 3 else None
+    n_head, n_tok, n_kv = q.ne[2], q.ne[1], k.ne[1]
+    if k.ne[2] == 0 or n_head % k.ne[2] or k.ne[0] != q.ne[0] or v.ne[1:3] != k.ne[1:3] or (
+            mask is not None and (mask.ne[1] < n_tok or mask.ne[0] != n_kv
+                                  or n_head % mask.ne[2])):
+        raise UnsupportedError(f"{node.name}: q {q.ne}, k {k.ne}, v {v.ne} do not fit")
+    contig = [is_contiguous(t) for t in node.src]
+    k_f16, v_f16 = k.type == gt.F16, v.type == gt.F16
+    z16, z32 = np.zeros((1, 1, 1), np.uint16), np.zeros((1, 1, 1), np.float32)
+    kv_f16 = np.array([k_f16, v_f16])
+    tail = (np.float32(p["scale"]), np.float32(p["softcap"]),
+            A.alibi_slopes(n_head, p["max_bias"]), np.zeros(n_head, dtype=np.float32), False)
+
+    def c(a, i):
+        return a if contig[i] else np.ascontiguousarray(a)
+
+    def prep(qv, kv, vv, mv=None, out=None):
+        kk, vvv = c(kv[0], 1), c(vv[0], 2)
+        ks = (kk.view(np.uint16), z32) if k_f16 else (z16, kk)
+        vs = (vvv.view(np.uint16), z32) if v_f16 else (z16, vvv)
+        m = z16 if mv is None else c(mv[0], 3).view(np.uint16)
+        return (c(qv[0], 0),) + ks + vs + (kv_f16, m, mv is not None) + tail + (out[0],)
+
+    kern = A.kernel(n_head * n_tok * n_kv * (k.ne[0] + v.ne[0]))
+    shape = shape_strides(node)[0]
+    if mask is None:
+        return KernelNode(kern, lambda qv, kv, vv, out: prep(qv, kv, vv, None, out), shape,
+                          bindable=all(contig))
+    return KernelNode(kern, prep, shape, bindable=all(contig))
 
 
 def _q_for_k(k: Tensor, ctx: Ctx) -> Callable[[np.ndarray], np.ndarray]:

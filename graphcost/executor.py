@@ -13,8 +13,15 @@ Memory:
 * **KV cache** leaves (``cache_k_l<il>``, ``cache_v_l<il>``) are zeroed buffers that live
   as long as the executor; ``SET_ROWS`` writes the new rows at the indices in
   ``attn_inp_k_idxs`` / ``attn_inp_v_idxs``;
-* **activations** are the arrays the kernels return, one per node and step; views,
-  reshapes and permutes are strided numpy views of their storage (``view_offs``, ``nb``).
+* **activations**: small node outputs (:data:`graphcost.exec_ops.PREALLOC_MAX_BYTES`)
+  are allocated once per plan and rewritten every run, larger ones are the arrays the
+  kernels return, one per node and run; views, reshapes and permutes are strided numpy
+  views of their storage (``view_offs``, ``nb``), made once when the storage is fixed.
+  What leaves a run (logits, captured values) is copied.
+
+A node whose sources are all fixed arrays is *bound* when the plan is compiled: its
+kernel arguments are prepared once and a run is one call of the compiled numba overload
+(:meth:`graphcost.exec_ops.KernelNode.bind`, :func:`graphcost.exec_ops.resolve_entry`).
 
 Graph inputs are filled like llama.cpp's ``set_input`` (``src/llama-graph.cpp``,
 ``src/llama-kv-cache.cpp``) for one sequence: tokens, positions, output ids, the KV cells
@@ -35,8 +42,8 @@ import numpy as np
 from . import ggml_types as gt
 from .build import BuiltGraph, build_graph, load_model
 from .errors import SettingsError, UnsupportedError
-from .exec_ops import (Ctx, compile_node, flat_bytes, shape_strides, tensor_view,
-                       unsupported_ops)
+from .exec_ops import (Ctx, compile_node, flat_bytes, resolve_entry, shape_strides,
+                       tensor_view, unsupported_ops)
 from .ggml_graph import Tensor
 from .gguf_reader import read_header
 from .llm_graph import KVCache
@@ -228,7 +235,7 @@ def hadamard(n: int) -> np.ndarray:
 # ---------------------------------------------------------------------------- plans
 
 
-COMPUTE, VIEW, FIXED = 0, 1, 2
+COMPUTE, VIEW, FIXED, BOUND = 0, 1, 2, 3
 
 
 @dataclass
@@ -245,7 +252,9 @@ class Step:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     dtype: object
-    kind: int = 0             # COMPUTE, VIEW (made per run) or FIXED (view of fixed memory)
+    kind: int = 0             # COMPUTE, VIEW (made per run), FIXED (view of fixed memory)
+    #                           or BOUND (``call`` computes it from fixed arrays)
+    call: Callable | None = None
 
 
 @dataclass
@@ -260,6 +269,7 @@ class Plan:
     inputs: dict[str, list[tuple[Tensor, np.ndarray, object]]]   # kind -> (leaf, array, cache)
     needs_raw: set[int]                   # node slots that views or writers look through
     slot_of: dict[int, int]
+    resolved: bool = False                # bound calls go to the compiled overloads
 
 
 @dataclass
@@ -402,12 +412,24 @@ class Executor:
             offset = n.view_offs if n.is_view else 0
             kind = COMPUTE if fn is not None else VIEW
             if storage is not n and st_slot in fixed_raw:
-                # a view of weights, cache or inputs: the same array every run
+                # a view of weights, cache, inputs or a preallocated output: the same
+                # array every run
                 fixed[slot(n)] = tensor_view(fixed_raw[st_slot], n, offset)
                 if fn is None:
                     kind = FIXED
+            out = getattr(fn, "out", None)
+            if out is not None and storage is n:
+                # allocated once (exec_ops.KernelNode): rewritten by every run
+                fixed[slot(n)] = out
+                fixed_raw[slot(n)] = flat_bytes(out)
+            call = None
+            if fn is not None and hasattr(fn, "bind") and all(s in fixed for s in srcs) \
+                    and (out is not None or slot(n) in fixed):
+                call = fn.bind(*(fixed[s] for s in srcs))
+                if call is not None:
+                    kind = BOUND
             steps.append(Step(i, n, fn, srcs, slot(n), st_slot, offset, shape, strides,
-                              np.dtype(dtype), kind))
+                              np.dtype(dtype), kind, call))
         return Plan(bg, steps, len(slot_of), fixed, fixed_raw, inputs, needs_raw, slot_of)
 
     @staticmethod
@@ -491,7 +513,12 @@ class Executor:
         t_start = timer()
         for st in plan.steps:
             kind = st.kind
-            if kind == VIEW:
+            if kind == BOUND:
+                call = st.call
+                t0 = timer()
+                call()
+                append(timer() - t0)
+            elif kind == VIEW:
                 vals[st.slot] = new_view(st.shape, dtype=st.dtype, buffer=raws[st.storage],
                                          offset=st.offset, strides=st.strides)
                 append(None)
@@ -511,6 +538,11 @@ class Executor:
             if captured and st.index in captured:
                 cap[st.index] = np.array(vals[st.slot], copy=True)
         wall = timer() - t_start
+        if not plan.resolved:        # every bound kernel has run (compiled) once
+            for st in plan.steps:
+                if st.call is not None:
+                    st.call = resolve_entry(st.call)
+            plan.resolved = True
         return vals, NodeTiming(ns, wall), cap
 
     def step(self, tokens: Iterable[int], *, n_outputs: int = 1, repeat: int = 1,
@@ -552,8 +584,9 @@ class Executor:
         return res
 
 
-def _cache_upstream(node: Tensor, cache_of: dict[int, KVCache], depth: int = 4) -> KVCache | None:
-    """The KV cache whose view an attention node reads (through up to ``depth`` ops)."""
+def _cache_upstream(node: Tensor, cache_of: dict[int, KVCache], depth: int = 8) -> KVCache | None:
+    """The KV cache whose view an attention node reads (through up to ``depth`` ops: a
+    softcapped softmax sits five ops below the K view, scale-tanh-scale-mul_mat)."""
     frontier = [node]
     for _ in range(depth):
         nxt = []

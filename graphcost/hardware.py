@@ -11,9 +11,13 @@ and does ``F`` FLOPs takes at least ``max(B / bandwidth, F / peak)`` seconds; wh
 wins says whether it is memory- or compute-bound. ``B`` is what graphcost's cost model
 counts (bytes read + bytes written, see docs/counting.md), ``F`` its FLOPs (FMA = 2).
 
-A measured profile also holds ``op_overhead.seconds``: the time one tiny kernel call takes
-end to end (dispatch, thread wake-up). It is not part of the roofline; ``graphcost profile``
-reports a second estimate, roofline + overhead, to show which nodes are overhead-bound.
+A measured profile also holds what graphcost's own executor achieves on that machine:
+``op_overhead`` (seconds one tiny node of each op kind takes end to end: Python, Numba
+dispatch, thread wake-up) and ``memory_bandwidth.by_type`` (bytes/s the executor's
+matrix-vector kernel streams for each weight type). They are not part of the roofline,
+which is the machine's limit; :func:`executor_seconds` adds them to it to model the
+executor itself, and ``graphcost profile`` reports how close both come to the measured
+node times.
 """
 from __future__ import annotations
 
@@ -43,6 +47,12 @@ class Hardware:
     overhead: float = 0.0     # seconds per executed node (measured profiles only)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
+    def matvec_rate(self, type_name: str) -> float:
+        """Bytes/s the executor's matmul streams ``type_name`` weights at (the profile's
+        ``by_type`` figure; the bandwidth if the profile has none)."""
+        by_type = (self.extra.get("memory_bandwidth") or {}).get("by_type") or {}
+        return float(by_type.get(type_name, self.bandwidth))
+
     def op_overhead(self, op: str) -> float:
         """Per-call overhead of ``op`` (its own measurement if the probe has one)."""
         by_op = (self.extra.get("op_overhead") or {}).get("by_op") or {}
@@ -60,6 +70,19 @@ def roofline_seconds(nbytes: float, flops: float, hw: Hardware) -> tuple[float, 
     t_mem = nbytes / hw.bandwidth
     t_cmp = flops / hw.peak_flops
     return (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "compute")
+
+
+#: ops whose time is a weight stream at the executor's matvec rate for the weight type
+MATVEC_OPS = frozenset({"MUL_MAT", "MUL_MAT_ID"})
+
+
+def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
+                     weight_type: str | None = None) -> float:
+    """Modelled seconds of one node on graphcost's executor: the per-call overhead of ``op``
+    plus the roofline with the memory roof lowered to the matvec kernel's measured rate
+    for ``weight_type`` (MUL_MAT/MUL_MAT_ID; other ops stream at the bandwidth)."""
+    rate = hw.matvec_rate(weight_type) if op in MATVEC_OPS and weight_type else hw.bandwidth
+    return hw.op_overhead(op) + max(nbytes / rate, flops / hw.peak_flops)
 
 
 # ---------------------------------------------------------------------------- files
@@ -83,14 +106,16 @@ def _number(doc: dict, key: str, unit_key: str, path: Path) -> float:
     return float(value)
 
 
-def parse(doc: Any, path: Path) -> Hardware:
+def parse(doc: Any, path: Path | None) -> Hardware:
+    """The profile in ``doc`` (a YAML document; ``path`` names it in errors, None for one
+    just measured)."""
     if not isinstance(doc, dict):
         raise GraphcostError(f"{path}: a hardware profile is a YAML mapping")
     kind = doc.get("kind", "theoretical")
     if kind not in KINDS:
         raise GraphcostError(f"{path}: kind {kind!r}: use {' or '.join(KINDS)}")
     overhead = _number(doc, "op_overhead", "seconds", path) if "op_overhead" in doc else 0.0
-    return Hardware(name=str(doc.get("name") or path.stem),
+    return Hardware(name=str(doc.get("name") or (path.stem if path else "this machine")),
                     bandwidth=_number(doc, "memory_bandwidth", "bytes_per_second", path),
                     peak_flops=_number(doc, "peak_flops", "flops_per_second", path),
                     kind=kind, description=str(doc.get("description", "")),

@@ -1,12 +1,16 @@
 """``graphcost hwprobe``: this machine's memory bandwidth and peak FLOP rate, measured with
 the same Numba kernels the executor runs.
 
-* **Bandwidth** (streaming read): ``kernels.matmul.mul_mat`` of one activation row by a
-  weight matrix much larger than the caches (default 256 MiB), for F32, F16, Q8_0 and
-  Q4_0 weights: every weight byte is read once from memory and used for one
-  multiply-add, so the time is the time to stream the matrix. The profile's bandwidth is
-  the best of the types (the kernel closest to the memory's limit); each type's figure is
-  kept under ``by_type``.
+* **Bandwidth** (streaming read): ``kernels.stream.read_rows``, a parallel sum over a
+  float32 array much larger than the caches (default 256 MiB): every byte read once, the
+  plainest loop a kernel can be. This is the profile's bandwidth, the roofline's memory
+  roof.
+* **Matrix-vector rate per weight type** (``memory_bandwidth.by_type``): the matmul the
+  executor runs for that type with ``--numerics fast`` (:func:`graphcost.exec_ops.matmul_fn`)
+  of one activation row by a matrix of the same size; each weight byte is read once, so
+  rate / bandwidth is how close that kernel comes to the memory's limit. Each type's runs
+  alternate with runs of the streaming read, so both see the same load (the bandwidth is
+  the median over all of those runs).
 * **Peak FLOP rate**: the same kernel's tiled path on an F32 matrix that fits in L2-sized
   tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs).
 * **Per-op overhead**: each op kind the executor runs, compiled by
@@ -31,8 +35,6 @@ import numpy as np
 
 from . import ggml_types as gt
 
-#: weight types the bandwidth probe streams
-BANDWIDTH_TYPES = (gt.F32, gt.F16, gt.GGMLType.Q8_0, gt.GGMLType.Q4_0)
 #: row length of the probe matrices (elements)
 K = 4096
 
@@ -46,6 +48,12 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def _median_seconds(fn: Callable[[], object], repeat: int) -> float:
@@ -63,6 +71,7 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
     """Measure and return the profile document (see :mod:`graphcost.hardware`)."""
     import numba
 
+    from .exec_ops import Ctx, matmul_fn
     from .executor import _random_raw
     from .kernels_loader import load_kernels
 
@@ -72,15 +81,26 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
     rng = np.random.default_rng(0)
     say = progress or (lambda s: None)
     x = rng.standard_normal((1, K)).astype(np.float32)
+    big = np.ones(((mib << 20) // (4 * K), K), dtype=np.float32)     # touched: resident
+    K_.stream.read_rows(big)                                          # compile or load
+    ctx = Ctx(K_, "fast")
+    stream_runs: list[float] = []
     by_type = {}
-    for t in BANDWIDTH_TYPES:
+    for t in K_.quants.SUPPORTED:
+        t = gt.GGMLType(int(t))
         rows = max(1, (mib << 20) // gt.row_size(t, K))
-        say(f"bandwidth: {gt.type_name(t)} {rows} x {K}")
+        say(f"matvec: {gt.type_name(t)} {rows} x {K}")
         w = _random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K))
-        sec = _median_seconds(lambda: K_.matmul.mul_mat(w, t, K, rows, x), repeat)
-        by_type[gt.type_name(t)] = round(w.nbytes / sec)
+        mv = matmul_fn(ctx, t, K, rows)
+        mv(w, x)                                    # compile or load from cache
+        runs = []
+        for _ in range(repeat):                     # alternate: the same load for both
+            stream_runs.append(_seconds(lambda: K_.stream.read_rows(big)))
+            runs.append(_seconds(lambda: mv(w, x)))
+        by_type[gt.type_name(t)] = round(w.nbytes / float(np.median(runs)))
         del w
-    best = max(by_type, key=by_type.get)
+    bandwidth = round(big.nbytes / float(np.median(stream_runs)))
+    big = None                                      # free before the FLOP probe
 
     m, n = 1024, 256
     say(f"peak FLOP rate: f32 {m} x {K} times {n} rows")
@@ -100,10 +120,12 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
         "cpu": _cpu_name(),
         "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "memory_bandwidth": {
-            "bytes_per_second": by_type[best],
-            "how": f"kernels.matmul.mul_mat, 1 row x {mib} MiB {best} matrix, median of "
-                   f"{repeat}; best of the weight types below",
+            "bytes_per_second": bandwidth,
+            "how": f"kernels.stream.read_rows over {mib} MiB of float32, median of "
+                   f"{len(stream_runs)} runs alternating with the matvec runs",
             "by_type": by_type,
+            "by_type_how": f"the executor's matmul (--numerics fast), 1 row x {mib} MiB "
+                           f"matrix of each type, median of {repeat}: bytes/s of weights",
             "source": "graphcost hwprobe on this machine",
         },
         "peak_flops": {

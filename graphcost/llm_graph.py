@@ -206,10 +206,13 @@ class LlmGraph:
 
     def rope(self, x: Tensor, pos: Tensor, factors: Tensor | None, il: int, mode: int,
              freq_base: float, freq_scale: float) -> Tensor:
-        """ggml_rope_ext with the context's rope parameters."""
+        """ggml_rope_ext with the context's rope parameters (llm_graph_context: n_ctx_orig =
+        cparams.n_ctx_orig_yarn, attn_factor = cparams.yarn_attn_factor, which without
+        YaRN is hparams.rope_attn_factor; YaRN's ext_factor and mscale are not modelled)."""
         m = self.model
         return self.g.rope(x, pos, factors, n_dims=m.n_rot, mode=mode, freq_base=freq_base,
-                           freq_scale=freq_scale, n_ctx_orig=m.n_ctx_train)
+                           freq_scale=freq_scale, n_ctx_orig=m.n_ctx_orig_yarn or m.n_ctx_train,
+                           attn_factor=m.rope_attn_factor)
 
     def proj(self, il: int, short: str, cur: Tensor, name: str, bias_name: str | None = None) -> Tensor:
         """build_lora_mm(blk.il.<short>.weight, cur) cb'ed ``name``, plus the optional

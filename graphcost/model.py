@@ -52,6 +52,9 @@ class ModelInfo:
     #: hparams.n_ctx_orig_yarn: rope.scaling.original_context_length, else n_ctx_train
     #: (llama_model::get_rope_factors picks LongRoPE's long factors above it)
     n_ctx_orig_yarn: int = 0
+    #: hparams.rope_attn_factor (rope.scaling.attn_factor, LongRoPE's magnitude scale): the
+    #: context's yarn_attn_factor, the rope op's attn_factor, when YaRN is off
+    rope_attn_factor: float = 1.0
     #: mixture of experts: expert_count, expert_used_count (per layer), and the keys some
     #: architectures read (expert_weights_scale/_norm, expert_gating_func: 1 softmax, 2 sigmoid)
     n_expert: int = 0
@@ -220,6 +223,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         rope_finetuned=_bool(m, Keys.Rope.SCALING_FINETUNED,
                              bool(specs[arch].hparams.get("rope_finetuned", False))),
         n_ctx_orig_yarn=m.int(Keys.Rope.SCALING_ORIG_CTX_LEN, m.int(Keys.LLM.CONTEXT_LENGTH, 0)),
+        rope_attn_factor=m.float(Keys.Rope.SCALING_ATTN_FACTOR, 1.0),
         attn_softcap=(m.float(Keys.LLM.ATTN_LOGIT_SOFTCAPPING,
                               float(specs[arch].hparams["attn_logit_softcap"]))
                       if "attn_logit_softcap" in specs[arch].hparams else 0.0),

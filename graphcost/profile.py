@@ -11,7 +11,9 @@ first-run overhead (Numba compiling kernels, or loading them from its cache).
 Per node: measured seconds, modelled bytes (read + written) and FLOPs
 (:mod:`graphcost.analysis`), achieved GB/s and GFLOP/s, the roofline time on the
 hardware profile and ``ratio = predicted / measured`` (1 means the kernel runs at the
-profile's roofline; small means it is slower than the roofline predicts). Roll-ups per op
+profile's roofline; small means it is slower than the roofline predicts), and the executor
+model's time (:func:`graphcost.hardware.executor_seconds`: the roofline with the probe's
+per-op overhead and per-type matvec rates; a measured profile's figures). Roll-ups per op
 kind and per layer are sums over the decode steps, per token (or over the prompt step when
 there is no decode step).
 """
@@ -24,12 +26,13 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from . import ggml_types as gt
 from .analysis import Analysis, analyze_graph
 from .build import load_model
 from .errors import SettingsError
 from .exec_ops import NUMPY_OPS
 from .executor import Executor
-from .hardware import Hardware, roofline_seconds
+from .hardware import Hardware, executor_seconds, parse, roofline_seconds
 from .settings import RunSettings
 
 
@@ -48,6 +51,7 @@ class NodeRow:
     flops: int | None
     predicted: float | None         # roofline seconds
     bound: str | None               # memory | compute
+    modelled: float | None          # executor model seconds (hardware.executor_seconds)
     numpy: bool = False             # ran in numpy, not a Numba kernel
 
     @property
@@ -173,19 +177,19 @@ class Profile:
         for s in steps:
             for n in s.nodes:
                 if n.seconds and n.seconds > min_seconds and n.ratio is not None:
-                    ratios.setdefault(n.op, []).append(
-                        (n.ratio, (n.predicted + hw.op_overhead(n.op)) / n.seconds))
+                    ratios.setdefault(n.op, []).append((n.ratio, n.modelled / n.seconds))
 
         def med(v, i):
             return float(np.median([abs(r[i] - 1) for r in v])) if v else None
         every = [r for v in ratios.values() for r in v]
         return {"min_seconds": min_seconds, "nodes": len(every),
                 "median_abs_error": med(every, 0),
-                "median_abs_error_with_overhead": med(every, 1),
+                "median_abs_error_model": med(every, 1),
                 "op_overhead_seconds": ovh,
                 "by_op": {op: {"nodes": len(v), "median_abs_error": med(v, 0),
                                "median_ratio": float(np.median([r[0] for r in v])),
-                               "median_abs_error_with_overhead": med(v, 1),
+                               "median_abs_error_model": med(v, 1),
+                               "median_model_ratio": float(np.median([r[1] for r in v])),
                                "op_overhead_seconds": hw.op_overhead(op)}
                           for op, v in sorted(ratios.items())}}
 
@@ -197,9 +201,13 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware)
         c = nc.cost
         nbytes = None if c is None else c.bytes_read + c.bytes_written
         flops = None if c is None else c.flops
-        pred, bound = (None, None) if c is None or not ran else roofline_seconds(nbytes, flops, hw)
+        pred, bound, model = None, None, None
+        if c is not None and ran:
+            pred, bound = roofline_seconds(nbytes, flops, hw)
+            wtype = gt.type_name(n.src[0].type) if n.src else None
+            model = executor_seconds(n.op, nbytes, flops, hw, wtype)
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
-                            float(sec) if ran else None, nbytes, flops, pred, bound,
+                            float(sec) if ran else None, nbytes, flops, pred, bound, model,
                             n.op in NUMPY_OPS))
     return rows
 
@@ -292,7 +300,6 @@ def quick_hardware(threads: int | None = None) -> Hardware:
     timed_kernel_import()
     t0 = time.perf_counter()
     doc = probe(mib=64, repeat=3, threads=threads)
-    return Hardware("this machine (quick probe)", doc["memory_bandwidth"]["bytes_per_second"],
-                    doc["peak_flops"]["flops_per_second"], "measured",
-                    f"{doc['description']}; probed in {time.perf_counter() - t0:.1f} s",
-                    doc["threads"], None, doc["op_overhead"]["seconds"], doc)
+    doc["name"] = "this machine (quick probe)"
+    doc["description"] += f"; probed in {time.perf_counter() - t0:.1f} s"
+    return parse(doc, None)

@@ -18,6 +18,7 @@ against (``tests/test_kernels.py``); ``benchmarks/bench_kernels.py`` times them.
 ``cache``          set_rows into F32/F16/BF16/Q8_0 caches, cpy, cont
 ``bits``           F16/BF16 conversions and the LLVM helpers the loops rely on
 ``simd``           a numba vector type and the byte dot products (vpdpbusd, ...)
+``stream``         a plain streaming read: the bandwidth matvecs are judged against
 =================  =========================================================
 
 Use the modules by name: ``K = load_kernels(); K.matmul.mul_mat(...)``,
@@ -27,7 +28,7 @@ All kernels are ``numba.njit(cache=True)``: the first call of each compiles (sec
 later processes load the cache from ``__pycache__``.
 """
 from . import (attention, bits, cache, elementwise, get_rows, matmul, norm, quants, rope, simd,
-               softmax, vec_dot, vec_dot_ggml, vec_dot_simd)
+               softmax, stream, vec_dot, vec_dot_ggml, vec_dot_simd)
 
 __all__ = ["attention", "bits", "cache", "elementwise", "get_rows", "matmul", "norm", "quants",
-           "rope", "simd", "softmax", "vec_dot", "vec_dot_ggml", "vec_dot_simd"]
+           "rope", "simd", "softmax", "stream", "vec_dot", "vec_dot_ggml", "vec_dot_simd"]

@@ -38,68 +38,93 @@ from .softmax import alibi_slopes
 F = np.float32
 
 
-@njit(parallel=True, cache=True)
-def _flash_attn(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                sinks, has_sinks, out):
+@njit(inline="always", cache=True)
+def _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                    sinks, has_sinks, out, r):
     n_head, n_tok, dk = q.shape
     n_kv_head, n_kv = (k16.shape[0], k16.shape[1]) if kv_f16[0] else (k32.shape[0], k32.shape[1])
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
     k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
     rk, rv = n_head // n_kv_head, n_head // n_kv_head
-    if softcap != F(0):
-        scale = scale / softcap
-    for r in prange(n_head * n_tok):
-        h, t = r // n_tok, r % n_tok
-        slope = slopes[h]
-        qf = np.empty(dk, dtype=np.float32)              # q in K's vec_dot_type
+    sc = scale / softcap if softcap != F(0) else scale
+    h, t = r // n_tok, r % n_tok
+    slope = slopes[h]
+    qf = np.empty(dk, dtype=np.float32)              # q in K's vec_dot_type
+    for i in range(dk):
+        qf[i] = f16_round(q[h, t, i]) if k_is_f16 else q[h, t, i]
+    acc = np.zeros(dv, dtype=np.float32)             # VKQ16 (F16 values) or VKQ32
+    s_sum = F(0)
+    m = F(-np.inf)
+    hk, hv = h // rk, h // rv
+    for j in range(n_kv):
+        mv = slope * f16_to_f32(mask[h % mask.shape[0], t, j]) if has_mask else F(0)
+        if mv == F(-np.inf):
+            continue
+        s = 0.0
         for i in range(dk):
-            qf[i] = f16_round(q[h, t, i]) if k_is_f16 else q[h, t, i]
-        acc = np.zeros(dv, dtype=np.float32)             # VKQ16 (F16 values) or VKQ32
-        s_sum = F(0)
-        m = F(-np.inf)
-        hk, hv = h // rk, h // rv
-        for j in range(n_kv):
-            mv = slope * f16_to_f32(mask[h % mask.shape[0], t, j]) if has_mask else F(0)
-            if mv == F(-np.inf):
-                continue
-            s = 0.0
-            for i in range(dk):
-                kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
-                s += np.float64(kv * qf[i])
-            s32 = F(s) * scale
-            if softcap != F(0):
-                s32 = softcap * np.tanh(s32)
-            s32 += mv
-            ms = F(1)
-            vs = F(1)
-            if s32 > m:
-                ms = np.exp(m - s32)
-                m = s32
-                for d in range(dv):
-                    acc[d] = f16_round(acc[d] * ms) if v_is_f16 else acc[d] * ms
-            else:
-                vs = np.exp(s32 - m)
+            kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
+            s += np.float64(kv * qf[i])
+        s32 = F(s) * sc
+        if softcap != F(0):
+            s32 = softcap * np.tanh(s32)
+        s32 += mv
+        ms = F(1)
+        vs = F(1)
+        if s32 > m:
+            ms = np.exp(m - s32)
+            m = s32
             for d in range(dv):
-                if v_is_f16:
-                    acc[d] = f16_round(fma_f32(f16_to_f32(v16[hv, j, d]), vs, acc[d]))
-                else:
-                    acc[d] = fma_f32(v32[hv, j, d], vs, acc[d])
-            s_sum = s_sum * ms + vs
-        if has_sinks:
-            sk = sinks[h]
-            ms = F(1)
-            vs = F(1)
-            if sk > m:
-                ms = np.exp(m - sk)
-                m = sk
-                for d in range(dv):
-                    acc[d] *= ms
-            else:
-                vs = np.exp(sk - m)
-            s_sum = s_sum * ms + vs
-        inv = F(0) if s_sum == F(0) else F(1) / s_sum
+                acc[d] = f16_round(acc[d] * ms) if v_is_f16 else acc[d] * ms
+        else:
+            vs = np.exp(s32 - m)
         for d in range(dv):
-            out[t, h, d] = acc[d] * inv
+            if v_is_f16:
+                acc[d] = f16_round(fma_f32(f16_to_f32(v16[hv, j, d]), vs, acc[d]))
+            else:
+                acc[d] = fma_f32(v32[hv, j, d], vs, acc[d])
+        s_sum = s_sum * ms + vs
+    if has_sinks:
+        sk = sinks[h]
+        ms = F(1)
+        vs = F(1)
+        if sk > m:
+            ms = np.exp(m - sk)
+            m = sk
+            for d in range(dv):
+                acc[d] *= ms
+        else:
+            vs = np.exp(sk - m)
+        s_sum = s_sum * ms + vs
+    inv = F(0) if s_sum == F(0) else F(1) / s_sum
+    for d in range(dv):
+        out[t, h, d] = acc[d] * inv
+
+
+@njit(parallel=True, cache=True)
+def _flash_attn(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                sinks, has_sinks, out):
+    for r in prange(q.shape[0] * q.shape[1]):
+        _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                        slopes, sinks, has_sinks, out, r)
+
+
+@njit(cache=True)
+def _flash_attn_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                       slopes, sinks, has_sinks, out):
+    for r in range(q.shape[0] * q.shape[1]):
+        _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                        slopes, sinks, has_sinks, out, r)
+
+
+#: work (query rows x keys x head size) below which :func:`kernel` picks the serial
+#: variant (a parallel region costs 5-30 us to start)
+SERIAL_BELOW = 1 << 16
+
+
+def kernel(work: int):
+    """The flash-attention kernel for ``work`` = H*T*n_kv*(DK+DV) (serial below
+    ``SERIAL_BELOW``); arguments as :func:`flash_attn_ext` passes them."""
+    return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn
 
 
 def _kv(a):
@@ -111,8 +136,9 @@ def _kv(a):
 
 def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
                    scale: float, max_bias: float = 0.0, softcap: float = 0.0,
-                   sinks: np.ndarray | None = None) -> np.ndarray:
-    """ggml_flash_attn_ext -> ``out[T, H, DV]`` float32 (see module doc for layouts)."""
+                   sinks: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """ggml_flash_attn_ext -> ``out[T, H, DV]`` float32 (see module doc for layouts);
+    into ``out`` (C-contiguous) when given."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     n_head, n_tok, dk = q.shape
     if k.shape[0] == 0 or n_head % k.shape[0] or k.shape[2] != dk or v.shape[:2] != k.shape[:2]:
@@ -131,9 +157,14 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray
         m = np.zeros((1, 1, 1), np.uint16)
     has_sinks = sinks is not None
     sk = np.ascontiguousarray(sinks if has_sinks else np.zeros(n_head), dtype=np.float32)
-    out = np.empty((n_tok, n_head, v.shape[2]), dtype=np.float32)
-    _flash_attn(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), m, has_mask, F(scale),
-                F(softcap), alibi_slopes(n_head, max_bias), sk, has_sinks, out)
+    shape = (n_tok, n_head, v.shape[2])
+    if out is None:
+        out = np.empty(shape, dtype=np.float32)
+    elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 {shape}")
+    kern = kernel(n_head * n_tok * k.shape[1] * (dk + v.shape[2]))
+    kern(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), m, has_mask, F(scale), F(softcap),
+         alibi_slopes(n_head, max_bias), sk, has_sinks, out)
     return out
 
 

@@ -63,26 +63,42 @@ def _op(code, x, y):
     return x / y
 
 
-@njit(parallel=True, cache=True)
-def _binary(a, b, code, out):
-    # a, out: [d3, d2, d1, d0]; b: [e3, e2, e1, e0], each e divides its d
+@njit(inline="always", cache=True)
+def _binary_row(a, b, code, out, r):
     d3, d2, d1, d0 = a.shape
     e3, e2, e1, e0 = b.shape
-    for r in prange(d3 * d2 * d1):
-        i3, i2, i1 = r // (d2 * d1), (r // d1) % d2, r % d1
-        brow = b[i3 % e3, i2 % e2, i1 % e1]
-        arow, orow = a[i3, i2, i1], out[i3, i2, i1]
+    i3, i2, i1 = r // (d2 * d1), (r // d1) % d2, r % d1
+    brow = b[i3 % e3, i2 % e2, i1 % e1]
+    arow, orow = a[i3, i2, i1], out[i3, i2, i1]
+    if e0 == d0:                   # no repeat along the row: no modulo, vectorizable
+        for i in range(d0):
+            orow[i] = _op(code, arow[i], brow[i])
+    else:
         for i in range(d0):
             orow[i] = _op(code, arow[i], brow[i % e0])
 
 
-def binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a op b`` with ``b`` repeated over ``a`` (ggml add/sub/mul/div), float32."""
+@njit(parallel=True, cache=True)
+def _binary(a, b, code, out):
+    # a, out: [d3, d2, d1, d0]; b: [e3, e2, e1, e0], each e divides its d
+    for r in prange(a.shape[0] * a.shape[1] * a.shape[2]):
+        _binary_row(a, b, code, out, r)
+
+
+@njit(cache=True)
+def _binary_serial(a, b, code, out):
+    for r in range(a.shape[0] * a.shape[1] * a.shape[2]):
+        _binary_row(a, b, code, out, r)
+
+
+def binary(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a op b`` with ``b`` repeated over ``a`` (ggml add/sub/mul/div), float32; into
+    ``out`` (C-contiguous float32 of ``a``'s shape) when given."""
     a = np.ascontiguousarray(a, dtype=np.float32)
     b = np.ascontiguousarray(b, dtype=np.float32)
     _check_repeat(a, b)
-    out = np.empty_like(a)
-    _binary(_as4d(a), _as4d(b), np.int64(OPS[op]), _as4d(out))
+    out = _out(out, a.shape)
+    kernel("binary", a.size)(_as4d(a), _as4d(b), np.int64(OPS[op]), _as4d(out))
     return out
 
 
@@ -126,34 +142,80 @@ def _gelu_lut(x, table):
     return f16_to_f32(table[f32_to_f16(x)])
 
 
+@njit(inline="always", cache=True)
+def _unary_one(v, code, s, b, table):
+    if code == 0:
+        return silu_f32(v)
+    if code == 1:
+        return gelu_f32(v)
+    if code == 2:
+        return _gelu_lut(v, table)
+    if code == 3:
+        return np.tanh(v)
+    if code == 4:
+        return v * s
+    return fma_f32(v, s, b)
+
+
 @njit(parallel=True, cache=True)
 def _unary(x, code, s, b, table, out):
     for i in prange(x.shape[0]):
-        v = x[i]
-        if code == 0:
-            out[i] = silu_f32(v)
-        elif code == 1:
-            out[i] = gelu_f32(v)
-        elif code == 2:
-            out[i] = _gelu_lut(v, table)
-        elif code == 3:
-            out[i] = np.tanh(v)
-        elif code == 4:
-            out[i] = v * s
-        else:
-            out[i] = fma_f32(v, s, b)
+        out[i] = _unary_one(x[i], code, s, b, table)
+
+
+@njit(cache=True)
+def _unary_serial(x, code, s, b, table, out):
+    for i in range(x.shape[0]):
+        out[i] = _unary_one(x[i], code, s, b, table)
+
+
+@njit(inline="always", cache=True)
+def _gated_one(v, g, code, table):
+    if code == 0:
+        return silu_f32(v) * g
+    if code == 1:
+        return gelu_f32(v) * g
+    return _gelu_lut(v, table) * g
 
 
 @njit(parallel=True, cache=True)
 def _gated(a, g, code, table, out):
     for i in prange(a.shape[0]):
-        v = a[i]
-        if code == 0:
-            out[i] = silu_f32(v) * g[i]
-        elif code == 1:
-            out[i] = gelu_f32(v) * g[i]
-        else:
-            out[i] = _gelu_lut(v, table) * g[i]
+        out[i] = _gated_one(a[i], g[i], code, table)
+
+
+@njit(cache=True)
+def _gated_serial(a, g, code, table, out):
+    for i in range(a.shape[0]):
+        out[i] = _gated_one(a[i], g[i], code, table)
+
+
+#: work (elements) below which :func:`kernel` picks the serial variant: starting a
+#: parallel region costs 5-30 us (waking the sleeping OpenMP workers), more than a few
+#: thousand elements take on one core
+SERIAL_BELOW = {"binary": 65536, "unary": 16384, "gated": 16384}
+_KERNELS = {"binary": (_binary, _binary_serial), "unary": (_unary, _unary_serial),
+            "gated": (_gated, _gated_serial)}
+#: code of each unary activation / gated activation in the kernels
+UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_f16_table": 2, "tanh": 3, "scale": 4,
+               "scale_bias": 5}
+GATED_CODES = {"swiglu": 0, "geglu": 1, "geglu_f16_table": 2}
+
+
+def kernel(name: str, work: int):
+    """The numba kernel ``name`` (binary, unary, gated) for ``work`` elements: the
+    parallel one, or the serial one below ``SERIAL_BELOW[name]`` (same results)."""
+    par, ser = _KERNELS[name]
+    return ser if work < SERIAL_BELOW[name] else par
+
+
+def _out(out, shape):
+    if out is None:
+        return np.empty(shape, dtype=np.float32)
+    if out.shape != tuple(shape) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 {tuple(shape)}, got "
+                         f"{out.dtype} {out.shape}")
+    return out
 
 
 @njit(cache=True)
@@ -174,57 +236,58 @@ def gelu_table() -> np.ndarray:
 _NO_TABLE = np.zeros(1, dtype=np.uint16)
 
 
-def _run_unary(x, code, s=1.0, b=0.0, table=_NO_TABLE):
+def _run_unary(x, code, s=1.0, b=0.0, table=_NO_TABLE, out=None):
     x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty_like(x)
-    _unary(x.reshape(-1), np.int64(code), F(s), F(b), table, out.reshape(-1))
+    out = _out(out, x.shape)
+    kernel("unary", x.size)(x.reshape(-1), np.int64(code), F(s), F(b), table, out.reshape(-1))
     return out
 
 
-def silu(x):
-    return _run_unary(x, 0)
+def silu(x, out=None):
+    return _run_unary(x, 0, out=out)
 
 
-def gelu(x):
-    return _run_unary(x, 1)
+def gelu(x, out=None):
+    return _run_unary(x, 1, out=out)
 
 
-def gelu_f16_table(x):
-    return _run_unary(x, 2, table=gelu_table())
+def gelu_f16_table(x, out=None):
+    return _run_unary(x, 2, table=gelu_table(), out=out)
 
 
-def tanh(x):
-    return _run_unary(x, 3)
+def tanh(x, out=None):
+    return _run_unary(x, 3, out=out)
 
 
-def scale(x, s: float, b: float = 0.0):
+def scale(x, s: float, b: float = 0.0, out=None):
     """ggml_scale(_bias): ``x*s`` (``fma(x, s, b)`` when there is a bias, as ggml's SIMD)."""
-    return _run_unary(x, 4 if b == 0.0 else 5, s, b)
+    return _run_unary(x, 4 if b == 0.0 else 5, s, b, out=out)
 
 
-def _run_gated(a, g, code, table=_NO_TABLE):
+def _run_gated(a, g, code, table=_NO_TABLE, out=None):
     a = np.ascontiguousarray(a, dtype=np.float32)
     g = np.ascontiguousarray(g, dtype=np.float32)
     if a.shape != g.shape:
         raise ValueError(f"gate shapes differ: {a.shape} vs {g.shape}")
-    out = np.empty_like(a)
-    _gated(a.reshape(-1), g.reshape(-1), np.int64(code), table, out.reshape(-1))
+    out = _out(out, a.shape)
+    kernel("gated", a.size)(a.reshape(-1), g.reshape(-1), np.int64(code), table,
+                            out.reshape(-1))
     return out
 
 
-def swiglu(a, g):
+def swiglu(a, g, out=None):
     """silu(a) * g (ggml_swiglu_split)."""
-    return _run_gated(a, g, 0)
+    return _run_gated(a, g, 0, out=out)
 
 
-def geglu(a, g):
+def geglu(a, g, out=None):
     """gelu(a) * g with the exact tanh GELU."""
-    return _run_gated(a, g, 1)
+    return _run_gated(a, g, 1, out=out)
 
 
-def geglu_f16_table(a, g):
+def geglu_f16_table(a, g, out=None):
     """gelu(a) * g with ggml's F16-table GELU (ggml_vec_geglu_f32)."""
-    return _run_gated(a, g, 2, gelu_table())
+    return _run_gated(a, g, 2, gelu_table(), out=out)
 
 
 # ---------------------------------------------------------------------------- references

@@ -22,14 +22,36 @@ def _get_rows(w, code, idx, out):
         dequantize_row(code, w[idx[i]], out[i])
 
 
-def get_rows(w_raw: np.ndarray, w_type: QT, k: int, idx: np.ndarray) -> np.ndarray:
-    """Decoded rows ``idx`` of the raw weight ``w_raw`` ``[rows, row_bytes]``."""
+@njit(cache=True)
+def _get_rows_serial(w, code, idx, out):
+    for i in range(idx.shape[0]):
+        dequantize_row(code, w[idx[i]], out[i])
+
+
+#: decoded values below which :func:`kernel` picks the serial variant (a parallel region
+#: costs 5-30 us to start)
+SERIAL_BELOW = 32768
+
+
+def kernel(work: int):
+    """The gather kernel ``(w[rows, row_bytes], code, idx int64, out[n, K])`` for ``work``
+    decoded values (serial below ``SERIAL_BELOW``); it does not check ``idx``."""
+    return _get_rows_serial if work < SERIAL_BELOW else _get_rows
+
+
+def get_rows(w_raw: np.ndarray, w_type: QT, k: int, idx: np.ndarray,
+             out: np.ndarray | None = None) -> np.ndarray:
+    """Decoded rows ``idx`` of the raw weight ``w_raw`` ``[rows, row_bytes]`` (into
+    ``out``, C-contiguous float32 ``[len(idx), k]``, when given)."""
     w = check_weight(w_raw, w_type, k)
     idx = np.ascontiguousarray(idx, dtype=np.int64).reshape(-1)
     if idx.size and (idx.min() < 0 or idx.max() >= w.shape[0]):
         raise IndexError(f"row index out of range [0, {w.shape[0]})")
-    out = np.empty((idx.shape[0], k), dtype=np.float32)
-    _get_rows(w, np.int64(QT(w_type)), idx, out)
+    if out is None:
+        out = np.empty((idx.shape[0], k), dtype=np.float32)
+    elif out.shape != (idx.shape[0], k) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 {(idx.shape[0], k)}")
+    kernel(out.size)(w, np.int64(QT(w_type)), idx, out)
     return out
 
 

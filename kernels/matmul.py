@@ -32,7 +32,8 @@ from .bits import prefer_512bit
 from .quants import VEC_DOT_TYPE, check_weight, dequantize_ref, dequantize_row, \
     quantize_activations, quantize_activations_ref
 from .vec_dot import dot_row, x_sums16
-from .vec_dot_ggml import dot_row_ggml, dot_rows_ggml_ref
+from .vec_dot_ggml import FLOAT_CODES as GGML_FLOAT_CODES
+from .vec_dot_ggml import dot_row_ggml, dot_rows_ggml_ref, matvec_ggml_float
 from .vec_dot_simd import CODES as SIMD_CODES
 from .vec_dot_simd import dot_row_simd, dot_rows4_simd, prep_bytes, prepare_row
 
@@ -43,6 +44,9 @@ TILE_BYTES = 512 * 1024
 #: mul_mat_ggml on quantized weights uses the byte-SIMD dots of .vec_dot_simd (same
 #: results as the scalar .vec_dot_ggml, which ``False`` selects)
 GGML_SIMD = True
+#: weight types (codes) for which mul_mat_ggml is faster than mul_mat: the block types
+#: with byte-SIMD dots (benchmarks/bench_kernels.py: 2-4x the float path's bandwidth)
+GGML_FASTEST = frozenset(SIMD_CODES) if GGML_SIMD else frozenset()
 #: weight bytes a mul_mat_ggml task multiplies by every activation row before moving on
 GGML_TASK_BYTES = 64 * 1024
 
@@ -186,6 +190,8 @@ def mul_mat_ggml(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray,
     if GGML_SIMD and code in SIMD_CODES:
         task_rows = max(4, GGML_TASK_BYTES // w.shape[1] // 4 * 4)
         _matmul_ggml_simd(w, code, yq, np.int64(prep_bytes(code, k)), y, np.int64(task_rows))
+    elif code in GGML_FLOAT_CODES:
+        matvec_ggml_float(w, code, yq, y)
     else:
         _matmul_ggml(w, code, yq, y)
     return y

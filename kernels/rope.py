@@ -68,25 +68,64 @@ def _cache(p, n_dims, theta_scale, freq_scale, ff, has_ff, low, high, ext_factor
         theta *= theta_scale
 
 
+@njit(inline="always", cache=True)
+def _rope_token(x, pos, n_dims, mode, theta_scale, freq_scale, ff, has_ff, low, high,
+                ext_factor, attn_factor, out, t):
+    n_head, d = x.shape[1], x.shape[2]
+    half = n_dims // 2
+    cos = np.empty(half, dtype=np.float32)
+    sin = np.empty(half, dtype=np.float32)
+    _cache(pos[t], n_dims, theta_scale, freq_scale, ff, has_ff, low, high, ext_factor,
+           attn_factor, cos, sin)
+    for h in range(n_head):
+        src, dst = x[t, h], out[t, h]
+        for i in range(half):
+            a, b = (2 * i, 2 * i + 1) if mode == NORMAL else (i, i + half)
+            x0, x1 = src[a], src[b]
+            dst[a] = x0 * cos[i] - x1 * sin[i]
+            dst[b] = x0 * sin[i] + x1 * cos[i]
+        for i in range(n_dims, d):
+            dst[i] = src[i]
+
+
 @njit(parallel=True, cache=True)
 def _rope(x, pos, n_dims, mode, theta_scale, freq_scale, ff, has_ff, low, high,
           ext_factor, attn_factor, out):
-    t_len, n_head, d = x.shape
-    half = n_dims // 2
-    for t in prange(t_len):
-        cos = np.empty(half, dtype=np.float32)
-        sin = np.empty(half, dtype=np.float32)
-        _cache(pos[t], n_dims, theta_scale, freq_scale, ff, has_ff, low, high, ext_factor,
-               attn_factor, cos, sin)
-        for h in range(n_head):
-            src, dst = x[t, h], out[t, h]
-            for i in range(half):
-                a, b = (2 * i, 2 * i + 1) if mode == NORMAL else (i, i + half)
-                x0, x1 = src[a], src[b]
-                dst[a] = x0 * cos[i] - x1 * sin[i]
-                dst[b] = x0 * sin[i] + x1 * cos[i]
-            for i in range(n_dims, d):
-                dst[i] = src[i]
+    for t in prange(x.shape[0]):
+        _rope_token(x, pos, n_dims, mode, theta_scale, freq_scale, ff, has_ff, low, high,
+                    ext_factor, attn_factor, out, t)
+
+
+@njit(cache=True)
+def _rope_serial(x, pos, n_dims, mode, theta_scale, freq_scale, ff, has_ff, low, high,
+                 ext_factor, attn_factor, out):
+    for t in range(x.shape[0]):
+        _rope_token(x, pos, n_dims, mode, theta_scale, freq_scale, ff, has_ff, low, high,
+                    ext_factor, attn_factor, out, t)
+
+
+#: work (elements of x) below which :func:`kernel` picks the serial variant (a parallel
+#: region costs 5-30 us to start)
+SERIAL_BELOW = 16384
+
+
+def kernel(work: int):
+    """The rope kernel for ``work`` elements: ``(x[T, H, D], pos[T] int32, *params,
+    out[T, H, D])`` with ``params`` from :func:`params`; serial below ``SERIAL_BELOW``."""
+    return _rope_serial if work < SERIAL_BELOW else _rope
+
+
+def params(n_dims: int, mode: int = NORMAL, freq_base: float = 10000.0,
+           freq_scale: float = 1.0, n_ctx_orig: int = 0, ext_factor: float = 0.0,
+           attn_factor: float = 1.0, beta_fast: float = 32.0, beta_slow: float = 1.0,
+           freq_factors: np.ndarray | None = None) -> tuple:
+    """The kernel's arguments between ``pos`` and ``out`` (see :func:`kernel`)."""
+    if mode not in (NORMAL, NEOX):
+        raise NotImplementedError(f"rope mode {mode} (only 0 NORMAL and 2 NEOX)")
+    theta_scale, low, high, has_ff, ff = _params(n_dims, freq_base, n_ctx_orig, beta_fast,
+                                                 beta_slow, freq_factors, ext_factor)
+    return (np.int64(n_dims), np.int64(mode), theta_scale, F(freq_scale), ff, has_ff, low,
+            high, F(ext_factor), F(attn_factor))
 
 
 def _params(n_dims, freq_base, n_ctx_orig, beta_fast, beta_slow, freq_factors, ext_factor):
@@ -103,8 +142,10 @@ def _params(n_dims, freq_base, n_ctx_orig, beta_fast, beta_slow, freq_factors, e
 def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: int = NORMAL,
          freq_base: float = 10000.0, freq_scale: float = 1.0, n_ctx_orig: int = 0,
          ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
-         beta_slow: float = 1.0, freq_factors: np.ndarray | None = None) -> np.ndarray:
-    """ggml_rope_ext on ``x[T, H, D]`` with positions ``pos[T]`` (int32)."""
+         beta_slow: float = 1.0, freq_factors: np.ndarray | None = None,
+         out: np.ndarray | None = None) -> np.ndarray:
+    """ggml_rope_ext on ``x[T, H, D]`` with positions ``pos[T]`` (int32), into ``out``
+    (C-contiguous float32 ``[T, H, D]``) when given."""
     if mode not in (NORMAL, NEOX):
         raise NotImplementedError(f"rope mode {mode} (only 0 NORMAL and 2 NEOX)")
     x = np.ascontiguousarray(x, dtype=np.float32)
@@ -112,9 +153,12 @@ def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: int = NORMAL,
         raise ValueError(f"x must be [T, H, D] with even n_dims <= D, got {x.shape}, {n_dims}")
     theta_scale, low, high, has_ff, ff = _params(n_dims, freq_base, n_ctx_orig, beta_fast,
                                                  beta_slow, freq_factors, ext_factor)
-    out = np.empty_like(x)
-    _rope(x, np.ascontiguousarray(pos, dtype=np.int32), n_dims, mode, theta_scale,
-          F(freq_scale), ff, has_ff, low, high, F(ext_factor), F(attn_factor), out)
+    if out is None:
+        out = np.empty_like(x)
+    elif out.shape != x.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 {x.shape}")
+    kernel(x.size)(x, np.ascontiguousarray(pos, dtype=np.int32), n_dims, mode, theta_scale,
+                   F(freq_scale), ff, has_ff, low, high, F(ext_factor), F(attn_factor), out)
     return out
 
 

@@ -811,3 +811,67 @@ def halves4(typingctx, b0, b1, b2, b3, p):
         return _shuffle(builder, f, f, range(4))
 
     return vt(b0, b1, b2, b3, p), codegen
+
+
+# ---------------------------------------------------------------------------- float helpers
+# (the float dot products of .vec_dot and .vec_dot_ggml)
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (``llvm.fma``: ``vfmadd`` with FMA, a libm call
+    otherwise), lane-wise for three float vectors of one type, or for three float32
+    scalars."""
+    if isinstance(a, Vec):
+        if not (a == b == c and _is_float(a.dtype)):
+            return None
+        rt = a
+        name = f"llvm.fma.v{a.n}f32"
+    elif all(t == types.float32 for t in (a, b, c)):
+        rt = types.float32
+        name = "llvm.fma.f32"
+    else:
+        return None
+
+    def codegen(context, builder, sig, args):
+        ty = args[0].type
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty] * 3), name)
+        return builder.call(fn, list(args))
+
+    return rt(a, b, c), codegen
+
+
+@intrinsic
+def bf16_to_f32(typingctx, a):
+    """uint16 lanes holding bfloat16s -> float32 lanes (exact: zero-extend, shift left
+    16, reinterpret; ``vpmovzxwd`` + ``vpslld``)."""
+    if not (isinstance(a, Vec) and a.dtype == types.uint16):
+        return None
+    vt = Vec(types.float32, a.n)
+
+    def codegen(context, builder, sig, args):
+        u32 = ir.VectorType(ir.IntType(32), a.n)
+        w = builder.shl(builder.zext(args[0], u32), ir.Constant(u32, [ir.Constant(ir.IntType(32), 16)] * a.n))
+        return builder.bitcast(w, _vty(types.float32, a.n))
+
+    return vt(a), codegen
+
+
+@intrinsic
+def reduce_add_ps(typingctx, a):
+    """Sum of the 16 float32 lanes of ``a`` in the order of ``_mm512_reduce_add_ps``
+    (GCC and clang agree): halves ``a[i] + a[i+8]``, then ``b[i] + b[i+4]``, then
+    ``(c[0] + c[2]) + (c[1] + c[3])``; each addition rounded (no reassociation)."""
+    if not (isinstance(a, Vec) and a.dtype == types.float32 and a.n == 16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        v = builder.fadd(_shuffle(builder, v, v, range(8, 16)), _shuffle(builder, v, v, range(8)))
+        v = builder.fadd(_shuffle(builder, v, v, range(4, 8)), _shuffle(builder, v, v, range(4)))
+        v = builder.fadd(v, _shuffle(builder, v, v, [2, 3, 0, 1]))
+        i32 = ir.IntType(32)
+        return builder.fadd(builder.extract_element(v, ir.Constant(i32, 0)),
+                            builder.extract_element(v, ir.Constant(i32, 1)))
+
+    return types.float32(a), codegen

@@ -42,38 +42,62 @@ def alibi_slopes(n_head: int, max_bias: float) -> np.ndarray:
                      for h in range(n_head)], dtype=np.float32)
 
 
-@njit(parallel=True, cache=True)
-def _soft_max(x, mask_f32, mask_f16, mask_kind, scale, slopes, sinks, has_sinks, out):
+@njit(inline="always", cache=True)
+def _soft_max_row(x, mask_f32, mask_f16, mask_kind, scale, slopes, sinks, has_sinks, out, r):
     # mask_kind: 0 none, 1 float32 (mask_f32), 2 float16 bits (mask_f16)
     n3, n2, n1, n0 = x.shape
     m3, m2 = (mask_f16.shape[0], mask_f16.shape[1]) if mask_kind == 2 else \
         (mask_f32.shape[0], mask_f32.shape[1])
-    for r in prange(n3 * n2 * n1):
-        i3, i2, i1 = r // (n2 * n1), (r // n1) % n2, r % n1
-        slope = slopes[i2]
-        src, dst = x[i3, i2, i1], out[i3, i2, i1]
-        mx = -np.inf
-        for i in range(n0):
-            w = src[i] * scale
-            if mask_kind == 1:
-                w += slope * mask_f32[i3 % m3, i2 % m2, i1, i]
-            elif mask_kind == 2:
-                w += slope * f16_to_f32(mask_f16[i3 % m3, i2 % m2, i1, i])
-            dst[i] = w
-            mx = max(mx, w)
-        mx = F(mx)
-        if has_sinks:
-            mx = max(mx, sinks[i2])
-        s = 0.0
-        for i in range(n0):
-            e = np.exp(dst[i] - mx)
-            dst[i] = e
-            s += np.float64(e)
-        if has_sinks:
-            s += np.float64(np.exp(sinks[i2] - mx))
-        inv = F(1.0 / s)
-        for i in range(n0):
-            dst[i] *= inv
+    i3, i2, i1 = r // (n2 * n1), (r // n1) % n2, r % n1
+    slope = slopes[i2]
+    src, dst = x[i3, i2, i1], out[i3, i2, i1]
+    mx = -np.inf
+    for i in range(n0):
+        w = src[i] * scale
+        if mask_kind == 1:
+            w += slope * mask_f32[i3 % m3, i2 % m2, i1, i]
+        elif mask_kind == 2:
+            w += slope * f16_to_f32(mask_f16[i3 % m3, i2 % m2, i1, i])
+        dst[i] = w
+        mx = max(mx, w)
+    mx = F(mx)
+    if has_sinks:
+        mx = max(mx, sinks[i2])
+    s = 0.0
+    for i in range(n0):
+        e = np.exp(dst[i] - mx)
+        dst[i] = e
+        s += np.float64(e)
+    if has_sinks:
+        s += np.float64(np.exp(sinks[i2] - mx))
+    inv = F(1.0 / s)
+    for i in range(n0):
+        dst[i] *= inv
+
+
+@njit(parallel=True, cache=True)
+def _soft_max(x, mask_f32, mask_f16, mask_kind, scale, slopes, sinks, has_sinks, out):
+    for r in prange(x.shape[0] * x.shape[1] * x.shape[2]):
+        _soft_max_row(x, mask_f32, mask_f16, mask_kind, scale, slopes, sinks, has_sinks,
+                      out, r)
+
+
+@njit(cache=True)
+def _soft_max_serial(x, mask_f32, mask_f16, mask_kind, scale, slopes, sinks, has_sinks,
+                     out):
+    for r in range(x.shape[0] * x.shape[1] * x.shape[2]):
+        _soft_max_row(x, mask_f32, mask_f16, mask_kind, scale, slopes, sinks, has_sinks,
+                      out, r)
+
+
+#: work (elements of x) below which :func:`kernel` picks the serial variant (a parallel
+#: region costs 5-30 us to start)
+SERIAL_BELOW = 16384
+
+
+def kernel(work: int):
+    """The soft_max kernel for ``work`` elements (serial below ``SERIAL_BELOW``)."""
+    return _soft_max_serial if work < SERIAL_BELOW else _soft_max
 
 
 def _prepare(x, mask, scale, max_bias, sinks):
@@ -96,11 +120,16 @@ def _prepare(x, mask, scale, max_bias, sinks):
 
 
 def soft_max(x: np.ndarray, mask: np.ndarray | None = None, scale: float = 1.0,
-             max_bias: float = 0.0, sinks: np.ndarray | None = None) -> np.ndarray:
-    """ggml_soft_max_ext(x, mask, scale, max_bias) (+ ggml_soft_max_add_sinks)."""
+             max_bias: float = 0.0, sinks: np.ndarray | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
+    """ggml_soft_max_ext(x, mask, scale, max_bias) (+ ggml_soft_max_add_sinks), into
+    ``out`` (C-contiguous float32 of x's shape) when given."""
     x, x4, m32, m16, kind, slopes, sk, has_sinks = _prepare(x, mask, scale, max_bias, sinks)
-    out = np.empty_like(x)
-    _soft_max(x4, m32, m16, np.int64(kind), F(scale), slopes, sk, has_sinks,
+    if out is None:
+        out = np.empty_like(x)
+    elif out.shape != x.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 {x.shape}")
+    kernel(x.size)(x4, m32, m16, np.int64(kind), F(scale), slopes, sk, has_sinks,
               out.reshape(x4.shape))
     return out
 

@@ -5,7 +5,8 @@ quantizes each activation row to the weight's ``vec_dot_type`` (:mod:`.quants`:
 Q8_0, Q8_1, Q8_K, F16, BF16 or F32) and then calls ``ggml_vec_dot_<w>_<y>``, which
 multiplies integer quants block by block and applies the float scales per block.
 ``dot_row_ggml(code, row, yq)`` reproduces the scalar ("generic") versions in
-ggml-cpu/quants.c and vec.cpp operation for operation, in float32 without FMA:
+ggml-cpu/quants.c operation for operation (float32, no FMA) and the float types as
+llama.cpp's AVX-512 build runs them:
 
 * Q4_0/Q5_0/Q8_0 x Q8_0, Q4_1/Q5_1 x Q8_1: integer block sums, ``sumf`` accumulated
   block by block with the exact expression ggml uses (``sumi*dx*dy``,
@@ -13,9 +14,11 @@ ggml-cpu/quants.c and vec.cpp operation for operation, in float32 without FMA:
 * K-quants x Q8_K: integer sums per sub-block times the 6/8-bit scales, kept in 8
   int32 lanes (``aux32``) and 8 float lanes (``sums``) exactly like the generic code,
   mins through Q8_K's ``bsums``;
-* F16/BF16/F32: products in float32, summed in float64 (``ggml_float``).
+* F16/BF16/F32: ggml_vec_dot_f16/bf16/f32's AVX-512F code (16-lane FMA accumulators,
+  GGML_F32x16_REDUCE, scalar leftovers) operation for operation, see "float types".
 
-The integer parts are exact everywhere; the float32 parts follow the generic order.
+The integer parts are exact everywhere; the float32 parts of the block types follow
+the generic order.
 ggml's AVX2/AVX-512 versions compute the same integer sums but add the float terms
 in a different order, so llama.cpp on x86 differs from this by float32 rounding only
 (~1e-7 relative).
@@ -28,8 +31,9 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
-from numba import njit
+from numba import njit, prange
 
+from . import simd
 from .bits import bf16_to_f32, f16_at, f16_to_f32, out_of_line, u32_at
 from .quants import (BF16, F16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                      _q3_k_scale, scale_min_k4)
@@ -298,22 +302,73 @@ def _ggml_q6_k(row, y):
 # ---------------------------------------------------------------------------- float types
 
 
+# ggml_vec_dot_f32/_f16/_bf16 (vec.cpp) as llama.cpp builds them for an AVX-512F CPU
+# without AVX512-FP16/BF16 (simd-mappings.h: GGML_F32_STEP = GGML_F16_STEP = 64,
+# EPR 16, so 4 accumulators of 16 float32 lanes; bf16: 2 accumulators, step 32), compiled
+# by GCC 12 (objdump of the libggml-cpu.so llama-cpp-python builds here):
+#
+# * main loop: ``sum[j] = fma(x, y, sum[j])`` per 16 lanes (GCC contracts bf16's
+#   ``_mm512_add_ps(_mm512_mul_ps(..), c)`` into an FMA too);
+# * GGML_F32x16_REDUCE: ``(sum0 + sum2) + (sum1 + sum3)`` lane-wise, then
+#   ``_mm512_reduce_add_ps`` (:func:`.simd.reduce_add_ps`); bf16 reduces each of its
+#   two accumulators and adds them in double;
+# * leftovers: f16/bf16 ``sumf += (double)(x*y)`` (float32 products, double sum); f32
+#   keeps ``float sumf`` and GCC vectorizes that loop into rounded products added in
+#   order, except the last ``n % 8`` elements, which its scalar epilogue contracts to
+#   ``sumf = fma(x, y, sumf)``.
+#
+# The order is fixed, not picked per numba target: compiled for an AVX2 or older CPU
+# (NUMBA_CPU_NAME) the kernels give the same results, LLVM splitting the 16-lane vectors
+# (and ``llvm.fma`` becoming a libm call without FMA). llama.cpp itself on an AVX2-only
+# CPU (8-lane accumulators, hadd reduction), with AVX512-BF16/FP16, or built by another
+# compiler adds in another order: expect float32 rounding differences there.
+# For N >= 2 activation rows llama.cpp uses llamafile's tinyBLAS instead of vec_dot.
+
+
+#: bytes ahead of the current position of a weight row that the float dots prefetch
+PREFETCH_AHEAD = 1024
+
+
 @njit(cache=True)
 def _ggml_f32(row, y):
     out_of_line()
+    n = row.shape[0] // 4
+    n64 = n - n % 64
+    s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
+    for p in range(0, 4 * n64, 256):
+        simd.prefetch(row, p + PREFETCH_AHEAD)
+        s0 = simd.fma(simd.load(row, p, 16, "f32"), simd.load(y, p, 16, "f32"), s0)
+        s1 = simd.fma(simd.load(row, p + 64, 16, "f32"), simd.load(y, p + 64, 16, "f32"), s1)
+        s2 = simd.fma(simd.load(row, p + 128, 16, "f32"), simd.load(y, p + 128, 16, "f32"), s2)
+        s3 = simd.fma(simd.load(row, p + 192, 16, "f32"), simd.load(y, p + 192, 16, "f32"), s3)
+    sumf = simd.reduce_add_ps((s0 + s2) + (s1 + s3))
     w, v = row.view(np.float32), y.view(np.float32)
-    s = 0.0
-    for i in range(w.shape[0]):
-        s += np.float64(w[i] * v[i])
-    return F(s)
+    n8 = n - n % 8
+    for i in range(n64, n8):
+        sumf = sumf + w[i] * v[i]
+    for i in range(n8, n):
+        sumf = simd.fma(w[i], v[i], sumf)
+    return sumf
 
 
 @njit(cache=True)
 def _ggml_f16(row, y):
     out_of_line()
+    n = row.shape[0] // 2
+    n64 = n - n % 64
+    s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
+    for p in range(0, 2 * n64, 128):
+        s0 = simd.fma(simd.f16_to_f32(simd.load(row, p, 16, "u16")),
+                      simd.f16_to_f32(simd.load(y, p, 16, "u16")), s0)
+        s1 = simd.fma(simd.f16_to_f32(simd.load(row, p + 32, 16, "u16")),
+                      simd.f16_to_f32(simd.load(y, p + 32, 16, "u16")), s1)
+        s2 = simd.fma(simd.f16_to_f32(simd.load(row, p + 64, 16, "u16")),
+                      simd.f16_to_f32(simd.load(y, p + 64, 16, "u16")), s2)
+        s3 = simd.fma(simd.f16_to_f32(simd.load(row, p + 96, 16, "u16")),
+                      simd.f16_to_f32(simd.load(y, p + 96, 16, "u16")), s3)
+    s = np.float64(simd.reduce_add_ps((s0 + s2) + (s1 + s3)))
     w, v = row.view(np.uint16), y.view(np.uint16)
-    s = 0.0
-    for i in range(w.shape[0]):
+    for i in range(n64, n):
         s += np.float64(f16_to_f32(w[i]) * f16_to_f32(v[i]))
     return F(s)
 
@@ -321,11 +376,100 @@ def _ggml_f16(row, y):
 @njit(cache=True)
 def _ggml_bf16(row, y):
     out_of_line()
-    w, v = row.view(np.uint16), y.view(np.uint16)
+    n = row.shape[0] // 2
+    n32 = n - n % 32
+    c1 = c2 = simd.zeros(16, "f32")
+    for p in range(0, 2 * n32, 64):
+        c1 = simd.fma(simd.bf16_to_f32(simd.load(row, p, 16, "u16")),
+                      simd.bf16_to_f32(simd.load(y, p, 16, "u16")), c1)
+        c2 = simd.fma(simd.bf16_to_f32(simd.load(row, p + 32, 16, "u16")),
+                      simd.bf16_to_f32(simd.load(y, p + 32, 16, "u16")), c2)
     s = 0.0
-    for i in range(w.shape[0]):
+    s += np.float64(simd.reduce_add_ps(c1))
+    s += np.float64(simd.reduce_add_ps(c2))
+    w, v = row.view(np.uint16), y.view(np.uint16)
+    for i in range(n32, n):
         s += np.float64(bf16_to_f32(w[i]) * bf16_to_f32(v[i]))
     return F(s)
+
+
+# The same three dots against an activation row already expanded to float32 (``yf``,
+# exact: every half and bfloat16 is a float32), the fast path of :func:`matvec_ggml_float`:
+# one conversion per 16 weights instead of two, identical arithmetic.
+
+@njit(cache=True)
+def _ggml_f16_yf(row, yf):
+    out_of_line()
+    n = row.shape[0] // 2
+    n64 = n - n % 64
+    s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
+    for p in range(0, 2 * n64, 128):
+        simd.prefetch(row, p + PREFETCH_AHEAD)
+        s0 = simd.fma(simd.f16_to_f32(simd.load(row, p, 16, "u16")),
+                      simd.load(yf, 2 * p, 16, "f32"), s0)
+        s1 = simd.fma(simd.f16_to_f32(simd.load(row, p + 32, 16, "u16")),
+                      simd.load(yf, 2 * p + 64, 16, "f32"), s1)
+        s2 = simd.fma(simd.f16_to_f32(simd.load(row, p + 64, 16, "u16")),
+                      simd.load(yf, 2 * p + 128, 16, "f32"), s2)
+        s3 = simd.fma(simd.f16_to_f32(simd.load(row, p + 96, 16, "u16")),
+                      simd.load(yf, 2 * p + 192, 16, "f32"), s3)
+    s = np.float64(simd.reduce_add_ps((s0 + s2) + (s1 + s3)))
+    for i in range(n64, n):
+        s += np.float64(f16_to_f32(np.uint16(row[2 * i]) | (np.uint16(row[2 * i + 1]) << 8))
+                        * yf[i])
+    return F(s)
+
+
+@njit(cache=True)
+def _ggml_bf16_yf(row, yf):
+    out_of_line()
+    n = row.shape[0] // 2
+    n32 = n - n % 32
+    c1 = c2 = simd.zeros(16, "f32")
+    for p in range(0, 2 * n32, 64):
+        simd.prefetch(row, p + PREFETCH_AHEAD)
+        c1 = simd.fma(simd.bf16_to_f32(simd.load(row, p, 16, "u16")),
+                      simd.load(yf, 2 * p, 16, "f32"), c1)
+        c2 = simd.fma(simd.bf16_to_f32(simd.load(row, p + 32, 16, "u16")),
+                      simd.load(yf, 2 * p + 64, 16, "f32"), c2)
+    s = 0.0
+    s += np.float64(simd.reduce_add_ps(c1))
+    s += np.float64(simd.reduce_add_ps(c2))
+    for i in range(n32, n):
+        s += np.float64(bf16_to_f32(np.uint16(row[2 * i]) | (np.uint16(row[2 * i + 1]) << 8))
+                        * yf[i])
+    return F(s)
+
+
+#: weight types (codes) :func:`matvec_ggml_float` takes
+FLOAT_CODES = (F32, F16, BF16)
+
+
+@njit(parallel=True, cache=True)
+def matvec_ggml_float(w, code, yq, y):
+    """``y[n, r] = ggml_vec_dot_<f32|f16|bf16>(w[r], yq[n])`` for raw weight rows ``w``
+    ``[M, row_bytes]`` and raw activation rows ``yq`` ``[N, row_bytes]`` of the same float
+    type ``code``; each activation row is expanded to float32 once, threads split the
+    weight rows. Same results as :func:`dot_row_ggml`."""
+    nrow = yq.shape[0]
+    k = w.shape[1] // (4 if code == F32 else 2)
+    yf = np.empty((nrow, k), dtype=np.float32)
+    for n in range(nrow):
+        if code == F32:
+            yf[n] = yq[n].view(np.float32)
+        else:
+            h = yq[n].view(np.uint16)
+            for i in range(k):
+                yf[n, i] = f16_to_f32(h[i]) if code == F16 else bf16_to_f32(h[i])
+    for r in prange(w.shape[0]):
+        row = w[r]
+        for n in range(nrow):
+            if code == F16:
+                y[n, r] = _ggml_f16_yf(row, yf[n])
+            elif code == BF16:
+                y[n, r] = _ggml_bf16_yf(row, yf[n])
+            else:
+                y[n, r] = _ggml_f32(row, yq[n])
 
 
 @njit(inline="always", cache=True)
@@ -515,7 +659,37 @@ def _ref_k(w: np.ndarray, qt: QT, yq: np.ndarray) -> np.ndarray:
     return sumf
 
 
+def _fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 ``a * b + c`` rounded once, like ``vfmadd`` (numpy has no fma).
+
+    The product is exact in float64 and ``s = p + c`` rounds once; TwoSum gives the
+    exact error ``e``. Rounding ``s`` to float32 is then right unless ``s`` landed exactly
+    on a float32 midpoint with ``e != 0`` (double rounding), where ``e`` picks the side."""
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c64 = c.astype(np.float64)
+    s = p + c64
+    bb = s - p
+    e = (p - (s - bb)) + (c64 - bb)
+    r = s.astype(np.float32)
+    r64 = r.astype(np.float64)
+    fix = (e != 0) & (r64 != s)
+    if fix.any():
+        other = np.nextafter(r, np.where(s > r64, np.float32(np.inf), np.float32(-np.inf)))
+        o64 = other.astype(np.float64)
+        mid = (r64 + o64) * 0.5                       # exact: two adjacent float32s
+        r = np.where(fix & (s == mid) & ((e > 0) == (o64 > r64)), other, r)
+    return r
+
+
+def _reduce_add_ps(v: np.ndarray) -> np.ndarray:
+    """[..., 16] float32 -> [...]: ``_mm512_reduce_add_ps``'s order (:mod:`.simd`)."""
+    a = v[..., 8:] + v[..., :8]
+    b = a[..., 4:] + a[..., :4]
+    return (b[..., 0] + b[..., 2]) + (b[..., 1] + b[..., 3])
+
+
 def _ref_float(w: np.ndarray, qt: QT, yq: np.ndarray) -> np.ndarray:
+    """ggml_vec_dot_f32/f16/bf16 for AVX-512F as built by GCC (see the kernels)."""
     if qt == QT.F32:
         wf, yf = w.view(np.float32), yq.view(np.float32)
     elif qt == QT.F16:
@@ -523,8 +697,32 @@ def _ref_float(w: np.ndarray, qt: QT, yq: np.ndarray) -> np.ndarray:
     else:
         wf = (w.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
         yf = (yq.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    prod = (yf[:, None, :] * wf[None, :, :]).astype(np.float32)      # float32 products
-    return prod.astype(np.float64).sum(-1).astype(np.float32)        # ggml_float sum
+    (m, k), n = wf.shape, yf.shape[0]
+    nacc = 2 if qt == QT.BF16 else 4
+    step = 16 * nacc
+    kv = k - k % step
+    acc = np.zeros((n, m, nacc, 16), dtype=np.float32)
+    for i in range(0, kv, step):
+        acc = _fma32(wf[None, :, i:i + step].reshape(1, m, nacc, 16),
+                     yf[:, None, i:i + step].reshape(n, 1, nacc, 16), acc)
+    wt, yt = wf[None, :, kv:], yf[:, None, kv:]
+    prod = (wt * yt).astype(np.float32)                              # [N, M, tail]
+    if qt == QT.BF16:
+        sumf = np.float64(0) + _reduce_add_ps(acc[..., 0, :]).astype(np.float64)
+        sumf = sumf + _reduce_add_ps(acc[..., 1, :]).astype(np.float64)
+    else:
+        red = _reduce_add_ps((acc[..., 0, :] + acc[..., 2, :]) + (acc[..., 1, :] + acc[..., 3, :]))
+        if qt == QT.F32:                          # float sumf; last k % 8 by fma
+            k8 = k - k % 8
+            for i in range(kv, k8):
+                red = (red + prod[..., i - kv]).astype(np.float32)
+            for i in range(k8, k):
+                red = _fma32(wt[..., i - kv], yt[..., i - kv], red)
+            return red.astype(np.float32)
+        sumf = red.astype(np.float64)
+    for i in range(k - kv):                                          # double leftovers
+        sumf = sumf + prod[..., i].astype(np.float64)
+    return sumf.astype(np.float32)
 
 
 def dot_rows_ggml_ref(w: np.ndarray, qtype: QT, yq: np.ndarray) -> np.ndarray:

@@ -163,6 +163,30 @@ def test_repeated_runs_of_a_step_are_idempotent(llama):
     np.testing.assert_array_equal(ex2.step([9, 10]).logits, r.logits)
 
 
+def test_small_nodes_are_preallocated_bound_and_return_copies(llama):
+    from graphcost.executor import BOUND, COMPUTE
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    ex.step([1, 2, 3])
+    a = ex.step([4])
+    plan = ex.plan(1)
+    bound = [st for st in plan.steps if st.kind == BOUND]
+    assert len(bound) > len(plan.steps) // 4
+    for st in bound:
+        out = getattr(st.fn, "out", None)
+        assert out is None or plan.fixed[st.slot] is out      # one array for every run
+    logits = a.logits.copy()
+    b = ex.step([5])                  # the same plan rewrites the same output arrays
+    np.testing.assert_array_equal(a.logits, logits)           # returned logits are copies
+    # every node called through its function (no bound calls): the same bits
+    ex2 = Executor(llama, RunSettings(ctx_size=256))
+    ex2.step([1, 2, 3])
+    ex2.step([4])
+    for st in ex2.plan(1).steps:
+        if st.kind == BOUND:
+            st.kind, st.call = COMPUTE, None
+    np.testing.assert_array_equal(ex2.step([5]).logits, b.logits)
+
+
 def test_captured_values_are_copies_by_node_name(llama):
     ex = Executor(llama, RunSettings(ctx_size=256))
     r = ex.step([1, 2, 3], capture=["attn_norm-0", "result_output"])

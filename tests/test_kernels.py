@@ -503,3 +503,170 @@ def test_cpy_and_cont():
     view = x[:, 1, :]                                             # strided rows [6, 64]
     expect = Q.quantize_activations_ref(np.ascontiguousarray(view), QT.Q8_0)
     assert np.array_equal(CACHE.cpy(view, QT.Q8_0), expect)
+
+
+def _small_op_results():
+    """Every small-op kernel once, results written into given ``out=`` arrays."""
+    a, b = rand((2, 3, 5, 64), 2), rand((1, 3, 1, 64), 3) + 3.0
+    q, k, v, mask = attn_inputs(np.float16)
+    x = rand((5, 4, 32), 7)
+    res = {"binary": E.binary("mul", a, b, out=np.empty_like(a)),
+           "unary": E.gelu_f16_table(a, out=np.empty_like(a)),
+           "scale": E.scale(a, 0.3, -1.5, out=np.empty_like(a)),
+           "gated": E.geglu_f16_table(a, b.repeat(2, 0).repeat(5, 2), out=np.empty_like(a)),
+           "rms_norm": NORM.rms_norm(a, 1e-6, out=np.empty_like(a)),
+           "norm": NORM.norm(a, 1e-5, out=np.empty_like(a)),
+           "rope": ROPE.rope(x, np.arange(5, dtype=np.int32) * 7, 32, ROPE.NEOX,
+                             out=np.empty_like(x)),
+           "soft_max": SM.soft_max(a, mask=None, scale=0.5, out=np.empty_like(a)),
+           "flash_attn": FA.flash_attn_ext(q, k, v, mask, 0.2,
+                                           out=np.empty((3, 4, 16), np.float32)),
+           "flash_attn_softcap": FA.flash_attn_ext(q, k, v, mask, 0.2, 8.0, 30.0),
+           "get_rows": GR.get_rows(weight(QT.Q4_K, 9), QT.Q4_K, 768, [3, 0, 8],
+                                   out=np.empty((3, 768), np.float32)),
+           "cont": CACHE.cont(a.transpose(0, 2, 1, 3), out=np.empty((2, 5, 3, 64), np.float32))}
+    cache = np.zeros((8, 128), np.uint8)
+    CACHE.set_rows(cache, QT.F16, rand((3, 64), 9), np.array([5, 1, 6]))
+    res["set_rows"] = cache
+    return res
+
+
+def test_serial_and_parallel_kernel_variants_agree_bit_for_bit(monkeypatch):
+    # small ops run a serial kernel below each module's SERIAL_BELOW (a parallel region
+    # costs more than their work); both variants must give the same bits
+    def force(limit):
+        for mod in (E, NORM, CACHE):
+            for name in mod.SERIAL_BELOW:
+                monkeypatch.setitem(mod.SERIAL_BELOW, name, limit)
+        for mod in (ROPE, SM, FA, GR):
+            monkeypatch.setattr(mod, "SERIAL_BELOW", limit)
+    force(0)
+    parallel = _small_op_results()
+    force(1 << 60)
+    serial = _small_op_results()
+    for name in parallel:
+        assert np.array_equal(parallel[name], serial[name]), name
+    assert E.kernel("binary", 1 << 60) is E._binary and NORM.kernel("norm", 1) is NORM._norm_serial
+
+
+def test_out_arrays_are_written_in_place_and_checked():
+    a = rand((3, 64), 4)
+    out = np.empty_like(a)
+    assert NORM.rms_norm(a, 1e-6, out=out) is out
+    np.testing.assert_array_equal(out, NORM.rms_norm(a, 1e-6))
+    with pytest.raises(ValueError, match="out"):
+        E.binary("add", a, a, out=np.empty((3, 65), np.float32))
+    with pytest.raises(ValueError, match="out"):
+        ROPE.rope(a.reshape(3, 1, 64), np.arange(3, dtype=np.int32), 64,
+                  out=np.empty((3, 1, 64), np.float64))
+
+
+# ---------------------------------------------------------------------------- float vec_dots
+# mul_mat_ggml on F32/F16/BF16 follows ggml_vec_dot_f32/f16/bf16 as llama.cpp's AVX-512F
+# build runs them (kernels/vec_dot_ggml.py "float types"): 16-lane FMA accumulators over
+# steps of 64 (bf16: 32), GGML_F32x16_REDUCE, then the leftovers (f32: GCC's vectorized
+# tail, its last n % 8 fused). Lengths through every stage: no step, exact steps, steps
+# plus 1..63 leftovers with and without the 16- and 8-element tail chunks.
+
+FLOATS = [QT.F32, QT.F16, QT.BF16]
+FLOAT_LENGTHS = [1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 63, 64, 65, 71, 72, 80, 88, 96, 127,
+                 128, 129, 191, 4096, 4103]
+
+
+def float_row(qt: QT, a: np.ndarray) -> np.ndarray:
+    """float32 values -> raw bytes of type qt (bf16 by truncation: any bits will do)."""
+    if qt == QT.F32:
+        return np.ascontiguousarray(a, dtype=np.float32).view(np.uint8)
+    if qt == QT.F16:
+        return np.ascontiguousarray(a.astype(np.float16)).view(np.uint8)
+    return np.ascontiguousarray((a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+                                ).view(np.uint8)
+
+
+@pytest.mark.parametrize("qt", FLOATS, ids=[t.name for t in FLOATS])
+def test_float_ggml_dots_are_bit_exact_on_every_tail(qt):
+    for k in FLOAT_LENGTHS:
+        m = 5
+        w = float_row(qt, rand((m, k), seed=k, scale=3.0)).reshape(m, -1)
+        x = rand((2, k), seed=k + 1)
+        want = MM.mul_mat_ggml_ref(w, qt, k, m, x)
+        assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x), want), k
+        yq = Q.quantize_activations(x, Q.VEC_DOT_TYPE[qt], True)
+        code = np.int64(int(qt))
+        one = [[K.vec_dot_ggml.dot_row_ggml(code, w[r], yq[n]) for r in range(m)] for n in range(2)]
+        assert np.array_equal(np.array(one, np.float32), want), k
+        got = MM.mul_mat(w, qt, k, m, x)                            # float path, same rows
+        assert np.all(np.abs(got - MM.mul_mat_ref(w, qt, k, m, x)) <= 1e-5 * bound_of(w, qt, x) + 1e-30)
+
+
+def test_ggml_f32_fuses_main_loop_and_last_leftovers_only():
+    # p = (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11 (tie to even): added to
+    # -(1 + 2^-11) it gives 2^-24 when fused with the product (FMA), 0 when not
+    a, c = np.float32(1 + 2.0**-12), np.float32(-(1 + 2.0**-11))
+
+    def dot(k, i):
+        w, x = np.zeros((1, k), np.float32), np.zeros((1, k), np.float32)
+        w[0, 0], x[0, 0] = c, 1
+        w[0, i], x[0, i] = a, a
+        return MM.mul_mat_ggml(w.view(np.uint8), QT.F32, k, 1, x)[0, 0]
+
+    assert dot(128, 64) == np.float32(2.0**-24)     # main loop: one lane, fma
+    assert dot(9, 8) == np.float32(2.0**-24)        # the 9th of 9 leftovers: scalar fma
+    assert dot(16, 15) == 0                         # a 16-element tail chunk: rounded products
+    assert dot(72, 64) == 0                         # 64 + an 8-element chunk
+    assert dot(73, 72) == np.float32(2.0**-24)
+
+
+def test_fma32_reference_rounds_once():
+    # products just off a float32 midpoint of the sum, where rounding p + c to float64
+    # first (double rounding) picks the wrong neighbour half of the time
+    rng = np.random.default_rng(21)
+    n = 20000
+    k = rng.integers(1, 300, n)
+    sign = rng.choice([-1.0, 1.0], n)
+    a = (1 + k * 2.0**-23).astype(np.float32)
+    b = (2.0**-24 * (1 - k * 2.0**-23) * sign).astype(np.float32)
+    c = ((1 + rng.integers(1, 2**22, n) * 2.0**-23) * sign * rng.choice([-1.0, 1.0], n)
+         ).astype(np.float32)
+    got = K.vec_dot_ggml._fma32(a, b, c)
+    # exact value: c + a*b with a*b = sign * 2^-24 * (1 - k^2 2^-46), i.e. just inside the
+    # midpoint c +- 2^-24 (1 < |c| < 2: ulp 2^-23): rounds to c
+    assert np.array_equal(got, c)
+    assert not np.array_equal((a.astype(np.float64) * b + c).astype(np.float32), c)
+
+
+def _llama_vec_dots():
+    try:
+        import ctypes
+
+        import llama_cpp
+    except ImportError:
+        return None
+    lib = Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"
+    if not lib.exists():
+        return None
+    cpu = ctypes.CDLL(str(lib))
+    cpu.ggml_cpu_init()
+    return ctypes, {QT.F32: cpu.ggml_vec_dot_f32, QT.F16: cpu.ggml_vec_dot_f16,
+                    QT.BF16: cpu.ggml_vec_dot_bf16}
+
+
+@pytest.mark.parametrize("qt", FLOATS, ids=[t.name for t in FLOATS])
+def test_float_ggml_dots_match_llama_cpp_bit_for_bit(qt):
+    # the order is AVX-512F's as GCC builds it: only comparable on such a host
+    found = _llama_vec_dots()
+    if found is None:
+        pytest.skip("llama-cpp-python's libggml-cpu.so not found")
+    if "avx512f" not in _host_features() or "avx512fp16" in _host_features():
+        pytest.skip("the kernels follow ggml's AVX-512F (no FP16) mappings")
+    ctypes, fns = found
+    for k in FLOAT_LENGTHS:
+        w = float_row(qt, rand((3, k), seed=k, scale=3.0)).reshape(3, -1)
+        yq = Q.quantize_activations(rand((1, k), seed=k + 1), Q.VEC_DOT_TYPE[qt], True)
+        got = MM.mul_mat_ggml(w, qt, k, 3, rand((1, k), seed=k + 1))[0]
+        for r in range(3):
+            out = ctypes.c_float()
+            fns[qt](ctypes.c_int(k), ctypes.byref(out), ctypes.c_size_t(0),
+                    ctypes.c_void_p(w[r].ctypes.data), ctypes.c_size_t(0),
+                    ctypes.c_void_p(yq[0].ctypes.data), ctypes.c_size_t(0), ctypes.c_int(1))
+            assert np.float32(out.value).view(np.uint32) == got[r].view(np.uint32), (k, r)

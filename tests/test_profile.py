@@ -116,6 +116,8 @@ def test_profile_json_document(llama, tmp_path):
             if not n["view"]:
                 assert n["seconds"] > 0 and n["predicted_seconds"] > 0
                 assert n["ratio"] == pytest.approx(n["predicted_seconds"] / n["seconds"])
+                # a datasheet profile has no overhead or matvec rates: model = roofline
+                assert n["modelled_seconds"] == n["predicted_seconds"]
     # greedy: each decode step feeds the previous step's argmax
     g = build_graph(load_model(llama), RunSettings(ctx_size=256, tokens=1, past=3))
     assert len(steps[1]["nodes"]) == len(g.nodes)
@@ -128,6 +130,23 @@ def test_profile_json_document(llama, tmp_path):
     assert set(d["compile"]) >= {"kernels_import_seconds", "first_run_overhead_seconds", "numba_cache"}
     acc = d["estimate_accuracy"]
     assert acc["min_seconds"] == 1e-5 and set(acc["by_op"]) <= {n["op"] for n in steps[1]["nodes"]}
+
+
+def test_executor_model_adds_overhead_and_lowers_the_matvec_roof():
+    doc = {"name": "m", "kind": "measured",
+           "memory_bandwidth": {"bytes_per_second": 20e9, "by_type": {"q4_K": 16e9}},
+           "peak_flops": {"flops_per_second": 100e9},
+           "op_overhead": {"seconds": 5e-6, "by_op": {"MUL_MAT": 3e-6}}}
+    hw = hwmod.parse(doc, None)
+    # 80 MB of q4_K at 16 GB/s = 5 ms (FLOPs 1e8 / 1e11 = 1 ms: memory-bound) + 3 us
+    assert hwmod.executor_seconds("MUL_MAT", 80e6, 1e8, hw, "q4_K") == pytest.approx(5.003e-3)
+    # a type the probe did not time streams at the bandwidth: 80 MB / 20 GB/s = 4 ms
+    assert hwmod.executor_seconds("MUL_MAT", 80e6, 1e8, hw, "f16") == pytest.approx(4.003e-3)
+    # other ops: the bandwidth, and the median overhead when the op has no figure of its own
+    assert hwmod.executor_seconds("ADD", 2e6, 5e5, hw, "q4_K") == pytest.approx(1e-4 + 5e-6)
+    # compute-bound: 1e9 FLOPs / 1e11 = 10 ms over 1 MB / 16 GB/s
+    assert hwmod.executor_seconds("MUL_MAT", 1e6, 1e9, hw, "q4_K") == pytest.approx(1e-2 + 3e-6)
+    assert hwmod.roofline_seconds(80e6, 1e8, hw) == (pytest.approx(4e-3), "memory")
 
 
 def test_profile_decode_ids_and_table(llama):
@@ -167,8 +186,13 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load((target / "probe-test.yaml").read_text())
     assert doc["kind"] == "measured" and doc["name"] == "probe-test"
-    assert doc["memory_bandwidth"]["bytes_per_second"] == max(doc["memory_bandwidth"]["by_type"].values())
-    assert set(doc["memory_bandwidth"]["by_type"]) == {"f32", "f16", "q8_0", "q4_0"}
+    bw = doc["memory_bandwidth"]
+    assert bw["bytes_per_second"] > 0 and "kernels.stream.read_rows" in bw["how"]
+    # one matvec rate per weight type the kernels support (13: F32, F16, BF16, Q4_0..Q6_K)
+    assert set(bw["by_type"]) == {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
+                                  "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"}
+    assert all(v > 0 for v in bw["by_type"].values())
+    assert "matvec, % of it:" in r.output
     assert doc["peak_flops"]["flops_per_second"] > 0 and doc["op_overhead"]["seconds"] > 0
     hw = hwmod.load(str(target / "probe-test.yaml"))
     assert hw.kind == "measured" and hw.overhead == doc["op_overhead"]["seconds"]

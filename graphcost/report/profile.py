@@ -108,8 +108,8 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
                           f"{len(shown)} of {len(ran)} executed; * = numpy)", shown))
     acc = p.estimate_accuracy()
     if acc["median_abs_error"] is not None:
-        ovh = (f"; with {acc['op_overhead_seconds'] * 1e6:.1f} us per-op overhead added: "
-               f"{acc['median_abs_error_with_overhead']:.2f}") if acc["op_overhead_seconds"] else ""
+        ovh = (f"; executor model (per-op overhead, matvec rates): "
+               f"{acc['median_abs_error_model']:.2f}") if acc["op_overhead_seconds"] else ""
         con.print(f"estimate accuracy: median |roofline/measured - 1| = "
                   f"{acc['median_abs_error']:.2f} over {acc['nodes']} nodes > 10 us ({phase}){ovh}")
     for note in p.notes:
@@ -121,7 +121,7 @@ def _node_dict(n: NodeRow) -> dict:
     return {"index": n.index, "name": n.name, "op": n.op, "layer": n.layer, "block": n.block,
             "view": n.view, "seconds": n.seconds, "bytes": n.bytes, "flops": n.flops,
             "gbps": n.gbps, "gflops": n.gflops, "predicted_seconds": n.predicted,
-            "bound": n.bound, "ratio": n.ratio, "numpy": n.numpy}
+            "modelled_seconds": n.modelled, "bound": n.bound, "ratio": n.ratio, "numpy": n.numpy}
 
 
 def _rollup_dict(r: Rollup) -> dict:
