@@ -8,7 +8,7 @@ from .arch_spec import load_specs
 from .errors import UnsupportedError
 from .ggml_graph import Tensor
 from .gguf_reader import read_model
-from .llm_graph import KVCache, LlmGraph
+from .llm_graph import AttnInputs, KVCache, LlmGraph
 from .model import ModelInfo, model_info
 from .settings import Resolved, RunSettings, resolve
 from .spec_builder import build_from_spec
@@ -18,13 +18,15 @@ from . import statements  # noqa: F401  (registers the extra spec statements)
 
 @dataclass
 class BuiltGraph:
-    """The nodes in execution order, the leaves they read, and the KV caches."""
+    """The nodes in execution order, the leaves they read, the KV caches and the attention
+    inputs of each cache (index, mask and rotation leaves)."""
 
     model: ModelInfo
     run: Resolved
     nodes: list[Tensor]
     leafs: list[Tensor]
     caches: list[KVCache]
+    attn_inputs: list[AttnInputs]
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
@@ -43,4 +45,4 @@ def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])
-    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches)
+    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs)

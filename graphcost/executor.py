@@ -371,11 +371,9 @@ class Executor:
 
         fixed: dict[int, np.ndarray] = {}
         fixed_raw: dict[int, np.ndarray] = {}
-        cache_of: dict[int, KVCache] = {}
-        for c in bg.caches:
-            for il in c.layers:
-                cache_of[id(c.k[il])] = c
-                cache_of[id(c.v[il])] = c
+        # the cache whose cells each index/mask input describes (llm_graph_input_attn_kv)
+        cache_of = {id(t): inp.cache for inp in bg.attn_inputs
+                    for t in (inp.k_idxs, inp.v_idxs, inp.kq_mask)}
         inputs: dict[str, list] = {}
         for leaf in bg.leafs:
             s = slot(leaf)
@@ -389,13 +387,9 @@ class Executor:
                 raw = np.zeros(leaf.nbytes, dtype=np.uint8)
             fixed_raw[s] = raw
             fixed[s] = tensor_view(raw, leaf, 0)
-        consumers: dict[int, list[Tensor]] = {}
-        for n in bg.nodes:
-            for src in n.src:
-                consumers.setdefault(id(src), []).append(n)
         for leaf in bg.leafs:
             if leaf.role == "input":
-                kind, cache = self._input_kind(leaf, consumers, cache_of)
+                kind, cache = self._input_kind(leaf, cache_of)
                 inputs.setdefault(kind, []).append((leaf, fixed[slot_of[id(leaf)]], cache))
 
         steps: list[Step] = []
@@ -433,20 +427,14 @@ class Executor:
         return Plan(bg, steps, len(slot_of), fixed, fixed_raw, inputs, needs_raw, slot_of)
 
     @staticmethod
-    def _input_kind(leaf: Tensor, consumers, cache_of) -> tuple[str, KVCache | None]:
+    def _input_kind(leaf: Tensor, cache_of: dict[int, KVCache]) -> tuple[str, KVCache | None]:
         name = leaf.name
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
                     "attn_inp_v_rot"):
             return name, None
-        if name in ("attn_inp_k_idxs", "attn_inp_v_idxs"):
-            for c in consumers.get(id(leaf), []):
-                if c.op == "SET_ROWS":
-                    return name, cache_of[id(c.src[2].storage)]
-        if name == "attn_inp_kq_mask":
-            for c in consumers.get(id(leaf), []):
-                cache = _cache_upstream(c, cache_of)
-                if cache is not None:
-                    return name, cache
+        if name in ("attn_inp_k_idxs", "attn_inp_v_idxs", "attn_inp_kq_mask") \
+                and id(leaf) in cache_of:
+            return name, cache_of[id(leaf)]
         raise UnsupportedError(f"graph input {name!r} ({gt.type_name(leaf.type)} {list(leaf.ne)}) "
                                "has no filler in the executor")
 
@@ -582,22 +570,6 @@ class Executor:
         res = StepResult(T, self.past, logits, timings, cap, plan.graph, warmup_ns)
         self.past += T
         return res
-
-
-def _cache_upstream(node: Tensor, cache_of: dict[int, KVCache], depth: int = 8) -> KVCache | None:
-    """The KV cache whose view an attention node reads (through up to ``depth`` ops: a
-    softcapped softmax sits five ops below the K view, scale-tanh-scale-mul_mat)."""
-    frontier = [node]
-    for _ in range(depth):
-        nxt = []
-        for t in frontier:
-            for s in t.src:
-                c = cache_of.get(id(s.storage))
-                if c is not None:
-                    return c
-                nxt.append(s)
-        frontier = nxt
-    return None
 
 
 def _capture_indices(bg: BuiltGraph, capture: Iterable[str | int]) -> list[int]:

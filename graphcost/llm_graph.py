@@ -59,6 +59,8 @@ class LlmGraph:
         self.n_outputs = run.n_outputs
         self._weights: dict[str, Tensor] = {}
         self.caches: list[KVCache] = []
+        #: llm_graph_input_attn_kv of each cache, in the order they were built
+        self.attn_inputs: list[AttnInputs] = []
 
     # ---- weights -------------------------------------------------------------------
     def weight(self, name: str, required: bool = True) -> Tensor | None:
@@ -129,7 +131,9 @@ class LlmGraph:
         v_idxs = g.new_tensor(gt.I64, [n_v], name="attn_inp_v_idxs")
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
         mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
-        return AttnInputs(cache, k_idxs, v_idxs, mask, None, None)
+        inp = AttnInputs(cache, k_idxs, v_idxs, mask, None, None)
+        self.attn_inputs.append(inp)
+        return inp
 
     def build_rot_inputs(self, inp: AttnInputs) -> None:
         g = self.g
