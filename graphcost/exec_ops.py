@@ -211,17 +211,17 @@ def unsupported_ops(nodes: list[Tensor]) -> list[str]:
 # ---------------------------------------------------------------------------- matmul
 
 
-def matmul_fn(ctx: Ctx, w_type: gt.GGMLType, k: int, m: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """``f(w, x) -> y``: the kernel a MUL_MAT with ``w_type`` weights (``k`` columns, ``m``
-    rows) runs in ``ctx.numerics`` mode (hwprobe times the same function)."""
+def matmul_fn(ctx: Ctx, w_type: gt.GGMLType, k: int, m: int) -> Callable[..., np.ndarray]:
+    """``f(w, x, out=None) -> y``: the kernel a MUL_MAT with ``w_type`` weights (``k``
+    columns, ``m`` rows) runs in ``ctx.numerics`` mode (hwprobe times the same function)."""
     mm = ctx.K.matmul
     supported = ctx.K.quants.SUPPORTED
     if w_type not in supported:
         raise UnsupportedError(f"matmul with {gt.type_name(w_type)} weights: the kernels "
                                f"support {', '.join(gt.type_name(t) for t in supported)}")
     if ctx.numerics == "fast" and w_type not in mm.GGML_FASTEST:
-        return lambda w, x: mm.mul_mat(w, w_type, k, m, x)
-    return lambda w, x: mm.mul_mat_ggml(w, w_type, k, m, x)
+        return lambda w, x, out=None: mm.mul_mat(w, w_type, k, m, x, out=out)
+    return lambda w, x, out=None: mm.mul_mat_ggml(w, w_type, k, m, x, out=out)
 
 
 @op("MUL_MAT")
@@ -237,12 +237,9 @@ def _mul_mat(node: Tensor, ctx: Ctx) -> OpFn:
     if a2 == a3 == b2 == b3 == 1:
         if b.type == gt.F32 and is_contiguous(b) and is_contiguous(a) and \
                 4 * n * m <= PREALLOC_MAX_BYTES:
-            # the matmul kernels allocate their result: copied into the node's own
-            # output so that it (and the views of it) stay the same array every run
-            def into(w, x, o):
-                np.copyto(o, mm(w, x))
-
-            return KernelNode(into, lambda av, bv, out: (_rows2d(av[0, 0]), bv[0, 0], out[0, 0]),
+            # into the node's own output, so that it (and the views of it) stay the same
+            # array every run
+            return KernelNode(mm, lambda av, bv, out: (_rows2d(av[0, 0]), bv[0, 0], out[0, 0]),
                               (1, 1, n, m))
 
         def run(av, bv):

@@ -157,19 +157,26 @@ def _matmul_ggml_simd(w, code, yq, prep, y, task_rows):
 # ---------------------------------------------------------------------------- entry points
 
 
-def _prepare(w_raw, w_type, k, m, x):
+def _prepare(w_raw, w_type, k, m, x, out):
     w = check_weight(w_raw, w_type, k)
     if w.shape[0] < m:
         raise ValueError(f"weight has {w.shape[0]} rows, {m} requested")
     x = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [N, {k}], got {x.shape}")
-    return w[:m], x, np.empty((x.shape[0], m), dtype=np.float32)
+    if out is None:
+        return w[:m], x, np.empty((x.shape[0], m), dtype=np.float32)
+    if out.shape != (x.shape[0], m) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 [{x.shape[0]}, {m}], got "
+                         f"{out.dtype} {out.shape}")
+    return w[:m], x, out
 
 
-def mul_mat(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray) -> np.ndarray:
-    """y[N, M] = x[N, K] @ W.T, W raw ``[M, row_bytes]`` uint8 of type ``w_type``."""
-    w, x, y = _prepare(w_raw, w_type, k, m, x)
+def mul_mat(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray,
+            out: np.ndarray | None = None) -> np.ndarray:
+    """y[N, M] = x[N, K] @ W.T, W raw ``[M, row_bytes]`` uint8 of type ``w_type``; into
+    ``out`` (C-contiguous float32 [N, M]) when given."""
+    w, x, y = _prepare(w_raw, w_type, k, m, x, out)
     code = np.int64(QT(w_type))
     if x.shape[0] <= MATVEC_MAX_N:
         _matvec(w, code, x, y)
@@ -180,11 +187,12 @@ def mul_mat(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray) -> np.
 
 
 def mul_mat_ggml(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray,
-                 x86: bool = True) -> np.ndarray:
-    """llama.cpp's mul_mat: quantize x to the vec_dot_type, then ggml block dots.
+                 x86: bool = True, out: np.ndarray | None = None) -> np.ndarray:
+    """llama.cpp's mul_mat: quantize x to the vec_dot_type, then ggml block dots (into
+    ``out`` as :func:`mul_mat`).
 
     ``x86`` picks how Q8_0/Q8_1 activations are rounded (see :mod:`.quants`)."""
-    w, x, y = _prepare(w_raw, w_type, k, m, x)
+    w, x, y = _prepare(w_raw, w_type, k, m, x, out)
     code = np.int64(QT(w_type))
     yq = quantize_activations(x, VEC_DOT_TYPE[QT(w_type)], x86)
     if GGML_SIMD and code in SIMD_CODES:

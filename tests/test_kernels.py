@@ -156,6 +156,19 @@ def test_mul_mat_ggml_is_bit_exact_with_numpy_reimplementation(qt, n):
     assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x), MM.mul_mat_ggml_ref(w, qt, k, m, x))
 
 
+@pytest.mark.parametrize("qt", [QT.Q4_K, QT.F16], ids=["Q4_K", "F16"])
+def test_mul_mat_writes_into_out(qt):
+    # the executor's preallocated node outputs: same bits as a fresh result, same array
+    k, m = row_len(qt), 13
+    w, x = weight(qt, m), rand((3, k))
+    for f in (MM.mul_mat, MM.mul_mat_ggml):
+        out = np.full((3, m), np.nan, dtype=np.float32)
+        assert f(w, qt, k, m, x, out=out) is out
+        assert np.array_equal(out, f(w, qt, k, m, x))
+        with pytest.raises(ValueError, match="out must be"):
+            f(w, qt, k, m, x, out=np.empty((3, m + 1), dtype=np.float32))
+
+
 # ---------------------------------------------------------------------------- ggml byte SIMD
 # mul_mat_ggml on quantized weights runs kernels/vec_dot_simd.py (GGML_SIMD), vectorised
 # versions of the scalar vec_dot_ggml dots; row_len's short rows only reach their scalar
