@@ -65,9 +65,11 @@ class Hardware:
                 "path": None if self.path is None else str(self.path)}
 
 
-def roofline_seconds(nbytes: float, flops: float, hw: Hardware) -> tuple[float, str]:
-    """(lower-bound seconds, ``"memory"`` or ``"compute"``) for one node or a sum."""
-    t_mem = nbytes / hw.bandwidth
+def roofline_seconds(nbytes: float, flops: float, hw: Hardware,
+                     bandwidth: float | None = None) -> tuple[float, str]:
+    """(lower-bound seconds, ``"memory"`` or ``"compute"``) for one node or a sum; the
+    memory roof is ``bandwidth`` bytes/s if given, else the profile's."""
+    t_mem = nbytes / (bandwidth or hw.bandwidth)
     t_cmp = flops / hw.peak_flops
     return (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "compute")
 
@@ -82,7 +84,7 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     plus the roofline with the memory roof lowered to the matvec kernel's measured rate
     for ``weight_type`` (MUL_MAT/MUL_MAT_ID; other ops stream at the bandwidth)."""
     rate = hw.matvec_rate(weight_type) if op in MATVEC_OPS and weight_type else hw.bandwidth
-    return hw.op_overhead(op) + max(nbytes / rate, flops / hw.peak_flops)
+    return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate)[0]
 
 
 # ---------------------------------------------------------------------------- files

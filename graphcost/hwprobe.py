@@ -11,12 +11,13 @@ the same Numba kernels the executor runs.
   rate / bandwidth is how close that kernel comes to the memory's limit. Each type's runs
   alternate with runs of the streaming read, so both see the same load (the bandwidth is
   the median over all of those runs).
-* **Peak FLOP rate**: the same kernel's tiled path on an F32 matrix that fits in L2-sized
+* **Peak FLOP rate**: ``kernels.matmul.mul_mat``'s tiled path on an F32 matrix that fits in L2-sized
   tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs).
 * **Per-op overhead**: each op kind the executor runs, compiled by
-  :mod:`graphcost.exec_ops` exactly as for a graph node, on tiny operands (64 values per
-  row, 1 token, 16 cache cells): what one node costs end to end (Python closure, kernel
-  wrapper, Numba dispatch, waking the kernel threads) when it has almost no work. This is
+  :mod:`graphcost.exec_ops` exactly as for a graph node and called the way the executor
+  calls it (bound to its arrays where the node allows), on tiny operands (64 values per
+  row, 1 token, 16 cache cells): what one node costs end to end (Python call, Numba
+  dispatch, waking the kernel threads) when it has almost no work. This is
   the floor under every node's time, which a roofline does not see.
 
 Each figure is the median of ``repeat`` timed calls after one warm-up call (compilation or
@@ -29,6 +30,7 @@ import os
 import platform
 import time
 from datetime import datetime, timezone
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -58,12 +60,7 @@ def _seconds(fn: Callable[[], object]) -> float:
 
 def _median_seconds(fn: Callable[[], object], repeat: int) -> float:
     fn()                                        # warm-up: compile or load from cache
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return float(np.median([_seconds(fn) for _ in range(repeat)]))
 
 
 def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
@@ -177,7 +174,7 @@ def _tiny_nodes():
 
 def op_overheads(K_, repeat: int) -> dict[str, float]:
     """Seconds per call of each op kind on tiny operands (see the module docstring)."""
-    from .exec_ops import Ctx, compile_node, tensor_view
+    from .exec_ops import Ctx, compile_node, resolve_entry, tensor_view
     from .executor import _random_raw
 
     rng = np.random.default_rng(1)
@@ -199,14 +196,14 @@ def op_overheads(K_, repeat: int) -> dict[str, float]:
         fn = compile_node(node, ctx)
         args = [value(s) for s in node.src]
         fn(*args)                                   # compile or load from cache
-        calls.append((node.op, fn, args))
+        # called as the executor calls it: bound to its arrays when the node allows it
+        bound = fn.bind(*args) if hasattr(fn, "bind") else None
+        calls.append((node.op, partial(fn, *args) if bound is None else resolve_entry(bound)))
     # run them in turn, like the nodes of a graph, rather than one op in a tight loop
-    times: dict[str, list[float]] = {op: [] for op, _, _ in calls}
+    times: dict[str, list[float]] = {op: [] for op, _ in calls}
     for _ in range(repeat):
-        for op, fn, args in calls:
-            t0 = time.perf_counter()
-            fn(*args)
-            times[op].append(time.perf_counter() - t0)
+        for op, call in calls:
+            times[op].append(_seconds(call))
     return {op: float(np.median(v)) for op, v in times.items()}
 
 
