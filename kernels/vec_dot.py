@@ -74,8 +74,40 @@ def _dot_f32(row, x, xs):
     return s
 
 
-#: bytes ahead in the weight row that _dot_f16/_dot_bf16 prefetch
+#: bytes ahead in the weight row that the 16-bit float dots prefetch (here and in
+#: .vec_dot_ggml)
 PREFETCH_AHEAD = 1024
+
+
+@njit(inline="always", cache=True)
+def halves16(v):
+    """16 F16 lanes (u16) -> float32 (vcvtph2ps)."""
+    return simd.f16_to_f32(v)
+
+
+@njit(inline="always", cache=True)
+def bhalves16(v):
+    """16 BF16 lanes (u16) -> float32."""
+    return simd.bf16_to_f32(v)
+
+
+@njit(inline="always", cache=True)
+def fma_chains4(convert, row, x, n64):
+    """The four 16-lane FMA chains over the first ``n64`` values of a 16-bit float weight
+    row (raw bytes; ``convert`` = :func:`halves16` or :func:`bhalves16`) against float32
+    ``x``, chain c taking values 64i + 16c..64i + 16c + 15; prefetches the row. The
+    callers reduce the chains in their own order."""
+    s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
+    for p in range(0, 2 * n64, 128):
+        simd.prefetch(row, p + PREFETCH_AHEAD)
+        s0 = simd.fma(convert(simd.load(row, p, 16, "u16")), simd.load(x, 2 * p, 16, "f32"), s0)
+        s1 = simd.fma(convert(simd.load(row, p + 32, 16, "u16")),
+                      simd.load(x, 2 * p + 64, 16, "f32"), s1)
+        s2 = simd.fma(convert(simd.load(row, p + 64, 16, "u16")),
+                      simd.load(x, 2 * p + 128, 16, "f32"), s2)
+        s3 = simd.fma(convert(simd.load(row, p + 96, 16, "u16")),
+                      simd.load(x, 2 * p + 192, 16, "f32"), s3)
+    return s0, s1, s2, s3
 
 
 @njit(fastmath=True, cache=True)
@@ -84,17 +116,7 @@ def _dot_f16(row, x, xs):
     out_of_line()
     n = x.shape[0]
     n64 = n - n % 64
-    s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
-    for p in range(0, 2 * n64, 128):
-        simd.prefetch(row, p + PREFETCH_AHEAD)
-        s0 = simd.fma(simd.f16_to_f32(simd.load(row, p, 16, "u16")),
-                      simd.load(x, 2 * p, 16, "f32"), s0)
-        s1 = simd.fma(simd.f16_to_f32(simd.load(row, p + 32, 16, "u16")),
-                      simd.load(x, 2 * p + 64, 16, "f32"), s1)
-        s2 = simd.fma(simd.f16_to_f32(simd.load(row, p + 64, 16, "u16")),
-                      simd.load(x, 2 * p + 128, 16, "f32"), s2)
-        s3 = simd.fma(simd.f16_to_f32(simd.load(row, p + 96, 16, "u16")),
-                      simd.load(x, 2 * p + 192, 16, "f32"), s3)
+    s0, s1, s2, s3 = fma_chains4(halves16, row, x, n64)
     s = simd.reduce_add_ps((s0 + s1) + (s2 + s3))
     w = row.view(np.uint16)
     for i in range(n64, n):
@@ -107,17 +129,7 @@ def _dot_bf16(row, x, xs):
     out_of_line()
     n = x.shape[0]
     n64 = n - n % 64
-    s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
-    for p in range(0, 2 * n64, 128):
-        simd.prefetch(row, p + PREFETCH_AHEAD)
-        s0 = simd.fma(simd.bf16_to_f32(simd.load(row, p, 16, "u16")),
-                      simd.load(x, 2 * p, 16, "f32"), s0)
-        s1 = simd.fma(simd.bf16_to_f32(simd.load(row, p + 32, 16, "u16")),
-                      simd.load(x, 2 * p + 64, 16, "f32"), s1)
-        s2 = simd.fma(simd.bf16_to_f32(simd.load(row, p + 64, 16, "u16")),
-                      simd.load(x, 2 * p + 128, 16, "f32"), s2)
-        s3 = simd.fma(simd.bf16_to_f32(simd.load(row, p + 96, 16, "u16")),
-                      simd.load(x, 2 * p + 192, 16, "f32"), s3)
+    s0, s1, s2, s3 = fma_chains4(bhalves16, row, x, n64)
     s = simd.reduce_add_ps((s0 + s1) + (s2 + s3))
     w = row.view(np.uint16)
     for i in range(n64, n):

@@ -37,6 +37,7 @@ from . import simd
 from .bits import bf16_to_f32, f16_at, f16_to_f32, out_of_line, u32_at
 from .quants import (BF16, F16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                      _q3_k_scale, scale_min_k4)
+from .vec_dot import PREFETCH_AHEAD, fma_chains4, halves16
 
 F = np.float32
 
@@ -325,8 +326,6 @@ def _ggml_q6_k(row, y):
 # For N >= 2 activation rows llama.cpp uses llamafile's tinyBLAS instead of vec_dot.
 
 
-#: bytes ahead of the current position of a weight row that the float dots prefetch
-PREFETCH_AHEAD = 1024
 
 
 @njit(cache=True)
@@ -402,17 +401,7 @@ def _ggml_f16_yf(row, yf):
     out_of_line()
     n = row.shape[0] // 2
     n64 = n - n % 64
-    s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
-    for p in range(0, 2 * n64, 128):
-        simd.prefetch(row, p + PREFETCH_AHEAD)
-        s0 = simd.fma(simd.f16_to_f32(simd.load(row, p, 16, "u16")),
-                      simd.load(yf, 2 * p, 16, "f32"), s0)
-        s1 = simd.fma(simd.f16_to_f32(simd.load(row, p + 32, 16, "u16")),
-                      simd.load(yf, 2 * p + 64, 16, "f32"), s1)
-        s2 = simd.fma(simd.f16_to_f32(simd.load(row, p + 64, 16, "u16")),
-                      simd.load(yf, 2 * p + 128, 16, "f32"), s2)
-        s3 = simd.fma(simd.f16_to_f32(simd.load(row, p + 96, 16, "u16")),
-                      simd.load(yf, 2 * p + 192, 16, "f32"), s3)
+    s0, s1, s2, s3 = fma_chains4(halves16, row, yf, n64)
     s = np.float64(simd.reduce_add_ps((s0 + s2) + (s1 + s3)))
     for i in range(n64, n):
         s += np.float64(f16_to_f32(np.uint16(row[2 * i]) | (np.uint16(row[2 * i + 1]) << 8))
