@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .arch_spec import load_specs
 from .errors import UnsupportedError
 from .ggml_graph import Tensor
 from .gguf_reader import read_model
 from .llm_graph import AttnInputs, KVCache, LlmGraph
+from .llm_recurrent import RecurrentState
 from .model import ModelInfo, model_info
 from .settings import Resolved, RunSettings, resolve
 from .spec_builder import build_from_spec
@@ -18,8 +19,8 @@ from . import statements  # noqa: F401  (registers the extra spec statements)
 
 @dataclass
 class BuiltGraph:
-    """The nodes in execution order, the leaves they read, the KV caches and the attention
-    inputs of each cache (index, mask and rotation leaves)."""
+    """The nodes in execution order, the leaves they read, the KV caches, the attention
+    inputs of each cache (index, mask and rotation leaves) and the recurrent states."""
 
     model: ModelInfo
     run: Resolved
@@ -27,6 +28,7 @@ class BuiltGraph:
     leafs: list[Tensor]
     caches: list[KVCache]
     attn_inputs: list[AttnInputs]
+    states: list[RecurrentState] = field(default_factory=list)
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
@@ -45,4 +47,4 @@ def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])
-    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs)
+    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs, b.states)

@@ -322,6 +322,18 @@ def sigmoid(t: Tensor) -> OpCost:
     return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
 
 
+# ---- recurrent ---------------------------------------------------------------------------
+
+def ssm_conv(t: Tensor) -> OpCost:
+    # sx:[d_conv - 1 + n_t, d_inner, n_s] conv c:[d_conv, d_inner] -> [d_inner, n_t, n_s]:
+    # per output element a d_conv-long dot product accumulated from 0
+    # [d_conv mul, d_conv add] (ggml_compute_forward_ssm_conv_f32); each output element reads
+    # its d_conv window of sx, but sx and c are counted once, as for any other op
+    d_conv = t.src[1].ne[0]
+    n = t.n_elements
+    return OpCost(_ops(mul=d_conv * n, add=d_conv * n), tuple(_plain(t)), t.data_bytes)
+
+
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
 COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "MUL_MAT": mul_mat,
@@ -350,6 +362,7 @@ COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "SUM_ROWS": sum_rows,
     "CLAMP": clamp,
     "SIGMOID": sigmoid,
+    "SSM_CONV": ssm_conv,
 }
 
 #: ops that only reinterpret memory: no cost, no allocation

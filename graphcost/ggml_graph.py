@@ -251,6 +251,13 @@ class Graph:
     def scale(self, a: Tensor, s: float, bias: float = 0.0) -> Tensor:
         return self._new("SCALE", a.type, a.ne, [a], params={"scale": s, "bias": bias})
 
+    def scale_inplace(self, a: Tensor, s: float) -> Tensor:
+        """ggml_scale_inplace: SCALE whose result is a view of ``a`` (ggml_view_tensor)."""
+        v = self.view_tensor(a)
+        v.op = "SCALE"
+        v.params = {"scale": s, "bias": 0.0}
+        return v
+
     def rms_norm(self, a: Tensor, eps: float) -> Tensor:
         return self._new("RMS_NORM", a.type, a.ne, [a], params={"eps": eps})
 
@@ -290,6 +297,16 @@ class Graph:
         """ggml_swiglu / ggml_geglu (one source): act(first half) * second half."""
         return self._new(op, a.type, (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3]), [a],
                          params={"glu": True})
+
+    # ---- recurrent ------------------------------------------------------------------------
+    def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
+        """ggml_ssm_conv: depthwise causal conv of sx [d_conv - 1 + n_t, d_inner, n_s] with
+        c [d_conv, d_inner] -> F32 [d_inner, n_t, n_s]."""
+        d_conv, d_inner = c.ne[0], c.ne[1]
+        n_t = sx.ne[0] - d_conv + 1
+        if sx.ne[1] != d_inner or n_t < 0:
+            raise ValueError(f"ssm_conv shapes {sx.ne} x {c.ne}")
+        return self._new("SSM_CONV", gt.F32, (d_inner, n_t, sx.ne[2]), [sx, c])
 
     # ---- mixture of experts ------------------------------------------------------------
     def soft_max(self, a: Tensor) -> Tensor:

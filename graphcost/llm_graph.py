@@ -61,6 +61,8 @@ class LlmGraph:
         self.caches: list[KVCache] = []
         #: llm_graph_input_attn_kv of each cache, in the order they were built
         self.attn_inputs: list[AttnInputs] = []
+        #: recurrent states (graphcost.llm_recurrent.RecurrentState) of hybrid/recurrent models
+        self.states: list = []
 
     # ---- weights -------------------------------------------------------------------
     def weight(self, name: str, required: bool = True) -> Tensor | None:

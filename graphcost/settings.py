@@ -53,9 +53,13 @@ class RunSettings:
     past: int = 0  # --past: cells already filled
     outputs: int = 1  # --outputs: tokens whose logits are computed
     llama_cpp: str = "head"  # graph flavour
+    #: internal, not a flag: build against the memory's ``init_full()`` state, as
+    #: sched_reserve does (a recurrent state then zeroes cell 0 and copies all rs_size
+    #: cells: llama_memory_recurrent_context::get_rs_z / get_n_rs with is_full)
+    memory_full: bool = False
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "memory_full"}
 
 
 @dataclass(frozen=True)

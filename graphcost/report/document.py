@@ -84,6 +84,13 @@ def document(a: Analysis, hardware=None) -> dict:
                  "bytes": c.bytes()}
                 for c in bg.caches
             ],
+            # recurrent/hybrid models: llama_memory_recurrent's R and S buffers (F32)
+            "recurrent_state_bytes": a.recurrent_state_bytes,
+            "recurrent_states": [
+                {"cells": st.size, "layers": len(st.layers), "r_bytes": r.r_bytes,
+                 "s_bytes": r.s_bytes, "bytes": r.bytes}
+                for st, r in zip(bg.states, mem.states)
+            ],
             # start-up buffers llama.cpp allocates for these settings (graphcost.memory_plan)
             "compute_buffer_bytes": mem.compute_buffer_bytes,
             "output_buffer_bytes": mem.output_buffer_bytes,

@@ -82,6 +82,10 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
                      f"V {c.type_v} {mib(c.v_bytes)} MiB"))
     if len(plan.caches) > 1:
         rows.append(("KV cache total", plan.kv_cache_bytes, ""))
+    for st in plan.states:
+        rows.append(("recurrent state", st.bytes,
+                     f"{st.cells} cell{'s' if st.cells != 1 else ''}, {st.layers} layers, "
+                     f"R f32 {mib(st.r_bytes)} MiB, S f32 {mib(st.s_bytes)} MiB"))
     w = plan.worst
     rows.append(("compute buffer (CPU)", plan.compute_buffer_bytes,
                  f"set by the {w.label} graph"))

@@ -1,0 +1,102 @@
+"""Tiny but valid GGUFs for the hybrid (recurrent + attention) families: lfm2.
+
+Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in the
+llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
+refuses a file with a missing required tensor or with a tensor it did not ask for.
+Sizes are odd on purpose; the per-layer pattern of recurrent and attention layers is an
+argument. See :mod:`fixtures` for ``weight_types`` and the type fallbacks.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+import gguf
+from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
+
+__all__ = ["write_lfm2", "LFM2_PATTERN"]
+
+HYBRID_DEFAULT_TYPES: dict[str, QT] = {
+    "token_embd": QT.Q8_0,
+    "output": QT.Q4_0,
+    "attn_q": QT.Q4_0,
+    "attn_k": QT.F16,
+    "attn_v": QT.Q8_0,
+    "attn_output": QT.Q4_K,
+    "ffn_gate": QT.Q4_K,
+    "ffn_up": QT.Q8_0,
+    "ffn_down": QT.Q4_0,
+    "shortconv.in_proj": QT.Q8_0,
+    "shortconv.out_proj": QT.Q4_0,
+    # ggml_compute_forward_ssm_conv reads the kernel as F32
+    "shortconv.conv": QT.F32,
+}
+
+#: LFM2's layout in small: conv, conv, attention, conv, attention (True = recurrent)
+LFM2_PATTERN = (True, True, False, True, False)
+
+
+def write_lfm2(
+    path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_head_kv: int = 1,
+    n_ff: int = 416, pattern: Sequence[bool] = LFM2_PATTERN, l_cache: int = 3,
+    n_vocab: int = 301, tie_embeddings: bool = True,
+    weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
+    rope_freq_base: float = 1_000_000.0, rms_eps: float = 1e-5, seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``lfm2``: ``pattern[il]`` True makes layer il a short-convolution layer
+    (``head_count_kv`` 0 there, ``shortconv.{conv,in_proj,out_proj}``), False an attention
+    layer with per-head Q/K RMS norms. ``l_cache`` is the conv width (``shortconv.l_cache``).
+
+    Default: n_embd 160, 5 heads of 32 over 1 KV head, n_ff 416 (13 * 32), kernel 3, the
+    output norm ``token_embd_norm`` (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2), tied output."""
+    path = Path(path)
+    n_layer = len(pattern)
+    hd = n_embd // n_head
+    arch = "lfm2"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    w.add_uint32(gguf.Keys.ShortConv.L_CACHE.format(arch=arch), l_cache)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("token_embd_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    kv_dim = n_head_kv * hd
+    for i, recurrent in enumerate(pattern):
+        p = f"blk.{i}."
+        sink.vector(p + "ffn_norm.weight", n_embd)
+        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+        sink.vector(p + "attn_norm.weight", n_embd)
+        if recurrent:
+            sink.matrix("shortconv.conv", p + "shortconv.conv.weight", l_cache, n_embd, scale=0.3)
+            sink.matrix("shortconv.in_proj", p + "shortconv.in_proj.weight", n_embd, 3 * n_embd)
+            sink.matrix("shortconv.out_proj", p + "shortconv.out_proj.weight", n_embd, n_embd)
+        else:
+            sink.vector(p + "attn_q_norm.weight", hd)
+            sink.vector(p + "attn_k_norm.weight", hd)
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
+            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
+            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+    _finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)

@@ -1,0 +1,156 @@
+"""Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2.
+
+Graphs, node for node (order, name, op, type, ne, sources), for prefill and decode, a
+fresh sequence (past 0: the recurrent state is zeroed in place) and a continued one,
+several outputs, flash attention off and on, quantized KV caches; fixtures in
+tests/fixtures_hybrid.py, comparison in tests/parity.py. Memory: the compute buffer, the
+KV cache of the attention layers and the recurrent state buffer (``RS buffer size``) of
+llama.cpp's log (tests/llama_oracle.py ``capture_log``), at the precision it prints.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+import fixtures_hybrid as H
+from graphcost.analysis import analyze_graph
+from graphcost.build import build_graph, load_model
+from graphcost.memory_plan import plan_memory
+from graphcost.report.document import document
+from graphcost.settings import RunSettings
+from llama_oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from parity import assert_same_graph, case_ids
+
+needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
+                                     reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("parity_hybrid")
+    return {
+        # conv, conv, attn, conv, attn; 5 heads of 32 over 1 KV head; kernel 3; tied
+        "lfm2": H.write_lfm2(d / "lfm2.gguf"),
+        # attention first, head_dim 64 (Hadamard rotation for quantized KV), kernel 4,
+        # 3 heads over 3 KV heads, untied output
+        "lfm2_hd64": H.write_lfm2(d / "lfm2_hd64.gguf", n_embd=192, n_head=3, n_head_kv=3,
+                                  n_ff=544, pattern=(False, True, True, False), l_cache=4,
+                                  tie_embeddings=False, n_vocab=277,
+                                  weight_types={"shortconv.in_proj": QT.Q4_0}),
+    }
+
+
+CASES = [
+    # (model, settings); fa=True: the case needs flash attention (quantized V cache)
+    ("lfm2", dict(tokens=1, past=3)),
+    ("lfm2", dict(tokens=1, past=0)),
+    ("lfm2", dict(tokens=7, past=0)),
+    ("lfm2", dict(tokens=6, past=4)),
+    ("lfm2", dict(tokens=5, past=300, n_outputs=2)),
+    ("lfm2", dict(tokens=2, past=1, type_k="q8_0", type_v="q4_0", fa=True)),
+    ("lfm2_hd64", dict(tokens=1, past=2)),
+    ("lfm2_hd64", dict(tokens=9, past=0, n_outputs=3)),
+    ("lfm2_hd64", dict(tokens=3, past=2, type_k="q8_0")),
+    ("lfm2_hd64", dict(tokens=2, past=5, type_k="q8_0", type_v="q8_0", fa=True)),
+]
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
+@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
+def test_hybrid_graph_matches_llama_cpp(models, model, settings, fa):
+    assert_same_graph(models[model], settings, fa)
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+# (model, n_ctx, n_ubatch, flash_attn, type_k, type_v)
+MEM_CASES = [
+    ("lfm2", 512, 512, False, "f16", "f16"),
+    ("lfm2", 4096, 64, True, "q8_0", "q8_0"),
+    ("lfm2", 1000, 100, False, "q8_0", "f16"),
+    ("lfm2_hd64", 32768, 512, True, "f16", "f16"),
+    ("lfm2_hd64", 2048, 1, False, "q8_0", "f16"),
+]
+
+
+def _mid(c) -> str:
+    m, ctx, ub, fa, tk, tv = c
+    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}"
+
+
+@pytest.fixture(scope="module")
+def logs(models):
+    if not llama_cpp_available():
+        pytest.skip("llama-cpp-python: " + llama_cpp_unavailable_reason())
+
+    def one(c):
+        m, ctx, ub, fa, tk, tv = c
+        return capture_log(models[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk, type_v=tv)
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as ex:
+        return dict(zip(map(_mid, MEM_CASES), ex.map(one, MEM_CASES)))
+
+
+def _settings(c) -> RunSettings:
+    m, ctx, ub, fa, tk, tv = c
+    return RunSettings(ctx_size=ctx, ubatch_size=ub, batch_size=ub,
+                       flash_attn="on" if fa else "off", cache_type_k=tk, cache_type_v=tv)
+
+
+def mib2(n: int) -> float:
+    """llama.cpp's "%8.2f MiB" of n bytes."""
+    return float(f"{n / MiB:.2f}")
+
+
+@pytest.mark.parametrize("case", MEM_CASES, ids=[_mid(c) for c in MEM_CASES])
+def test_hybrid_memory_matches_llama_cpp_log(models, logs, case):
+    log = logs[_mid(case)]
+    mem = document(analyze_graph(build_graph(load_model(models[case[0]]), _settings(case))))["memory"]
+    assert mib2(mem["compute_buffer_bytes"]) == log["compute_buffer_mib"]
+    (exact,) = log["compute_buffer_exact"]
+    assert f"{mem['compute_buffer_bytes'] / MiB:.4f}" == f"{exact['mib']:.4f}"
+    # the KV cache holds the attention layers only
+    assert len(mem["kv_caches"]) == len(log["kv_caches"]) == 1
+    ours, theirs = mem["kv_caches"][0], log["kv_caches"][0]
+    assert (ours["cells"], ours["layers"]) == (theirs["cells"], theirs["layers"])
+    assert mib2(ours["bytes"]) == theirs["buffer_mib"]
+    # the recurrent state: one cell (n_seq_max 1), F32 R and S buffers
+    (rs,) = log["recurrent_states"]
+    (st,) = mem["recurrent_states"]
+    assert (st["cells"], rs["type_r"], rs["type_s"]) == (rs["cells"], "f32", "f32")
+    assert (mib2(st["r_bytes"]), mib2(st["s_bytes"])) == (rs["r_mib"], rs["s_mib"])
+    assert mib2(mem["recurrent_state_bytes"]) == rs["buffer_mib"]
+    assert mib2(mem["output_buffer_bytes"]) == log["output_buffer_mib"]
+
+
+def test_lfm2_recurrent_state_bytes(models):
+    """R: one F32 row of n_embd_r = n_embd * (l_cache - 1) per conv layer, S empty."""
+    plan = plan_memory(load_model(models["lfm2"]), RunSettings(ctx_size=4096))
+    (st,) = plan.states
+    # 3 conv layers x 160 * (3 - 1) floats x 4 bytes = 3 x 1280 = 3840 (1280 is 32-aligned)
+    assert (st.cells, st.layers, st.r_bytes, st.s_bytes) == (1, 3, 3840, 0)
+    # it does not grow with the context, unlike the KV cache (2 attention layers)
+    big = plan_memory(load_model(models["lfm2"]), RunSettings(ctx_size=32768))
+    assert big.recurrent_state_bytes == plan.recurrent_state_bytes
+    # KV: 2 layers x (K + V) x 32 (1 KV head of 32) x cells x 2 bytes (F16)
+    assert plan.kv_cache_bytes == 2 * 2 * 32 * 4096 * 2
+    assert big.kv_cache_bytes == 8 * plan.kv_cache_bytes
+    assert plan.total_bytes == (plan.weights_bytes + plan.kv_cache_bytes + 3840
+                                + plan.compute_buffer_bytes + plan.output_buffer_bytes)
+
+
+def test_lfm2_fresh_sequence_zeroes_its_state(models):
+    """past 0: build_rs zeroes cell rs_z = 0 in place (SCALE by 0 of n_embd_r floats);
+    a continued sequence has rs_z = -1 and the view is empty."""
+    m = load_model(models["lfm2"])
+
+    def zeroing(past):
+        bg = build_graph(m, RunSettings(tokens=2, past=past))
+        return [n.ne[0] for n in bg.nodes if n.op == "SCALE" and n.storage.role == "kv"]
+    assert zeroing(0) == [160 * 2] * 3
+    assert zeroing(5) == [0] * 3
