@@ -154,3 +154,16 @@ def test_lfm2_fresh_sequence_zeroes_its_state(models):
         return [n.ne[0] for n in bg.nodes if n.op == "SCALE" and n.storage.role == "kv"]
     assert zeroing(0) == [160 * 2] * 3
     assert zeroing(5) == [0] * 3
+
+
+def test_ssm_conv_cost(models):
+    """SSM_CONV: a d_conv-long dot product per output element (ggml_compute_forward_ssm_conv_f32)."""
+    from graphcost.costs import op_cost
+    bg = build_graph(load_model(models["lfm2"]), RunSettings(tokens=4, past=2))
+    conv = [n for n in bg.nodes if n.op == "SSM_CONV"]
+    assert [n.name for n in conv] == [f"model.layers.{{}}.conv.conv-{il}" for il in (0, 1, 3)]
+    c = op_cost(conv[0])
+    # kernel width 3, output [160, 4, 1]: 3 * 640 = 1920 multiplies and as many adds
+    assert (c.ops["mul"], c.ops["add"]) == (1920, 1920)
+    # reads sx [2 + 4, 160] F32 = 3840 B and the kernel [3, 160] F32 = 1920 B; writes 640 * 4
+    assert (c.reads, c.write) == ((3840, 1920), 2560)
