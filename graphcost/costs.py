@@ -3,7 +3,7 @@
 Counting convention (the one graphcost uses everywhere)
 -------------------------------------------------------
 FLOPs are counted **by kind**, one per elementary operation the CPU kernel performs on
-floats (kinds: ``mul add div exp sqrt sin cos tanh max``). A fused multiply-add is a
+floats (kinds: ``mul add div exp log sqrt sin cos tanh max``). A fused multiply-add is a
 ``mul`` plus an ``add``, so it counts **2** in ``flops`` (the total over all kinds). A
 matmul ``a [K, M] x b [K, N, B2, B3]`` is ``M*N*K*B2*B3`` multiplies and as many adds
 (``2*M*N*K*B`` in total, the convention of llama.cpp's ``test-backend-ops``); for
@@ -46,7 +46,7 @@ from . import ggml_types as gt
 from .ggml_graph import Tensor
 
 #: FLOP kinds summed into ``flops`` (``cvt`` is reported but not summed)
-FLOP_KINDS = ("mul", "add", "div", "exp", "sqrt", "sin", "cos", "tanh", "max")
+FLOP_KINDS = ("mul", "add", "div", "exp", "log", "sqrt", "sin", "cos", "tanh", "max")
 
 
 @dataclass(frozen=True)
@@ -334,6 +334,31 @@ def ssm_conv(t: Tensor) -> OpCost:
     return OpCost(_ops(mul=d_conv * n, add=d_conv * n), tuple(_plain(t)), t.data_bytes)
 
 
+def ssm_scan(t: Tensor) -> OpCost:
+    # s:[d_state, head_dim, n_head, rows] (rows ids picked) x:[head_dim, n_head, n_t, n_s]
+    # dt:[n_head, n_t, n_s] A:[1, n_head] B, C:[d_state, n_group, n_t, n_s] ids:[n_s]
+    # -> y [head_dim, n_head, n_t, n_s] ++ states [d_state, head_dim, n_head, n_s]
+    # (ggml_compute_forward_ssm_scan_f32, Mamba-2 branch: A scalar per head). Per token and
+    # head: softplus(dt) = log1p(exp(dt)) [1 exp, 1 log, 1 add], dA = exp(softplus * A)
+    # [1 mul, 1 exp]; per token, head and dim: x*dt [1 mul]; per state element:
+    # s = s0*dA + B*x_dt [2 mul, 1 add], sum += s*C [1 mul, 1 add]. (softplus returns dt
+    # itself above 20: data-dependent, counted as computed.) Mamba-1 (A [d_state, n_head])
+    # computes exp per state element instead and is not modelled here.
+    s, x, dt, A, B, C, ids = t.src
+    if A.ne[0] != 1:
+        raise KeyError("SSM_SCAN with Mamba-1 decay factors")
+    d_state, head_dim, n_head = s.ne[0], s.ne[1], s.ne[2]
+    n_t, n_s = x.ne[2], x.ne[3]
+    th = n_t * n_s * n_head
+    thd = th * head_dim
+    thds = thd * d_state
+    state_bytes = gt.row_size(s.type, d_state * head_dim * n_head) * n_s  # the ids' rows only
+    reads = (state_bytes, x.data_bytes, dt.data_bytes, A.data_bytes, B.data_bytes,
+             C.data_bytes, ids.data_bytes)
+    return OpCost(_ops(mul=th + thd + 3 * thds, add=th + 2 * thds, exp=2 * th, log=th),
+                  reads, t.data_bytes)
+
+
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
 COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "MUL_MAT": mul_mat,
@@ -363,6 +388,7 @@ COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "CLAMP": clamp,
     "SIGMOID": sigmoid,
     "SSM_CONV": ssm_conv,
+    "SSM_SCAN": ssm_scan,
 }
 
 #: ops that only reinterpret memory: no cost, no allocation

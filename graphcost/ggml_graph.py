@@ -308,6 +308,14 @@ class Graph:
             raise ValueError(f"ssm_conv shapes {sx.ne} x {c.ne}")
         return self._new("SSM_CONV", gt.F32, (d_inner, n_t, sx.ne[2]), [sx, c])
 
+    def ssm_scan(self, s: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                 ids: Tensor, K: int = 1) -> Tensor:
+        """ggml_ssm_scan: selective scan of x [head_dim, n_head, n_t, n_s] from the states
+        s [d_state, head_dim, n_head, rows] picked by ids I32 [n_s] -> F32 1-D
+        [nelements(x) + K * d_state * head_dim * n_head * n_s] (y, then the new states)."""
+        n = x.n_elements + K * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
+        return self._new("SSM_SCAN", gt.F32, (n,), [s, x, dt, A, B, C, ids], params={"K": K})
+
     # ---- mixture of experts ------------------------------------------------------------
     def soft_max(self, a: Tensor) -> Tensor:
         """ggml_soft_max: softmax over rows, no mask, scale 1."""

@@ -13,6 +13,7 @@ and one row: the state does not grow with the context.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from . import ggml_types as gt
 from .alloc import CPU_ALIGNMENT, align
@@ -96,16 +97,18 @@ def build_rs_inputs(b, st: RecurrentState) -> RsInputs:
     return RsInputs(st, s_copy, main, extra)
 
 
-def build_rs(b, inp: RsInputs, s: Tensor, state_size: int, n_seqs: int) -> Tensor:
-    """llm_graph_context::build_rs (the ggml_get_rows variant): zero cell ``rs_z`` in place
-    (a zero-sized view when rs_z < 0), gather the ubatch's states, and copy the states of
-    the other used cells into place; returns the gathered states [state_size, n_seqs]."""
+def build_rs(b, inp: RsInputs, s: Tensor, state_size: int, n_seqs: int,
+             get_rows: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+    """llm_graph_context::build_rs: zero cell ``rs_z`` in place (a zero-sized view when
+    rs_z < 0), gather the ubatch's states with ``get_rows(states, s_copy_main)``
+    (default ggml_get_rows; Mamba passes its SSM_SCAN), and copy the states of the other
+    used cells into place; returns what ``get_rows`` returned."""
     g, st = b.g, inp.state
     states = g.reshape(s, [state_size, s.ne[1]])
     z = st.rs_z
     zero = g.view(states, [state_size * (z >= 0)], (), z * states.nb[1] * (z >= 0))
     g.expand(g.scale_inplace(zero, 0.0))
-    out = g.get_rows(states, inp.s_copy_main)
+    out = (get_rows or g.get_rows)(states, inp.s_copy_main)
     g.expand(out)
     extra = g.get_rows(states, inp.s_copy_extra)
     dst = g.view(s, [state_size, st.n_rs - n_seqs], [s.nb[1]], (st.head + n_seqs) * s.nb[1])

@@ -73,6 +73,7 @@ class ModelInfo:
     ssm_d_inner: int = 0
     ssm_d_state: int = 0
     ssm_n_group: int = 0
+    ssm_dt_rank: int = 0  # Mamba-2: the number of SSM heads
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -283,6 +284,7 @@ def _recurrent_sizes(m: _Meta, recurrent: bool) -> dict:
         return {}
     return dict(ssm_d_conv=m.int(Keys.SSM.CONV_KERNEL, 0), ssm_d_inner=m.int(Keys.SSM.INNER_SIZE, 0),
                 ssm_d_state=m.int(Keys.SSM.STATE_SIZE, 0), ssm_n_group=m.int(Keys.SSM.GROUP_COUNT, 0),
+                ssm_dt_rank=m.int(Keys.SSM.TIME_STEP_RANK, 0),
                 shortconv_l_cache=m.int(Keys.ShortConv.L_CACHE, 0))
 
 

@@ -1,4 +1,4 @@
-"""Tiny but valid GGUFs for the hybrid (recurrent + attention) families: lfm2.
+"""Tiny but valid GGUFs for the hybrid (recurrent + attention) families: lfm2, granitehybrid.
 
 Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in the
 llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
@@ -16,7 +16,7 @@ import numpy as np
 import gguf
 from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
 
-__all__ = ["write_lfm2", "LFM2_PATTERN"]
+__all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN"]
 
 HYBRID_DEFAULT_TYPES: dict[str, QT] = {
     "token_embd": QT.Q8_0,
@@ -32,6 +32,10 @@ HYBRID_DEFAULT_TYPES: dict[str, QT] = {
     "shortconv.out_proj": QT.Q4_0,
     # ggml_compute_forward_ssm_conv reads the kernel as F32
     "shortconv.conv": QT.F32,
+    "ssm_in": QT.Q8_0,
+    "ssm_out": QT.Q4_K,
+    # ggml_compute_forward_ssm_conv reads the kernel as F32
+    "ssm_conv1d": QT.F32,
 }
 
 #: LFM2's layout in small: conv, conv, attention, conv, attention (True = recurrent)
@@ -95,6 +99,108 @@ def write_lfm2(
             sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
             sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+    _finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+
+
+#: a granitehybrid layout in small: mamba2, attention, mamba2, mamba2 (True = recurrent)
+GRANITE_HYBRID_PATTERN = (True, False, True, True)
+
+
+def write_granitehybrid(
+    path: str | Path, *, n_embd: int = 96, n_head: int = 3, n_head_kv: int = 1,
+    n_ff: int = 224, pattern: Sequence[bool] = GRANITE_HYBRID_PATTERN, d_conv: int = 4,
+    d_state: int = 16, n_ssm_head: int = 6, n_group: int = 2, n_vocab: int = 289,
+    tie_embeddings: bool = True, biases: bool = False,
+    rope_finetuned: bool | None = None, embedding_scale: float | None = 12.0,
+    residual_scale: float | None = 0.22, logit_scale: float | None = 8.0,
+    attention_scale: float | None = 0.015625, weight_types: Mapping[str, QT] | None = None,
+    context_length: int = 4096, rope_freq_base: float = 10_000.0, rms_eps: float = 1e-5,
+    seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``granitehybrid``: ``pattern[il]`` True makes layer il a Mamba-2 layer
+    (``head_count_kv`` 0; ``ssm_in``, ``ssm_conv1d`` (+ bias), ``ssm_dt.bias``, ``ssm_a``,
+    ``ssm_d``, ``ssm_norm``, ``ssm_out``), False an attention layer. d_inner = 2 * n_embd
+    (llama.cpp asserts it); ``n_ssm_head`` is ``ssm.time_step_rank``.
+
+    Default: n_embd 96, d_inner 192 in 6 SSM heads of 32, 2 groups, d_state 16, kernel 4;
+    3 attention heads of 32 over 1 KV head; n_ff 224 (7 * 32); Granite multipliers."""
+    path = Path(path)
+    n_layer = len(pattern)
+    hd = n_embd // n_head
+    d_inner = 2 * n_embd
+    arch = "granitehybrid"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_ssm_head)
+    w.add_ssm_group_count(n_group)
+    if logit_scale is not None:
+        w.add_logit_scale(logit_scale)
+    if embedding_scale is not None:
+        w.add_embedding_scale(embedding_scale)
+    if residual_scale is not None:
+        w.add_residual_scale(residual_scale)
+    if attention_scale is not None:
+        w.add_attention_scale(attention_scale)
+    if rope_finetuned is not None:
+        w.add_rope_scaling_finetuned(rope_finetuned)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("output_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    kv_dim = n_head_kv * hd
+    d_xbc = d_inner + 2 * n_group * d_state
+    for i, recurrent in enumerate(pattern):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        if recurrent:
+            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
+            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
+            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
+            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
+            # ssm_a and ssm_d are {1, n_head} and have no ".weight" suffix
+            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
+            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
+            sink.types[p + "ssm_a"] = sink.types[p + "ssm_d"] = "F32"
+            w.add_tensor(p + "ssm_norm.weight",
+                         np.ones((n_group, d_inner // n_group), dtype=np.float32))
+            sink.types[p + "ssm_norm.weight"] = "F32"
+            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+        else:
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
+            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
+            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+            if biases:
+                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+        sink.vector(p + "ffn_norm.weight", n_embd)
+        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+        if biases:
+            sink.vector(p + "ffn_gate.bias", n_ff, center=0.0, spread=0.02)
+            sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
+            sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
     _finish(w)
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,

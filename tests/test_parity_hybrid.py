@@ -1,4 +1,4 @@
-"""Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2.
+"""Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2, granitehybrid.
 
 Graphs, node for node (order, name, op, type, ne, sources), for prefill and decode, a
 fresh sequence (past 0: the recurrent state is zeroed in place) and a continued one,
@@ -42,6 +42,16 @@ def models(tmp_path_factory):
                                   n_ff=544, pattern=(False, True, True, False), l_cache=4,
                                   tie_embeddings=False, n_vocab=277,
                                   weight_types={"shortconv.in_proj": QT.Q4_0}),
+        # mamba2, attn, mamba2, mamba2; 6 SSM heads of 32 in 2 groups, d_state 16,
+        # kernel 4; all Granite multipliers, rope on
+        "granitehybrid": H.write_granitehybrid(d / "granitehybrid.gguf"),
+        # attention first, no rope (rope.scaling.finetuned false), no multipliers, biases,
+        # 1 group, d_state 8, kernel 3, untied output, 3 KV heads
+        "granitehybrid_plain": H.write_granitehybrid(
+            d / "granitehybrid_plain.gguf", pattern=(False, True, False, True, True),
+            rope_finetuned=False, embedding_scale=None, residual_scale=None,
+            logit_scale=None, attention_scale=None, biases=True, n_group=1, d_state=8,
+            d_conv=3, tie_embeddings=False, n_head_kv=3),
     }
 
 
@@ -57,6 +67,14 @@ CASES = [
     ("lfm2_hd64", dict(tokens=9, past=0, n_outputs=3)),
     ("lfm2_hd64", dict(tokens=3, past=2, type_k="q8_0")),
     ("lfm2_hd64", dict(tokens=2, past=5, type_k="q8_0", type_v="q8_0", fa=True)),
+    ("granitehybrid", dict(tokens=1, past=3)),
+    ("granitehybrid", dict(tokens=1, past=0)),
+    ("granitehybrid", dict(tokens=7, past=0)),
+    ("granitehybrid", dict(tokens=5, past=300, n_outputs=2)),
+    ("granitehybrid", dict(tokens=2, past=1, type_k="q8_0", type_v="q4_0", fa=True)),
+    ("granitehybrid_plain", dict(tokens=1, past=2)),
+    ("granitehybrid_plain", dict(tokens=8, past=0, n_outputs=8)),
+    ("granitehybrid_plain", dict(tokens=3, past=4, type_k="q8_0")),
 ]
 
 
@@ -76,6 +94,9 @@ MEM_CASES = [
     ("lfm2", 1000, 100, False, "q8_0", "f16"),
     ("lfm2_hd64", 32768, 512, True, "f16", "f16"),
     ("lfm2_hd64", 2048, 1, False, "q8_0", "f16"),
+    ("granitehybrid", 512, 512, False, "f16", "f16"),
+    ("granitehybrid", 4096, 64, True, "q8_0", "q8_0"),
+    ("granitehybrid_plain", 1000, 100, False, "f16", "f16"),
 ]
 
 
@@ -167,3 +188,39 @@ def test_ssm_conv_cost(models):
     assert (c.ops["mul"], c.ops["add"]) == (1920, 1920)
     # reads sx [2 + 4, 160] F32 = 3840 B and the kernel [3, 160] F32 = 1920 B; writes 640 * 4
     assert (c.reads, c.write) == ((3840, 1920), 2560)
+
+
+def test_quantized_cache_block_must_divide_head_size(tmp_path):
+    """llama_init_from_model refuses a quantized K cache whose block (32 for q8_0) does not
+    divide the head size (16 here) when flash attention is on; without it, it builds."""
+    from graphcost.errors import SettingsError
+    fx = H.write_granitehybrid(tmp_path / "g.gguf", n_head=6, n_head_kv=2)
+    m = load_model(fx)
+    with pytest.raises(SettingsError, match="block size 32 does not divide the head size 16"):
+        build_graph(m, RunSettings(flash_attn="on", cache_type_k="q8_0"))
+    build_graph(m, RunSettings(flash_attn="off", cache_type_k="q8_0"))
+
+
+def test_granitehybrid_recurrent_state_bytes(models):
+    """Mamba-2: R = (d_conv - 1) * (d_inner + 2 * n_group * d_state) floats, S = d_state *
+    d_inner floats, per recurrent layer, one cell."""
+    plan = plan_memory(load_model(models["granitehybrid"]), RunSettings(ctx_size=4096))
+    (st,) = plan.states
+    # R: 3 layers x 3 * (192 + 2 * 2 * 16) = 768 floats x 4 B = 3 x 3072 = 9216
+    # S: 3 layers x 16 * 192 = 3072 floats x 4 B = 3 x 12288 = 36864
+    assert (st.cells, st.layers, st.r_bytes, st.s_bytes) == (1, 3, 9216, 36864)
+
+
+def test_ssm_scan_cost(models):
+    from graphcost.costs import op_cost
+    bg = build_graph(load_model(models["granitehybrid"]), RunSettings(tokens=2, past=5))
+    scans = [n for n in bg.nodes if n.op == "SSM_SCAN"]
+    assert len(scans) == 3
+    c = op_cost(scans[0])
+    # 2 tokens x 6 heads = 12 (th); x head_dim 32 = 384 (thd); x d_state 16 = 6144 (thds)
+    # mul = th (dA) + thd (x*dt) + 3 thds = 12 + 384 + 18432; add = th (softplus) + 2 thds
+    assert (c.ops["mul"], c.ops["add"], c.ops["exp"], c.ops["log"]) == (18828, 12300, 24, 12)
+    # reads: the state row 16*32*6*4 = 12288, x [32, 6, 2] 1536, dt [6, 2] 48, A [1, 6] 24,
+    # B and C [16, 2, 2] 256 each, ids 4; writes y (384) + state (3072) floats = 13824 B
+    assert c.reads == (12288, 1536, 48, 24, 256, 256, 4)
+    assert c.write == 13824

@@ -101,3 +101,89 @@ def shortconv(sb: SpecBuilder, a: dict) -> None:
 
 
 __all__: list[Any] = []
+
+
+@statement("mamba2")
+def mamba2(sb: SpecBuilder, a: dict) -> None:
+    """``{x: cur, out: cur}``: llm_build_mamba_base::build_mamba2_layer
+    (src/models/mamba-base.cpp) for one sequence: ssm_in -> z, xBC, dt views; the conv
+    state gathered by build_rs and CONCATed before xBC^T, its last d_conv - 1 columns
+    copied back (one slot); SSM_CONV + conv bias + SILU; x, B, C views; dt + bias;
+    SSM_SCAN over the SSM state gathered by build_rs (get_ssm_rows), the new state copied
+    back; y + x*D (``mamba2_y_add_d``), SwiGLU with z, grouped RMS norm (``ssm_norm``),
+    ssm_out (``mamba_out``)."""
+    b, g, m, il = sb.b, sb.g, sb.m, sb.il
+    inp = getattr(sb, "inp_rs", None)
+    if inp is None:
+        raise GraphcostError(sb.where("mamba2 before hybrid_inputs"))
+    st = inp.state
+    d_conv, d_inner, d_state = m.ssm_d_conv, m.ssm_d_inner, m.ssm_d_state
+    n_head, n_group = m.ssm_dt_rank, m.ssm_n_group
+    if min(d_conv, d_inner, d_state, n_head, n_group) <= 0 or d_inner % n_head or d_inner % n_group \
+            or n_head % n_group:
+        raise GraphcostError(f"{m.header.path}: ssm sizes d_conv {d_conv}, d_inner {d_inner}, "
+                             f"d_state {d_state}, time_step_rank {n_head}, group_count "
+                             f"{n_group} are not a Mamba-2 layer llama.cpp can build")
+    head_dim = d_inner // n_head
+    n_seqs, K = 1, 1  # one sequence; K = n_rs_seq + 1 with n_rs_seq = 0
+    d_xbc = d_inner + 2 * n_group * d_state
+    f32 = gt.type_size(gt.F32)
+    conv_states, ssm_states = st.r[il], st.s[il]
+    cur = sb.var(a.get("x", "cur"))
+    n_seq_tokens = cur.ne[1]
+
+    conv = build_rs(b, inp, conv_states, m.n_embd_r(), n_seqs)
+    conv = g.reshape(conv, [d_conv - 1, d_xbc, n_seqs])
+    zxbcdt = b.mm(sb.weight("ssm_in"), cur)
+    zxbcdt = g.reshape(zxbcdt, [zxbcdt.ne[0], n_seq_tokens, n_seqs])
+    nb = zxbcdt.nb
+    z = g.view(zxbcdt, [head_dim, n_head, n_seq_tokens, n_seqs], [head_dim * nb[0], nb[1], nb[2]], 0)
+    xbc = g.view(zxbcdt, [d_xbc, n_seq_tokens, n_seqs], [nb[1], nb[2]], d_inner * f32)
+    dt = g.view(zxbcdt, [n_head, n_seq_tokens, n_seqs], [nb[1], nb[2]], (2 * d_inner + 2 * n_group * d_state) * f32)
+
+    conv_x = g.concat(conv, g.transpose(xbc), 0)
+    row_count = (d_conv - 1) * d_xbc
+    row_size = gt.row_size(conv_states.type, row_count)
+    for slot in range(min(n_seq_tokens, K)):
+        last = g.view(conv_x, [d_conv - 1, d_xbc, n_seqs], [conv_x.nb[1], conv_x.nb[2]],
+                      (n_seq_tokens - slot) * conv_x.nb[0])
+        dst = g.view(conv_states, [row_count, n_seqs], [conv_states.nb[1]],
+                     (slot * st.size + st.head) * row_size)
+        g.expand(g.cpy(last, dst))
+    xbc = g.ssm_conv(conv_x, sb.weight("ssm_conv1d"))
+    xbc = g.add(xbc, sb.weight("ssm_conv1d.bias"))
+    xbc = g.unary("SILU", xbc)
+
+    nb = xbc.nb
+    x = g.view(xbc, [head_dim, n_head, n_seq_tokens, n_seqs], [head_dim * nb[0], nb[1], nb[2]], 0)
+    B = g.view(xbc, [d_state, n_group, n_seq_tokens, n_seqs], [d_state * nb[0], nb[1], nb[2]], d_inner * f32)
+    C = g.view(xbc, [d_state, n_group, n_seq_tokens, n_seqs], [d_state * nb[0], nb[1], nb[2]],
+               (d_inner + n_group * d_state) * f32)
+    dt = g.add(g.cont(dt), sb.weight("ssm_dt.bias"))
+    A = b.weight(f"blk.{il}.ssm_a")  # no ".weight" suffix (llama-arch.cpp LLM_TENSOR_SSM_A)
+    D = b.weight(f"blk.{il}.ssm_d")
+
+    def get_ssm_rows(states: Tensor, ids: Tensor) -> Tensor:
+        ssm = g.reshape(states, [d_state, head_dim, n_head, ssm_states.ne[1]])
+        return g.ssm_scan(ssm, x, dt, A, B, C, ids, K)
+
+    y_ssm = build_rs(b, inp, ssm_states, m.n_embd_s(), n_seqs, get_rows=get_ssm_rows)
+    Dn = d_state * d_inner
+    n_written = min(n_seq_tokens, K)
+    y_row = gt.row_size(y_ssm.type, Dn)
+    s_row = gt.row_size(ssm_states.type, Dn)
+    state_offset = x.n_elements * f32
+    g.expand(g.cpy(g.view(y_ssm, [Dn, n_seqs, n_written], [y_row, y_row * n_seqs], state_offset),
+                   g.view(ssm_states, [Dn, n_seqs, n_written], [ssm_states.nb[1], st.size * s_row],
+                          st.head * s_row)))
+    y = g.view(y_ssm, [head_dim, n_head, n_seq_tokens, n_seqs],
+               [x.nb[1], n_head * x.nb[1], n_seq_tokens * n_head * x.nb[1]], 0)
+    y = sb.cb(g.add(y, g.mul(x, D)), "mamba2_y_add_d")
+    y = g.glu_split("SWIGLU", g.cont(z), y)
+    norm = sb.weight("ssm_norm?")
+    if norm is not None:
+        y = g.reshape(y, [d_inner // n_group, n_group, n_seq_tokens, n_seqs])
+        y = b.build_norm(y, norm, None, il, "rms")
+    y = g.reshape(y, [d_inner, n_seq_tokens * n_seqs])
+    cur = sb.cb(b.mm(sb.weight("ssm_out"), y), "mamba_out")
+    sb.vars[a.get("out", "cur")] = cur
