@@ -86,7 +86,7 @@ def load_specs() -> dict[str, ArchSpec]:
 
 # ---- expressions ---------------------------------------------------------------------
 _BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv, ast.Pow: operator.pow}
+        ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod}
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Gt: operator.gt,
         ast.LtE: operator.le, ast.GtE: operator.ge}
 _FUNCS = {"sqrt": math.sqrt}

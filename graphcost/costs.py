@@ -359,6 +359,33 @@ def ssm_scan(t: Tensor) -> OpCost:
                   reads, t.data_bytes)
 
 
+def gated_delta_net(t: Tensor) -> OpCost:
+    # q, k:[S, H_k, n_t, n_s] v:[S, H, n_t, n_s] g:[1 or S, H, n_t, n_s] beta:[1, H, n_t, n_s]
+    # state:[S, S, H, n_s] -> [S*H, n_t*n_s + K*S*n_s] (ggml_compute_forward_gated_delta_net
+    # _one_chunk). Per token and head, on the S x S state: decay by exp(g) [1 exp, S*S mul;
+    # a per-row gate (KDA): S exp], k.S [S*S mul, S*S add], delta = (v - k.S)*beta
+    # [S add, S mul], S += k (x) delta [S*S mul, S*S add], q.S [S*S mul, S*S add], * 1/sqrt(S)
+    # [S mul]: 4 S^2 + 2 S mul, 3 S^2 + S add.
+    q, k, v, g, beta, state = t.src
+    S, H, n_t, n_s = v.ne
+    th = H * n_t * n_s
+    exp = th * (S if g.ne[0] == S else 1)
+    return OpCost(_ops(mul=th * (4 * S * S + 2 * S), add=th * (3 * S * S + S), exp=exp),
+                  tuple(_plain(t)), t.data_bytes)
+
+
+def softplus(t: Tensor) -> OpCost:
+    # log(1 + exp(x)) [1 exp, 1 add, 1 log] per element (x itself above 20: data-dependent,
+    # counted as computed) (ggml_compute_softplus_f32)
+    n = t.n_elements
+    return OpCost(_ops(exp=n, add=n, log=n), tuple(_plain(t)), t.data_bytes)
+
+
+def repeat(t: Tensor) -> OpCost:
+    # a tiled to the result's shape: read a once, write the result, no arithmetic
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
 COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "MUL_MAT": mul_mat,
@@ -389,6 +416,9 @@ COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "SIGMOID": sigmoid,
     "SSM_CONV": ssm_conv,
     "SSM_SCAN": ssm_scan,
+    "GATED_DELTA_NET": gated_delta_net,
+    "SOFTPLUS": softplus,
+    "REPEAT": repeat,
 }
 
 #: ops that only reinterpret memory: no cost, no allocation

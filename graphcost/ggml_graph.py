@@ -316,6 +316,23 @@ class Graph:
         n = x.n_elements + K * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
         return self._new("SSM_SCAN", gt.F32, (n,), [s, x, dt, A, B, C, ids], params={"K": K})
 
+    def gated_delta_net(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+                        state: Tensor, K: int = 1) -> Tensor:
+        """ggml_gated_delta_net: v [S_v, H, n_t, n_s], state [S_v, S_v, H, n_s] -> F32
+        [S_v * H, n_t * n_s + K * S_v * n_s] (the outputs, then K state snapshots)."""
+        S_v, H, n_t, n_s = v.ne
+        if state.ne != (S_v, S_v, H, n_s) or beta.ne[0] != 1 or g.ne[0] not in (1, S_v):
+            raise ValueError(f"gated_delta_net shapes v {v.ne} state {state.ne} g {g.ne} beta {beta.ne}")
+        return self._new("GATED_DELTA_NET", gt.F32, (S_v * H, n_t * n_s + K * S_v * n_s),
+                         [q, k, v, g, beta, state], params={"K": K})
+
+    def repeat_4d(self, a: Tensor, ne) -> Tensor:
+        """ggml_repeat_4d: ``a`` tiled to ``ne`` (each a multiple of a's size)."""
+        ne4 = _ne4(ne)
+        if any(n % m for n, m in zip(ne4, a.ne)):
+            raise ValueError(f"repeat of {a.ne} to {ne4}")
+        return self._new("REPEAT", a.type, ne4, [a])
+
     # ---- mixture of experts ------------------------------------------------------------
     def soft_max(self, a: Tensor) -> Tensor:
         """ggml_soft_max: softmax over rows, no mask, scale 1."""

@@ -351,7 +351,7 @@ class LlmGraph:
         g.expand(cur)
         return cur
 
-    def build_attn(self, inp: AttnInputs, wo: Tensor, wo_b: Tensor | None, q: Tensor,
+    def build_attn(self, inp: AttnInputs, wo: Tensor | None, wo_b: Tensor | None, q: Tensor,
                    k: Tensor, v: Tensor, kq_scale: float, il: int, iswa: bool) -> Tensor:
         """build_attn for llm_graph_input_attn_kv (``iswa=False``: expands q, v, k) and
         llm_graph_input_attn_kv_iswa (``iswa=True``: expands q, k, v)."""
@@ -370,6 +370,8 @@ class LlmGraph:
         cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il), "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
+        if wo is None:  # qwen3next gates the attention output before its projection
+            return cur
         cur = self.mm(wo, cur)
         if wo_b is not None:
             cur = g.add(cur, wo_b)

@@ -32,9 +32,10 @@ from .ggml_graph import Tensor
 from .model import ModelInfo
 from .settings import Resolved, RunSettings, resolve
 
-#: llm_graph_result::set_outputs flags t_logits and t_embd as graph outputs
-#: (GGML_TENSOR_FLAG_OUTPUT: never freed, never overwritten in place)
-OUTPUT_NAMES = ("result_output", "result_norm")
+#: llm_graph_result::set_outputs flags t_logits, t_embd and t_h_nextn (qwen3next's
+#: output-norm state for its MTP head) as graph outputs (GGML_TENSOR_FLAG_OUTPUT: never
+#: freed, never overwritten in place)
+OUTPUT_NAMES = ("result_output", "result_norm", "h_nextn")
 #: llama_context default n_seq_max (llama-cli uses one sequence unless -np is given)
 N_SEQ_MAX = 1
 

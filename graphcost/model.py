@@ -267,13 +267,20 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
 def _recurrent_layers(m: _Meta, spec, n_layer: int, n_head: tuple[int, ...],
                       n_head_kv: tuple[int, ...], n_ff: tuple[int, ...]) -> tuple[bool, ...]:
     """hparams.is_recr per layer, from the spec's ``hparams.recurrent_layers`` expression
-    over ``il n_head n_head_kv n_ff`` (lfm2: ``n_head_kv == 0``, as its load_arch_hparams
-    sets is_recr_impl); ``()`` for a family without recurrent layers."""
+    over ``il n_head n_head_kv n_ff n_layer full_attention_interval`` (lfm2: ``n_head_kv ==
+    0``, as its load_arch_hparams sets is_recr_impl); ``()`` for a family without recurrent
+    layers."""
     expr = spec.hparams.get("recurrent_layers")
     if expr is None:
         return ()
+    # qwen3next: (il + 1) % full_attention_interval != 0, the interval 4 unless the key says
+    interval = m.int(Keys.LLM.FULL_ATTENTION_INTERVAL,
+                     int(spec.hparams.get("full_attention_interval", 0)))
+    if "full_attention_interval" in spec.hparams and interval == 0:
+        raise GraphcostError(f"{m.path}: {m.key(Keys.LLM.FULL_ATTENTION_INTERVAL)!r} is 0")
     return tuple(bool(evaluate(expr, {"il": il, "n_head": n_head[il], "n_head_kv": n_head_kv[il],
-                                      "n_ff": n_ff[il]}, str(spec.path)))
+                                      "n_ff": n_ff[il], "n_layer": n_layer,
+                                      "full_attention_interval": interval}, str(spec.path)))
                  for il in range(n_layer))
 
 

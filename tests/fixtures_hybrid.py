@@ -1,4 +1,4 @@
-"""Tiny but valid GGUFs for the hybrid (recurrent + attention) families: lfm2, granitehybrid.
+"""Tiny but valid GGUFs for the hybrid (recurrent + attention) families: lfm2, granitehybrid, qwen3next.
 
 Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in the
 llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
@@ -15,8 +15,10 @@ import numpy as np
 
 import gguf
 from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
+from fixtures_moe import _experts
 
-__all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN"]
+__all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
+           "write_qwen3next"]
 
 HYBRID_DEFAULT_TYPES: dict[str, QT] = {
     "token_embd": QT.Q8_0,
@@ -204,5 +206,99 @@ def write_granitehybrid(
     _finish(w)
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+
+
+def write_qwen3next(
+    path: str | Path, *, n_embd: int = 128, n_head: int = 4, n_head_kv: int = 2,
+    head_dim: int = 32, n_layer: int = 4, full_attention_interval: int | None = None,
+    d_conv: int = 4, d_state: int = 32, n_k_heads: int = 2, n_v_heads: int = 4,
+    n_expert: int = 6, n_expert_used: int = 2, n_ff_exp: int = 96, n_ff_shexp: int = 160,
+    n_vocab: int = 293, tie_embeddings: bool = False,
+    weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
+    rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``qwen3next``: layers ``il`` with ``(il + 1) % interval != 0`` are gated delta
+    net layers (``attn_qkv``, ``attn_gate``, ``ssm_ba``, ``ssm_conv1d``, ``ssm_dt.bias``,
+    ``ssm_a``, ``ssm_norm``, ``ssm_out``), the others gated attention (Q projection twice
+    the head size, Q/K norms); every layer has ``attn_post_norm``, routed experts and a
+    gated shared expert. ``full_attention_interval`` None leaves the key out (default 4).
+
+    Default: 4 layers (3 delta net, 1 attention); d_inner = d_state * n_v_heads = 128,
+    2 K heads and 4 V heads of 32 (K/V repeated), kernel 4; 4 heads of 32 over 2 KV heads;
+    6 experts (2 used) of 96, shared expert 160."""
+    path = Path(path)
+    interval = 4 if full_attention_interval is None else full_attention_interval
+    pattern = [(i + 1) % interval != 0 for i in range(n_layer)]
+    d_inner = d_state * n_v_heads
+    arch = "qwen3next"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff_exp)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_v_heads)
+    w.add_ssm_group_count(n_k_heads)
+    if full_attention_interval is not None:
+        w.add_uint32(gguf.Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=arch), full_attention_interval)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("output_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
+    conv_dim = 2 * key_dim + value_dim
+    for i, recurrent in enumerate(pattern):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        sink.vector(p + "post_attention_norm.weight", n_embd)
+        if recurrent:
+            sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, conv_dim)
+            sink.matrix("attn_gate", p + "attn_gate.weight", n_embd, value_dim)
+            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, conv_dim, scale=0.3)
+            sink.vector(p + "ssm_dt.bias", n_v_heads, center=0.0, spread=0.1)
+            w.add_tensor(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
+            sink.types[p + "ssm_a"] = "F32"
+            sink.matrix("ssm_ba", p + "ssm_ba.weight", n_embd, 2 * n_v_heads)
+            sink.vector(p + "ssm_norm.weight", d_state)
+            sink.matrix("ssm_out", p + "ssm_out.weight", value_dim, n_embd)
+        else:
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, 2 * head_dim * n_head)
+            sink.matrix("attn_k", p + "attn_k.weight", n_embd, head_dim * n_head_kv)
+            sink.matrix("attn_v", p + "attn_v.weight", n_embd, head_dim * n_head_kv)
+            sink.matrix("attn_output", p + "attn_output.weight", head_dim * n_head, n_embd)
+            sink.vector(p + "attn_q_norm.weight", head_dim)
+            sink.vector(p + "attn_k_norm.weight", head_dim)
+        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
+        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+        sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
+        sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
+        sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
+        sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+    _finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
                        context_length=context_length, tie_embeddings=tie_embeddings,
                        swa_layers=[False] * n_layer, tensor_types=sink.types)

@@ -1,4 +1,5 @@
-"""Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2, granitehybrid.
+"""Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2, granitehybrid,
+qwen3next.
 
 Graphs, node for node (order, name, op, type, ne, sources), for prefill and decode, a
 fresh sequence (past 0: the recurrent state is zeroed in place) and a continued one,
@@ -52,6 +53,15 @@ def models(tmp_path_factory):
             rope_finetuned=False, embedding_scale=None, residual_scale=None,
             logit_scale=None, attention_scale=None, biases=True, n_group=1, d_state=8,
             d_conv=3, tie_embeddings=False, n_head_kv=3),
+        # 3 delta net + 1 gated attention layer; 2 K heads, 4 V heads of 32 (REPEAT),
+        # kernel 4; 4 heads of 32 over 2 KV heads; 6 experts (2 used) + shared expert
+        "qwen3next": H.write_qwen3next(d / "qwen3next.gguf"),
+        # interval 3 written in the file over 5 layers (attention at 2), K heads = V heads
+        # (no REPEAT), head_dim 64 (Hadamard for quantized KV), kernel 3, tied output
+        "qwen3next_i3": H.write_qwen3next(d / "qwen3next_i3.gguf", n_layer=5,
+                                          full_attention_interval=3, n_k_heads=3,
+                                          n_v_heads=3, head_dim=64, n_head=2, n_head_kv=1,
+                                          d_conv=3, tie_embeddings=True, n_expert_used=3),
     }
 
 
@@ -75,6 +85,14 @@ CASES = [
     ("granitehybrid_plain", dict(tokens=1, past=2)),
     ("granitehybrid_plain", dict(tokens=8, past=0, n_outputs=8)),
     ("granitehybrid_plain", dict(tokens=3, past=4, type_k="q8_0")),
+    ("qwen3next", dict(tokens=1, past=3)),
+    ("qwen3next", dict(tokens=1, past=0)),
+    ("qwen3next", dict(tokens=7, past=0)),
+    ("qwen3next", dict(tokens=5, past=300, n_outputs=2)),
+    ("qwen3next", dict(tokens=2, past=1, type_k="q8_0", type_v="q4_0", fa=True)),
+    ("qwen3next_i3", dict(tokens=1, past=2)),
+    ("qwen3next_i3", dict(tokens=9, past=0, n_outputs=9)),
+    ("qwen3next_i3", dict(tokens=3, past=4, type_k="q8_0", type_v="q8_0", fa=True)),
 ]
 
 
@@ -97,6 +115,9 @@ MEM_CASES = [
     ("granitehybrid", 512, 512, False, "f16", "f16"),
     ("granitehybrid", 4096, 64, True, "q8_0", "q8_0"),
     ("granitehybrid_plain", 1000, 100, False, "f16", "f16"),
+    ("qwen3next", 512, 512, False, "f16", "f16"),
+    ("qwen3next", 4096, 64, True, "q8_0", "q8_0"),
+    ("qwen3next_i3", 2048, 1, False, "q8_0", "f16"),
 ]
 
 
@@ -224,3 +245,30 @@ def test_ssm_scan_cost(models):
     # B and C [16, 2, 2] 256 each, ids 4; writes y (384) + state (3072) floats = 13824 B
     assert c.reads == (12288, 1536, 48, 24, 256, 256, 4)
     assert c.write == 13824
+
+
+def test_qwen3next_layers_and_state(models):
+    """is_recr: (il + 1) % interval != 0 (default 4, or the file's key); the delta state is
+    S_v x S_v per V head: n_embd_s = d_state * d_inner."""
+    m = load_model(models["qwen3next"])
+    assert m.is_recr == (True, True, True, False)
+    assert load_model(models["qwen3next_i3"]).is_recr == (True, True, False, True, True)
+    (st,) = plan_memory(m, RunSettings(ctx_size=4096)).states
+    # R: 3 layers x (4 - 1) * (128 + 2 * 2 * 32) = 768 floats x 4 B = 3 x 3072 = 9216
+    # S: 3 layers x 32 * 128 = 4096 floats x 4 B = 3 x 16384 = 49152
+    assert (st.layers, st.r_bytes, st.s_bytes) == (3, 9216, 49152)
+
+
+def test_gated_delta_net_cost(models):
+    from graphcost.costs import op_cost
+    bg = build_graph(load_model(models["qwen3next"]), RunSettings(tokens=2, past=5))
+    gdn = [n for n in bg.nodes if n.op == "GATED_DELTA_NET"]
+    assert len(gdn) == 3
+    c = op_cost(gdn[0])
+    # S = 32, 4 V heads x 2 tokens = 8 (token, head) pairs:
+    # mul 8 * (4 * 32^2 + 2 * 32) = 33280, add 8 * (3 * 32^2 + 32) = 24832, exp 8
+    assert (c.ops["mul"], c.ops["add"], c.ops["exp"]) == (33280, 24832, 8)
+    # q, k (repeated to 4 heads), v: [32, 4, 2] F32 = 1024 B each; g, beta [1, 4, 2] 32 B;
+    # state [32, 32, 4] 16384 B; writes [128, 2 + 32] F32 = 17408 B
+    assert c.reads == (1024, 1024, 1024, 32, 32, 16384)
+    assert c.write == 17408

@@ -187,3 +187,195 @@ def mamba2(sb: SpecBuilder, a: dict) -> None:
     y = g.reshape(y, [d_inner, n_seq_tokens * n_seqs])
     cur = sb.cb(b.mm(sb.weight("ssm_out"), y), "mamba_out")
     sb.vars[a.get("out", "cur")] = cur
+
+
+# ---- qwen3next (src/models/qwen3next.cpp, src/models/delta-net-base.cpp) ------------------
+
+@statement("select_outputs")
+def select_outputs(sb: SpecBuilder, a: dict) -> None:
+    """``{x: cur, cb: result_norm, out: cur}``: ``ggml_get_rows(x, inp_out_ids)`` outside
+    the layers (qwen3next selects the output rows after the output norm)."""
+    t = sb.g.get_rows(sb.var(a.get("x", "cur")), sb.var("out_ids"))
+    sb.vars[a.get("out", a.get("x", "cur"))] = sb.cb(t, a.get("cb"))
+
+
+@statement("gated_attention")
+def gated_attention(sb: SpecBuilder, a: dict) -> None:
+    """``{x: cur, out: cur}``: qwen3next's build_layer_attn. One Q projection of twice the
+    head size (``build_qkv(..., reshape = false)``) holds the query and a gate per head; Q
+    and K RMS-normed per head, roped; attention without its output projection
+    (``attn_pregate``), times sigmoid(gate) (``gate_sigmoid``, ``attn_gated``), then
+    ``attn_output``. kq_scale: attention.scale, else 1/sqrt(head_dim)."""
+    from .dense import build_qkv_flat
+    b, g, m, il = sb.b, sb.g, sb.m, sb.il
+    if sb.inp_attn is None:
+        raise GraphcostError(sb.where("gated_attention before hybrid_inputs"))
+    hd, n_head, n_head_kv = m.head_dim_v, m.n_head[il], m.n_head_kv[il]
+    if m.head_dim_k != hd:
+        raise GraphcostError(f"{m.header.path}: key_length {m.head_dim_k} != value_length "
+                             f"{hd} (qwen3next asserts they are equal)")
+    cur = sb.var(a.get("x", "cur"))
+    T = cur.ne[1]
+    q_full, k, v = build_qkv_flat(sb, cur)
+    sb.cb(q_full, "Qcur_full")
+    sb.cb(k, "Kcur")
+    sb.cb(v, "Vcur")
+    q_full = g.reshape(q_full, [hd * 2, n_head, T, 1])
+    nb = q_full.nb
+    q = sb.cb(g.view(q_full, [hd, n_head, T, 1], [nb[1], nb[2], nb[3]], 0), "Qcur_view")
+    gate = sb.cb(g.view(q_full, [hd, n_head, T, 1], [nb[1], nb[2], nb[3]],
+                        hd * gt.type_size(q_full.type)), "gate")
+    k = g.reshape(k, [hd, n_head_kv, T])
+    v = g.reshape(v, [hd, n_head_kv, T])
+    sb.vars.update(Qcur=q, Kcur=k, Vcur=v)
+    sb.run([{"norm": {"x": "Qcur", "weight": "attn_q_norm", "cb": "Qcur_normed"}},
+            {"norm": {"x": "Kcur", "weight": "attn_k_norm", "cb": "Kcur_normed"}},
+            {"rope": {"x": "Qcur"}}, {"rope": {"x": "Kcur"}},
+            {"cb": {"Qcur": "Qcur", "Kcur": "Kcur", "Vcur": "Vcur"}}])
+    kq_scale = m.attn_scale if m.attn_scale != 0.0 else 1.0 / (hd ** 0.5)
+    cur = b.build_attn(sb.inp_attn, None, None, sb.var("Qcur"), sb.var("Kcur"), sb.var("Vcur"),
+                       kq_scale, il, iswa=False)
+    sb.cb(cur, "attn_pregate")
+    gate = g.cont(gate, [hd * n_head, T])
+    gate = sb.cb(g.unary("SIGMOID", gate), "gate_sigmoid")
+    cur = sb.cb(g.mul(cur, gate), "attn_gated")
+    sb.vars[a.get("out", "cur")] = sb.cb(b.mm(sb.weight("attn_output"), cur), "attn_output")
+
+
+def _gdn_l2_norm(g, x: Tensor, eps: float) -> Tensor:
+    """build_gdn_l2_norm (src/models/models.h): RMS norm with eps/n, times 1/sqrt(n)."""
+    n = x.ne[0]
+    return g.scale(g.rms_norm(x, eps / n), 1.0 / (n ** 0.5))
+
+
+@statement("gated_delta_net")
+def gated_delta_net(sb: SpecBuilder, a: dict) -> None:
+    """``{x: cur, out: cur}``: qwen3next's build_layer_attn_linear for one sequence, with
+    llama.cpp's fused GATED_DELTA_NET (cparams.fused_gdn_ar/ch are on): fused QKV and z
+    projections (``attn_qkv``, ``attn_gate``), beta/alpha (``ssm_ba``) into sigmoid(beta) and
+    softplus(alpha + dt_bias) * A, the conv state (build_conv_state: build_rs, CONCAT before
+    the transposed QKV, last kernel-1 columns copied back), SSM_CONV + SILU, Q/K/V views,
+    L2 norms of Q and K (REPEATed when there are fewer K heads than V heads), the delta
+    state through build_rs, GATED_DELTA_NET, its new state copied back, the gated RMS norm
+    with silu(z), ``ssm_out``."""
+    b, g, m, il = sb.b, sb.g, sb.m, sb.il
+    inp = getattr(sb, "inp_rs", None)
+    if inp is None:
+        raise GraphcostError(sb.where("gated_delta_net before hybrid_inputs"))
+    st = inp.state
+    d_inner, head_k, nk, nv = m.ssm_d_inner, m.ssm_d_state, m.ssm_n_group, m.ssm_dt_rank
+    if min(d_inner, head_k, nk, nv) <= 0 or d_inner % nv or nv % nk or d_inner // nv != head_k:
+        raise GraphcostError(f"{m.header.path}: ssm sizes inner {d_inner}, state {head_k}, "
+                             f"group_count {nk}, time_step_rank {nv} are not a gated delta "
+                             f"net llama.cpp can build (d_inner = state * time_step_rank)")
+    head_v = d_inner // nv
+    n_seqs = 1
+    f32 = gt.type_size(gt.F32)
+    cur = sb.var(a.get("x", "cur"))
+    T = cur.ne[1]
+    wqkv = sb.weight("attn_qkv?")
+    if wqkv is None:
+        raise UnsupportedError(f"{m.header.path}: {m.arch} layer {il} without attn_qkv "
+                               "(the legacy ssm_in projection) is not modelled yet")
+    # build_qkvz (the fused path)
+    qkv_mixed = b.mm(wqkv, cur)
+    qkv_mixed = sb.cb(g.reshape(qkv_mixed, [qkv_mixed.ne[0], T, n_seqs]), "linear_attn_qkv_mixed")
+    z = sb.cb(b.mm(sb.weight("attn_gate"), cur), "z")
+    mixed_ba = sb.cb(b.mm(sb.weight("ssm_ba"), cur), "linear_attn_mixed_ba")
+    ba = g.reshape(mixed_ba, [2 * nv // nk, nk, T, n_seqs])
+    nb = ba.nb
+    beta_v = sb.cb(g.view(ba, [nv // nk, nk, T, n_seqs], [nb[1], nb[2], nb[3]], 0), "b")
+    alpha_v = sb.cb(g.view(ba, [nv // nk, nk, T, n_seqs], [nb[1], nb[2], nb[3]],
+                           (nv // nk) * gt.type_size(ba.type)), "a")
+    beta = g.unary("SIGMOID", g.cont(beta_v))
+    alpha = g.cont(alpha_v, [nv, T, n_seqs])
+    alpha = g.add(alpha, sb.weight("ssm_dt.bias"))
+    alpha = sb.cb(g.unary("SOFTPLUS", alpha), "a_softplus")
+    gate = sb.cb(g.mul(alpha, b.weight(f"blk.{il}.ssm_a")), "gate")  # LLM_TENSOR_SSM_A_NOSCAN
+    beta = g.reshape(beta, [1, nv, T, n_seqs])
+    gate = g.reshape(gate, [1, nv, T, n_seqs])
+
+    conv_states_all, ssm_states_all = st.r[il], st.s[il]
+    kernel = sb.weight("ssm_conv1d")
+    ks = kernel.ne[0]
+    channels = d_inner + 2 * nk * head_k
+    # build_conv_state (n_rs_seq = 0)
+    conv_states = sb.cb(build_rs(b, inp, conv_states_all, m.n_embd_r(), n_seqs), "conv_states")
+    conv_states = sb.cb(g.reshape(conv_states, [ks - 1, channels, n_seqs]), "conv_states_reshaped")
+    qkv_t = sb.cb(g.transpose(qkv_mixed), "qkv_mixed_transposed")
+    conv_input = sb.cb(g.concat(conv_states, qkv_t, 0), "conv_input")
+    row_count = (ks - 1) * channels
+    row_size = gt.row_size(conv_states_all.type, row_count)
+    s_idx = conv_input.ne[0] - conv_states.ne[0]
+    last = sb.cb(g.view(conv_input, [ks - 1, channels, n_seqs], [conv_input.nb[1], conv_input.nb[2]],
+                        gt.row_size(conv_input.type, s_idx)), "conv_state_last")
+    upd = sb.cb(g.view(conv_states_all, [row_count, n_seqs], [conv_states_all.nb[1]],
+                       (0 * st.size + st.head) * row_size), "conv_state_update")
+    g.expand(g.cpy(last, upd))
+
+    state = build_rs(b, inp, ssm_states_all, m.n_embd_s(), n_seqs)
+    state = sb.cb(g.reshape(state, [head_v, head_v, nv, n_seqs]), "state_predelta")
+    conv_out = sb.cb(g.ssm_conv(conv_input, kernel), "conv_output_raw")
+    conv_out = sb.cb(g.unary("SILU", conv_out), "conv_output_silu")
+    qkv_dim = head_k * nk * 2 + head_v * nv
+    nb1 = gt.row_size(conv_out.type, qkv_dim)
+    rs = gt.row_size
+    q = sb.cb(g.view(conv_out, [head_k, nk, T, n_seqs], [rs(conv_out.type, head_k), nb1, nb1 * T], 0),
+              "q_conv")
+    k = sb.cb(g.view(conv_out, [head_k, nk, T, n_seqs], [rs(conv_out.type, head_k), nb1, nb1 * T],
+                     head_k * nk * f32), "k_conv")
+    v = sb.cb(g.view(conv_out, [head_v, nv, T, n_seqs], [rs(conv_out.type, head_v), nb1, nb1 * T],
+                     rs(conv_out.type, 2 * head_k * nk)), "v_conv")
+    q = _gdn_l2_norm(g, q, m.rms_eps)
+    k = _gdn_l2_norm(g, k, m.rms_eps)
+    if nk != nv:
+        rf = nv // nk
+        q = g.reshape(q, [head_k, 1, nk, T * n_seqs])
+        k = g.reshape(k, [head_k, 1, nk, T * n_seqs])
+        q = g.repeat_4d(q, [head_k, rf, nk, T * n_seqs])
+        k = g.repeat_4d(k, [head_k, rf, nk, T * n_seqs])
+        q = g.reshape(q, [head_k, nk * rf, T, n_seqs])
+        k = g.reshape(k, [head_k, nk * rf, T, n_seqs])
+    sb.cb(q, "q_conv_predelta")
+    sb.cb(k, "k_conv_predelta")
+    sb.cb(v, "v_conv_predelta")
+
+    # build_recurrent_attn -> build_delta_net_fused (K = 1)
+    S_v, H_v = v.ne[0], v.ne[1]
+    res = g.gated_delta_net(q, k, v, gate, beta, state, 1)
+    output = sb.cb(g.view(res, [S_v, H_v, T, n_seqs],
+                          [rs(res.type, S_v), rs(res.type, S_v * H_v), rs(res.type, S_v * H_v * T)], 0),
+                   "attn_output")
+    new_state = sb.cb(g.view(res, [S_v, S_v, H_v, n_seqs],
+                             [rs(res.type, S_v), rs(res.type, S_v * S_v), rs(res.type, S_v * S_v * H_v)],
+                             rs(res.type, S_v * H_v * T * n_seqs)), "new_state")
+    n_embd_s = m.n_embd_s()
+    g.expand(g.cpy(new_state, g.view(ssm_states_all, [n_embd_s, n_seqs], [ssm_states_all.nb[1]],
+                                     st.head * n_embd_s * gt.type_size(ssm_states_all.type))))
+    z_2d = g.reshape(z, [head_v, nv, T, n_seqs])
+    # build_norm_gated: rms_norm(output) * w * silu(z)
+    normed = b.build_norm(output, sb.weight("ssm_norm"), None, il, "rms")
+    out = g.mul(normed, g.unary("SILU", z_2d))
+    out = sb.cb(g.reshape(out, [head_v * nv, T, n_seqs]), "final_output")
+    cur = sb.cb(b.mm(sb.weight("ssm_out"), out), "linear_attn_out")
+    sb.vars[a.get("out", "cur")] = g.reshape(cur, [m.n_embd, T * n_seqs])
+
+
+@statement("shared_expert")
+def shared_expert(sb: SpecBuilder, a: dict) -> None:
+    """``{x: cur, moe: moe_out, out: cur}``: qwen3next's gated shared expert beside the
+    routed experts: build_ffn(SILU, PAR) over ``ffn_{up,gate,down}_shexp`` (named like a
+    dense FFN: ffn_up, ffn_gate, ffn_swiglu), cb ``ffn_shexp``; the gate
+    ``ffn_gate_inp_shexp`` [n_embd] -> sigmoid (``shared_expert_gate``,
+    ``shared_expert_gate_sigmoid``); ``ffn_shexp_gated``; added to the experts' output
+    (``ffn_out``)."""
+    b, g, il = sb.b, sb.g, sb.il
+    cur = sb.var(a.get("x", "cur"))
+    up = b.proj(il, "ffn_up_shexp", cur, "ffn_up")
+    gate = b.proj(il, "ffn_gate_shexp", cur, "ffn_gate")
+    t = g.cb(g.glu_split("SWIGLU", gate, up), "ffn_swiglu", il)
+    shexp = sb.cb(b.mm(sb.weight("ffn_down_shexp"), t), "ffn_shexp")
+    sgate = sb.cb(b.mm(sb.weight("ffn_gate_inp_shexp"), cur), "shared_expert_gate")
+    sgate = sb.cb(g.unary("SIGMOID", sgate), "shared_expert_gate_sigmoid")
+    shexp = sb.cb(g.mul(shexp, sgate), "ffn_shexp_gated")
+    sb.vars[a.get("out", "cur")] = sb.cb(g.add(sb.var(a["moe"]), shexp), "ffn_out")
