@@ -215,11 +215,12 @@ def write_qwen3next(
     head_dim: int = 32, n_layer: int = 4, full_attention_interval: int | None = None,
     d_conv: int = 4, d_state: int = 32, n_k_heads: int = 2, n_v_heads: int = 4,
     n_expert: int = 6, n_expert_used: int = 2, n_ff_exp: int = 96, n_ff_shexp: int = 160,
-    n_vocab: int = 293, tie_embeddings: bool = False,
+    n_vocab: int = 293, tie_embeddings: bool = False, arch: str = "qwen3next",
+    n_ff: int = 224, rope_sections: Sequence[int] = (4, 6, 6, 0),
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
     rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, seed: int = 0,
 ) -> FixtureInfo:
-    """Arch ``qwen3next``: layers ``il`` with ``(il + 1) % interval != 0`` are gated delta
+    """Arch ``qwen3next`` (also ``qwen35``, ``qwen35moe``: see below): layers ``il`` with ``(il + 1) % interval != 0`` are gated delta
     net layers (``attn_qkv``, ``attn_gate``, ``ssm_ba``, ``ssm_conv1d``, ``ssm_dt.bias``,
     ``ssm_a``, ``ssm_norm``, ``ssm_out``), the others gated attention (Q projection twice
     the head size, Q/K norms); every layer has ``attn_post_norm``, routed experts and a
@@ -227,18 +228,26 @@ def write_qwen3next(
 
     Default: 4 layers (3 delta net, 1 attention); d_inner = d_state * n_v_heads = 128,
     2 K heads and 4 V heads of 32 (K/V repeated), kernel 4; 4 heads of 32 over 2 KV heads;
-    6 experts (2 used) of 96, shared expert 160."""
+    6 experts (2 used) of 96, shared expert 160.
+
+    ``arch="qwen35"``/``"qwen35moe"``: beta and alpha projections ``ssm_beta``/``ssm_alpha``
+    instead of ``ssm_ba``, ``rope.dimension_sections`` (``rope_sections``, IMRoPE); qwen35
+    has a dense FFN of ``n_ff`` instead of experts."""
     path = Path(path)
+    if arch not in ("qwen3next", "qwen35", "qwen35moe"):
+        raise ValueError(f"arch {arch!r}")
     interval = 4 if full_attention_interval is None else full_attention_interval
     pattern = [(i + 1) % interval != 0 for i in range(n_layer)]
     d_inner = d_state * n_v_heads
-    arch = "qwen3next"
+    moe = arch != "qwen35"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff_exp)
+    w.add_feed_forward_length(n_ff_exp if moe else n_ff)
+    if arch != "qwen3next":
+        w.add_rope_dimension_sections(list(rope_sections))
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
     w.add_key_length(head_dim)
@@ -246,10 +255,11 @@ def write_qwen3next(
     w.add_layer_norm_rms_eps(rms_eps)
     w.add_rope_freq_base(rope_freq_base)
     w.add_vocab_size(n_vocab)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_expert_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    if moe:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_expert_shared_feed_forward_length(n_ff_shexp)
     w.add_ssm_conv_kernel(d_conv)
     w.add_ssm_inner_size(d_inner)
     w.add_ssm_state_size(d_state)
@@ -279,7 +289,11 @@ def write_qwen3next(
             sink.vector(p + "ssm_dt.bias", n_v_heads, center=0.0, spread=0.1)
             w.add_tensor(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
             sink.types[p + "ssm_a"] = "F32"
-            sink.matrix("ssm_ba", p + "ssm_ba.weight", n_embd, 2 * n_v_heads)
+            if arch == "qwen3next":
+                sink.matrix("ssm_ba", p + "ssm_ba.weight", n_embd, 2 * n_v_heads)
+            else:
+                sink.matrix("ssm_beta", p + "ssm_beta.weight", n_embd, n_v_heads)
+                sink.matrix("ssm_alpha", p + "ssm_alpha.weight", n_embd, n_v_heads)
             sink.vector(p + "ssm_norm.weight", d_state)
             sink.matrix("ssm_out", p + "ssm_out.weight", value_dim, n_embd)
         else:
@@ -289,6 +303,11 @@ def write_qwen3next(
             sink.matrix("attn_output", p + "attn_output.weight", head_dim * n_head, n_embd)
             sink.vector(p + "attn_q_norm.weight", head_dim)
             sink.vector(p + "attn_k_norm.weight", head_dim)
+        if not moe:
+            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            continue
         sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
         _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
         _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
@@ -299,6 +318,7 @@ def write_qwen3next(
         sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
     _finish(w)
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
+                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if moe else n_ff,
+                       n_layer=n_layer,
                        context_length=context_length, tie_embeddings=tie_embeddings,
                        swa_layers=[False] * n_layer, tensor_types=sink.types)

@@ -1,5 +1,5 @@
 """Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2, granitehybrid,
-qwen3next.
+qwen3next, qwen35, qwen35moe.
 
 Graphs, node for node (order, name, op, type, ne, sources), for prefill and decode, a
 fresh sequence (past 0: the recurrent state is zeroed in place) and a continued one,
@@ -62,6 +62,13 @@ def models(tmp_path_factory):
                                           full_attention_interval=3, n_k_heads=3,
                                           n_v_heads=3, head_dim=64, n_head=2, n_head_kv=1,
                                           d_conv=3, tie_embeddings=True, n_expert_used=3),
+        # qwen35: separate beta/alpha, IMRoPE sections (4, 6, 6, 0), dense FFN 224; 2 K heads
+        # over 4 V heads broadcast by the fused op (no REPEAT); 5 layers, attention at 3
+        "qwen35": H.write_qwen3next(d / "qwen35.gguf", arch="qwen35", n_layer=5),
+        # qwen35moe: head_dim 64, sections (8, 12, 12, 0), tied output, interval 2
+        "qwen35moe": H.write_qwen3next(d / "qwen35moe.gguf", arch="qwen35moe", head_dim=64,
+                                       n_head=2, n_head_kv=1, rope_sections=(8, 12, 12, 0),
+                                       full_attention_interval=2, tie_embeddings=True),
     }
 
 
@@ -93,6 +100,12 @@ CASES = [
     ("qwen3next_i3", dict(tokens=1, past=2)),
     ("qwen3next_i3", dict(tokens=9, past=0, n_outputs=9)),
     ("qwen3next_i3", dict(tokens=3, past=4, type_k="q8_0", type_v="q8_0", fa=True)),
+    ("qwen35", dict(tokens=1, past=3)),
+    ("qwen35", dict(tokens=6, past=0, n_outputs=2)),
+    ("qwen35", dict(tokens=2, past=1, type_k="q8_0", type_v="q4_0", fa=True)),
+    ("qwen35moe", dict(tokens=1, past=0)),
+    ("qwen35moe", dict(tokens=5, past=300, n_outputs=5)),
+    ("qwen35moe", dict(tokens=3, past=2, type_k="q8_0")),
 ]
 
 
@@ -118,6 +131,8 @@ MEM_CASES = [
     ("qwen3next", 512, 512, False, "f16", "f16"),
     ("qwen3next", 4096, 64, True, "q8_0", "q8_0"),
     ("qwen3next_i3", 2048, 1, False, "q8_0", "f16"),
+    ("qwen35", 1000, 100, True, "f16", "f16"),
+    ("qwen35moe", 4096, 512, False, "q8_0", "f16"),
 ]
 
 

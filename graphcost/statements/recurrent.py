@@ -199,44 +199,94 @@ def select_outputs(sb: SpecBuilder, a: dict) -> None:
     sb.vars[a.get("out", a.get("x", "cur"))] = sb.cb(t, a.get("cb"))
 
 
+#: GGML_ROPE_TYPE_IMROPE (ggml/include/ggml.h): interleaved multi-section rope (qwen35)
+ROPE_TYPE_IMROPE = 40
+
+
+@statement("positions_multi")
+def positions_multi(sb: SpecBuilder, a: dict) -> None:
+    """``{out: inp_pos}``: build_inp_pos with hparams.n_pos_per_embd() = 4 (M-RoPE and
+    IMRoPE take four position components per token): I32 [4 * n_tokens]."""
+    sb.vars[a.get("out", "inp_pos")] = sb.g.cb(sb.g.new_tensor(gt.I32, [4 * sb.b.n_tokens]), "inp_pos")
+
+
+def _rope_sections(sb: SpecBuilder) -> list[int]:
+    """hparams.rope_sections: ``<arch>.rope.dimension_sections`` (4 integers)."""
+    from gguf import Keys
+    key = Keys.Rope.DIMENSION_SECTIONS.format(arch=sb.m.arch)
+    v = sb.m.header.metadata.get(key)
+    if hasattr(v, "load"):
+        v = v.load()
+    if not isinstance(v, list) or len(v) > 4 or not all(isinstance(x, int) for x in v):
+        raise GraphcostError(f"{sb.m.header.path}: metadata key {key!r} must hold up to 4 "
+                             "integers (llama.cpp requires it)")
+    return list(v) + [0] * (4 - len(v))
+
+
 @statement("gated_attention")
 def gated_attention(sb: SpecBuilder, a: dict) -> None:
-    """``{x: cur, out: cur}``: qwen3next's build_layer_attn. One Q projection of twice the
-    head size (``build_qkv(..., reshape = false)``) holds the query and a gate per head; Q
-    and K RMS-normed per head, roped; attention without its output projection
-    (``attn_pregate``), times sigmoid(gate) (``gate_sigmoid``, ``attn_gated``), then
-    ``attn_output``. kq_scale: attention.scale, else 1/sqrt(head_dim)."""
+    """``{x: cur, style: qwen3next|qwen35, out: cur}``: qwen3next's / qwen35's
+    build_layer_attn. One Q projection of twice the head size (``build_qkv(..., reshape =
+    false)``) holds the query and a gate per head; Q and K RMS-normed per head, roped;
+    attention without its output projection (``attn_pregate``), times sigmoid(gate)
+    (``gate_sigmoid``, ``attn_gated``), then ``attn_output``. qwen3next reshapes Q to 4-D
+    and views query and gate (``Qcur_view``, ``gate``) and makes the gate contiguous after
+    attention; qwen35 views them 3-D (``Qcur_reshaped``), makes the gate contiguous
+    (``gate_reshaped``) before rope and uses IMRoPE (ggml_rope_multi with
+    ``rope.dimension_sections``). kq_scale: attention.scale, else 1/sqrt(head_dim)."""
     from .dense import build_qkv_flat
     b, g, m, il = sb.b, sb.g, sb.m, sb.il
+    style = a.get("style", "qwen3next")
+    if style not in ("qwen3next", "qwen35"):
+        raise GraphcostError(sb.where(f"gated_attention style {style!r}: qwen3next or qwen35"))
     if sb.inp_attn is None:
         raise GraphcostError(sb.where("gated_attention before hybrid_inputs"))
     hd, n_head, n_head_kv = m.head_dim_v, m.n_head[il], m.n_head_kv[il]
     if m.head_dim_k != hd:
         raise GraphcostError(f"{m.header.path}: key_length {m.head_dim_k} != value_length "
-                             f"{hd} (qwen3next asserts they are equal)")
+                             f"{hd} ({m.arch} asserts they are equal)")
     cur = sb.var(a.get("x", "cur"))
     T = cur.ne[1]
+    f32 = gt.type_size(gt.F32)
     q_full, k, v = build_qkv_flat(sb, cur)
     sb.cb(q_full, "Qcur_full")
     sb.cb(k, "Kcur")
     sb.cb(v, "Vcur")
-    q_full = g.reshape(q_full, [hd * 2, n_head, T, 1])
-    nb = q_full.nb
-    q = sb.cb(g.view(q_full, [hd, n_head, T, 1], [nb[1], nb[2], nb[3]], 0), "Qcur_view")
-    gate = sb.cb(g.view(q_full, [hd, n_head, T, 1], [nb[1], nb[2], nb[3]],
-                        hd * gt.type_size(q_full.type)), "gate")
-    k = g.reshape(k, [hd, n_head_kv, T])
-    v = g.reshape(v, [hd, n_head_kv, T])
-    sb.vars.update(Qcur=q, Kcur=k, Vcur=v)
-    sb.run([{"norm": {"x": "Qcur", "weight": "attn_q_norm", "cb": "Qcur_normed"}},
-            {"norm": {"x": "Kcur", "weight": "attn_k_norm", "cb": "Kcur_normed"}},
-            {"rope": {"x": "Qcur"}}, {"rope": {"x": "Kcur"}},
-            {"cb": {"Qcur": "Qcur", "Kcur": "Kcur", "Vcur": "Vcur"}}])
+    if style == "qwen3next":
+        q_full = g.reshape(q_full, [hd * 2, n_head, T, 1])
+        nb = q_full.nb
+        q = sb.cb(g.view(q_full, [hd, n_head, T, 1], [nb[1], nb[2], nb[3]], 0), "Qcur_view")
+        gate = sb.cb(g.view(q_full, [hd, n_head, T, 1], [nb[1], nb[2], nb[3]], hd * f32), "gate")
+        k = g.reshape(k, [hd, n_head_kv, T])
+        v = g.reshape(v, [hd, n_head_kv, T])
+        sb.vars.update(Qcur=q, Kcur=k, Vcur=v)
+        sb.run([{"norm": {"x": "Qcur", "weight": "attn_q_norm", "cb": "Qcur_normed"}},
+                {"norm": {"x": "Kcur", "weight": "attn_k_norm", "cb": "Kcur_normed"}},
+                {"rope": {"x": "Qcur"}}, {"rope": {"x": "Kcur"}}])
+    else:
+        q = sb.cb(g.view(q_full, [hd, n_head, T], [f32 * hd * 2, f32 * hd * 2 * n_head], 0),
+                  "Qcur_reshaped")
+        sb.vars["Qcur"] = q
+        sb.run([{"norm": {"x": "Qcur", "weight": "attn_q_norm", "cb": "Qcur_normed"}}])
+        sb.vars["Kcur"] = g.reshape(k, [hd, n_head_kv, T])
+        sb.run([{"norm": {"x": "Kcur", "weight": "attn_k_norm", "cb": "Kcur_normed"}}])
+        gate = g.view(q_full, [hd, n_head, T], [f32 * hd * 2, f32 * hd * 2 * n_head], f32 * hd)
+        gate = sb.cb(g.cont(gate, [hd * n_head, T]), "gate_reshaped")
+        sb.vars["Vcur"] = g.reshape(v, [hd, n_head_kv, T])
+        sections = _rope_sections(sb)
+        for var in ("Qcur", "Kcur"):
+            sb.vars[var] = g.rope(sb.var(var), sb.var("inp_pos"), None, n_dims=m.n_rot,
+                                  sections=sections, mode=ROPE_TYPE_IMROPE,
+                                  freq_base=m.rope_freq_base, freq_scale=m.rope_freq_scale,
+                                  n_ctx_orig=m.n_ctx_orig_yarn or m.n_ctx_train,
+                                  attn_factor=m.rope_attn_factor)
+    sb.run([{"cb": {"Qcur": "Qcur", "Kcur": "Kcur", "Vcur": "Vcur"}}])
     kq_scale = m.attn_scale if m.attn_scale != 0.0 else 1.0 / (hd ** 0.5)
     cur = b.build_attn(sb.inp_attn, None, None, sb.var("Qcur"), sb.var("Kcur"), sb.var("Vcur"),
                        kq_scale, il, iswa=False)
     sb.cb(cur, "attn_pregate")
-    gate = g.cont(gate, [hd * n_head, T])
+    if style == "qwen3next":
+        gate = g.cont(gate, [hd * n_head, T])
     gate = sb.cb(g.unary("SIGMOID", gate), "gate_sigmoid")
     cur = sb.cb(g.mul(cur, gate), "attn_gated")
     sb.vars[a.get("out", "cur")] = sb.cb(b.mm(sb.weight("attn_output"), cur), "attn_output")
@@ -250,15 +300,21 @@ def _gdn_l2_norm(g, x: Tensor, eps: float) -> Tensor:
 
 @statement("gated_delta_net")
 def gated_delta_net(sb: SpecBuilder, a: dict) -> None:
-    """``{x: cur, out: cur}``: qwen3next's build_layer_attn_linear for one sequence, with
+    """``{x: cur, style: qwen3next|qwen35, out: cur}``: qwen3next's (qwen35's)
+    build_layer_attn_linear for one sequence, with
     llama.cpp's fused GATED_DELTA_NET (cparams.fused_gdn_ar/ch are on): fused QKV and z
     projections (``attn_qkv``, ``attn_gate``), beta/alpha (``ssm_ba``) into sigmoid(beta) and
     softplus(alpha + dt_bias) * A, the conv state (build_conv_state: build_rs, CONCAT before
     the transposed QKV, last kernel-1 columns copied back), SSM_CONV + SILU, Q/K/V views,
     L2 norms of Q and K (REPEATed when there are fewer K heads than V heads), the delta
     state through build_rs, GATED_DELTA_NET, its new state copied back, the gated RMS norm
-    with silu(z), ``ssm_out``."""
+    with silu(z), ``ssm_out``. qwen35 projects beta (``ssm_beta``: ``beta``,
+    ``beta_sigmoid``) and alpha (``ssm_alpha``: ``alpha``) separately and, the fused op
+    broadcasting K heads over V heads, never REPEATs."""
     b, g, m, il = sb.b, sb.g, sb.m, sb.il
+    style = a.get("style", "qwen3next")
+    if style not in ("qwen3next", "qwen35"):
+        raise GraphcostError(sb.where(f"gated_delta_net style {style!r}: qwen3next or qwen35"))
     inp = getattr(sb, "inp_rs", None)
     if inp is None:
         raise GraphcostError(sb.where("gated_delta_net before hybrid_inputs"))
@@ -281,18 +337,26 @@ def gated_delta_net(sb: SpecBuilder, a: dict) -> None:
     qkv_mixed = b.mm(wqkv, cur)
     qkv_mixed = sb.cb(g.reshape(qkv_mixed, [qkv_mixed.ne[0], T, n_seqs]), "linear_attn_qkv_mixed")
     z = sb.cb(b.mm(sb.weight("attn_gate"), cur), "z")
-    mixed_ba = sb.cb(b.mm(sb.weight("ssm_ba"), cur), "linear_attn_mixed_ba")
-    ba = g.reshape(mixed_ba, [2 * nv // nk, nk, T, n_seqs])
-    nb = ba.nb
-    beta_v = sb.cb(g.view(ba, [nv // nk, nk, T, n_seqs], [nb[1], nb[2], nb[3]], 0), "b")
-    alpha_v = sb.cb(g.view(ba, [nv // nk, nk, T, n_seqs], [nb[1], nb[2], nb[3]],
-                           (nv // nk) * gt.type_size(ba.type)), "a")
-    beta = g.unary("SIGMOID", g.cont(beta_v))
-    alpha = g.cont(alpha_v, [nv, T, n_seqs])
+    if style == "qwen3next":
+        mixed_ba = sb.cb(b.mm(sb.weight("ssm_ba"), cur), "linear_attn_mixed_ba")
+        ba = g.reshape(mixed_ba, [2 * nv // nk, nk, T, n_seqs])
+        nb = ba.nb
+        beta_v = sb.cb(g.view(ba, [nv // nk, nk, T, n_seqs], [nb[1], nb[2], nb[3]], 0), "b")
+        alpha_v = sb.cb(g.view(ba, [nv // nk, nk, T, n_seqs], [nb[1], nb[2], nb[3]],
+                               (nv // nk) * gt.type_size(ba.type)), "a")
+        beta = g.unary("SIGMOID", g.cont(beta_v))
+        alpha = g.cont(alpha_v, [nv, T, n_seqs])
+    else:
+        beta = b.mm(sb.weight("ssm_beta"), cur)
+        beta = sb.cb(g.reshape(beta, [1, nv, T, n_seqs]), "beta")
+        beta = sb.cb(g.unary("SIGMOID", beta), "beta_sigmoid")
+        alpha = b.mm(sb.weight("ssm_alpha"), cur)
+        alpha = sb.cb(g.reshape(alpha, [nv, T, n_seqs]), "alpha")
     alpha = g.add(alpha, sb.weight("ssm_dt.bias"))
     alpha = sb.cb(g.unary("SOFTPLUS", alpha), "a_softplus")
     gate = sb.cb(g.mul(alpha, b.weight(f"blk.{il}.ssm_a")), "gate")  # LLM_TENSOR_SSM_A_NOSCAN
-    beta = g.reshape(beta, [1, nv, T, n_seqs])
+    if style == "qwen3next":
+        beta = g.reshape(beta, [1, nv, T, n_seqs])
     gate = g.reshape(gate, [1, nv, T, n_seqs])
 
     conv_states_all, ssm_states_all = st.r[il], st.s[il]
@@ -328,7 +392,7 @@ def gated_delta_net(sb: SpecBuilder, a: dict) -> None:
                      rs(conv_out.type, 2 * head_k * nk)), "v_conv")
     q = _gdn_l2_norm(g, q, m.rms_eps)
     k = _gdn_l2_norm(g, k, m.rms_eps)
-    if nk != nv:
+    if nk != nv and style == "qwen3next":  # qwen35: only without the fused GDN
         rf = nv // nk
         q = g.reshape(q, [head_k, 1, nk, T * n_seqs])
         k = g.reshape(k, [head_k, 1, nk, T * n_seqs])
