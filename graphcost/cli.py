@@ -287,6 +287,20 @@ def hwprobe(
         typer.echo(f"note: {note}")
 
 
+@app.command()
+def archs(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
+) -> None:
+    """List the modelled architectures, what is proven for each, and those not modelled."""
+    from .archs import archs_document
+    from .report.archs import render_archs_json, render_archs_text
+
+    renderers = {"text": render_archs_text, "json": render_archs_json}
+    if fmt not in renderers:
+        _fail(f"--format {fmt!r}: use text or json")
+    sys.stdout.write(renderers[fmt](archs_document()))
+
+
 def _emit(text: str, output: Optional[Path]) -> None:
     if output is None:
         sys.stdout.write(text)
