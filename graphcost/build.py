@@ -12,7 +12,6 @@ from .llm_graph import AttnInputs, KVCache, LlmGraph
 from .model import ModelInfo, model_info
 from .settings import Resolved, RunSettings, refuse_cache_types, resolve
 from .spec_builder import build_from_spec
-from . import statements  # noqa: F401  (registers the extra spec statements)
 
 
 
