@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from . import ggml_types as gt
-from .errors import SettingsError, UnsupportedError
+from .errors import UnsupportedError
 from .ggml_graph import Graph, Tensor
 from .model import ModelInfo
 from .settings import Resolved
@@ -110,14 +110,6 @@ class LlmGraph:
     def make_cache(self, name: str, layers: list[int], size: int, n_kv: int) -> KVCache:
         """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]."""
         m, run, g = self.model, self.run, self.g
-        # llama_init_from_model: with flash attention a quantized K/V type's block must
-        # divide the head size
-        for flag, t, hd in (("--cache-type-k", run.type_k, m.head_dim_k),
-                            ("--cache-type-v", run.type_v, m.head_dim_v)):
-            if run.flash_attn and gt.is_quantized(t) and hd % gt.block(t)[0]:
-                raise SettingsError(f"{m.header.path}: {flag} {gt.type_name(t)} with block size "
-                                    f"{gt.block(t)[0]} does not divide the head size {hd} "
-                                    "(llama.cpp refuses it with flash attention)")
         v_trans = not run.flash_attn
         k, v = {}, {}
         for il in layers:

@@ -226,17 +226,6 @@ def test_ssm_conv_cost(models):
     assert (c.reads, c.write) == ((3840, 1920), 2560)
 
 
-def test_quantized_cache_block_must_divide_head_size(tmp_path):
-    """llama_init_from_model refuses a quantized K cache whose block (32 for q8_0) does not
-    divide the head size (16 here) when flash attention is on; without it, it builds."""
-    from graphcost.errors import SettingsError
-    fx = H.write_granitehybrid(tmp_path / "g.gguf", n_head=6, n_head_kv=2)
-    m = load_model(fx)
-    with pytest.raises(SettingsError, match="block size 32 does not divide the head size 16"):
-        build_graph(m, RunSettings(flash_attn="on", cache_type_k="q8_0"))
-    build_graph(m, RunSettings(flash_attn="off", cache_type_k="q8_0"))
-
-
 def test_granitehybrid_recurrent_state_bytes(models):
     """Mamba-2: R = (d_conv - 1) * (d_inner + 2 * n_group * d_state) floats, S = d_state *
     d_inner floats, per recurrent layer, one cell."""
