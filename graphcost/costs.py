@@ -376,6 +376,18 @@ def gated_delta_net(t: Tensor) -> OpCost:
                   tuple(_plain(t)), t.data_bytes)
 
 
+def relu(t: Tensor) -> OpCost:
+    # x > 0 ? x : 0: one compare-select ("max") per element (ggml_vec_relu_f32)
+    n = t.n_elements
+    return OpCost(_ops(max=n), tuple(_plain(t)), t.data_bytes)
+
+
+def sqr(t: Tensor) -> OpCost:
+    # x*x: one mul per element (ggml_vec_sqr_f32)
+    n = t.n_elements
+    return OpCost(_ops(mul=n), tuple(_plain(t)), t.data_bytes)
+
+
 def softplus(t: Tensor) -> OpCost:
     # log(1 + exp(x)) [1 exp, 1 add, 1 log] per element (x itself above 20: data-dependent,
     # counted as computed) (ggml_compute_softplus_f32)
@@ -421,6 +433,8 @@ COSTS: dict[Op, Callable[[Tensor], OpCost]] = {
     Op.GATED_DELTA_NET: gated_delta_net,
     Op.SOFTPLUS: softplus,
     Op.REPEAT: repeat,
+    Op.RELU: relu,
+    Op.SQR: sqr,
 }
 
 def op_cost(t: Tensor) -> OpCost | None:

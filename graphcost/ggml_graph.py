@@ -257,6 +257,10 @@ class Graph:
         v.params = {"scale": s, "bias": 0.0}
         return v
 
+    def sqr(self, a: Tensor) -> Tensor:
+        """ggml_sqr: x*x per element (GGML_OP_SQR, not a unary sub-op)."""
+        return self._new(Op.SQR, a.type, a.ne, [a])
+
     def rms_norm(self, a: Tensor, eps: float) -> Tensor:
         return self._new(Op.RMS_NORM, a.type, a.ne, [a], params={"eps": eps})
 

@@ -256,6 +256,11 @@ class LlmGraph:
         """build_ffn without a gate (LLM_FFN_SEQ): up (+ bias), activation, down (+ bias).
         ``swiglu``/``geglu`` are the one-input GLUs (up is [2F]: act(first half) * second)."""
         g = self.g
+        if act == "relu_sqr":  # LLM_FFN_RELU_SQR: RELU (ffn_relu), then SQR (ffn_sqr(relu))
+            cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
+            cur = g.cb(g.unary("RELU", cur), "ffn_relu", il)
+            cur = g.cb(g.sqr(cur), "ffn_sqr(relu)", il)
+            return self.ffn_down(il, cur)
         if act not in self.FFN_SEQ_ACT:
             raise UnsupportedError(f"sequential ffn activation {act!r} is not implemented")
         cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")

@@ -198,8 +198,8 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         raise GraphcostError(f"{header.path}: {m.key(Keys.Attention.HEAD_COUNT)!r} is 0")
     is_recr = _recurrent_layers(m, specs[arch], n_layer, n_head, n_head_kv, n_ff)
     for il in range(n_layer):
-        if is_recr and is_recr[il] and n_head_kv[il] == 0:
-            continue  # a recurrent layer has no attention heads
+        if is_recr and n_head_kv[il] == 0:
+            continue  # a hybrid's recurrent (and nemotron_h's MLP-only) layers have no KV heads
         if n_head_kv[il] == 0 or n_head[il] % n_head_kv[il]:
             raise GraphcostError(f"{header.path}: layer {il} has {n_head[il]} heads and "
                                  f"{n_head_kv[il]} KV heads; heads must be a multiple of KV heads")

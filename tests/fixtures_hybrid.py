@@ -1,4 +1,5 @@
-"""Tiny but valid GGUFs for the hybrid (recurrent + attention) families: lfm2, granitehybrid, qwen3next.
+"""Tiny but valid GGUFs for the hybrid (recurrent + attention) families: lfm2, granitehybrid, qwen3next
+(also qwen35, qwen35moe), nemotron_h.
 
 Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in the
 llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
@@ -18,7 +19,7 @@ from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
 from fixtures_moe import _experts
 
 __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
-           "write_qwen3next"]
+           "write_qwen3next", "write_nemotron_h"]
 
 HYBRID_DEFAULT_TYPES: dict[str, QT] = {
     "token_embd": QT.Q8_0,
@@ -320,5 +321,89 @@ def write_qwen3next(
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if moe else n_ff,
                        n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+
+
+def write_nemotron_h(
+    path: str | Path, *, n_embd: int = 96, n_head: int = 3, n_head_kv: int = 1,
+    n_ff: int = 160, pattern: str = "M-M*-M", d_conv: int = 4, d_inner: int = 128,
+    d_state: int = 16, n_ssm_head: int = 4, n_group: int = 2, n_vocab: int = 281,
+    tie_embeddings: bool = False, biases: bool = False,
+    weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
+    norm_eps: float = 1e-5, seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``nemotron_h``: ``pattern`` as in the checkpoints' hybrid_override_pattern, one
+    character per layer: ``M`` Mamba-2 (head_count_kv 0, feed_forward_length 0), ``*``
+    attention (feed_forward_length 0, no rope), ``-`` a squared-ReLU MLP (head_count_kv 0,
+    ``ffn_up``/``ffn_down``). ``biases`` adds the optional attention-output and MLP biases.
+
+    Default: M - M * - M; n_embd 96, d_inner 128 in 4 SSM heads of 32, 2 groups, d_state
+    16, kernel 4; 3 attention heads of 32 over 1 KV head; n_ff 160 (5 * 32)."""
+    path = Path(path)
+    if set(pattern) - set("M*-"):
+        raise ValueError("pattern: M (mamba2), * (attention), - (MLP)")
+    n_layer = len(pattern)
+    hd = n_embd // n_head
+    arch = "nemotron_h"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length([n_ff if c == "-" else 0 for c in pattern])
+    w.add_head_count(n_head)
+    w.add_head_count_kv([n_head_kv if c == "*" else 0 for c in pattern])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_eps(norm_eps)
+    w.add_layer_norm_rms_eps(norm_eps)
+    w.add_vocab_size(n_vocab)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_ssm_head)
+    w.add_ssm_group_count(n_group)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("output_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    kv_dim = n_head_kv * hd
+    d_xbc = d_inner + 2 * n_group * d_state
+    for i, c in enumerate(pattern):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        if c == "M":
+            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
+            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
+            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
+            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
+            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
+            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
+            w.add_tensor(p + "ssm_norm.weight", np.ones((n_group, d_inner // n_group), dtype=np.float32))
+            for t in ("ssm_a", "ssm_d", "ssm_norm.weight"):
+                sink.types[p + t] = "F32"
+            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+        elif c == "*":
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_head * hd)
+            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
+            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
+            if biases:
+                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+        else:
+            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+            if biases:
+                sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
+                sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
+    _finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                        context_length=context_length, tie_embeddings=tie_embeddings,
                        swa_layers=[False] * n_layer, tensor_types=sink.types)

@@ -1,5 +1,5 @@
 """Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2, granitehybrid,
-qwen3next, qwen35, qwen35moe.
+qwen3next, qwen35, qwen35moe, nemotron_h.
 
 Graphs, node for node (order, name, op, type, ne, sources), for prefill and decode, a
 fresh sequence (past 0: the recurrent state is zeroed in place) and a continued one,
@@ -69,6 +69,15 @@ def models(tmp_path_factory):
         "qwen35moe": H.write_qwen3next(d / "qwen35moe.gguf", arch="qwen35moe", head_dim=64,
                                        n_head=2, n_head_kv=1, rope_sections=(8, 12, 12, 0),
                                        full_attention_interval=2, tie_embeddings=True),
+        # nemotron_h: M - M * - M (Mamba-2, MLP, attention without rope); 4 SSM heads of 32
+        # in 2 groups, d_state 16, kernel 4; 3 heads of 32 over 1 KV head; untied
+        "nemotron_h": H.write_nemotron_h(d / "nemotron_h.gguf"),
+        # attention first and last, biases, head_dim 64 (Hadamard for quantized KV),
+        # 6 SSM heads of 32 in 3 groups, d_state 8, kernel 3, tied
+        "nemotron_h_b": H.write_nemotron_h(d / "nemotron_h_b.gguf", pattern="*M-M-*",
+                                           n_embd=128, n_head=2, n_head_kv=1, d_inner=192,
+                                           n_ssm_head=6, n_group=3, d_state=8, d_conv=3,
+                                           biases=True, tie_embeddings=True),
     }
 
 
@@ -106,6 +115,14 @@ CASES = [
     ("qwen35moe", dict(tokens=1, past=0)),
     ("qwen35moe", dict(tokens=5, past=300, n_outputs=5)),
     ("qwen35moe", dict(tokens=3, past=2, type_k="q8_0")),
+    ("nemotron_h", dict(tokens=1, past=3)),
+    ("nemotron_h", dict(tokens=1, past=0)),
+    ("nemotron_h", dict(tokens=7, past=0)),
+    ("nemotron_h", dict(tokens=5, past=300, n_outputs=2)),
+    ("nemotron_h", dict(tokens=2, past=1, type_k="q8_0", type_v="q4_0", fa=True)),
+    ("nemotron_h_b", dict(tokens=1, past=2)),
+    ("nemotron_h_b", dict(tokens=8, past=0, n_outputs=8)),
+    ("nemotron_h_b", dict(tokens=3, past=4, type_k="q8_0", type_v="q8_0", fa=True)),
 ]
 
 
@@ -133,6 +150,8 @@ MEM_CASES = [
     ("qwen3next_i3", 2048, 1, False, "q8_0", "f16"),
     ("qwen35", 1000, 100, True, "f16", "f16"),
     ("qwen35moe", 4096, 512, False, "q8_0", "f16"),
+    ("nemotron_h", 512, 512, False, "f16", "f16"),
+    ("nemotron_h_b", 4096, 64, True, "q8_0", "q8_0"),
 ]
 
 
@@ -276,3 +295,28 @@ def test_gated_delta_net_cost(models):
     # state [32, 32, 4] 16384 B; writes [128, 2 + 32] F32 = 17408 B
     assert c.reads == (1024, 1024, 1024, 32, 32, 16384)
     assert c.write == 17408
+
+
+def test_nemotron_h_memory_holds_only_its_kind_of_layer(models):
+    """create_memory's filters: the KV cache holds the attention layers (not the MLP-only
+    ones), the recurrent state the Mamba-2 layers."""
+    m = load_model(models["nemotron_h"])
+    assert m.is_recr == (True, False, True, False, False, True)  # M - M * - M
+    plan = plan_memory(m, RunSettings(ctx_size=4096))
+    ((cache,), (st,)) = (plan.caches, plan.states)
+    # KV: layer 3 only: (K + V) x 32 (1 KV head of 32) x 4096 cells x 2 bytes (F16)
+    assert (cache.layers, plan.kv_cache_bytes) == (1, 2 * 32 * 4096 * 2)
+    # R: 3 layers x (4 - 1) * (128 + 2 * 2 * 16) = 576 floats x 4 B = 3 x 2304 = 6912
+    # S: 3 layers x 16 * 128 = 2048 floats x 4 B = 3 x 8192 = 24576
+    assert (st.layers, st.r_bytes, st.s_bytes) == (3, 6912, 24576)
+
+
+def test_relu_sqr_costs(models):
+    from graphcost.costs import op_cost
+    bg = build_graph(load_model(models["nemotron_h"]), RunSettings(tokens=2, past=5))
+    relu = next(n for n in bg.nodes if n.op == "RELU")
+    sqr = next(n for n in bg.nodes if n.op == "SQR")
+    assert (relu.name, sqr.name) == ("ffn_relu-1", "ffn_sqr(relu)-1")
+    # [160, 2]: 320 compare-selects, 320 multiplies, each reading and writing 1280 bytes
+    assert op_cost(relu).ops == {"max": 320} and op_cost(sqr).ops == {"mul": 320}
+    assert op_cost(sqr).reads == (1280,) and op_cost(sqr).write == 1280

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import ggml_types as gt
+from ..arch_spec import evaluate
 from ..errors import GraphcostError, UnsupportedError
 from ..ggml_graph import Tensor
 from ..llm_recurrent import N_RS_SEQ, build_rs, build_rs_inputs, make_state
@@ -25,14 +26,18 @@ from .dense import _branch
 def hybrid_inputs(sb: SpecBuilder, a: dict) -> None:
     """build_inp_mem_hybrid: ``rs_s_copy`` for the recurrent state, then the attention
     inputs of the KV cache that holds only the non-recurrent layers (llama_memory_hybrid's
-    default filters ``!is_recr`` / ``is_recr``). A hybrid model with a sliding window
-    (build_inp_mem_hybrid_iswa) is not modelled."""
+    default filters ``!is_recr`` / ``is_recr``; ``attention_layers``, an expression over
+    ``il n_ff n_head_kv``, narrows the attention filter: nemotron_h's ``n_ff == 0``). A
+    hybrid model with a sliding window (build_inp_mem_hybrid_iswa) is not modelled."""
     b, m, run = sb.b, sb.m, sb.b.run
+    keep = a.get("attention_layers")
     if m.n_swa > 0:
         raise UnsupportedError(f"{m.header.path}: {m.arch} with a sliding window "
                                "(llama_memory_hybrid_iswa) is not modelled yet")
     recr = [il for il in range(m.n_layer) if m.recurrent(il)]
-    attn = [il for il in range(m.n_layer) if not m.recurrent(il)]
+    attn = [il for il in range(m.n_layer) if not m.recurrent(il)
+            and (keep is None or evaluate(keep, {"il": il, "n_ff": m.n_ff[il],
+                                                 "n_head_kv": m.n_head_kv[il]}, str(sb.spec.path)))]
     sb.inp_rs = build_rs_inputs(b, make_state(b, recr))
     cache = b.make_cache("base", attn, run.kv_size, run.n_kv)
     sb.inp_attn = b.build_attn_inputs(cache)
@@ -443,3 +448,11 @@ def shared_expert(sb: SpecBuilder, a: dict) -> None:
     sgate = sb.cb(g.unary("SIGMOID", sgate), "shared_expert_gate_sigmoid")
     shexp = sb.cb(g.mul(shexp, sgate), "ffn_shexp_gated")
     sb.vars[a.get("out", "cur")] = sb.cb(g.add(sb.var(a["moe"]), shexp), "ffn_out")
+
+
+@statement("unsupported")
+def unsupported(sb: SpecBuilder, a: Any) -> None:
+    """``unsupported: "what"``: refuse the model in one line (a branch llama.cpp builds
+    that graphcost does not model, e.g. nemotron_h's MoE FFN layers)."""
+    where = f" layer {sb.il}" if sb.il is not None else ""
+    raise UnsupportedError(f"{sb.m.header.path}: {sb.m.arch}{where} with {a} is not modelled yet")
