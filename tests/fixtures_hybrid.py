@@ -122,9 +122,10 @@ def write_granitehybrid(
     residual_scale: float | None = 0.22, logit_scale: float | None = 8.0,
     attention_scale: float | None = 0.015625, weight_types: Mapping[str, QT] | None = None,
     context_length: int = 4096, rope_freq_base: float = 10_000.0, rms_eps: float = 1e-5,
-    seed: int = 0,
+    n_expert: int = 0, n_expert_used: int = 2, n_ff_shexp: int = 0, seed: int = 0,
 ) -> FixtureInfo:
-    """Arch ``granitehybrid``: ``pattern[il]`` True makes layer il a Mamba-2 layer
+    """Arch ``granitehybrid`` (``n_expert > 0``: MoE FFN of ``n_ff`` per expert, and a
+    shared expert of ``n_ff_shexp`` when non-zero, as Granite 4.0 H Tiny/Small): ``pattern[il]`` True makes layer il a Mamba-2 layer
     (``head_count_kv`` 0; ``ssm_in``, ``ssm_conv1d`` (+ bias), ``ssm_dt.bias``, ``ssm_a``,
     ``ssm_d``, ``ssm_norm``, ``ssm_out``), False an attention layer. d_inner = 2 * n_embd
     (llama.cpp asserts it); ``n_ssm_head`` is ``ssm.time_step_rank``.
@@ -152,6 +153,11 @@ def write_granitehybrid(
     w.add_ssm_state_size(d_state)
     w.add_ssm_time_step_rank(n_ssm_head)
     w.add_ssm_group_count(n_group)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        if n_ff_shexp:
+            w.add_expert_shared_feed_forward_length(n_ff_shexp)
     if logit_scale is not None:
         w.add_logit_scale(logit_scale)
     if embedding_scale is not None:
@@ -197,6 +203,16 @@ def write_granitehybrid(
             if biases:
                 sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
         sink.vector(p + "ffn_norm.weight", n_embd)
+        if n_expert:
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
+            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
+            if n_ff_shexp:
+                sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
+                sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
+                sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+            continue
         sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)

@@ -53,6 +53,12 @@ def models(tmp_path_factory):
             rope_finetuned=False, embedding_scale=None, residual_scale=None,
             logit_scale=None, attention_scale=None, biases=True, n_group=1, d_state=8,
             d_conv=3, tie_embeddings=False, n_head_kv=3),
+        # Granite 4.0 H Tiny/Small layout: 5 experts (2 used) of 224 and a shared expert
+        "granitehybrid_moe": H.write_granitehybrid(d / "granitehybrid_moe.gguf", n_expert=5,
+                                                   n_ff_shexp=192),
+        # 4 experts, 1 used, no shared expert, no rope
+        "granitehybrid_moe1": H.write_granitehybrid(d / "granitehybrid_moe1.gguf", n_expert=4,
+                                                    n_expert_used=1, rope_finetuned=False),
         # 3 delta net + 1 gated attention layer; 2 K heads, 4 V heads of 32 (REPEAT),
         # kernel 4; 4 heads of 32 over 2 KV heads; 6 experts (2 used) + shared expert
         "qwen3next": H.write_qwen3next(d / "qwen3next.gguf"),
@@ -101,6 +107,9 @@ CASES = [
     ("granitehybrid_plain", dict(tokens=1, past=2)),
     ("granitehybrid_plain", dict(tokens=8, past=0, n_outputs=8)),
     ("granitehybrid_plain", dict(tokens=3, past=4, type_k="q8_0")),
+    ("granitehybrid_moe", dict(tokens=1, past=3)),
+    ("granitehybrid_moe", dict(tokens=6, past=0, n_outputs=2)),
+    ("granitehybrid_moe1", dict(tokens=4, past=2, n_outputs=2)),
     ("qwen3next", dict(tokens=1, past=3)),
     ("qwen3next", dict(tokens=1, past=0)),
     ("qwen3next", dict(tokens=7, past=0)),
@@ -145,6 +154,7 @@ MEM_CASES = [
     ("granitehybrid", 512, 512, False, "f16", "f16"),
     ("granitehybrid", 4096, 64, True, "q8_0", "q8_0"),
     ("granitehybrid_plain", 1000, 100, False, "f16", "f16"),
+    ("granitehybrid_moe", 2048, 256, True, "f16", "f16"),
     ("qwen3next", 512, 512, False, "f16", "f16"),
     ("qwen3next", 4096, 64, True, "q8_0", "q8_0"),
     ("qwen3next_i3", 2048, 1, False, "q8_0", "f16"),

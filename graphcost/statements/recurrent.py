@@ -432,21 +432,22 @@ def gated_delta_net(sb: SpecBuilder, a: dict) -> None:
 
 @statement("shared_expert")
 def shared_expert(sb: SpecBuilder, a: dict) -> None:
-    """``{x: cur, moe: moe_out, out: cur}``: qwen3next's gated shared expert beside the
-    routed experts: build_ffn(SILU, PAR) over ``ffn_{up,gate,down}_shexp`` (named like a
-    dense FFN: ffn_up, ffn_gate, ffn_swiglu), cb ``ffn_shexp``; the gate
-    ``ffn_gate_inp_shexp`` [n_embd] -> sigmoid (``shared_expert_gate``,
-    ``shared_expert_gate_sigmoid``); ``ffn_shexp_gated``; added to the experts' output
-    (``ffn_out``)."""
+    """``{x: cur, moe: moe_out, gated: 1, out: cur}``: a shared expert beside the routed
+    experts: build_ffn(SILU, PAR) over ``ffn_{up,gate,down}_shexp`` (named like a dense
+    FFN: ffn_up, ffn_gate, ffn_swiglu), cb ``ffn_shexp``; with ``gated`` (qwen3next) the
+    gate ``ffn_gate_inp_shexp`` [n_embd] -> sigmoid (``shared_expert_gate``,
+    ``shared_expert_gate_sigmoid``) and ``ffn_shexp_gated``; added to the experts' output
+    (``ffn_out``). granitehybrid's is ungated (``gated: 0``)."""
     b, g, il = sb.b, sb.g, sb.il
     cur = sb.var(a.get("x", "cur"))
     up = b.proj(il, "ffn_up_shexp", cur, "ffn_up")
     gate = b.proj(il, "ffn_gate_shexp", cur, "ffn_gate")
     t = g.cb(g.glu_split("SWIGLU", gate, up), "ffn_swiglu", il)
     shexp = sb.cb(b.mm(sb.weight("ffn_down_shexp"), t), "ffn_shexp")
-    sgate = sb.cb(b.mm(sb.weight("ffn_gate_inp_shexp"), cur), "shared_expert_gate")
-    sgate = sb.cb(g.unary("SIGMOID", sgate), "shared_expert_gate_sigmoid")
-    shexp = sb.cb(g.mul(shexp, sgate), "ffn_shexp_gated")
+    if sb.expr(a.get("gated", 1)):
+        sgate = sb.cb(b.mm(sb.weight("ffn_gate_inp_shexp"), cur), "shared_expert_gate")
+        sgate = sb.cb(g.unary("SIGMOID", sgate), "shared_expert_gate_sigmoid")
+        shexp = sb.cb(g.mul(shexp, sgate), "ffn_shexp_gated")
     sb.vars[a.get("out", "cur")] = sb.cb(g.add(sb.var(a["moe"]), shexp), "ffn_out")
 
 
