@@ -50,9 +50,13 @@ def write_lfm2(
     n_ff: int = 416, pattern: Sequence[bool] = LFM2_PATTERN, l_cache: int = 3,
     n_vocab: int = 301, tie_embeddings: bool = True,
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
-    rope_freq_base: float = 1_000_000.0, rms_eps: float = 1e-5, seed: int = 0,
+    rope_freq_base: float = 1_000_000.0, rms_eps: float = 1e-5, n_expert: int = 0,
+    n_expert_used: int = 2, n_ff_exp: int = 96, dense_lead: int = 1, gating: int = 2,
+    seed: int = 0,
 ) -> FixtureInfo:
-    """Arch ``lfm2``: ``pattern[il]`` True makes layer il a short-convolution layer
+    """Arch ``lfm2`` (``n_expert > 0``: ``lfm2moe``, MoE FFNs of ``n_ff_exp`` with an
+    expert selection bias after ``dense_lead`` dense layers, ``gating`` the
+    expert_gating_func: 1 softmax, 2 sigmoid): ``pattern[il]`` True makes layer il a short-convolution layer
     (``head_count_kv`` 0 there, ``shortconv.{conv,in_proj,out_proj}``), False an attention
     layer with per-head Q/K RMS norms. ``l_cache`` is the conv width (``shortconv.l_cache``).
 
@@ -61,7 +65,7 @@ def write_lfm2(
     path = Path(path)
     n_layer = len(pattern)
     hd = n_embd // n_head
-    arch = "lfm2"
+    arch = "lfm2moe" if n_expert else "lfm2"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
@@ -74,6 +78,12 @@ def write_lfm2(
     w.add_rope_freq_base(rope_freq_base)
     w.add_vocab_size(n_vocab)
     w.add_uint32(gguf.Keys.ShortConv.L_CACHE.format(arch=arch), l_cache)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_leading_dense_block_count(dense_lead)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     _add_spm_vocab(w, n_vocab)
@@ -87,9 +97,16 @@ def write_lfm2(
     for i, recurrent in enumerate(pattern):
         p = f"blk.{i}."
         sink.vector(p + "ffn_norm.weight", n_embd)
-        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+        if n_expert and i >= dense_lead:
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
+            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
+        else:
+            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
         sink.vector(p + "attn_norm.weight", n_embd)
         if recurrent:
             sink.matrix("shortconv.conv", p + "shortconv.conv.weight", l_cache, n_embd, scale=0.3)

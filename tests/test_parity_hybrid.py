@@ -1,4 +1,4 @@
-"""Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2, granitehybrid,
+"""Hybrid (recurrent + attention) graphs and memory equal llama.cpp's: lfm2, lfm2moe, granitehybrid,
 qwen3next, qwen35, qwen35moe, nemotron_h.
 
 Graphs, node for node (order, name, op, type, ne, sources), for prefill and decode, a
@@ -43,6 +43,12 @@ def models(tmp_path_factory):
                                   n_ff=544, pattern=(False, True, True, False), l_cache=4,
                                   tie_embeddings=False, n_vocab=277,
                                   weight_types={"shortconv.in_proj": QT.Q4_0}),
+        # lfm2moe: layer 0 dense, then 5 experts (2 used) of 96, sigmoid gating with the
+        # expert selection bias
+        "lfm2moe": H.write_lfm2(d / "lfm2moe.gguf", n_expert=5),
+        # softmax gating, 2 dense layers, 1 expert used, untied
+        "lfm2moe_softmax": H.write_lfm2(d / "lfm2moe_softmax.gguf", n_expert=4, n_expert_used=1,
+                                        dense_lead=2, gating=1, tie_embeddings=False),
         # mamba2, attn, mamba2, mamba2; 6 SSM heads of 32 in 2 groups, d_state 16,
         # kernel 4; all Granite multipliers, rope on
         "granitehybrid": H.write_granitehybrid(d / "granitehybrid.gguf"),
@@ -99,6 +105,9 @@ CASES = [
     ("lfm2_hd64", dict(tokens=9, past=0, n_outputs=3)),
     ("lfm2_hd64", dict(tokens=3, past=2, type_k="q8_0")),
     ("lfm2_hd64", dict(tokens=2, past=5, type_k="q8_0", type_v="q8_0", fa=True)),
+    ("lfm2moe", dict(tokens=1, past=3)),
+    ("lfm2moe", dict(tokens=7, past=0, n_outputs=3)),
+    ("lfm2moe_softmax", dict(tokens=4, past=2)),
     ("granitehybrid", dict(tokens=1, past=3)),
     ("granitehybrid", dict(tokens=1, past=0)),
     ("granitehybrid", dict(tokens=7, past=0)),
@@ -151,6 +160,7 @@ MEM_CASES = [
     ("lfm2", 1000, 100, False, "q8_0", "f16"),
     ("lfm2_hd64", 32768, 512, True, "f16", "f16"),
     ("lfm2_hd64", 2048, 1, False, "q8_0", "f16"),
+    ("lfm2moe", 2048, 128, True, "q8_0", "q8_0"),
     ("granitehybrid", 512, 512, False, "f16", "f16"),
     ("granitehybrid", 4096, 64, True, "q8_0", "q8_0"),
     ("granitehybrid_plain", 1000, 100, False, "f16", "f16"),
