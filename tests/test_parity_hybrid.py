@@ -340,3 +340,38 @@ def test_relu_sqr_costs(models):
     # [160, 2]: 320 compare-selects, 320 multiplies, each reading and writing 1280 bytes
     assert op_cost(relu).ops == {"max": 320} and op_cost(sqr).ops == {"mul": 320}
     assert op_cost(sqr).reads == (1280,) and op_cost(sqr).write == 1280
+
+
+@pytest.mark.parametrize("writer,key", [
+    (lambda p: H.write_lfm2(p), "lfm2.shortconv.l_cache"),
+    (lambda p: H.write_granitehybrid(p), "granitehybrid.ssm.state_size"),
+    (lambda p: H.write_qwen3next(p), "qwen3next.ssm.conv_kernel"),
+], ids=["lfm2", "granitehybrid", "qwen3next"])
+def test_missing_required_key_is_one_line_exit_2(tmp_path, writer, key):
+    """A hybrid file without a key its load_arch_hparams requires: one line, exit 2."""
+    import subprocess
+    import sys
+
+    import gguf
+    src = writer(tmp_path / "src.gguf").path
+    reader = gguf.GGUFReader(src)
+    out = tmp_path / "bad.gguf"
+    w = gguf.GGUFWriter(str(out), reader.fields["general.architecture"].contents())
+    for name, f in reader.fields.items():
+        if name == key or name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = f.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            w.add_array(name, f.contents())
+        else:
+            w.add_key_value(name, f.contents(), vtype)
+    for t in reader.tensors:
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = subprocess.run([sys.executable, "-m", "graphcost", "analyze", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and key in r.stderr, r.stderr
