@@ -49,14 +49,23 @@ def _parse_layers(spec: str | None) -> set[int] | None:
     return out
 
 
-def _model_path(model: Optional[Path]) -> Path:
+def _model_path(model: Optional[str]) -> Path | str:
+    """The model argument: a local path, a URL or hf://... (kept as typed), or the
+    bundled example."""
+    from .remote import is_remote
     from .resources import default_model
-    return model if model is not None else default_model()
+    if model is None:
+        return default_model()
+    return model if is_remote(model) else Path(model)
+
+
+ModelArg = Annotated[Optional[str], typer.Argument(
+    help="GGUF file, https:// URL or hf://ORG/REPO[@REV]/FILE.gguf (default: a bundled example)")]
 
 
 @app.command()
 def analyze(
-    model: Annotated[Optional[Path], typer.Argument(help="GGUF file (default: a bundled example)")] = None,
+    model: ModelArg = None,
     format: Annotated[str, typer.Option("--format", "-f", help="summary|tree|json|yaml")] = "summary",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write to FILE")] = None,
     layers: Annotated[Optional[str], typer.Option("--layers", help="tree: only these layers, e.g. 0-1")] = None,
@@ -129,7 +138,7 @@ def _parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
 
 @app.command()
 def memory(
-    model: Annotated[Optional[Path], typer.Argument(help="GGUF file (default: a bundled example)")] = None,
+    model: ModelArg = None,
     sweep: Annotated[Optional[str], typer.Option(
         "--sweep", help="ctx=512,4096,32768 or ub=1,64,512")] = None,
     output: Annotated[Optional[Path], typer.Option(
