@@ -142,7 +142,7 @@ def memory(
     sweep: Annotated[Optional[str], typer.Option(
         "--sweep", help="ctx=512,4096,32768 or ub=1,64,512")] = None,
     output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="with --sweep: plot to FILE (.svg, or .png with matplotlib)")] = None,
+        "--output", "-o", help="with --sweep: plot to FILE (.png or .svg; needs graphcost[plot])")] = None,
     fuse: Annotated[Optional[str], typer.Option(
         "--fuse", help="what-if: 'attention' as one fused kernel")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
@@ -160,6 +160,9 @@ def memory(
     if output is not None and sweep is None:
         _fail("-o/--output writes the sweep plot: give --sweep too")
     parsed = _parse_sweep(sweep)
+    if output is not None:
+        from .report.plot import check_plot_path
+        check_plot_path(output)
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full)
