@@ -17,6 +17,7 @@ class Format(str, Enum):
     tree = "tree"
     json = "json"
     yaml = "yaml"
+    html = "html"
 
 
 def _json(a: Analysis, *, hardware=None, **_: object) -> str:
@@ -37,10 +38,16 @@ def _summary(a: Analysis, *, width: int = 80, color: bool = False, hardware=None
     return render_summary(a, width=width, color=color, hardware=hardware)
 
 
+def _html(a: Analysis, *, hardware=None, **_: object) -> str:
+    from .html import render_analysis  # graphcost/report/html.py: the page, from document()
+    return render_analysis(a, hardware=hardware)
+
+
 #: every Format has exactly one renderer (tests/test_formats.py checks this)
 RENDERERS: dict[Format, Callable[..., str]] = {
     Format.summary: _summary,
     Format.tree: _tree,
     Format.json: _json,
     Format.yaml: _yaml,
+    Format.html: _html,
 }
