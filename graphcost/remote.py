@@ -129,15 +129,24 @@ class RemoteFile:
             "http", skip_instance_cache=True, headers=dict(target.headers),
             client_kwargs={"timeout": aiohttp.ClientTimeout(total=self.timeout)})
         self.requests += 1  # fsspec asks for the size first (HEAD, or GET if HEAD has none)
-        size = self._call(lambda: self._fs.info(target.url).get("size"))
-        if size is None:
+        info = self._call(lambda: self._fs.info(target.url))
+        if info.get("size") is None:
             raise GraphcostError(f"{self.name}: the server does not say the file's size "
                                  "(no Content-Length), so it cannot be read in ranges")
-        self.size = int(size)
+        self.size = int(info["size"])
         self.limit = min(self.size, HEADER_LIMIT)
         self.buf = mmap.mmap(-1, max(self.limit, 1))
-        self._file = self._call(lambda: self._fs.open(target.url, "rb", block_size=MAX_BLOCK,
-                                                      cache_type="none", size=self.size))
+        # the Hub redirects resolve URLs to a CDN: range requests go to where the size
+        # query was sent in the end, without the token if that is another host
+        self.url, headers = target.url, dict(target.headers)
+        final = info.get("url")
+        if isinstance(final, str) and final != target.url:
+            self.url = final
+            if _host(final) != _host(target.url):
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        self._file = self._call(lambda: self._fs.open(self.url, "rb", block_size=MAX_BLOCK,
+                                                      cache_type="none", size=self.size,
+                                                      headers=headers))
 
     # ---- byte source ------------------------------------------------------------------
     def read(self, offset: int, n: int) -> bytes:
@@ -224,6 +233,11 @@ class RemoteFile:
             self._file.close()
         except Exception:
             pass
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+    return urlsplit(url).netloc.lower()
 
 
 def _status(e: BaseException) -> int | None:

@@ -34,6 +34,7 @@ from graphcost.gguf_reader import LazyArray, read_model  # noqa: E402
 from graphcost.remote import FIRST_BLOCK, Transfer, read_remote_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "hf_graphcost_test_token"  # the token the test server's gated repository accepts
 
 
 class HubServer(ThreadingHTTPServer):
@@ -49,6 +50,7 @@ class HubServer(ThreadingHTTPServer):
         self.gated: set[str] = set()
         self.mode = "range"
         self.delay = 0.0
+        self.redirect = False  # resolve URLs answer 302 to /cdn/..., as the Hub's do
         self.requests: list[tuple[str, str, str | None]] = []  # method, path, Range
         self.sent = 0
         self.lock = threading.Lock()
@@ -85,7 +87,15 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.mode == "slow" and not self.path.startswith("/api/"):
             time.sleep(srv.delay)
         path = self.path.split("?", 1)[0]
-        if path in srv.gated:
+        if srv.redirect and "/resolve/" in path and path in srv.files:
+            self.send_response(302)
+            self.send_header("Location", "/cdn" + path + "?signed=1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        if path.startswith("/cdn/"):
+            path = path[4:]
+        if path in srv.gated and self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self._plain(401, b"Access to this repository is restricted.")
             return None
         f = srv.files.get(path)
@@ -157,7 +167,7 @@ def hub():
 @pytest.fixture
 def endpoint(hub, monkeypatch):
     hub.reset()
-    hub.mode, hub.delay = "range", 0.0
+    hub.mode, hub.delay, hub.redirect = "range", 0.0, False
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     return hub
@@ -196,6 +206,22 @@ def test_hf_path_with_revision_reads_the_same_header(endpoint, tiny):
     assert (t.requests, t.fetched) == (2, FIRST_BLOCK) == (2, endpoint.sent)
 
 
+def test_gated_repo_reads_with_hf_token(endpoint, tiny, monkeypatch):
+    endpoint.files["/org/gated/resolve/main/tiny.gguf"] = tiny
+    endpoint.gated.add("/org/gated/resolve/main/tiny.gguf")
+    try:
+        with pytest.raises(GraphcostError, match="HTTP 401: the repository is gated"):
+            read_remote_model("hf://org/gated/tiny.gguf", progress=False)
+        monkeypatch.setenv("HF_TOKEN", TOKEN)
+        h = read_remote_model("hf://org/gated/tiny.gguf", progress=False)
+        _same_header(read_model(tiny), h)
+        # a plain https:// URL never carries the Hub token
+        with pytest.raises(GraphcostError, match="HTTP 401: the server refused access"):
+            read_remote_model(endpoint.url + "/org/gated/resolve/main/tiny.gguf", progress=False)
+    finally:
+        endpoint.gated.clear()
+
+
 def test_https_url_gives_the_same_analysis(endpoint, tiny):
     from graphcost.analysis import analyze_graph
     from graphcost.build import build_graph
@@ -214,6 +240,7 @@ def test_real_262k_vocab_header_in_few_requests(endpoint, gemma3_270m):
     """gemma-3-270m: 262,144 tokens. The header is ~4 MB of which the token strings are
     most; scores and token types (1 MiB each) are skipped unless a block covers them."""
     endpoint.files["/google/gemma-3-270m/resolve/main/gemma3.gguf"] = Path(gemma3_270m)
+    endpoint.redirect = True  # like the Hub: resolve -> 302 -> CDN
     t = Transfer()
     h = read_remote_model("hf://google/gemma-3-270m/gemma3.gguf", progress=False, transfer=t)
     local = read_model(gemma3_270m)
@@ -221,7 +248,12 @@ def test_real_262k_vocab_header_in_few_requests(endpoint, gemma3_270m):
     gets = [r for r in endpoint.file_requests if r[0] == "GET"]
     print(f"\ngemma3 270M header ({local.data_offset:,} bytes): {len(endpoint.file_requests)} requests, "
           f"{endpoint.sent:,} bytes sent of a {local.file_size:,}-byte file")
-    assert t.requests == len(endpoint.file_requests) and t.fetched == endpoint.sent
+    # the size query is redirected once; the ranges go straight to the CDN URL
+    assert [(m, p.split("?")[0]) for m, p, _ in endpoint.file_requests[:2]] == [
+        ("HEAD", "/google/gemma-3-270m/resolve/main/gemma3.gguf"),
+        ("HEAD", "/cdn/google/gemma-3-270m/resolve/main/gemma3.gguf")]
+    assert all(p.startswith("/cdn/") and p.endswith("?signed=1") for _, p, _ in gets)
+    assert t.requests + 1 == len(endpoint.file_requests) and t.fetched == endpoint.sent
     # blocks double from 256 KiB: 256K+512K+1M+2M+4M = 7.75 MiB covers any header < 7.75 MiB
     assert len(gets) <= 5 and endpoint.sent <= 2 * local.data_offset
     assert endpoint.sent < local.file_size / 20
