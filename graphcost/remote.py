@@ -259,6 +259,13 @@ def _explain(e: BaseException, target: Target, timeout: float) -> str:
         c = c.__cause__ or c.__context__
     if any(isinstance(c, (asyncio.TimeoutError, TimeoutError)) for c in chain):
         return f"no answer within {timeout:g} s (GRAPHCOST_HTTP_TIMEOUT)"
+    try:
+        from aiohttp import ClientConnectionError
+    except ImportError:  # pragma: no cover (RemoteFile needs aiohttp to get here)
+        ClientConnectionError = OSError
+    for c in chain:  # no route, DNS, refused: fsspec reports these as "not found" too
+        if isinstance(c, ClientConnectionError) and _status(c) is None:
+            return f"cannot connect: {str(c).splitlines()[0] if str(c) else type(c).__name__}"
     if any("range requests" in str(c) or "Cannot seek" in str(c) for c in chain):
         return "the server does not support HTTP range requests (needed to read only the header)"
     status = _status(e)

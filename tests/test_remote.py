@@ -302,7 +302,7 @@ def _big_header(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", ["404", "no-range", "timeout", "gated", "not-gguf"])
+@pytest.mark.parametrize("case", ["404", "no-range", "timeout", "gated", "not-gguf", "refused"])
 def test_failures_are_one_line(endpoint, tmp_path, case):
     spec, expect = "hf://org/repo/model.gguf", None
     served = "/org/repo/resolve/main/model.gguf"
@@ -318,11 +318,14 @@ def test_failures_are_one_line(endpoint, tmp_path, case):
     elif case == "gated":
         endpoint.gated.add(served)
         expect = "HTTP 401: the repository is gated or private; .* HF_TOKEN"
+    elif case == "refused":  # a port nothing listens on (this server's, after it closed)
+        expect = r"cannot connect: Cannot connect to host 127\.0\.0\.1"
     else:
         (tmp_path / "x.gguf").write_bytes(b"<html>not a model</html>" * 100)
         endpoint.files[served] = tmp_path / "x.gguf"
         expect = r"offset 0: not a GGUF file"
-    env = dict(os.environ, HF_ENDPOINT=endpoint.url, GRAPHCOST_HTTP_TIMEOUT="1",
+    url = endpoint.url if case != "refused" else _closed_port_url()
+    env = dict(os.environ, HF_ENDPOINT=url, GRAPHCOST_HTTP_TIMEOUT="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "graphcost", "analyze", spec], cwd=ROOT, env=env,
@@ -335,6 +338,14 @@ def test_failures_are_one_line(endpoint, tmp_path, case):
     assert time.monotonic() - t0 < 60
     if case == "no-range":  # the first block came from the 200 answer, the second could not
         assert [m for m, _, _ in endpoint.file_requests] == ["HEAD", "GET", "GET"]
+
+
+def _closed_port_url() -> str:
+    import socket
+    with socket.socket() as s:  # bind, learn the port, close: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 def test_cli_analyze_url_json_equals_local(endpoint, tiny, tmp_path):
