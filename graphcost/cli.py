@@ -100,7 +100,7 @@ def analyze(
 
 @app.command()
 def check(
-    model: Annotated[Path, typer.Argument(help="GGUF file")],
+    model: Annotated[str, typer.Argument(help="GGUF file, https:// URL or hf://ORG/REPO[@REV]/FILE.gguf")],
     baseline: Annotated[Path, typer.Option("--baseline", help="YAML written by analyze --format yaml")],
     rtol: Annotated[float, typer.Option("--rtol", help="allowed relative change")] = 0.0,
 ) -> None:
@@ -113,7 +113,7 @@ def check(
     if not rtol >= 0:
         _fail(f"--rtol {rtol} must be >= 0")
     base = load_baseline(baseline)
-    a = analyze_model(model, baseline_settings(base, baseline))
+    a = analyze_model(_model_path(model), baseline_settings(base, baseline))
     drifts = compare(base, document(a), rtol)
     if drifts:
         typer.echo(render_drift(drifts, rtol), nl=False)

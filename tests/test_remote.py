@@ -362,3 +362,22 @@ def test_cli_analyze_url_json_equals_local(endpoint, tiny, tmp_path):
         d["model"].pop("path")
         outs.append(d)
     assert outs[0] == outs[1]
+
+
+def test_progress_line_and_check_against_a_local_baseline(endpoint, tiny, tmp_path, capsys):
+    """The bar (forced on here: stderr is not a terminal under pytest) ends with one line
+    saying what was read; ``check`` takes a URL like ``analyze`` does."""
+    endpoint.files["/org/tiny/resolve/main/tiny.gguf"] = tiny
+    read_remote_model("hf://org/tiny/tiny.gguf", progress=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"read {FIRST_BLOCK / 1e6:.2f} MB in 2 requests for the header of hf://org/tiny/tiny.gguf"
+    env = dict(os.environ, HF_ENDPOINT=endpoint.url,
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    base = tmp_path / "base.yaml"
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "graphcost", *map(str, args)], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert run("analyze", tiny, "-f", "yaml", "-o", base, "-c", 256).returncode == 0
+    r = run("check", "hf://org/tiny/tiny.gguf", "--baseline", base)
+    assert r.returncode == 0 and r.stdout.startswith("ok: hf://org/tiny/tiny.gguf matches"), r.stderr
