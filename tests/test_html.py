@@ -120,6 +120,7 @@ const shown = (id, k) => Object.fromEntries([...document.querySelectorAll('#' + 
 R.byOp = shown('table-by_op', 'key');
 R.byBlock = shown('table-by_block', 'key');
 R.byLayer = shown('table-by_layer', 'layer');
+R.liveMarks = [...document.querySelectorAll('.live-mark title')].map(t => t.textContent);
 R.totalFlops = document.getElementById('total-flops').textContent;
 R.peakBytes = document.getElementById('peak-bytes').textContent;
 R.breakdown = [...document.querySelectorAll('#memory-breakdown tbody td[data-value]')].map(td => td.textContent);
@@ -181,6 +182,11 @@ def test_analyze_page_in_chromium(hostile_model, tmp_path):
         assert _int(s["flops"]) == row["flops"] and _int(s["bytes_read"]) == row["bytes_read"]
     assert _int(r["totalFlops"]) == doc["totals"]["flops"]
     assert _int(r["peakBytes"]) == doc["memory"]["peak_live_bytes"]
+    # each tensor live at the peak that a node made is ticked at that node
+    peak = doc["memory"]["peak_node"]["index"]
+    made = [(max(n["index"] for n in doc["nodes"][:peak + 1] if n["name"] == t["name"]), t["name"])
+            for t in doc["memory"]["peak_tensors"] if any(n["name"] == t["name"] for n in doc["nodes"][:peak + 1])]
+    assert made and [m.split(":")[0] for m in r["liveMarks"]] == [f"#{i} {name}" for i, name in made]
     mem = doc["memory"]
     parts = [doc["model"]["weights_bytes"]] + [c["bytes"] for c in mem["kv_caches"]] + [
         mem["compute_buffer_bytes"], mem["output_buffer_bytes"]]
