@@ -381,3 +381,19 @@ def test_progress_line_and_check_against_a_local_baseline(endpoint, tiny, tmp_pa
     assert run("analyze", tiny, "-f", "yaml", "-o", base, "-c", 256).returncode == 0
     r = run("check", "hf://org/tiny/tiny.gguf", "--baseline", base)
     assert r.returncode == 0 and r.stdout.startswith("ok: hf://org/tiny/tiny.gguf matches"), r.stderr
+
+
+@pytest.mark.parametrize("missing,spec", [("fsspec", "https://127.0.0.1:9/x.gguf"),
+                                          ("huggingface_hub", "hf://org/repo/x.gguf")])
+def test_without_the_remote_extra_one_line_exit_2(tmp_path, missing, spec):
+    """A package that fails to import stands in for a missing one."""
+    fake = tmp_path / "shadow" / missing
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ImportError('no {missing} here')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(fake.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "graphcost", "analyze", spec], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"graphcost: {spec}: reading a remote header needs {missing} "
+        "(pip install 'graphcost[remote]')"]
