@@ -272,3 +272,35 @@ def test_cli_html_formats(tmp_path):
                           "--fuse", "attention"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "graphcost: --fuse is shown by --format text only"]
+
+
+ROOFLINE_CHECK = r"""
+const R = {};
+R.total = document.getElementById('roofline-seconds').textContent;
+R.byOp = Object.fromEntries([...document.querySelectorAll('#table-by_op tbody tr')].map(tr =>
+  [tr.querySelector('td[data-key="key"]').textContent, tr.querySelector('td[data-key="roofline_seconds"]').dataset.value]));
+window.graphcost.select(5);
+R.node5 = [...document.querySelectorAll('#detail th')].filter(th => th.textContent === 'roofline')
+  .map(th => th.nextElementSibling.textContent);
+return R;
+"""
+
+
+@needs_browser
+def test_roofline_times_in_chromium(hostile_model, tmp_path):
+    """--hardware: the per-op roofline column holds the document's seconds exactly
+    (JavaScript and Python print a double the same shortest way)."""
+    from graphcost.hardware import load
+    a = _analysis(hostile_model, ctx_size=512, tokens=4)
+    hw = load("apple-m2")
+    doc = json.loads(json.dumps(document(a, hardware=hw)))
+    r = _run_page(render_analysis(a, hardware=hw), tmp_path, ROOFLINE_CHECK)
+    assert "exception" not in r, r["exception"]
+    assert r["errors"] == [] and r["console"] == []
+    want = {o["op"]: o["seconds"] for o in doc["roofline"]["by_op"]}
+    assert len(want) >= 5
+    assert {k: float(v) for k, v in r["byOp"].items() if v is not None} == want
+    assert all(r["byOp"].get(o["key"]) is None for o in doc["by_op"] if o["key"] not in want)
+    assert r["total"] == f"{doc['roofline']['seconds'] * 1e6:.3f} \u00b5s"
+    sec = doc["nodes"][5]["roofline_seconds"]
+    assert r["node5"] == [f"{sec * 1e6:.3f} \u00b5s" if sec < 1e-3 else f"{sec * 1e3:.3f} ms"]
