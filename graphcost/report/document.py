@@ -99,7 +99,8 @@ def document(a: Analysis, hardware=None) -> dict:
         },
         # mixture of experts: expert weights in total, per token, read (null when dense)
         "experts": _experts(a),
-        "unmodelled": [{"index": nc.index, "name": nc.node.name, "op": nc.node.op}
+        "unmodelled": [{"index": nc.index, "name": nc.node.name, "op": nc.node.op,
+                        "reason": nc.why}
                        for nc in a.unmodelled],
         "nodes": [node_dict(nc, live) for nc, live in zip(a.nodes, step.live)],
     }
