@@ -26,7 +26,7 @@ from gguf import GGMLQuantizationType as QT
 import fixtures as F
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
-from graphcost.report.document import document
+from graphcost.document import document
 from graphcost.settings import RunSettings
 from graphcost.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 
