@@ -25,7 +25,7 @@ from fixtures import write_llama
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
 from graphcost.memory_plan import plan_memory, sweep
-from graphcost.report.document import document, memory_document
+from graphcost.document import document, memory_document
 from graphcost.report.html import embed_json, render_analysis, render_memory_page
 from graphcost.settings import RunSettings
 

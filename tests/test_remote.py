@@ -225,7 +225,7 @@ def test_gated_repo_reads_with_hf_token(endpoint, tiny, monkeypatch):
 def test_https_url_gives_the_same_analysis(endpoint, tiny):
     from graphcost.analysis import analyze_graph
     from graphcost.build import build_graph
-    from graphcost.report.document import document
+    from graphcost.document import document
     from graphcost.settings import RunSettings
     endpoint.files["/files/tiny.gguf"] = tiny
     s = RunSettings(ctx_size=256, tokens=3, past=5)

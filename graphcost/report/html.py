@@ -1,6 +1,6 @@
 """``--format html``: one self-contained page (inline CSS and JS, nothing fetched) that
-shows the same document ``--format json`` writes (:func:`graphcost.report.document.document`)
-or, for ``graphcost memory``, :func:`graphcost.report.document.memory_document`.
+shows the same document ``--format json`` writes (:func:`graphcost.document.document`)
+or, for ``graphcost memory``, :func:`graphcost.document.memory_document`.
 
 The page is the template ``html_template.html`` (shipped in the package) with the
 document embedded as JSON in a ``<script type="application/json">`` element; every
@@ -37,11 +37,11 @@ def render_page(kind: str, doc: dict) -> str:
 
 def render_analysis(a, *, hardware=None, **_: object) -> str:
     """``analyze --format html``: the JSON report's document, drawn."""
-    from .document import document
+    from ..document import document
     return render_page("analyze", document(a, hardware=hardware))
 
 
 def render_memory_page(plan, sweep=None) -> str:
     """``memory --format html``."""
-    from .document import memory_document
+    from ..document import memory_document
     return render_page("memory", memory_document(plan, sweep))
