@@ -87,6 +87,7 @@ def _run_page(page: str, tmp_path: Path, check_js: str, name: str = "page.html")
     f = tmp_path / name
     f.write_text(page, encoding="utf-8")
     r = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                        "--disable-dev-shm-usage",  # containers: a small /dev/shm
                         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000",
                         "--dump-dom", f.as_uri()], capture_output=True, text=True, timeout=120)
     m = re.search(r'<pre id="gc-test-results">(.*?)</pre>', r.stdout, re.S)
