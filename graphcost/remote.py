@@ -74,12 +74,12 @@ class Target:
     hub: bool  # on the Hugging Face Hub (401/403 mean a gated or private repo)
 
     def sibling(self, filename: str) -> "Target":
-        """The same place with another file name (a split model's other shards)."""
-        old = self.name.name
-        base, _, query = self.url.partition("?")
-        url = base[: len(base) - len(old)] + filename + (f"?{query}" if query else "")
-        return Target(RemoteLocation(self.name[: len(self.name.split("?", 1)[0]) - len(old)]
-                                     + filename), url, self.headers, self.hub)
+        """The same place with another file name (a split model's other shards); a query
+        string stays on."""
+        def swap(u: str) -> str:
+            base, sep, query = u.partition("?")
+            return base[: base.rfind("/") + 1] + filename + sep + query
+        return Target(RemoteLocation(swap(self.name)), swap(self.url), self.headers, self.hub)
 
 
 def resolve(spec: str) -> Target:

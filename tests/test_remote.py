@@ -285,6 +285,12 @@ def test_split_model_fetches_every_shard(endpoint, tmp_path):
            [("t0", 0, 0), ("t1", 0, 32), ("t2", 1, 0)]
     assert [str(p) for p in h.shards] == [f"hf://org/split/{s.name}" for s in shards]
     assert t.files == 2 and t.requests == 4  # HEAD + one GET per shard
+    # the same through a plain URL (with a query string kept on every shard's URL)
+    url = f"{endpoint.url}/org/split/resolve/main/{shards[0].name}?download=1"
+    h2 = read_remote_model(url, progress=False)
+    assert [str(p) for p in h2.shards] == [f"{endpoint.url}/org/split/resolve/main/{s.name}?download=1"
+                                           for s in shards]
+    assert list(h2.tensors.values()) == list(h.tensors.values())
     del endpoint.files[f"/org/split/resolve/main/{shards[1].name}"]
     with pytest.raises(GraphcostError, match="shard 2 of 2 is missing"):
         read_remote_model(f"hf://org/split/{shards[0].name}", progress=False)
