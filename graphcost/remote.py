@@ -109,8 +109,9 @@ class RemoteFile:
     """A remote file read through fsspec in doubling blocks, kept in an anonymous mmap
     of ``limit`` bytes (pages the reader never ensures are never touched).
 
-    ``requests`` counts HTTP requests (the size query and every range GET); ``fetched``
-    counts the body bytes received.
+    ``requests`` counts the requests graphcost makes (the size query and every range
+    GET; a redirect the client follows, or fsspec's GET after a HEAD without a size, is
+    one more on the wire); ``fetched`` counts the body bytes received.
     """
 
     def __init__(self, target: Target, *, timeout: float | None = None,
