@@ -6,7 +6,7 @@ fresh sequence (past 0: the recurrent state is zeroed in place) and a continued 
 several outputs, flash attention off and on, quantized KV caches; fixtures in
 tests/fixtures_hybrid.py, comparison in tests/parity.py. Memory: the compute buffer, the
 KV cache of the attention layers and the recurrent state buffer (``RS buffer size``) of
-llama.cpp's log (tests/llama_oracle.py ``capture_log``), at the precision it prints.
+llama.cpp's log (graphcost/oracle.py ``capture_log``), at the precision it prints.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import fixtures_hybrid as H
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
 from graphcost.memory_plan import plan_memory
-from graphcost.report.document import document
+from graphcost.document import document
 from graphcost.settings import RunSettings
-from llama_oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids
 
 needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
@@ -375,3 +375,16 @@ def test_missing_required_key_is_one_line_exit_2(tmp_path, writer, key):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and key in r.stderr, r.stderr
+
+
+def test_memory_document_breakdown_adds_up_with_the_recurrent_state(models):
+    """``graphcost memory`` (and its HTML page) lists the recurrent state beside the KV
+    cache, and the parts add up to the total."""
+    from graphcost.document import memory_document
+    doc = memory_document(plan_memory(load_model(models["granitehybrid"]), RunSettings(ctx_size=4096)))
+    b = doc["breakdown"]
+    # 3 Mamba-2 layers: R 9216 + S 36864 bytes (test_granitehybrid_recurrent_state_bytes)
+    assert b["recurrent_states"] == [{"cells": 1, "layers": 3, "r_bytes": 9216, "s_bytes": 36864,
+                                      "bytes": 46080}]
+    assert b["total_bytes"] == (b["weights_bytes"] + b["kv_cache_bytes"] + b["recurrent_state_bytes"]
+                                + b["compute_buffer_bytes"] + b["output_buffer_bytes"])

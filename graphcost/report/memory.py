@@ -149,7 +149,11 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     first = plans[0]
     lines = [f"graphcost memory sweep: {first.model.name} ({first.model.arch}), {key} = "
              + ", ".join(str(v) for v in values), _settings_line(first, swept=key),
-             f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)", ""]
+             f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)"]
+    if first.states:
+        lines.append(f"recurrent state {mib(first.recurrent_state_bytes)} MiB in every row "
+                     "(in the total)")
+    lines.append("")
     hdr = (f"  {key:>7}  {'KV cache':>10}  {'compute':>10}  {'output':>8}  {'total':>10}  "
            "compute peak set by")
     lines += [hdr, "  " + "-" * (len(hdr) - 2)]
