@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 
 from .arch_spec import load_specs
+from .consistency import check_model
 from .errors import UnsupportedError
 from .ggml_graph import Tensor
 from .gguf_reader import read_model
@@ -30,8 +31,11 @@ class BuiltGraph:
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
-    """Read the header (all shards) and the hyperparameters of a supported architecture."""
-    return model_info(read_model(path), load_specs())
+    """Read the header (all shards) and the hyperparameters of a supported architecture,
+    and check once that they agree with each other (:mod:`graphcost.consistency`)."""
+    m = model_info(read_model(path), load_specs())
+    check_model(m)
+    return m
 
 
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:

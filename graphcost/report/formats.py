@@ -1,14 +1,13 @@
 """``--format``: one enum, one renderer per value, all with the same signature."""
 from __future__ import annotations
 
-import json
 from enum import Enum
 from typing import Callable
 
 import yaml
 
 from ..analysis import Analysis
-from .document import document
+from .document import document, to_json
 from .summary import render_summary
 
 
@@ -20,7 +19,7 @@ class Format(str, Enum):
 
 
 def _json(a: Analysis, *, hardware=None, **_: object) -> str:
-    return json.dumps(document(a, hardware=hardware), indent=1) + "\n"
+    return to_json(document(a, hardware=hardware))
 
 
 def _yaml(a: Analysis, *, hardware=None, **_: object) -> str:

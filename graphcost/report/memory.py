@@ -7,13 +7,16 @@ llama.cpp log by eye.
 """
 from __future__ import annotations
 
+import io
 import math
 from html import escape
 from pathlib import Path
 
 from ..errors import GraphcostError
+from ..files import write_atomic
 from ..ggml_types import type_name
 from ..memory_plan import FusionWhatIf, MemoryPlan, describe_tensor
+from .units import literal
 
 MiB = 1024 * 1024
 
@@ -73,7 +76,10 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
     """The breakdown llama.cpp logs at start-up (weights, KV caches, compute and output
     buffers, total), then how the compute buffer comes about, then the what-if."""
     m = plan.model
-    lines = [f"graphcost memory: {m.name} ({m.arch}, {m.n_layer} layers)", _settings_line(plan), ""]
+    lines = [f"graphcost memory: {m.name} ({m.arch}, {m.n_layer} layers)", _settings_line(plan)]
+    if m.header.data_note:
+        lines.append(f"note: {m.header.data_note}")
+    lines.append("")
     rows: list[tuple[str, int | None, str]] = [
         ("model weights", plan.weights_bytes, "tensor data in the file")]
     for c in plan.caches:
@@ -100,7 +106,7 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
     lines += ["", head] + live
     if fusion:
         lines += [""] + render_fusion(plan, fusion)
-    return "\n".join(lines).rstrip() + "\n"
+    return literal("\n".join(lines).rstrip(), keep_newlines=True) + "\n"
 
 
 def render_fusion(plan: MemoryPlan, fusion: list[FusionWhatIf]) -> list[str]:
@@ -147,7 +153,10 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     first = plans[0]
     lines = [f"graphcost memory sweep: {first.model.name} ({first.model.arch}), {key} = "
              + ", ".join(str(v) for v in values), _settings_line(first, swept=key),
-             f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)", ""]
+             f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)"]
+    if first.model.header.data_note:
+        lines.append(f"note: {first.model.header.data_note}")
+    lines.append("")
     hdr = (f"  {key:>7}  {'KV cache':>10}  {'compute':>10}  {'output':>8}  {'total':>10}  "
            "compute peak set by")
     lines += [hdr, "  " + "-" * (len(hdr) - 2)]
@@ -171,7 +180,7 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     else:
         lines.append("flash attention is off: the KQ scores (n_kv x tokens x heads, F32) are "
                      "stored, so the compute buffer grows with context x ubatch")
-    return "\n".join(lines) + "\n"
+    return literal("\n".join(lines), keep_newlines=True) + "\n"
 
 
 # ---- plot ----------------------------------------------------------------------------------
@@ -215,7 +224,8 @@ def sweep_svg(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     def Y(b: float) -> float:
         return top + ph - (b / MiB) / ytop * ph
 
-    name = f"{plans[0].model.name} ({plans[0].model.arch})"
+    # control characters are not allowed in XML 1.0: escaped before the markup is
+    name = literal(f"{plans[0].model.name} ({plans[0].model.arch})")
     fa = "on" if plans[0].run.flash_attn else "off"
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
            f'viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">',
@@ -251,7 +261,7 @@ def sweep_svg(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
         last = v == max(values)  # label the rightmost point on its left, clear of the legend
         anchor = ' text-anchor="end"' if last else ""
         out.append(f'<text x="{X(v) + (-5 if last else 5):.1f}" y="{Y(p.compute_buffer_bytes) - 6:.1f}" '
-                   f'font-size="10" fill="#d62728"{anchor}>{escape(tag)}</text>')
+                   f'font-size="10" fill="#d62728"{anchor}>{escape(literal(tag))}</text>')
     out.append(f'<text x="{left + pw + 16}" y="{top + 100}" font-size="10">red labels: the tensor</text>')
     out.append(f'<text x="{left + pw + 16}" y="{top + 113}" font-size="10">that sets the compute peak</text>')
     out.append("</svg>")
@@ -262,11 +272,7 @@ def write_plot(path: Path, key: str, values: list[int], plans: list[MemoryPlan])
     """``.svg``: hand-written; ``.png``: needs matplotlib, refused cleanly without it."""
     suffix = path.suffix.lower()
     if suffix == ".svg":
-        text = sweep_svg(key, values, plans)
-        try:
-            path.write_text(text)
-        except OSError as e:
-            raise GraphcostError(f"{path}: cannot write: {e.strerror or e}") from None
+        write_atomic(path, sweep_svg(key, values, plans))
         return
     if suffix != ".png":
         raise GraphcostError(f"-o {path}: the plot is written as .svg or .png")
@@ -293,9 +299,9 @@ def write_plot(path: Path, key: str, values: list[int], plans: list[MemoryPlan])
     ax.set_ylabel("MiB")
     ax.set_title(f"{plans[0].model.name}: memory vs {key}")
     ax.legend()
+    png = io.BytesIO()
     try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as e:
-        raise GraphcostError(f"{path}: cannot write: {e.strerror or e}") from None
+        fig.savefig(png, format="png", dpi=120, bbox_inches="tight")
     finally:
         plt.close(fig)
+    write_atomic(path, png.getvalue())
