@@ -290,6 +290,7 @@ def test_save_and_load_by_path(tmp_path):
 def test_analyze_finds_a_user_profile_by_name(model, config_home, monkeypatch, capsys):
     from graphcost import hardware as hw
     hw.save(dict(PROFILE), "mine")
+    assert (config_home / "graphcost" / "hardware" / "mine.yaml").is_file()
     code, out, err = run(["analyze", model, "-c", 256, "--hardware", "mine"], monkeypatch, capsys)
     assert code == 0, err
     assert "Roofline on mine" in out
@@ -388,7 +389,8 @@ PROBES: dict[str, tuple[Callable, str]] = {
                               _write(t / "hw.yaml", yaml.safe_dump(PROFILE)), "-o", t / "hw.yaml"],
         "is an input"),
     "hwprobe-o-is-a-gguf": (_argv("hwprobe", "-o", "{model}"), "is a GGUF file"),
-    "analyze-o-is-a-directory": (_argv("analyze", "{model}", "-o", "{tmp}"), "a directory"),
+    "analyze-o-is-a-directory": (_argv("analyze", "{model}", "-o", "{tmp}"),
+                                 "is a directory; give a file name"),
     # ---- check: baselines
     "baseline-nan-total": (_edit_baseline(_set("totals.flops", math.nan)),
                            "totals.flops must be a finite number"),
@@ -431,7 +433,8 @@ PROBES: dict[str, tuple[Callable, str]] = {
     "baseline-yaml-syntax": (_baseline_text("schema: 1\nrun: {ctx_size: [\n"),
                              "baseline is not valid YAML: line"),
     "baseline-dev-zero": (_baseline_path("/dev/zero"), "a character device, not a regular file"),
-    "baseline-directory": (_argv("check", "{model}", "--baseline", "{tmp}"), "a directory"),
+    "baseline-directory": (_argv("check", "{model}", "--baseline", "{tmp}"),
+                           "a directory, not a regular file"),
     "baseline-40-MiB": (_huge_baseline, "more than the 33,554,432"),
     # ---- --layers
     "layers-0-30000000": (_argv("analyze", "{model}", "-f", "tree", "--layers", "0-30000000"),
