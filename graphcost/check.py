@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GraphcostError
+from .document import SCHEMA
 from .files import MAX_BASELINE_BYTES, load_yaml
-from .report.document import SCHEMA
 from .schema import field, mapping_of, need
 from .settings import RunSettings
 
@@ -55,7 +55,8 @@ def load_baseline(path: str | Path) -> dict:
             raise GraphcostError(f"{p}: baseline has no {key!r} section")
     run = need(doc["run"], "dict", "run", p)
     for name, f in RunSettings.__dataclass_fields__.items():
-        field(run, name, _RUN_KINDS[str(f.type)], "run", p, required=False)
+        kind, _, none = str(f.type).partition(" | ")
+        field(run, name, _RUN_KINDS[kind], "run", p, required=False, null=none == "None")
     totals = need(doc["totals"], "dict", "totals", p)
     for k in _TOTALS:
         field(totals, k, "nonneg", "totals", p, required=False)

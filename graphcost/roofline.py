@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .analysis import Analysis
-from .ggml_graph import VIEW_OPS
+from . import ops
 from .hardware import Hardware, roofline_seconds
 
 
@@ -50,18 +50,18 @@ class RooflineEstimate:
 def estimate(a: Analysis, hw: Hardware) -> RooflineEstimate:
     per_node: list[float | None] = []
     mem = cmp = 0.0
-    ops: dict[str, list] = {}
+    per_op: dict[str, list] = {}
     for nc in a.nodes:
         if nc.cost is None:
             per_node.append(None)
             continue
-        if nc.node.op in VIEW_OPS:              # SET_ROWS/CPY are views that do work
+        if nc.node.op in ops.EMPTY:              # SET_ROWS/CPY are views that do work
             per_node.append(0.0)
             continue
         c = nc.cost
         sec, bound = roofline_seconds(c.bytes_read + c.bytes_written, c.flops, hw)
         per_node.append(sec)
-        o = ops.setdefault(nc.node.op, [0.0, 0, 0])
+        o = per_op.setdefault(nc.node.op, [0.0, 0, 0])
         o[0] += sec
         if bound == "memory":
             mem += sec
@@ -69,5 +69,5 @@ def estimate(a: Analysis, hw: Hardware) -> RooflineEstimate:
         else:
             cmp += sec
             o[2] += 1
-    by_op = sorted((OpEstimate(k, *v) for k, v in ops.items()), key=lambda o: -o.seconds)
+    by_op = sorted((OpEstimate(k, *v) for k, v in per_op.items()), key=lambda o: -o.seconds)
     return RooflineEstimate(hw, mem + cmp, mem, cmp, per_node, by_op)

@@ -680,7 +680,7 @@ def test_error_messages_escape_control_characters(tmp_path, monkeypatch, capsys)
 
 
 def test_json_document_refuses_non_finite_numbers():
-    from graphcost.report.document import non_finite, to_json
+    from graphcost.document import non_finite, to_json
     doc = {"a": 1.0, "b": [0.5, math.inf], "c": {"d": math.nan}}
     assert non_finite(doc) == ["b[1]", "c.d"]
     with pytest.raises(GraphcostError, match=r"non-finite number at b\[1\] \(and 1 more\)"):
@@ -692,7 +692,8 @@ def test_profile_json_writes_non_finite_measurements_as_null_and_flags_them(monk
     from graphcost.report import profile as rp
     monkeypatch.setattr(rp, "document", lambda p: {"notes": [], "steps": [
         {"top5": [[3, math.nan], [1, -math.inf]], "wall_seconds": 0.5}]})
-    text = rp._json(object())
+    from graphcost.report.renderer import RenderOptions
+    text = rp.RENDERERS[rp.ProfileFormat.json].render(object(), RenderOptions())
     assert "NaN" not in text and "Infinity" not in text
     doc = json.loads(text)
     assert doc["steps"][0]["top5"] == [[3, None], [1, None]]

@@ -1,22 +1,21 @@
-"""``graphcost profile --format table|json``: one renderer per format, same signature."""
+"""``graphcost profile --format table|json``: one :class:`~.renderer.Renderer` per format."""
 from __future__ import annotations
 
 import io
 import json
 import math
 from enum import Enum
-from typing import Callable
 
 from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.table import Table as RichTable
 from rich.text import Text
 
+from ..document import SCHEMA
 from ..profile import NodeRow, Profile, Rollup
-from .document import non_finite
+from ..document import non_finite
+from .renderer import Renderer, RenderOptions
 from .units import human_bytes, human_count, literal
-
-SCHEMA = 1
 
 
 class ProfileFormat(str, Enum):
@@ -40,8 +39,8 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def _rollup_table(title: str, key: str, rows: list[Rollup]) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+def _rollup_table(title: str, key: str, rows: list[Rollup]) -> RichTable:
+    t = RichTable(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col, just in ((key, "left"), ("nodes", "right"), ("ms", "right"), ("bytes", "right"),
                       ("FLOPs", "right"), ("GB/s", "right"), ("GFLOP/s", "right"),
                       ("roofline ms", "right"), ("ratio", "right")):
@@ -55,8 +54,8 @@ def _rollup_table(title: str, key: str, rows: list[Rollup]) -> Table:
     return t
 
 
-def _node_table(title: str, rows: list[NodeRow]) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+def _node_table(title: str, rows: list[NodeRow]) -> RichTable:
+    t = RichTable(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col, just in (("#", "right"), ("node", "left"), ("op", "left"), ("us", "right"),
                       ("bytes", "right"), ("FLOPs", "right"), ("GB/s", "right"),
                       ("GFLOP/s", "right"), ("roof us", "right"), ("ratio", "right")):
@@ -93,7 +92,7 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
     dec = "-" if tps["decode"] is None else f"{tps['decode']:.2f}"
     con.print(f"tokens/s: prompt {tps['prompt']:.2f} ({p.prompt.n_tokens} tokens), decode {dec}")
 
-    st = Table(title="Steps", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    st = RichTable(title="Steps", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col in ("step", "tokens", "past", "argmax", "logit", "wall ms", "nodes ms"):
         st.add_column(col, justify="right")
     for i, step in enumerate(p.steps):
@@ -159,19 +158,6 @@ def document(p: Profile) -> dict:
     }
 
 
-def _json(p: Profile, **_: object) -> str:
-    """The document as JSON. Measured values can be non-finite (NaN logits from a model
-    that overflows): they are written as null and flagged in ``notes``, never as the
-    ``NaN`` json.dumps would write (not JSON)."""
-    doc = document(p)
-    bad = non_finite(doc)
-    if bad:
-        doc = _nulled(doc)
-        doc["notes"] = list(doc["notes"]) + [
-            f"{len(bad)} non-finite value(s) written as null, first at {bad[0]}"]
-    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
-
-
 def _nulled(doc):
     if isinstance(doc, float):
         return doc if math.isfinite(doc) else None
@@ -182,12 +168,34 @@ def _nulled(doc):
     return doc
 
 
-def _table(p: Profile, *, width: int = 100, top: int = 20, color: bool = False, **_: object) -> str:
-    return render_table(p, width=width, top=top, color=color)
+class Json(Renderer):
+    """Every step and node (:func:`document`). Measured values can be non-finite (NaN
+    logits from a model that overflows): they are written as null and flagged in
+    ``notes``, never as the ``NaN`` json.dumps would write (not JSON)."""
+
+    def render(self, p: Profile, opts: RenderOptions) -> str:
+        doc = document(p)
+        bad = non_finite(doc)
+        if bad:
+            doc = _nulled(doc)
+            doc["notes"] = list(doc["notes"]) + [
+                f"{len(bad)} non-finite value(s) written as null, first at {bad[0]}"]
+        return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+
+
+class Table(Renderer):
+    """Rollups and the ``--top`` slowest nodes (default 20, 0 = all)."""
+
+    uses = frozenset({"top"})
+    colour = True
+
+    def render(self, p: Profile, opts: RenderOptions) -> str:
+        return render_table(p, width=opts.width, top=20 if opts.top is None else opts.top,
+                            color=opts.color)
 
 
 #: every ProfileFormat has exactly one renderer (tests check this)
-RENDERERS: dict[ProfileFormat, Callable[..., str]] = {
-    ProfileFormat.table: _table,
-    ProfileFormat.json: _json,
+RENDERERS: dict[ProfileFormat, Renderer] = {
+    ProfileFormat.table: Table(),
+    ProfileFormat.json: Json(),
 }
