@@ -133,7 +133,8 @@ class SpecBuilder:
             raise GraphcostError(self.where("rope statement in an architecture with rope: none"))
         m, il = self.m, self.il
         if m.n_swa > 0 and m.is_swa[il]:
-            fb, fs = m.rope_freq_base_swa, 1.0  # llama_model::get_rope_freq_base/scale
+            # llama_model::get_rope_freq_base/scale
+            fb, fs = m.rope_freq_base_swa, m.rope_freq_scale_swa
         else:
             fb, fs = m.rope_freq_base, m.rope_freq_scale
         factors = self.weight(a["factors"]) if "factors" in a else None
@@ -160,7 +161,7 @@ class SpecBuilder:
                               self.weight(a.get("wo_bias", "attn_output.bias?")),
                               self.var(a.get("q", "Qcur")), self.var(a.get("k", "Kcur")),
                               self.var(a.get("v", "Vcur")), self.expr(a.get("kq_scale", 1.0)),
-                              il, iswa=swa)
+                              il, iswa=swa, sinks=self.weight(a.get("sinks")))
         self.vars[a.get("out", "cur")] = self.cb(t, a.get("cb"))
 
     def s_select_rows(self, a: list) -> None:

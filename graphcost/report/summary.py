@@ -109,7 +109,11 @@ def _experts_table(ew) -> Table:
     t.add_row("total", human_bytes(ew.total_bytes), f"{ew.total_bytes:,}")
     t.add_row(f"active per token ({ew.active_fraction:.1%})",
               human_bytes(ew.active_bytes_per_token), f"{ew.active_bytes_per_token:,}")
-    t.add_row("read this ubatch", human_bytes(ew.read_bytes), f"{ew.read_bytes:,}")
+    t.add_row(f"read this ubatch, worst case ({ew.worst_case_experts} experts/tensor)",
+              human_bytes(ew.read_bytes), f"{ew.read_bytes:,}")
+    exp = round(ew.expected_read_bytes)
+    t.add_row(f"read this ubatch, expected, uniform routing "
+              f"({float(ew.expected_experts):.2f} experts/tensor)", human_bytes(exp), f"{exp:,}")
     return t
 
 
