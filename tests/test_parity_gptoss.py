@@ -72,3 +72,16 @@ def test_gptoss_graph_has_its_ops(models, fa):
     assert ops.count("SWIGLU_OAI") == 3
     attn = [r for r in recs if r["op"] == "FLASH_ATTN_EXT" or r["name"].startswith("kq_soft_max")]
     assert [r["src"][-1] for r in attn] == [f"blk.{il}.attn_sinks.weight" for il in range(3)]
+
+
+def test_llama_cpp_runs_the_mxfp4_fixture_to_finite_logits(models):
+    # the random MXFP4 experts, biases and sinks give finite logits, the same greedy tokens
+    # with and without flash attention (so the fixture exercises real arithmetic)
+    import numpy as np
+
+    from llama_oracle import run_model
+    runs = [run_model(models["gptoss"], prompt=[5, 17, 40, 99, 123], greedy=3, flash_attn=fa)
+            for fa in (False, True)]
+    for r in runs:
+        assert all(np.isfinite(lg).all() for lg in r["logits"])
+    assert runs[0]["tokens"] == runs[1]["tokens"]
