@@ -39,7 +39,7 @@ GPTOSS_DEFAULT_TYPES: dict[str, QT] = {
 def write_gptoss(
     path: str | Path, *, n_embd: int = 288, n_head: int = 6, n_head_kv: int = 2,
     head_dim: int = 64, n_ff_exp: int = 160, n_layer: int = 3, n_vocab: int = 301,
-    n_expert: int = 5, n_expert_used: int | Sequence[int] = 2, sliding_window: int = 40,
+    n_expert: int = 5, n_expert_used: int | Sequence[int] = 2, sliding_window: int | None = 40,
     swa_pattern: int | Sequence[bool] | None = None, yarn: bool = True,
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
     rope_freq_base: float = 150_000.0, rms_eps: float = 1e-5, seed: int = 0,
@@ -53,7 +53,8 @@ def write_gptoss(
                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
     w.add_rope_dimension_count(head_dim)
-    w.add_sliding_window(sliding_window)
+    if sliding_window is not None:  # None: leave the required key out (bad-input tests)
+        w.add_sliding_window(sliding_window)
     key = gguf.Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch)
     if isinstance(swa_pattern, int):
         w.add_uint32(key, swa_pattern)
@@ -102,5 +103,5 @@ def write_gptoss(
     layers = swa_layers(n_layer, 2 if swa_pattern is None else swa_pattern)
     return _info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
-                 context_length=context_length, tie=False, sliding_window=sliding_window,
+                 context_length=context_length, tie=False, sliding_window=sliding_window or 0,
                  layers_swa=layers)

@@ -134,3 +134,16 @@ def test_reports_give_expected_beside_worst_case(model):
     text = render_summary(a)
     assert "read, worst case (5 of 5)" in text and "1,101,600" in text
     assert "read, expected, uniform routing (3.92 of 5)" in text and "863,654" in text
+
+
+def test_a_file_without_the_required_window_is_refused_in_one_line(tmp_path):
+    # openai-moe.cpp: ml.get_key(LLM_KV_ATTENTION_SLIDING_WINDOW, hparams.n_swa) is required
+    import subprocess
+    import sys
+    p = G.write_gptoss(tmp_path / "no_window.gguf", sliding_window=None, n_layer=1).path
+    r = subprocess.run([sys.executable, "-m", "graphcost", "analyze", str(p)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (f"graphcost: {p}: required metadata key "
+                                "'gpt-oss.attention.sliding_window' is missing "
+                                "(llama.cpp refuses the model)")
