@@ -147,3 +147,15 @@ def test_a_file_without_the_required_window_is_refused_in_one_line(tmp_path):
     assert r.stderr.strip() == (f"graphcost: {p}: required metadata key "
                                 "'gpt-oss.attention.sliding_window' is missing "
                                 "(llama.cpp refuses the model)")
+
+
+def test_roofline_covers_the_gptoss_ops(model):
+    # every node is costed, so the roofline table has the new ops and no unmodelled line
+    from graphcost.hardware import load
+    from graphcost.roofline import estimate
+    a = run(model, tokens=4)
+    est = estimate(a, load("amd-ryzen9-7950x"))
+    assert {"ADD_ID", "SWIGLU_OAI", "MUL_MAT_ID"} <= {o.op for o in est.by_op}
+    assert None not in est.per_node
+    text = render_summary(a, hardware=load("amd-ryzen9-7950x"))
+    assert "SWIGLU_OAI" in text and "unmodelled: none" in text
