@@ -47,9 +47,8 @@ class ExpertWeights:
                 "active_bytes_per_token": self.active_bytes_per_token,
                 "read_bytes": self.read_bytes, "read_assumption": "worst case",
                 "n_tokens": self.n_tokens, "worst_case_experts": self.worst_case_experts,
-                "expected_uniform_routing": {
-                    "experts": float(self.expected_experts),
-                    "read_bytes": round(self.expected_read_bytes)}}
+                "expected_experts_uniform_routing": float(self.expected_experts),
+                "expected_read_bytes_uniform_routing": round(self.expected_read_bytes)}
 
 
 def expert_weights(a: Analysis) -> ExpertWeights | None:

@@ -130,7 +130,8 @@ def test_reports_give_expected_beside_worst_case(model):
     assert ew.expected_read_bytes == 9 * EXPERT * Fraction(98, 25)              # 863,654.4
     d = document(a)["experts"]
     assert d["read_bytes"] == 1_101_600 and d["read_assumption"] == "worst case"
-    assert d["expected_uniform_routing"] == {"experts": 3.92, "read_bytes": 863_654}
+    assert d["expected_experts_uniform_routing"] == 3.92
+    assert d["expected_read_bytes_uniform_routing"] == 863_654
     text = render_summary(a)
     assert "read, worst case (5 of 5)" in text and "1,101,600" in text
     assert "read, expected, uniform routing (3.92 of 5)" in text and "863,654" in text

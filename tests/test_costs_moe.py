@@ -137,7 +137,8 @@ def test_reports_show_expert_weights(model):
     assert d == {"tensors": 9, "n_expert": 6, "n_expert_used": 2, "total_bytes": 3750912,
                  "active_bytes_per_token": 1250304, "read_bytes": 1250304,
                  "read_assumption": "worst case", "n_tokens": 1, "worst_case_experts": 2,
-                 "expected_uniform_routing": {"experts": 2.0, "read_bytes": 1250304}}
+                 "expected_experts_uniform_routing": 2.0,
+                 "expected_read_bytes_uniform_routing": 1250304}
     text = render_summary(a)
     assert "Expert weights (2 of 6 experts per token)" in text
     assert "active per token (33.3%)" in text and "1,250,304" in text and "3,750,912" in text
