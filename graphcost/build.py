@@ -31,8 +31,14 @@ class BuiltGraph:
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
     """Read the header (all shards) and the hyperparameters of a supported architecture,
-    and check once that they agree with each other (:mod:`graphcost.consistency`)."""
-    m = model_info(read_model(path), load_specs())
+    and check once that they agree with each other (:mod:`graphcost.consistency`).
+    ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
+    from .remote import is_remote
+    if is_remote(path):
+        from .remote import read_remote_model
+        m = model_info(read_remote_model(str(path)), load_specs())
+    else:
+        m = model_info(read_model(path), load_specs())
     check_model(m)
     return m
 
