@@ -65,6 +65,9 @@ class ModelInfo:
     expert_gating_func: int = 0
     #: f_attn_logit_softcapping when the architecture sets attn_soft_cap (gemma2), else 0
     attn_softcap: float = 0.0
+    #: hparams.rope_freq_scale_train_swa: 1 unless the family copies the trained scale
+    #: (spec hparam ``rope_swa_from_train``: gemma2, gpt-oss)
+    rope_freq_scale_swa: float = 1.0
     #: hybrid/recurrent models: hparams.is_recr per layer (empty: no recurrent layer), and
     #: the sizes llama_hparams::n_embd_r / n_embd_s are computed from
     is_recr: tuple[bool, ...] = ()
@@ -164,6 +167,10 @@ class _Meta:
         return (v,) * n_layer
 
 
+#: src/llama-hparams.h: load_hparams asserts 0 < block_count <= LLAMA_MAX_LAYERS
+LLAMA_MAX_LAYERS = 512
+
+
 def _show(v: Any) -> str:
     s = repr(v)
     return s if len(s) <= 40 else s[:37] + "..."
@@ -187,9 +194,10 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     m = _Meta(header, arch)
     n_layer = m.int(Keys.LLM.BLOCK_COUNT, required=True)
     n_embd = m.int(Keys.LLM.EMBEDDING_LENGTH, required=True)
-    if n_layer == 0 or n_embd == 0 or n_layer > 4096:
+    if n_layer == 0 or n_embd == 0 or n_layer > LLAMA_MAX_LAYERS:
         raise GraphcostError(f"{header.path}: block_count {n_layer} / embedding_length {n_embd} "
-                             f"are not a model llama.cpp can build")
+                             f"are not a model llama.cpp can build (1 to {LLAMA_MAX_LAYERS} "
+                             "layers)")
     n_head = m.per_layer(Keys.Attention.HEAD_COUNT, n_layer)
     n_head_kv = m.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=None) \
         if m.key(Keys.Attention.HEAD_COUNT_KV) in m.md else n_head
@@ -224,6 +232,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
 
     n_swa = 0
     is_swa = (False,) * n_layer
+    swa_train = bool(specs[arch].hparams.get("rope_swa_from_train", False))
     swa_default = specs[arch].hparams.get("swa_pattern")
     if swa_default is not None:
         n_swa = m.int(Keys.Attention.SLIDING_WINDOW, int(specs[arch].hparams.get("sliding_window", 0)))
@@ -241,7 +250,11 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         norm_eps=m.float(Keys.Attention.LAYERNORM_EPS, 1e-5),
         rope_freq_base=m.float(Keys.Rope.FREQ_BASE, 10000.0),
         rope_freq_scale=freq_scale,
-        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA, 10000.0),
+        # llama_hparams: rope_freq_base_train_swa = 10000, scale 1, unless load_arch_hparams
+        # copies the trained values first (gemma2.cpp, openai-moe.cpp)
+        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA,
+                                   m.float(Keys.Rope.FREQ_BASE, 10000.0) if swa_train else 10000.0),
+        rope_freq_scale_swa=freq_scale if swa_train else 1.0,
         rope_scaling_type=str(scaling),
         n_swa=n_swa, is_swa=is_swa,
         attn_scale=m.float(Keys.Attention.SCALE, 0.0),

@@ -196,14 +196,6 @@ def mamba2(sb: SpecBuilder, a: dict) -> None:
 
 # ---- qwen3next (src/models/qwen3next.cpp, src/models/delta-net-base.cpp) ------------------
 
-@statement("select_outputs")
-def select_outputs(sb: SpecBuilder, a: dict) -> None:
-    """``{x: cur, cb: result_norm, out: cur}``: ``ggml_get_rows(x, inp_out_ids)`` outside
-    the layers (qwen3next selects the output rows after the output norm)."""
-    t = sb.g.get_rows(sb.var(a.get("x", "cur")), sb.var("out_ids"))
-    sb.vars[a.get("out", a.get("x", "cur"))] = sb.cb(t, a.get("cb"))
-
-
 #: GGML_ROPE_TYPE_IMROPE (ggml/include/ggml.h): interleaved multi-section rope (qwen35)
 ROPE_TYPE_IMROPE = 40
 
