@@ -413,6 +413,16 @@ def _binary(node: Tensor, ctx: Ctx) -> OpFn:
 def _scale(node: Tensor, ctx: Ctx) -> OpFn:
     s, bias = node.params["scale"], node.params.get("bias", 0.0)
     e = ctx.K.elementwise
+    if node.is_view:
+        # ggml_scale_inplace (build_rs zeroing a recurrent cell): written into the source
+        fs, fb = np.float32(s), np.float32(bias)
+
+        def inplace(av):
+            av *= fs
+            if fb:
+                av += fb
+            return None
+        return inplace
     if _plain_f32(node.src[0]):
         code = "scale" if bias == 0.0 else "scale_bias"
         return _unary_node(node, ctx, code, s, bias)
@@ -669,3 +679,42 @@ def _kv_as_float(t: Tensor, ctx: Ctx) -> Callable[[np.ndarray], np.ndarray]:
         rows = np.ascontiguousarray(a).reshape(h * n, rb)
         return gr(rows, t.type, d, np.arange(h * n)).reshape(h, n, d)
     return deq
+
+
+# ---------------------------------------------------------------------------- recurrent (Mamba)
+
+
+@op(Op.SSM_CONV)
+def _ssm_conv(node: Tensor, ctx: Ctx) -> OpFn:
+    # sx:[d_conv - 1 + n_t, d_inner, n_s] (*) c:[d_conv, d_inner] -> [d_inner, n_t, n_s]
+    sx, c = node.src
+    if not _plain_f32(c) or sx.type != gt.F32 or sx.ne[3] != 1:
+        raise UnsupportedError(f"SSM_CONV of {gt.type_name(sx.type)} x {gt.type_name(c.type)} "
+                               f"{list(sx.ne)} ({node.name})")
+    return KernelNode(ctx.K.ssm.ssm_conv, lambda sv, cv, out: (sv[0], cv[0, 0], out[0]),
+                      shape_strides(node)[0])
+
+
+@op(Op.SSM_SCAN)
+def _ssm_scan(node: Tensor, ctx: Ctx) -> OpFn:
+    # s:[d_state, head_dim, n_head, rows] x:[head_dim, n_head, n_t, n_s] dt:[n_head, n_t, n_s]
+    # A:[1, n_head] B, C:[d_state, n_group, n_t, n_s] ids:[n_s] -> F32 [y..., new states...]
+    s, x, dt, A, B, C, ids = node.src
+    if A.ne[0] != 1:
+        raise UnsupportedError(f"SSM_SCAN with Mamba-1 decay factors ({node.name}) is not executed")
+    if node.params.get("K", 1) != 1:
+        raise UnsupportedError(f"SSM_SCAN with {node.params['K']} state slots ({node.name}) "
+                               "is not executed")
+    if any(t.type != gt.F32 for t in (s, x, dt, A, B, C)) or ids.type != gt.I32:
+        raise UnsupportedError(f"SSM_SCAN on non-F32 sources ({node.name})")
+    d_state, head_dim, n_head = s.ne[0], s.ne[1], s.ne[2]
+    n_s = ids.ne[0]
+    n_x = x.n_elements
+    y_shape = (x.ne[3], x.ne[2], n_head, head_dim)
+    s_shape = (n_s, n_head, head_dim, d_state)
+
+    def prep(sv, xv, dtv, av, bv, cv, iv, out):
+        flat = out.reshape(-1)
+        return (sv, xv, dtv[0], av.reshape(-1), bv, cv, iv.reshape(-1),
+                flat[:n_x].reshape(y_shape), flat[n_x:].reshape(s_shape))
+    return KernelNode(ctx.K.ssm.ssm_scan, prep, shape_strides(node)[0])

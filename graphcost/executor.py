@@ -510,7 +510,7 @@ class Executor:
     def _input_kind(leaf: Tensor, cache_of: dict[int, KVCache]) -> tuple[str, KVCache | None]:
         name = leaf.name
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
-                    "attn_inp_v_rot"):
+                    "attn_inp_v_rot", "rs_s_copy"):
             return name, None
         if name in ("attn_inp_k_idxs", "attn_inp_v_idxs", "attn_inp_kq_mask") \
                 and id(leaf) in cache_of:
@@ -559,6 +559,10 @@ class Executor:
                 elif kind == "attn_inp_kq_mask":
                     m = self.cells[cache.name].mask(leaf.ne[0], positions)
                     arr[0, 0, :T, :] = m.astype(arr.dtype)
+                elif kind == "rs_s_copy":
+                    # llama_memory_recurrent_context::s_copy: the cell each used cell's
+                    # state comes from (src0); one sequence in cell 0 reads cell 0
+                    flat[:] = np.arange(flat.size, dtype=flat.dtype)
                 elif kind in ("attn_inp_k_rot", "attn_inp_v_rot"):
                     arr[0, 0] = hadamard(leaf.ne[0])
 

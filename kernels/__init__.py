@@ -16,6 +16,7 @@ against (``tests/test_kernels.py``); ``benchmarks/bench_kernels.py`` times them.
 ``softmax``        soft_max_ext with mask, ALiBi, sinks
 ``attention``      flash_attn_ext (online softmax, F16/F32 K/V, GQA)
 ``cache``          set_rows into F32/F16/BF16/Q8_0 caches, cpy, cont
+``ssm``            Mamba's ssm_conv and ssm_scan (Mamba-2: a decay factor per head)
 ``bits``           F16/BF16 conversions and the LLVM helpers the loops rely on
 ``simd``           a numba vector type and the byte dot products (vpdpbusd, ...)
 ``stream``         a plain streaming read: the bandwidth matvecs are judged against
@@ -28,7 +29,7 @@ All kernels are ``numba.njit(cache=True)``: the first call of each compiles (sec
 later processes load the cache from ``__pycache__``.
 """
 from . import (attention, bits, cache, elementwise, get_rows, matmul, norm, quants, rope, simd,
-               softmax, stream, vec_dot, vec_dot_ggml, vec_dot_simd)
+               softmax, ssm, stream, vec_dot, vec_dot_ggml, vec_dot_simd)
 
 __all__ = ["attention", "bits", "cache", "elementwise", "get_rows", "matmul", "norm", "quants",
-           "rope", "simd", "softmax", "stream", "vec_dot", "vec_dot_ggml", "vec_dot_simd"]
+           "rope", "simd", "softmax", "ssm", "stream", "vec_dot", "vec_dot_ggml", "vec_dot_simd"]
