@@ -33,7 +33,7 @@ float types.
 Everything else is the same in both modes and follows ggml-cpu: GELU through ggml's F16
 table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
-SUM_ROWS, CLAMP, SIGMOID: routing and bias bookkeeping) run in numpy; :data:`NUMPY_OPS`
+SUM_ROWS, CLAMP, SIGMOID: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP) run in numpy; :data:`NUMPY_OPS`
 names them so reports can say so.
 """
 from __future__ import annotations
@@ -56,7 +56,8 @@ OpFn = Callable[..., "np.ndarray | None"]
 DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.int64}
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
-NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID})
+NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.RELU,
+                       Op.SQR})
 
 #: rope modes the kernel implements (ggml.h GGML_ROPE_TYPE_NORMAL / _NEOX)
 ROPE_MODES = (0, 2)
@@ -455,6 +456,19 @@ def _unary(node: Tensor, ctx: Ctx) -> OpFn:
 def _sigmoid(node: Tensor, ctx: Ctx) -> OpFn:
     one = np.float32(1)
     return lambda av: (one / (one + np.exp(-_f32(av)))).astype(np.float32)
+
+
+@op(Op.RELU)
+def _relu(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_vec_relu_f32: x > 0 ? x : 0
+    zero = np.float32(0)
+    return lambda av: np.where(av > zero, av, zero).astype(np.float32)
+
+
+@op(Op.SQR)
+def _sqr(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_vec_sqr_f32: x*x in float32
+    return lambda av: np.multiply(_f32(av), _f32(av), dtype=np.float32)
 
 
 @op(Op.CLAMP)
