@@ -33,7 +33,7 @@ float types.
 Everything else is the same in both modes and follows ggml-cpu: GELU through ggml's F16
 table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
-SUM_ROWS, CLAMP, SIGMOID: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP) run in numpy; :data:`NUMPY_OPS`
+SUM_ROWS, CLAMP, SIGMOID: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP; SOFTPLUS, REPEAT: qwen3next's gates and head repeat) run in numpy; :data:`NUMPY_OPS`
 names them so reports can say so.
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.i
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
 NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.RELU,
-                       Op.SQR})
+                       Op.SQR, Op.SOFTPLUS, Op.REPEAT})
 
 #: rope modes the kernel implements (ggml.h GGML_ROPE_TYPE_NORMAL / _NEOX)
 ROPE_MODES = (0, 2)
@@ -471,6 +471,25 @@ def _sqr(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: np.multiply(_f32(av), _f32(av), dtype=np.float32)
 
 
+@op(Op.SOFTPLUS)
+def _softplus(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_compute_softplus_f32: x > 20 ? x : logf(1 + expf(x))
+    lim, one = np.float32(20), np.float32(1)
+
+    def run(av):
+        a = _f32(av)
+        with np.errstate(over="ignore"):
+            return np.where(a > lim, a, np.log(one + np.exp(a))).astype(np.float32)
+    return run
+
+
+@op(Op.REPEAT)
+def _repeat(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_repeat: dst[i3, i2, i1, i0] = src[i3 % ne3, ...] (whole copies of src per dim)
+    reps = tuple(n // m for n, m in zip(shape_strides(node)[0], shape_strides(node.src[0])[0]))
+    return lambda av: np.ascontiguousarray(np.tile(av, reps))
+
+
 @op(Op.CLAMP)
 def _clamp(node: Tensor, ctx: Ctx) -> OpFn:
     lo, hi = np.float32(node.params["min"]), np.float32(node.params["max"])
@@ -732,3 +751,24 @@ def _ssm_scan(node: Tensor, ctx: Ctx) -> OpFn:
         return (sv, xv, dtv[0], av.reshape(-1), bv, cv, iv.reshape(-1),
                 flat[:n_x].reshape(y_shape), flat[n_x:].reshape(s_shape))
     return KernelNode(ctx.K.ssm.ssm_scan, prep, shape_strides(node)[0])
+
+
+@op(Op.GATED_DELTA_NET)
+def _gated_delta_net(node: Tensor, ctx: Ctx) -> OpFn:
+    # q, k:[S, H_q, n_t, n_sq] v:[S, H, n_t, n_s] g:[1 or S, H, n_t, n_s] beta:[1, H, n_t, n_s]
+    # state:[S, S, H, n_s] -> F32 [S * H, n_t * n_s + S * n_s] (outputs, then the new state)
+    q, k, v, g, beta, state = node.src
+    if node.params.get("K", 1) != 1:
+        raise UnsupportedError(f"GATED_DELTA_NET with {node.params['K']} state slots "
+                               f"({node.name}) is not executed")
+    if any(t.type != gt.F32 for t in node.src):
+        raise UnsupportedError(f"GATED_DELTA_NET on non-F32 sources ({node.name})")
+    S, H, n_t, n_s = v.ne
+    n_out = v.n_elements
+    o_shape, s_shape = (n_s, n_t, H, S), (n_s, H, S, S)
+
+    def prep(qv, kv, vv, gv, bv, sv, out):
+        flat = out.reshape(-1)
+        return (qv, kv, vv, gv, bv, sv, flat[:n_out].reshape(o_shape),
+                flat[n_out:].reshape(s_shape))
+    return KernelNode(ctx.K.ssm.gated_delta_net, prep, shape_strides(node)[0])

@@ -16,7 +16,7 @@ against (``tests/test_kernels.py``); ``benchmarks/bench_kernels.py`` times them.
 ``softmax``        soft_max_ext with mask, ALiBi, sinks
 ``attention``      flash_attn_ext (online softmax, F16/F32 K/V, GQA)
 ``cache``          set_rows into F32/F16/BF16/Q8_0 caches, cpy, cont
-``ssm``            Mamba's ssm_conv and ssm_scan (Mamba-2: a decay factor per head)
+``ssm``            ssm_conv, ssm_scan (Mamba-2), gated_delta_net (qwen3next)
 ``bits``           F16/BF16 conversions and the LLVM helpers the loops rely on
 ``simd``           a numba vector type and the byte dot products (vpdpbusd, ...)
 ``stream``         a plain streaming read: the bandwidth matvecs are judged against

@@ -1,6 +1,7 @@
 """Mamba's recurrent ops as ggml-cpu/ops.cpp computes them: ``ssm_conv``
 (ggml_compute_forward_ssm_conv_f32) and ``ssm_scan`` (ggml_compute_forward_ssm_scan_f32,
-the Mamba-2 branch: one decay factor per head, ``K == 1`` state slot).
+the Mamba-2 branch: one decay factor per head, ``K == 1`` state slot), and qwen3next's
+``gated_delta_net`` (ggml_compute_forward_gated_delta_net_one_chunk, ``K == 1``).
 
 Arrays are in numpy order (ggml ``ne`` reversed), float32 throughout:
 
@@ -79,6 +80,58 @@ def ssm_scan(s, x, dt, A, B, C, ids, y, s_new):
                     y[i3, i2, h, i1] = acc
 
 
+@njit(cache=True)
+def gated_delta_net(q, k, v, g, beta, state, out, s_new):
+    """ggml_compute_forward_gated_delta_net_one_chunk, one state slot (K == 1).
+
+    q, k [n_sq, n_t, H_q, S]; v [n_s, n_t, H, S]; g [n_s, n_t, H, 1 or S] (per head or,
+    KDA, per row); beta [n_s, n_t, H, 1]; state [n_s, H, S, S] with state[s, h, j, i] =
+    S[i][j] (ggml stores it transposed); out [n_s, n_t, H, S]; s_new like state.
+    Head h reads q/k head ``h % H_q``, sequence s reads q/k sequence ``s / (n_s / n_sq)``.
+    Per token: S *= exp(g); delta_j = (v_j - sum_i S[i][j] k_i) * beta;
+    S[i][j] += k_i delta_j; out_j = sum_i S[i][j] q_i / sqrt(S), float32 sums."""
+    n_s, n_t, n_h, n_v = v.shape
+    hq, hk = q.shape[2], k.shape[2]
+    rq3, rk3 = n_s // q.shape[0], n_s // k.shape[0]
+    kda = g.shape[3] == n_v and n_v > 1
+    scale = F(1) / np.sqrt(F(n_v))
+    delta = np.empty(n_v, dtype=np.float32)
+    for i3 in range(n_s):
+        for h in range(n_h):
+            sm = s_new[i3, h]
+            for j in range(n_v):
+                for i in range(n_v):
+                    sm[j, i] = state[i3, h, j, i]
+            for t in range(n_t):
+                qd = q[i3 // rq3, t, h % hq]
+                kd = k[i3 // rk3, t, h % hk]
+                if kda:
+                    for i in range(n_v):
+                        delta[i] = np.exp(g[i3, t, h, i])
+                    for j in range(n_v):
+                        for i in range(n_v):
+                            sm[j, i] *= delta[i]
+                else:
+                    e = np.exp(g[i3, t, h, 0])
+                    for j in range(n_v):
+                        for i in range(n_v):
+                            sm[j, i] *= e
+                b = beta[i3, t, h, 0]
+                for j in range(n_v):
+                    acc = F(0)
+                    for i in range(n_v):
+                        acc += sm[j, i] * kd[i]
+                    delta[j] = (v[i3, t, h, j] - acc) * b
+                for j in range(n_v):
+                    for i in range(n_v):
+                        sm[j, i] += kd[i] * delta[j]
+                for j in range(n_v):
+                    acc = F(0)
+                    for i in range(n_v):
+                        acc += sm[j, i] * qd[i]
+                    out[i3, t, h, j] = acc * scale
+
+
 # ---------------------------------------------------------------------------- references
 
 
@@ -112,3 +165,27 @@ def ssm_scan_ref(s, x, dt, A, B, C, ids) -> tuple[np.ndarray, np.ndarray]:
             acc += state[..., i0] * Ch[:, t, :, None, i0]
         y[:, t] = acc
     return y, state
+
+
+def gated_delta_net_ref(q, k, v, g, beta, state) -> tuple[np.ndarray, np.ndarray]:
+    """numpy gated_delta_net (same argument layout as the kernel): (out, new state), the
+    state held as M[j, i] = S[i][j] like ggml's."""
+    n_s, n_t, n_h, n_v = v.shape
+    hq, hk = q.shape[2], k.shape[2]
+    rq3, rk3 = n_s // q.shape[0], n_s // k.shape[0]
+    out = np.zeros(v.shape, dtype=F)
+    M = state.astype(F).copy()                                       # [n_s, H, j, i]
+    heads_q = np.arange(n_h) % hq
+    heads_k = np.arange(n_h) % hk
+    for s in range(n_s):
+        for t in range(n_t):
+            qd = q[s // rq3, t][heads_q]                               # [H, S]
+            kd = k[s // rk3, t][heads_k]
+            gd = np.exp(g[s, t])                                      # [H, 1 or S]
+            M[s] = M[s] * gd[:, None, :] if gd.shape[1] == n_v and n_v > 1 \
+                else M[s] * gd[:, :1, None]
+            kv = np.einsum("hji,hi->hj", M[s], kd).astype(F)
+            delta = ((v[s, t] - kv) * beta[s, t]).astype(F)            # [H, S]
+            M[s] = M[s] + delta[:, :, None] * kd[:, None, :]
+            out[s, t] = np.einsum("hji,hi->hj", M[s], qd) * (F(1) / np.sqrt(F(n_v)))
+    return out, M
