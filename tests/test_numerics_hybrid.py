@@ -4,9 +4,10 @@ against their numpy references (kernels/ssm.py), then whole models against llama
 state (cache_r_l*, cache_s_l*) kept across steps as the KV cache is.
 
 Measured (relative max |logit difference| over prompt + 4 decodes, on this machine):
-granitehybrid 2.5e-8..1.0e-7 (FA off), nemotron_h 7e-8..1.4e-7 (FA on); mamba_out-0
-relative L2 8e-8 at the prompt step. The SSM ops are float32 in the same order as
-ggml-cpu below d_state 32 (its scalar path), so the differences are the matmuls'.
+granitehybrid 2.5e-8..1.0e-7 (FA off), nemotron_h 7e-8..1.4e-7 (FA on), qwen3next
+1.4e-7 (prompt) and 0.25-0.42% (decodes); mamba_out-0 relative L2 8e-8 at the prompt
+step. The SSM ops are float32 in the same order as ggml-cpu below d_state 32 (its
+scalar path), so the differences are the matmuls'.
 """
 from __future__ import annotations
 
@@ -67,6 +68,30 @@ def test_ssm_scan_matches_reference_over_tokens_and_groups():
     assert s1[0, 3, 4, 6] == pytest.approx(st, rel=1e-5)
 
 
+@pytest.mark.parametrize("n_g", [1, 5], ids=["gate_per_head", "gate_per_row"])
+def test_gated_delta_net_matches_reference(n_g):
+    # S 5, 4 value heads over 2 q/k heads (head h reads q/k head h % 2), 3 tokens
+    q, k, v = rand((1, 3, 2, 5), 1), rand((1, 3, 2, 5), 2), rand((1, 3, 4, 5), 3)
+    g = -np.abs(rand((1, 3, 4, n_g), 4))
+    beta = np.abs(rand((1, 3, 4, 1), 5))
+    state = rand((1, 4, 5, 5), 6)
+    out = np.full((1, 3, 4, 5), np.nan, dtype=F32)
+    s_new = np.full((1, 4, 5, 5), np.nan, dtype=F32)
+    SSM.gated_delta_net(q, k, v, g, beta, state, out, s_new)
+    o_ref, s_ref = SSM.gated_delta_net_ref(q, k, v, g, beta, state)
+    # the reference sums with einsum (another order): measured <= 1.5e-6 absolute
+    np.testing.assert_allclose(out, o_ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s_new, s_ref, rtol=1e-5, atol=1e-5)
+    # one token by hand, head 3 (q/k head 1), gate per head: M = S^T, S *= e^g,
+    # delta = (v - S^T k) beta, S += k delta^T, out = S^T q / sqrt(5)
+    M = state[0, 3].astype(np.float64) * np.exp(np.float64(g[0, 0, 3, 0]))
+    kd, qd = k[0, 0, 1].astype(np.float64), q[0, 0, 1].astype(np.float64)
+    delta = (v[0, 0, 3] - M @ kd) * beta[0, 0, 3, 0]
+    M += delta[:, None] * kd[None, :]
+    if n_g == 1:
+        np.testing.assert_allclose(out[0, 0, 3], M @ qd / np.sqrt(5), rtol=1e-5, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------- models
 
 needs_llama = pytest.mark.skipif(not llama_cpp_available(),
@@ -80,9 +105,11 @@ HYBRIDS = {
     # lfm2.cpp names its nodes with a literal "{}" (cb(cur, "model.layers.{}.conv.conv", il))
     "lfm2": ("fixtures_hybrid", "write_lfm2",
              ["model.layers.{}.conv.conv-0", "model.layers.{}.conv.out_proj-0"]),
+    "qwen3next": ("fixtures_hybrid", "write_qwen3next",
+                  ["conv_output_raw-0", "a_softplus-0", "linear_attn_out-0"]),
 }
 HYBRID_CASES = [("granitehybrid", False), ("granitehybrid", True), ("nemotron_h", True),
-                ("lfm2", False)]
+                ("lfm2", False), ("qwen3next", False)]
 
 
 def rel_l2(ours: np.ndarray, theirs: np.ndarray) -> float:
@@ -104,7 +131,9 @@ def test_hybrid_family_matches_llama_cpp(tmp_path, name, fa):
     assert len(ours) == len(theirs["logits"]) == 6
     errs = [np.abs(o.logits[-1] - t).max() / np.abs(t).max()
             for o, t in zip(ours, theirs["logits"])]
-    # the 1.5% the other families meet; measured here <= 1.4e-7
+    # the 1.5% the other families meet; measured <= 1.4e-7 for the Mamba/LFM2 fixtures,
+    # qwen3next 1.4e-7 at the prompt and <= 0.42% at the decodes (layer 0, recurrent, is
+    # still 1e-7 there; layers 1-2 drift 5e-5..3e-4, MoE and Q8 activation rounding)
     assert max(errs) <= 0.015, [f"{e:.2g}" for e in errs]
     seen = set()
     for rec in theirs["captures"][0]:
