@@ -180,6 +180,12 @@ def concat(t: Tensor) -> OpCost:
     return OpCost({}, tuple(_plain(t)), t.data_bytes)
 
 
+def pad(t: Tensor) -> OpCost:
+    # a:[n0, n1, n2, n3] -> [n0 + p0, ...]: copy a, write zeros in the padding; no
+    # arithmetic (ggml_compute_forward_pad)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
 def rope(t: Tensor) -> OpCost:
     # x:[D, H, T] rotated in n_dims/2 pairs per head. Per token and pair (rope cache, shared
     # by all heads): theta*scale, cos*m, sin*m, theta step [4 mul], 1 sin, 1 cos (+1 div with
@@ -337,6 +343,7 @@ COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "CPY": copy,
     "CONT": copy,
     "CONCAT": concat,
+    "PAD": pad,
     "ROPE": rope,
     "SOFT_MAX": soft_max,
     "FLASH_ATTN_EXT": flash_attn_ext,

@@ -248,6 +248,11 @@ class Graph:
         ne[dim] += b.ne[dim]
         return self._new("CONCAT", a.type, ne, [a, b], params={"dim": dim})
 
+    def pad(self, a: Tensor, p) -> Tensor:
+        """ggml_pad: ``p[i]`` zeros appended after dim i (ggml_pad_ext with lp = 0)."""
+        ne = [a.ne[i] + p[i] for i in range(4)]
+        return self._new("PAD", a.type, ne, [a], params={"pad": tuple(p)})
+
     def scale(self, a: Tensor, s: float, bias: float = 0.0) -> Tensor:
         return self._new("SCALE", a.type, a.ne, [a], params={"scale": s, "bias": bias})
 

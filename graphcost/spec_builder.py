@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .arch_spec import ArchSpec, evaluate, rope_mode
+from .arch_spec import MULTI_ROPE_MODES, ArchSpec, evaluate, rope_mode
 from .errors import GraphcostError, UnsupportedError
 from .ggml_graph import Tensor
 from .llm_graph import AttnInputs, LlmGraph
@@ -39,6 +39,7 @@ class SpecBuilder:
         self.vars: dict[str, Any] = {}
         self.il: int | None = None
         m = self.m
+        #: names an expression may use; in a layer also il, is_swa (hparams.is_swa(il))
         self.names = {
             "n_embd": m.n_embd, "n_head": m.n_head[0], "n_head_kv": m.n_head_kv[0],
             "head_dim": m.head_dim_k, "head_dim_v": m.head_dim_v, "n_layer": m.n_layer,
@@ -46,10 +47,17 @@ class SpecBuilder:
             "final_logit_softcap": m.final_logit_softcap,
             "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
             "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
-            "rope_finetuned": float(m.rope_finetuned),
+            "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
+            "attn_temp_scale": m.attn_temp_scale,
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
+        #: llama_model_rope_type: the spec's mode, or ``hparams.rope_with_sections`` (glm4:
+        #: mrope) when the file sets rope sections (llama_hparams::use_mrope)
+        self.rope_mode = rope_mode(spec)
+        with_sections = spec.hparams.get("rope_with_sections")
+        if with_sections is not None and m.rope_sections[0] > 0 and m.rope_sections[1] > 0:
+            self.rope_mode = rope_mode(spec, str(with_sections))
 
     # ---- helpers -----------------------------------------------------------------------
     def where(self, stmt: str) -> str:
@@ -88,7 +96,8 @@ class SpecBuilder:
         self.vars[a.get("out", "inpL")] = self.b.build_inp_embd(self.b.weight("token_embd.weight"), scale)
 
     def s_positions(self, a: dict) -> None:
-        self.vars[a.get("out", "inp_pos")] = self.b.build_inp_pos()
+        n_pos = 4 if self.rope_mode in MULTI_ROPE_MODES else 1  # hparams.n_pos_per_embd()
+        self.vars[a.get("out", "inp_pos")] = self.b.build_inp_pos(n_pos)
 
     def s_attention_inputs(self, a: dict) -> None:
         b, m, run = self.b, self.m, self.b.run
@@ -128,11 +137,15 @@ class SpecBuilder:
         self.vars.update(Qcur=q, Kcur=k, Vcur=v)
 
     def s_rope(self, a: dict) -> None:
-        mode = rope_mode(self.spec)
+        """``base: ctx`` uses the graph context's freq_base/freq_scale on every layer (the
+        plain ``freq_base, freq_scale`` of src/models/*.cpp), else ``get_rope_freq_base``."""
+        mode = self.rope_mode
         if mode is None:
             raise GraphcostError(self.where("rope statement in an architecture with rope: none"))
         m, il = self.m, self.il
-        if m.n_swa > 0 and m.is_swa[il]:
+        if a.get("base") == "ctx":
+            fb, fs = m.rope_freq_base, m.rope_freq_scale
+        elif m.n_swa > 0 and m.is_swa[il]:
             fb, fs = m.rope_freq_base_swa, 1.0  # llama_model::get_rope_freq_base/scale
         else:
             fb, fs = m.rope_freq_base, m.rope_freq_scale
@@ -184,7 +197,8 @@ class SpecBuilder:
         elif kind != "par":
             raise UnsupportedError(self.where(f"ffn kind {kind!r} is not implemented yet"))
         else:
-            t = self.b.build_ffn_par(self.il, self.var(a.get("x", "cur")), a.get("act", "silu"))
+            t = self.b.build_ffn_par(self.il, self.var(a.get("x", "cur")), a.get("act", "silu"),
+                                     a.get("suffix", ""))
         self.vars[a.get("out", "cur")] = self.cb(t, a.get("cb"))
 
     def s_lm_head(self, a: dict) -> None:
@@ -228,10 +242,12 @@ class SpecBuilder:
         self.run(self.spec.prologue)
         for il in range(m.n_layer):
             self.il = il
+            self.names.update(il=il, is_swa=float(m.n_swa > 0 and m.is_swa[il]))
             g.layer = il
             g.block = "other"
             self.run(self.spec.layer)
         self.il = None
+        del self.names["il"], self.names["is_swa"]
         g.layer = None
         g.block = "other"
         self.run(self.spec.epilogue)
