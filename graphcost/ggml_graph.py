@@ -253,6 +253,13 @@ class Graph:
         ne = [a.ne[i] + p[i] for i in range(4)]
         return self._new("PAD", a.type, ne, [a], params={"pad": tuple(p)})
 
+    def repeat_4d(self, a: Tensor, ne) -> Tensor:
+        """ggml_repeat_4d: ``a`` tiled to ``ne`` (each ne[i] a multiple of a.ne[i])."""
+        ne4 = _ne4(ne)
+        if any(ne4[i] % a.ne[i] for i in range(4)):
+            raise ValueError(f"repeat of {a.ne} to {ne4}")
+        return self._new("REPEAT", a.type, ne4, [a])
+
     def scale(self, a: Tensor, s: float, bias: float = 0.0) -> Tensor:
         return self._new("SCALE", a.type, a.ne, [a], params={"scale": s, "bias": bias})
 

@@ -205,6 +205,9 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     only = specs[arch].hparams.get("swa_only_n_layer")  # exaone4: SWA only for 64 layers
     if swa_default is not None and (only is None or n_layer == int(only)):
         n_swa = m.int(Keys.Attention.SLIDING_WINDOW, int(specs[arch].hparams.get("sliding_window", 0)))
+        fixed = specs[arch].hparams.get("sliding_window_fixed")
+        if fixed is not None and n_swa != 0:  # llama4: a 0 in the file turns it off, any
+            n_swa = int(fixed)                # other value (or none) means the fixed chunk
         if n_swa > 0:
             is_swa = _swa_pattern(m, n_layer, int(swa_default))
 

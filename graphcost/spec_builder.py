@@ -48,7 +48,7 @@ class SpecBuilder:
             "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
             "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
             "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
-            "attn_temp_scale": m.attn_temp_scale,
+            "attn_temp_scale": m.attn_temp_scale, "n_expert": m.n_expert,
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None

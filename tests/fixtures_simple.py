@@ -22,7 +22,7 @@ from fixtures_moe import _expert_counts, _experts
 
 __all__ = ["write_qwen2moe", "write_olmoe", "write_smollm3", "write_seed_oss", "write_glm4",
            "write_exaone4", "write_cohere2", "write_mistral3", "write_qwen3vl",
-           "write_qwen3vlmoe"]
+           "write_qwen3vlmoe", "write_llama4"]
 
 #: dense defaults plus the router and experts (fallbacks as in fixtures._pick_type)
 TYPES: dict[str, QT] = {
@@ -388,3 +388,48 @@ def write_qwen3vlmoe(
                     n_vocab=n_vocab, rope_sections=rope_sections, n_deepstack=n_deepstack,
                     tie_embeddings=tie_embeddings, weight_types=weight_types, seed=seed,
                     n_expert=n_expert, n_expert_used=n_expert_used)
+
+
+def write_llama4(
+    path: str | Path, *, n_embd: int = 192, n_head: int = 6, n_head_kv: int = 2,
+    n_ff: int = 320, n_ff_exp: int = 96, n_layer: int = 5, n_vocab: int = 307,
+    n_expert: int = 5, n_expert_used: int = 1, moe_step: int = 2,
+    sliding_window: int | None = None, rope_freqs: bool = False,
+    tie_embeddings: bool = False, weight_types: Mapping[str, QT] | None = None, seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``llama4``: chunked attention (pattern 4) unless ``sliding_window`` is 0, NoPE
+    layers with temperature tuning, MoE layers every ``moe_step`` layers (``il + 1`` a
+    multiple of it) with a shared expert of ``n_ff_exp``, dense layers of ``n_ff``."""
+    path, arch = Path(path), "llama4"
+    hd = n_embd // n_head
+    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                     n_layer=n_layer, n_vocab=n_vocab, head_dim=None, rms_eps=1e-5,
+                     weight_types=weight_types, seed=seed)
+    w.add_rope_dimension_count(hd)
+    _expert_counts(w, arch, n_expert, n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_uint32(_key(arch, gguf.Keys.LLM.INTERLEAVE_MOE_LAYER_STEP), moe_step)
+    if sliding_window is not None:
+        w.add_sliding_window(sliding_window)
+    _embeddings(sink, n_embd, n_vocab, tie_embeddings)
+    if rope_freqs:
+        w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, hd // 2).astype(np.float32))
+        sink.types["rope_freqs.weight"] = "F32"
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        _qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=False)
+        sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+        sink.vector(p + "ffn_norm.weight", n_embd)
+        if moe_step > 0 and (i + 1) % moe_step == 0:
+            _moe(sink, p, n_embd, n_ff_exp, n_expert)
+            sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_exp)
+            sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_exp, n_embd)
+            sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_exp)
+        else:
+            _ffn(sink, p, n_embd, n_ff)
+    chunked = sliding_window != 0
+    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                 tie=tie_embeddings, sliding_window=8192 if chunked else 0,
+                 layers_swa=swa_layers(n_layer, 4) if chunked else None)

@@ -1,5 +1,5 @@
 """Memory parity for qwen2moe, olmoe, smollm3, seed_oss, glm4, exaone4, cohere2, mistral3,
-qwen3vl and qwen3vlmoe: the compute buffer, every KV cache and the output buffer equal
+qwen3vl, qwen3vlmoe and llama4: the compute buffer, every KV cache and the output buffer equal
 llama.cpp's logged sizes (the checks of tests/test_memory_parity.py, on this module's
 fixtures from tests/fixtures_simple.py). Logs are captured in parallel once per module.
 """
@@ -37,6 +37,10 @@ CASES = [
     ("qwen3vl", 512, 512, False, "f16", "f16", False),
     ("qwen3vl", 8192, 128, True, "q8_0", "q8_0", False),
     ("qwen3vlmoe", 4096, 512, False, "f16", "f16", False),
+    # chunked: a 8192-cell chunk cache beside the base cache once n_ctx exceeds it
+    ("llama4", 32768, 512, False, "f16", "f16", False),
+    ("llama4", 16384, 256, True, "q8_0", "q8_0", False),
+    ("llama4", 4096, 512, False, "f16", "f16", True),
 ]
 
 
@@ -61,6 +65,7 @@ def paths(tmp_path_factory):
                                          n_expert=5, n_ff=96, head_dim=32).path,
         "qwen3vl": S.write_qwen3vl(d / "qwen3vl.gguf").path,
         "qwen3vlmoe": S.write_qwen3vlmoe(d / "qwen3vlmoe.gguf").path,
+        "llama4": S.write_llama4(d / "llama4.gguf").path,
     }
 
 

@@ -64,6 +64,17 @@ def models(tmp_path_factory):
                                         tie_embeddings=False),
         # 5 experts of 96, 2 used, 1 deepstack layer
         "qwen3vlmoe": S.write_qwen3vlmoe(d / "qwen3vlmoe.gguf"),
+        # 5 layers: chunked 0, 1, 2, 4, full + NoPE 3; MoE in layers 1 and 3 (5 experts,
+        # top-1, shared expert), dense FFN in 0, 2, 4
+        "llama4": S.write_llama4(d / "llama4.gguf"),
+        # top-2, rope_freqs factors, sliding_window 100 in the file (llama.cpp still
+        # chunks by 8192), MoE every layer
+        "llama4_k2": S.write_llama4(d / "llama4_k2.gguf", n_expert_used=2, rope_freqs=True,
+                                    sliding_window=100, moe_step=1, n_layer=4),
+        # 128 experts: no Q/K norm (use_kq_norm is false for the 17B-128E)
+        "llama4_128e": S.write_llama4(d / "llama4_128e.gguf", n_embd=64, n_head=2,
+                                      n_head_kv=1, n_ff=96, n_ff_exp=32, n_expert=128,
+                                      n_layer=4, n_vocab=263),
     }
 
 
@@ -110,6 +121,15 @@ CASES = [
     ("qwen3vl_nods", dict(tokens=4, past=0)),
     ("qwen3vlmoe", dict(tokens=1, past=1)),
     ("qwen3vlmoe", dict(tokens=5, past=0, n_outputs=2)),
+    ("llama4", dict(tokens=1, past=3)),
+    ("llama4", dict(tokens=7, past=0, n_outputs=3)),
+    ("llama4", dict(tokens=4, past=100, n_ubatch=64, n_ctx=600)),
+    ("llama4", dict(tokens=2, past=1, type_k="q8_0", type_v="q8_0", fa=True)),
+    ("llama4", dict(tokens=3, past=0, swa_full=True)),
+    ("llama4_k2", dict(tokens=1, past=0)),
+    ("llama4_k2", dict(tokens=6, past=2, n_outputs=2)),
+    ("llama4_128e", dict(tokens=1, past=1)),
+    ("llama4_128e", dict(tokens=5, past=0)),
 ]
 
 
@@ -146,6 +166,14 @@ def test_variants_are_really_built(models):
     assert sum(op == "PAD" for _, op in ops) == 1
     assert [n for n, _ in ops if n.startswith("deepstack_out")] == ["deepstack_out-0",
                                                                     "deepstack_out-1"]
+    # llama4: 4 of 5 layers rope'd (3 is NoPE: Q x inp_attn_scale); Q/K norms on the 4;
+    # MoE in 2 layers with the input repeated and weighted before the experts
+    ops = _ops(models, "llama4", tokens=2)
+    assert sum(op == "ROPE" for _, op in ops) == 8
+    assert sum(n.startswith("Qcur_normed-") and op == "RMS_NORM" for n, op in ops) == 4
+    assert sum(op == "REPEAT" for _, op in ops) == 2
+    assert ("ffn_moe_weighted-1", "MUL") in ops and ("ffn_moe_out_merged-3", "ADD") in ops
+    assert not any(n.startswith("Qcur_normed") for n, _ in _ops(models, "llama4_128e"))
 
 
 def test_multi_section_rope_takes_four_positions(models):

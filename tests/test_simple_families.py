@@ -69,3 +69,19 @@ def test_temperature_scale_needs_a_context_length(tmp_path):
     S.write_mistral3(p, n_layer=1, original_context=0)
     with pytest.raises(GraphcostError, match="temperature_scale needs"):
         _build(p)
+
+
+def test_llama4_without_chunking_is_refused(tmp_path):
+    # llama.cpp loads it, then GGML_ASSERT(f_attn_temp_scale != 0) aborts the first decode
+    p = tmp_path / "llama4_nochunk.gguf"
+    S.write_llama4(p, n_layer=2, sliding_window=0)
+    with pytest.raises(UnsupportedError, match="sliding_window = 0"):
+        _build(p)
+
+
+def test_repeat_cost_reads_source_once():
+    g = Graph()
+    a = g.new_tensor(gt.F32, [192, 1, 3])
+    r = g.repeat_4d(a, [192, 2, 3, 1])
+    # read 192 * 3 * 4 = 2304 bytes, write 192 * 2 * 3 * 4 = 4608 bytes, no arithmetic
+    assert (op_cost(r).reads, op_cost(r).write, op_cost(r).flops) == ((2304,), 4608, 0)

@@ -7,13 +7,14 @@ attention temperature input and qwen3vl's deepstack addition.
 * ``div``         -- ``ggml_div`` (qwen2moe builds its sigmoid as ``silu(x) / x``);
 * ``attn_temp_input`` -- ``build_inp_attn_scale`` (llama4, mistral3): F32 [1, 1, n_tokens]
   ``inp_attn_scale``, built when ``attention.temperature_scale`` is non-zero;
+* ``refuse``      -- refuse a file on a hyperparameter test, in one line;
 * ``deepstack``   -- qwen3vl: for ``il < n_deepstack_layers``, ``cur + view(t_inp_embd)``
   of the ``il + 1``-th slice of the padded input embedding, cb'ed ``deepstack_out``.
 """
 from __future__ import annotations
 
 from .. import ggml_types as gt
-from ..errors import GraphcostError
+from ..errors import GraphcostError, UnsupportedError
 from ..spec_builder import SpecBuilder, statement
 
 
@@ -51,8 +52,12 @@ def attn_temp_input(sb: SpecBuilder, a: dict) -> None:
     """``{out: inp_attn_scale}``: llm_graph_context::build_inp_attn_scale when
     ``hparams.f_attn_temp_scale != 0`` (else the variable is not set). llama.cpp refuses a
     file with a temperature scale but no original context length (mistral3's
-    load_arch_hparams); so do we."""
+    load_arch_hparams); so do we. ``always: 1`` builds it whatever the file says (llama4)."""
     m = sb.m
+    if a.get("always"):  # llama4 builds it unconditionally (its scale is hard-coded)
+        t = sb.g.new_tensor(gt.F32, [1, 1, sb.b.n_tokens], name="inp_attn_scale")
+        sb.vars[a.get("out", "inp_attn_scale")] = t
+        return
     if m.attn_temp_scale == 0.0:
         return
     if m.n_ctx_orig_yarn == 0:
@@ -83,3 +88,11 @@ def deepstack(sb: SpecBuilder, a: dict) -> None:
                              f"{m.n_deepstack_layers} reaches the last layer, whose rows were "
                              f"cut to the outputs; llama.cpp aborts there") from None
     sb.vars[a.get("out", "cur")] = sb.cb(t, "deepstack_out")
+
+
+@statement("refuse")
+def refuse(sb: SpecBuilder, a: dict) -> None:
+    """``{test: expr, why: text}``: refuse the file in one line when ``test`` holds (a
+    configuration llama.cpp loads but then aborts on)."""
+    if sb.expr(a["test"]):
+        raise UnsupportedError(f"{sb.m.header.path}: {sb.m.arch} with {a['why']}")

@@ -33,8 +33,11 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
                   up_exps: Tensor, gate_exps: Tensor | None, down_exps: Tensor,
                   exp_probs_b: Tensor | None, n_expert: int, n_expert_used: int,
                   n_expert_used_il: int, act: str, norm_w: bool, w_scale: float, gating: int,
-                  il: int) -> Tensor:
-    """build_moe_ffn without adapters, expert biases, groups or per-expert scales."""
+                  il: int, llama4: bool = False) -> Tensor:
+    """build_moe_ffn without adapters, expert biases, groups or per-expert scales.
+    ``llama4``: its ``arch == LLM_ARCH_LLAMA4`` branches: experts chosen by the raw
+    logits, and the input scaled by the weights before the experts (REPEAT, MUL
+    ``ffn_moe_weighted``), not their outputs after."""
     g = b.g
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     cb = g.cb
@@ -57,6 +60,8 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     if exp_probs_b is not None:
         selection_probs = cb(g.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
 
+    if llama4:  # "sigmoid is only used after top_k"
+        selection_probs = logits
     selected = g.argsort_top_k(selection_probs, n_expert_used)  # [n_expert_used, n_tokens]
     cb(selected.src[0], "ffn_moe_argsort", il)
     cb(selected, "ffn_moe_topk", il)
@@ -83,6 +88,9 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     g.expand(weights)  # "call early so that topk-moe can be used"
 
     cur = g.reshape(cur, [n_embd, 1, n_tokens])
+    if llama4:  # weight_before_ffn
+        repeated = g.repeat_4d(cur, [n_embd, n_expert_used, n_tokens, 1])
+        cur = cb(g.mul(repeated, weights), "ffn_moe_weighted", il)
     up = cb(g.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)  # [n_ff, k, n_tokens]
     if gate_exps is not None:
         cur = cb(g.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
@@ -98,7 +106,8 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
         cur = cb(g.unary(op, cur), name, il)
 
     experts = cb(g.mul_mat_id(down_exps, cur, selected), "ffn_moe_down", il)  # [n_embd, k, T]
-    experts = cb(g.mul(experts, weights), "ffn_moe_weighted", il)
+    if not llama4:
+        experts = cb(g.mul(experts, weights), "ffn_moe_weighted", il)
     g.expand(experts)
 
     # order the views before the adds
@@ -134,7 +143,7 @@ def _gating(sb: SpecBuilder, v: Any) -> int:
 @statement("moe_ffn")
 def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
     """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, down, probs_bias, act, gating,
-    norm_w, w_scale, cb, out}``; tensors default to ``ffn_gate_inp``, ``ffn_up_exps``,
+    norm_w, w_scale, llama4, cb, out}``; tensors default to ``ffn_gate_inp``, ``ffn_up_exps``,
     ``ffn_gate_exps?`` (optional, as in llama), ``ffn_down_exps``."""
     m, il = sb.m, sb.il
     if il is None:
@@ -154,5 +163,6 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
         sb.weight(a.get("down", "ffn_down_exps")), sb.weight(a.get("probs_bias")),
         m.n_expert, m.n_expert_used[0], m.n_expert_used[il], a.get("act", "silu"),
         bool(evaluate(a.get("norm_w", 0), names, where)),
-        evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il)
+        evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il,
+        llama4=bool(a.get("llama4", False)))
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
