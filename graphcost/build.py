@@ -10,9 +10,8 @@ from .ggml_graph import Tensor
 from .gguf_reader import read_model
 from .llm_graph import AttnInputs, KVCache, LlmGraph
 from .model import ModelInfo, model_info
-from .settings import Resolved, RunSettings, resolve
+from .settings import Resolved, RunSettings, refuse_cache_types, resolve
 from .spec_builder import build_from_spec
-from . import statements  # noqa: F401  (registers the extra spec statements)
 
 
 
@@ -37,6 +36,8 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
     """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
     run = resolve(settings, model.n_ctx_train, model.n_swa)
+    refuse_cache_types(run, [model.head_dim_k] * model.n_layer, [model.head_dim_v] * model.n_layer,
+                       str(model.header.path))
     specs = load_specs()
     key = model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
     if key not in specs:

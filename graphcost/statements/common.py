@@ -13,7 +13,7 @@ attention temperature input and qwen3vl's deepstack addition.
 """
 from __future__ import annotations
 
-from .. import ggml_types as gt
+from .. import ggml_types as gt, ops
 from ..errors import GraphcostError, UnsupportedError
 from ..spec_builder import SpecBuilder, statement
 
@@ -25,17 +25,15 @@ def mm(sb: SpecBuilder, a: dict) -> None:
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
 
 
-#: ggml unary ops the ``unary`` statement builds (ggml_op_desc names)
-_UNARY = frozenset({"SILU", "SIGMOID", "GELU", "TANH"})
 
 
 @statement("unary")
 def unary(sb: SpecBuilder, a: dict) -> None:
-    """``{op: SILU, x: var, cb: name, out: var}``."""
+    """``{op: SILU, x: var, cb: name, out: var}``: any sub-op of GGML_OP_UNARY."""
     op = str(a.get("op", "")).upper()
-    if op not in _UNARY:
-        raise GraphcostError(sb.where(f"unary op {a.get('op')!r} must be one of "
-                                      f"{', '.join(sorted(_UNARY))}"))
+    if op not in ops.UNARY:
+        raise GraphcostError(sb.where(f"unary op {a.get('op')!r} is not a ggml unary op "
+                                      f"(graphcost/ops.py UNARY)"))
     t = sb.g.unary(op, sb.var(a["x"]))
     sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
 
