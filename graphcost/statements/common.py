@@ -25,8 +25,6 @@ def mm(sb: SpecBuilder, a: dict) -> None:
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
 
 
-
-
 @statement("unary")
 def unary(sb: SpecBuilder, a: dict) -> None:
     """``{op: SILU, x: var, cb: name, out: var}``: any sub-op of GGML_OP_UNARY."""
