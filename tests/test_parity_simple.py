@@ -4,7 +4,7 @@ sources), for prefill and decode, flash attention off and on, quantized caches a
 several outputs.
 
 llama.cpp (through llama-cpp-python) reports every node its scheduler runs via cb_eval;
-see tests/llama_oracle.py. Fixtures (tests/fixtures_simple.py) are tiny GGUFs with odd
+see graphcost/oracle.py. Fixtures (tests/fixtures_simple.py) are tiny GGUFs with odd
 sizes and mixed weight types, built once per module.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import fixtures_simple as S
-from llama_oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, our_records
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
