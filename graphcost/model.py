@@ -72,6 +72,9 @@ class ModelInfo:
     attn_temp_scale: float = 0.0
     #: n_deepstack_layers (qwen3vl): the input embedding is n_embd * (1 + this) wide
     n_deepstack_layers: int = 0
+    #: hparams.rope_freq_scale_train_swa: 1 unless the family copies the trained scale
+    #: (spec hparam ``rope_swa_from_train``: gemma2, gpt-oss)
+    rope_freq_scale_swa: float = 1.0
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -201,6 +204,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
 
     n_swa = 0
     is_swa = (False,) * n_layer
+    swa_train = bool(specs[arch].hparams.get("rope_swa_from_train", False))
     swa_default = specs[arch].hparams.get("swa_pattern")
     only = specs[arch].hparams.get("swa_only_n_layer")  # exaone4: SWA only for 64 layers
     if swa_default is not None and (only is None or n_layer == int(only)):
@@ -222,7 +226,11 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         norm_eps=m.float(Keys.Attention.LAYERNORM_EPS, 1e-5),
         rope_freq_base=m.float(Keys.Rope.FREQ_BASE, 10000.0),
         rope_freq_scale=freq_scale,
-        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA, 10000.0),
+        # llama_hparams: rope_freq_base_train_swa = 10000, scale 1, unless load_arch_hparams
+        # copies the trained values first (gemma2.cpp, openai-moe.cpp)
+        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA,
+                                   m.float(Keys.Rope.FREQ_BASE, 10000.0) if swa_train else 10000.0),
+        rope_freq_scale_swa=freq_scale if swa_train else 1.0,
         rope_scaling_type=str(scaling),
         n_swa=n_swa, is_swa=is_swa,
         attn_scale=m.float(Keys.Attention.SCALE, 0.0),

@@ -193,7 +193,7 @@ def verify(model_path: str | os.PathLike, settings, *, timeout: float = 900.0) -
     from .build import build_graph, load_model
     from .oracle import (OracleError, capture_graph, capture_log, llama_cpp_available,
                          llama_cpp_unavailable_reason)
-    from .report.document import document
+    from .document import document
 
     if not llama_cpp_available():
         raise GraphcostError("verify needs llama-cpp-python (pip install llama-cpp-python): "
