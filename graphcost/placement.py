@@ -215,10 +215,10 @@ def split_points(devices: list[Device], tensor_split: tuple[float, ...]) -> list
     """Cumulative split fractions, float32 as llama.cpp computes them (load_tensors): from
     ``-ts`` when it has a non-zero entry, else from each device's free memory."""
     n = len(devices)
+    # llama.cpp reads the first n_devices entries of -ts and ignores the rest
     ts = list(tensor_split[:n]) + [0.0] * max(0, n - len(tensor_split))
-    if len(tensor_split) > n and any(x != 0 for x in tensor_split[n:]):
-        raise GraphcostError(f"-ts {','.join(map(str, tensor_split))}: more entries than the "
-                             f"{n} device(s) given")
+    if n == 1:
+        return [1.0]  # one device: free / free (or ts / ts) = 1
     if all(x == 0 for x in ts):
         missing = [d.name for d in devices if d.free_bytes is None]
         if missing:
