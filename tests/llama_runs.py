@@ -105,7 +105,7 @@ _LINES = {
     "model": re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB"),
     "kv": re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB"),
     "output": re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB"),
-    "compute": re.compile(r"llama_context:\s+(\S+) compute buffer size =\s+([\d.]+) MiB"),
+    "compute": re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB"),
 }
 
 
@@ -124,11 +124,13 @@ def run_completion(model: Path, servers: list[RpcServer], args: list[str]) -> Bu
     buffers it logged. Raises with the log's tail when llama.cpp fails."""
     exe = find_tool("llama-completion")
     cmd = [str(exe), "-m", str(model), "-n", "1", "-p", "hi", "-no-cnv", "-fit", "off",
-           "-t", "1", "--no-warmup", "--seed", "1"]
+           "-t", "1", "--no-warmup", "--seed", "1",
+           "-lv", "4"]  # the buffer lines are logged at verbosity 4 (info)
     if servers:
         cmd += ["--rpc", ",".join(s.endpoint for s in servers)]
-    r = subprocess.run(cmd + args, capture_output=True, text=True, timeout=RUN_S,
-                       stdin=subprocess.DEVNULL)
+    # the one generated token of a random model may be any bytes: decode leniently
+    r = subprocess.run(cmd + args, capture_output=True, text=True, encoding="utf-8",
+                       errors="replace", timeout=RUN_S, stdin=subprocess.DEVNULL)
     log = r.stdout + r.stderr
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd + args)} failed ({r.returncode}):\n{log[-3000:]}")

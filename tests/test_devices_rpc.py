@@ -67,9 +67,14 @@ def models(tmp_path_factory):
     return {k: Path(w(d / f"{k}.gguf").path) for k, w in WRITERS.items()}
 
 
-def _base(name: str) -> str:
-    """'RPC0[127.0.0.1:50052]' -> 'RPC0'."""
-    return name.split("[", 1)[0]
+def _device(name: str, servers) -> str:
+    """A buffer name llama.cpp logs -> graphcost's row. RPC buffer types are named
+    ``RPC<device on that server>[host:port]`` (ggml-rpc.cpp: ggml_backend_rpc_buffer_type),
+    so every one-device server's is ``RPC0[...]``; the device is RPC<i> for the i-th server."""
+    if "[" not in name:
+        return name
+    endpoint = name.split("[", 1)[1].rstrip("]")
+    return next(f"RPC{i}" for i, s in enumerate(servers) if s.endpoint == endpoint)
 
 
 def _printed(n: int) -> float:
@@ -91,27 +96,30 @@ def _graphcost(model: Path, n_rpc: int, args: list[str]) -> dict:
 def test_per_device_buffers_equal_llama_cpp(models, tmp_path, case):
     name, n_rpc, args = CASES[case]
     with rpc_servers(n_rpc, tmp_path) as servers:
-        llama_args = [a.replace("RPC1", f"RPC1[{servers[1].endpoint}]") if "=RPC1" in a else a
-                      for a in args]
+        # -ot names a buffer type: the second server's is RPC0[its endpoint]
+        llama_args = [a.replace("=RPC1", f"=RPC0[{servers[1].endpoint}]") for a in args]
         run = run_completion(models[name], servers, ["-c", "512"] + llama_args)
         ours = _graphcost(models[name], n_rpc, args)
 
         # model buffers, by name as llama.cpp logs them
-        want = {_base(k): v for k, v in run.model.items()}
+        want = {_device(k, servers): v for k, v in run.model.items()}
         got = {}
         for b in ours["model_buffers"]:
+            # graphcost names an RPC buffer by its device; llama.cpp by server and endpoint
             got[b["name"]] = got.get(b["name"], 0.0) + _printed(b["bytes"])
         assert got == want, run.log[-4000:]
 
         # KV buffers per device; output buffer where llama.cpp put it
         rows = {r["device"]: r for r in ours["devices"]}
         assert {k: _printed(r["kv_bytes"]) for k, r in rows.items() if r["kv_bytes"]} == \
-            {_base(k): v for k, v in run.kv.items()}
+            {_device(k, servers): v for k, v in run.kv.items()}
         assert {k: _printed(r["output_bytes"]) for k, r in rows.items() if r["output_bytes"]} == \
-            {_base(k): v for k, v in run.output.items()}
+            {_device(k, servers): v for k, v in run.output.items()}
 
         # to the byte: each RPC device's model and KV buffers among its server's allocations
         for i, s in enumerate(servers):
+            if f"RPC{i}" not in rows:  # -sm none keeps one device
+                continue
             sizes = s.alloc_sizes()
             r = rows[f"RPC{i}"]
             for n in (r["model_bytes"], r["kv_bytes"]):
@@ -120,7 +128,8 @@ def test_per_device_buffers_equal_llama_cpp(models, tmp_path, case):
 
         if n_rpc == 0:  # one CPU: the compute buffer is the existing plan's
             assert {k: _printed(r["compute_bytes"]) for k, r in rows.items()
-                    if r["compute_bytes"]} == {_base(k): v for k, v in run.compute.items()}
+                    if r["compute_bytes"]} == {_device(k, servers): v
+                                               for k, v in run.compute.items()}
         else:
             assert all(r["compute_bytes"] is None for r in ours["devices"]
                        if r["device"] != "CPU_REPACK")
