@@ -473,24 +473,46 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
                      flags.cpu_features, notes)
 
 
-def kv_bytes_per_row(placement: Placement, caches, no_kv_offload: bool) -> dict[str, int | None]:
-    """KV buffer bytes per row: each cache layer's K and V in dev_layer(il)'s buffer type
-    (llama_kv_cache constructor), CPU with -nkvo; padded to that type's alignment."""
+@dataclass(frozen=True)
+class KVBuffer:
+    """One KV buffer llama.cpp logs (``llama_kv_cache: NAME KV buffer size``): one per
+    cache (base, swa) and buffer type."""
+
+    cache: str
+    row: str
+    bytes: int | None  # None: a device-dependent alignment (not modelled)
+
+
+def kv_buffers(placement: Placement, caches, no_kv_offload: bool) -> list[KVBuffer]:
+    """Each cache layer's K and V go to dev_layer(il)'s buffer type (llama_kv_cache
+    constructor), the CPU with -nkvo; one buffer per cache and type, each tensor padded to
+    the type's alignment (ggml_backend_alloc_ctx_tensors_from_buft)."""
     by_name = {d.name: d for d in placement.devices}
     cpu = load_backend("cpu")
-    out: dict[str, int | None] = {}
+    out: list[KVBuffer] = []
     for c in caches:
+        sizes: dict[str, int | None] = {}
         for il in sorted(c.k):
             row = "CPU" if no_kv_offload else placement.dev_layer[il]
             backend = cpu if row == "CPU" else by_name[row].backend
             for t in (c.k.get(il), c.v.get(il)):
                 if t is None:
                     continue
-                if backend.alignment is None or out.get(row, 0) is None:
-                    out[row] = None
+                if backend.alignment is None or sizes.get(row, 0) is None:
+                    sizes[row] = None
                     continue
-                out[row] = out.get(row, 0) + _pad(alloc_size(backend, t.type, t.ne, t.nbytes),
-                                                  backend.alignment)
+                sizes[row] = sizes.get(row, 0) + _pad(alloc_size(backend, t.type, t.ne, t.nbytes),
+                                                      backend.alignment)
+        out += [KVBuffer(c.name, row, n) for row, n in sizes.items()]
+    return out
+
+
+def kv_bytes_per_row(buffers: list[KVBuffer]) -> dict[str, int | None]:
+    """The KV buffers summed per row (None if any of a row's is not modelled)."""
+    out: dict[str, int | None] = {}
+    for b in buffers:
+        prev = out.get(b.row, 0)
+        out[b.row] = None if prev is None or b.bytes is None else prev + b.bytes
     return out
 
 
@@ -503,13 +525,13 @@ def output_row(placement: Placement) -> str:
     return "CPU"
 
 
-def device_memory(placement: Placement, caches, *, no_kv_offload: bool, output_bytes: int,
+def device_memory(placement: Placement, kv: list[KVBuffer], *, output_bytes: int,
                   cpu_compute_bytes: int) -> list[DeviceMemory]:
     """One row per device (llama.cpp's order), then CPU, then CPU extra and host buffer
     types that hold something. ``cpu_compute_bytes`` (the single-CPU plan's compute buffer)
     is used only when there is no device; otherwise compute buffers are not modelled
     (the scheduler's splits and per-backend allocations are not simulated)."""
-    kv = kv_bytes_per_row(placement, caches, no_kv_offload)
+    kv = kv_bytes_per_row(kv)
     out_row = output_row(placement)
     rows = [d.name for d in placement.devices] + ["CPU"]
     for name in [b.row for b in placement.model_buffers] + list(kv) + [out_row]:
@@ -606,6 +628,7 @@ class DevicePlan:
     plan: "MemoryPlan"
     placement: Placement
     flags: PlacementFlags
+    kv_buffers: list[KVBuffer]
     rows: list[DeviceMemory]
 
     def as_dict(self) -> list[dict]:
@@ -618,7 +641,7 @@ def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
     from .memory_plan import output_buffer_bytes, plan_memory
     plan = plan_memory(model, settings)
     p = place(model, args, flags)
-    rows = device_memory(p, plan.reserves[0].graph.caches, no_kv_offload=flags.no_kv_offload,
-                         output_bytes=output_buffer_bytes(model),
+    kv = kv_buffers(p, plan.reserves[0].graph.caches, flags.no_kv_offload)
+    rows = device_memory(p, kv, output_bytes=output_buffer_bytes(model),
                          cpu_compute_bytes=plan.compute_buffer_bytes)
-    return DevicePlan(plan, p, flags, rows)
+    return DevicePlan(plan, p, flags, kv, rows)

@@ -92,12 +92,13 @@ def rpc_servers(n: int, workdir: Path):
 
 @dataclass
 class Buffers:
-    """The buffers one llama.cpp run logged, MiB as printed, by buffer name."""
+    """The buffers one llama.cpp run logged, MiB as printed, by buffer name (a list: one
+    entry per line, e.g. one KV buffer per cache of an ISWA model)."""
 
-    model: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    kv: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    output: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    compute: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    model: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    kv: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    output: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    compute: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     log: str = ""
 
 
@@ -110,12 +111,11 @@ _LINES = {
 
 
 def parse_buffers(log: str) -> Buffers:
-    """Every ``... buffer size = X MiB`` line, summed per buffer name (several KV caches
-    or shards log one line each)."""
+    """Every ``... buffer size = X MiB`` line, by buffer name."""
     b = Buffers(log=log)
     for kind, rx in _LINES.items():
         for name, mib in rx.findall(log):
-            getattr(b, kind)[name] += float(mib)
+            getattr(b, kind)[name].append(float(mib))
     return b
 
 

@@ -240,6 +240,8 @@ def devices_json(dp) -> dict:
     return {"devices": dp.as_dict(),
             "model_buffers": [{"name": b.name, "device": b.row, "bytes": b.bytes}
                               for b in dp.placement.model_buffers],
+            "kv_buffers": [{"cache": b.cache, "device": b.row, "bytes": b.bytes}
+                           for b in dp.kv_buffers],
             "layers": dp.placement.dev_layer, "output_layer": dp.placement.dev_output,
             "repacked": dp.placement.repacked, "use_mmap": dp.placement.use_mmap,
             "cpu_features": sorted(dp.placement.cpu_features)}
