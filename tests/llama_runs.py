@@ -99,6 +99,7 @@ class Buffers:
     kv: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     output: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     compute: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    layers: dict[int, str] = field(default_factory=dict)  # layer (n_layer = output) -> device
     log: str = ""
 
 
@@ -116,6 +117,9 @@ def parse_buffers(log: str) -> Buffers:
     for kind, rx in _LINES.items():
         for name, mib in rx.findall(log):
             getattr(b, kind)[name].append(float(mib))
+    # load_tensors (debug, -lv 5): "layer   3 assigned to device RPC0, is_swa = 0"
+    for il, dev in re.findall(r"layer\s+(\d+) assigned to device (\S+),", log):
+        b.layers[int(il)] = dev
     return b
 
 
@@ -125,7 +129,7 @@ def run_completion(model: Path, servers: list[RpcServer], args: list[str]) -> Bu
     exe = find_tool("llama-completion")
     cmd = [str(exe), "-m", str(model), "-n", "1", "-p", "hi", "-no-cnv", "-fit", "off",
            "-t", "1", "--no-warmup", "--seed", "1",
-           "-lv", "4"]  # the buffer lines are logged at verbosity 4 (info)
+           "-lv", "5"]  # buffer lines: verbosity 4 (info); layer devices: 5 (debug)
     if servers:
         cmd += ["--rpc", ",".join(s.endpoint for s in servers)]
     # the one generated token of a random model may be any bytes: decode leniently

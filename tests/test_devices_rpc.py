@@ -35,6 +35,8 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() 
 WRITERS = {
     # 5 layers: quantized Q4_0/Q4_K/Q8_0/Q6_K weights (CPU_REPACK candidates on AVX2)
     "llama5": lambda p: write_llama(p, n_layer=5),
+    # rope_freqs.weight: created for every layer (TENSOR_DUPLICATED), one copy per buffer type
+    "llama-rope-freqs": lambda p: write_llama(p, n_layer=4, rope_freqs=True),
     # 4 layers of 6 experts
     "mixtral": lambda p: write_mixtral(p, n_layer=4),
     # tied embeddings: the output layer gets its own copy of token_embd
@@ -65,6 +67,8 @@ CASES = {
                                     "-fa", "on"]),
     "fa-off": ("llama5", 2, ["-ngl", "3", "-ts", "1,1", "-fa", "off"]),
     "three-servers": ("llama5", 3, ["-ngl", "all", "-ts", "1,1,1"]),
+    "rope-freqs-ngl3": ("llama-rope-freqs", 2, ["-ngl", "3", "-ts", "1,1"]),
+    "rope-freqs-no-mmap": ("llama-rope-freqs", 2, ["-ngl", "all", "-ts", "1,1", "-lm", "none"]),
     "gemma3-iswa-all": ("gemma3", 2, ["-ngl", "all", "-ts", "1,1"]),
     "gemma3-ngl4-nkvo": ("gemma3", 2, ["-ngl", "4", "-ts", "2,1", "-nkvo"]),
 }
@@ -109,6 +113,9 @@ def test_per_device_buffers_equal_llama_cpp(models, tmp_path, case):
         llama_args = [a.replace("=RPC1", f"=RPC0[{servers[1].endpoint}]") for a in args]
         run = run_completion(models[name], servers, ["-c", "512"] + llama_args)
         ours = _graphcost(models[name], n_rpc, args)
+
+        # each layer's device (load_tensors' debug lines; the last is the output layer)
+        assert run.layers == dict(enumerate(ours["layers"] + [ours["output_layer"]]))
 
         # every model, KV and output buffer line, by device, at the printed precision
         # (graphcost names an RPC buffer by its device; llama.cpp by server and endpoint)
