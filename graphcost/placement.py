@@ -357,13 +357,17 @@ def weight_op(name: str, ne: tuple[int, ...], layer: str) -> str:
 
 
 def _override_buft(target: str, devices: list[Device], cpu_list: list[Buft]) -> Buft | str:
-    """An -ot target: ``CPU`` (the CPU list) or a device's buffer type (``CUDA0``,
-    ``RPC0[host:port]`` or ``RPC0``)."""
+    """An -ot target: ``CPU`` (the CPU list) or a device by name (``CUDA0``, ``RPC1``).
+    llama.cpp's RPC buffer-type names (``RPC0[host:port]``: the index on that server) do
+    not say which device they are without the endpoints, so they are refused."""
     if target == "CPU":
         return "CPU"
-    base = target.split("[", 1)[0]
+    if "[" in target:
+        raise GraphcostError(f"-ot ...={target}: name the device as graphcost lists it "
+                             "(RPC0, RPC1, ... in --device order), not llama.cpp's "
+                             "RPC<i>[host:port] buffer type")
     for d in devices:
-        if d.name == base:
+        if d.name == target:
             return device_buft(d)
     names = ["CPU"] + [d.name for d in devices]
     raise GraphcostError(f"-ot ...={target}: unknown buffer type; use one of {', '.join(names)}")

@@ -293,8 +293,9 @@ def test_memory_text_shows_not_modelled(tmp_path):
     (["--device", "rpc", "-ngl", "many", "-ts", "1"], "-ngl 'many'"),
     (["--device", "rpc", "-ts", "1", "-ot", "exps"], "PATTERN=BUFFER_TYPE"),
     (["--device", "rpc", "-ts", "1", "-ot", "exps=CUDA3"], "unknown buffer type"),
+    (["--device", "rpc", "-ts", "1", "-ot", "exps=RPC0[127.0.0.1:50052]"], "name the device"),
     (["--device", "rpc", "--device", "cuda:8GiB"], "give its free memory"),
-], ids=["kind", "mem", "ts", "row", "ngl", "ot", "ot-target", "no-mem"])
+], ids=["kind", "mem", "ts", "row", "ngl", "ot", "ot-target", "ot-endpoint", "no-mem"])
 def test_bad_flags_are_one_line(tmp_path, args, msg):
     f = write_llama(tmp_path / "m.gguf")
     r = cli("memory", f.path, *args)
