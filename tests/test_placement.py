@@ -58,7 +58,7 @@ def _file_end(m) -> int:
 # ---- backend facts ---------------------------------------------------------------------------
 
 def test_every_backend_file_loads_with_a_source_for_every_fact():
-    assert {"cpu", "cuda", "metal", "vulkan", "rpc", "rocm"} <= set(names())
+    assert {"cpu", "cuda", "metal", "vulkan", "rpc", "rocm", "sycl"} <= set(names())
     for n in names():
         b = load(n)
         assert set(b.sources) >= {"alignment", "max_buffer_size", "alloc_padding", "host_buffer",
