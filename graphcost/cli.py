@@ -154,7 +154,7 @@ def memory(
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False,
     device: Annotated[Optional[list[str]], typer.Option(
-        "--device", help="KIND[:MEM], repeatable: a device (cuda, rpc, metal, vulkan, rocm) "
+        "--device", help="KIND[:MEM], repeatable: a device (cuda, rocm, sycl, metal, vulkan, rpc) "
                          "and the free memory it reports, e.g. cuda:24GiB")] = None,
     n_gpu_layers: Annotated[str, typer.Option(
         "--n-gpu-layers", "-ngl", "--gpu-layers", help="layers on the devices: N, auto or all")] = "auto",
