@@ -356,7 +356,7 @@ def weight_op(name: str, ne: tuple[int, ...], layer: str) -> str:
     return "MUL"
 
 
-def _override_buft(target: str, devices: list[Device], cpu_list: list[Buft]) -> Buft | str:
+def _override_buft(target: str, devices: list[Device]) -> Buft | str:
     """An -ot target: ``CPU`` (the CPU list) or a device by name (``CUDA0``, ``RPC1``).
     llama.cpp's RPC buffer-type names (``RPC0[host:port]``: the index on that server) do
     not say which device they are without the endpoints, so they are refused."""
@@ -389,7 +389,7 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
     overrides = []
     for o in flags.overrides:
         try:
-            overrides.append((re.compile(o.pattern), _override_buft(o.target, devices, cpu_list)))
+            overrides.append((re.compile(o.pattern), _override_buft(o.target, devices)))
         except re.error as e:
             raise GraphcostError(f"-ot {o.pattern}={o.target}: bad pattern: {e}") from None
     cpu_plain = cpu_list[-1]
