@@ -237,6 +237,8 @@ def memory(
         if sweep is not None or fuse is not None or format == "html":
             _fail("--device and the placement flags go with --format text or json, "
                   "without --sweep or --fuse")
+        if output is not None:
+            check_output(output, [_model_path(model)])
         _memory_devices(model, format, output, device or [], n_gpu_layers, tensor_split,
                         split_mode, main_gpu, override_tensor or [], n_cpu_moe, cpu_moe,
                         no_kv_offload, no_repack, no_host, load_mode, mmap, cpu_features,
@@ -312,7 +314,8 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
     info = load_model(_model_path(model))
     dp = plan_devices(info, settings, args, flags)
     if format == "json":
-        _emit(json.dumps({"memory": devices_json(dp)}, indent=2) + "\n", output)
+        from .document import SCHEMA
+        _emit(json.dumps({"schema": SCHEMA, "memory": devices_json(dp)}, indent=2) + "\n", output)
     else:
         _emit(render_devices(dp), output)
 
