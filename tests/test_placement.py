@@ -301,3 +301,25 @@ def test_bad_flags_are_one_line(tmp_path, args, msg):
     r = cli("memory", f.path, *args)
     assert r.returncode == 2, r.stdout + r.stderr
     assert msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# ---- golden text -----------------------------------------------------------------------------
+
+GOLDEN = Path(__file__).parent / "golden" / "memory_devices_llama5.txt"
+
+
+def test_golden_device_table(llama5):
+    # GRAPHCOST_UPDATE_GOLDEN=1 rewrites the file; the CPU features are fixed (avx2) so the
+    # text does not depend on the machine
+    import os
+
+    from graphcost.report.memory import render_devices
+    dp = plan_devices(llama5, RunSettings(ctx_size=512),
+                      [DeviceArg("cuda", 2 << 30), DeviceArg("rpc"), DeviceArg("cuda", 1 << 30)],
+                      PlacementFlags(n_gpu_layers=4, tensor_split=(1, 2, 1),
+                                     overrides=tuple(parse_overrides(["ffn_up=CPU"])),
+                                     cpu_features=AVX2))
+    text = render_devices(dp)
+    if os.environ.get("GRAPHCOST_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
