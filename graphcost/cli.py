@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from .errors import GraphcostError
+from .report.units import literal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="What one llama.cpp step costs, from a GGUF header alone.")
@@ -33,21 +35,49 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _parse_layers(spec: str | None) -> set[int] | None:
+def _parse_layers(spec: str | None, n_layer: int) -> set[int] | None:
+    """'0-1,5' -> {0, 1, 5}; every range is checked against ``n_layer`` before the set
+    is built (a range like 0-30000000 would otherwise fill memory)."""
     if spec is None:
         return None
-    out: set[int] = set()
+    ranges: list[tuple[int, int]] = []
     for part in spec.split(","):
         part = part.strip()
         try:
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                out.update(range(int(lo), int(hi) + 1))
-            else:
-                out.add(int(part))
+            lo, _, hi = part.partition("-") if "-" in part[1:] else (part, "", part)
+            lo, hi = int(lo), int(hi)
         except ValueError:
             raise GraphcostError(f"--layers {spec!r}: use a list like 0-1,5") from None
-    return out
+        if not 0 <= lo <= hi:
+            raise GraphcostError(f"--layers {spec!r}: {part!r} is not a range lo-hi with "
+                                 "0 <= lo <= hi")
+        if hi >= n_layer:
+            raise GraphcostError(f"--layers {spec!r}: layer {hi} is past the last layer "
+                                 f"(the model has {n_layer}: 0-{n_layer - 1})")
+        ranges.append((lo, hi))
+    return {il for lo, hi in ranges for il in range(lo, hi + 1)}
+
+
+def _threads(flag_value: int | None) -> int | None:
+    """``--threads``: between 1 and the threads Numba can run (NUMBA_NUM_THREADS, by
+    default the cores it sees)."""
+    if flag_value is None:
+        return None
+    import numba
+    top = numba.config.NUMBA_NUM_THREADS
+    if not 1 <= flag_value <= top:
+        _fail(f"--threads {flag_value}: use 1 to {top} (the cores Numba can use; "
+              "NUMBA_NUM_THREADS sets it)")
+    return flag_value
+
+
+def _hardware_inputs(hardware: str | None) -> list[Path]:
+    """The file ``--hardware`` names, as an input an ``-o`` must not overwrite."""
+    if hardware is None:
+        return []
+    from .hardware import find
+    p = find(hardware)
+    return [p] if p is not None else []
 
 
 def _model_path(model: Optional[str]) -> Path | str:
@@ -78,8 +108,10 @@ def analyze(
         "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
 ) -> None:
     """Rebuild llama.cpp's graph for one ubatch and report its cost."""
+    from .analysis import analyze_graph
+    from .build import build_graph, load_model
+    from .files import check_output
     from .hardware import load as load_hardware
-    from .pipeline import analyze_model
     from .report.formats import RENDERERS, Format
     from .report.renderer import RenderOptions, refuse_unused, render, wants_colour
     from .settings import RunSettings
@@ -92,11 +124,17 @@ def analyze(
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
                            past=past, outputs=outputs, llama_cpp=llama_cpp)
+    path = _model_path(model)
+    if output is not None:
+        check_output(output, [path, *_hardware_inputs(hardware)])
     hw = load_hardware(hardware) if hardware is not None else None
-    opts = RenderOptions(layers=_parse_layers(layers), hardware=hw, width=80,
+    opts = RenderOptions(layers=None if layers is None else set(), hardware=hw, width=80,
                          color=wants_colour(RENDERERS[fmt], output is not None, sys.stdout.isatty()))
     refuse_unused(RENDERERS, fmt, opts)   # before the analysis, not after
-    a = analyze_model(_model_path(model), settings)
+    info = load_model(path)
+    # the ranges are checked against the model's layers before a set is built
+    opts = replace(opts, layers=_parse_layers(layers, info.n_layer))
+    a = analyze_graph(build_graph(info, settings))
     _emit(render(RENDERERS, fmt, a, opts), output)
 
 
@@ -153,22 +191,69 @@ def memory(
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False,
+    device: Annotated[Optional[list[str]], typer.Option(
+        "--device", help="KIND[:MEM], repeatable: a device (cuda, rocm, sycl, metal, vulkan, rpc) "
+                         "and the free memory it reports, e.g. cuda:24GiB")] = None,
+    n_gpu_layers: Annotated[str, typer.Option(
+        "--n-gpu-layers", "-ngl", "--gpu-layers", help="layers on the devices: N, auto or all")] = "auto",
+    tensor_split: Annotated[Optional[str], typer.Option(
+        "--tensor-split", "-ts", help="proportions per device, e.g. 3,1")] = None,
+    split_mode: Annotated[str, typer.Option("--split-mode", "-sm", help="none|layer|row|tensor")] = "layer",
+    main_gpu: Annotated[int, typer.Option("--main-gpu", "-mg", help="the device with -sm none")] = 0,
+    override_tensor: Annotated[Optional[list[str]], typer.Option(
+        "--override-tensor", "-ot", help="PATTERN=BUFFER_TYPE[,...], e.g. exps=CPU")] = None,
+    n_cpu_moe: Annotated[int, typer.Option(
+        "--n-cpu-moe", "-ncmoe", help="experts of the first N layers on the CPU")] = 0,
+    cpu_moe: Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts on the CPU")] = False,
+    no_kv_offload: Annotated[bool, typer.Option(
+        "--no-kv-offload", "-nkvo", help="KV cache on the CPU")] = False,
+    no_repack: Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")] = False,
+    no_host: Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")] = False,
+    load_mode: Annotated[Optional[str], typer.Option(
+        "--load-mode", "-lm", help="auto|none|mmap|mlock|mmap+mlock|dio")] = None,
+    mmap: Annotated[Optional[bool], typer.Option(
+        "--mmap/--no-mmap", help="older spelling of -lm mmap / -lm none")] = None,
+    cpu_features: Annotated[Optional[str], typer.Option(
+        "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 "
+                               "[default: this machine's]")] = None,
 ) -> None:
-    """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers."""
+    """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers;
+    with --device (or any placement flag), per device as llama.cpp places them."""
     from .build import load_model
+    from .files import check_output
     from .memory_plan import fuse_plan, plan_memory, sweep as run_sweep
     from .report.memory import render_memory, render_sweep, write_plot
     from .settings import RunSettings
 
     if fuse is not None and fuse != "attention":
         _fail(f"--fuse {fuse!r}: only 'attention' is modelled")
-    if format not in ("text", "html"):
-        _fail(f"--format {format!r}: use text or html")
+    if format not in ("text", "html", "json"):
+        _fail(f"--format {format!r}: use text, html or json")
+    placing = (bool(device) or n_gpu_layers != "auto" or tensor_split is not None
+               or split_mode != "layer" or main_gpu != 0 or bool(override_tensor) or n_cpu_moe
+               or cpu_moe or no_kv_offload or no_repack or no_host or load_mode is not None
+               or mmap is not None or cpu_features is not None or format == "json")
+    if placing:
+        if sweep is not None or fuse is not None or format == "html":
+            _fail("--device and the placement flags go with --format text or json, "
+                  "without --sweep or --fuse")
+        if output is not None:
+            check_output(output, [_model_path(model)])
+        _memory_devices(model, format, output, device or [], n_gpu_layers, tensor_split,
+                        split_mode, main_gpu, override_tensor or [], n_cpu_moe, cpu_moe,
+                        no_kv_offload, no_repack, no_host, load_mode, mmap, cpu_features,
+                        RunSettings(ctx_size=ctx_size, batch_size=batch_size,
+                                    ubatch_size=ubatch_size, flash_attn=flash_attn,
+                                    cache_type_k=cache_type_k, cache_type_v=cache_type_v,
+                                    swa_full=swa_full))
+        return
     if format == "html" and fuse is not None:
         _fail("--fuse is shown by --format text only")
     if output is not None and sweep is None and format == "text":
         _fail("-o/--output writes the sweep plot: give --sweep too (or --format html)")
     parsed = _parse_sweep(sweep)
+    if output is not None:
+        check_output(output, [_model_path(model)])
     if output is not None and format == "text":
         from .report.plot import check_plot_path
         check_plot_path(output)
@@ -194,6 +279,45 @@ def memory(
     if output is not None:
         write_plot(output, key, values, plans)
         sys.stdout.write(f"plot written to {output}\n")
+
+
+def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe,
+                    nkvo, no_repack, no_host, load_mode, mmap, cpu_features, settings) -> None:
+    """memory --device ...: parse llama.cpp's placement flags and print the device rows."""
+    import json
+
+    from .backends import host_cpu_features
+    from .build import load_model
+    from .placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides,
+                            parse_device, parse_gpu_layers, parse_overrides,
+                            parse_tensor_split, plan_devices)
+    from .report.memory import devices_json, render_devices
+
+    if n_cpu_moe < 0:
+        _fail(f"--n-cpu-moe {n_cpu_moe}: must be >= 0")
+    if load_mode is not None and mmap is not None:
+        _fail("give -lm/--load-mode or --mmap/--no-mmap, not both")
+    mode = load_mode if load_mode is not None else (
+        "auto" if mmap is None else ("mmap" if mmap else "none"))
+    # -ot, --cpu-moe and --n-cpu-moe append to one override list, in this order of parsing
+    overrides = parse_overrides(ot)
+    if cpu_moe:
+        overrides.append(cpu_moe_override())
+    overrides += n_cpu_moe_overrides(n_cpu_moe)
+    feats = host_cpu_features() if cpu_features is None else frozenset(
+        f.strip().lower() for f in cpu_features.split(",") if f.strip())
+    flags = PlacementFlags(n_gpu_layers=parse_gpu_layers(ngl), tensor_split=parse_tensor_split(ts),
+                           split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
+                           no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
+                           load_mode=mode, cpu_features=feats)
+    args = [parse_device(d) for d in devices]
+    info = load_model(_model_path(model))
+    dp = plan_devices(info, settings, args, flags)
+    if format == "json":
+        from .document import SCHEMA
+        _emit(json.dumps({"schema": SCHEMA, "memory": devices_json(dp)}, indent=2) + "\n", output)
+    else:
+        _emit(render_devices(dp), output)
 
 
 def _parse_ids(flag: str, spec: str | None) -> list[int]:
@@ -228,7 +352,9 @@ def profile(
     swa_full: SwaOpt = False,
 ) -> None:
     """Run the graph on the Numba kernels and time every node against its modelled cost."""
-    from .executor import NUMERICS
+    from .build import load_model
+    from .executor import NUMERICS, check_runnable
+    from .files import check_output
     from .hardware import load as load_hardware
     from .profile import quick_hardware, run_profile
     from .report.profile import RENDERERS, ProfileFormat
@@ -241,8 +367,7 @@ def profile(
         _fail(f"--format {format!r}: use one of {', '.join(f.value for f in ProfileFormat)}")
     if numerics not in NUMERICS:
         _fail(f"--numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
-    if threads is not None and threads < 1:
-        _fail(f"--threads {threads} must be >= 1")
+    threads = _threads(threads)
     if greedy < 0:
         _fail(f"--greedy {greedy} must be >= 0")
     opts = RenderOptions(top=top, width=100,
@@ -252,11 +377,18 @@ def profile(
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=max(1, len(prompt)))
+    if output is not None:
+        check_output(output, [model, *_hardware_inputs(hardware)])
     hw = load_hardware(hardware) if hardware is not None else None
+    info = load_model(model)
+    check_runnable(info, settings)  # before the probe: a partial file, a huge -c, at once
+    decode = _parse_ids("--decode-ids", decode_ids)
+    for i in prompt + decode:  # before the probe, and before numpy sees a huge id
+        if i >= info.n_vocab:
+            _fail(f"token id {i} is not in the vocabulary [0, {info.n_vocab})")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    decode = _parse_ids("--decode-ids", decode_ids)
     # no auto-refresh thread: it would take the GIL from the timed loop now and then
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,
@@ -270,7 +402,7 @@ def profile(
         def tick(description: str, advance: int) -> None:
             bar.update(task, description=description, advance=advance)
             bar.refresh()
-        prof = run_profile(model, settings, prompt, decode_ids=decode, greedy=greedy,
+        prof = run_profile(info, settings, prompt, decode_ids=decode, greedy=greedy,
                            repeat=repeat, hardware=hw, numerics=numerics, threads=threads,
                            progress=tick)
     _emit(render(RENDERERS, fmt, prof, opts), output)
@@ -278,28 +410,35 @@ def profile(
 
 @app.command()
 def hwprobe(
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="profile NAME (default: host name)")] = None,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="profile NAME (saved in the user's config dir; default: host "
+        "name) or a PATH (with a slash or .yaml)")] = None,
     mib: Annotated[int, typer.Option("--mib", help="size of the streamed matrices")] = 256,
     repeat: Annotated[int, typer.Option("--repeat", help="timed runs per figure (median)")] = 5,
     threads: Annotated[Optional[int], typer.Option("--threads", "-t", help="kernel threads")] = None,
 ) -> None:
     """Measure memory bandwidth and peak FLOP rate with the kernels; write a hardware profile."""
-    from .hardware import save
+    from .files import check_output
+    from .hardware import is_path, save, user_dir
     from .hwprobe import default_name, probe
 
     if mib < 16:
         _fail(f"--mib {mib}: use at least 16 (the matrix must be larger than the caches)")
+    from .executor import _available_memory
+    if mib << 20 > _available_memory() // 4:  # the probe holds a few matrices of this size
+        _fail(f"--mib {mib}: more than a quarter of the {_available_memory() >> 20} MiB "
+              "of memory available")
     if repeat < 1:
         _fail(f"--repeat {repeat} must be >= 1")
+    threads = _threads(threads)
     name = output or default_name()
-    if "/" in name or name.startswith("."):
-        _fail(f"-o {name!r}: give a profile name, not a path")
+    check_output(Path(name) if is_path(name) else user_dir() / f"{name}.yaml")  # before probing
     from rich.console import Console
     err = Console(stderr=True)
     with err.status("probing") as status:
         doc = probe(mib=mib, repeat=repeat, threads=threads,
                     progress=lambda s: status.update(f"probing {s}"))
-    doc["name"] = name
+    doc["name"] = Path(name).stem if is_path(name) else name
     path, note = save(doc, name)
     bw, fl = doc["memory_bandwidth"], doc["peak_flops"]
     typer.echo(f"memory bandwidth: {bw['bytes_per_second'] / 1e9:.2f} GB/s (streaming read)")
@@ -352,13 +491,12 @@ def archs(
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
+    """Print, or write ``-o`` atomically (checked by check_output before any work)."""
     if output is None:
         sys.stdout.write(text)
         return
-    try:
-        output.write_text(text)
-    except OSError as e:
-        raise GraphcostError(f"{output}: cannot write: {e.strerror or e}") from None
+    from .files import write_atomic
+    write_atomic(output, text)
 
 
 def main() -> None:
@@ -367,7 +505,9 @@ def main() -> None:
         rc = app(standalone_mode=False)  # click returns typer.Exit's code here
         sys.exit(rc if isinstance(rc, int) else 0)
     except GraphcostError as e:
-        typer.echo(f"graphcost: {e}", err=True)
+        # one line, shown literally: a name from a file cannot break it or reach the
+        # terminal as an escape sequence
+        typer.echo(f"graphcost: {literal(e)}", err=True)
         sys.exit(2)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -377,11 +517,11 @@ def main() -> None:
         sys.exit(1)
     except typer.TyperException as e:  # usage errors: unknown option, bad value, ...
         if e.format_message():  # empty when the help was shown for a bare command
-            typer.echo(f"graphcost: {e.format_message()}", err=True)
+            typer.echo(f"graphcost: {literal(e.format_message())}", err=True)
         sys.exit(2)
     except Exception as e:  # anything unforeseen: still one line
         if os.environ.get("GRAPHCOST_DEBUG"):
             raise
-        typer.echo(f"graphcost: internal error: {type(e).__name__}: {e} "
+        typer.echo(f"graphcost: internal error: {type(e).__name__}: {literal(e)} "
                    "(set GRAPHCOST_DEBUG=1 for a traceback)", err=True)
         sys.exit(3)

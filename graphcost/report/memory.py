@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..ggml_types import type_name
 from ..memory_plan import FusionWhatIf, MemoryPlan, describe_tensor
+from .units import literal
 
 MiB = 1024 * 1024
 
@@ -71,7 +72,10 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
     """The breakdown llama.cpp logs at start-up (weights, KV caches, compute and output
     buffers, total), then how the compute buffer comes about, then the what-if."""
     m = plan.model
-    lines = [f"graphcost memory: {m.name} ({m.arch}, {m.n_layer} layers)", _settings_line(plan), ""]
+    lines = [f"graphcost memory: {m.name} ({m.arch}, {m.n_layer} layers)", _settings_line(plan)]
+    if m.header.data_note:
+        lines.append(f"note: {m.header.data_note}")
+    lines.append("")
     rows: list[tuple[str, int | None, str]] = [
         ("model weights", plan.weights_bytes, "tensor data in the file")]
     for c in plan.caches:
@@ -98,7 +102,7 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
     lines += ["", head] + live
     if fusion:
         lines += [""] + render_fusion(plan, fusion)
-    return "\n".join(lines).rstrip() + "\n"
+    return literal("\n".join(lines).rstrip(), keep_newlines=True) + "\n"
 
 
 def render_fusion(plan: MemoryPlan, fusion: list[FusionWhatIf]) -> list[str]:
@@ -145,7 +149,10 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     first = plans[0]
     lines = [f"graphcost memory sweep: {first.model.name} ({first.model.arch}), {key} = "
              + ", ".join(str(v) for v in values), _settings_line(first, swept=key),
-             f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)", ""]
+             f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)"]
+    if first.model.header.data_note:
+        lines.append(f"note: {first.model.header.data_note}")
+    lines.append("")
     hdr = (f"  {key:>7}  {'KV cache':>10}  {'compute':>10}  {'output':>8}  {'total':>10}  "
            "compute peak set by")
     lines += [hdr, "  " + "-" * (len(hdr) - 2)]
@@ -169,7 +176,7 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     else:
         lines.append("flash attention is off: the KQ scores (n_kv x tokens x heads, F32) are "
                      "stored, so the compute buffer grows with context x ubatch")
-    return "\n".join(lines) + "\n"
+    return literal("\n".join(lines), keep_newlines=True) + "\n"
 
 
 # ---- plot ----------------------------------------------------------------------------------
@@ -178,3 +185,70 @@ def write_plot(path: Path, key: str, values: list[int], plans: list[MemoryPlan])
     """The sweep as ``.png`` or ``.svg`` (graphcost.report.plot, matplotlib)."""
     from .plot import write_sweep_plot
     write_sweep_plot(path, key, values, plans)
+
+
+# ---- devices -------------------------------------------------------------------------------
+
+def _cell(n: int | None) -> str:
+    return "n/m" if n is None else mib(n)
+
+
+def render_devices(dp) -> str:
+    """``graphcost memory ... --device``: one row per device, in llama.cpp's device order
+    and names, then the model buffers llama.cpp logs by name and where each layer went.
+    "n/m" = not modelled (never a zero standing in for an unknown)."""
+    plan, p, flags = dp.plan, dp.placement, dp.flags
+    m = plan.model
+    lines = [f"graphcost memory: {m.name} ({m.arch}, {m.n_layer} layers)", _settings_line(plan)]
+    feats = ", ".join(sorted(p.cpu_features)) or "none"
+    lines.append(f"placement: {'mmap' if p.use_mmap else 'no mmap'}, "
+                 f"{'KV on the CPU (-nkvo)' if flags.no_kv_offload else 'KV with its layer'}, "
+                 f"repack {'on' if flags.repack else 'off'} (CPU features: {feats})")
+    lines.append("")
+    hdr = (f"  {'device':<12} {'model':>10} {'KV':>10} {'recurrent':>10} {'compute':>10} "
+           f"{'output':>8} {'total':>10} {'free':>10} {'left':>10}")
+    lines += [hdr, "  " + "-" * (len(hdr) - 2)]
+    for r in dp.rows:
+        parts = [r.model_bytes, r.kv_bytes, r.recurrent_state_bytes, r.compute_bytes, r.output_bytes]
+        total = None if any(x is None for x in parts) else sum(parts)
+        left = None
+        if r.free_bytes is not None and total is not None:
+            left = r.free_bytes - total
+        lines.append(f"  {r.device:<12} {_cell(r.model_bytes):>10} {_cell(r.kv_bytes):>10} "
+                     f"{_cell(r.recurrent_state_bytes):>10} {_cell(r.compute_bytes):>10} "
+                     f"{_cell(r.output_bytes):>8} {_cell(total):>10} "
+                     f"{'' if r.free_bytes is None else mib(r.free_bytes):>10} "
+                     f"{'' if left is None else mib(left):>10}")
+    lines.append("  (MiB; n/m = not modelled)")
+    if any(r.compute_bytes is None for r in dp.rows):
+        lines.append("  compute buffers with devices are not modelled (the scheduler's graph "
+                     "splits and per-backend allocations are not simulated yet)")
+    lines += ["", "model buffers (as llama.cpp logs them: load_tensors: NAME model buffer size):"]
+    for b in p.model_buffers:
+        lines.append(f"  {b.name:<14} {_cell(b.bytes):>10} MiB  "
+                     f"{'' if b.bytes is None else f'{b.bytes:,} bytes'}")
+    spans = []
+    start = 0
+    for il in range(1, len(p.dev_layer) + 1):
+        if il == len(p.dev_layer) or p.dev_layer[il] != p.dev_layer[start]:
+            rng = f"{start}" if il - 1 == start else f"{start}-{il - 1}"
+            spans.append(f"{rng} {p.dev_layer[start]}")
+            start = il
+    lines.append(f"layers: {', '.join(spans)}; output layer {p.dev_output}; input layer CPU")
+    if p.repacked:
+        lines.append(f"CPU_REPACK holds {len(p.repacked)} weight(s) (repack.cpp: "
+                     "ggml_repack_get_optimal_repack_type for these CPU features)")
+    lines += p.notes
+    return "\n".join(lines) + "\n"
+
+
+def devices_json(dp) -> dict:
+    """``memory.devices`` and the model buffers, for --format json."""
+    return {"devices": dp.as_dict(),
+            "model_buffers": [{"name": b.name, "device": b.row, "bytes": b.bytes}
+                              for b in dp.placement.model_buffers],
+            "kv_buffers": [{"cache": b.cache, "device": b.row, "bytes": b.bytes}
+                           for b in dp.kv_buffers],
+            "layers": dp.placement.dev_layer, "output_layer": dp.placement.dev_output,
+            "repacked": dp.placement.repacked, "use_mmap": dp.placement.use_mmap,
+            "cpu_features": sorted(dp.placement.cpu_features)}
