@@ -13,6 +13,10 @@ Memory:
 * **KV cache** leaves (``cache_k_l<il>``, ``cache_v_l<il>``) are zeroed buffers that live
   as long as the executor; ``SET_ROWS`` writes the new rows at the indices in
   ``attn_inp_k_idxs`` / ``attn_inp_v_idxs``;
+* **recurrent state** (``cache_r_l<il>``, ``cache_s_l<il>`` of llama_memory_recurrent:
+  conv and SSM/delta-net state, one cell for one sequence) lives beside the KV cache;
+  the graph gathers it through ``rs_s_copy`` and copies the new state back (CPY into
+  views of it); timing reruns of a step restore it first (:meth:`Executor.step`);
 * **activations**: small node outputs (:data:`graphcost.exec_ops.PREALLOC_MAX_BYTES`)
   are allocated once per plan and rewritten every run, larger ones are the arrays the
   kernels return, one per node and run; views, reshapes and permutes are strided numpy
@@ -621,8 +625,8 @@ class Executor:
              capture: Iterable[str | int] = (), warmup: bool = False,
              on_run: Callable[[bool], None] | None = None) -> StepResult:
         """``llama_decode`` of one ubatch: ``tokens`` at positions ``past..``; logits of the
-        last ``n_outputs`` tokens. ``repeat`` runs the (idempotent) graph that many times
-        for timing; ``warmup`` adds one untimed run first; ``on_run(timed)`` is called
+        last ``n_outputs`` tokens. ``repeat`` runs the graph that many times for timing
+        (idempotent for the KV cache; a recurrent state is restored before each rerun); ``warmup`` adds one untimed run first; ``on_run(timed)`` is called
         after every run (progress bars)."""
         tokens = [int(t) for t in tokens]
         if not tokens:
@@ -637,6 +641,16 @@ class Executor:
         out_ids = np.arange(T - n_outputs, T, dtype=np.int32)
         self._fill_inputs(plan, tokens, positions, out_ids)
         idx = _capture_indices(plan.graph, capture)
+        # a recurrent state is read and rewritten by every run (unlike KV rows, which a
+        # rerun writes again identically): each timed or warm-up run starts from the
+        # state before the step, so the last run leaves the state of one decode
+        names = [t.name for st in plan.graph.states for t in (*st.r.values(), *st.s.values())]
+        before = [(self.kv[n], self.kv[n].copy()) for n in names] \
+            if warmup or repeat > 1 else []
+
+        def restore():
+            for buf, saved in before:
+                np.copyto(buf, saved)
         warmup_ns = None
         if warmup:
             warmup_ns = self.run_plan(plan)[1].wall_ns
@@ -645,6 +659,8 @@ class Executor:
         timings = []
         vals, cap = None, {}
         for r in range(max(1, repeat)):
+            if r > 0 or warmup:
+                restore()
             vals, timing, c = self.run_plan(plan, capture=idx if r == 0 else ())
             timings.append(timing)
             cap = cap or c

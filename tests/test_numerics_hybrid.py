@@ -164,3 +164,52 @@ def test_decoding_without_the_recurrent_state_departs_from_llama_cpp(tmp_path):
                 ex.kv[k][:] = 0
         errs.append(np.abs(ex.step([t]).logits[-1] - want).max() / np.abs(want).max())
     assert min(errs) > 0.015, [f"{e:.2g}" for e in errs]
+
+
+@needs_llama
+def test_profile_runs_a_mamba_hybrid_through_the_cli(tmp_path):
+    """``graphcost profile`` on nemotron_h (Mamba-2, attention, squared-ReLU MLP layers):
+    every SSM node timed and costed, and its greedy tokens are llama.cpp's."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fixtures_hybrid import write_nemotron_h
+    info = write_nemotron_h(tmp_path / "nh.gguf")
+    out = tmp_path / "p.json"
+    r = subprocess.run([sys.executable, "-m", "graphcost", "profile", str(info.path),
+                        "--token-ids", "3,10,17,24", "--greedy", "2", "--repeat", "1",
+                        "--numerics", "ggml", "--hardware", "raspberry-pi-5", "-c", "256",
+                        "-f", "json", "-o", str(out)],
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    steps = d["steps"]
+    assert [s["past"] for s in steps] == [0, 4, 5]
+    for s in steps:
+        ssm = [n for n in s["nodes"] if n["op"] in ("SSM_CONV", "SSM_SCAN")]
+        assert len(ssm) == 2 * 3          # three Mamba-2 layers in "M-M*-M"
+        assert all(n["seconds"] > 0 and n["predicted_seconds"] > 0 for n in ssm)
+    theirs = run_model(info.path, prompt=[3, 10, 17, 24], greedy=2, n_ctx=256)
+    assert [s["argmax"] for s in steps[:2]] == theirs["tokens"]
+
+
+def test_timing_reruns_do_not_advance_the_recurrent_state(tmp_path):
+    """``step(repeat=3, warmup=True)`` (what profile does) runs the graph four times; each
+    run must start from the state before the step, or the state would advance four
+    tokens per step. Same logits as single runs, every step (found by the CLI test above:
+    greedy tokens departed from llama.cpp's at the second step before the fix)."""
+    from fixtures_hybrid import write_granitehybrid
+    info = write_granitehybrid(tmp_path / "gh.gguf")
+    ids = [5, 77, 140, 9, 200, 31]
+    once = Executor(info.path, RunSettings(ctx_size=256), numerics="ggml")
+    timed = Executor(info.path, RunSettings(ctx_size=256), numerics="ggml")
+    a = [once.step(ids[:3])] + [once.step([t]) for t in ids[3:]]
+    b = [timed.step(ids[:3], repeat=3, warmup=True)] + \
+        [timed.step([t], repeat=3, warmup=True) for t in ids[3:]]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.logits, y.logits)
+    for k in once.kv:
+        np.testing.assert_array_equal(once.kv[k], timed.kv[k])
