@@ -4,7 +4,8 @@ against their numpy references (kernels/ssm.py), then whole models against llama
 state (cache_r_l*, cache_s_l*) kept across steps as the KV cache is.
 
 Measured (relative max |logit difference| over prompt + 4 decodes, on this machine):
-granitehybrid 2.5e-8..1.0e-7 (FA off), nemotron_h 7e-8..1.4e-7 (FA on), qwen3next
+granitehybrid 2.5e-8..1.2e-7 (FA off and on), nemotron_h 7e-8..1.4e-7 (FA on), lfm2
+1.1e-7..1.5e-7, qwen3next
 1.4e-7 (prompt) and 0.25-0.42% (decodes); mamba_out-0 relative L2 8e-8 at the prompt
 step. The SSM ops are float32 in the same order as ggml-cpu below d_state 32 (its
 scalar path), so the differences are the matmuls'.
@@ -131,7 +132,7 @@ def test_hybrid_family_matches_llama_cpp(tmp_path, name, fa):
     assert len(ours) == len(theirs["logits"]) == 6
     errs = [np.abs(o.logits[-1] - t).max() / np.abs(t).max()
             for o, t in zip(ours, theirs["logits"])]
-    # the 1.5% the other families meet; measured <= 1.4e-7 for the Mamba/LFM2 fixtures,
+    # the 1.5% the other families meet; measured <= 1.5e-7 for the Mamba/LFM2 fixtures,
     # qwen3next 1.4e-7 at the prompt and <= 0.42% at the decodes (layer 0, recurrent, is
     # still 1e-7 there; layers 1-2 drift 5e-5..3e-4, MoE and Q8 activation rounding)
     assert max(errs) <= 0.015, [f"{e:.2g}" for e in errs]
