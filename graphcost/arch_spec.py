@@ -34,6 +34,8 @@ class ArchSpec:
     epilogue: list[dict]
     unsupported_tensors: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
+    #: "kv" (a KV cache) or "none" (llama_model::create_memory returns nullptr: encoders)
+    memory: str = "kv"
 
 
 _ROPE_MODES = {"norm": 0, "neox": 2, "none": None}
@@ -65,12 +67,16 @@ def parse_spec(path: Path) -> ArchSpec:
     rope = doc.get("rope", "norm")
     if rope not in _ROPE_MODES:
         raise GraphcostError(f"{path}: rope {rope!r} must be one of {', '.join(_ROPE_MODES)}")
+    memory = doc.get("memory", "kv")
+    if memory not in ("kv", "none"):
+        raise GraphcostError(f"{path}: memory {memory!r} must be kv or none")
     return ArchSpec(
         name=str(doc["architecture"]), source=str(doc.get("source", "")), rope=rope,
         hparams=dict(doc.get("hparams") or {}),
         prologue=_stmt_list(doc, "prologue", path), layer=_stmt_list(doc, "layer", path),
         epilogue=_stmt_list(doc, "epilogue", path),
-        unsupported_tensors=dict(doc.get("unsupported_tensors") or {}), path=path)
+        unsupported_tensors=dict(doc.get("unsupported_tensors") or {}), path=path,
+        memory=memory)
 
 
 @lru_cache(maxsize=1)

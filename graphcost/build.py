@@ -15,7 +15,6 @@ from .spec_builder import build_from_spec
 from . import statements  # noqa: F401  (registers the extra spec statements)
 
 
-
 @dataclass
 class BuiltGraph:
     """The nodes in execution order, the leaves they read, the KV caches and the attention
@@ -34,15 +33,27 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     return model_info(read_model(path), load_specs())
 
 
+def _spec_key(model: ModelInfo, settings: RunSettings) -> str:
+    return model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
+
+
+def resolve_for(model: ModelInfo, settings: RunSettings) -> Resolved:
+    """``settings`` resolved for this model: an architecture without a KV cache (spec
+    ``memory: none``) outputs every token (llama_context::encode)."""
+    spec = load_specs().get(_spec_key(model, settings))
+    return resolve(settings, model.n_ctx_train, model.n_swa,
+                   memory=spec is None or spec.memory != "none")
+
+
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
     """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
-    run = resolve(settings, model.n_ctx_train, model.n_swa)
     specs = load_specs()
-    key = model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
+    key = _spec_key(model, settings)
     if key not in specs:
         have = sorted(k.split("@")[0] for k in specs if k.endswith(f"@{settings.llama_cpp}"))
         raise UnsupportedError(f"{model.header.path}: --llama-cpp {settings.llama_cpp} has no "
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
+    run = resolve_for(model, settings)
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])
     return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gguf import PoolingType
+
 from . import ggml_types as gt
 from .errors import UnsupportedError
 from .ggml_graph import Graph, Tensor
@@ -324,6 +326,11 @@ class LlmGraph:
         if self.run.flash_attn:
             if v_trans:
                 v = g.transpose(v)
+            # F32 K/V: no KV cache (an embedding model's non-causal attention) or -ctk f32
+            if k.type == gt.F32:
+                k = g.cast(k, gt.F16)
+            if v.type == gt.F32:
+                v = g.cast(v, gt.F16)
             cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, m.attn_softcap)
             cur = g.reshape(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
         else:
@@ -363,6 +370,70 @@ class LlmGraph:
         cur = self.mm(wo, cur)
         if wo_b is not None:
             cur = g.add(cur, wo_b)
+        return cur
+
+    # ---- no KV cache (encoders: bert) ----------------------------------------------
+    def build_attn_inp_no_cache(self) -> Tensor:
+        """build_attn_inp_no_cache: only a mask, [n_tokens, n_tokens, 1, 1] (no KV cells:
+        keys are this ubatch's tokens), F16 with flash attention, named ``self_kq_mask``.
+        (The sliding-window second mask is not modelled: no encoder here has one.)"""
+        g, T = self.g, self.n_tokens
+        mask_type = gt.F16 if self.run.flash_attn else gt.F32
+        return g.new_tensor(mask_type, [T, T, 1, 1], name="self_kq_mask")
+
+    def build_attn_no_cache(self, mask: Tensor, wo: Tensor, wo_b: Tensor | None, q: Tensor,
+                            k: Tensor, v: Tensor, kq_scale: float, il: int) -> Tensor:
+        """build_attn for llm_graph_input_attn_no_cache: expands q, k, v, then attention
+        over the ubatch's own (F32) K and V, ``kqv_out``, output projection (+ bias)."""
+        g = self.g
+        for t in (q, k, v):
+            g.expand(t)
+        cur = g.cb(self.build_attn_mha(q, k, v, mask, kq_scale, il), "kqv_out", il)
+        cur = self.mm(wo, cur)
+        if wo_b is not None:
+            cur = g.add(cur, wo_b)
+        return cur
+
+    def build_inp_mean(self) -> Tensor:
+        """build_inp_mean: F32 [n_tokens, n_seqs_unq] (one sequence per ubatch here)."""
+        return self.g.new_tensor(gt.F32, [self.n_tokens, 1], name="mean")
+
+    def build_inp_cls(self) -> Tensor:
+        """build_inp_cls: I32 [n_seqs_unq], the row of each sequence's CLS/last token."""
+        return self.g.new_tensor(gt.I32, [1], name="cls")
+
+    def build_pooling(self, inp: Tensor, pooling: int, cls: Tensor | None = None,
+                      cls_b: Tensor | None = None, cls_out: Tensor | None = None,
+                      cls_out_b: Tensor | None = None, rank_mean: bool = False) -> Tensor:
+        """llm_graph_context::build_pooling (src/llama-graph.cpp), run only with
+        embeddings on. ``pooling`` is gguf.PoolingType: NONE keeps ``inp`` (renamed),
+        MEAN is CONT(TRANSPOSE(inp)) x ``mean``, CLS/LAST are GET_ROWS(inp, ``cls``),
+        RANK is MEAN (``rank_mean``: classifier.pooling_type MEAN) or CLS, then the
+        classification head: ``cls`` MUL_MAT (+ bias) and TANH, ``cls.output`` (+ bias).
+        The result is named ``result_embd_pooled``."""
+        g = self.g
+        if pooling == PoolingType.NONE:
+            cur = inp
+        elif pooling == PoolingType.MEAN or (pooling == PoolingType.RANK and rank_mean):
+            mean = self.build_inp_mean()
+            cur = g.mul_mat(g.cont(g.transpose(inp)), mean)
+        elif pooling in (PoolingType.CLS, PoolingType.LAST, PoolingType.RANK):
+            cur = g.get_rows(inp, self.build_inp_cls())
+        else:
+            raise UnsupportedError(f"{self.model.header.path}: pooling type {pooling} is not "
+                                   "one llama.cpp knows (GGML_ABORT)")
+        if pooling == PoolingType.RANK:
+            if cls is not None:
+                cur = self.mm(cls, cur)
+                if cls_b is not None:
+                    cur = g.add(cur, cls_b)
+                cur = g.unary("TANH", cur)
+            if cls_out is not None:
+                cur = self.mm(cls_out, cur)
+                if cls_out_b is not None:
+                    cur = g.add(cur, cls_out_b)
+        g.cb(cur, "result_embd_pooled")
+        g.expand(cur)
         return cur
 
     def select_rows(self, il: int, *ts: Tensor, out_ids: Tensor) -> list[Tensor]:
