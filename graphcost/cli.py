@@ -25,6 +25,8 @@ TokOpt = Annotated[int, typer.Option("--tokens", help="tokens in this ubatch")]
 PastOpt = Annotated[int, typer.Option("--past", help="KV cells already filled")]
 OutOpt = Annotated[int, typer.Option("--outputs", help="tokens whose logits are computed")]
 FlavourOpt = Annotated[str, typer.Option("--llama-cpp", help="graph flavour: head | 2024-08")]
+EmbdOpt = Annotated[bool, typer.Option("--embeddings", help="llama.cpp --embeddings: pooled "
+                                       "embeddings (the GGUF's pooling type)")]
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -63,7 +65,7 @@ def analyze(
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
-    llama_cpp: FlavourOpt = "head",
+    llama_cpp: FlavourOpt = "head", embeddings: EmbdOpt = False,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
 ) -> None:
@@ -80,7 +82,8 @@ def analyze(
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
-                           past=past, outputs=outputs, llama_cpp=llama_cpp)
+                           past=past, outputs=outputs, llama_cpp=llama_cpp,
+                           embeddings=embeddings)
     hw = load_hardware(hardware) if hardware is not None else None
     a = analyze_model(_model_path(model), settings)
     text = RENDERERS[fmt](a, layers=_parse_layers(layers), width=80, hardware=hw,
@@ -138,7 +141,7 @@ def memory(
         "--fuse", help="what-if: 'attention' as one fused kernel")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
-    swa_full: SwaOpt = False,
+    swa_full: SwaOpt = False, embeddings: EmbdOpt = False,
 ) -> None:
     """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers."""
     from .build import load_model
@@ -153,7 +156,8 @@ def memory(
     parsed = _parse_sweep(sweep)
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
-                           cache_type_v=cache_type_v, swa_full=swa_full)
+                           cache_type_v=cache_type_v, swa_full=swa_full,
+                           embeddings=embeddings)
     info = load_model(_model_path(model))
     if parsed is None:
         plan = plan_memory(info, settings)
