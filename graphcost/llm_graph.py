@@ -8,7 +8,7 @@ node order.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gguf import PoolingType
 
@@ -32,6 +32,9 @@ class KVCache:
     v: dict[int, Tensor]
     rot_k: bool
     rot_v: bool
+    #: layers without buffers that read another layer's (gemma3n's KV sharing: the
+    #: llama_kv_cache ``reuse`` callback), layer -> the layer whose K/V they read
+    reuse: dict[int, int] = field(default_factory=dict)
 
     def bytes(self) -> int:
         """Bytes of all K and V buffers (what llama.cpp logs as the KV buffer size)."""
@@ -107,8 +110,10 @@ class LlmGraph:
     def build_inp_out_ids(self) -> Tensor:
         return self.g.new_tensor(gt.I32, [self.n_outputs], name="out_ids")
 
-    def make_cache(self, name: str, layers: list[int], size: int, n_kv: int) -> KVCache:
-        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]."""
+    def make_cache(self, name: str, layers: list[int], size: int, n_kv: int,
+                   reuse: dict[int, int] | None = None) -> KVCache:
+        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]; layers in
+        ``reuse`` get none and read the buffers of the layer they map to."""
         m, run, g = self.model, self.run, self.g
         v_trans = not run.flash_attn
         k, v = {}, {}
@@ -121,7 +126,8 @@ class LlmGraph:
         # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches)
         rot_k = gt.is_quantized(run.type_k) and m.head_dim_k % 64 == 0
         rot_v = gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
-        cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v)
+        cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v,
+                        dict(reuse or {}))
         self.caches.append(cache)
         return cache
 
@@ -129,7 +135,8 @@ class LlmGraph:
         """build_input_k_idxs / v_idxs, build_attn_inp_kq_mask, build_input_k_rot / v_rot."""
         g, m, T = self.g, self.model, self.n_tokens
         k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
-        n_v = T if not cache.v_trans else T * max(m.n_embd_v_gqa(il) for il in cache.layers)
+        # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
+        n_v = T if not cache.v_trans else T * max(m.n_embd_v_gqa(il) for il in range(m.n_layer))
         v_idxs = g.new_tensor(gt.I64, [n_v], name="attn_inp_v_idxs")
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
         mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
@@ -296,14 +303,14 @@ class LlmGraph:
         return g.set_rows(v_view, v_cur, v_idxs)
 
     def get_k(self, cache: KVCache, il: int) -> Tensor:
-        m, k = self.model, cache.k[il]
+        m, k = self.model, cache.k[cache.reuse.get(il, il)]
         rs = gt.row_size
         return self.g.view(k, [m.head_dim_k, m.n_head_kv[il], cache.n_kv, 1],
                            [rs(k.type, m.head_dim_k), rs(k.type, k.ne[0]),
                             rs(k.type, k.ne[0] * cache.size)], 0)
 
     def get_v(self, cache: KVCache, il: int) -> Tensor:
-        m, v = self.model, cache.v[il]
+        m, v = self.model, cache.v[cache.reuse.get(il, il)]
         rs = gt.row_size
         if not cache.v_trans:
             return self.g.view(v, [m.head_dim_v, m.n_head_kv[il], cache.n_kv, 1],
@@ -349,19 +356,26 @@ class LlmGraph:
         return cur
 
     def build_attn(self, inp: AttnInputs, wo: Tensor, wo_b: Tensor | None, q: Tensor,
-                   k: Tensor, v: Tensor, kq_scale: float, il: int, iswa: bool) -> Tensor:
+                   k: Tensor | None, v: Tensor | None, kq_scale: float, il: int,
+                   iswa: bool) -> Tensor:
         """build_attn for llm_graph_input_attn_kv (``iswa=False``: expands q, v, k) and
-        llm_graph_input_attn_kv_iswa (``iswa=True``: expands q, k, v)."""
+        llm_graph_input_attn_kv_iswa (``iswa=True``: expands q, k, v). ``k``/``v`` None
+        (iswa only: a gemma3n layer without KV) stores nothing and attends the cache of the
+        layer it reuses."""
         g, cache = self.g, inp.cache
         if inp.k_rot is not None:
             q = self.hadamard(q, inp.k_rot)
-            k = self.hadamard(k, inp.k_rot)
-        if inp.v_rot is not None:
+            if k is not None:
+                k = self.hadamard(k, inp.k_rot)
+        if inp.v_rot is not None and v is not None:
             v = self.hadamard(v, inp.v_rot)
         for t in ((q, k, v) if iswa else (q, v, k)):
-            g.expand(t)
-        g.expand(self.cpy_k(cache, k, inp.k_idxs, il))
-        g.expand(self.cpy_v(cache, v, inp.v_idxs, il))
+            if t is not None:
+                g.expand(t)
+        if k is not None:
+            g.expand(self.cpy_k(cache, k, inp.k_idxs, il))
+        if v is not None:
+            g.expand(self.cpy_v(cache, v, inp.v_idxs, il))
         kk = self.get_k(cache, il)
         vv = self.get_v(cache, il)
         cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il), "kqv_out", il)

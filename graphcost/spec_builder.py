@@ -90,19 +90,35 @@ class SpecBuilder:
     def s_positions(self, a: dict) -> None:
         self.vars[a.get("out", "inp_pos")] = self.b.build_inp_pos()
 
+    def kv_reuse(self) -> dict[int, int]:
+        """Layers without KV and the layer whose cache each reads: with hparams
+        ``n_layer_kv_from_start`` N (gemma3n: 20), layer il >= N reads N - 2 if it is a
+        sliding-window layer, else N - 1 (llama_model::create_memory's ``reuse``)."""
+        n = int(self.spec.hparams.get("n_layer_kv_from_start", -1))
+        m = self.m
+        if n < 0:
+            return {}
+        return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}
+
     def s_attention_inputs(self, a: dict) -> None:
         b, m, run = self.b, self.m, self.b.run
+        reuse = self.kv_reuse()
         if m.n_swa > 0:
-            base = b.make_cache("base", [il for il in range(m.n_layer) if not m.is_swa[il]],
-                                run.kv_size, run.n_kv)
-            swa = b.make_cache("swa", [il for il in range(m.n_layer) if m.is_swa[il]],
-                               run.kv_size_swa, run.n_kv_swa)
+            base = b.make_cache("base", [il for il in range(m.n_layer)
+                                         if not m.is_swa[il] and il not in reuse],
+                                run.kv_size, run.n_kv,
+                                {il: r for il, r in reuse.items() if not m.is_swa[il]})
+            swa = b.make_cache("swa", [il for il in range(m.n_layer)
+                                       if m.is_swa[il] and il not in reuse],
+                               run.kv_size_swa, run.n_kv_swa,
+                               {il: r for il, r in reuse.items() if m.is_swa[il]})
             self.inp_attn = b.build_attn_inputs(base)
             self.inp_attn_swa = b.build_attn_inputs(swa)
             b.build_rot_inputs(self.inp_attn)
             b.build_rot_inputs(self.inp_attn_swa)
         else:
-            cache = b.make_cache("base", list(range(m.n_layer)), run.kv_size, run.n_kv)
+            cache = b.make_cache("base", [il for il in range(m.n_layer) if il not in reuse],
+                                 run.kv_size, run.n_kv, reuse)
             self.inp_attn = b.build_attn_inputs(cache)
             b.build_rot_inputs(self.inp_attn)
 
