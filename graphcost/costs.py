@@ -348,6 +348,12 @@ def repeat(t: Tensor) -> OpCost:
     return OpCost({}, tuple(_plain(t)), t.data_bytes)
 
 
+def pad(t: Tensor) -> OpCost:
+    # a copied into a larger zero-filled result: a read once, the result written
+    # (ggml_compute_forward_pad_f32 writes every element, zeros included)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
 def relu(t: Tensor) -> OpCost:
     # max(x, 0): 1 compare-select ("max") per element (ggml_vec_relu_f32)
     n = t.n_elements
@@ -387,6 +393,7 @@ COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "MEAN": mean,
     "REPEAT": repeat,
     "RELU": relu,
+    "PAD": pad,
 }
 
 #: ops that only reinterpret memory: no cost, no allocation

@@ -325,6 +325,11 @@ class Graph:
         """ggml_sub: a - b (b broadcast)."""
         return self._binary("SUB", a, b)
 
+    def pad(self, a: Tensor, p) -> Tensor:
+        """ggml_pad: zeros appended at the end of each dim (``p`` = 4 counts)."""
+        ne = [a.ne[i] + int(p[i]) for i in range(4)]
+        return self._new("PAD", a.type, ne, [a], params={"pad": tuple(int(x) for x in p)})
+
     def sqr(self, a: Tensor) -> Tensor:
         """ggml_sqr: x*x, same shape."""
         return self._new("SQR", a.type, a.ne, [a])

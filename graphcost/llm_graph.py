@@ -35,6 +35,8 @@ class KVCache:
     #: layers without buffers that read another layer's (gemma3n's KV sharing: the
     #: llama_kv_cache ``reuse`` callback), layer -> the layer whose K/V they read
     reuse: dict[int, int] = field(default_factory=dict)
+    #: n_embd_head_k_all: the head size all its layers share, -1 if they differ
+    head_k_all: int = 0
 
     def bytes(self) -> int:
         """Bytes of all K and V buffers (what llama.cpp logs as the KV buffer size)."""
@@ -120,14 +122,19 @@ class LlmGraph:
         for il in layers:
             k[il] = g.new_tensor(run.type_k, [m.n_embd_k_gqa(il), size, 1],
                                  name=f"cache_k_l{il}", role="kv")
-            v[il] = g.new_tensor(run.type_v, [m.n_embd_v_gqa(il), size, 1],
-                                 name=f"cache_v_l{il}", role="kv")
+            # [TAG_V_CACHE_VARIABLE]: a transposed V cache has the widest row on every layer
+            n_v = m.n_embd_v_gqa(il) if not v_trans else m.n_embd_v_gqa_max()
+            v[il] = g.new_tensor(run.type_v, [n_v, size, 1], name=f"cache_v_l{il}", role="kv")
             k[il].layer = v[il].layer = il
-        # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches)
-        rot_k = gt.is_quantized(run.type_k) and m.head_dim_k % 64 == 0
-        rot_v = gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
+        # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches), only
+        # when the cache's layers share one head size (n_embd_head_k_all > 0); the % 64
+        # test is on the full layers' head size (hparams.n_embd_head_k())
+        hk = {m.head_k(il) for il in layers}
+        hv = {m.head_v(il) for il in layers}
+        rot_k = len(hk) == 1 and gt.is_quantized(run.type_k) and m.head_dim_k % 64 == 0
+        rot_v = len(hv) == 1 and gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
         cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v,
-                        dict(reuse or {}))
+                        dict(reuse or {}), hk.pop() if len(hk) == 1 else -1)
         self.caches.append(cache)
         return cache
 
@@ -136,7 +143,7 @@ class LlmGraph:
         g, m, T = self.g, self.model, self.n_tokens
         k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
         # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
-        n_v = T if not cache.v_trans else T * max(m.n_embd_v_gqa(il) for il in range(m.n_layer))
+        n_v = T if not cache.v_trans else T * m.n_embd_v_gqa_max()
         v_idxs = g.new_tensor(gt.I64, [n_v], name="attn_inp_v_idxs")
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
         mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
@@ -148,7 +155,7 @@ class LlmGraph:
         g = self.g
         if inp.cache.rot_k:
             nrot = 64
-            while self.model.head_dim_k % (nrot * 2) == 0:
+            while inp.cache.head_k_all % (nrot * 2) == 0:
                 nrot *= 2
             inp.k_rot = g.new_tensor(gt.F32, [nrot, nrot], name="attn_inp_k_rot")
         if inp.cache.rot_v:
@@ -182,9 +189,9 @@ class LlmGraph:
             return self.build_qkv_fused(il, cur, wqkv)
         q, k, v = (self.proj(il, short, cur, name)
                    for short, name in (("attn_q", "Qcur"), ("attn_k", "Kcur"), ("attn_v", "Vcur")))
-        q = g.reshape(q, [m.head_dim_k, m.n_head[il], T])
-        k = g.reshape(k, [m.head_dim_k, m.n_head_kv[il], T])
-        v = g.reshape(v, [m.head_dim_v, m.n_head_kv[il], T])
+        q = g.reshape(q, [m.head_k(il), m.n_head[il], T])
+        k = g.reshape(k, [m.head_k(il), m.n_head_kv[il], T])
+        v = g.reshape(v, [m.head_v(il), m.n_head_kv[il], T])
         g.cb(q, "Qcur", il)
         g.cb(k, "Kcur", il)
         g.cb(v, "Vcur", il)
@@ -205,7 +212,7 @@ class LlmGraph:
         if b is not None:
             qkv = g.cb(g.add(qkv, b), "wqkv_b", il)
         rs = gt.row_size
-        hq, hk, hv = m.head_dim_k, m.head_dim_k, m.head_dim_v
+        hq, hk, hv = m.head_k(il), m.head_k(il), m.head_v(il)
         n_q, n_k = hq * m.n_head[il], hk * m.n_head_kv[il]
         q = g.view(qkv, [hq, m.n_head[il], T], [rs(qkv.type, hq), qkv.nb[1]], 0)
         k = g.view(qkv, [hk, m.n_head_kv[il], T], [rs(qkv.type, hk), qkv.nb[1]],
@@ -223,7 +230,7 @@ class LlmGraph:
         cparams.n_ctx_orig_yarn, attn_factor = cparams.yarn_attn_factor, which without
         YaRN is hparams.rope_attn_factor; YaRN's ext_factor and mscale are not modelled)."""
         m = self.model
-        return self.g.rope(x, pos, factors, n_dims=m.n_rot, mode=mode, freq_base=freq_base,
+        return self.g.rope(x, pos, factors, n_dims=m.rot(il), mode=mode, freq_base=freq_base,
                            freq_scale=freq_scale, n_ctx_orig=m.n_ctx_orig_yarn or m.n_ctx_train,
                            attn_factor=m.rope_attn_factor)
 
@@ -298,6 +305,8 @@ class LlmGraph:
             v_cur = g.reshape(v_cur, [n_embd_gqa, T])
         else:
             v_cur = g.cont(v_cur, [n_embd_gqa, T])
+        if n_embd_gqa < v.ne[0]:  # [TAG_V_CACHE_VARIABLE]: pad to the cache's row
+            v_cur = g.pad(v_cur, [v.ne[0] - n_embd_gqa, 0, 0, 0])
         v_view = g.reshape(v, [1, v.n_elements])
         v_cur = g.reshape(v_cur, [1, v_cur.n_elements])
         return g.set_rows(v_view, v_cur, v_idxs)
@@ -305,19 +314,19 @@ class LlmGraph:
     def get_k(self, cache: KVCache, il: int) -> Tensor:
         m, k = self.model, cache.k[cache.reuse.get(il, il)]
         rs = gt.row_size
-        return self.g.view(k, [m.head_dim_k, m.n_head_kv[il], cache.n_kv, 1],
-                           [rs(k.type, m.head_dim_k), rs(k.type, k.ne[0]),
+        return self.g.view(k, [m.head_k(il), m.n_head_kv[il], cache.n_kv, 1],
+                           [rs(k.type, m.head_k(il)), rs(k.type, k.ne[0]),
                             rs(k.type, k.ne[0] * cache.size)], 0)
 
     def get_v(self, cache: KVCache, il: int) -> Tensor:
         m, v = self.model, cache.v[cache.reuse.get(il, il)]
         rs = gt.row_size
         if not cache.v_trans:
-            return self.g.view(v, [m.head_dim_v, m.n_head_kv[il], cache.n_kv, 1],
-                               [rs(v.type, m.head_dim_v), rs(v.type, v.ne[0]),
+            return self.g.view(v, [m.head_v(il), m.n_head_kv[il], cache.n_kv, 1],
+                               [rs(v.type, m.head_v(il)), rs(v.type, v.ne[0]),
                                 rs(v.type, v.ne[0] * cache.size)], 0)
-        return self.g.view(v, [cache.n_kv, m.n_head_kv[il], m.head_dim_v, 1],
-                           [rs(v.type, cache.size * m.head_dim_v), rs(v.type, cache.size),
+        return self.g.view(v, [cache.n_kv, m.n_head_kv[il], m.head_v(il), 1],
+                           [rs(v.type, cache.size * m.head_v(il)), rs(v.type, cache.size),
                             rs(v.type, cache.size * v.ne[0])], 0)
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: float,

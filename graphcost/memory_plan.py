@@ -36,7 +36,9 @@ from .settings import Resolved, RunSettings
 #: (GGML_TENSOR_FLAG_OUTPUT: never freed, never overwritten in place)
 OUTPUT_NAMES = ("result_output", "result_norm",
                 # t_embd and t_embd_pooled of the embedding encoders (bert)
-                "result_embd", "result_embd_pooled")
+                "result_embd", "result_embd_pooled",
+                # t_h_nextn (gemma4: the final norm before the output rows are selected)
+                "h_nextn")
 #: llama_context default n_seq_max (llama-cli uses one sequence unless -np is given)
 N_SEQ_MAX = 1
 

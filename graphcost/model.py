@@ -64,6 +64,30 @@ class ModelInfo:
     expert_gating_func: int = 0
     #: f_attn_logit_softcapping when the architecture sets attn_soft_cap (gemma2), else 0
     attn_softcap: float = 0.0
+    #: head sizes and rotated dims of sliding-window layers (attention.key_length_swa,
+    #: value_length_swa, rope.dimension_count_swa; llama.cpp reads them for every
+    #: architecture, defaulting to the full layers' values): gemma4; 0 = as full layers
+    head_dim_k_swa: int = 0
+    head_dim_v_swa: int = 0
+    n_rot_swa: int = 0
+    #: attention.shared_kv_layers (gemma4: the last N layers reuse earlier layers' KV)
+    n_kv_shared_layers: int = 0
+
+    def head_k(self, il: int) -> int:
+        """llama_hparams::n_embd_head_k(il): the sliding-window size on SWA layers."""
+        return self.head_dim_k_swa if self.is_swa[il] and self.head_dim_k_swa else self.head_dim_k
+
+    def head_v(self, il: int) -> int:
+        """llama_hparams::n_embd_head_v(il)."""
+        return self.head_dim_v_swa if self.is_swa[il] and self.head_dim_v_swa else self.head_dim_v
+
+    def rot(self, il: int) -> int:
+        """llama_hparams::n_rot(il)."""
+        return self.n_rot_swa if self.is_swa[il] and self.n_rot_swa else self.n_rot
+
+    def n_embd_v_gqa_max(self) -> int:
+        """llama_hparams::n_embd_v_gqa_max(): the widest V row over all layers."""
+        return max(self.n_embd_v_gqa(il) for il in range(self.n_layer))
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -73,10 +97,10 @@ class ModelInfo:
         return self.header.tensors.get(name)
 
     def n_embd_k_gqa(self, il: int) -> int:
-        return self.head_dim_k * self.n_head_kv[il]
+        return self.head_k(il) * self.n_head_kv[il]
 
     def n_embd_v_gqa(self, il: int) -> int:
-        return self.head_dim_v * self.n_head_kv[il]
+        return self.head_v(il) * self.n_head_kv[il]
 
     @property
     def weights_bytes(self) -> int:
@@ -228,6 +252,10 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
                               float(specs[arch].hparams["attn_logit_softcap"]))
                       if "attn_logit_softcap" in specs[arch].hparams else 0.0),
         **_experts(m, n_layer),
+        head_dim_k_swa=m.int(Keys.Attention.KEY_LENGTH_SWA, head_dim_k),
+        head_dim_v_swa=m.int(Keys.Attention.VALUE_LENGTH_SWA, head_dim_v),
+        n_rot_swa=m.int(Keys.Rope.DIMENSION_COUNT_SWA, n_rot),
+        n_kv_shared_layers=m.int(Keys.Attention.SHARED_KV_LAYERS, 0),
     )
 
 

@@ -47,6 +47,7 @@ class SpecBuilder:
             "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
             "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
             "rope_finetuned": float(m.rope_finetuned),
+            "n_kv_shared_layers": m.n_kv_shared_layers,
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
@@ -92,10 +93,11 @@ class SpecBuilder:
 
     def kv_reuse(self) -> dict[int, int]:
         """Layers without KV and the layer whose cache each reads: with hparams
-        ``n_layer_kv_from_start`` N (gemma3n: 20), layer il >= N reads N - 2 if it is a
+        ``n_layer_kv_from_start`` N (an expression; gemma3n: 20, gemma4: n_layer -
+        n_kv_shared_layers), layer il >= N reads N - 2 if it is a
         sliding-window layer, else N - 1 (llama_model::create_memory's ``reuse``)."""
-        n = int(self.spec.hparams.get("n_layer_kv_from_start", -1))
         m = self.m
+        n = int(self.expr(self.spec.hparams.get("n_layer_kv_from_start", -1)))
         if n < 0:
             return {}
         return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}

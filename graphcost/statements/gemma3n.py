@@ -53,9 +53,16 @@ def per_layer_inputs(sb: SpecBuilder, a: dict) -> None:
     unnamed token input, GET_ROWS of ``per_layer_token_embd``, reshape, scale by
     sqrt(n_embd_altup)), expanded, then graph::project_per_layer_inputs -> F32
     [n_embd_altup, n_tokens, n_layer]."""
-    b, g, m = sb.b, sb.g, sb.m
     x = sb.var(a.get("x", "inpL"))
-    ea, T = int(_hp(sb, "n_embd_altup")), b.n_tokens
+    sb.vars[a.get("out", "inp_per_layer")] = build_per_layer_inputs(
+        sb, x, int(_hp(sb, "n_embd_altup")))
+
+
+def build_per_layer_inputs(sb: SpecBuilder, x: Tensor, ea: int) -> Tensor:
+    """build_inp_per_layer + project_per_layer_inputs (gemma3n.cpp, gemma4.cpp) with
+    per-layer inputs of ``ea`` values per layer."""
+    b, g, m = sb.b, sb.g, sb.m
+    T = b.n_tokens
     tokens = g.new_tensor(gt.I32, [T])
     inp = g.get_rows(sb.weight("/per_layer_token_embd"), tokens)
     inp = g.reshape(inp, [ea, m.n_layer, T])
@@ -67,7 +74,7 @@ def per_layer_inputs(sb: SpecBuilder, a: dict) -> None:
     proj = g.cb(b.build_norm(proj, sb.weight("/per_layer_proj_norm"), None, -1), "per_layer_proj")
     inp = g.scale(g.add(proj, inp), 1.0 / math.sqrt(2.0))
     g.cb(inp, "inp_per_layer")
-    sb.vars[a.get("out", "inp_per_layer")] = g.cont(g.permute(inp, 0, 2, 1, 3))
+    return g.cont(g.permute(inp, 0, 2, 1, 3))
 
 
 @statement("altup_stack")
@@ -130,8 +137,7 @@ def laurel(sb: SpecBuilder, a: dict) -> None:
 
 def has_kv(sb: SpecBuilder, il: int) -> bool:
     """llama_hparams::has_kv: layers below n_layer_kv_from_start (when set) have KV."""
-    n = int(sb.spec.hparams.get("n_layer_kv_from_start", -1))
-    return n < 0 or il < n
+    return il not in sb.kv_reuse()
 
 
 @statement("kv_layer")
@@ -147,20 +153,23 @@ def kv_layer(sb: SpecBuilder, a: dict) -> None:
 
 @statement("q_only")
 def q_only(sb: SpecBuilder, a: dict) -> None:
-    """``{x: cur}``: a layer that reuses another's KV projects only Q: MUL_MAT ``attn_q``
-    (fused ``attn_qkv``: a CONT of its first n_head*head_dim rows), cb ``Qcur``, then a
-    3-D reshape. Sets ``Qcur``."""
+    """``{x: cur, cb_fused: wqkv}``: Q alone: MUL_MAT ``attn_q`` (fused ``attn_qkv``: the
+    product, cb'ed ``cb_fused`` when given and kept as ``qkv_fused``, then a CONT of its
+    first n_head*head_dim rows), cb ``Qcur``, a 3-D reshape. Sets ``Qcur``. (gemma3n: a
+    layer that reuses another's KV; gemma4: every layer, K and V follow.)"""
     b, g, m, il = sb.b, sb.g, sb.m, sb.il
     cur = sb.var(a.get("x", "cur"))
-    q_dim = m.head_dim_k * m.n_head[il]
+    q_dim = m.head_k(il) * m.n_head[il]
     wqkv = sb.weight("attn_qkv?")
+    sb.vars["qkv_fused"] = None
     if wqkv is not None:
-        qkv = b.mm(wqkv, cur)
+        qkv = sb.cb(b.mm(wqkv, cur), a.get("cb_fused"))
+        sb.vars["qkv_fused"] = qkv
         q = g.cont(g.view(qkv, [q_dim, b.n_tokens], [qkv.nb[1]], 0))
     else:
         q = b.mm(sb.weight("attn_q"), cur)
     g.cb(q, "Qcur", il)
-    sb.vars["Qcur"] = g.reshape(q, [m.head_dim_k, m.n_head[il], b.n_tokens])
+    sb.vars["Qcur"] = g.reshape(q, [m.head_k(il), m.n_head[il], b.n_tokens])
 
 
 @statement("attention_shared")
