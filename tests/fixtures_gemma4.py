@@ -37,13 +37,15 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
                  context_length: int = 4096, sliding_window: int = 48,
                  fused_qkv: bool = False, tie_embeddings: bool = True,
                  no_v_layers: Sequence[int] = (1,), out_scale_layers: Sequence[int] = (0, 6),
-                 final_logit_softcap: float | None = None,
+                 final_logit_softcap: float | None = None, write_pattern: bool = True,
+                 moe_router: bool = False,
                  weight_types: Mapping[str, QT] | None = None, rms_eps: float = 1e-6,
                  seed: int = 0) -> FixtureInfo:
     """Arch ``gemma4``. Default: 7 layers (full: 3 and 6), layers 4..6 share KV (4, 5 read
     layer 2's sliding cache, 6 layer 3's), 2 heads over 1 KV head of 128 on full layers and
     64 on sliding ones, per-layer embeddings of 48, no ``attn_v`` on layer 1, output scales
-    on layers 0 and 6. Shared layers carry no ``attn_k``/``attn_v``/``attn_k_norm``."""
+    on layers 0 and 6. Shared layers carry no ``attn_k``/``attn_v``/``attn_k_norm``.
+    ``write_pattern=False`` / ``moe_router=True`` write files to be refused."""
     path = Path(path)
     n_layer = len(swa_pattern)
     w = gguf.GGUFWriter(str(path), "gemma4")
@@ -62,7 +64,8 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
     w.add_uint32(gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch="gemma4"), head_dim_swa)
     w.add_layer_norm_rms_eps(rms_eps)
     w.add_sliding_window(sliding_window)
-    w.add_sliding_window_pattern(list(swa_pattern))
+    if write_pattern:  # required: False writes a file llama.cpp refuses
+        w.add_sliding_window_pattern(list(swa_pattern))
     w.add_shared_kv_layers(shared_kv_layers)
     w.add_embedding_length_per_layer_input(n_embd_per_layer)
     w.add_rope_freq_base(1_000_000.0)
@@ -112,6 +115,8 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
+        if moe_router and i == 0:  # only the router: a header graphcost must refuse
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, 4)
         if n_embd_per_layer:
             sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_embd_per_layer)
             sink.matrix("proj", p + "proj.weight", n_embd_per_layer, n_embd)

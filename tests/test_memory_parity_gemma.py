@@ -1,8 +1,9 @@
-"""gemma3n's memory plan equals what llama.cpp allocates, read from llama.cpp's own log (as
-tests/test_memory_parity.py does for the other families): the base and sliding-window KV
-caches hold only the layers with KV (layers >= 20 reuse layer 18's or 19's and get no
-buffer), their cells, K and V parts; the compute buffer to the 4-decimal DEBUG line; the
-output buffer."""
+"""gemma3n's and gemma4's memory plans equal what llama.cpp allocates, read from llama.cpp's
+own log (as tests/test_memory_parity.py does for the other families): the base and
+sliding-window KV caches hold only the layers with KV (gemma3n: layers >= 20 reuse layer
+18's or 19's; gemma4: the last shared_kv_layers) and get no buffer, their cells, K and V
+parts (gemma4: sliding layers have smaller heads, but a transposed V cache is as wide as
+the widest layer); the compute buffer to the 4-decimal DEBUG line; the output buffer."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import fixtures_gemma3n as G
+import fixtures_gemma4 as G4
 from graphcost.build import load_model
 from graphcost.memory_plan import plan_memory
 from graphcost.settings import RunSettings
@@ -29,6 +31,10 @@ CASES = [
     ("shared", 512, 512, False, "f16", "f16", False),
     ("shared", 32768, 256, True, "q8_0", "f16", False),
     ("shared", 2000, 100, False, "q8_0", "f16", True),
+    ("gemma4", 512, 512, False, "f16", "f16", False),
+    ("gemma4", 4096, 128, True, "q8_0", "q8_0", False),
+    ("gemma4", 16384, 512, False, "q8_0", "f16", True),
+    ("gemma4_fused", 1024, 1, True, "f16", "f16", False),
 ]
 
 
@@ -45,6 +51,12 @@ def paths(tmp_path_factory):
         # 25 layers: 20 with KV (16 sliding, 4 global), 5 sharing
         "shared": G.write_gemma3n(d / "shared.gguf", n_layer=25, n_embd=96, n_head=4,
                                   n_head_kv=2, head_dim=64, n_ff=192).path,
+        # 7 layers: 3 sliding + 1 full with KV, 3 sharing; heads 64 sliding / 128 full
+        "gemma4": G4.write_gemma4(d / "gemma4.gguf").path,
+        "gemma4_fused": G4.write_gemma4(d / "gemma4_fused.gguf", fused_qkv=True,
+                                        n_embd_per_layer=0, shared_kv_layers=0,
+                                        n_head=4, n_head_kv=2,
+                                        swa_pattern=(False, True, True, True)).path,
     }
 
 
@@ -64,7 +76,7 @@ def mib2(n: int) -> float:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
-def test_gemma3n_memory_matches_llama_cpp_log(paths, logs, case):
+def test_gemma_memory_matches_llama_cpp_log(paths, logs, case):
     m, ctx, ub, fa, tk, tv, swa = case
     log = logs[_id(case)]
     plan = plan_memory(load_model(paths[m]), RunSettings(
@@ -82,3 +94,5 @@ def test_gemma3n_memory_matches_llama_cpp_log(paths, logs, case):
     assert mib2(plan.output_buffer_bytes) == log["output_buffer_mib"]
     if m == "shared":  # 20 layers with KV: 4 global in the base cache, 16 sliding
         assert [c.layers for c in plan.caches] == [4, 16]
+    if m == "gemma4":  # layer 3 in the base cache, 0..2 sliding; 4..6 reuse them
+        assert [c.layers for c in plan.caches] == [1, 3]
