@@ -33,9 +33,16 @@ class ArchSpec:
     layer: list[dict]
     epilogue: list[dict]
     unsupported_tensors: dict[str, str] = field(default_factory=dict)
+    #: what is proven against llama.cpp, and by which test file: ``graph`` (node for node),
+    #: ``memory`` (buffers to the byte), ``executor`` (numerics of ``graphcost profile``)
+    proven: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
     #: "kv" (a KV cache) or "none" (llama_model::create_memory returns nullptr: encoders)
     memory: str = "kv"
+
+
+#: the aspects a spec's ``proven`` mapping may name
+PROVEN_ASPECTS = ("graph", "memory", "executor")
 
 
 _ROPE_MODES = {"norm": 0, "neox": 2, "none": None}
@@ -70,13 +77,16 @@ def parse_spec(path: Path) -> ArchSpec:
     memory = doc.get("memory", "kv")
     if memory not in ("kv", "none"):
         raise GraphcostError(f"{path}: memory {memory!r} must be kv or none")
+    proven = doc.get("proven") or {}
+    if not isinstance(proven, dict) or not set(proven) <= set(PROVEN_ASPECTS):
+        raise GraphcostError(f"{path}: 'proven' must map {', '.join(PROVEN_ASPECTS)} to a test file")
     return ArchSpec(
         name=str(doc["architecture"]), source=str(doc.get("source", "")), rope=rope,
         hparams=dict(doc.get("hparams") or {}),
         prologue=_stmt_list(doc, "prologue", path), layer=_stmt_list(doc, "layer", path),
         epilogue=_stmt_list(doc, "epilogue", path),
-        unsupported_tensors=dict(doc.get("unsupported_tensors") or {}), path=path,
-        memory=memory)
+        unsupported_tensors=dict(doc.get("unsupported_tensors") or {}),
+        proven={k: str(v) for k, v in proven.items()}, path=path, memory=memory)
 
 
 @lru_cache(maxsize=1)

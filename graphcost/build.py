@@ -10,9 +10,8 @@ from .ggml_graph import Tensor
 from .gguf_reader import read_model
 from .llm_graph import AttnInputs, KVCache, LlmGraph
 from .model import ModelInfo, model_info
-from .settings import Resolved, RunSettings, resolve
+from .settings import Resolved, RunSettings, refuse_cache_types, resolve
 from .spec_builder import build_from_spec
-from . import statements  # noqa: F401  (registers the extra spec statements)
 
 
 @dataclass
@@ -47,13 +46,16 @@ def resolve_for(model: ModelInfo, settings: RunSettings) -> Resolved:
 
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
     """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
+    run = resolve_for(model, settings)
+    # per-layer head sizes (gemma4's sliding layers differ: llama_hparams::n_embd_head_k(il))
+    refuse_cache_types(run, [model.head_k(il) for il in range(model.n_layer)],
+                       [model.head_v(il) for il in range(model.n_layer)], str(model.header.path))
     specs = load_specs()
     key = _spec_key(model, settings)
     if key not in specs:
         have = sorted(k.split("@")[0] for k in specs if k.endswith(f"@{settings.llama_cpp}"))
         raise UnsupportedError(f"{model.header.path}: --llama-cpp {settings.llama_cpp} has no "
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
-    run = resolve_for(model, settings)
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])
     return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs)

@@ -28,6 +28,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 
 import fixtures as F
+from graphcost import ggml_types as gt
 from graphcost.kernels_loader import load_kernels
 from graphcost.resources import bundled
 
@@ -114,6 +115,13 @@ def test_q8_0_reference_rounding_is_ggml_ref_and_x86_rounds_ties_to_even():
     assert list(ref[0, 2:5].view(np.int8)) == [127, 3, -4]        # roundf: away from zero
     simd = Q.quantize_activations(x, QT.Q8_0, x86=True)
     assert list(simd[0, 2:5].view(np.int8)) == [127, 2, -4]       # _mm256_round_ps: even
+
+
+def test_kernel_type_facts_are_graphcosts():
+    # one table of type facts (graphcost.ggml_types): the kernels derive theirs from it
+    assert Q.VEC_DOT_TYPE == {t: gt.vec_dot_type(t) for t in Q.SUPPORTED}
+    assert len(Q.VEC_DOT_TYPE) == 13 and Q.VEC_DOT_TYPE[QT.Q4_1] == QT.Q8_1
+    assert all(Q.row_bytes(t, 256) == gt.row_size(t, 256) for t in Q.SUPPORTED)
 
 
 def test_q8_1_block_is_36_bytes_as_in_ggml_common():
@@ -666,7 +674,9 @@ def _llama_vec_dots():
 
 @pytest.mark.parametrize("qt", FLOATS, ids=[t.name for t in FLOATS])
 def test_float_ggml_dots_match_llama_cpp_bit_for_bit(qt):
-    # the order is AVX-512F's as GCC builds it: only comparable on such a host
+    # the order is AVX-512F's as GCC builds it (bf16: AVX512-BF16's pair dot where the CPU
+    # has it, kernels.vec_dot_ggml.BF16_DP): only comparable on an AVX-512F host; with
+    # AVX512-FP16 ggml's f16 dot takes another path, which the kernels do not follow
     found = _llama_vec_dots()
     if found is None:
         pytest.skip("llama-cpp-python's libggml-cpu.so not found")

@@ -17,7 +17,7 @@ import fixtures_encoder as E
 from graphcost.build import load_model
 from graphcost.memory_plan import plan_memory
 from graphcost.settings import RunSettings
-from llama_oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
