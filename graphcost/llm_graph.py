@@ -330,7 +330,9 @@ class LlmGraph:
                             rs(v.type, cache.size * v.ne[0])], 0)
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: float,
-                       il: int) -> Tensor:
+                       il: int, sinks: Tensor | None = None) -> Tensor:
+        """``sinks``: per-head attention-sink logits (gpt-oss ``attn_sinks``), added to the
+        FLASH_ATTN_EXT or SOFT_MAX node after it is made, as llama.cpp does."""
         g, m = self.g, self.model
         v_trans = v.nb[1] > v.nb[2]
         ns = k.ne[3]
@@ -348,6 +350,7 @@ class LlmGraph:
             if v.type == gt.F32:
                 v = g.cast(v, gt.F16)
             cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, m.attn_softcap)
+            g.flash_attn_ext_add_sinks(cur, sinks)
             cur = g.reshape(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
         else:
             kq = g.cb(g.mul_mat(k, q), "kq", il)
@@ -355,7 +358,9 @@ class LlmGraph:
                 kq = g.cb(g.scale(kq, 1.0 / m.attn_softcap), "kq_scaled_1", il)
                 kq = g.cb(g.unary("TANH", kq), "kq_tanh", il)
                 kq = g.cb(g.scale(kq, m.attn_softcap), "kq_scaled_2", il)
-            kq = g.cb(g.soft_max_ext(kq, mask, kq_scale, 0.0), "kq_soft_max", il)
+            kq = g.soft_max_ext(kq, mask, kq_scale, 0.0)
+            g.soft_max_add_sinks(kq, sinks)
+            kq = g.cb(kq, "kq_soft_max", il)
             if not v_trans:
                 v = g.cb(g.cont(g.transpose(v)), "v_cont", il)
             kqv = g.cb(g.mul_mat(v, kq), "kqv", il)
@@ -366,7 +371,7 @@ class LlmGraph:
 
     def build_attn(self, inp: AttnInputs, wo: Tensor, wo_b: Tensor | None, q: Tensor,
                    k: Tensor | None, v: Tensor | None, kq_scale: float, il: int,
-                   iswa: bool) -> Tensor:
+                   iswa: bool, sinks: Tensor | None = None) -> Tensor:
         """build_attn for llm_graph_input_attn_kv (``iswa=False``: expands q, v, k) and
         llm_graph_input_attn_kv_iswa (``iswa=True``: expands q, k, v). ``k``/``v`` None
         (iswa only: a gemma3n layer without KV) stores nothing and attends the cache of the
@@ -387,7 +392,8 @@ class LlmGraph:
             g.expand(self.cpy_v(cache, v, inp.v_idxs, il))
         kk = self.get_k(cache, il)
         vv = self.get_v(cache, il)
-        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il), "kqv_out", il)
+        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il, sinks),
+                   "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
         cur = self.mm(wo, cur)

@@ -64,6 +64,9 @@ class ModelInfo:
     expert_gating_func: int = 0
     #: f_attn_logit_softcapping when the architecture sets attn_soft_cap (gemma2), else 0
     attn_softcap: float = 0.0
+    #: hparams.rope_freq_scale_train_swa: 1 unless the family copies the trained scale
+    #: (spec hparam ``rope_swa_from_train``: gemma2, gpt-oss)
+    rope_freq_scale_swa: float = 1.0
     #: head sizes and rotated dims of sliding-window layers (attention.key_length_swa,
     #: value_length_swa, rope.dimension_count_swa; llama.cpp reads them for every
     #: architecture, defaulting to the full layers' values): gemma4; 0 = as full layers
@@ -217,6 +220,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
 
     n_swa = 0
     is_swa = (False,) * n_layer
+    swa_train = bool(specs[arch].hparams.get("rope_swa_from_train", False))
     swa_default = specs[arch].hparams.get("swa_pattern")
     if swa_default is not None:
         n_swa = m.int(Keys.Attention.SLIDING_WINDOW, int(specs[arch].hparams.get("sliding_window", 0)))
@@ -234,7 +238,11 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         norm_eps=m.float(Keys.Attention.LAYERNORM_EPS, 1e-5),
         rope_freq_base=m.float(Keys.Rope.FREQ_BASE, 10000.0),
         rope_freq_scale=freq_scale,
-        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA, 10000.0),
+        # llama_hparams: rope_freq_base_train_swa = 10000, scale 1, unless load_arch_hparams
+        # copies the trained values first (gemma2.cpp, openai-moe.cpp)
+        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA,
+                                   m.float(Keys.Rope.FREQ_BASE, 10000.0) if swa_train else 10000.0),
+        rope_freq_scale_swa=freq_scale if swa_train else 1.0,
         rope_scaling_type=str(scaling),
         n_swa=n_swa, is_swa=is_swa,
         attn_scale=m.float(Keys.Attention.SCALE, 0.0),
