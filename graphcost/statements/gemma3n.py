@@ -266,11 +266,3 @@ def altup_unembed(sb: SpecBuilder, a: dict) -> None:
     for i in range(n_altup - 1):
         t = g.add(t, slice2d(sb, un, i))
     sb.vars[a.get("out", "cur")] = g.cb(g.scale(t, 1.0 / n_altup), "unembd_merged")
-
-
-@statement("gather_rows")
-def gather_rows(sb: SpecBuilder, a: dict) -> None:
-    """``{x: cur, rows: out_ids, out: cur}``: ggml_get_rows(x, rows) outside the layers
-    (gemma3n keeps only the output rows after merging the streams)."""
-    t = sb.g.get_rows(sb.var(a["x"]), sb.var(a.get("rows", "out_ids")))
-    sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))

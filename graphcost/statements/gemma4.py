@@ -1,6 +1,7 @@
 """Statements for ``gemma4`` (src/models/gemma4.cpp in the llama.cpp vendored by
 llama-cpp-python 0.3.36) beyond the core and :mod:`graphcost.statements.gemma3n`
-(``q_only``, ``kv_layer``, ``attention_shared``, ``gather_rows``, ``build_per_layer_inputs``):
+(``q_only``, ``kv_layer``, ``attention_shared``, ``build_per_layer_inputs``) and
+:mod:`graphcost.statements.gptoss` (``get_rows_out``):
 
 * ``per_layer_inputs_key`` -- per-layer inputs as gemma3n's, their width read from the
   GGUF (``embedding_length_per_layer_input``);
