@@ -1,6 +1,6 @@
 """bert's memory plan equals what llama.cpp allocates, read from llama.cpp's own log (as
 tests/test_memory_parity.py does for the causal families): no KV cache at all (llama.cpp
-creates no memory module for bert and logs no KV buffer), the compute buffer to the byte
+creates no memory module for bert and logs no KV buffer), the compute buffer to the 4 decimals
 (the 4-decimal DEBUG line printed on free) for the prompt and generation reserve graphs,
 with and without embeddings (pooling adds ``mean``/``cls`` inputs and the pooled output),
 flash attention on and off, and the output buffer (logits plus, with embeddings, one
