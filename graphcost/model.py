@@ -230,6 +230,9 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     if swa_default is not None:
         n_swa = m.int(Keys.Attention.SLIDING_WINDOW, int(specs[arch].hparams.get("sliding_window", 0)))
         if n_swa > 0:
+            if swa_default == "required":  # gemma4: ml.get_arr(..._PATTERN) without a default
+                m.get(Keys.Attention.SLIDING_WINDOW_PATTERN, required=True)
+                swa_default = 0
             is_swa = _swa_pattern(m, n_layer, int(swa_default))
 
     return ModelInfo(

@@ -71,6 +71,9 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
     w.add_rope_freq_base(1_000_000.0)
     if final_logit_softcap is not None:
         w.add_final_logit_softcapping(final_logit_softcap)
+    if moe_router:  # counts consistent with the router below (4 experts, 2 used)
+        w.add_expert_count(4)
+        w.add_expert_used_count(2)
     w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
