@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .arch_spec import load_specs
 from .consistency import check_model
@@ -10,6 +10,7 @@ from .errors import UnsupportedError
 from .ggml_graph import Tensor
 from .gguf_reader import read_model
 from .llm_graph import AttnInputs, KVCache, LlmGraph
+from .llm_recurrent import RecurrentState
 from .model import ModelInfo, model_info
 from .settings import Resolved, RunSettings, refuse_cache_types, resolve
 from .spec_builder import build_from_spec
@@ -17,8 +18,8 @@ from .spec_builder import build_from_spec
 
 @dataclass
 class BuiltGraph:
-    """The nodes in execution order, the leaves they read, the KV caches and the attention
-    inputs of each cache (index, mask and rotation leaves)."""
+    """The nodes in execution order, the leaves they read, the KV caches, the attention
+    inputs of each cache (index, mask and rotation leaves) and the recurrent states."""
 
     model: ModelInfo
     run: Resolved
@@ -26,6 +27,7 @@ class BuiltGraph:
     leafs: list[Tensor]
     caches: list[KVCache]
     attn_inputs: list[AttnInputs]
+    states: list[RecurrentState] = field(default_factory=list)
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
@@ -68,4 +70,4 @@ def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])
-    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs)
+    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs, b.states)

@@ -70,6 +70,8 @@ class LlmGraph:
         self.inp_embd: Tensor | None = None
         #: llm_graph_input_attn_kv of each cache, in the order they were built
         self.attn_inputs: list[AttnInputs] = []
+        #: recurrent states (graphcost.llm_recurrent.RecurrentState) of hybrid/recurrent models
+        self.states: list = []
 
     # ---- weights -------------------------------------------------------------------
     def weight(self, name: str, required: bool = True) -> Tensor | None:
@@ -286,6 +288,11 @@ class LlmGraph:
         """build_ffn without a gate (LLM_FFN_SEQ): up (+ bias), activation, down (+ bias).
         ``swiglu``/``geglu`` are the one-input GLUs (up is [2F]: act(first half) * second)."""
         g = self.g
+        if act == "relu_sqr":  # LLM_FFN_RELU_SQR: RELU (ffn_relu), then SQR (ffn_sqr(relu))
+            cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
+            cur = g.cb(g.unary("RELU", cur), "ffn_relu", il)
+            cur = g.cb(g.sqr(cur), "ffn_sqr(relu)", il)
+            return self.ffn_down(il, cur)
         if act not in self.FFN_SEQ_ACT:
             raise UnsupportedError(f"sequential ffn activation {act!r} is not implemented")
         cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
@@ -385,7 +392,7 @@ class LlmGraph:
         g.expand(cur)
         return cur
 
-    def build_attn(self, inp: AttnInputs, wo: Tensor, wo_b: Tensor | None, q: Tensor,
+    def build_attn(self, inp: AttnInputs, wo: Tensor | None, wo_b: Tensor | None, q: Tensor,
                    k: Tensor | None, v: Tensor | None, kq_scale: float, il: int,
                    iswa: bool, sinks: Tensor | None = None) -> Tensor:
         """build_attn for llm_graph_input_attn_kv (``iswa=False``: expands q, v, k) and
@@ -412,6 +419,8 @@ class LlmGraph:
                    "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
+        if wo is None:  # qwen3next gates the attention output before its projection
+            return cur
         cur = self.mm(wo, cur)
         if wo_b is not None:
             cur = g.add(cur, wo_b)

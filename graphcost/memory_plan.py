@@ -33,12 +33,13 @@ from .model import ModelInfo
 from .ops import Op
 from .settings import Resolved, RunSettings
 
-#: llm_graph_result::set_outputs flags t_logits and t_embd as graph outputs
+#: llm_graph_result::set_outputs flags t_logits, t_embd and t_h_nextn as graph outputs
 #: (GGML_TENSOR_FLAG_OUTPUT: never freed, never overwritten in place)
 OUTPUT_NAMES = ("result_output", "result_norm",
                 # t_embd and t_embd_pooled of the embedding encoders (bert)
                 "result_embd", "result_embd_pooled",
-                # t_h_nextn (gemma4: the final norm before the output rows are selected)
+                # t_h_nextn (gemma4: the final norm before the output rows are selected;
+                # qwen3next: the output-norm state for its MTP head)
                 "h_nextn")
 #: llama_context default n_seq_max (llama-cli uses one sequence unless -np is given)
 N_SEQ_MAX = 1
@@ -91,7 +92,7 @@ def reserve_settings(settings: RunSettings, run: Resolved) -> list[tuple[str, Ru
             continue
         # past + tokens = n_ctx makes every cache attend all its cells (n_kv = size)
         out.append((label, dataclasses.replace(settings, tokens=tokens, outputs=tokens,
-                                               past=run.n_ctx - tokens)))
+                                               past=run.n_ctx - tokens, memory_full=True)))
     return out
 
 
@@ -110,6 +111,21 @@ class CacheMemory:
     @property
     def bytes(self) -> int:
         return self.k_bytes + self.v_bytes
+
+
+@dataclass(frozen=True)
+class RecurrentMemory:
+    """One recurrent state's buffer (llama_memory_recurrent, of a recurrent or hybrid
+    model), as llama.cpp logs it: ``RS buffer size`` and its R and S parts (F32)."""
+
+    cells: int
+    layers: int
+    r_bytes: int
+    s_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.r_bytes + self.s_bytes
 
 
 @dataclass(frozen=True)
@@ -164,10 +180,15 @@ class MemoryPlan:
     output_buffer_bytes: int
     reserves: list[ReserveGraph]
     step: Allocation | None = None
+    states: list[RecurrentMemory] = dataclasses.field(default_factory=list)
 
     @property
     def kv_cache_bytes(self) -> int:
         return sum(c.bytes for c in self.caches)
+
+    @property
+    def recurrent_state_bytes(self) -> int:
+        return sum(s.bytes for s in self.states)
 
     @property
     def worst(self) -> ReserveGraph:
@@ -180,8 +201,8 @@ class MemoryPlan:
 
     @property
     def total_bytes(self) -> int:
-        return (self.weights_bytes + self.kv_cache_bytes + self.compute_buffer_bytes
-                + self.output_buffer_bytes)
+        return (self.weights_bytes + self.kv_cache_bytes + self.recurrent_state_bytes
+                + self.compute_buffer_bytes + self.output_buffer_bytes)
 
     def reserve(self, label: str) -> ReserveGraph:
         return next(r for r in self.reserves if r.label == label)
@@ -205,6 +226,14 @@ def cache_memory(bg: BuiltGraph) -> list[CacheMemory]:
     return out
 
 
+def state_memory(bg: BuiltGraph) -> list[RecurrentMemory]:
+    """Each recurrent state's R and S buffers, every tensor aligned as allocated."""
+    return [RecurrentMemory(st.size, len(st.layers),
+                            sum(align(t.nbytes, CPU_ALIGNMENT) for t in st.r.values()),
+                            sum(align(t.nbytes, CPU_ALIGNMENT) for t in st.s.values()))
+            for st in bg.states]
+
+
 def plan_memory(model: ModelInfo, settings: RunSettings,
                 analyzed: BuiltGraph | None = None) -> MemoryPlan:
     """Build the reserve graphs for ``settings`` and allocate them like sched_reserve;
@@ -217,7 +246,8 @@ def plan_memory(model: ModelInfo, settings: RunSettings,
         reserves.append(ReserveGraph(label, bg, simulate(bg)))
     step = simulate(analyzed) if analyzed is not None else None
     return MemoryPlan(model, run, model.weights_bytes, cache_memory(reserves[0].graph),
-                      output_buffer_bytes(model, settings.embeddings), reserves, step)
+                      output_buffer_bytes(model, settings.embeddings), reserves, step,
+                      state_memory(reserves[0].graph))
 
 
 def plan_for(bg: BuiltGraph) -> MemoryPlan:

@@ -275,6 +275,10 @@ _RE_KV_BUF = re.compile(r"^llama_kv_cache:\s*(\S+) KV buffer size =\s*" + _F + r
 _RE_KV_SIZE = re.compile(
     r"^llama_kv_cache: size =\s*" + _F + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\), "
     r"K \((\S+)\):\s*" + _F + r" MiB, V \((\S+)\):\s*" + _F + r" MiB")
+_RE_RS_BUF = re.compile(r"^llama_memory_recurrent:\s*(\S+) RS buffer size =\s*" + _F + r" MiB")
+_RE_RS_SIZE = re.compile(
+    r"^llama_memory_recurrent: size =\s*" + _F + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+) seqs\s+(\d+) rs_seq\), "
+    r"R \((\S+)\):\s*" + _F + r" MiB, S \((\S+)\):\s*" + _F + r" MiB")
 _RE_ATTN_ROT = re.compile(r"^llama_kv_cache: attn_rot_(k|v) = (\d+), n_embd_head_k_all = (-?\d+)")
 _RE_OUT_BUF = re.compile(r"^llama_context:\s*(\S+)\s+output buffer size =\s*" + _F + r" MiB")
 _RE_COMPUTE_BUF = re.compile(r"^(?:llama_context|sched_reserve):\s*(\S+) compute buffer size =\s*" + _F + r" MiB")
@@ -335,6 +339,9 @@ def parse_log(raw: str) -> dict:
       {"n_tokens","n_seqs","n_outputs","inputs": [{"name","type","ne","used_by"}]}
       (inputs unique by name+type+ne: the two iSWA masks share one name).
     * ``model_buffers``: [{"buffer","mib"}], ``swa_full_warning``: bool.
+    * ``recurrent_states``: one dict per llama_memory_recurrent (recurrent and hybrid
+      models): ``buffer_mib`` (``RS buffer size``), ``size_mib``, ``cells``, ``layers``,
+      ``seqs``, ``rs_seq``, ``type_r``, ``r_mib``, ``type_s``, ``s_mib``.
     """
     res: dict[str, Any] = {
         "context": {}, "kv_caches": [], "kv_buffer_mib": [], "output_buffers": [],
@@ -345,6 +352,7 @@ def parse_log(raw: str) -> dict:
     cur = None
     pending_layers: list[int] = []
     res["reserve_graphs"] = []
+    res["recurrent_states"] = []
 
     def new_cache(which):
         c = {"which": which, "layer_ids": list(pending_layers), "cells": None, "buffers": [], "buffer_mib": 0.0, "size_mib": None,
@@ -412,6 +420,19 @@ def parse_log(raw: str) -> dict:
             cur.update(size_mib=float(m.group(1)), cells=int(m.group(2)), layers=int(m.group(3)),
                        seqs=int(m.group(4)), n_stream=int(m.group(5)), type_k=m.group(6),
                        k_mib=float(m.group(7)), type_v=m.group(8), v_mib=float(m.group(9)))
+            continue
+        m = _RE_RS_BUF.match(line)
+        if m:
+            res["recurrent_states"].append({"buffer": m.group(1), "buffer_mib": float(m.group(2))})
+            continue
+        m = _RE_RS_SIZE.match(line)
+        if m:
+            if not res["recurrent_states"] or "size_mib" in res["recurrent_states"][-1]:
+                res["recurrent_states"].append({"buffer": None, "buffer_mib": None})
+            res["recurrent_states"][-1].update(
+                size_mib=float(m.group(1)), cells=int(m.group(2)), layers=int(m.group(3)),
+                seqs=int(m.group(4)), rs_seq=int(m.group(5)), type_r=m.group(6),
+                r_mib=float(m.group(7)), type_s=m.group(8), s_mib=float(m.group(9)))
             continue
         m = _RE_ATTN_ROT.match(line)
         if m:

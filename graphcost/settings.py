@@ -61,9 +61,13 @@ class RunSettings:
     outputs: int = 1  # --outputs: tokens whose logits are computed
     llama_cpp: str = "head"  # graph flavour
     embeddings: bool = False  # --embeddings: cparams.embeddings (pooling of encoders)
+    #: internal, not a flag: build against the memory's ``init_full()`` state, as
+    #: sched_reserve does (a recurrent state then zeroes cell 0 and copies all rs_size
+    #: cells: llama_memory_recurrent_context::get_rs_z / get_n_rs with is_full)
+    memory_full: bool = False
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "memory_full"}
 
 
 @dataclass(frozen=True)

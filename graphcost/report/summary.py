@@ -88,6 +88,9 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
         mt.add_row(f"KV cache {c.name} ({c.size} cells, {len(c.layers)} layers)",
                    human_bytes(c.bytes()), f"{c.bytes():,}")
     mt.add_row("KV cache total", human_bytes(a.kv_cache_bytes), f"{a.kv_cache_bytes:,}")
+    if bg.states:
+        mt.add_row("recurrent state (R + S)", human_bytes(a.recurrent_state_bytes),
+                   f"{a.recurrent_state_bytes:,}")
     con.print(mt)
 
     ew = expert_weights(a)
