@@ -399,6 +399,38 @@ def sigmoid(t: Tensor) -> OpCost:
     return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
 
 
+def sqr(t: Tensor) -> OpCost:
+    # x*x: 1 mul per element (ggml_vec_sqr_f32)
+    n = t.n_elements
+    return OpCost(_ops(mul=n), tuple(_plain(t)), t.data_bytes)
+
+
+def sqrt_(t: Tensor) -> OpCost:
+    # sqrtf(x): 1 sqrt per element (ggml_vec_sqrt_f32)
+    n = t.n_elements
+    return OpCost(_ops(sqrt=n), tuple(_plain(t)), t.data_bytes)
+
+
+def mean(t: Tensor) -> OpCost:
+    # a:[n, rows] -> [1, rows]: n adds and 1 div per row (ggml_compute_forward_mean_f32:
+    # ggml_vec_sum_f32, then /= ne00)
+    a = t.src[0]
+    r = _rows(a)
+    return OpCost(_ops(add=a.ne[0] * r, div=r), tuple(_plain(t)), t.data_bytes)
+
+
+def repeat(t: Tensor) -> OpCost:
+    # a tiled to the result's shape: a read once, the result written; no arithmetic
+    # (ggml_compute_forward_repeat_f32 copies a's rows ne/a.ne times)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
+def pad(t: Tensor) -> OpCost:
+    # a copied into a larger zero-filled result: a read once, the result written
+    # (ggml_compute_forward_pad_f32 writes every element, zeros included)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
 # ---- recurrent ---------------------------------------------------------------------------
 
 def ssm_conv(t: Tensor) -> OpCost:
@@ -411,7 +443,7 @@ def ssm_conv(t: Tensor) -> OpCost:
     return OpCost(_ops(mul=d_conv * n, add=d_conv * n), tuple(_plain(t)), t.data_bytes)
 
 
-def ssm_scan(t: Tensor) -> OpCost:
+def ssm_scan(t: Tensor) -> OpCost | Unmodelled:
     # s:[d_state, head_dim, n_head, rows] (rows ids picked) x:[head_dim, n_head, n_t, n_s]
     # dt:[n_head, n_t, n_s] A:[1, n_head] B, C:[d_state, n_group, n_t, n_s] ids:[n_s]
     # -> y [head_dim, n_head, n_t, n_s] ++ states [d_state, head_dim, n_head, n_s]
@@ -423,7 +455,7 @@ def ssm_scan(t: Tensor) -> OpCost:
     # computes exp per state element instead and is not modelled here.
     s, x, dt, A, B, C, ids = t.src
     if A.ne[0] != 1:
-        raise KeyError("SSM_SCAN with Mamba-1 decay factors")
+        return Unmodelled("SSM_SCAN with Mamba-1 decay factors (A per state element)")
     d_state, head_dim, n_head = s.ne[0], s.ne[1], s.ne[2]
     n_t, n_s = x.ne[2], x.ne[3]
     th = n_t * n_s * n_head
@@ -457,22 +489,11 @@ def relu(t: Tensor) -> OpCost:
     return OpCost(_ops(max=n), tuple(_plain(t)), t.data_bytes)
 
 
-def sqr(t: Tensor) -> OpCost:
-    # x*x: one mul per element (ggml_vec_sqr_f32)
-    n = t.n_elements
-    return OpCost(_ops(mul=n), tuple(_plain(t)), t.data_bytes)
-
-
 def softplus(t: Tensor) -> OpCost:
     # log(1 + exp(x)) [1 exp, 1 add, 1 log] per element (x itself above 20: data-dependent,
     # counted as computed) (ggml_compute_softplus_f32)
     n = t.n_elements
     return OpCost(_ops(exp=n, add=n, log=n), tuple(_plain(t)), t.data_bytes)
-
-
-def repeat(t: Tensor) -> OpCost:
-    # a tiled to the result's shape: read a once, write the result, no arithmetic
-    return OpCost({}, tuple(_plain(t)), t.data_bytes)
 
 
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
@@ -509,12 +530,14 @@ COSTS: dict[Op, CostFn] = {
     Op.SSM_SCAN: ssm_scan,
     Op.GATED_DELTA_NET: gated_delta_net,
     Op.SOFTPLUS: softplus,
-    Op.REPEAT: repeat,
-    Op.RELU: relu,
-    Op.SQR: sqr,
     Op.ADD_ID: add_id,
     Op.SWIGLU_OAI: swiglu_oai,
+    Op.SQR: sqr,
+    Op.SQRT: sqrt_,
+    Op.MEAN: mean,
+    Op.RELU: relu,
 }
+
 
 def op_cost(t: Tensor) -> OpCost | Unmodelled:
     """The cost of one node, or :class:`Unmodelled` when its op (or the op with these

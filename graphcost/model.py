@@ -76,6 +76,30 @@ class ModelInfo:
     #: hparams.rope_freq_scale_train_swa: 1 unless the family copies the trained scale
     #: (spec hparam ``rope_swa_from_train``: gemma2, gpt-oss)
     rope_freq_scale_swa: float = 1.0
+    #: head sizes and rotated dims of sliding-window layers (attention.key_length_swa,
+    #: value_length_swa, rope.dimension_count_swa; llama.cpp reads them for every
+    #: architecture, defaulting to the full layers' values): gemma4; 0 = as full layers
+    head_dim_k_swa: int = 0
+    head_dim_v_swa: int = 0
+    n_rot_swa: int = 0
+    #: attention.shared_kv_layers (gemma4: the last N layers reuse earlier layers' KV)
+    n_kv_shared_layers: int = 0
+
+    def head_k(self, il: int) -> int:
+        """llama_hparams::n_embd_head_k(il): the sliding-window size on SWA layers."""
+        return self.head_dim_k_swa if self.is_swa[il] and self.head_dim_k_swa else self.head_dim_k
+
+    def head_v(self, il: int) -> int:
+        """llama_hparams::n_embd_head_v(il)."""
+        return self.head_dim_v_swa if self.is_swa[il] and self.head_dim_v_swa else self.head_dim_v
+
+    def rot(self, il: int) -> int:
+        """llama_hparams::n_rot(il)."""
+        return self.n_rot_swa if self.is_swa[il] and self.n_rot_swa else self.n_rot
+
+    def n_embd_v_gqa_max(self) -> int:
+        """llama_hparams::n_embd_v_gqa_max(): the widest V row over all layers."""
+        return max(self.n_embd_v_gqa(il) for il in range(self.n_layer))
     #: hybrid/recurrent models: hparams.is_recr per layer (empty: no recurrent layer), and
     #: the sizes llama_hparams::n_embd_r / n_embd_s are computed from
     is_recr: tuple[bool, ...] = ()
@@ -94,10 +118,10 @@ class ModelInfo:
         return self.header.tensors.get(name)
 
     def n_embd_k_gqa(self, il: int) -> int:
-        return self.head_dim_k * self.n_head_kv[il]
+        return self.head_k(il) * self.n_head_kv[il]
 
     def n_embd_v_gqa(self, il: int) -> int:
-        return self.head_dim_v * self.n_head_kv[il]
+        return self.head_v(il) * self.n_head_kv[il]
 
     def recurrent(self, il: int) -> bool:
         """llama_hparams::is_recr(il)."""
@@ -249,6 +273,9 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         if fixed is not None and n_swa != 0:  # llama4: a 0 in the file turns it off, any
             n_swa = int(fixed)                # other value (or none) means the fixed chunk
         if n_swa > 0:
+            if swa_default == "required":  # gemma4: ml.get_arr(..._PATTERN) without a default
+                m.get(Keys.Attention.SLIDING_WINDOW_PATTERN, required=True)
+                swa_default = 0
             is_swa = _swa_pattern(m, n_layer, int(swa_default))
 
     return ModelInfo(
@@ -287,6 +314,10 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         attn_temp_scale=m.float(Keys.Attention.TEMPERATURE_SCALE, 0.0),
         n_deepstack_layers=m.int(Keys.LLM.NUM_DEEPSTACK_LAYERS, 0),
         **_experts(m, n_layer),
+        head_dim_k_swa=m.int(Keys.Attention.KEY_LENGTH_SWA, head_dim_k),
+        head_dim_v_swa=m.int(Keys.Attention.VALUE_LENGTH_SWA, head_dim_v),
+        n_rot_swa=m.int(Keys.Rope.DIMENSION_COUNT_SWA, n_rot),
+        n_kv_shared_layers=m.int(Keys.Attention.SHARED_KV_LAYERS, 0),
         is_recr=is_recr,
         **_recurrent_sizes(m, bool(is_recr)),
     )

@@ -51,6 +51,7 @@ class SpecBuilder:
             "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
             "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
             "attn_temp_scale": m.attn_temp_scale, "n_expert": m.n_expert,
+            "n_kv_shared_layers": m.n_kv_shared_layers,
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
@@ -91,6 +92,17 @@ class SpecBuilder:
 
     def expr(self, e: Any) -> float:
         return evaluate(e, self.names, str(self.spec.path))
+
+    def kv_reuse(self) -> dict[int, int]:
+        """Layers without KV and the layer whose cache each reads: with hparams
+        ``n_layer_kv_from_start`` N (an expression; gemma3n: 20, gemma4: n_layer -
+        n_kv_shared_layers), layer il >= N reads N - 2 if it is a sliding-window layer,
+        else N - 1 (llama_model::create_memory's ``reuse``)."""
+        m = self.m
+        n = int(self.expr(self.spec.hparams.get("n_layer_kv_from_start", -1)))
+        if n < 0:
+            return {}
+        return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}
 
     # ---- driver ------------------------------------------------------------------------
     def run(self, stmts: list[dict]) -> None:

@@ -91,7 +91,9 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
     w = plan.worst
     rows.append(("compute buffer (CPU)", plan.compute_buffer_bytes,
                  f"set by the {w.label} graph"))
-    rows.append(("output buffer (CPU)", plan.output_buffer_bytes, "logits of 1 output"))
+    rows.append(("output buffer (CPU)", plan.output_buffer_bytes,
+                 "logits and embeddings of 1 output" if plan.run.settings.embeddings
+                 else "logits of 1 output"))
     rows.append(("total", plan.total_bytes, ""))
     lines += _rows(rows)
     lines += ["", "compute buffer: llama.cpp allocates these worst-case graphs (every KV cell "
