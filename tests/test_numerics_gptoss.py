@@ -4,9 +4,8 @@ SWIGLU_OAI), checked through cb_eval (graphcost.oracle.run_model) like the famil
 tests/test_numerics.py: logits at every step and every node of layer 0 at the prompt step.
 
 The prompt is 45 tokens, past the 40-token window, then 4 decode steps.
-Measured (numerics ggml, relative max |logit difference| per step): FA off <= 0.013,
-FA on <= 0.015; numerics fast (float32 activations, no Q8 rounding) FA off see
-FAST_TOLERANCE.
+Measured (relative max |logit difference| / max |logit| per step, numerics ggml):
+FA off 0.015, 0.013, 0.012, 0.013, 0.0098; FA on 0.012, 0.012, 0.012, 0.010, 0.0084.
 """
 from __future__ import annotations
 
@@ -24,13 +23,15 @@ pytestmark = pytest.mark.skipif(not llama_cpp_available(),
 N_PROMPT, N_DECODE = 45, 4
 
 #: layer-0 node name -> largest relative L2 error at the prompt step (numerics ggml).
-#: Measured FA off / on: norms 0; Q/K/V after their Q8_0/F16 matmuls, biases and the YaRN
-#: rope <= 1.3e-7; kq / softmax with sinks / kqv <= 2.2e-5 (FA on: kqv_out 5.4e-5);
-#: after attn_output (Q4_0 on Q8_0-rounded activations, where a rounding flip moves one
-#: value by ~1%) <= 4.5e-4; the MXFP4 experts (MUL_MAT_ID on Q8_0 activations), ADD_ID,
-#: SWIGLU_OAI and the weighted sum <= 3.8e-3.
+#: Measured FA off / on: attention norm 0; Q/K/V after their Q8_0/F16 matmuls, biases and
+#: the YaRN rope <= 1.2e-7; kq / softmax with sinks / kqv <= 3.9e-5 (FA on: kqv_out
+#: 6.2e-5); after attn_output (Q4_0 on Q8_0-rounded activations, where a rounding flip
+#: moves one value by ~1%) <= 5e-4, the norm before the experts 2.8e-4, routing weights
+#: 6.1e-4; the MXFP4 experts (MUL_MAT_ID on Q8_0 activations), ADD_ID, SWIGLU_OAI and
+#: the weighted sum <= 3.2e-3; l_out-0 1.7e-3.
 NODE_TOLERANCE = {
-    "norm-0": 0.0, "attn_norm-0": 0.0,
+    "norm-0": (0.0, 2e-3),      # two RMS_NORMs: before attention (exact), before the experts
+    "attn_norm-0": 0.0,
     "Qcur-0": 1e-6, "Kcur-0": 1e-6, "Vcur-0": 1e-6,
     "kq-0": 1e-4, "kq_soft_max-0": 1e-4, "kqv-0": 1e-4, "kqv_out-0": 2e-4,
     "attn_out-0": 2e-3, "ffn_inp-0": 2e-3, "attn_post_norm-0": 2e-3,
@@ -43,8 +44,10 @@ NODE_TOLERANCE = {
 }
 #: the ops gpt-oss adds, each among the checked layer-0 nodes
 GPTOSS_OPS = {"MUL_MAT_ID", "ADD_ID", "SWIGLU_OAI", "ROPE"}
-#: numerics fast, FA off: largest relative max |logit difference| over the steps
-FAST_TOLERANCE = 0.03
+#: numerics fast, FA off: largest relative max |logit difference| over the steps (measured
+#: 0.017, 0.012, 0.014, 0.028, 0.014: the MXFP4 experts see float32 activations where
+#: llama.cpp rounds them to Q8_0, ~1% per matmul)
+FAST_TOLERANCE = 0.05
 
 
 def rel_l2(ours: np.ndarray, theirs: np.ndarray) -> float:
@@ -97,7 +100,8 @@ def test_gptoss_logits_match_llama_cpp(gptoss, fa):
 @pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
 def test_gptoss_layer0_nodes_match_llama_cpp(gptoss, fa):
     theirs, ours = _run(gptoss, fa, "ggml")
-    seen, ops = set(), set()
+    seen, ops, bad = set(), set(), []
+    occurrence: dict[str, int] = {}
     for rec in theirs["captures"][0]:
         node = ours[0].graph.nodes[rec["index"]]
         assert node.name == rec["name"] and node.op == rec["op"]
@@ -105,10 +109,15 @@ def test_gptoss_layer0_nodes_match_llama_cpp(gptoss, fa):
         assert mine is not None, f"node {rec['index']} {rec['name']} not captured"
         mine = np.asarray(mine, dtype=np.float32).reshape(rec["value"].shape)
         err = rel_l2(mine, rec["value"])
-        assert err <= NODE_TOLERANCE[rec["name"]], \
-            f"{rec['name']} ({rec['op']}, node {rec['index']}): relative L2 {err:.3g}"
+        tol = NODE_TOLERANCE[rec["name"]]
+        if isinstance(tol, tuple):          # one tolerance per node of that name, in order
+            occurrence[rec["name"]] = occurrence.get(rec["name"], -1) + 1
+            tol = tol[occurrence[rec["name"]]]
+        if err > tol:
+            bad.append(f"{rec['name']} ({rec['op']}, node {rec['index']}): relative L2 {err:.3g}")
         seen.add(rec["name"])
         ops.add(rec["op"])
+    assert not bad, bad
     # flash attention fuses kq, the softmax (and its sinks) and kqv into one node
     expected = set(NODE_TOLERANCE) - ({"kq-0", "kq_soft_max-0", "kqv-0"} if fa else set())
     assert seen == expected
