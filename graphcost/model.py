@@ -174,6 +174,10 @@ class _Meta:
         return (v,) * n_layer
 
 
+#: src/llama-hparams.h: load_hparams asserts 0 < block_count <= LLAMA_MAX_LAYERS
+LLAMA_MAX_LAYERS = 512
+
+
 def _show(v: Any) -> str:
     s = repr(v)
     return s if len(s) <= 40 else s[:37] + "..."
@@ -197,9 +201,10 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     m = _Meta(header, arch)
     n_layer = m.int(Keys.LLM.BLOCK_COUNT, required=True)
     n_embd = m.int(Keys.LLM.EMBEDDING_LENGTH, required=True)
-    if n_layer == 0 or n_embd == 0 or n_layer > 4096:
+    if n_layer == 0 or n_embd == 0 or n_layer > LLAMA_MAX_LAYERS:
         raise GraphcostError(f"{header.path}: block_count {n_layer} / embedding_length {n_embd} "
-                             f"are not a model llama.cpp can build")
+                             f"are not a model llama.cpp can build (1 to {LLAMA_MAX_LAYERS} "
+                             "layers)")
     n_head = m.per_layer(Keys.Attention.HEAD_COUNT, n_layer)
     n_head_kv = m.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=None) \
         if m.key(Keys.Attention.HEAD_COUNT_KV) in m.md else n_head
