@@ -5,7 +5,8 @@ tests/test_numerics.py: logits at every step and every node of layer 0 at the pr
 
 The prompt is 45 tokens, past the 40-token window, then 4 decode steps.
 Measured (relative max |logit difference| / max |logit| per step, numerics ggml):
-FA off 0.015, 0.013, 0.012, 0.013, 0.0098; FA on 0.012, 0.012, 0.012, 0.010, 0.0084.
+FA off 0.015, 0.013, 0.012, 0.013, 0.0098; FA on 0.012, 0.012, 0.012, 0.010, 0.0084;
+FA on with a Q8_0 K and V cache <= 0.013; FA off with a Q8_0 K cache <= 0.0079.
 """
 from __future__ import annotations
 
@@ -72,23 +73,32 @@ def gptoss(tmp_path_factory):
 _RUNS: dict = {}
 
 
-def _run(gptoss, fa: bool, numerics: str):
-    key = (fa, numerics)
+def _run(gptoss, fa: bool, numerics: str, ctk: str = "f16", ctv: str = "f16"):
+    key = (fa, numerics, ctk, ctv)
     if key not in _RUNS:
         info, ids = gptoss
-        cap = list(NODE_TOLERANCE) if numerics == "ggml" else []
+        cap = list(NODE_TOLERANCE) if numerics == "ggml" and ctk == ctv == "f16" else []
         theirs = run_model(info.path, prompt=ids[:N_PROMPT], decode=ids[N_PROMPT:],
-                           flash_attn=fa, n_ctx=512, capture=cap, capture_steps=[0])
-        ex = Executor(info.path, RunSettings(ctx_size=512, flash_attn="on" if fa else "off"),
+                           flash_attn=fa, n_ctx=512, type_k=ctk, type_v=ctv, capture=cap,
+                           capture_steps=[0])
+        ex = Executor(info.path, RunSettings(ctx_size=512, flash_attn="on" if fa else "off",
+                                             cache_type_k=ctk, cache_type_v=ctv),
                       numerics=numerics)
         ours = [ex.step(ids[:N_PROMPT], capture=cap)] + [ex.step([t]) for t in ids[N_PROMPT:]]
         _RUNS[key] = (theirs, ours)
     return _RUNS[key]
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-def test_gptoss_logits_match_llama_cpp(gptoss, fa):
-    theirs, ours = _run(gptoss, fa, "ggml")
+#: (flash attention, K cache, V cache): a Q8_0 cache sends flash attention with sinks
+#: through the decoding path (exec_ops._flash_attn's ``run``), not the F16 kernel node
+LOGIT_CASES = [(False, "f16", "f16"), (True, "f16", "f16"), (True, "q8_0", "q8_0"),
+               (False, "q8_0", "f16")]
+
+
+@pytest.mark.parametrize("fa,ctk,ctv", LOGIT_CASES,
+                         ids=[f"fa{'on' if c[0] else 'off'}-k{c[1]}-v{c[2]}" for c in LOGIT_CASES])
+def test_gptoss_logits_match_llama_cpp(gptoss, fa, ctk, ctv):
+    theirs, ours = _run(gptoss, fa, "ggml", ctk, ctv)
     assert len(ours) == len(theirs["logits"]) == N_DECODE + 1
     errs = logit_errors(ours, theirs)
     # the bound test_every_family_matches_llama_cpp holds the other families to
