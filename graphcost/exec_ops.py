@@ -33,9 +33,8 @@ float types.
 Everything else is the same in both modes and follows ggml-cpu: GELU through ggml's F16
 table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
-SUM_ROWS, CLAMP, SIGMOID: routing and bias bookkeeping; gpt-oss's ADD_ID and SWIGLU_OAI,
-element-wise on the few expert rows) run in numpy; :data:`NUMPY_OPS` names them so
-reports can say so.
+SUM_ROWS, CLAMP, SIGMOID: routing and bias bookkeeping) run in numpy; :data:`NUMPY_OPS`
+names them so reports can say so.
 """
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ OpFn = Callable[..., "np.ndarray | None"]
 DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.int64}
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
-NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.ADD_ID,
-                       Op.SWIGLU_OAI})
+NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID})
 
 #: rope modes the kernel implements (ggml.h GGML_ROPE_TYPE_NORMAL / _NEOX)
 ROPE_MODES = (0, 2)
@@ -473,39 +471,37 @@ def _clamp(node: Tensor, ctx: Ctx) -> OpFn:
 
 @op(Op.ADD_ID)
 def _add_id(node: Tensor, ctx: Ctx) -> OpFn:
-    # ggml_compute_forward_add_id_f32: a:[n, k, T] + row ids[j, t] of b:[n, E] (per-expert
-    # biases); float32 adds, as ggml_vec_add_f32
+    # a:[n, k, T] + row ids[j, t] of b:[n, E] (per-expert biases): kernels.elementwise.add_id
     a, b, ids = node.src
-    if a.type != gt.F32 or b.type != gt.F32 or ids.type != gt.I32 or a.ne[3] != 1:
+    if a.type != gt.F32 or b.type != gt.F32 or ids.type != gt.I32 or a.ne[3] != 1 \
+            or b.ne[2] != 1 or b.ne[3] != 1:
         raise UnsupportedError(f"add_id of {gt.type_name(a.type)} {list(a.ne)} ({node.name})")
     k, t = a.ne[1], a.ne[2]
+    add_id = ctx.K.elementwise.add_id
 
     def run(av, bv, iv):
-        sel = iv[0, 0, :t, :k]
-        if sel.size and (sel.min() < 0 or sel.max() >= b.ne[1]):
-            raise UnsupportedError(f"{node.name}: expert id out of range [0, {b.ne[1]})")
-        return np.ascontiguousarray(av + bv[0, 0][sel][None], dtype=np.float32)
+        try:
+            return add_id(av[0], bv[0, 0], iv[0, 0, :t, :k])[None]
+        except ValueError as e:
+            raise UnsupportedError(f"{node.name}: {e}") from None
     return run
-
-
-def swiglu_oai_ref(a: np.ndarray, b: np.ndarray, alpha: float, limit: float) -> np.ndarray:
-    """ggml_compute_forward_swiglu_oai_f32 (ggml-cpu/ops.cpp), float32:
-    ``x = min(a, limit); y = clamp(b, -limit, limit); x / (1 + expf(alpha * -x)) * (y + 1)``."""
-    f = np.float32
-    x = np.minimum(np.asarray(a, f), f(limit))
-    y = np.clip(np.asarray(b, f), f(-limit), f(limit))
-    with np.errstate(over="ignore"):
-        glu = x / (f(1) + np.exp(f(alpha) * -x))
-    return np.ascontiguousarray(glu * (y + f(1)), dtype=f)
 
 
 @op(Op.SWIGLU_OAI)
 def _swiglu_oai(node: Tensor, ctx: Ctx) -> OpFn:
     # ggml_swiglu_oai(a, b): the split form (gpt-oss: gate and up from two matmuls)
-    if len(node.src) != 2 or any(t.type != gt.F32 for t in node.src):
-        raise UnsupportedError(f"swiglu_oai of one tensor or non-F32 ({node.name})")
+    if len(node.src) != 2 or any(t.type != gt.F32 for t in node.src) or \
+            node.src[0].ne != node.src[1].ne:
+        raise UnsupportedError(f"swiglu_oai of one tensor, non-F32 or unequal shapes "
+                               f"({node.name})")
     alpha, limit = node.params["alpha"], node.params["limit"]
-    return lambda av, bv: swiglu_oai_ref(av, bv, alpha, limit)
+    n0 = node.ne[0]
+    shape = shape_strides(node)[0]
+    sw = ctx.K.elementwise.swiglu_oai
+
+    def run(av, bv):
+        return sw(av.reshape(-1, n0), bv.reshape(-1, n0), alpha, limit).reshape(shape)
+    return run
 
 
 @op(Op.SWIGLU, Op.GEGLU)

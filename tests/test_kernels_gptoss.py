@@ -1,9 +1,10 @@
-"""MXFP4 kernels (``kernels/mxfp4.py``, gpt-oss experts) and gpt-oss's element-wise ops,
-each against its reference: gguf-py's dequantizer (exact), ``x @ dequantize(W).T`` in
-float64 (fast path, relative 1e-5 of ``|x| @ |W|.T``), and the numpy reimplementation of
-ggml_vec_dot_mxfp4_q8_0 (ggml path, bit exact).
+"""gpt-oss's kernels, each against its reference: MXFP4 (``kernels/mxfp4.py``, the
+experts) against gguf-py's dequantizer (exact), ``x @ dequantize(W).T`` in float64 (fast
+path, relative 1e-5 of ``|x| @ |W|.T``) and the numpy reimplementation of
+ggml_vec_dot_mxfp4_q8_0 (ggml path, bit exact); SWIGLU_OAI and ADD_ID
+(``kernels/elementwise.py``) against numpy.
 
-Kept apart from test_kernels.py so that it compiles only the MXFP4 kernels (seconds).
+Kept apart from test_kernels.py so that it compiles only these kernels (seconds).
 """
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 
 from graphcost import ggml_types as gt
-from graphcost.exec_ops import Ctx, matmul_fn, swiglu_oai_ref, weight_types
+from graphcost.exec_ops import Ctx, matmul_fn, weight_types
 from graphcost.kernels_loader import load_kernels
 
 K = load_kernels()
 X = K.mxfp4
+E = K.elementwise
 # n_embd and expert width of the gpt-oss fixture: 9 and 5 blocks of 32
 KDIM, MROWS = 288, 160
 
@@ -95,7 +97,7 @@ def test_mxfp4_rows_of_a_wrong_length_are_refused():
         X.row_bytes(100)
 
 
-def test_swiglu_oai_is_ggmls_formula():
+def test_swiglu_oai_reference_is_ggmls_formula():
     # ggml_compute_forward_swiglu_oai_f32 with gpt-oss's alpha 1.702 and limit 7:
     # x = min(a, 7), y = clamp(b, -7, 7), x * sigmoid(1.702 x) * (y + 1)
     a = np.array([-1.0, 0.0, 2.0, 8.0], np.float32)
@@ -103,7 +105,31 @@ def test_swiglu_oai_is_ggmls_formula():
     x = np.minimum(a.astype(np.float64), 7.0)
     y = np.clip(b.astype(np.float64), -7.0, 7.0)
     want = x / (1 + np.exp(-1.702 * x)) * (y + 1)     # [-0.2308, 0, 3.8702, 55.9995]
-    got = swiglu_oai_ref(a, b, 1.702, 7.0)
+    got = E.swiglu_oai_ref(a, b, 1.702, 7.0)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert got[1] == 0.0 and abs(got[3] - 7 * 8 / (1 + np.exp(-1.702 * 7))) < 1e-4
+
+
+@pytest.mark.parametrize("rows", [3, 200])   # 200 x 160 >= SERIAL_BELOW: the parallel kernel
+def test_swiglu_oai_kernel_within_a_few_ulp_of_reference(rows):
+    rng = np.random.default_rng(rows)
+    a, b = (4 * rng.standard_normal((2, rows, 160))).astype(np.float32)   # past the limit too
+    got = E.swiglu_oai(a, b, 1.702, 7.0)
+    ref = E.swiglu_oai_ref(a, b, 1.702, 7.0)
+    # libm's expf against numpy's float32 exp, then a division: a few ulp (measured
+    # relative 3.0e-7, 2.5 ulp)
+    np.testing.assert_allclose(got, ref, rtol=5e-7, atol=1e-30)
+    assert (np.abs(a) > 7).any() and (np.abs(b) > 7).any()
+
+
+def test_add_id_is_exact_and_refuses_out_of_range_ids():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((7, 2, 160)).astype(np.float32)      # [T, k, n]
+    b = rng.standard_normal((5, 160)).astype(np.float32)         # [E, n]
+    ids = rng.integers(0, 5, size=(7, 2)).astype(np.int32)
+    assert np.array_equal(E.add_id(a, b, ids), E.add_id_ref(a, b, ids))
+    assert np.array_equal(E.add_id(a, b, ids)[3, 1], a[3, 1] + b[ids[3, 1]])
+    ids[2, 0] = 5
+    with pytest.raises(ValueError, match=r"\[0, 5\)"):
+        E.add_id(a, b, ids)
