@@ -37,17 +37,27 @@ class ArchSpec:
     #: ``memory`` (buffers to the byte), ``executor`` (numerics of ``graphcost profile``)
     proven: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
+    #: "kv" (a KV cache) or "none" (llama_model::create_memory returns nullptr: encoders)
+    memory: str = "kv"
 
 
 #: the aspects a spec's ``proven`` mapping may name
 PROVEN_ASPECTS = ("graph", "memory", "executor")
 
 
-_ROPE_MODES = {"norm": 0, "neox": 2, "none": None}
+#: rope modes by spec name: ggml.h GGML_ROPE_TYPE_NEOX 2, _MROPE 8, _IMROPE 40 (multi-section
+#: rope, positions [4 * n_tokens]); "norm" is 0 (adjacent pairs)
+_ROPE_MODES = {"norm": 0, "neox": 2, "mrope": 8, "imrope": 40, "none": None}
+#: modes whose rope takes 4 positions per token (llama_hparams::n_pos_per_embd)
+MULTI_ROPE_MODES = frozenset({8, 40})
 
 
-def rope_mode(spec: ArchSpec) -> int | None:
-    return _ROPE_MODES[spec.rope]
+def rope_mode(spec: ArchSpec, name: str | None = None) -> int | None:
+    """The ggml rope mode of the spec (or of ``name``, a mode name)."""
+    name = spec.rope if name is None else name
+    if name not in _ROPE_MODES:
+        raise GraphcostError(f"{spec.path}: rope {name!r} must be one of {', '.join(_ROPE_MODES)}")
+    return _ROPE_MODES[name]
 
 
 def _stmt_list(doc: dict, key: str, path: Path) -> list[dict]:
@@ -72,6 +82,9 @@ def parse_spec(path: Path) -> ArchSpec:
     rope = doc.get("rope", "norm")
     if rope not in _ROPE_MODES:
         raise GraphcostError(f"{path}: rope {rope!r} must be one of {', '.join(_ROPE_MODES)}")
+    memory = doc.get("memory", "kv")
+    if memory not in ("kv", "none"):
+        raise GraphcostError(f"{path}: memory {memory!r} must be kv or none")
     proven = doc.get("proven") or {}
     if not isinstance(proven, dict) or not set(proven) <= set(PROVEN_ASPECTS):
         raise GraphcostError(f"{path}: 'proven' must map {', '.join(PROVEN_ASPECTS)} to a test file")
@@ -81,7 +94,7 @@ def parse_spec(path: Path) -> ArchSpec:
         prologue=_stmt_list(doc, "prologue", path), layer=_stmt_list(doc, "layer", path),
         epilogue=_stmt_list(doc, "epilogue", path),
         unsupported_tensors=dict(doc.get("unsupported_tensors") or {}),
-        proven={k: str(v) for k, v in proven.items()}, path=path)
+        proven={k: str(v) for k, v in proven.items()}, path=path, memory=memory)
 
 
 @lru_cache(maxsize=1)
@@ -97,7 +110,7 @@ def load_specs() -> dict[str, ArchSpec]:
 
 # ---- expressions ---------------------------------------------------------------------
 _BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv, ast.Pow: operator.pow}
+        ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod}
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Gt: operator.gt,
         ast.LtE: operator.le, ast.GtE: operator.ge}
 _FUNCS = {"sqrt": math.sqrt}
@@ -105,7 +118,8 @@ _FUNCS = {"sqrt": math.sqrt}
 
 def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
     """A number, or an arithmetic expression over hyperparameter names (``1/sqrt(head_dim)``,
-    ``a if n_layer == 62 else b``). No other Python is accepted."""
+    ``a if n_layer == 62 else b``, ``(il + 1) % 4 != 0``, ``is_swa or n_swa == 0``). No other
+    Python is accepted."""
     if isinstance(expr, (int, float)) and not isinstance(expr, bool):
         return float(expr)
     try:
@@ -126,6 +140,11 @@ def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
             return _BIN[type(n.op)](ev(n.left), ev(n.right))
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
             return -ev(n.operand)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            return float(not ev(n.operand))
+        if isinstance(n, ast.BoolOp):  # and / or, over truth values (non-zero is true)
+            vals = [bool(ev(v)) for v in n.values]
+            return float(all(vals) if isinstance(n.op, ast.And) else any(vals))
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUNCS \
                 and len(n.args) == 1:
             return _FUNCS[n.func.id](ev(n.args[0]))

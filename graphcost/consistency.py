@@ -58,6 +58,10 @@ def check_model(m: ModelInfo) -> None:
     if m.n_rot > m.head_dim_k:
         raise GraphcostError(f"{path}: {key(Keys.Rope.DIMENSION_COUNT)!r} = {m.n_rot} is larger "
                              f"than the head size {m.head_dim_k}")
+    if m.n_swa > 0 and any(m.is_swa) and m.rot(m.is_swa.index(True)) > m.head_k(m.is_swa.index(True)):
+        raise GraphcostError(f"{path}: {key(Keys.Rope.DIMENSION_COUNT_SWA)!r} = "
+                             f"{m.rot(m.is_swa.index(True))} is larger than the sliding-window "
+                             f"layers' head size {m.head_k(m.is_swa.index(True))}")
     if m.arch in ROT_EQUALS_HEAD and m.n_rot != m.head_dim_k:
         raise GraphcostError(f"{path}: {key(Keys.Rope.DIMENSION_COUNT)!r} = {m.n_rot}: {m.arch} "
                              f"needs the head size {m.head_dim_k} (llama.cpp: invalid n_rot)")
@@ -104,7 +108,7 @@ def check_model(m: ModelInfo) -> None:
 def _check_layer_tensor(m: ModelInfo, t: TensorInfo, il: int, kind: str, expect) -> None:
     E = m.n_embd
     hq, hkv = m.n_head[il], m.n_head_kv[il]
-    dk, dv = m.head_dim_k, m.head_dim_v
+    dk, dv = m.head_k(il), m.head_v(il)  # per layer: gemma4's sliding layers differ
     heads = f"n_head {hq}, n_head_kv {hkv}, head size {dk}"
     ff = m.n_ff[il]
     if kind == "attn_q":

@@ -199,6 +199,18 @@ def concat(t: Tensor) -> OpCost:
     return OpCost({}, tuple(_plain(t)), t.data_bytes)
 
 
+def pad(t: Tensor) -> OpCost:
+    # a:[n0, n1, n2, n3] -> [n0 + p0, ...]: copy a, write zeros in the padding; no
+    # arithmetic (ggml_compute_forward_pad)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
+def repeat(t: Tensor) -> OpCost:
+    # a:[n0, n1, n2, n3] tiled to [k0*n0, ...]: read a once, write every copy; no
+    # arithmetic (ggml_compute_forward_repeat)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
 def rope(t: Tensor) -> OpCost:
     # x:[D, H, T] rotated in n_dims/2 pairs per head. Per token and pair (rope cache, shared
     # by all heads): theta*scale, cos*m, sin*m, theta step [4 mul], 1 sin, 1 cos (+1 div with
@@ -387,6 +399,44 @@ def sigmoid(t: Tensor) -> OpCost:
     return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
 
 
+def sqr(t: Tensor) -> OpCost:
+    # x*x: 1 mul per element (ggml_vec_sqr_f32)
+    n = t.n_elements
+    return OpCost(_ops(mul=n), tuple(_plain(t)), t.data_bytes)
+
+
+def sqrt_(t: Tensor) -> OpCost:
+    # sqrtf(x): 1 sqrt per element (ggml_vec_sqrt_f32)
+    n = t.n_elements
+    return OpCost(_ops(sqrt=n), tuple(_plain(t)), t.data_bytes)
+
+
+def mean(t: Tensor) -> OpCost:
+    # a:[n, rows] -> [1, rows]: n adds and 1 div per row (ggml_compute_forward_mean_f32:
+    # ggml_vec_sum_f32, then /= ne00)
+    a = t.src[0]
+    r = _rows(a)
+    return OpCost(_ops(add=a.ne[0] * r, div=r), tuple(_plain(t)), t.data_bytes)
+
+
+def repeat(t: Tensor) -> OpCost:
+    # a tiled to the result's shape: a read once, the result written; no arithmetic
+    # (ggml_compute_forward_repeat_f32 copies a's rows ne/a.ne times)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
+def pad(t: Tensor) -> OpCost:
+    # a copied into a larger zero-filled result: a read once, the result written
+    # (ggml_compute_forward_pad_f32 writes every element, zeros included)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
+def relu(t: Tensor) -> OpCost:
+    # max(x, 0): 1 compare-select ("max") per element (ggml_vec_relu_f32)
+    n = t.n_elements
+    return OpCost(_ops(max=n), tuple(_plain(t)), t.data_bytes)
+
+
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
 COSTS: dict[Op, CostFn] = {
     Op.MUL_MAT: mul_mat,
@@ -402,6 +452,8 @@ COSTS: dict[Op, CostFn] = {
     Op.CPY: copy,
     Op.CONT: copy,
     Op.CONCAT: concat,
+    Op.PAD: pad,
+    Op.REPEAT: repeat,
     Op.ROPE: rope,
     Op.SOFT_MAX: soft_max,
     Op.FLASH_ATTN_EXT: flash_attn_ext,
@@ -417,6 +469,12 @@ COSTS: dict[Op, CostFn] = {
     Op.SIGMOID: sigmoid,
     Op.ADD_ID: add_id,
     Op.SWIGLU_OAI: swiglu_oai,
+    Op.SQR: sqr,
+    Op.SQRT: sqrt_,
+    Op.MEAN: mean,
+    Op.REPEAT: repeat,
+    Op.RELU: relu,
+    Op.PAD: pad,
 }
 
 def op_cost(t: Tensor) -> OpCost | Unmodelled:

@@ -27,15 +27,19 @@ from dataclasses import dataclass
 
 from . import ggml_types as gt
 from .alloc import CPU_ALIGNMENT, Allocation, align, allocate, ggml_nbytes
-from .build import BuiltGraph, build_graph
+from .build import BuiltGraph, build_graph, resolve_for
 from .ggml_graph import Tensor
 from .model import ModelInfo
 from .ops import Op
-from .settings import Resolved, RunSettings, resolve
+from .settings import Resolved, RunSettings
 
 #: llm_graph_result::set_outputs flags t_logits and t_embd as graph outputs
 #: (GGML_TENSOR_FLAG_OUTPUT: never freed, never overwritten in place)
-OUTPUT_NAMES = ("result_output", "result_norm")
+OUTPUT_NAMES = ("result_output", "result_norm",
+                # t_embd and t_embd_pooled of the embedding encoders (bert)
+                "result_embd", "result_embd_pooled",
+                # t_h_nextn (gemma4: the final norm before the output rows are selected)
+                "h_nextn")
 #: llama_context default n_seq_max (llama-cli uses one sequence unless -np is given)
 N_SEQ_MAX = 1
 
@@ -183,11 +187,12 @@ class MemoryPlan:
         return next(r for r in self.reserves if r.label == label)
 
 
-def output_buffer_bytes(model: ModelInfo) -> int:
+def output_buffer_bytes(model: ModelInfo, embeddings: bool = False) -> int:
     """llama_context::output_reserve(n_seq_max) at start-up: logits for one output per
-    sequence, ``n_vocab * max(n_outputs, n_seq_max)`` floats (no embeddings, no backend
-    samplers). A batch that asks for more logits regrows it to ``n_vocab * n_outputs``."""
-    return model.n_vocab * N_SEQ_MAX * 4
+    sequence, ``n_vocab * max(n_outputs, n_seq_max)`` floats, plus ``n_embd`` floats per
+    output with embeddings on (n_embd_out = n_embd: no dense output layers modelled; no
+    backend samplers). A batch that asks for more outputs regrows it."""
+    return (model.n_vocab + (model.n_embd if embeddings else 0)) * N_SEQ_MAX * 4
 
 
 def cache_memory(bg: BuiltGraph) -> list[CacheMemory]:
@@ -205,14 +210,14 @@ def plan_memory(model: ModelInfo, settings: RunSettings,
     """Build the reserve graphs for ``settings`` and allocate them like sched_reserve;
     with ``analyzed`` (a graph built for the same model), also run the allocator over it
     for its live bytes per node."""
-    run = resolve(settings, model.n_ctx_train, model.n_swa)
+    run = resolve_for(model, settings)
     reserves = []
     for label, s in reserve_settings(settings, run):
         bg = build_graph(model, s)
         reserves.append(ReserveGraph(label, bg, simulate(bg)))
     step = simulate(analyzed) if analyzed is not None else None
     return MemoryPlan(model, run, model.weights_bytes, cache_memory(reserves[0].graph),
-                      output_buffer_bytes(model), reserves, step)
+                      output_buffer_bytes(model, settings.embeddings), reserves, step)
 
 
 def plan_for(bg: BuiltGraph) -> MemoryPlan:

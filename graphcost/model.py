@@ -64,9 +64,41 @@ class ModelInfo:
     expert_gating_func: int = 0
     #: f_attn_logit_softcapping when the architecture sets attn_soft_cap (gemma2), else 0
     attn_softcap: float = 0.0
+    #: rope.dimension_sections (hparams.rope_sections, 4 entries; 0 when absent): multi-section
+    #: rope (qwen3vl's IMROPE, glm4's MROPE when sections are set, hparams.use_mrope)
+    rope_sections: tuple[int, ...] = (0, 0, 0, 0)
+    #: attention.temperature_scale (f_attn_temp_scale, llama4/mistral3 query temperature
+    #: tuning; 0: none)
+    attn_temp_scale: float = 0.0
+    #: n_deepstack_layers (qwen3vl): the input embedding is n_embd * (1 + this) wide
+    n_deepstack_layers: int = 0
     #: hparams.rope_freq_scale_train_swa: 1 unless the family copies the trained scale
     #: (spec hparam ``rope_swa_from_train``: gemma2, gpt-oss)
     rope_freq_scale_swa: float = 1.0
+    #: head sizes and rotated dims of sliding-window layers (attention.key_length_swa,
+    #: value_length_swa, rope.dimension_count_swa; llama.cpp reads them for every
+    #: architecture, defaulting to the full layers' values): gemma4; 0 = as full layers
+    head_dim_k_swa: int = 0
+    head_dim_v_swa: int = 0
+    n_rot_swa: int = 0
+    #: attention.shared_kv_layers (gemma4: the last N layers reuse earlier layers' KV)
+    n_kv_shared_layers: int = 0
+
+    def head_k(self, il: int) -> int:
+        """llama_hparams::n_embd_head_k(il): the sliding-window size on SWA layers."""
+        return self.head_dim_k_swa if self.is_swa[il] and self.head_dim_k_swa else self.head_dim_k
+
+    def head_v(self, il: int) -> int:
+        """llama_hparams::n_embd_head_v(il)."""
+        return self.head_dim_v_swa if self.is_swa[il] and self.head_dim_v_swa else self.head_dim_v
+
+    def rot(self, il: int) -> int:
+        """llama_hparams::n_rot(il)."""
+        return self.n_rot_swa if self.is_swa[il] and self.n_rot_swa else self.n_rot
+
+    def n_embd_v_gqa_max(self) -> int:
+        """llama_hparams::n_embd_v_gqa_max(): the widest V row over all layers."""
+        return max(self.n_embd_v_gqa(il) for il in range(self.n_layer))
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -76,10 +108,10 @@ class ModelInfo:
         return self.header.tensors.get(name)
 
     def n_embd_k_gqa(self, il: int) -> int:
-        return self.head_dim_k * self.n_head_kv[il]
+        return self.head_k(il) * self.n_head_kv[il]
 
     def n_embd_v_gqa(self, il: int) -> int:
-        return self.head_dim_v * self.n_head_kv[il]
+        return self.head_v(il) * self.n_head_kv[il]
 
     @property
     def weights_bytes(self) -> int:
@@ -238,9 +270,16 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     is_swa = (False,) * n_layer
     swa_train = bool(specs[arch].hparams.get("rope_swa_from_train", False))
     swa_default = specs[arch].hparams.get("swa_pattern")
-    if swa_default is not None:
+    only = specs[arch].hparams.get("swa_only_n_layer")  # exaone4: SWA only for 64 layers
+    if swa_default is not None and (only is None or n_layer == int(only)):
         n_swa = m.int(Keys.Attention.SLIDING_WINDOW, int(specs[arch].hparams.get("sliding_window", 0)))
+        fixed = specs[arch].hparams.get("sliding_window_fixed")
+        if fixed is not None and n_swa != 0:  # llama4: a 0 in the file turns it off, any
+            n_swa = int(fixed)                # other value (or none) means the fixed chunk
         if n_swa > 0:
+            if swa_default == "required":  # gemma4: ml.get_arr(..._PATTERN) without a default
+                m.get(Keys.Attention.SLIDING_WINDOW_PATTERN, required=True)
+                swa_default = 0
             is_swa = _swa_pattern(m, n_layer, int(swa_default))
 
     return ModelInfo(
@@ -275,8 +314,29 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         attn_softcap=(m.float(Keys.LLM.ATTN_LOGIT_SOFTCAPPING,
                               float(specs[arch].hparams["attn_logit_softcap"]))
                       if "attn_logit_softcap" in specs[arch].hparams else 0.0),
+        rope_sections=_sections(m),
+        attn_temp_scale=m.float(Keys.Attention.TEMPERATURE_SCALE, 0.0),
+        n_deepstack_layers=m.int(Keys.LLM.NUM_DEEPSTACK_LAYERS, 0),
         **_experts(m, n_layer),
+        head_dim_k_swa=m.int(Keys.Attention.KEY_LENGTH_SWA, head_dim_k),
+        head_dim_v_swa=m.int(Keys.Attention.VALUE_LENGTH_SWA, head_dim_v),
+        n_rot_swa=m.int(Keys.Rope.DIMENSION_COUNT_SWA, n_rot),
+        n_kv_shared_layers=m.int(Keys.Attention.SHARED_KV_LAYERS, 0),
     )
+
+
+def _sections(m: _Meta) -> tuple[int, ...]:
+    """rope.dimension_sections: ``get_key_or_arr(..., rope_sections, 4)``, zeros when absent."""
+    v = m.get(Keys.Rope.DIMENSION_SECTIONS, None)
+    if v is None:
+        return (0, 0, 0, 0)
+    if isinstance(v, LazyArray):
+        v = v.load()
+    if not isinstance(v, list) or len(v) != 4 or \
+            not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+        raise GraphcostError(f"{m.path}: metadata key {m.key(Keys.Rope.DIMENSION_SECTIONS)!r} "
+                             f"must hold 4 non-negative integers, got {_show(v)}")
+    return tuple(v)
 
 
 def _bool(m: _Meta, template: str, default: bool) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from .arch_spec import ArchSpec, evaluate
+from .arch_spec import ArchSpec, evaluate, rope_mode
 from .errors import GraphcostError, UnsupportedError
 from .ggml_graph import Tensor
 from .llm_graph import AttnInputs, LlmGraph
@@ -41,6 +41,7 @@ class SpecBuilder:
         self.vars: dict[str, Any] = {}
         self.il: int | None = None
         m = self.m
+        #: names an expression may use; in a layer also il, is_swa (hparams.is_swa(il))
         self.names = {
             "n_embd": m.n_embd, "n_head": m.n_head[0], "n_head_kv": m.n_head_kv[0],
             "head_dim": m.head_dim_k, "head_dim_v": m.head_dim_v, "n_layer": m.n_layer,
@@ -48,10 +49,18 @@ class SpecBuilder:
             "final_logit_softcap": m.final_logit_softcap,
             "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
             "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
-            "rope_finetuned": float(m.rope_finetuned),
+            "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
+            "attn_temp_scale": m.attn_temp_scale, "n_expert": m.n_expert,
+            "n_kv_shared_layers": m.n_kv_shared_layers,
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
+        #: llama_model_rope_type: the spec's mode, or ``hparams.rope_with_sections`` (glm4:
+        #: mrope) when the file sets rope sections (llama_hparams::use_mrope)
+        self.rope_mode = rope_mode(spec)
+        with_sections = spec.hparams.get("rope_with_sections")
+        if with_sections is not None and m.rope_sections[0] > 0 and m.rope_sections[1] > 0:
+            self.rope_mode = rope_mode(spec, str(with_sections))
 
     # ---- helpers -----------------------------------------------------------------------
     def where(self, stmt: str) -> str:
@@ -84,6 +93,17 @@ class SpecBuilder:
     def expr(self, e: Any) -> float:
         return evaluate(e, self.names, str(self.spec.path))
 
+    def kv_reuse(self) -> dict[int, int]:
+        """Layers without KV and the layer whose cache each reads: with hparams
+        ``n_layer_kv_from_start`` N (an expression; gemma3n: 20, gemma4: n_layer -
+        n_kv_shared_layers), layer il >= N reads N - 2 if it is a sliding-window layer,
+        else N - 1 (llama_model::create_memory's ``reuse``)."""
+        m = self.m
+        n = int(self.expr(self.spec.hparams.get("n_layer_kv_from_start", -1)))
+        if n < 0:
+            return {}
+        return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}
+
     # ---- driver ------------------------------------------------------------------------
     def run(self, stmts: list[dict]) -> None:
         for s in stmts:
@@ -102,10 +122,12 @@ class SpecBuilder:
         self.run(self.spec.prologue)
         for il in range(m.n_layer):
             self.il = il
+            self.names.update(il=il, is_swa=float(m.n_swa > 0 and m.is_swa[il]))
             g.layer = il
             g.block = "other"
             self.run(self.spec.layer)
         self.il = None
+        del self.names["il"], self.names["is_swa"]
         g.layer = None
         g.block = "other"
         self.run(self.spec.epilogue)

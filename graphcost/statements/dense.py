@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import ggml_types as gt
-from ..arch_spec import evaluate, rope_mode
+from ..arch_spec import evaluate
 from ..errors import GraphcostError, UnsupportedError
 from ..ggml_graph import Tensor
 from ..spec_builder import SpecBuilder, statement
@@ -104,9 +104,9 @@ def build_qkv_flat(sb: SpecBuilder, cur: Tensor) -> tuple[Tensor, Tensor, Tensor
             bias = g.concat(g.concat(bq, bk, 0), bv, 0)
     if bias is not None:
         qkv = g.cb(g.add(qkv, bias), "wqkv_b", il)
-    n_q = m.head_dim_k * m.n_head[il]
-    n_k = m.head_dim_k * m.n_head_kv[il]
-    n_v = m.head_dim_v * m.n_head_kv[il]
+    n_q = m.head_k(il) * m.n_head[il]
+    n_k = m.head_k(il) * m.n_head_kv[il]
+    n_v = m.head_v(il) * m.n_head_kv[il]
     T, rs = qkv.ne[1], gt.row_size
     q = g.view(qkv, [n_q, T], [qkv.nb[1]], 0)
     k = g.view(qkv, [n_k, T], [qkv.nb[1]], rs(qkv.type, n_q))
@@ -140,7 +140,7 @@ def rope_ctx(sb: SpecBuilder, a: dict) -> None:
     """``{x: Qcur, pos: inp_pos, cb: name, out: var}``: ggml_rope_ext with the graph
     context's ``freq_base`` (the model's, sliding layer or not) and ``freq_scale`` 1 on
     sliding-window layers (olmo2.cpp: "Olmo3 use regular rope with no yarn rope scaling")."""
-    mode = rope_mode(sb.spec)
+    mode = sb.rope_mode
     if mode is None:
         raise GraphcostError(sb.where("rope_ctx statement in an architecture with rope: none"))
     m, il = sb.m, sb.il

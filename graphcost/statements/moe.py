@@ -37,10 +37,13 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
                   exp_probs_b: Tensor | None, n_expert: int, n_expert_used: int,
                   n_expert_used_il: int, act: str, norm_w: bool, w_scale: float, gating: int,
                   il: int, up_b: Tensor | None = None, gate_b: Tensor | None = None,
-                  down_b: Tensor | None = None) -> Tensor:
+                  down_b: Tensor | None = None, llama4: bool = False) -> Tensor:
     """build_moe_ffn without adapters, groups or per-expert scales. ``up_b``, ``gate_b``,
     ``down_b``: per-expert biases [n, n_expert] (gpt-oss), each an ADD_ID of the rows the
-    selected experts pick. ``act`` ``swiglu_oai``: LLM_FFN_SWIGLU_OAI_MOE."""
+    selected experts pick. ``act`` ``swiglu_oai``: LLM_FFN_SWIGLU_OAI_MOE. ``llama4``: its
+    ``arch == LLM_ARCH_LLAMA4`` branches: experts chosen by the raw logits, and the input
+    scaled by the weights before the experts (REPEAT, MUL ``ffn_moe_weighted``), not their
+    outputs after."""
     g = b.g
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     cb = g.cb
@@ -63,6 +66,8 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     if exp_probs_b is not None:
         selection_probs = cb(g.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
 
+    if llama4:  # "sigmoid is only used after top_k"
+        selection_probs = logits
     selected = g.argsort_top_k(selection_probs, n_expert_used)  # [n_expert_used, n_tokens]
     cb(selected.src[0], "ffn_moe_argsort", il)
     cb(selected, "ffn_moe_topk", il)
@@ -89,6 +94,9 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     g.expand(weights)  # "call early so that topk-moe can be used"
 
     cur = g.reshape(cur, [n_embd, 1, n_tokens])
+    if llama4:  # weight_before_ffn
+        repeated = g.repeat_4d(cur, [n_embd, n_expert_used, n_tokens, 1])
+        cur = cb(g.mul(repeated, weights), "ffn_moe_weighted", il)
     up = cb(g.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)  # [n_ff, k, n_tokens]
     if up_b is not None:
         up = cb(g.add_id(up, up_b, selected), "ffn_moe_up_biased", il)
@@ -114,7 +122,8 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     experts = cb(g.mul_mat_id(down_exps, cur, selected), "ffn_moe_down", il)  # [n_embd, k, T]
     if down_b is not None:
         experts = cb(g.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
-    experts = cb(g.mul(experts, weights), "ffn_moe_weighted", il)
+    if not llama4:
+        experts = cb(g.mul(experts, weights), "ffn_moe_weighted", il)
     g.expand(experts)
 
     # order the views before the adds
@@ -150,8 +159,8 @@ def _gating(sb: SpecBuilder, v: Any) -> int:
 @statement("moe_ffn")
 def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
     """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, down, up_bias, gate_bias,
-    down_bias, probs_bias, act, gating, norm_w, w_scale, cb, out}``; tensors default to
-    ``ffn_gate_inp``, ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama),
+    down_bias, probs_bias, act, gating, norm_w, w_scale, llama4, cb, out}``; tensors default
+    to ``ffn_gate_inp``, ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama),
     ``ffn_down_exps``; no expert biases unless named."""
     m, il = sb.m, sb.il
     if il is None:
@@ -173,5 +182,5 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
         bool(evaluate(a.get("norm_w", 0), names, where)),
         evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il,
         up_b=sb.weight(a.get("up_bias")), gate_b=sb.weight(a.get("gate_bias")),
-        down_b=sb.weight(a.get("down_bias")))
+        down_b=sb.weight(a.get("down_bias")), llama4=bool(a.get("llama4", False)))
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
