@@ -322,6 +322,12 @@ def sigmoid(t: Tensor) -> OpCost:
     return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
 
 
+def fill(t: Tensor) -> OpCost:
+    # y[...] = c: the source gives the shape only and is not read; no arithmetic
+    # (ggml_compute_forward_fill)
+    return OpCost({}, (0,), t.data_bytes)
+
+
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
 COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "MUL_MAT": mul_mat,
@@ -350,6 +356,7 @@ COSTS: dict[str, Callable[[Tensor], OpCost]] = {
     "SUM_ROWS": sum_rows,
     "CLAMP": clamp,
     "SIGMOID": sigmoid,
+    "FILL": fill,
 }
 
 #: ops that only reinterpret memory: no cost, no allocation

@@ -320,6 +320,11 @@ class Graph:
         """ggml_clamp: a new tensor (ggml_dup_tensor, so unnamed) with values in [lo, hi]."""
         return self._new("CLAMP", a.type, a.ne, [a], params={"min": lo, "max": hi})
 
+    def fill(self, a: Tensor, c: float) -> Tensor:
+        """ggml_fill: a new tensor shaped like ``a`` (ggml_dup_tensor, unnamed), every
+        element ``c``; ``a`` is a source for its shape only."""
+        return self._new("FILL", a.type, a.ne, [a], params={"c": c})
+
     # ---- graph order -------------------------------------------------------------------
     def expand(self, t: Tensor) -> None:
         """ggml_build_forward_expand: append ``t`` and its unvisited ancestors, post-order."""

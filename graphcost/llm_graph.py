@@ -42,7 +42,7 @@ class AttnInputs:
 
     cache: KVCache
     k_idxs: Tensor
-    v_idxs: Tensor
+    v_idxs: Tensor | None  # None: K-only (MLA) cache
     kq_mask: Tensor
     k_rot: Tensor | None
     v_rot: Tensor | None
@@ -106,19 +106,26 @@ class LlmGraph:
         return self.g.new_tensor(gt.I32, [self.n_outputs], name="out_ids")
 
     def make_cache(self, name: str, layers: list[int], size: int, n_kv: int) -> KVCache:
-        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]."""
+        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]; with
+        MLA (``hparams.is_mla()``) K only: it holds the compressed KV and the rope part,
+        and V is read as a view of it (``has_v = !is_mla``)."""
         m, run, g = self.model, self.run, self.g
         v_trans = not run.flash_attn
+        has_v = not m.is_mla
         k, v = {}, {}
         for il in layers:
             k[il] = g.new_tensor(run.type_k, [m.n_embd_k_gqa(il), size, 1],
                                  name=f"cache_k_l{il}", role="kv")
-            v[il] = g.new_tensor(run.type_v, [m.n_embd_v_gqa(il), size, 1],
-                                 name=f"cache_v_l{il}", role="kv")
-            k[il].layer = v[il].layer = il
-        # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches)
+            k[il].layer = il
+            if has_v:
+                v[il] = g.new_tensor(run.type_v, [m.n_embd_v_gqa(il), size, 1],
+                                     name=f"cache_v_l{il}", role="kv")
+                v[il].layer = il
+        # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches); with
+        # MLA n_embd_head_v_all stays 0, so no V rotation (and build_attn_inp_k builds no
+        # rotation inputs at all)
         rot_k = gt.is_quantized(run.type_k) and m.head_dim_k % 64 == 0
-        rot_v = gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
+        rot_v = has_v and gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
         cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v)
         self.caches.append(cache)
         return cache
@@ -132,6 +139,17 @@ class LlmGraph:
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
         mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
         inp = AttnInputs(cache, k_idxs, v_idxs, mask, None, None)
+        self.attn_inputs.append(inp)
+        return inp
+
+    def build_attn_inputs_k(self, cache: KVCache) -> AttnInputs:
+        """build_attn_inp_k_impl (MLA, K-only cache): build_input_k_idxs and
+        build_attn_inp_kq_mask; no V indices, no rotation inputs."""
+        g, T = self.g, self.n_tokens
+        k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
+        mask_type = gt.F16 if self.run.flash_attn else gt.F32
+        mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
+        inp = AttnInputs(cache, k_idxs, None, mask, None, None)
         self.attn_inputs.append(inp)
         return inp
 
@@ -228,23 +246,26 @@ class LlmGraph:
             t = g.cb(g.add(t, b), bias_name or name, il)
         return t
 
-    def ffn_down(self, il: int, cur: Tensor) -> Tensor:
+    def ffn_down(self, il: int, cur: Tensor, down: str = "ffn_down") -> Tensor:
         """build_ffn's down projection: unnamed, or ``ffn_down`` then an unnamed bias ADD."""
         g = self.g
-        cur = self.mm(self.lw(il, "ffn_down.weight"), cur)
-        b = self.lw(il, "ffn_down.bias", required=False)
+        cur = self.mm(self.lw(il, f"{down}.weight"), cur)
+        b = self.lw(il, f"{down}.bias", required=False)
         if b is not None:
             g.cb(cur, "ffn_down", il)
             cur = g.add(cur, b)
         return cur
 
-    def build_ffn_par(self, il: int, cur: Tensor, act: str) -> Tensor:
-        """build_ffn with a parallel gate (LLM_FFN_PAR) and SILU or GELU: fused GLU split."""
-        up = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
-        gate = self.proj(il, "ffn_gate", cur, "ffn_gate", "ffn_gate_b")
+    def build_ffn_par(self, il: int, cur: Tensor, act: str, up: str = "ffn_up",
+                      gate: str = "ffn_gate", down: str = "ffn_down") -> Tensor:
+        """build_ffn with a parallel gate (LLM_FFN_PAR) and SILU or GELU: fused GLU split.
+        ``up gate down`` name the weights (``ffn_up_shexp``...: a shared expert); the
+        nodes are named ``ffn_up``, ``ffn_gate``... whichever weights they use."""
+        up_t = self.proj(il, up, cur, "ffn_up", "ffn_up_b")
+        gate_t = self.proj(il, gate, cur, "ffn_gate", "ffn_gate_b")
         op, name = {"silu": ("SWIGLU", "ffn_swiglu"), "gelu": ("GEGLU", "ffn_geglu")}[act]
-        cur = self.g.cb(self.g.glu_split(op, gate, up), name, il)
-        return self.ffn_down(il, cur)
+        cur = self.g.cb(self.g.glu_split(op, gate_t, up_t), name, il)
+        return self.ffn_down(il, cur, down)
 
     #: build_ffn's activations without a parallel gate: op and the name it is cb'ed with
     FFN_SEQ_ACT = {"gelu": ("GELU", "ffn_gelu"), "silu": ("SILU", "ffn_silu"),
@@ -312,7 +333,9 @@ class LlmGraph:
                             rs(v.type, cache.size * v.ne[0])], 0)
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: float,
-                       il: int) -> Tensor:
+                       il: int, v_mla: Tensor | None = None) -> Tensor:
+        """build_attn_mha; ``v_mla`` (MLA's ``wv_b``) decompresses the attention result
+        from MQA back to the heads' value size."""
         g, m = self.g, self.model
         v_trans = v.nb[1] > v.nb[2]
         ns = k.ne[3]
@@ -325,6 +348,11 @@ class LlmGraph:
             if v_trans:
                 v = g.transpose(v)
             cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, m.attn_softcap)
+            if v_mla is not None:  # as a matrix-matrix product with n_tokens in dim 1
+                cur = g.permute(cur, 0, 2, 1, 3)
+                cur = g.cb(g.mul_mat(v_mla, cur), "fattn_mla", il)
+                cur = g.permute(cur, 0, 2, 1, 3)
+                cur = g.cont(cur)
             cur = g.reshape(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
         else:
             kq = g.cb(g.mul_mat(k, q), "kq", il)
@@ -336,6 +364,8 @@ class LlmGraph:
             if not v_trans:
                 v = g.cb(g.cont(g.transpose(v)), "v_cont", il)
             kqv = g.cb(g.mul_mat(v, kq), "kqv", il)
+            if v_mla is not None:
+                kqv = g.cb(g.mul_mat(v_mla, kqv), "kqv_mla", il)
             cur = g.permute(kqv, 0, 2, 1, 3)
             cur = g.cont(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
         g.expand(cur)
@@ -364,6 +394,20 @@ class LlmGraph:
         if wo_b is not None:
             cur = g.add(cur, wo_b)
         return cur
+
+    def build_attn_k(self, inp: AttnInputs, wo: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                     v_mla: Tensor | None, kq_scale: float, il: int) -> Tensor:
+        """build_attn for llm_graph_input_attn_k (MLA: one K-only cache): expands q, v, k,
+        stores K, reads V as the first ``v.ne0`` elements of each K row, no output bias."""
+        g, cache = self.g, inp.cache
+        for t in (q, v, k):
+            g.expand(t)
+        g.expand(self.cpy_k(cache, k, inp.k_idxs, il))
+        kk = self.get_k(cache, il)
+        vv = g.view(kk, [v.ne[0], kk.ne[1], kk.ne[2], kk.ne[3]], kk.nb[1:], 0)
+        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il, v_mla),
+                   "kqv_out", il)
+        return self.mm(wo, cur)
 
     def select_rows(self, il: int, *ts: Tensor, out_ids: Tensor) -> list[Tensor]:
         """Last layer: keep only the output rows (``ggml_get_rows(cur, inp_out_ids)``)."""

@@ -64,6 +64,26 @@ class ModelInfo:
     expert_gating_func: int = 0
     #: f_attn_logit_softcapping when the architecture sets attn_soft_cap (gemma2), else 0
     attn_softcap: float = 0.0
+    #: nextn_predict_layers: NextN/MTP blocks stored after the trunk (block_count counts
+    #: them; ``n_layer`` does not: llama_hparams::n_layer() = n_layer_all - n_layer_nextn)
+    n_layer_nextn: int = 0
+    #: leading_dense_block_count: layers before the first MoE layer (deepseek2, glm4moe)
+    n_layer_dense_lead: int = 0
+    #: expert_group_count / expert_group_used_count (DeepSeek V3's grouped routing; 0: none)
+    n_expert_groups: int = 0
+    n_group_used: int = 0
+    #: multi-head latent attention (deepseek2): attention.q_lora_rank (0: no Q LoRA),
+    #: attention.kv_lora_rank, and the per-head sizes after decompression
+    #: (attention.key_length_mla / value_length_mla; 0 when the file has none: not MLA)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    head_dim_k_mla: int = 0
+    head_dim_v_mla: int = 0
+
+    @property
+    def is_mla(self) -> bool:
+        """llama_hparams::is_mla: both MLA head sizes are set."""
+        return self.head_dim_k_mla != 0 and self.head_dim_v_mla != 0
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -157,15 +177,22 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         raise UnsupportedError(f"{header.path}: architecture {_show(arch)} is not supported "
                                f"(supported: {', '.join(supported)})")
     m = _Meta(header, arch)
-    n_layer = m.int(Keys.LLM.BLOCK_COUNT, required=True)
+    n_layer_all = m.int(Keys.LLM.BLOCK_COUNT, required=True)
     n_embd = m.int(Keys.LLM.EMBEDDING_LENGTH, required=True)
-    if n_layer == 0 or n_embd == 0 or n_layer > 4096:
-        raise GraphcostError(f"{header.path}: block_count {n_layer} / embedding_length {n_embd} "
-                             f"are not a model llama.cpp can build")
-    n_head = m.per_layer(Keys.Attention.HEAD_COUNT, n_layer)
-    n_head_kv = m.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=None) \
+    if n_layer_all == 0 or n_embd == 0 or n_layer_all > 4096:
+        raise GraphcostError(f"{header.path}: block_count {n_layer_all} / embedding_length "
+                             f"{n_embd} are not a model llama.cpp can build")
+    # llama_model_base::load_hparams: per-layer arrays span all blocks, NextN ones included;
+    # the trunk graph and its KV cache see the first n_layer = n_layer_all - n_layer_nextn
+    n_layer_nextn = m.int(Keys.LLM.NEXTN_PREDICT_LAYERS, 0)
+    if n_layer_nextn >= n_layer_all:
+        raise GraphcostError(f"{header.path}: {m.key(Keys.LLM.NEXTN_PREDICT_LAYERS)!r} = "
+                             f"{n_layer_nextn} leaves no trunk layer of {n_layer_all}")
+    n_layer = n_layer_all - n_layer_nextn
+    n_head = m.per_layer(Keys.Attention.HEAD_COUNT, n_layer_all)[:n_layer]
+    n_head_kv = m.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer_all, default=None)[:n_layer] \
         if m.key(Keys.Attention.HEAD_COUNT_KV) in m.md else n_head
-    n_ff = m.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_layer, default=0)
+    n_ff = m.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_layer_all, default=0)[:n_layer]
     if n_head[0] == 0:
         raise GraphcostError(f"{header.path}: {m.key(Keys.Attention.HEAD_COUNT)!r} is 0")
     for il in range(n_layer):
@@ -227,7 +254,13 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         attn_softcap=(m.float(Keys.LLM.ATTN_LOGIT_SOFTCAPPING,
                               float(specs[arch].hparams["attn_logit_softcap"]))
                       if "attn_logit_softcap" in specs[arch].hparams else 0.0),
-        **_experts(m, n_layer),
+        n_layer_nextn=n_layer_nextn,
+        n_layer_dense_lead=m.int(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0),
+        q_lora_rank=m.int(Keys.Attention.Q_LORA_RANK, 0),
+        kv_lora_rank=m.int(Keys.Attention.KV_LORA_RANK, 0),
+        head_dim_k_mla=m.int(Keys.Attention.KEY_LENGTH_MLA, 0),
+        head_dim_v_mla=m.int(Keys.Attention.VALUE_LENGTH_MLA, 0),
+        **_experts(m, n_layer_all, n_layer),
     )
 
 
@@ -255,19 +288,28 @@ def _swa_pattern(m: _Meta, n_layer: int, default: int) -> tuple[bool, ...]:
     return tuple(v == 0 or (il % v < v - 1) for il in range(n_layer))
 
 
-def _experts(m: _Meta, n_layer: int) -> dict:
-    """llama_model::load_hparams: expert_count, expert_used_count (scalar or per layer), and
-    the optional expert keys; the same checks as llama.cpp's asserts, as one-line errors."""
+def _experts(m: _Meta, n_layer_all: int, n_layer: int) -> dict:
+    """llama_model::load_hparams: expert_count, expert_used_count (scalar or per layer),
+    expert groups, and the optional expert keys; the same checks as llama.cpp's asserts,
+    as one-line errors."""
     n_expert = m.int(Keys.LLM.EXPERT_COUNT, 0)
-    n_used = m.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_layer, default=0)
+    n_used = m.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_layer_all, default=0)
     if max(n_used) > n_expert or (n_expert > 0 and max(n_used) == 0):
         raise GraphcostError(f"{m.path}: {m.key(Keys.LLM.EXPERT_USED_COUNT)!r} = {max(n_used)} "
                              f"must be between 1 and {m.key(Keys.LLM.EXPERT_COUNT)!r} = {n_expert}")
+    n_groups = m.int(Keys.LLM.EXPERT_GROUP_COUNT, 0)
+    n_group_used = m.int(Keys.LLM.EXPERT_GROUP_USED_COUNT, 0)
+    if n_groups > 1 and (n_groups >= n_expert or n_expert % n_groups
+                         or not 0 < n_group_used < n_groups):
+        raise GraphcostError(f"{m.path}: {m.key(Keys.LLM.EXPERT_GROUP_COUNT)!r} = {n_groups} and "
+                             f"{m.key(Keys.LLM.EXPERT_GROUP_USED_COUNT)!r} = {n_group_used} "
+                             f"must divide {n_expert} experts into groups, fewer used than there are")
     norm = m.get(Keys.LLM.EXPERT_WEIGHTS_NORM, False)
     if not isinstance(norm, bool):
         raise GraphcostError(f"{m.path}: metadata key {m.key(Keys.LLM.EXPERT_WEIGHTS_NORM)!r} "
                              f"must be a boolean, got {_show(norm)}")
-    return dict(n_expert=n_expert, n_expert_used=n_used,
+    return dict(n_expert=n_expert, n_expert_used=n_used[:n_layer],
+                n_expert_groups=n_groups, n_group_used=n_group_used,
                 expert_weights_scale=m.float(Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0),
                 expert_weights_norm=norm,
                 expert_gating_func=m.int(Keys.LLM.EXPERT_GATING_FUNC, 0))

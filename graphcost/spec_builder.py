@@ -47,6 +47,13 @@ class SpecBuilder:
             "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
             "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
             "rope_finetuned": float(m.rope_finetuned),
+            # deepseek2 / glm4moe: leading dense layers; MLA ranks and head sizes
+            "n_layer_dense_lead": m.n_layer_dense_lead,
+            "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank,
+            "head_dim_k_mla": m.head_dim_k_mla or m.head_dim_k,
+            "head_dim_v_mla": m.head_dim_v_mla or m.head_dim_v,
+            "n_vocab": m.n_vocab,
+            "il": -1,  # the layer being built (-1 outside the layers)
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
@@ -184,7 +191,8 @@ class SpecBuilder:
         elif kind != "par":
             raise UnsupportedError(self.where(f"ffn kind {kind!r} is not implemented yet"))
         else:
-            t = self.b.build_ffn_par(self.il, self.var(a.get("x", "cur")), a.get("act", "silu"))
+            t = self.b.build_ffn_par(self.il, self.var(a.get("x", "cur")), a.get("act", "silu"),
+                                     *(a.get(w, f"ffn_{w}") for w in ("up", "gate", "down")))
         self.vars[a.get("out", "cur")] = self.cb(t, a.get("cb"))
 
     def s_lm_head(self, a: dict) -> None:
@@ -228,10 +236,12 @@ class SpecBuilder:
         self.run(self.spec.prologue)
         for il in range(m.n_layer):
             self.il = il
+            self.names["il"] = il
             g.layer = il
             g.block = "other"
             self.run(self.spec.layer)
         self.il = None
+        self.names["il"] = -1
         g.layer = None
         g.block = "other"
         self.run(self.spec.epilogue)

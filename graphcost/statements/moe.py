@@ -33,8 +33,9 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
                   up_exps: Tensor, gate_exps: Tensor | None, down_exps: Tensor,
                   exp_probs_b: Tensor | None, n_expert: int, n_expert_used: int,
                   n_expert_used_il: int, act: str, norm_w: bool, w_scale: float, gating: int,
-                  il: int) -> Tensor:
-    """build_moe_ffn without adapters, expert biases, groups or per-expert scales."""
+                  il: int, n_expert_groups: int = 0, n_group_used: int = 0) -> Tensor:
+    """build_moe_ffn without adapters, expert biases or per-expert scales; with DeepSeek
+    V3's grouped routing when ``n_expert_groups > 1`` (:func:`mask_expert_groups`)."""
     g = b.g
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     cb = g.cb
@@ -56,6 +57,10 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     selection_probs = probs
     if exp_probs_b is not None:
         selection_probs = cb(g.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
+
+    if n_expert_groups > 1 and n_tokens > 0:
+        selection_probs = mask_expert_groups(b, selection_probs, n_expert, n_expert_groups,
+                                             n_group_used, il)
 
     selected = g.argsort_top_k(selection_probs, n_expert_used)  # [n_expert_used, n_tokens]
     cb(selected.src[0], "ffn_moe_argsort", il)
@@ -116,6 +121,26 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     return cb(moe_out, "ffn_moe_out", il)
 
 
+def mask_expert_groups(b: LlmGraph, selection_probs: Tensor, n_expert: int, n_groups: int,
+                       n_group_used: int, il: int) -> Tensor:
+    """build_moe_ffn's group selection (DeepSeek V3's ``n_group`` / ``topk_group``): score
+    each group by the sum of its two best experts, keep the ``n_group_used`` best groups
+    and set every expert of the others to -inf before the top-k."""
+    g = b.g
+    n_tokens = selection_probs.ne[1]
+    per_group = n_expert // n_groups
+    groups = g.reshape(selection_probs, [per_group, n_groups, n_tokens])
+    top2 = g.argsort_top_k(groups, 2)  # [2, n_groups, n_tokens]
+    scores = g.get_rows(g.reshape(groups, [1, per_group, n_groups, n_tokens]), top2)
+    # [1, 2, n_groups, n_tokens] -> sum of the two -> [n_groups, n_tokens]
+    scores = g.sum_rows(g.reshape(scores, [scores.ne[1], scores.ne[2], scores.ne[3]]))
+    scores = g.reshape(scores, [scores.ne[1], scores.ne[2]])
+    kept = g.cb(g.argsort_top_k(scores, n_group_used), "ffn_moe_group_topk", il)
+    rows = g.get_rows(groups, kept)  # [per_group, n_group_used, n_tokens]
+    masked = g.set_rows(g.fill(groups, float("-inf")), rows, kept)
+    return g.cb(g.reshape(masked, [n_expert, n_tokens]), "ffn_moe_probs_masked", il)
+
+
 def _names(sb: SpecBuilder) -> dict[str, float]:
     m = sb.m
     return {**sb.names, "n_expert": m.n_expert,
@@ -154,5 +179,6 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
         sb.weight(a.get("down", "ffn_down_exps")), sb.weight(a.get("probs_bias")),
         m.n_expert, m.n_expert_used[0], m.n_expert_used[il], a.get("act", "silu"),
         bool(evaluate(a.get("norm_w", 0), names, where)),
-        evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il)
+        evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il,
+        m.n_expert_groups, m.n_group_used)
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))

@@ -1,0 +1,161 @@
+"""Tiny but valid GGUFs for the DeepSeek-style families.
+
+* :func:`write_deepseek2` -- arch ``deepseek2`` (DeepSeek V2/V3/R1, Kimi K2): multi-head
+  latent attention with the MLA head sizes (K-only cache), Q through a LoRA or one
+  matrix, leading dense layers, MoE layers with shared experts, optional expert-selection
+  bias (``exp_probs_b``) and expert groups.
+
+Each writes exactly the tensors ``llama_model_deepseek2::load_arch_tensors`` creates in the
+llama.cpp vendored by llama-cpp-python 0.3.36 (it refuses missing and unexpected tensors),
+and the keys the converter writes for an MLA model: ``key_length = kv_lora_rank + n_rot``
+(one K row of the cache), ``value_length = kv_lora_rank``, and the decompressed head sizes
+``key_length_mla = qk_nope + n_rot`` and ``value_length_mla``. Sizes are odd on purpose.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+import gguf
+from fixtures import QT, _add_spm_vocab, _finish, _TensorSink
+from fixtures_moe import _experts
+
+__all__ = ["write_deepseek2", "DeepseekInfo", "DEEPSEEK2_DEFAULT_TYPES"]
+
+# n_embd 224 (7 * 32), q_lora 160, kv_lora 96, nope 48 (F16: not a multiple of 32)
+DEEPSEEK2_DEFAULT_TYPES: dict[str, QT] = {
+    "token_embd": QT.Q8_0,
+    "output": QT.Q8_0,
+    "attn_q_a": QT.Q4_0,
+    "attn_q_b": QT.Q8_0,
+    "attn_q": QT.Q5_0,
+    "attn_kv_a_mqa": QT.Q8_0,
+    "attn_k_b": QT.F16,
+    "attn_v_b": QT.Q8_0,
+    "attn_output": QT.Q4_1,
+    "ffn_gate_inp": QT.F32,
+    "ffn_gate_exps": QT.Q4_0,
+    "ffn_up_exps": QT.Q8_0,
+    "ffn_down_exps": QT.Q5_0,
+    "ffn_gate_shexp": QT.Q8_0,
+    "ffn_up_shexp": QT.Q4_0,
+    "ffn_down_shexp": QT.F16,
+}
+
+
+@dataclass
+class DeepseekInfo:
+    """What was written (for expectations in tests)."""
+
+    path: Path
+    n_layer: int
+    n_embd: int
+    n_head: int
+    kv_lora_rank: int
+    n_rot: int
+    n_vocab: int
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def write_deepseek2(
+    path: str | Path, *, n_embd: int = 224, n_head: int = 3, n_layer: int = 3,
+    n_vocab: int = 301, q_lora_rank: int = 160, kv_lora_rank: int = 96, qk_nope: int = 48,
+    n_rot: int = 32, v_head: int = 64, n_ff: int = 416, n_ff_exp: int = 96,
+    n_expert: int = 8, n_expert_used: int = 3, n_expert_shared: int = 1,
+    n_layer_dense_lead: int = 1, expert_groups: tuple[int, int] | None = (4, 2),
+    gating: int | None = 2, weights_norm: bool | None = True,
+    weights_scale: float | None = 2.5, probs_bias: bool = True,
+    tie_embeddings: bool = False, weight_types: Mapping[str, QT] | None = None,
+    context_length: int = 4096, rope_freq_base: float = 10_000.0, rms_eps: float = 1e-6,
+    seed: int = 0,
+) -> DeepseekInfo:
+    """Arch ``deepseek2`` with MLA. Default: DeepSeek V3 layout -- Q LoRA of 160, KV LoRA
+    of 96, 3 heads of 48 + 32 (rope) for K and 64 for V, layer 0 dense, then 8 experts of
+    96 in 4 groups (2 groups used), 3 experts used, one shared expert, sigmoid gating with
+    a selection bias, normalised weights scaled by 2.5. ``q_lora_rank=0`` writes ``attn_q``
+    (the lite layout; the key is then written as 0); ``None`` leaves a key out."""
+    path = Path(path)
+    arch = "deepseek2"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(1)
+    w.add_key_length(kv_lora_rank + n_rot)
+    w.add_value_length(kv_lora_rank)
+    w.add_key_length_mla(qk_nope + n_rot)
+    w.add_value_length_mla(v_head)
+    w.add_rope_dimension_count(n_rot)
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    w.add_q_lora_rank(q_lora_rank)
+    w.add_kv_lora_rank(kv_lora_rank)
+    w.add_leading_dense_block_count(n_layer_dense_lead)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_shared_count(n_expert_shared)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    if expert_groups is not None:
+        w.add_expert_group_count(expert_groups[0])
+        w.add_expert_group_used_count(expert_groups[1])
+    if gating is not None:
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
+    if weights_norm is not None:
+        w.add_expert_weights_norm(weights_norm)
+    if weights_scale is not None:
+        w.add_expert_weights_scale(weights_scale)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, DEEPSEEK2_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("output_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    k_mla = qk_nope + n_rot
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        if q_lora_rank > 0:
+            sink.vector(p + "attn_q_a_norm.weight", q_lora_rank)
+        sink.vector(p + "attn_kv_a_norm.weight", kv_lora_rank)
+        if q_lora_rank > 0:
+            sink.matrix("attn_q_a", p + "attn_q_a.weight", n_embd, q_lora_rank)
+            sink.matrix("attn_q_b", p + "attn_q_b.weight", q_lora_rank, n_head * k_mla)
+        else:
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_head * k_mla)
+        sink.matrix("attn_kv_a_mqa", p + "attn_kv_a_mqa.weight", n_embd, kv_lora_rank + n_rot)
+        # per-head 3-D weights: ne [qk_nope, kv_lora, n_head] and [kv_lora, v_head, n_head]
+        _experts(sink, "attn_k_b", p + "attn_k_b.weight", qk_nope, kv_lora_rank, n_head)
+        _experts(sink, "attn_v_b", p + "attn_v_b.weight", kv_lora_rank, v_head, n_head)
+        sink.matrix("attn_output", p + "attn_output.weight", n_head * v_head, n_embd)
+        sink.vector(p + "ffn_norm.weight", n_embd)
+        if i < n_layer_dense_lead:
+            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            continue
+        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
+        if probs_bias:
+            sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
+        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
+        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+        shared = n_ff_exp * n_expert_shared
+        sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, shared)
+        sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", shared, n_embd)
+        sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, shared)
+    _finish(w)
+    return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                        kv_lora_rank=kv_lora_rank, n_rot=n_rot, n_vocab=n_vocab)
