@@ -24,6 +24,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
+import fixtures_deepseek as D
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
 from graphcost.report.document import document
@@ -54,6 +55,12 @@ CASES = [
     ("llama", 700, 300, False, "q8_0", "f16", False),
     ("llama64", 4096, 512, True, "q8_0", "q8_0", False),
     ("llama64", 512, 64, False, "q8_0", "f16", False),
+    # MLA (deepseek2): one K-only cache of kv_lora_rank + n_rot per cell, V 0 bytes
+    ("deepseek2", 512, 512, False, "f16", "f16", False),
+    ("deepseek2", 4096, 64, True, "q8_0", "q8_0", False),
+    ("deepseek2", 32768, 512, True, "f16", "f16", False),
+    ("deepseek2", 700, 1, False, "f16", "f16", False),
+    ("deepseek2_lite", 1000, 100, False, "f16", "f16", False),
 ]
 
 
@@ -75,6 +82,12 @@ def paths(tmp_path_factory, gemma3_270m):
         "llama64": F.write_llama(d / "llama64.gguf", n_embd=384, n_head=6, n_head_kv=3,
                                  head_dim=64, n_ff=1024, n_layer=2, n_vocab=333,
                                  weight_types={"attn_q": QT.Q4_0, "ffn_down": QT.Q4_K}).path,
+        # Q LoRA, KV LoRA 96 + rope 32 (cache rows of 128), grouped routing, layer 0 dense
+        "deepseek2": D.write_deepseek2(d / "deepseek2.gguf").path,
+        # attn_q, no dense layer, 5 experts
+        "deepseek2_lite": D.write_deepseek2(d / "deepseek2_lite.gguf", q_lora_rank=0, n_layer=2,
+                                            n_layer_dense_lead=0, n_expert=5,
+                                            expert_groups=None).path,
     }
 
 
@@ -133,3 +146,13 @@ def test_kv_split_matches_llama_cpp_k_and_v(paths, logs):
         for ours, theirs in zip(plan.caches, logs[_id(c)]["kv_caches"]):
             assert (ours.type_k, ours.type_v) == (theirs["type_k"], theirs["type_v"]), _id(c)
             assert (mib2(ours.k_bytes), mib2(ours.v_bytes)) == (theirs["k_mib"], theirs["v_mib"]), _id(c)
+
+
+def test_mla_cache_is_k_only(paths):
+    """deepseek2's cache holds K rows of kv_lora_rank + n_rot and no V:
+    3 layers x (96 + 32) x 512 cells x 2 bytes (F16) = 393216 bytes."""
+    from graphcost.memory_plan import plan_memory
+    plan = plan_memory(load_model(paths["deepseek2"]),
+                       RunSettings(ctx_size=512, flash_attn="off"))
+    (c,) = plan.caches
+    assert (c.k_bytes, c.v_bytes) == (3 * (96 + 32) * 512 * 2, 0)
