@@ -230,8 +230,17 @@ def flash_attn_ext(t: Tensor) -> OpCost:
     ops = _ops(mul=pairs * (Dk + 3 + Dv) + rows * Dv + capped, add=pairs * (Dk + 3 + Dv),
                max=pairs, exp=pairs, div=rows, tanh=capped,
                cvt=rows * Dk if k.type != gt.F32 else 0)
-    reads = [q.data_bytes, k.data_bytes, v.data_bytes] + ([t.src[3].data_bytes] if has_mask else [])
+    # MLA (deepseek2): V is the first Dv elements of each K row (a view of the same cache,
+    # build_attn for llm_graph_input_attn_k): those bytes are K's, counted once, with K
+    v_bytes = 0 if _v_inside_k(k, v) else v.data_bytes
+    reads = [q.data_bytes, k.data_bytes, v_bytes] + ([t.src[3].data_bytes] if has_mask else [])
     return OpCost(ops, tuple(reads), t.data_bytes)
+
+
+def _v_inside_k(k: Tensor, v: Tensor) -> bool:
+    """V views the leading elements of K's own rows (same memory, offset and strides)."""
+    return (v.storage is k.storage and v.view_offs == k.view_offs and v.ne[0] <= k.ne[0]
+            and v.ne[1:] == k.ne[1:] and v.nb[1:] == k.nb[1:])
 
 
 def silu(t: Tensor) -> OpCost:
