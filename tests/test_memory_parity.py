@@ -61,6 +61,12 @@ CASES = [
     ("deepseek2", 32768, 512, True, "f16", "f16", False),
     ("deepseek2", 700, 1, False, "f16", "f16", False),
     ("deepseek2_lite", 1000, 100, False, "f16", "f16", False),
+    # glm4moe with a NextN block: its cache has the 3 trunk layers, not the 4 blocks
+    ("glm4moe", 512, 512, False, "f16", "f16", False),
+    ("glm4moe", 4096, 64, True, "q8_0", "q8_0", False),
+    ("glm4moe", 32768, 512, True, "f16", "f16", False),
+    ("glm4moe_qknorm", 1000, 100, False, "q8_0", "f16", False),
+    ("glm4moe_qknorm", 4096, 512, True, "q8_0", "q8_0", False),
 ]
 
 
@@ -88,6 +94,12 @@ def paths(tmp_path_factory, gemma3_270m):
         "deepseek2_lite": D.write_deepseek2(d / "deepseek2_lite.gguf", q_lora_rank=0, n_layer=2,
                                             n_layer_dense_lead=0, n_expert=5,
                                             expert_groups=None).path,
+        # 3 trunk layers + 1 NextN block, head_dim 96, layer 0 dense
+        "glm4moe": D.write_glm4moe(d / "glm4moe.gguf").path,
+        # Q/K norms, head_dim 64 (Hadamard rotation with quantized caches), no NextN
+        "glm4moe_qknorm": D.write_glm4moe(d / "glm4moe_qknorm.gguf", n_embd=320, n_head=5,
+                                          n_head_kv=1, head_dim=64, n_rot=32, n_layer=4,
+                                          n_nextn=0, n_layer_dense_lead=2, qk_norm=True).path,
     }
 
 
