@@ -86,7 +86,7 @@ def load_specs() -> dict[str, ArchSpec]:
 
 # ---- expressions ---------------------------------------------------------------------
 _BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv, ast.Pow: operator.pow}
+        ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod}
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Gt: operator.gt,
         ast.LtE: operator.le, ast.GtE: operator.ge}
 _FUNCS = {"sqrt": math.sqrt}
@@ -94,7 +94,7 @@ _FUNCS = {"sqrt": math.sqrt}
 
 def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
     """A number, or an arithmetic expression over hyperparameter names (``1/sqrt(head_dim)``,
-    ``a if n_layer == 62 else b``). No other Python is accepted."""
+    ``a if n_layer == 62 else b``, ``(il + 1) % step == 0``). No other Python is accepted."""
     if isinstance(expr, (int, float)) and not isinstance(expr, bool):
         return float(expr)
     try:
@@ -124,4 +124,8 @@ def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
             return _CMP[type(n.ops[0])](ev(n.left), ev(n.comparators[0]))
         raise GraphcostError(f"{where}: unsupported expression {expr!r}")
 
-    return float(ev(tree))
+    try:
+        return float(ev(tree))
+    except ZeroDivisionError:
+        raise GraphcostError(f"{where}: {expr!r} divides by zero with this model's "
+                             f"hyperparameters") from None

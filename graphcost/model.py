@@ -75,6 +75,10 @@ class ModelInfo:
     #: multi-head latent attention (deepseek2): attention.q_lora_rank (0: no Q LoRA),
     #: attention.kv_lora_rank, and the per-head sizes after decompression
     #: (attention.key_length_mla / value_length_mla; 0 when the file has none: not MLA)
+    #: expert_shared_feed_forward_length (ernie4_5-moe: shared expert width, 0: none) and
+    #: interleave_moe_layer_step (MoE every step-th layer)
+    n_ff_shexp: int = 0
+    n_moe_layer_step: int = 0
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     head_dim_k_mla: int = 0
@@ -256,6 +260,8 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
                       if "attn_logit_softcap" in specs[arch].hparams else 0.0),
         n_layer_nextn=n_layer_nextn,
         n_layer_dense_lead=m.int(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0),
+        n_ff_shexp=m.int(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0),
+        n_moe_layer_step=m.int(Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 0),
         q_lora_rank=m.int(Keys.Attention.Q_LORA_RANK, 0),
         kv_lora_rank=m.int(Keys.Attention.KV_LORA_RANK, 0),
         head_dim_k_mla=m.int(Keys.Attention.KEY_LENGTH_MLA, 0),
