@@ -67,6 +67,10 @@ CASES = [
     ("glm4moe", 32768, 512, True, "f16", "f16", False),
     ("glm4moe_qknorm", 1000, 100, False, "q8_0", "f16", False),
     ("glm4moe_qknorm", 4096, 512, True, "q8_0", "q8_0", False),
+    ("ernie4_5_moe", 2048, 256, False, "f16", "f16", False),
+    ("ernie4_5_moe", 4096, 512, True, "q8_0", "q8_0", False),
+    ("minimax_m2", 512, 512, False, "q8_0", "f16", False),
+    ("minimax_m2", 32768, 64, True, "f16", "f16", False),
 ]
 
 
@@ -100,6 +104,10 @@ def paths(tmp_path_factory, gemma3_270m):
         "glm4moe_qknorm": D.write_glm4moe(d / "glm4moe_qknorm.gguf", n_embd=320, n_head=5,
                                           n_head_kv=1, head_dim=64, n_rot=32, n_layer=4,
                                           n_nextn=0, n_layer_dense_lead=2, qk_norm=True).path,
+        # layer 0 dense, shared expert, head_dim 64
+        "ernie4_5_moe": D.write_ernie4_5_moe(d / "ernie4_5_moe.gguf").path,
+        # whole-projection Q/K norms, 7 experts, 3 used
+        "minimax_m2": D.write_minimax_m2(d / "minimax_m2.gguf").path,
     }
 
 
