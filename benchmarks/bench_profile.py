@@ -8,8 +8,9 @@ roofline estimates the executor's node times.
    (``kernels.stream``), the executor's matvec rate per weight type against it, peak FLOP
    rate, per-op overhead.
 2. **Speed**, in ``--rounds`` alternating rounds (the machine is shared: alternating puts
-   both under the same load): llama.cpp (llama-cpp-python, ``n_threads = --threads``,
-   same GGUF, flash attention on, ``-c 1024``) decodes a 21-token prompt and
+   both under the same load): llama.cpp in its own process, started with the
+   environment this benchmark was started with (:data:`USER_ENV`; llama-cpp-python,
+   ``n_threads = --threads``, same GGUF, flash attention on, ``-c 1024``) decodes a 21-token prompt and
    ``--steps`` greedy tokens, timing each ``llama_decode``; then the executor (Numba
    threads = ``--threads``) does the same steps, timing each ``Executor.step`` (inputs,
    KV cells and all nodes). Decode tokens/s = 1 / median step time; the ratio is
@@ -27,8 +28,14 @@ Prints figures; asserts nothing (timings on a shared 2-core VM are noisy).
 """
 from __future__ import annotations
 
-import argparse
 import os
+
+#: the environment this benchmark was started with, before anything is imported: the
+#: environment llama.cpp's process gets (as a user runs it), and the one the executor's
+#: process must still have (graphcost changes no process-wide setting)
+USER_ENV = dict(os.environ)
+
+import argparse
 import statistics
 import sys
 import time
@@ -68,11 +75,13 @@ def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _llama_round(model: str, steps: int, threads: int) -> tuple[float, list[int]]:
+def _llama_round(model: str, steps: int, threads: int) -> tuple[float, list[int], dict]:
+    """One llama.cpp run in its own process: (median step seconds, tokens, its threading
+    environment as it ran)."""
     from llama_oracle import run_model
     r = run_model(model, prompt=PROMPT, greedy=steps, flash_attn=True, n_ctx=N_CTX,
-                  n_threads=threads)
-    return statistics.median(s["seconds"] for s in r["steps"][1:]), r["tokens"]
+                  n_threads=threads, base_env=USER_ENV)
+    return statistics.median(s["seconds"] for s in r["steps"][1:]), r["tokens"], r["env"]
 
 
 def _executor_round(ex, steps: int) -> tuple[float, list[int]]:
@@ -123,9 +132,10 @@ def main() -> None:
     print(f"\nfirst run (Numba compile or cache load, untimed): {time.perf_counter() - t0:.1f} s "
           f"for {len(modes)} mode(s)")
     print(f"\n== decode tokens/s, {args.steps} greedy steps per round")
-    rows = []
+    from llama_oracle import threading_env
+    rows, llama_env = [], None
     for r in range(args.rounds):
-        ll, ll_tokens = _llama_round(model, args.steps, args.threads)
+        ll, ll_tokens, llama_env = _llama_round(model, args.steps, args.threads)
         row = {"llama.cpp": 1 / ll}
         for m, ex in executors.items():
             sec, toks = _executor_round(ex, args.steps)
@@ -135,6 +145,11 @@ def main() -> None:
         print(f"  round {r + 1}: llama.cpp {row['llama.cpp']:6.1f}" + "".join(
             f"  | executor {m} {row[m]:6.1f} (ratio {row[m] / row['llama.cpp']:.2f}, "
             f"same tokens: {row[m + ' same tokens']})" for m in modes) + f"   [{_load()}]")
+    ours = threading_env()
+    print(f"  llama.cpp's process environment (threading variables): {llama_env or '{}'}")
+    print(f"  the executor's process environment (threading variables): {ours or '{}'}")
+    print(f"  both as the user started the benchmark: "
+          f"{llama_env == ours == threading_env(USER_ENV) and dict(os.environ) == USER_ENV}")
     med = {k: statistics.median(r[k] for r in rows) for k in ["llama.cpp"] + modes}
     for m in modes:
         ratios = [r[m] / r["llama.cpp"] for r in rows]

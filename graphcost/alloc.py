@@ -37,23 +37,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from . import ops
 from .ggml_graph import Tensor
+from .ops import Op
 
 #: TENSOR_ALIGNMENT (ggml/src/ggml-impl.h), returned by the CPU buffer type's get_alignment
 CPU_ALIGNMENT = 32
 
-#: ops for which ``ggml_op_can_inplace`` (ggml-alloc.c) is true; GGML_OP_UNARY (SILU,
-#: GELU, ...) too, which graphcost names by its sub-op and marks with ``params["unary"]``
-INPLACE_OPS = frozenset({
-    "FILL", "SCALE", "DIAG_MASK_ZERO", "DIAG_MASK_INF", "ADD", "ADD_ID", "ADD1", "SUB",
-    "MUL", "DIV", "SQR", "SQRT", "LOG", "ROPE", "ROPE_BACK", "SILU_BACK", "RMS_NORM",
-    "RMS_NORM_BACK", "CLAMP", "SOFT_MAX", "SOFT_MAX_BACK",
-})
 
 
 def can_inplace(t: Tensor) -> bool:
-    """ggml_op_can_inplace(t->op)."""
-    return t.op in INPLACE_OPS or bool(t.params.get("unary"))
+    """ggml_op_can_inplace(t->op) (:data:`graphcost.ops.INPLACE`)."""
+    return t.op in ops.INPLACE
 
 
 def align(n: int, alignment: int) -> int:
@@ -283,7 +278,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         allocate_node(leaf)
     # 2. count children and views; allocate flagged inputs
     for node in nodes:
-        if node.is_view and node.op != "NONE":
+        if node.is_view and node.op != Op.NONE:
             h(node.view_src).n_views += 1
         if id(node) in in_ids:
             allocate_node(node)

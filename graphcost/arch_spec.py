@@ -33,7 +33,14 @@ class ArchSpec:
     layer: list[dict]
     epilogue: list[dict]
     unsupported_tensors: dict[str, str] = field(default_factory=dict)
+    #: what is proven against llama.cpp, and by which test file: ``graph`` (node for node),
+    #: ``memory`` (buffers to the byte), ``executor`` (numerics of ``graphcost profile``)
+    proven: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
+
+
+#: the aspects a spec's ``proven`` mapping may name
+PROVEN_ASPECTS = ("graph", "memory", "executor")
 
 
 _ROPE_MODES = {"norm": 0, "neox": 2, "none": None}
@@ -65,12 +72,16 @@ def parse_spec(path: Path) -> ArchSpec:
     rope = doc.get("rope", "norm")
     if rope not in _ROPE_MODES:
         raise GraphcostError(f"{path}: rope {rope!r} must be one of {', '.join(_ROPE_MODES)}")
+    proven = doc.get("proven") or {}
+    if not isinstance(proven, dict) or not set(proven) <= set(PROVEN_ASPECTS):
+        raise GraphcostError(f"{path}: 'proven' must map {', '.join(PROVEN_ASPECTS)} to a test file")
     return ArchSpec(
         name=str(doc["architecture"]), source=str(doc.get("source", "")), rope=rope,
         hparams=dict(doc.get("hparams") or {}),
         prologue=_stmt_list(doc, "prologue", path), layer=_stmt_list(doc, "layer", path),
         epilogue=_stmt_list(doc, "epilogue", path),
-        unsupported_tensors=dict(doc.get("unsupported_tensors") or {}), path=path)
+        unsupported_tensors=dict(doc.get("unsupported_tensors") or {}),
+        proven={k: str(v) for k, v in proven.items()}, path=path)
 
 
 @lru_cache(maxsize=1)

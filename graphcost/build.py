@@ -5,15 +5,13 @@ import os
 from dataclasses import dataclass
 
 from .arch_spec import load_specs
-from . import ggml_types as gt
-from .errors import SettingsError, UnsupportedError
+from .errors import UnsupportedError
 from .ggml_graph import Tensor
 from .gguf_reader import read_model
 from .llm_graph import AttnInputs, KVCache, LlmGraph
 from .model import ModelInfo, model_info
-from .settings import Resolved, RunSettings, resolve
+from .settings import Resolved, RunSettings, refuse_cache_types, resolve
 from .spec_builder import build_from_spec
-from . import statements  # noqa: F401  (registers the extra spec statements)
 
 
 
@@ -35,30 +33,17 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     return model_info(read_model(path), load_specs())
 
 
-def check_cache_blocks(model: ModelInfo, run: Resolved) -> None:
-    """llama_init_from_model (src/llama-context.cpp): with flash attention, a quantized K
-    (V) cache type's block must divide every layer's K (V) head size."""
-    if not run.flash_attn:
-        return
-    for which, t, dim in (("K", run.type_k, model.head_dim_k), ("V", run.type_v, model.head_dim_v)):
-        blk = gt.block(t)[0]
-        if gt.is_quantized(t) and dim % blk:
-            raise SettingsError(
-                f"{model.header.path}: {which} cache type {gt.type_name(t)} with block size "
-                f"{blk} does not divide the head size {dim} (llama.cpp refuses it with "
-                f"flash attention)")
-
-
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
     """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
     run = resolve(settings, model.n_ctx_train, model.n_swa)
+    refuse_cache_types(run, [model.head_dim_k] * model.n_layer, [model.head_dim_v] * model.n_layer,
+                       str(model.header.path))
     specs = load_specs()
     key = model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
     if key not in specs:
         have = sorted(k.split("@")[0] for k in specs if k.endswith(f"@{settings.llama_cpp}"))
         raise UnsupportedError(f"{model.header.path}: --llama-cpp {settings.llama_cpp} has no "
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
-    check_cache_blocks(model, run)
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])
     return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs)

@@ -17,7 +17,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 CtxOpt = Annotated[int, typer.Option("--ctx-size", "-c", help="context size (0 = model's)")]
 BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", help="logical batch size")]
 UbatchOpt = Annotated[int, typer.Option("--ubatch-size", "-ub", help="physical batch size")]
-FaOpt = Annotated[str, typer.Option("--flash-attn", "-fa", help="on|off|auto")]
+FaOpt = Annotated[Optional[str], typer.Option(
+    "--flash-attn", "-fa", help="on|off|auto [default: the flavour's: auto for head, off for 2024-08]")]
 CtkOpt = Annotated[str, typer.Option("--cache-type-k", "-ctk", help="K cache type")]
 CtvOpt = Annotated[str, typer.Option("--cache-type-v", "-ctv", help="V cache type")]
 SwaOpt = Annotated[bool, typer.Option("--swa-full", help="full-size sliding-window cache")]
@@ -61,7 +62,7 @@ def analyze(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write to FILE")] = None,
     layers: Annotated[Optional[str], typer.Option("--layers", help="tree: only these layers, e.g. 0-1")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
-    flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
+    flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
     llama_cpp: FlavourOpt = "head",
     hardware: Annotated[Optional[str], typer.Option(
@@ -137,7 +138,7 @@ def memory(
     fuse: Annotated[Optional[str], typer.Option(
         "--fuse", help="what-if: 'attention' as one fused kernel")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
-    flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
+    flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False,
 ) -> None:
     """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers."""
@@ -198,7 +199,7 @@ def profile(
     top: Annotated[int, typer.Option("--top", help="table: slowest nodes shown (0 = all)")] = 20,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write to FILE")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
-    flash_attn: FaOpt = "auto", cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
+    flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False,
 ) -> None:
     """Run the graph on the Numba kernels and time every node against its modelled cost."""
@@ -284,6 +285,20 @@ def hwprobe(
     typer.echo(f"wrote {path}")
     if note:
         typer.echo(f"note: {note}")
+
+
+@app.command()
+def archs(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
+) -> None:
+    """List the modelled architectures, what is proven for each, and those not modelled."""
+    from .archs import archs_document
+    from .report.archs import render_archs_json, render_archs_text
+
+    renderers = {"text": render_archs_text, "json": render_archs_json}
+    if fmt not in renderers:
+        _fail(f"--format {fmt!r}: use text or json")
+    sys.stdout.write(renderers[fmt](archs_document()))
 
 
 def _emit(text: str, output: Optional[Path]) -> None:

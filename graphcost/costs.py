@@ -44,6 +44,8 @@ from typing import Callable
 
 from . import ggml_types as gt
 from .ggml_graph import Tensor
+from . import ops
+from .ops import Op
 
 #: FLOP kinds summed into ``flops`` (``cvt`` is reported but not summed)
 FLOP_KINDS = ("mul", "add", "div", "exp", "sqrt", "sin", "cos", "tanh", "max")
@@ -338,43 +340,39 @@ def fill(t: Tensor) -> OpCost:
 
 
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
-COSTS: dict[str, Callable[[Tensor], OpCost]] = {
-    "MUL_MAT": mul_mat,
-    "ADD": _binary("add"),
-    "SUB": _binary("add"),
-    "MUL": _binary("mul"),
-    "DIV": _binary("div"),
-    "SCALE": scale,
-    "RMS_NORM": rms_norm,
-    "NORM": norm,
-    "GET_ROWS": get_rows,
-    "SET_ROWS": set_rows,
-    "CPY": copy,
-    "CONT": copy,
-    "CONCAT": concat,
-    "ROPE": rope,
-    "SOFT_MAX": soft_max,
-    "FLASH_ATTN_EXT": flash_attn_ext,
-    "SILU": silu,
-    "GELU": gelu,
-    "TANH": tanh,
-    "SWIGLU": _glu(silu),
-    "GEGLU": _glu(gelu),
-    "MUL_MAT_ID": mul_mat_id,
-    "ARGSORT": argsort,
-    "SUM_ROWS": sum_rows,
-    "CLAMP": clamp,
-    "SIGMOID": sigmoid,
-    "FILL": fill,
+COSTS: dict[Op, Callable[[Tensor], OpCost]] = {
+    Op.MUL_MAT: mul_mat,
+    Op.ADD: _binary("add"),
+    Op.SUB: _binary("add"),
+    Op.MUL: _binary("mul"),
+    Op.DIV: _binary("div"),
+    Op.SCALE: scale,
+    Op.RMS_NORM: rms_norm,
+    Op.NORM: norm,
+    Op.GET_ROWS: get_rows,
+    Op.SET_ROWS: set_rows,
+    Op.CPY: copy,
+    Op.CONT: copy,
+    Op.CONCAT: concat,
+    Op.ROPE: rope,
+    Op.SOFT_MAX: soft_max,
+    Op.FLASH_ATTN_EXT: flash_attn_ext,
+    Op.SILU: silu,
+    Op.GELU: gelu,
+    Op.TANH: tanh,
+    Op.SWIGLU: _glu(silu),
+    Op.GEGLU: _glu(gelu),
+    Op.MUL_MAT_ID: mul_mat_id,
+    Op.ARGSORT: argsort,
+    Op.SUM_ROWS: sum_rows,
+    Op.CLAMP: clamp,
+    Op.SIGMOID: sigmoid,
+    Op.FILL: fill,
 }
-
-#: ops that only reinterpret memory: no cost, no allocation
-FREE_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
-
 
 def op_cost(t: Tensor) -> OpCost | None:
     """The cost of one node; ``None`` when its op has no cost model (unmodelled)."""
-    if t.op in FREE_OPS:
+    if t.op in ops.VIEWS:
         return OpCost(reads=(0,) * len(t.src))
     fn = COSTS.get(t.op)
     if fn is None:

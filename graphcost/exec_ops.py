@@ -48,6 +48,7 @@ import numpy as np
 from . import ggml_types as gt
 from .errors import UnsupportedError
 from .ggml_graph import Tensor
+from .ops import Op
 
 OpFn = Callable[..., "np.ndarray | None"]
 
@@ -55,7 +56,7 @@ OpFn = Callable[..., "np.ndarray | None"]
 DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.int64}
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
-NUMPY_OPS = frozenset({"CONCAT", "ARGSORT", "SUM_ROWS", "CLAMP", "SIGMOID"})
+NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID})
 
 #: rope modes the kernel implements (ggml.h GGML_ROPE_TYPE_NORMAL / _NEOX)
 ROPE_MODES = (0, 2)
@@ -184,13 +185,13 @@ def resolve_entry(call: Callable[[], Any]) -> Callable[[], Any]:
 
 # ---------------------------------------------------------------------------- registry
 
-OPS: dict[str, Callable[[Tensor, Ctx], OpFn]] = {}
+OPS: dict[Op, Callable[[Tensor, Ctx], OpFn]] = {}
 
 
 def op(*names: str):
     def deco(fn):
         for n in names:
-            OPS[n] = fn
+            OPS[Op(n)] = fn
         return fn
     return deco
 
@@ -224,7 +225,7 @@ def matmul_fn(ctx: Ctx, w_type: gt.GGMLType, k: int, m: int) -> Callable[..., np
     return lambda w, x, out=None: mm.mul_mat_ggml(w, w_type, k, m, x, out=out)
 
 
-@op("MUL_MAT")
+@op(Op.MUL_MAT)
 def _mul_mat(node: Tensor, ctx: Ctx) -> OpFn:
     # a:[K, M, A2, A3] x b:[K, N, B2, B3] -> [M, N, B2, B3]; b batch i2 uses a batch i2 // (B2/A2)
     a, b = node.src
@@ -256,7 +257,7 @@ def _mul_mat(node: Tensor, ctx: Ctx) -> OpFn:
     return run_batched
 
 
-@op("MUL_MAT_ID")
+@op(Op.MUL_MAT_ID)
 def _mul_mat_id(node: Tensor, ctx: Ctx) -> OpFn:
     # experts:[K, M, E] x b:[K, n_b, T] for ids:[k, T] -> [M, k, T]; slot j of token t uses
     # expert ids[t, j] on b row j % n_b (ggml_compute_forward_mul_mat_id)
@@ -280,7 +281,7 @@ def _mul_mat_id(node: Tensor, ctx: Ctx) -> OpFn:
 # ---------------------------------------------------------------------------- gather/scatter
 
 
-@op("GET_ROWS")
+@op(Op.GET_ROWS)
 def _get_rows(node: Tensor, ctx: Ctx) -> OpFn:
     # a:[K, R, A2, A3] rows idx:[n, I1, I2] -> [K, n, I1, I2]; out[i2][i1][i0] = a[i2][i1][idx]
     a, idx = node.src
@@ -317,7 +318,7 @@ def _get_rows(node: Tensor, ctx: Ctx) -> OpFn:
     return run_batched
 
 
-@op("SET_ROWS")
+@op(Op.SET_ROWS)
 def _set_rows(node: Tensor, ctx: Ctx) -> OpFn:
     # rows of b:[K, n] (F32) stored into a:[K, R] (cache type) at idx:[n]; result is a view of a
     b, idx, a = node.src
@@ -345,7 +346,7 @@ def _set_rows(node: Tensor, ctx: Ctx) -> OpFn:
     return run
 
 
-@op("CPY")
+@op(Op.CPY)
 def _cpy(node: Tensor, ctx: Ctx) -> OpFn:
     # ggml_cpy: a's elements in logical order, converted to b's type, into b's memory
     a, b = node.src
@@ -371,7 +372,7 @@ def _convert(a: Tensor, dst: Tensor, ctx: Ctx) -> OpFn:
     raise UnsupportedError(f"copy into {gt.type_name(dst.type)} ({dst.name})")
 
 
-@op("CONT")
+@op(Op.CONT)
 def _cont(node: Tensor, ctx: Ctx) -> OpFn:
     shape = shape_strides(node)[0]
     if node.type == gt.F32 and node.src[0].type == gt.F32:
@@ -386,7 +387,7 @@ def _cont(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: np.ascontiguousarray(av).reshape(shape)
 
 
-@op("CONCAT")
+@op(Op.CONCAT)
 def _concat(node: Tensor, ctx: Ctx) -> OpFn:
     axis = 3 - node.params["dim"]
     return lambda av, bv: np.ascontiguousarray(np.concatenate([av, bv], axis=axis))
@@ -395,7 +396,7 @@ def _concat(node: Tensor, ctx: Ctx) -> OpFn:
 # ---------------------------------------------------------------------------- element-wise
 
 
-@op("ADD", "SUB", "MUL", "DIV")
+@op(Op.ADD, Op.SUB, Op.MUL, Op.DIV)
 def _binary(node: Tensor, ctx: Ctx) -> OpFn:
     name = node.op.lower()
     e = ctx.K.elementwise
@@ -408,7 +409,7 @@ def _binary(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av, bv: binary(name, av, _f32(bv))
 
 
-@op("SCALE")
+@op(Op.SCALE)
 def _scale(node: Tensor, ctx: Ctx) -> OpFn:
     s, bias = node.params["scale"], node.params.get("bias", 0.0)
     e = ctx.K.elementwise
@@ -430,7 +431,7 @@ def _unary_node(node: Tensor, ctx: Ctx, name: str, s: float = 1.0, b: float = 0.
                       shape_strides(node)[0])
 
 
-@op("SILU", "GELU", "TANH")
+@op(Op.SILU, Op.GELU, Op.TANH)
 def _unary(node: Tensor, ctx: Ctx) -> OpFn:
     e = ctx.K.elementwise
     # ggml-cpu computes GELU through its F16 table (vec.h GGML_GELU_FP16)
@@ -440,19 +441,19 @@ def _unary(node: Tensor, ctx: Ctx) -> OpFn:
     return {"SILU": e.silu, "GELU": e.gelu_f16_table, "TANH": e.tanh}[node.op]
 
 
-@op("SIGMOID")
+@op(Op.SIGMOID)
 def _sigmoid(node: Tensor, ctx: Ctx) -> OpFn:
     one = np.float32(1)
     return lambda av: (one / (one + np.exp(-_f32(av)))).astype(np.float32)
 
 
-@op("CLAMP")
+@op(Op.CLAMP)
 def _clamp(node: Tensor, ctx: Ctx) -> OpFn:
     lo, hi = np.float32(node.params["min"]), np.float32(node.params["max"])
     return lambda av: np.clip(av, lo, hi).astype(np.float32)
 
 
-@op("SWIGLU", "GEGLU")
+@op(Op.SWIGLU, Op.GEGLU)
 def _glu(node: Tensor, ctx: Ctx) -> OpFn:
     e = ctx.K.elementwise
     gated = e.swiglu if node.op == "SWIGLU" else e.geglu_f16_table
@@ -473,7 +474,7 @@ def _glu(node: Tensor, ctx: Ctx) -> OpFn:
 # ---------------------------------------------------------------------------- rows
 
 
-@op("RMS_NORM", "NORM")
+@op(Op.RMS_NORM, Op.NORM)
 def _norm(node: Tensor, ctx: Ctx) -> OpFn:
     eps = node.params["eps"]
     f = ctx.K.norm.rms_norm if node.op == "RMS_NORM" else ctx.K.norm.norm
@@ -486,7 +487,7 @@ def _norm(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: f(av, eps)
 
 
-@op("SOFT_MAX")
+@op(Op.SOFT_MAX)
 def _soft_max(node: Tensor, ctx: Ctx) -> OpFn:
     scale, max_bias = node.params["scale"], node.params["max_bias"]
     sm = ctx.K.softmax.soft_max
@@ -517,19 +518,19 @@ def _soft_max(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av, mv: sm(av, mv, scale, max_bias)
 
 
-@op("SUM_ROWS")
+@op(Op.SUM_ROWS)
 def _sum_rows(node: Tensor, ctx: Ctx) -> OpFn:
     # ggml_vec_sum_f32 accumulates in ggml_float (double)
     return lambda av: av.astype(np.float64).sum(-1, keepdims=True).astype(np.float32)
 
 
-@op("ARGSORT")
+@op(Op.ARGSORT)
 def _argsort(node: Tensor, ctx: Ctx) -> OpFn:
     desc = node.params.get("order", "desc") == "desc"
     return lambda av: np.argsort(-av if desc else av, axis=-1, kind="stable").astype(np.int32)
 
 
-@op("ROPE")
+@op(Op.ROPE)
 def _rope(node: Tensor, ctx: Ctx) -> OpFn:
     # x:[D, H, T] -> numpy [T, H, D]; pos:[T]; optional freq_factors:[D/2]
     p = node.params
@@ -565,7 +566,7 @@ def _rope(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda xv, pv, fv: rope(xv[0], pv[0, 0, 0], freq_factors=fv.reshape(-1), **kw)[None]
 
 
-@op("FLASH_ATTN_EXT")
+@op(Op.FLASH_ATTN_EXT)
 def _flash_attn(node: Tensor, ctx: Ctx) -> OpFn:
     # q:[D, T, H] k:[D, n_kv, Hkv] v:[Dv, n_kv, Hkv] mask:[n_kv, T] -> [Dv, H, T]
     p = node.params

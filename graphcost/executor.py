@@ -40,6 +40,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from . import ggml_types as gt
+from . import ops
 from .build import BuiltGraph, build_graph, load_model
 from .errors import SettingsError, UnsupportedError
 from .exec_ops import (Ctx, compile_node, flat_bytes, resolve_entry, shape_strides,
@@ -48,6 +49,7 @@ from .ggml_graph import Tensor
 from .gguf_reader import read_header
 from .llm_graph import KVCache
 from .model import ModelInfo
+from .ops import Op
 from .settings import KV_PAD, RunSettings, pad, resolve
 
 #: numerics modes (see graphcost.exec_ops)
@@ -399,9 +401,9 @@ class Executor:
             storage = n.storage
             st_slot = slot(storage) if storage is not n else slot(n)
             shape, strides, dtype = shape_strides(n)
-            fn = None if n.op in ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "NONE") \
+            fn = None if n.op in ops.EMPTY \
                 else compile_node(n, self.ctx)
-            if storage is not n and storage.op != "NONE":
+            if storage is not n and storage.op != Op.NONE:
                 needs_raw.add(st_slot)
             offset = n.view_offs if n.is_view else 0
             kind = COMPUTE if fn is not None else VIEW

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .analysis import Analysis
 from .costs import expert_bytes
+from .ops import Op
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def expert_weights(a: Analysis) -> ExpertWeights | None:
     n_expert = n_used = 0
     for nc in a.nodes:
         n = nc.node
-        if n.op != "MUL_MAT_ID":
+        if n.op != Op.MUL_MAT_ID:
             continue
         w, ids = n.src[0], n.src[2]
         if nc.cost is not None:

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import ggml_types as gt
+from . import ops
 from .ggml_types import GGMLType
-
-#: ops that only reinterpret their source's memory (``ggml_op_is_empty``)
-VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "NONE"})
+from .ops import Op
 
 
 @dataclass(eq=False)
@@ -133,14 +132,14 @@ class Graph:
     def _new(self, op: str, type_: GGMLType, ne, src=(), *, name: str = "", params=None,
              nb=None, view_src: Tensor | None = None, view_offs: int = 0, role: str = "activation") -> Tensor:
         ne4 = _ne4(ne)
-        return Tensor(op=op, type=GGMLType(type_), ne=ne4, nb=nb or contiguous_nb(type_, ne4),
+        return Tensor(op=ops.check(op), type=GGMLType(type_), ne=ne4, nb=nb or contiguous_nb(type_, ne4),
                       src=[s for s in src], name=name, params=dict(params or {}),
                       view_src=view_src, view_offs=view_offs, role=role,
                       layer=self.layer, block=self.block)
 
     def new_tensor(self, type_: GGMLType, ne, *, name: str = "", role: str = "input") -> Tensor:
         """ggml_new_tensor_Nd: a leaf (graph input, weight or cache buffer)."""
-        return self._new("NONE", type_, ne, name=name, role=role)
+        return self._new(Op.NONE, type_, ne, name=name, role=role)
 
     def cb(self, t: Tensor, name: str, il: int = -1) -> Tensor:
         """llama.cpp's graph callback: rename to ``name-il`` (or ``name`` when il < 0)."""
@@ -164,11 +163,11 @@ class Graph:
                 nb[i] = gt.row_size(a.type, ne4[0])
             else:
                 nb[i] = nb[i - 1] * ne4[i - 1]
-        return self._view(a, "VIEW", ne4, nb, offset, " (view)", {"offset": offset})
+        return self._view(a, Op.VIEW, ne4, nb, offset, " (view)", {"offset": offset})
 
     def view_tensor(self, a: Tensor) -> Tensor:
         """ggml_view_tensor: a full view, used as the result of in-place style ops."""
-        return self._view(a, "VIEW", a.ne, a.nb, 0, " (view)")
+        return self._view(a, Op.VIEW, a.ne, a.nb, 0, " (view)")
 
     def reshape(self, a: Tensor, ne) -> Tensor:
         """ggml_reshape_Nd: needs a contiguous source; same memory, new shape."""
@@ -177,7 +176,7 @@ class Graph:
             raise ValueError(f"reshape of non-contiguous {a.name!r}")
         if ne4[0] * ne4[1] * ne4[2] * ne4[3] != a.n_elements:
             raise ValueError(f"reshape of {a.name!r} changes the element count")
-        return self._view(a, "RESHAPE", ne4, contiguous_nb(a.type, ne4), 0, " (reshaped)")
+        return self._view(a, Op.RESHAPE, ne4, contiguous_nb(a.type, ne4), 0, " (reshaped)")
 
     def permute(self, a: Tensor, ax0: int, ax1: int, ax2: int, ax3: int) -> Tensor:
         """ggml_permute: source dim i goes to position ax_i."""
@@ -187,35 +186,35 @@ class Graph:
         for i, ax in enumerate(axes):
             ne[ax] = a.ne[i]
             nb[ax] = a.nb[i]
-        return self._view(a, "PERMUTE", ne, nb, 0, " (permuted)", {"axes": axes})
+        return self._view(a, Op.PERMUTE, ne, nb, 0, " (permuted)", {"axes": axes})
 
     def transpose(self, a: Tensor) -> Tensor:
         ne = (a.ne[1], a.ne[0], a.ne[2], a.ne[3])
         nb = (a.nb[1], a.nb[0], a.nb[2], a.nb[3])
-        return self._view(a, "TRANSPOSE", ne, nb, 0, " (transposed)")
+        return self._view(a, Op.TRANSPOSE, ne, nb, 0, " (transposed)")
 
     # ---- copies ----------------------------------------------------------------------
     def cont(self, a: Tensor, ne=None) -> Tensor:
         """ggml_cont / ggml_cont_Nd: a packed copy (optionally reshaped)."""
         ne4 = _ne4(ne) if ne is not None else a.ne
-        return self._new("CONT", a.type, ne4, [a], name=f"{a.name} (cont)")
+        return self._new(Op.CONT, a.type, ne4, [a], name=f"{a.name} (cont)")
 
     def cpy(self, a: Tensor, b: Tensor) -> Tensor:
         """ggml_cpy: write ``a`` into ``b`` (converting type); the result is a view of b."""
         name = f"{b.name} (copy of {a.name})" if b.name else f"{a.name} (copy)"
-        return self._new("CPY", b.type, b.ne, [a, b], name=name, nb=b.nb,
+        return self._new(Op.CPY, b.type, b.ne, [a, b], name=name, nb=b.nb,
                          view_src=b.view_src or b, view_offs=b.view_offs)
 
     def cast(self, a: Tensor, type_: GGMLType) -> Tensor:
         """ggml_cast: a new tensor of another type (op CPY)."""
-        res = self._new("CPY", type_, a.ne, [a], name=f"{a.name} (copy)")
+        res = self._new(Op.CPY, type_, a.ne, [a], name=f"{a.name} (copy)")
         res.src.append(res)  # ggml_cast: src[1] is the result itself
         return res
 
     def set_rows(self, a: Tensor, b: Tensor, idx: Tensor) -> Tensor:
         """ggml_set_rows: scatter rows of ``b`` into ``a`` at ``idx``; result views ``a``."""
         v = self.view_tensor(a)
-        v.op = "SET_ROWS"
+        v.op = Op.SET_ROWS.value
         v.src = [b, idx, a]
         v.params = {}
         return v
@@ -225,7 +224,7 @@ class Graph:
         """ggml_mul_mat: a [K, M, ...] x b [K, N, B2, B3] -> F32 [M, N, B2, B3]."""
         if a.ne[0] != b.ne[0] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
             raise ValueError(f"mul_mat shapes {a.ne} x {b.ne}")
-        return self._new("MUL_MAT", gt.F32, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), [a, b])
+        return self._new(Op.MUL_MAT, gt.F32, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), [a, b])
 
     def _binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
         for i in range(4):
@@ -234,62 +233,67 @@ class Graph:
         return self._new(op, a.type, a.ne, [a, b])
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("ADD", a, b)
+        return self._binary(Op.ADD, a, b)
 
     def mul(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("MUL", a, b)
+        return self._binary(Op.MUL, a, b)
 
     def div(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("DIV", a, b)
+        return self._binary(Op.DIV, a, b)
 
     def concat(self, a: Tensor, b: Tensor, dim: int) -> Tensor:
         """ggml_concat: ``b`` after ``a`` along ``dim``; other dims as ``a``; type of ``a``."""
         ne = list(a.ne)
         ne[dim] += b.ne[dim]
-        return self._new("CONCAT", a.type, ne, [a, b], params={"dim": dim})
+        return self._new(Op.CONCAT, a.type, ne, [a, b], params={"dim": dim})
 
     def scale(self, a: Tensor, s: float, bias: float = 0.0) -> Tensor:
-        return self._new("SCALE", a.type, a.ne, [a], params={"scale": s, "bias": bias})
+        return self._new(Op.SCALE, a.type, a.ne, [a], params={"scale": s, "bias": bias})
 
     def rms_norm(self, a: Tensor, eps: float) -> Tensor:
-        return self._new("RMS_NORM", a.type, a.ne, [a], params={"eps": eps})
+        return self._new(Op.RMS_NORM, a.type, a.ne, [a], params={"eps": eps})
 
     def norm(self, a: Tensor, eps: float) -> Tensor:
-        return self._new("NORM", a.type, a.ne, [a], params={"eps": eps})
+        return self._new(Op.NORM, a.type, a.ne, [a], params={"eps": eps})
 
     def get_rows(self, a: Tensor, idx: Tensor) -> Tensor:
         """ggml_get_rows: rows ``idx`` of ``a`` -> [a.ne0, idx.ne0, idx.ne1, idx.ne2]."""
         t = gt.I32 if a.type == gt.I32 else gt.F32
-        return self._new("GET_ROWS", t, (a.ne[0], idx.ne[0], idx.ne[1], idx.ne[2]), [a, idx])
+        return self._new(Op.GET_ROWS, t, (a.ne[0], idx.ne[0], idx.ne[1], idx.ne[2]), [a, idx])
 
     def rope(self, a: Tensor, pos: Tensor, freq_factors: Tensor | None, **params) -> Tensor:
         src = [a, pos] + ([freq_factors] if freq_factors is not None else [])
-        return self._new("ROPE", a.type, a.ne, src, params=params)
+        return self._new(Op.ROPE, a.type, a.ne, src, params=params)
 
     def soft_max_ext(self, a: Tensor, mask: Tensor | None, scale: float, max_bias: float) -> Tensor:
         src = [a] + ([mask] if mask is not None else [])
-        return self._new("SOFT_MAX", a.type, a.ne, src, params={"scale": scale, "max_bias": max_bias})
+        return self._new(Op.SOFT_MAX, a.type, a.ne, src, params={"scale": scale, "max_bias": max_bias})
 
     def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                        scale: float, max_bias: float, softcap: float) -> Tensor:
         """ggml_flash_attn_ext: result F32 [Dv, H, T, ns] (already permuted)."""
         ne = (v.ne[0], q.ne[2], q.ne[1], q.ne[3])
         src = [q, k, v] + ([mask] if mask is not None else [])
-        return self._new("FLASH_ATTN_EXT", gt.F32, ne, src,
+        return self._new(Op.FLASH_ATTN_EXT, gt.F32, ne, src,
                          params={"scale": scale, "max_bias": max_bias, "softcap": softcap})
 
     def unary(self, op: str, a: Tensor) -> Tensor:
         """ggml_silu / ggml_gelu / ggml_tanh ...: ``op`` is the ggml_op_desc name (``SILU``)."""
-        return self._new(op, a.type, a.ne, [a], params={"unary": True})
+        if op not in ops.UNARY:
+            raise ValueError(f"{op!r} is not a ggml unary op")
+        return self._new(op, a.type, a.ne, [a])
 
     def glu_split(self, op: str, a: Tensor, b: Tensor) -> Tensor:
         """ggml_swiglu_split / ggml_geglu_split: act(a) * b, result shaped like ``a``."""
-        return self._new(op, a.type, a.ne, [a, b], params={"glu": True})
+        if op not in ops.GLU:
+            raise ValueError(f"{op!r} is not a ggml GLU op")
+        return self._new(op, a.type, a.ne, [a, b])
 
     def glu(self, op: str, a: Tensor) -> Tensor:
         """ggml_swiglu / ggml_geglu (one source): act(first half) * second half."""
-        return self._new(op, a.type, (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3]), [a],
-                         params={"glu": True})
+        if op not in ops.GLU:
+            raise ValueError(f"{op!r} is not a ggml GLU op")
+        return self._new(op, a.type, (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3]), [a])
 
     # ---- mixture of experts ------------------------------------------------------------
     def soft_max(self, a: Tensor) -> Tensor:
@@ -301,11 +305,11 @@ class Graph:
         -> F32 [M, k, T] (b's dim 1 broadcasts over the k slots)."""
         if as_.ne[0] != b.ne[0] or ids.ne[1] != b.ne[2] or ids.ne[0] % b.ne[1]:
             raise ValueError(f"mul_mat_id shapes {as_.ne} x {b.ne} for ids {ids.ne}")
-        return self._new("MUL_MAT_ID", gt.F32, (as_.ne[1], ids.ne[0], b.ne[2], 1), [as_, b, ids])
+        return self._new(Op.MUL_MAT_ID, gt.F32, (as_.ne[1], ids.ne[0], b.ne[2], 1), [as_, b, ids])
 
     def argsort(self, a: Tensor, order: str = "desc") -> Tensor:
         """ggml_argsort: I32 indices that sort each row (same shape as ``a``)."""
-        return self._new("ARGSORT", gt.I32, a.ne, [a], params={"order": order})
+        return self._new(Op.ARGSORT, gt.I32, a.ne, [a], params={"order": order})
 
     def argsort_top_k(self, a: Tensor, k: int) -> Tensor:
         """ggml_argsort_top_k: a descending ARGSORT, then a view of its first ``k`` columns."""
@@ -314,11 +318,11 @@ class Graph:
 
     def sum_rows(self, a: Tensor) -> Tensor:
         """ggml_sum_rows: [n, r1, r2, r3] -> [1, r1, r2, r3]."""
-        return self._new("SUM_ROWS", a.type, (1, a.ne[1], a.ne[2], a.ne[3]), [a])
+        return self._new(Op.SUM_ROWS, a.type, (1, a.ne[1], a.ne[2], a.ne[3]), [a])
 
     def clamp(self, a: Tensor, lo: float, hi: float) -> Tensor:
         """ggml_clamp: a new tensor (ggml_dup_tensor, so unnamed) with values in [lo, hi]."""
-        return self._new("CLAMP", a.type, a.ne, [a], params={"min": lo, "max": hi})
+        return self._new(Op.CLAMP, a.type, a.ne, [a], params={"min": lo, "max": hi})
 
     def fill(self, a: Tensor, c: float) -> Tensor:
         """ggml_fill: a new tensor shaped like ``a`` (ggml_dup_tensor, unnamed), every
@@ -341,7 +345,7 @@ class Graph:
                     self._visited.add(id(s))
                     stack.append((s, 0))
                 continue
-            if node.op == "NONE":
+            if node.op == Op.NONE:
                 if not node.name:
                     node.name = f"leaf_{len(self.leafs)}"
                 self.leafs.append(node)

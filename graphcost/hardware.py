@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from . import ops
 from .errors import GraphcostError
 from .resources import bundled
 
@@ -74,16 +75,12 @@ def roofline_seconds(nbytes: float, flops: float, hw: Hardware,
     return (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "compute")
 
 
-#: ops whose time is a weight stream at the executor's matvec rate for the weight type
-MATVEC_OPS = frozenset({"MUL_MAT", "MUL_MAT_ID"})
-
-
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
                      weight_type: str | None = None) -> float:
     """Modelled seconds of one node on graphcost's executor: the per-call overhead of ``op``
     plus the roofline with the memory roof lowered to the matvec kernel's measured rate
     for ``weight_type`` (MUL_MAT/MUL_MAT_ID; other ops stream at the bandwidth)."""
-    rate = hw.matvec_rate(weight_type) if op in MATVEC_OPS and weight_type else hw.bandwidth
+    rate = hw.matvec_rate(weight_type) if op in ops.MATMUL and weight_type else hw.bandwidth
     return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate)[0]
 
 

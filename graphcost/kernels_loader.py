@@ -12,17 +12,13 @@ kernels' ``__pycache__`` with a digest of all kernel sources and the numba versi
 and drops the numba cache files when the stamp changes (best effort: an installed,
 read-only copy never changes, and numba then caches elsewhere anyway).
 
-It also defaults ``OMP_WAIT_POLICY=PASSIVE`` (unless already set) before any kernel
-runs. Numba's OpenMP layer otherwise lets idle workers spin and back off, and on a
-machine where other processes keep the cores busy every ``prange`` region then cost
-~8 ms to start (measured: 8.0 ms per trivial region, 5 us with PASSIVE) -- a graph
-of a few hundred ops would time the scheduler instead of the kernels.
+It changes nothing process-wide (no environment variable, no thread count): other
+libraries in the same process (llama.cpp's OpenMP threads among them) read those.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -68,7 +64,6 @@ def load_kernels() -> ModuleType:
     if not init.is_file():
         raise ImportError(f"graphcost kernels not found: {init} is missing")
     _drop_stale_numba_cache(root)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # read when libgomp starts
     spec = importlib.util.spec_from_file_location(PACKAGE, init,
                                                   submodule_search_locations=[str(root)])
     module = importlib.util.module_from_spec(spec)

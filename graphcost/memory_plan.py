@@ -30,6 +30,7 @@ from .alloc import CPU_ALIGNMENT, Allocation, align, allocate, ggml_nbytes
 from .build import BuiltGraph, build_graph
 from .ggml_graph import Tensor
 from .model import ModelInfo
+from .ops import Op
 from .settings import Resolved, RunSettings, resolve
 
 #: llm_graph_result::set_outputs flags t_logits and t_embd as graph outputs
@@ -240,7 +241,7 @@ def _attention_blocks(nodes: list[Tensor]) -> dict[int, tuple[int, int] | str]:
         if n.layer is None or n.block != "attention":
             continue
         first.setdefault(n.layer, i)
-        if (n.op == "MUL_MAT" and n.src and n.src[0].role == "weight"
+        if (n.op == Op.MUL_MAT and n.src and n.src[0].role == "weight"
                 and n.src[0].name == f"blk.{n.layer}.attn_output.weight"):
             spans.setdefault(n.layer, (first[n.layer], i))
     for il in first:
@@ -346,7 +347,7 @@ def describe_tensor(t: Tensor, run: Resolved) -> str:
     if base == "attn_inp_kq_mask":
         return ("KQ mask (n_kv x tokens, " + ("F16" if run.flash_attn else "F32")
                 + "; grows with context x ubatch)")
-    if t.op == "FLASH_ATTN_EXT":
+    if t.op == Op.FLASH_ATTN_EXT:
         return "flash-attention output (head_dim x heads x tokens)"
     if t.role == "input":
         return "graph input"

@@ -179,7 +179,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         raise GraphcostError(f"{header.path}: metadata key 'general.architecture' {what}")
     if arch not in supported:
         raise UnsupportedError(f"{header.path}: architecture {_show(arch)} is not supported "
-                               f"(supported: {', '.join(supported)})")
+                               f"(supported: {', '.join(supported)}; see `graphcost archs`)")
     m = _Meta(header, arch)
     n_layer_all = m.int(Keys.LLM.BLOCK_COUNT, required=True)
     n_embd = m.int(Keys.LLM.EMBEDDING_LENGTH, required=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .analysis import Analysis
-from .ggml_graph import VIEW_OPS
+from . import ops
 from .hardware import Hardware, roofline_seconds
 
 
@@ -55,7 +55,7 @@ def estimate(a: Analysis, hw: Hardware) -> RooflineEstimate:
         if nc.cost is None:
             per_node.append(None)
             continue
-        if nc.node.op in VIEW_OPS:              # SET_ROWS/CPY are views that do work
+        if nc.node.op in ops.EMPTY:              # SET_ROWS/CPY are views that do work
             per_node.append(0.0)
             continue
         c = nc.cost

@@ -7,6 +7,7 @@ clamped), ``src/llama-kv-cache.cpp`` (``get_n_kv``: cells attended) and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from . import ggml_types as gt
 from .errors import SettingsError
@@ -24,6 +25,11 @@ FLAVOURS = {
                "caches, n_ctx and n_kv padded to 32 without flash attention (256 with), mask "
                "rows padded to 32, names of that time (inp_embd, k_cache_view, kq_soft_max_ext)",
 }
+
+
+#: what ``-fa`` means when it is not given, per flavour: ``auto`` since 2025-08-30
+#: (e81b8e4b7); before that flash attention was a switch, off unless ``-fa`` was passed
+FLASH_ATTN_DEFAULT = {"head": "auto", "2024-08": "off"}
 
 
 def kv_pad(flavour: str, flash_attn: bool) -> int:
@@ -45,7 +51,8 @@ class RunSettings:
     ctx_size: int = 4096  # -c; 0 = the model's training context
     batch_size: int = 2048  # -b
     ubatch_size: int = 512  # -ub
-    flash_attn: str = "auto"  # -fa on|off|auto (auto is on for the CPU backend)
+    flash_attn: str | None = None  # -fa on|off|auto; None: the flavour's default
+    # (FLASH_ATTN_DEFAULT; auto is on for the CPU backend)
     cache_type_k: str = "f16"  # -ctk
     cache_type_v: str = "f16"  # -ctv
     swa_full: bool = False  # --swa-full
@@ -106,9 +113,15 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
         raise SettingsError(f"--ctx-size {s.ctx_size} must be >= 0")
     if s.batch_size < 1 or s.ubatch_size < 1:
         raise SettingsError("--batch-size and --ubatch-size must be >= 1")
-    fa = s.flash_attn.lower()
+    if s.llama_cpp not in FLAVOURS:
+        raise SettingsError(f"--llama-cpp {s.llama_cpp!r}: known flavours are "
+                            f"{', '.join(FLAVOURS)}")
+    fa = (s.flash_attn or FLASH_ATTN_DEFAULT[s.llama_cpp]).lower()
     if fa not in ("on", "off", "auto", "true", "false", "1", "0"):
         raise SettingsError(f"--flash-attn {s.flash_attn!r}: use on, off or auto")
+    if fa == "auto" and FLASH_ATTN_DEFAULT[s.llama_cpp] != "auto":
+        raise SettingsError(f"--flash-attn auto: llama.cpp {s.llama_cpp} has no 'auto' (flash "
+                            "attention was a switch, off unless -fa was given): use on or off")
     flash = fa in ("on", "auto", "true", "1")
     type_k = _cache_type("--cache-type-k", s.cache_type_k)
     type_v = _cache_type("--cache-type-v", s.cache_type_v)
@@ -118,9 +131,6 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
     ctx = s.ctx_size or n_ctx_train
     if ctx <= 0:
         raise SettingsError("--ctx-size 0 needs the model's context_length, which is missing")
-    if s.llama_cpp not in FLAVOURS:
-        raise SettingsError(f"--llama-cpp {s.llama_cpp!r}: known flavours are "
-                            f"{', '.join(FLAVOURS)}")
     p = kv_pad(s.llama_cpp, flash)
     n_ctx = pad(ctx, p)
     n_batch = min(n_ctx, s.batch_size)
@@ -141,10 +151,46 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
     kv_size_swa = None
     n_kv_swa = None
     notes = []
-    if s.flash_attn.lower() == "auto":
+    if fa == "auto":
         notes.append("flash attention 'auto' resolves to on for the CPU backend")
     if n_swa > 0:
         kv_size_swa = kv_size if s.swa_full else pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
         n_kv_swa = n_kv_for(min(used, kv_size_swa), kv_size_swa)
     return Resolved(s, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, s.tokens, s.outputs,
                     s.past, kv_size, kv_size_swa, n_kv_for(used, kv_size, p), n_kv_swa, notes)
+
+
+def refuse_cache_types(run: Resolved, head_dims_k: Sequence[int], head_dims_v: Sequence[int],
+                       path: str = "") -> None:
+    """Refuse the cache types llama.cpp cannot create for this model.
+
+    ``llama_init_from_model`` (src/llama-context.cpp) returns no context when flash
+    attention is not disabled (``on`` or ``auto``) and a quantized K (V) cache type's block
+    size does not divide some layer's ``n_embd_head_k`` (``n_embd_head_v``). With flash
+    attention off it creates the context, but the K cache is viewed per head
+    (``ggml_view_4d`` with ``nb1 = ggml_row_size(type_k, n_embd_head_k)``, whose
+    divisibility check is a plain ``assert``, compiled out) and the run cannot work:
+    measured with llama-cpp-python 0.3.36, it aborts (a view past its source) reserving
+    the graph or in the first decode, or every logit is NaN (tests/test_refusals.py). Both are refused. ``head_dims_*`` are per layer, in
+    elements."""
+    fa_disabled = not run.flash_attn and (run.settings.flash_attn or "").lower() != "auto"
+    where = f"{path}: " if path else ""
+    for flag, t, dims, kind in (("--cache-type-k", run.type_k, head_dims_k, "k"),
+                                ("--cache-type-v", run.type_v, head_dims_v, "v")):
+        if not gt.is_quantized(t):
+            continue
+        blck = gt.block(t)[0]
+        bad = sorted({d for d in dims if d % blck})
+        if not bad:
+            continue
+        if not fa_disabled:
+            raise SettingsError(
+                f"{where}{flag} {gt.type_name(t)}: its block size {blck} does not divide "
+                f"n_embd_head_{kind}={bad[0]} (llama_init_from_model refuses a quantized cache "
+                "whose block size does not divide the head size when flash attention is on "
+                "or auto)")
+        raise SettingsError(
+            f"{where}{flag} {gt.type_name(t)}: its block size {blck} does not divide "
+            f"n_embd_head_{kind}={bad[0]} (with flash attention off llama.cpp creates the "
+            "context but views the cache per head across quant blocks: it aborts or "
+            "returns NaN logits)")

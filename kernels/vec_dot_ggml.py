@@ -15,7 +15,8 @@ llama.cpp's AVX-512 build runs them:
   int32 lanes (``aux32``) and 8 float lanes (``sums``) exactly like the generic code,
   mins through Q8_K's ``bsums``;
 * F16/BF16/F32: ggml_vec_dot_f16/bf16/f32's AVX-512F code (16-lane FMA accumulators,
-  GGML_F32x16_REDUCE, scalar leftovers) operation for operation, see "float types".
+  GGML_F32x16_REDUCE, scalar leftovers) operation for operation, and bf16's AVX512-BF16
+  pair dot on CPUs that have it, see "float types".
 
 The integer parts are exact everywhere; the float32 parts of the block types follow
 the generic order.
@@ -321,8 +322,10 @@ def _ggml_q6_k(row, y):
 # The order is fixed, not picked per numba target: compiled for an AVX2 or older CPU
 # (NUMBA_CPU_NAME) the kernels give the same results, LLVM splitting the 16-lane vectors
 # (and ``llvm.fma`` becoming a libm call without FMA). llama.cpp itself on an AVX2-only
-# CPU (8-lane accumulators, hadd reduction), with AVX512-BF16/FP16, or built by another
-# compiler adds in another order: expect float32 rounding differences there.
+# CPU (8-lane accumulators, hadd reduction), with AVX512-FP16, or built by another
+# compiler adds in another order: expect float32 rounding differences there. On a CPU
+# with AVX512-BF16 its bf16 dot is the pair dot ``_mm512_dpbf16_ps``, which the kernels
+# follow (:data:`BF16_DP`).
 # For N >= 2 activation rows llama.cpp uses llamafile's tinyBLAS instead of vec_dot.
 
 
@@ -372,22 +375,79 @@ def _ggml_f16(row, y):
     return F(s)
 
 
+def _avx512_bf16_host() -> bool:
+    """Whether llama.cpp, built natively for this CPU (GGML_NATIVE), compiles
+    ggml_vec_dot_bf16's ``__AVX512BF16__`` branch (``_mm512_dpbf16_ps``, vec.cpp)."""
+    from llvmlite import binding
+    return bool(binding.get_host_cpu_features().get("avx512bf16", False))
+
+
+#: ggml_vec_dot_bf16's main loop on this CPU: ``True`` the AVX512-BF16 pair dot (64
+#: elements a step, each lane adds its odd then its even product), ``False`` the
+#: AVX-512F FMA loop (32 a step). Frozen into the compiled kernels; numba's cache is
+#: keyed by the host CPU, so a cache never crosses the two.
+BF16_DP = _avx512_bf16_host()
+
+# VDPBF16PS (Intel SDM): per float32 lane j, ``acc += x[2j+1]*y[2j+1]`` then
+# ``acc += x[2j]*y[2j]``, each product of two bfloat16s exact in float32, so each step
+# is one rounding: an FMA. (It also treats denormal inputs as zero and flushes denormal
+# results, which this does not: rows with bfloat16 denormals may differ in the last bit.)
+_odd16 = simd.permutation(range(1, 32, 2))
+_even16 = simd.permutation(range(0, 32, 2))
+
+
+@njit(inline="always", cache=True)
+def _dpbf16(acc, x, y, i, y_is_f32):
+    """``_mm512_dpbf16_ps(acc, x, y)``: 32 bfloat16 weights ``x`` (uint16 lanes) times the
+    activations at element ``i`` of ``y`` (raw bytes: bfloat16, or float32 already
+    expanded)."""
+    if y_is_f32:
+        v = simd.load(y, 4 * i, 32, "f32")
+        yo, ye = _odd16(v), _even16(v)
+    else:
+        v = simd.load(y, 2 * i, 32, "u16")
+        yo, ye = simd.bf16_to_f32(_odd16(v)), simd.bf16_to_f32(_even16(v))
+    acc = simd.fma(simd.bf16_to_f32(_odd16(x)), yo, acc)
+    return simd.fma(simd.bf16_to_f32(_even16(x)), ye, acc)
+
+
+@njit(inline="always", cache=True)
+def _bf16_main(row, y, n, y_is_f32):
+    """ggml_vec_dot_bf16's SIMD part over the first elements of ``row`` (raw bytes):
+    returns (double sum of its two reduced accumulators, elements consumed)."""
+    c1 = c2 = simd.zeros(16, "f32")
+    ys = 4 if y_is_f32 else 2                          # bytes of one activation element
+    if BF16_DP:
+        nv = n - n % 64
+        for i in range(0, nv, 64):
+            simd.prefetch(row, 2 * i + PREFETCH_AHEAD)
+            c1 = _dpbf16(c1, simd.load(row, 2 * i, 32, "u16"), y, i, y_is_f32)
+            c2 = _dpbf16(c2, simd.load(row, 2 * i + 64, 32, "u16"), y, i + 32, y_is_f32)
+    else:
+        nv = n - n % 32
+        for i in range(0, nv, 32):
+            simd.prefetch(row, 2 * i + PREFETCH_AHEAD)
+            x1 = simd.bf16_to_f32(simd.load(row, 2 * i, 16, "u16"))
+            x2 = simd.bf16_to_f32(simd.load(row, 2 * i + 32, 16, "u16"))
+            if y_is_f32:
+                c1 = simd.fma(x1, simd.load(y, ys * i, 16, "f32"), c1)
+                c2 = simd.fma(x2, simd.load(y, ys * (i + 16), 16, "f32"), c2)
+            else:
+                c1 = simd.fma(x1, simd.bf16_to_f32(simd.load(y, ys * i, 16, "u16")), c1)
+                c2 = simd.fma(x2, simd.bf16_to_f32(simd.load(y, ys * (i + 16), 16, "u16")), c2)
+    s = 0.0
+    s += np.float64(simd.reduce_add_ps(c1))
+    s += np.float64(simd.reduce_add_ps(c2))
+    return s, nv
+
+
 @njit(cache=True)
 def _ggml_bf16(row, y):
     out_of_line()
     n = row.shape[0] // 2
-    n32 = n - n % 32
-    c1 = c2 = simd.zeros(16, "f32")
-    for p in range(0, 2 * n32, 64):
-        c1 = simd.fma(simd.bf16_to_f32(simd.load(row, p, 16, "u16")),
-                      simd.bf16_to_f32(simd.load(y, p, 16, "u16")), c1)
-        c2 = simd.fma(simd.bf16_to_f32(simd.load(row, p + 32, 16, "u16")),
-                      simd.bf16_to_f32(simd.load(y, p + 32, 16, "u16")), c2)
-    s = 0.0
-    s += np.float64(simd.reduce_add_ps(c1))
-    s += np.float64(simd.reduce_add_ps(c2))
+    s, nv = _bf16_main(row, y, n, False)
     w, v = row.view(np.uint16), y.view(np.uint16)
-    for i in range(n32, n):
+    for i in range(nv, n):
         s += np.float64(bf16_to_f32(w[i]) * bf16_to_f32(v[i]))
     return F(s)
 
@@ -413,18 +473,8 @@ def _ggml_f16_yf(row, yf):
 def _ggml_bf16_yf(row, yf):
     out_of_line()
     n = row.shape[0] // 2
-    n32 = n - n % 32
-    c1 = c2 = simd.zeros(16, "f32")
-    for p in range(0, 2 * n32, 64):
-        simd.prefetch(row, p + PREFETCH_AHEAD)
-        c1 = simd.fma(simd.bf16_to_f32(simd.load(row, p, 16, "u16")),
-                      simd.load(yf, 2 * p, 16, "f32"), c1)
-        c2 = simd.fma(simd.bf16_to_f32(simd.load(row, p + 32, 16, "u16")),
-                      simd.load(yf, 2 * p + 64, 16, "f32"), c2)
-    s = 0.0
-    s += np.float64(simd.reduce_add_ps(c1))
-    s += np.float64(simd.reduce_add_ps(c2))
-    for i in range(n32, n):
+    s, nv = _bf16_main(row, yf.view(np.uint8), n, True)
+    for i in range(nv, n):
         s += np.float64(bf16_to_f32(np.uint16(row[2 * i]) | (np.uint16(row[2 * i + 1]) << 8))
                         * yf[i])
     return F(s)
@@ -678,7 +728,8 @@ def _reduce_add_ps(v: np.ndarray) -> np.ndarray:
 
 
 def _ref_float(w: np.ndarray, qt: QT, yq: np.ndarray) -> np.ndarray:
-    """ggml_vec_dot_f32/f16/bf16 for AVX-512F as built by GCC (see the kernels)."""
+    """ggml_vec_dot_f32/f16/bf16 for AVX-512F as built by GCC (see the kernels); bf16
+    with AVX512-BF16's pair dot where this CPU has it (:data:`BF16_DP`)."""
     if qt == QT.F32:
         wf, yf = w.view(np.float32), yq.view(np.float32)
     elif qt == QT.F16:
@@ -688,12 +739,15 @@ def _ref_float(w: np.ndarray, qt: QT, yq: np.ndarray) -> np.ndarray:
         yf = (yq.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     (m, k), n = wf.shape, yf.shape[0]
     nacc = 2 if qt == QT.BF16 else 4
-    step = 16 * nacc
+    pairs = qt == QT.BF16 and BF16_DP          # VDPBF16PS: 2 elements per lane
+    step = 16 * nacc * (2 if pairs else 1)
     kv = k - k % step
     acc = np.zeros((n, m, nacc, 16), dtype=np.float32)
     for i in range(0, kv, step):
-        acc = _fma32(wf[None, :, i:i + step].reshape(1, m, nacc, 16),
-                     yf[:, None, i:i + step].reshape(n, 1, nacc, 16), acc)
+        wb = wf[None, :, i:i + step].reshape(1, m, nacc, 16, -1)
+        yb = yf[:, None, i:i + step].reshape(n, 1, nacc, 16, -1)
+        for e in ((1, 0) if pairs else (0,)):   # odd element first, then even
+            acc = _fma32(wb[..., e], yb[..., e], acc)
     wt, yt = wf[None, :, kv:], yf[:, None, kv:]
     prod = (wt * yt).astype(np.float32)                              # [N, M, tail]
     if qt == QT.BF16:

@@ -126,10 +126,23 @@ def _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, pa
                 tokens=int(tokens), n_outputs=int(n_outputs), n_threads=int(n_threads))
 
 
+#: environment variables that steer threads, thread pools or SIMD paths of llama.cpp,
+#: OpenMP or Numba: what a speed comparison prints for each process
+THREADING_ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "GGML_", "LLAMA_", "OPENBLAS", "MKL_",
+                          "NUMBA_")
+
+
+def threading_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` (default: this process's) named by
+    :data:`THREADING_ENV_PREFIXES`."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(THREADING_ENV_PREFIXES)}
+
+
 def _run_worker(mode: str, model_path, settings: dict[str, Any], timeout: float,
-                env: dict[str, str] | None) -> Any:
+                env: dict[str, str] | None, base_env: dict[str, str] | None = None) -> Any:
     req = dict(settings, mode=mode, model_path=os.fspath(model_path))
-    full_env = dict(os.environ)
+    full_env = dict(os.environ if base_env is None else base_env)
     if env:
         full_env.update(env)
     try:
@@ -199,7 +212,8 @@ def run_model(model_path, *, prompt: list[int], decode: list[int] | None = None,
               capture: list[str] = (), capture_steps: list[int] = (0,), n_ctx: int = 1024,
               n_ubatch: int = 512, flash_attn: bool = False, type_k: str = "f16",
               type_v: str = "f16", swa_full: bool = False, n_threads: int = 2,
-              timeout: float = 600.0, env: dict[str, str] | None = None) -> dict:
+              timeout: float = 600.0, env: dict[str, str] | None = None,
+              base_env: dict[str, str] | None = None) -> dict:
     """Decode ``prompt`` (one ubatch, logits for its last token), then either the tokens
     of ``decode`` one at a time or ``greedy`` steps feeding back each step's argmax.
 
@@ -212,6 +226,8 @@ def run_model(model_path, *, prompt: list[int], decode: list[int] | None = None,
     ``ne[::-1]`` (numpy order). Without ``capture`` no ``cb_eval`` is installed, so the
     steps run exactly as llama.cpp runs them (``seconds`` is the wall time of
     ``llama_decode`` + synchronize). The arrays travel through a temporary ``.npz``.
+    The worker starts from ``base_env`` (default: this process's environment) plus
+    ``env``; ``"env"`` in the result is its :func:`threading_env` as it ran.
     """
     import tempfile
 
@@ -228,7 +244,7 @@ def run_model(model_path, *, prompt: list[int], decode: list[int] | None = None,
         s.update(prompt=[int(t) for t in prompt], decode=None if decode is None else
                  [int(t) for t in decode], greedy=int(greedy), capture=list(capture),
                  capture_steps=[int(x) for x in capture_steps], npz=npz)
-        out = _run_worker("run", model_path, s, timeout, env)
+        out = _run_worker("run", model_path, s, timeout, env, base_env)
         with np.load(npz) as z:
             arrays = {k: z[k] for k in z.files}
     out["logits"] = [arrays[f"logits_{i}"] for i in range(len(out["steps"]))]
@@ -781,7 +797,8 @@ def _run_steps(L, ctx, model, n_vocab, req, state, run_state, errors) -> dict:  
     np.savez(req["npz"], **arrays)
     L.llama_free(ctx)
     L.llama_model_free(model)
-    return {"tokens": generated, "steps": steps, "capture_records": run_state["records"]}
+    return {"tokens": generated, "steps": steps, "capture_records": run_state["records"],
+            "env": threading_env()}
 
 
 _WORKER_LOG: list[str] = []

@@ -87,3 +87,27 @@ def test_flavour_for_an_architecture_it_does_not_cover(tmp_path):
     with pytest.raises(UnsupportedError, match="has no gemma3 graph"):
         build_graph(load_model(ROOT / "examples" / "gemma-3-4b-it-q4_k_m.gguf"),
                     RunSettings(llama_cpp="2024-08"))
+
+
+def test_sample_report_settings_without_fa_flag_give_its_2822_nodes():
+    # the report's own command line had no -fa: llama.cpp of 2024-08 ran without flash
+    # attention unless asked, so the flavour's default is off (2471 nodes if it were on)
+    s = RunSettings(ctx_size=32768, tokens=1, past=31, llama_cpp="2024-08")
+    bg = build_graph(load_model(MISTRAL), s)
+    assert not bg.run.flash_attn and len(bg.nodes) == 2822
+
+
+def test_cli_flavour_default_is_off_and_auto_is_refused():
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "graphcost", *map(str, args)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+
+    r = cli("analyze", MISTRAL, "--llama-cpp", "2024-08", "-c", "32768", "--tokens", "1",
+            "--past", "31", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert '"flash_attn": "off"' in r.stdout
+    r = cli("analyze", MISTRAL, "--llama-cpp", "2024-08", "-fa", "auto")
+    assert r.returncode == 2 and "has no 'auto'" in r.stderr and len(r.stderr.splitlines()) == 1

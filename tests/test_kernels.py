@@ -666,7 +666,9 @@ def _llama_vec_dots():
 
 @pytest.mark.parametrize("qt", FLOATS, ids=[t.name for t in FLOATS])
 def test_float_ggml_dots_match_llama_cpp_bit_for_bit(qt):
-    # the order is AVX-512F's as GCC builds it: only comparable on such a host
+    # the order is AVX-512F's as GCC builds it (bf16: AVX512-BF16's pair dot where the CPU
+    # has it, kernels.vec_dot_ggml.BF16_DP): only comparable on an AVX-512F host; with
+    # AVX512-FP16 ggml's f16 dot takes another path, which the kernels do not follow
     found = _llama_vec_dots()
     if found is None:
         pytest.skip("llama-cpp-python's libggml-cpu.so not found")

@@ -67,6 +67,7 @@ CASES = [
     ("glm4moe", 32768, 512, True, "f16", "f16", False),
     ("glm4moe_qknorm", 1000, 100, False, "q8_0", "f16", False),
     ("glm4moe_qknorm", 4096, 512, True, "q8_0", "q8_0", False),
+    # architectures ernie4_5-moe and minimax-m2
     ("ernie4_5_moe", 2048, 256, False, "f16", "f16", False),
     ("ernie4_5_moe", 4096, 512, True, "q8_0", "q8_0", False),
     ("minimax_m2", 512, 512, False, "q8_0", "f16", False),

@@ -154,3 +154,17 @@ def test_gemma3_fixture_graph(gemma3_fx):
     assert nodes[-1]["name"] == "result_output"
     assert nodes[-1]["ne"] == [gemma3_fx.n_vocab, 1, 1, 1]
     assert nodes[-1]["src"][0] == "token_embd.weight"  # tied embeddings
+
+
+def test_worker_starts_from_the_given_environment(llama_fx, monkeypatch):
+    # benchmarks pass the environment the user started them with (base_env): a variable
+    # this process set afterwards must not reach llama.cpp's process
+    from llama_oracle import run_model
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    user = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    user["OMP_PROC_BIND"] = "false"
+    r = run_model(llama_fx, prompt=[1, 2, 3], greedy=1, n_ctx=256, base_env=user)
+    assert "OMP_WAIT_POLICY" not in r["env"]
+    assert r["env"]["OMP_PROC_BIND"] == "false"
+    r = run_model(llama_fx, prompt=[1, 2, 3], greedy=1, n_ctx=256)     # default: ours
+    assert r["env"]["OMP_WAIT_POLICY"] == "PASSIVE"

@@ -1,5 +1,6 @@
-"""Spec statements beyond the core set in :mod:`graphcost.spec_builder`, one module per
-family of constructs. Every module here is imported (and so registered) on first use."""
+"""Spec statements, one module per family of constructs (:mod:`.core`: those most
+architectures use). Every module here is imported, and so registers its statements in
+:data:`graphcost.spec_builder.STATEMENTS`, when this package is imported."""
 from __future__ import annotations
 
 import importlib

@@ -14,6 +14,7 @@ from .. import ggml_types as gt
 from ..llm_graph import KVCache
 from ..settings import pad
 from ..spec_builder import SpecBuilder, statement
+from .core import s_rope
 
 #: GGML_KQ_MASK_PAD in August 2024 (ggml.h)
 KQ_MASK_PAD = 32
@@ -66,7 +67,7 @@ def rope_3d(sb: SpecBuilder, a: dict) -> None:
     heads = m.n_head[sb.il] if a.get("heads", "n_head") == "n_head" else m.n_head_kv[sb.il]
     x3 = sb.g.reshape(x, [m.head_dim_k, heads, x.ne[1]])
     sb.vars[a["x"]] = x3
-    sb.s_rope({**a, "x": a["x"]})
+    s_rope(sb, a)
 
 
 @statement("attention_2024_08")

@@ -1,0 +1,32 @@
+"""``graphcost archs``: the modelled families with what is proven for each, then the GGUF
+architectures that are not modelled. Plain text (one row per family) or JSON."""
+from __future__ import annotations
+
+import json
+
+from ..arch_spec import PROVEN_ASPECTS
+
+
+def render_archs_text(doc: dict) -> str:
+    fams = doc["families"]
+    w = max(len(f["architecture"]) for f in fams)
+    lines = [f"{len(fams)} families modelled; proven against llama.cpp by these tests:",
+             (f"  {'architecture':{w}s}  " + "  ".join(f"{a:26s}" for a in PROVEN_ASPECTS)).rstrip()]
+    for f in fams:
+        cells = [(f["proven"][a] or "-").removeprefix("tests/") for a in PROVEN_ASPECTS]
+        lines.append(f"  {f['architecture']:{w}s}  " + "  ".join(f"{c:26s}" for c in cells).rstrip())
+    nm = doc["not_modelled"]
+    lines.append("")
+    lines.append(f"{len(nm)} architectures not modelled (names from gguf {doc['gguf_version']}):")
+    row = "  "
+    for name in nm:
+        if len(row) + len(name) + 2 > 80:
+            lines.append(row.rstrip())
+            row = "  "
+        row += name + "  "
+    lines.append(row.rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def render_archs_json(doc: dict) -> str:
+    return json.dumps(doc, indent=1) + "\n"
