@@ -42,6 +42,8 @@ DEEPSEEK2_DEFAULT_TYPES: dict[str, QT] = {
     "attn_q": QT.Q5_0,
     "attn_kv_a_mqa": QT.Q8_0,
     "attn_k_b": QT.F16,
+    "attn_kv_b": QT.Q8_0,
+    "nextn.eh_proj": QT.Q8_0,
     "attn_v_b": QT.Q8_0,
     "attn_output": QT.Q4_1,
     "ffn_gate_inp": QT.F32,
@@ -78,6 +80,7 @@ def write_deepseek2(
     n_layer_dense_lead: int = 1, expert_groups: tuple[int, int] | None = (4, 2),
     gating: int | None = 2, weights_norm: bool | None = True,
     weights_scale: float | None = 2.5, probs_bias: bool = True,
+    n_nextn: int = 0, legacy_kv_b: bool = False,
     tie_embeddings: bool = False, weight_types: Mapping[str, QT] | None = None,
     context_length: int = 4096, rope_freq_base: float = 10_000.0, rms_eps: float = 1e-6,
     seed: int = 0,
@@ -86,21 +89,31 @@ def write_deepseek2(
     of 96, 3 heads of 48 + 32 (rope) for K and 64 for V, layer 0 dense, then 8 experts of
     96 in 4 groups (2 groups used), 3 experts used, one shared expert, sigmoid gating with
     a selection bias, normalised weights scaled by 2.5. ``q_lora_rank=0`` writes ``attn_q``
-    (the lite layout; the key is then written as 0); ``None`` leaves a key out."""
+    (the lite layout; the key is then written as 0); ``None`` leaves a key out.
+    ``n_nextn`` NextN/MTP blocks follow the ``n_layer`` trunk layers (``block_count`` counts
+    both). ``legacy_kv_b`` writes a pre-MLA file (no MLA head sizes, ``attn_kv_b``)."""
     path = Path(path)
     arch = "deepseek2"
+    n_all = n_layer + n_nextn
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
+    w.add_block_count(n_all)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
-    w.add_head_count_kv(1)
-    w.add_key_length(kv_lora_rank + n_rot)
-    w.add_value_length(kv_lora_rank)
-    w.add_key_length_mla(qk_nope + n_rot)
-    w.add_value_length_mla(v_head)
+    if legacy_kv_b:
+        w.add_head_count_kv(n_head)
+        w.add_key_length(qk_nope + n_rot)
+        w.add_value_length(v_head)
+    else:
+        w.add_head_count_kv(1)
+        w.add_key_length(kv_lora_rank + n_rot)
+        w.add_value_length(kv_lora_rank)
+        w.add_key_length_mla(qk_nope + n_rot)
+        w.add_value_length_mla(v_head)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
     w.add_rope_dimension_count(n_rot)
     w.add_layer_norm_rms_eps(rms_eps)
     w.add_rope_freq_base(rope_freq_base)
@@ -132,7 +145,7 @@ def write_deepseek2(
     if not tie_embeddings:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
     k_mla = qk_nope + n_rot
-    for i in range(n_layer):
+    for i in range(n_all):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         if q_lora_rank > 0:
@@ -144,26 +157,37 @@ def write_deepseek2(
         else:
             sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_head * k_mla)
         sink.matrix("attn_kv_a_mqa", p + "attn_kv_a_mqa.weight", n_embd, kv_lora_rank + n_rot)
-        # per-head 3-D weights: ne [qk_nope, kv_lora, n_head] and [kv_lora, v_head, n_head]
-        _experts(sink, "attn_k_b", p + "attn_k_b.weight", qk_nope, kv_lora_rank, n_head)
-        _experts(sink, "attn_v_b", p + "attn_v_b.weight", kv_lora_rank, v_head, n_head)
+        if legacy_kv_b:
+            sink.matrix("attn_kv_b", p + "attn_kv_b.weight", kv_lora_rank,
+                        n_head * (qk_nope + v_head))
+        else:
+            # per-head 3-D weights: ne [qk_nope, kv_lora, n_head], [kv_lora, v_head, n_head]
+            _experts(sink, "attn_k_b", p + "attn_k_b.weight", qk_nope, kv_lora_rank, n_head)
+            _experts(sink, "attn_v_b", p + "attn_v_b.weight", kv_lora_rank, v_head, n_head)
         sink.matrix("attn_output", p + "attn_output.weight", n_head * v_head, n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if i < n_layer_dense_lead:
             sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
             sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
             sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-            continue
-        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-        if probs_bias:
-            sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
-        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
-        shared = n_ff_exp * n_expert_shared
-        sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, shared)
-        sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", shared, n_embd)
-        sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, shared)
+        else:
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
+            if probs_bias:
+                sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
+            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd,
+                     n_expert)
+            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
+                     n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            shared = n_ff_exp * n_expert_shared
+            sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, shared)
+            sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", shared, n_embd)
+            sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, shared)
+        if i >= n_layer:  # NextN/MTP block
+            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+            sink.vector(p + "nextn.enorm.weight", n_embd)
+            sink.vector(p + "nextn.hnorm.weight", n_embd)
+            sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
     _finish(w)
     return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
                         kv_lora_rank=kv_lora_rank, n_rot=n_rot, n_vocab=n_vocab)

@@ -12,7 +12,7 @@ import pytest
 
 import fixtures_deepseek as D
 from graphcost.build import build_graph, load_model
-from graphcost.errors import SettingsError
+from graphcost.errors import SettingsError, UnsupportedError
 from graphcost.settings import RunSettings
 from llama_oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, our_records
@@ -41,6 +41,10 @@ def models(tmp_path_factory):
                                 kv_lora_rank=64, n_rot=16, qk_nope=32, v_head=32, n_head=5,
                                 n_expert=6, n_expert_used=1, expert_groups=(1, 0),
                                 weights_scale=1.0, tie_embeddings=True),
+        # GLM-4.7-Flash style: 2 trunk layers + 1 NextN/MTP block the trunk graph skips
+        "nextn": D.write_deepseek2(d / "nextn.gguf", n_layer=2, n_nextn=1),
+        # a pre-MLA file (attn_kv_b, no MLA head sizes): refused
+        "legacy": D.write_deepseek2(d / "legacy.gguf", legacy_kv_b=True, n_layer=2),
     }
 
 
@@ -57,6 +61,8 @@ CASES = [
     ("k2", dict(tokens=1, past=0)),
     ("k2", dict(tokens=4, past=1, n_outputs=4)),
     ("k2", dict(tokens=9, past=0, n_ubatch=64, n_ctx=600)),
+    ("nextn", dict(tokens=1, past=1)),
+    ("nextn", dict(tokens=5, past=0, n_outputs=2)),
 ]
 
 
@@ -87,3 +93,16 @@ def test_mla_refuses_different_k_and_v_types(models):
     s = RunSettings(ctx_size=512, flash_attn="on", cache_type_k="q8_0", cache_type_v="f16")
     with pytest.raises(SettingsError, match="must be equal"):
         build_graph(load_model(models["v3"]), s)
+
+
+def test_nextn_block_is_left_out(models):
+    # 3 blocks in the file, 2 in the graph and in the cache
+    m = load_model(models["nextn"])
+    assert (m.n_layer, m.n_layer_nextn) == (2, 1)
+    names = {r["name"] for r in our_records(models["nextn"], tokens=2)}
+    assert "l_out-1" in names and "l_out-2" not in names and "cache_k_l2" not in names
+
+
+def test_legacy_non_mla_file_is_refused(models):
+    with pytest.raises(UnsupportedError, match="legacy non-MLA attention"):
+        build_graph(load_model(models["legacy"]), RunSettings(ctx_size=512))
