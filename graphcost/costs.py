@@ -333,6 +333,12 @@ def sigmoid(t: Tensor) -> OpCost:
     return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
 
 
+def repeat(t: Tensor) -> OpCost:
+    # a tiled to the result's shape: a read once, the result written, no arithmetic
+    # (ggml_compute_forward_repeat_f32: ggml_vec_cpy_f32 per tile)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
 def fill(t: Tensor) -> OpCost:
     # y[...] = c: the source gives the shape only and is not read; no arithmetic
     # (ggml_compute_forward_fill)
@@ -368,6 +374,7 @@ COSTS: dict[Op, Callable[[Tensor], OpCost]] = {
     Op.CLAMP: clamp,
     Op.SIGMOID: sigmoid,
     Op.FILL: fill,
+    Op.REPEAT: repeat,
 }
 
 def op_cost(t: Tensor) -> OpCost | None:

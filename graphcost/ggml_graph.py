@@ -247,6 +247,14 @@ class Graph:
         ne[dim] += b.ne[dim]
         return self._new(Op.CONCAT, a.type, ne, [a, b], params={"dim": dim})
 
+    def repeat_4d(self, a: Tensor, ne) -> Tensor:
+        """ggml_repeat_4d: a new tensor of shape ``ne`` tiling ``a`` (each ne[i] a multiple
+        of a.ne[i])."""
+        ne4 = _ne4(ne)
+        if any(ne4[i] % a.ne[i] for i in range(4)):
+            raise ValueError(f"repeat of {a.ne} to {ne4}")
+        return self._new(Op.REPEAT, a.type, ne4, [a])
+
     def scale(self, a: Tensor, s: float, bias: float = 0.0) -> Tensor:
         return self._new(Op.SCALE, a.type, a.ne, [a], params={"scale": s, "bias": bias})
 
@@ -327,7 +335,7 @@ class Graph:
     def fill(self, a: Tensor, c: float) -> Tensor:
         """ggml_fill: a new tensor shaped like ``a`` (ggml_dup_tensor, unnamed), every
         element ``c``; ``a`` is a source for its shape only."""
-        return self._new("FILL", a.type, a.ne, [a], params={"c": c})
+        return self._new(Op.FILL, a.type, a.ne, [a], params={"c": c})
 
     # ---- graph order -------------------------------------------------------------------
     def expand(self, t: Tensor) -> None:

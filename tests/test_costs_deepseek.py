@@ -54,3 +54,11 @@ def test_no_op_is_unmodelled(model, fa):
     a = analyze_graph(build_graph(model, RunSettings(ctx_size=512, flash_attn=fa, tokens=4,
                                                      past=2)))
     assert all(nc.cost is not None for nc in a.nodes)
+
+
+def test_legacy_repeat_reads_once_writes_every_head(tmp_path):
+    # pre-MLA file: k_pe F32 [32 rope dims, 1, 3 tokens] repeated to [32, 3 heads, 3 tokens]
+    m = load_model(D.write_deepseek2(tmp_path / "legacy.gguf", legacy_kv_b=True, n_layer=2,
+                                     qk_nope=32))
+    c = cost(nodes(m, flash_attn="on", tokens=3), "REPEAT")
+    assert (c.reads, c.write, c.flops) == ((32 * 3 * 4,), 32 * 3 * 3 * 4, 0)

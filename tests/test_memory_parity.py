@@ -61,6 +61,9 @@ CASES = [
     ("deepseek2", 32768, 512, True, "f16", "f16", False),
     ("deepseek2", 700, 1, False, "f16", "f16", False),
     ("deepseek2_lite", 1000, 100, False, "f16", "f16", False),
+    # legacy non-MLA deepseek2 (attn_kv_b): a full K and V cache
+    ("deepseek2_legacy", 4096, 512, False, "q8_0", "f16", False),
+    ("deepseek2_legacy", 2048, 64, True, "q8_0", "q8_0", False),
     # glm4moe with a NextN block: its cache has the 3 trunk layers, not the 4 blocks
     ("glm4moe", 512, 512, False, "f16", "f16", False),
     ("glm4moe", 4096, 64, True, "q8_0", "q8_0", False),
@@ -99,6 +102,9 @@ def paths(tmp_path_factory, gemma3_270m):
         "deepseek2_lite": D.write_deepseek2(d / "deepseek2_lite.gguf", q_lora_rank=0, n_layer=2,
                                             n_layer_dense_lead=0, n_expert=5,
                                             expert_groups=None).path,
+        # pre-MLA file: attn_kv_b, K heads of 64, V heads of 64, 3 KV heads
+        "deepseek2_legacy": D.write_deepseek2(d / "deepseek2_legacy.gguf", legacy_kv_b=True,
+                                              n_layer=2, qk_nope=32).path,
         # 3 trunk layers + 1 NextN block, head_dim 96, layer 0 dense
         "glm4moe": D.write_glm4moe(d / "glm4moe.gguf").path,
         # Q/K norms, head_dim 64 (Hadamard rotation with quantized caches), no NextN

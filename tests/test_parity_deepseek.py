@@ -43,8 +43,11 @@ def models(tmp_path_factory):
                                 weights_scale=1.0, tie_embeddings=True),
         # GLM-4.7-Flash style: 2 trunk layers + 1 NextN/MTP block the trunk graph skips
         "nextn": D.write_deepseek2(d / "nextn.gguf", n_layer=2, n_nextn=1),
-        # a pre-MLA file (attn_kv_b, no MLA head sizes): refused
-        "legacy": D.write_deepseek2(d / "legacy.gguf", legacy_kv_b=True, n_layer=2),
+        # a pre-MLA file (attn_kv_b, no MLA head sizes): llama.cpp's non-MLA path, MHA over
+        # a full K/V cache (K heads of 32 + 32 = 64: the Hadamard path with quantized K;
+        # V heads of 64)
+        "legacy": D.write_deepseek2(d / "legacy.gguf", legacy_kv_b=True, n_layer=2,
+                                    qk_nope=32),
     }
 
 
@@ -63,6 +66,10 @@ CASES = [
     ("k2", dict(tokens=9, past=0, n_ubatch=64, n_ctx=600)),
     ("nextn", dict(tokens=1, past=1)),
     ("nextn", dict(tokens=5, past=0, n_outputs=2)),
+    ("legacy", dict(tokens=1, past=2)),
+    ("legacy", dict(tokens=6, past=0, n_outputs=3)),
+    ("legacy", dict(tokens=2, past=1, type_k="q8_0")),
+    ("legacy", dict(tokens=3, past=0, type_k="q8_0", type_v="q8_0", fa=True)),
 ]
 
 
@@ -103,6 +110,10 @@ def test_nextn_block_is_left_out(models):
     assert "l_out-1" in names and "l_out-2" not in names and "cache_k_l2" not in names
 
 
-def test_legacy_non_mla_file_is_refused(models):
-    with pytest.raises(UnsupportedError, match="legacy non-MLA attention"):
-        build_graph(load_model(models["legacy"]), RunSettings(ctx_size=512))
+def test_legacy_file_takes_the_non_mla_path(models):
+    recs = our_records(models["legacy"], tokens=2)
+    names = {r["name"] for r in recs}
+    ops = [r["op"] for r in recs]
+    # attn_kv_b decompression, the shared k_pe repeated per head, a V cache
+    assert {"kv-0", "Vcur_cont-1", "cache_v_l1"} <= names | {r["src"][-1] for r in recs}
+    assert ops.count("REPEAT") == 2 and "kqv_mla-0" not in names

@@ -13,7 +13,11 @@ permutes, concatenations -- and attends through a K-only cache
   *elements* of ``x``'s type (``ggml_row_size(x->type, n)`` in the C++);
 * ``permute``   -- ``ggml_permute``;
 * ``concat``    -- ``ggml_concat(a, b, dim)``;
-* ``attention_k`` -- ``build_attn(llm_graph_input_attn_k *, wo, ..., v_mla = wv_b)``.
+* ``attention_k`` -- ``build_attn(llm_graph_input_attn_k *, wo, ..., v_mla = wv_b)``;
+* ``repeat``    -- ``ggml_repeat_4d`` (the legacy non-MLA graph's shared ``k_pe``);
+* ``cont``      -- ``ggml_cont``;
+* ``rope_offset`` -- ``ggml_rope_set_offset``: the rope rotates the dims after ``offset``
+  (legacy non-MLA: rope on the trailing ``n_rot`` dims of the whole Q).
 
 Sizes are expressions over the hyperparameter names (``kv_lora_rank``, ``head_dim_k_mla``,
 ``n_rot``, ``n_head``, ``n_tokens`` ...).
@@ -106,3 +110,32 @@ def attention_k(sb: SpecBuilder, a: dict) -> None:
                           sb.var(a.get("v", "Vcur")), sb.weight(a.get("v_mla")),
                           sb.expr(a.get("kq_scale", 1.0)), sb.il)
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
+
+
+@statement("repeat")
+def repeat(sb: SpecBuilder, a: dict) -> None:
+    """``{x, ne: [...], cb, out}``: ggml_repeat_4d(x, ne...)."""
+    x = sb.var(a["x"])
+    ne = _sizes(sb, a["ne"], "repeat size")
+    try:
+        t = sb.g.repeat_4d(x, ne)
+    except ValueError as err:
+        raise GraphcostError(sb.where(f"repeat of {a['x']}: {err}")) from None
+    sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
+
+
+@statement("rope_offset")
+def rope_offset(sb: SpecBuilder, a: dict) -> None:
+    """``{x, offset}``: ggml_rope_set_offset -- ``x`` (a ROPE) skips its first ``offset``
+    dims of each head; shapes and node are unchanged."""
+    x = sb.var(a["x"])
+    if x.op != "ROPE":
+        raise GraphcostError(sb.where(f"rope_offset of {a['x']}, which is a {x.op}, not a ROPE"))
+    (x.params["n_offs"],) = _sizes(sb, [a["offset"]], "rope offset", minimum=0)
+
+
+@statement("cont")
+def cont(sb: SpecBuilder, a: dict) -> None:
+    """``{x, cb, out}``: ggml_cont(x) -- a packed copy."""
+    t = sb.g.cont(sb.var(a["x"]))
+    sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
