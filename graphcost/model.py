@@ -79,6 +79,9 @@ class ModelInfo:
     #: interleave_moe_layer_step (MoE every step-th layer)
     n_ff_shexp: int = 0
     n_moe_layer_step: int = 0
+    #: attention.temperature_scale (f_attn_temp_scale: Llama 4 / Mistral Large 3 query
+    #: temperature tuning, 0: none)
+    attn_temp_scale: float = 0.0
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     head_dim_k_mla: int = 0
@@ -262,6 +265,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         n_layer_dense_lead=m.int(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0),
         n_ff_shexp=m.int(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0),
         n_moe_layer_step=m.int(Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 0),
+        attn_temp_scale=m.float(Keys.Attention.TEMPERATURE_SCALE, 0.0),
         q_lora_rank=m.int(Keys.Attention.Q_LORA_RANK, 0),
         kv_lora_rank=m.int(Keys.Attention.KV_LORA_RANK, 0),
         head_dim_k_mla=m.int(Keys.Attention.KEY_LENGTH_MLA, 0),

@@ -56,7 +56,7 @@ class SpecBuilder:
             "head_dim_v_mla": m.head_dim_v_mla or m.head_dim_v,
             "n_vocab": m.n_vocab,
             "n_ff_shexp": m.n_ff_shexp, "n_moe_layer_step": m.n_moe_layer_step,
-            "is_mla": float(m.is_mla),
+            "is_mla": float(m.is_mla), "attn_temp_scale": m.attn_temp_scale,
             "il": -1,  # the layer being built (-1 outside the layers)
         }
         self.inp_attn: AttnInputs | None = None

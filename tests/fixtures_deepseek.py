@@ -80,7 +80,7 @@ def write_deepseek2(
     n_layer_dense_lead: int = 1, expert_groups: tuple[int, int] | None = (4, 2),
     gating: int | None = 2, weights_norm: bool | None = True,
     weights_scale: float | None = 2.5, probs_bias: bool = True,
-    n_nextn: int = 0, legacy_kv_b: bool = False,
+    n_nextn: int = 0, legacy_kv_b: bool = False, attn_temp_scale: float | None = None,
     tie_embeddings: bool = False, weight_types: Mapping[str, QT] | None = None,
     context_length: int = 4096, rope_freq_base: float = 10_000.0, rms_eps: float = 1e-6,
     seed: int = 0,
@@ -114,6 +114,9 @@ def write_deepseek2(
         w.add_value_length_mla(v_head)
     if n_nextn:
         w.add_nextn_predict_layers(n_nextn)
+    if attn_temp_scale is not None:  # Mistral Large 3's query temperature tuning
+        w.add_attn_temperature_scale(attn_temp_scale)
+        w.add_attn_temperature_length(16)
     w.add_rope_dimension_count(n_rot)
     w.add_layer_norm_rms_eps(rms_eps)
     w.add_rope_freq_base(rope_freq_base)

@@ -41,6 +41,8 @@ def models(tmp_path_factory):
                                 kv_lora_rank=64, n_rot=16, qk_nope=32, v_head=32, n_head=5,
                                 n_expert=6, n_expert_used=1, expert_groups=(1, 0),
                                 weights_scale=1.0, tie_embeddings=True),
+        # Mistral Large 3 style: query temperature tuning (inp_attn_scale times Qcur)
+        "temp": D.write_deepseek2(d / "temp.gguf", n_layer=2, attn_temp_scale=0.1),
         # GLM-4.7-Flash style: 2 trunk layers + 1 NextN/MTP block the trunk graph skips
         "nextn": D.write_deepseek2(d / "nextn.gguf", n_layer=2, n_nextn=1),
         # a pre-MLA file (attn_kv_b, no MLA head sizes): llama.cpp's non-MLA path, MHA over
@@ -66,6 +68,8 @@ CASES = [
     ("k2", dict(tokens=9, past=0, n_ubatch=64, n_ctx=600)),
     ("nextn", dict(tokens=1, past=1)),
     ("nextn", dict(tokens=5, past=0, n_outputs=2)),
+    ("temp", dict(tokens=1, past=4)),
+    ("temp", dict(tokens=6, past=0, n_outputs=2)),
     ("legacy", dict(tokens=1, past=2)),
     ("legacy", dict(tokens=6, past=0, n_outputs=3)),
     ("legacy", dict(tokens=2, past=1, type_k="q8_0")),
@@ -117,3 +121,10 @@ def test_legacy_file_takes_the_non_mla_path(models):
     # attn_kv_b decompression, the shared k_pe repeated per head, a V cache
     assert {"kv-0", "Vcur_cont-1", "cache_v_l1"} <= names | {r["src"][-1] for r in recs}
     assert ops.count("REPEAT") == 2 and "kqv_mla-0" not in names
+
+
+def test_temperature_scaling_multiplies_q(models):
+    recs = our_records(models["temp"], tokens=3)
+    scaled = [r for r in recs if r["name"].startswith("Qcur_attn_temp_scaled")
+              and r["op"] == "MUL"]
+    assert [r["src"] for r in scaled] == [[f"Qcur-{il}", "inp_attn_scale"] for il in (0, 1)]

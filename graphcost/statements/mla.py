@@ -16,6 +16,8 @@ permutes, concatenations -- and attends through a K-only cache
 * ``attention_k`` -- ``build_attn(llm_graph_input_attn_k *, wo, ..., v_mla = wv_b)``;
 * ``repeat``    -- ``ggml_repeat_4d`` (the legacy non-MLA graph's shared ``k_pe``);
 * ``cont``      -- ``ggml_cont``;
+* ``attn_temp_input`` -- ``build_inp_attn_scale``: the per-token query temperature input
+  (F32 [1, 1, n_tokens], ``inp_attn_scale``) of Llama 4 / Mistral Large 3;
 * ``rope_offset`` -- ``ggml_rope_set_offset``: the rope rotates the dims after ``offset``
   (legacy non-MLA: rope on the trailing ``n_rot`` dims of the whole Q).
 
@@ -139,3 +141,11 @@ def cont(sb: SpecBuilder, a: dict) -> None:
     """``{x, cb, out}``: ggml_cont(x) -- a packed copy."""
     t = sb.g.cont(sb.var(a["x"]))
     sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
+
+
+@statement("attn_temp_input")
+def attn_temp_input(sb: SpecBuilder, a: dict) -> None:
+    """``{out: inp_attn_scale}``: llm_graph_context::build_inp_attn_scale -- an F32 input
+    [1, 1, n_tokens] named ``inp_attn_scale``, multiplied into Q by the layers."""
+    t = sb.g.new_tensor(gt.F32, [1, 1, sb.b.n_tokens], name="inp_attn_scale")
+    sb.vars[a.get("out", "inp_attn_scale")] = t
