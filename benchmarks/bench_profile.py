@@ -78,7 +78,7 @@ def _load() -> str:
 def _llama_round(model: str, steps: int, threads: int) -> tuple[float, list[int], dict]:
     """One llama.cpp run in its own process: (median step seconds, tokens, its threading
     environment as it ran)."""
-    from llama_oracle import run_model
+    from graphcost.oracle import run_model
     r = run_model(model, prompt=PROMPT, greedy=steps, flash_attn=True, n_ctx=N_CTX,
                   n_threads=threads, base_env=USER_ENV)
     return statistics.median(s["seconds"] for s in r["steps"][1:]), r["tokens"], r["env"]
@@ -132,7 +132,7 @@ def main() -> None:
     print(f"\nfirst run (Numba compile or cache load, untimed): {time.perf_counter() - t0:.1f} s "
           f"for {len(modes)} mode(s)")
     print(f"\n== decode tokens/s, {args.steps} greedy steps per round")
-    from llama_oracle import threading_env
+    from graphcost.oracle import threading_env
     rows, llama_env = [], None
     for r in range(args.rounds):
         ll, ll_tokens, llama_env = _llama_round(model, args.steps, args.threads)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .build import BuiltGraph
-from .costs import FLOP_KINDS, op_cost
+from .costs import FLOP_KINDS, Unmodelled, op_cost
 from .ggml_graph import Tensor
 from .memory_plan import MemoryPlan, plan_for
 
@@ -66,11 +66,12 @@ ZERO = Cost()
 
 @dataclass
 class NodeCost:
-    """One node with its cost (``None`` when unmodelled)."""
+    """One node with its cost (``None`` when unmodelled, ``why`` then says what is missing)."""
 
     index: int
     node: Tensor
     cost: Cost | None
+    why: str = ""
 
 
 @dataclass
@@ -109,8 +110,8 @@ def analyze_graph(bg: BuiltGraph) -> Analysis:
     unmodelled: list[NodeCost] = []
     for i, node in enumerate(bg.nodes):
         oc = op_cost(node)
-        if oc is None:
-            nc = NodeCost(i, node, None)
+        if isinstance(oc, Unmodelled):
+            nc = NodeCost(i, node, None, oc.reason)
             unmodelled.append(nc)
             out.append(nc)
             continue

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from .errors import GraphcostError
-from .report.document import SCHEMA
+from .document import SCHEMA
 from .settings import RunSettings
 
 

@@ -72,6 +72,7 @@ def analyze(
     from .hardware import load as load_hardware
     from .pipeline import analyze_model
     from .report.formats import RENDERERS, Format
+    from .report.renderer import RenderOptions, refuse_unused, render, wants_colour
     from .settings import RunSettings
 
     try:
@@ -83,10 +84,11 @@ def analyze(
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
                            past=past, outputs=outputs, llama_cpp=llama_cpp)
     hw = load_hardware(hardware) if hardware is not None else None
+    opts = RenderOptions(layers=_parse_layers(layers), hardware=hw, width=80,
+                         color=wants_colour(RENDERERS[fmt], output is not None, sys.stdout.isatty()))
+    refuse_unused(RENDERERS, fmt, opts)   # before the analysis, not after
     a = analyze_model(_model_path(model), settings)
-    text = RENDERERS[fmt](a, layers=_parse_layers(layers), width=80, hardware=hw,
-                          color=output is None and sys.stdout.isatty() and fmt == Format.summary)
-    _emit(text, output)
+    _emit(render(RENDERERS, fmt, a, opts), output)
 
 
 @app.command()
@@ -99,7 +101,7 @@ def check(
     from .check import baseline_settings, compare, load_baseline
     from .pipeline import analyze_model
     from .report.check_table import render_drift
-    from .report.document import document
+    from .document import document
 
     if not rtol >= 0:
         _fail(f"--rtol {rtol} must be >= 0")
@@ -196,7 +198,7 @@ def profile(
         "--numerics", help="fast (fastest kernel per weight type) | ggml (llama.cpp's activation rounding for every matmul)")] = "fast",
     threads: Annotated[Optional[int], typer.Option("--threads", "-t", help="kernel threads")] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table|json")] = "table",
-    top: Annotated[int, typer.Option("--top", help="table: slowest nodes shown (0 = all)")] = 20,
+    top: Annotated[Optional[int], typer.Option("--top", help="table: slowest nodes shown (0 = all) [default: 20]")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write to FILE")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
@@ -207,6 +209,7 @@ def profile(
     from .hardware import load as load_hardware
     from .profile import quick_hardware, run_profile
     from .report.profile import RENDERERS, ProfileFormat
+    from .report.renderer import RenderOptions, refuse_unused, render, wants_colour
     from .settings import RunSettings
 
     try:
@@ -219,6 +222,9 @@ def profile(
         _fail(f"--threads {threads} must be >= 1")
     if greedy < 0:
         _fail(f"--greedy {greedy} must be >= 0")
+    opts = RenderOptions(top=top, width=100,
+                         color=wants_colour(RENDERERS[fmt], output is not None, sys.stdout.isatty()))
+    refuse_unused(RENDERERS, fmt, opts)
     prompt = _parse_ids("--token-ids", token_ids)
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
@@ -244,9 +250,7 @@ def profile(
         prof = run_profile(model, settings, prompt, decode_ids=decode, greedy=greedy,
                            repeat=repeat, hardware=hw, numerics=numerics, threads=threads,
                            progress=tick)
-    text = RENDERERS[fmt](prof, top=top, width=100,
-                          color=output is None and sys.stdout.isatty() and fmt == ProfileFormat.table)
-    _emit(text, output)
+    _emit(render(RENDERERS, fmt, prof, opts), output)
 
 
 @app.command()
@@ -288,17 +292,40 @@ def hwprobe(
 
 
 @app.command()
+def verify(
+    model: Annotated[Path, typer.Argument(help="GGUF file (header-only and partial files are padded)")],
+    ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
+    flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
+    swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
+) -> None:
+    """Run the installed llama.cpp (llama-cpp-python) on the model and show where graphcost's
+    graph and buffers differ from it: exit 0 when equal, 1 when not."""
+    from .settings import RunSettings
+    from .verify import render_verification, verify as run_verify
+
+    settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
+                           flash_attn=flash_attn, cache_type_k=cache_type_k,
+                           cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
+                           past=past, outputs=outputs)
+    v = run_verify(model, settings)
+    sys.stdout.write(render_verification(v))
+    raise typer.Exit(0 if v.equal else 1)
+
+
+@app.command()
 def archs(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """List the modelled architectures, what is proven for each, and those not modelled."""
     from .archs import archs_document
-    from .report.archs import render_archs_json, render_archs_text
+    from .report.archs import RENDERERS, ArchsFormat
+    from .report.renderer import RenderOptions, render
 
-    renderers = {"text": render_archs_text, "json": render_archs_json}
-    if fmt not in renderers:
-        _fail(f"--format {fmt!r}: use text or json")
-    sys.stdout.write(renderers[fmt](archs_document()))
+    try:
+        f = ArchsFormat(fmt)
+    except ValueError:
+        _fail(f"--format {fmt!r}: use one of {', '.join(f.value for f in ArchsFormat)}")
+    sys.stdout.write(render(RENDERERS, f, archs_document(), RenderOptions()))
 
 
 def _emit(text: str, output: Optional[Path]) -> None:

@@ -1,5 +1,9 @@
 """Per-op cost functions: shapes and types in, an :class:`OpCost` out. One registry.
 
+A cost function that meets an op variant or a type it does not model returns an
+:class:`Unmodelled` value naming what is missing (the analysis lists the node, never
+counts it as zero); any exception a cost function raises is a bug and propagates.
+
 Counting convention (the one graphcost uses everywhere)
 -------------------------------------------------------
 FLOPs are counted **by kind**, one per elementary operation the CPU kernel performs on
@@ -69,6 +73,17 @@ class OpCost:
         return sum(self.ops.get(k, 0) for k in FLOP_KINDS)
 
 
+@dataclass(frozen=True)
+class Unmodelled:
+    """What a cost function returns for an op or type it has no model of: ``reason`` says
+    what is missing (``"MUL_MAT with q4_0_4_4 weights"``). Never costed as zero."""
+
+    reason: str
+
+
+CostFn = Callable[[Tensor], "OpCost | Unmodelled"]
+
+
 def _ops(**kw: int) -> dict[str, int]:
     return {k: int(v) for k, v in kw.items() if v}
 
@@ -96,7 +111,7 @@ def _plain(t: Tensor) -> list[int]:
 # ---- op cost functions -----------------------------------------------------------------
 # each: (node) -> OpCost; shapes in ggml ne order
 
-def mul_mat(t: Tensor) -> OpCost:
+def mul_mat(t: Tensor) -> OpCost | Unmodelled:
     # a:[K, M, A2, A3] x b:[K, N, B2, B3] -> [M, N, B2, B3]; a broadcast over b's dims 2, 3
     a, b = t.src[0], t.src[1]
     K = a.ne[0]
@@ -104,8 +119,8 @@ def mul_mat(t: Tensor) -> OpCost:
     ops = Counter(mul=macs, add=macs)
     work = 0
     vdt = gt.vec_dot_type(a.type)
-    if vdt is None:
-        raise KeyError(f"MUL_MAT with {gt.type_name(a.type)} weights")
+    if vdt is None:  # no vec_dot_type known for these weights
+        return Unmodelled(f"{t.op} with {gt.type_name(a.type)} weights")
     if b.type != vdt:
         n_b = b.n_elements
         ops.update(_quantize_ops(vdt, n_b))
@@ -292,7 +307,7 @@ def expert_bytes(w: Tensor) -> int:
     return gt.row_size(w.type, w.ne[0]) * w.ne[1]
 
 
-def mul_mat_id(t: Tensor) -> OpCost:
+def mul_mat_id(t: Tensor) -> OpCost | Unmodelled:
     # as:[K, M, n_exp] x b:[K, n_b, T] for ids:[k, T] (I32) -> [M, k, T]
     # (ggml_compute_forward_mul_mat_id): all of b is converted to the weights' vec_dot_type
     # once, then each (slot, token) is one M x K matrix-vector product with its expert:
@@ -300,6 +315,8 @@ def mul_mat_id(t: Tensor) -> OpCost:
     # block-scale work). Weights read: experts_touched(n_exp, k, T) experts of
     # expert_bytes each, not the whole tensor; ids read in full.
     dense = mul_mat(t)
+    if isinstance(dense, Unmodelled):
+        return dense
     a, ids = t.src[0], t.src[2]
     touched = experts_touched(a.ne[2], ids.ne[0], ids.ne[1])
     return OpCost(dense.ops, (touched * expert_bytes(a), dense.reads[1], ids.data_bytes),
@@ -346,7 +363,7 @@ def fill(t: Tensor) -> OpCost:
 
 
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
-COSTS: dict[Op, Callable[[Tensor], OpCost]] = {
+COSTS: dict[Op, CostFn] = {
     Op.MUL_MAT: mul_mat,
     Op.ADD: _binary("add"),
     Op.SUB: _binary("add"),
@@ -377,14 +394,12 @@ COSTS: dict[Op, Callable[[Tensor], OpCost]] = {
     Op.REPEAT: repeat,
 }
 
-def op_cost(t: Tensor) -> OpCost | None:
-    """The cost of one node; ``None`` when its op has no cost model (unmodelled)."""
+def op_cost(t: Tensor) -> OpCost | Unmodelled:
+    """The cost of one node, or :class:`Unmodelled` when its op (or the op with these
+    types) has no cost model. Exceptions from a cost function are bugs: not caught."""
     if t.op in ops.VIEWS:
         return OpCost(reads=(0,) * len(t.src))
     fn = COSTS.get(t.op)
     if fn is None:
-        return None
-    try:
-        return fn(t)
-    except KeyError:
-        return None
+        return Unmodelled(f"no cost function for {t.op}")
+    return fn(t)

@@ -61,16 +61,13 @@ RANDOM_WEIGHTS_MEMORY_FRACTION = 0.5
 # ---------------------------------------------------------------------------- weights
 
 
-def _f16_fields(t: gt.GGMLType) -> tuple[tuple[int, ...], float]:
-    """Byte offsets of the F16 scale fields inside one block, and a scale magnitude that
-    keeps decoded weights around 0.02 (ggml-common.h block layouts)."""
-    Q = gt.GGMLType
-    return {
-        Q.Q4_0: ((0,), 3e-3), Q.Q4_1: ((0, 2), 3e-3), Q.Q5_0: ((0,), 1.5e-3),
-        Q.Q5_1: ((0, 2), 1.5e-3), Q.Q8_0: ((0,), 2e-4),
-        Q.Q2_K: ((80, 82), 2e-3), Q.Q3_K: ((108,), 2e-4), Q.Q4_K: ((0, 2), 1e-4),
-        Q.Q5_K: ((0, 2), 5e-5), Q.Q6_K: ((208,), 2e-5),
-    }.get(t, ((), 0.0))
+#: per block type, a scale magnitude that keeps random decoded weights around 0.02
+_RANDOM_SCALE = {
+    gt.GGMLType.Q4_0: 3e-3, gt.GGMLType.Q4_1: 3e-3, gt.GGMLType.Q5_0: 1.5e-3,
+    gt.GGMLType.Q5_1: 1.5e-3, gt.GGMLType.Q8_0: 2e-4, gt.GGMLType.Q2_K: 2e-3,
+    gt.GGMLType.Q3_K: 2e-4, gt.GGMLType.Q4_K: 1e-4, gt.GGMLType.Q5_K: 5e-5,
+    gt.GGMLType.Q6_K: 2e-5,
+}
 
 
 def _random_raw(t: gt.GGMLType, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -88,8 +85,8 @@ def _random_raw(t: gt.GGMLType, ne: tuple[int, ...], rng: np.random.Generator) -
     blk, size = gt.block(t)
     n_blocks = n // blk
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
-    offsets, scale = _f16_fields(t)
-    if not offsets:
+    offsets, scale = gt.f16_scale_offsets(t), _RANDOM_SCALE.get(t)
+    if not offsets or scale is None:
         raise UnsupportedError(f"random weights of type {gt.type_name(t)}")
     for off in offsets:
         d = (rng.uniform(0.5, 1.0, size=n_blocks) * scale).astype(np.float16)

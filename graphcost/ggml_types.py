@@ -1,4 +1,6 @@
-"""ggml tensor types: names, block sizes, row sizes and the CPU dot-product types.
+"""ggml tensor types: names, block sizes, row sizes, the CPU dot-product types and where
+a block keeps its F16 scales. The one table of type facts: the executor and the kernels
+(``kernels/quants.py``) read these instead of repeating them.
 
 Block sizes and bytes per block come from the ``gguf`` package (``GGML_QUANT_SIZES``); the
 one fact gguf-py gets wrong for ggml is Q8_1, which is 36 bytes in ggml (``block_q8_1`` in
@@ -45,6 +47,15 @@ _VEC_DOT_TYPE = {
     GGMLType.IQ4_XS: GGMLType.Q8_K,
     GGMLType.TQ1_0: GGMLType.Q8_K,
     GGMLType.TQ2_0: GGMLType.Q8_K,
+}
+
+# ggml-common.h block layouts: byte offsets of the F16 scale fields (d, and dmin or m)
+# inside one block, e.g. block_q4_1 {ggml_half d; ggml_half m; uint8_t qs[16]} -> (0, 2),
+# block_q2_K {uint8_t scales[16]; uint8_t qs[64]; ggml_half d; ggml_half dmin} -> (80, 82).
+_F16_SCALES = {
+    GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2),
+    GGMLType.Q8_0: (0,), GGMLType.Q2_K: (80, 82), GGMLType.Q3_K: (108,),
+    GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,),
 }
 
 F32 = GGMLType.F32
@@ -98,6 +109,13 @@ def row_size(t: GGMLType, n: int) -> int:
 def type_size(t: GGMLType) -> int:
     """Bytes per block (ggml_type_size)."""
     return block(t)[1]
+
+
+def f16_scale_offsets(t: GGMLType) -> tuple[int, ...]:
+    """Byte offsets of the F16 scale fields inside one block of ``t`` (ggml-common.h);
+    empty for types not tabled here (float types, and block types graphcost does not
+    write)."""
+    return _F16_SCALES.get(GGMLType(t), ())
 
 
 def vec_dot_type(t: GGMLType) -> GGMLType | None:

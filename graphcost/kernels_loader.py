@@ -4,6 +4,8 @@
 source checkout it sits at the repository root), so it is not importable by name.
 :func:`load_kernels` imports it from :func:`graphcost.resources.bundled` as a real
 package, registered in ``sys.modules`` so the relative imports inside it resolve.
+The kernels take their type facts (block sizes, vec_dot types) from
+:mod:`graphcost.ggml_types`, which is importable wherever they are.
 
 Numba's on-disk cache (``cache=True``) is keyed on each function's own source file,
 not on the files it calls into: after editing ``quants.py`` a kernel in

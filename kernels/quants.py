@@ -42,8 +42,9 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
-from gguf.constants import GGML_QUANT_SIZES
 from numba import njit, prange
+
+from graphcost import ggml_types as gt
 
 from .bits import (b_and, b_f32, b_or, b_shl, b_shr, b_sub, b_test, bf16_round_ref,
                    bf16_to_f32, f16_at, f16_to_f32, f32_bits, f32_to_bf16, f32_to_f16,
@@ -64,23 +65,15 @@ Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = int(QT.Q4_0), int(QT.Q4_1), int(QT.Q5_0), int(QT.
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = int(QT.Q2_K), int(QT.Q3_K), int(QT.Q4_K), int(QT.Q5_K), int(QT.Q6_K)
 Q8_1, Q8_K = int(QT.Q8_1), int(QT.Q8_K)
 
-#: the type ggml quantizes activations to for a matmul with each weight type
-VEC_DOT_TYPE: dict[QT, QT] = {
-    QT.F32: QT.F32, QT.F16: QT.F16, QT.BF16: QT.BF16,
-    QT.Q4_0: QT.Q8_0, QT.Q5_0: QT.Q8_0, QT.Q8_0: QT.Q8_0,
-    QT.Q4_1: QT.Q8_1, QT.Q5_1: QT.Q8_1,
-    QT.Q2_K: QT.Q8_K, QT.Q3_K: QT.Q8_K, QT.Q4_K: QT.Q8_K, QT.Q5_K: QT.Q8_K, QT.Q6_K: QT.Q8_K,
-}
-
-
-#: gguf-py still lists Q8_1 as 40 B (float d, float s); ggml-common.h's block_q8_1 is
-#: two halves + 32 quants = 36 B. Q8_1 only ever exists as a matmul activation.
-_BLOCK_SIZES = {**GGML_QUANT_SIZES, QT.Q8_1: (32, 36)}
+#: the type ggml quantizes activations to for a matmul with each supported weight type
+#: (graphcost.ggml_types, the one table of type facts)
+VEC_DOT_TYPE: dict[QT, QT] = {t: gt.vec_dot_type(t) for t in SUPPORTED}
 
 
 def row_bytes(qtype: QT, k: int) -> int:
-    """Bytes of one row of ``k`` elements of ``qtype`` (raises if k is not whole blocks)."""
-    blck, tsize = _BLOCK_SIZES[QT(qtype)]
+    """Bytes of one row of ``k`` elements of ``qtype`` (raises if k is not whole blocks);
+    block sizes from graphcost.ggml_types (gguf's GGML_QUANT_SIZES, Q8_1 as in ggml)."""
+    blck, tsize = gt.block(QT(qtype))
     if k % blck:
         raise ValueError(f"{QT(qtype).name}: row length {k} is not a multiple of {blck}")
     return k // blck * tsize

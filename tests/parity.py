@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from graphcost.build import build_graph, load_model
-from graphcost.ggml_types import type_name
 from graphcost.settings import RunSettings
+from graphcost.verify import first_difference, graph_records
 
 
 def our_records(model_path, **kw) -> list[dict]:
@@ -15,22 +15,7 @@ def our_records(model_path, **kw) -> list[dict]:
         cache_type_k=kw.get("type_k", "f16"), cache_type_v=kw.get("type_v", "f16"),
         swa_full=kw.get("swa_full", False), tokens=kw.get("tokens", 1),
         past=kw.get("past", 0), outputs=kw.get("n_outputs", 1))
-    bg = build_graph(load_model(model_path), s)
-    return [{"index": i, "name": n.name, "op": n.op, "type": type_name(n.type),
-             "ne": list(n.ne), "src": [x.name for x in n.src]} for i, n in enumerate(bg.nodes)]
-
-
-def first_difference(ours: list[dict], theirs: list[dict]) -> str | None:
-    """None when equal; else a readable description of the first differing node."""
-    for a, b in zip(ours, theirs):
-        if a != b:
-            lo = max(0, a["index"] - 3)
-            ctx = "\n".join(f"  llama.cpp {r}" for r in theirs[lo:a["index"] + 2])
-            return f"node {a['index']} differs:\n  graphcost {a}\n  llama.cpp {b}\ncontext:\n{ctx}"
-    if len(ours) != len(theirs):
-        return (f"graphcost has {len(ours)} nodes, llama.cpp {len(theirs)}; first extra: "
-                f"{(ours if len(ours) > len(theirs) else theirs)[min(len(ours), len(theirs))]}")
-    return None
+    return graph_records(build_graph(load_model(model_path), s))
 
 
 def case_ids(cases: list[tuple[str, dict]]) -> list[str]:
@@ -44,7 +29,7 @@ def assert_same_graph(model_path, settings: dict, fa: bool) -> None:
     V cache, which llama.cpp refuses otherwise) and assert they are equal."""
     import pytest
 
-    from llama_oracle import capture_graph
+    from graphcost.oracle import capture_graph
 
     s = dict(settings)
     if s.pop("fa", False) and not fa:

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from graphcost.report.archs import RENDERERS as ARCHS_RENDERERS
+from graphcost.report.archs import ArchsFormat
 from graphcost.report.formats import RENDERERS, Format
+from graphcost.report.profile import RENDERERS as PROFILE_RENDERERS
+from graphcost.report.profile import ProfileFormat
+from graphcost.report.renderer import FLAGS, Renderer
 from graphcost.resources import bundled, default_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +26,12 @@ def cli(*args, cwd=None) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_every_format_has_a_renderer():
-    assert set(RENDERERS) == set(Format)
+@pytest.mark.parametrize("registry,enum", [(RENDERERS, Format), (PROFILE_RENDERERS, ProfileFormat),
+                                           (ARCHS_RENDERERS, ArchsFormat)],
+                         ids=["analyze", "profile", "archs"])
+def test_every_format_has_one_renderer(registry, enum):
+    assert set(registry) == set(enum)
+    assert all(isinstance(r, Renderer) and r.uses <= set(FLAGS) for r in registry.values())
 
 
 def test_default_analyze_uses_a_bundled_example():
@@ -99,8 +108,17 @@ def test_check_passes_on_own_baseline_and_fails_on_drift(tmp_path):
     (["analyze", "--format", "xml"], "--format"),
     (["analyze", "--layers", "a-b", "-f", "tree"], "--layers"),
     (["check", "examples/llama-3.1-8b-instruct-q4_k_m.gguf", "--baseline", "README.md"], "README.md"),
+    # an option the format does not use is refused, not dropped
+    (["analyze", "-f", "tree", "--hardware", "apple-m2"],
+     "--format tree does not use --hardware (used by --format summary or json or yaml)"),
+    (["analyze", "--layers", "0"], "--format summary does not use --layers (used by --format tree)"),
+    (["analyze", "-f", "json", "--layers", "0"], "--format json does not use --layers"),
+    (["analyze", "-f", "yaml", "--layers", "0"], "--format yaml does not use --layers"),
+    (["profile", "x.gguf", "--token-ids", "1", "-f", "json", "--top", "5"],
+     "--format json does not use --top (used by --format table)"),
 ], ids=["missing-file", "bad-fa", "quant-v-without-fa", "too-many-tokens", "past-beyond-ctx",
-        "bad-cache-type", "bad-format", "bad-layers", "bad-baseline"])
+        "bad-cache-type", "bad-format", "bad-layers", "bad-baseline", "tree-hardware",
+        "summary-layers", "json-layers", "yaml-layers", "profile-json-top"])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     r = cli(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)

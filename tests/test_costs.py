@@ -8,7 +8,8 @@ import fixtures as F
 from graphcost import costs
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
-from graphcost.ops import VIEWS
+from graphcost.ggml_graph import Graph
+from graphcost.ops import VIEWS, Op
 from graphcost.settings import RunSettings
 
 # llama fixture: n_embd 256, 8 heads of 32, 2 KV heads, n_ff 768, 3 layers, vocab 300
@@ -123,12 +124,30 @@ def test_graph_inputs_count_once(model):
 
 
 def test_unknown_op_is_unmodelled_not_zero(model, monkeypatch):
-    monkeypatch.delitem(costs.COSTS, "GEGLU", raising=False)
-    monkeypatch.delitem(costs.COSTS, "SWIGLU")
+    monkeypatch.delitem(costs.COSTS, Op.GEGLU, raising=False)
+    monkeypatch.delitem(costs.COSTS, Op.SWIGLU)
     a = run(model, tokens=1)
     assert [nc.node.name for nc in a.unmodelled] == ["ffn_swiglu-0", "ffn_swiglu-1", "ffn_swiglu-2"]
     assert all(nc.cost is None for nc in a.unmodelled)
     assert "SWIGLU" not in a.by_op
+    assert {nc.why for nc in a.unmodelled} == {"no cost function for SWIGLU"}
+
+
+def test_unsupported_weight_type_is_an_explicit_unmodelled_value():
+    # F64 weights have no CPU vec_dot_type: MUL_MAT says so instead of raising
+    g = Graph()
+    w = g.new_tensor(QT.F64, [8, 4], role="weight")
+    x = g.new_tensor(QT.F32, [8, 2])
+    assert costs.op_cost(g.mul_mat(w, x)) == costs.Unmodelled("MUL_MAT with f64 weights")
+    assert costs.op_cost(g.new_tensor(QT.F32, [8])) == costs.Unmodelled("no cost function for NONE")
+
+
+def test_a_bug_in_a_cost_function_is_not_reported_as_unmodelled(model, monkeypatch):
+    def broken(t):
+        return {}["scale"]   # a bug: KeyError inside a cost function
+    monkeypatch.setitem(costs.COSTS, Op.RMS_NORM, broken)
+    with pytest.raises(KeyError, match="scale"):
+        run(model, tokens=1)
 
 
 def test_weights_read_once_per_use(model):

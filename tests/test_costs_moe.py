@@ -12,7 +12,7 @@ from graphcost.build import build_graph, load_model
 from graphcost.costs import experts_touched
 from graphcost.experts import expert_weights
 from graphcost.ggml_graph import Graph
-from graphcost.report.document import document
+from graphcost.document import document
 from graphcost.report.summary import render_summary
 from graphcost.settings import RunSettings
 

@@ -231,6 +231,19 @@ def test_header_only_file_runs_on_random_weights(llama, tmp_path):
         assert w.nbytes == ex.model.tensor(name).nbytes
 
 
+@pytest.mark.parametrize("t", [t for t in gt.GGMLType if gt.f16_scale_offsets(t)],
+                         ids=lambda t: t.name)
+def test_random_block_weights_put_small_scales_where_ggml_keeps_them(t):
+    # random bytes with F16 scales written at gt.f16_scale_offsets: decoded by gguf-py,
+    # finite and around 0.02 (a wrong offset leaves random F16 scales: inf, NaN, 1e4...)
+    from gguf import quants as gq
+    from graphcost.executor import _random_raw
+    blk = gt.block(t)[0]
+    raw = _random_raw(t, (blk * 64, 1), np.random.default_rng(0))
+    x = gq.dequantize(raw.reshape(1, -1), t)
+    assert np.isfinite(x).all() and 1e-3 < float(np.abs(x).mean()) < 0.2
+
+
 def test_mapped_weights_cover_every_tensor(llama):
     ex = Executor(llama, RunSettings(ctx_size=256))
     w = mapped_weights(ex.model)

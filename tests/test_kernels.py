@@ -28,6 +28,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 
 import fixtures as F
+from graphcost import ggml_types as gt
 from graphcost.kernels_loader import load_kernels
 from graphcost.resources import bundled
 
@@ -114,6 +115,13 @@ def test_q8_0_reference_rounding_is_ggml_ref_and_x86_rounds_ties_to_even():
     assert list(ref[0, 2:5].view(np.int8)) == [127, 3, -4]        # roundf: away from zero
     simd = Q.quantize_activations(x, QT.Q8_0, x86=True)
     assert list(simd[0, 2:5].view(np.int8)) == [127, 2, -4]       # _mm256_round_ps: even
+
+
+def test_kernel_type_facts_are_graphcosts():
+    # one table of type facts (graphcost.ggml_types): the kernels derive theirs from it
+    assert Q.VEC_DOT_TYPE == {t: gt.vec_dot_type(t) for t in Q.SUPPORTED}
+    assert len(Q.VEC_DOT_TYPE) == 13 and Q.VEC_DOT_TYPE[QT.Q4_1] == QT.Q8_1
+    assert all(Q.row_bytes(t, 256) == gt.row_size(t, 256) for t in Q.SUPPORTED)
 
 
 def test_q8_1_block_is_36_bytes_as_in_ggml_common():

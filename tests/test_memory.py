@@ -16,7 +16,7 @@ from fixtures import write_gemma3, write_llama
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
 from graphcost.memory_plan import fuse_plan, plan_memory, sweep
-from graphcost.report.document import document
+from graphcost.document import document
 from graphcost.report.memory import render_memory, render_sweep, sweep_svg
 from graphcost.settings import RunSettings
 

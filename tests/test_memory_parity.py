@@ -1,7 +1,7 @@
 """graphcost's memory plan equals what llama.cpp allocates, read from llama.cpp's own log.
 
 For each case the JSON document (``graphcost analyze --format json``, built in-process)
-is compared with the log of a real llama.cpp context (tests/llama_oracle.py
+is compared with the log of a real llama.cpp context (graphcost/oracle.py
 ``capture_log``) at the precision llama.cpp prints:
 
 * ``memory.compute_buffer_bytes``: the ``CPU compute buffer size = %8.2f MiB`` line of
@@ -27,9 +27,9 @@ import fixtures as F
 import fixtures_deepseek as D
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
-from graphcost.report.document import document
+from graphcost.document import document
 from graphcost.settings import RunSettings
-from llama_oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())

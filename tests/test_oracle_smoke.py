@@ -1,4 +1,4 @@
-"""Smoke tests for the llama.cpp oracle (tests/llama_oracle.py) and the tiny GGUF
+"""Smoke tests for the llama.cpp oracle (graphcost/oracle.py) and the tiny GGUF
 fixtures (tests/fixtures.py).  They prove the oracle itself works; they do not test
 graphcost."""
 
@@ -7,13 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-try:  # tests/ as a package or as a plain directory on sys.path
-    from . import fixtures as F
-    from .llama_oracle import (OracleError, capture_graph, capture_log, llama_cpp_available,
-                               llama_cpp_unavailable_reason)
-except ImportError:
-    import fixtures as F
-    from llama_oracle import (OracleError, capture_graph, capture_log, llama_cpp_available,
+import fixtures as F
+from graphcost.oracle import (OracleError, capture_graph, capture_log, llama_cpp_available,
                               llama_cpp_unavailable_reason)
 
 import gguf
@@ -159,7 +154,7 @@ def test_gemma3_fixture_graph(gemma3_fx):
 def test_worker_starts_from_the_given_environment(llama_fx, monkeypatch):
     # benchmarks pass the environment the user started them with (base_env): a variable
     # this process set afterwards must not reach llama.cpp's process
-    from llama_oracle import run_model
+    from graphcost.oracle import run_model
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     user = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
     user["OMP_PROC_BIND"] = "false"

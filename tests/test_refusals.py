@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import fixtures as F
-from llama_oracle import (OracleError, capture_log, llama_cpp_available,
+from graphcost.oracle import (OracleError, capture_log, llama_cpp_available,
                           llama_cpp_unavailable_reason, run_model)
 
 from graphcost.build import build_graph, load_model

@@ -206,7 +206,7 @@ def test_totals_block(tiny1):
 def test_unmodelled_node_is_listed_not_costed(tiny1):
     # pretend the first ROPE had no cost function
     k = next(nc.index for nc in tiny1.nodes if nc.node.op == "ROPE")
-    nc = NodeCost(k, tiny1.nodes[k].node, None)
+    nc = NodeCost(k, tiny1.nodes[k].node, None, "no cost function for ROPE")
     nodes = list(tiny1.nodes)
     nodes[k] = nc
     text = render_tree(dataclasses.replace(tiny1, nodes=nodes, unmodelled=[nc]))

@@ -3,8 +3,15 @@ architectures that are not modelled. Plain text (one row per family) or JSON."""
 from __future__ import annotations
 
 import json
+from enum import Enum
 
 from ..arch_spec import PROVEN_ASPECTS
+from .renderer import Renderer, RenderOptions
+
+
+class ArchsFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 def render_archs_text(doc: dict) -> str:
@@ -30,3 +37,17 @@ def render_archs_text(doc: dict) -> str:
 
 def render_archs_json(doc: dict) -> str:
     return json.dumps(doc, indent=1) + "\n"
+
+
+class Text(Renderer):
+    def render(self, doc: dict, opts: RenderOptions) -> str:
+        return render_archs_text(doc)
+
+
+class Json(Renderer):
+    def render(self, doc: dict, opts: RenderOptions) -> str:
+        return render_archs_json(doc)
+
+
+#: every ArchsFormat has exactly one renderer
+RENDERERS: dict[ArchsFormat, Renderer] = {ArchsFormat.text: Text(), ArchsFormat.json: Json()}

@@ -1,15 +1,14 @@
-"""``--format``: one enum, one renderer per value, all with the same signature."""
+"""``analyze --format``: one enum, one :class:`~.renderer.Renderer` per value."""
 from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Callable
 
 import yaml
 
 from ..analysis import Analysis
-from .document import document
-from .summary import render_summary
+from ..document import document
+from .renderer import Renderer, RenderOptions
 
 
 class Format(str, Enum):
@@ -19,28 +18,49 @@ class Format(str, Enum):
     yaml = "yaml"
 
 
-def _json(a: Analysis, *, hardware=None, **_: object) -> str:
-    return json.dumps(document(a, hardware=hardware), indent=1) + "\n"
+class Summary(Renderer):
+    """The one-screen report; with ``--hardware``, the roofline time estimate."""
+
+    uses = frozenset({"hardware"})
+    colour = True
+
+    def render(self, a: Analysis, opts: RenderOptions) -> str:
+        from .summary import render_summary
+        return render_summary(a, width=opts.width, color=opts.color, hardware=opts.hardware)
 
 
-def _yaml(a: Analysis, *, hardware=None, **_: object) -> str:
-    return yaml.safe_dump(document(a, hardware=hardware), sort_keys=False, width=100)
+class Tree(Renderer):
+    """Every node with its sources and cost; ``--layers`` narrows the node blocks."""
+
+    uses = frozenset({"layers"})
+
+    def render(self, a: Analysis, opts: RenderOptions) -> str:
+        from .tree import render_tree
+        return render_tree(a, layers=opts.layers)
 
 
-def _tree(a: Analysis, *, layers: set[int] | None = None, **_: object) -> str:
-    from .tree import render_tree
-    return render_tree(a, layers=layers)
+class Json(Renderer):
+    """The document (graphcost.document); ``--hardware`` adds the roofline."""
+
+    uses = frozenset({"hardware"})
+
+    def render(self, a: Analysis, opts: RenderOptions) -> str:
+        return json.dumps(document(a, hardware=opts.hardware), indent=1) + "\n"
 
 
-def _summary(a: Analysis, *, width: int = 80, color: bool = False, hardware=None,
-             **_: object) -> str:
-    return render_summary(a, width=width, color=color, hardware=hardware)
+class Yaml(Renderer):
+    """The document as YAML (what ``graphcost check --baseline`` reads)."""
+
+    uses = frozenset({"hardware"})
+
+    def render(self, a: Analysis, opts: RenderOptions) -> str:
+        return yaml.safe_dump(document(a, hardware=opts.hardware), sort_keys=False, width=100)
 
 
-#: every Format has exactly one renderer (tests/test_formats.py checks this)
-RENDERERS: dict[Format, Callable[..., str]] = {
-    Format.summary: _summary,
-    Format.tree: _tree,
-    Format.json: _json,
-    Format.yaml: _yaml,
+#: every Format has exactly one renderer (tests/test_cli.py checks this)
+RENDERERS: dict[Format, Renderer] = {
+    Format.summary: Summary(),
+    Format.tree: Tree(),
+    Format.json: Json(),
+    Format.yaml: Yaml(),
 }

@@ -1,19 +1,18 @@
-"""``graphcost profile --format table|json``: one renderer per format, same signature."""
+"""``graphcost profile --format table|json``: one :class:`~.renderer.Renderer` per format."""
 from __future__ import annotations
 
 import io
 import json
 from enum import Enum
-from typing import Callable
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ..document import SCHEMA
 from ..profile import NodeRow, Profile, Rollup
+from .renderer import Renderer, RenderOptions
 from .units import human_bytes, human_count
-
-SCHEMA = 1
 
 
 class ProfileFormat(str, Enum):
@@ -153,16 +152,26 @@ def document(p: Profile) -> dict:
     }
 
 
-def _json(p: Profile, **_: object) -> str:
-    return json.dumps(document(p), indent=1) + "\n"
+class Json(Renderer):
+    """Every step and node (:func:`document`)."""
+
+    def render(self, p: Profile, opts: RenderOptions) -> str:
+        return json.dumps(document(p), indent=1) + "\n"
 
 
-def _table(p: Profile, *, width: int = 100, top: int = 20, color: bool = False, **_: object) -> str:
-    return render_table(p, width=width, top=top, color=color)
+class Table(Renderer):
+    """Rollups and the ``--top`` slowest nodes (default 20, 0 = all)."""
+
+    uses = frozenset({"top"})
+    colour = True
+
+    def render(self, p: Profile, opts: RenderOptions) -> str:
+        return render_table(p, width=opts.width, top=20 if opts.top is None else opts.top,
+                            color=opts.color)
 
 
 #: every ProfileFormat has exactly one renderer (tests check this)
-RENDERERS: dict[ProfileFormat, Callable[..., str]] = {
-    ProfileFormat.table: _table,
-    ProfileFormat.json: _json,
+RENDERERS: dict[ProfileFormat, Renderer] = {
+    ProfileFormat.table: Table(),
+    ProfileFormat.json: Json(),
 }

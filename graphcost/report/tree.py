@@ -26,7 +26,7 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass
 
-from ..analysis import READ_KINDS, Analysis, Cost
+from ..analysis import READ_KINDS, Analysis, Cost, NodeCost
 from ..costs import FLOP_KINDS
 from ..ggml_graph import Tensor
 from ..ggml_types import type_name
@@ -260,10 +260,11 @@ def _parts(items) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in items if v)
 
 
-def _cost_lines(c: Cost | None, op: str) -> list[str]:
+def _cost_lines(nc: NodeCost) -> list[str]:
     """Bytes read by kind and written, FLOPs by kind and conversions; zero kinds omitted."""
+    c = nc.cost
     if c is None:
-        return [f"cost: unmodelled (no cost function for {op})"]
+        return [f"cost: unmodelled ({nc.why})"]
     if not c.bytes_read and not c.bytes_written and not c.ops:
         return ["cost: none"]
     read = list((k, c.read.get(k, 0)) for k in READ_KINDS) + [("work", c.work)]
@@ -336,7 +337,7 @@ def _node_blocks(a: Analysis, shown: list[int], index_of: dict[int, int], wires:
 
         out += [g.plain(s) for s in _about(node, index_of)]
         out.append(g.plain(f"live: {live[j]:,} bytes in the compute buffer while it runs"))
-        out += [g.plain(s) for s in _cost_lines(a.nodes[j].cost, node.op)]
+        out += [g.plain(s) for s in _cost_lines(a.nodes[j])]
         used = consumers.get(j, [])
         if not used:
             out.append(g.plain("not used by other nodes"))

@@ -1,12 +1,14 @@
 """The analysis as plain data (dicts, lists, ints, strs): the JSON/YAML document.
 
-``schema`` is bumped whenever a field changes meaning or is removed.
+A data contract, not a renderer: ``analyze --format json|yaml`` print it and ``check``
+reads it back. :data:`SCHEMA` versions it and the profile document
+(graphcost.report.profile); it is bumped whenever a field changes meaning or is removed.
 """
 from __future__ import annotations
 
-from ..analysis import Analysis
-from ..experts import expert_weights
-from ..ggml_types import type_name
+from .analysis import Analysis
+from .experts import expert_weights
+from .ggml_types import type_name
 
 SCHEMA = 1
 
@@ -99,12 +101,13 @@ def document(a: Analysis, hardware=None) -> dict:
         },
         # mixture of experts: expert weights in total, per token, read (null when dense)
         "experts": _experts(a),
-        "unmodelled": [{"index": nc.index, "name": nc.node.name, "op": nc.node.op}
+        "unmodelled": [{"index": nc.index, "name": nc.node.name, "op": nc.node.op,
+                        "reason": nc.why}
                        for nc in a.unmodelled],
         "nodes": [node_dict(nc, live) for nc, live in zip(a.nodes, step.live)],
     }
     if hardware is not None:
-        from ..roofline import estimate
+        from .roofline import estimate
         est = estimate(a, hardware)
         doc["roofline"] = est.to_dict(run.n_tokens)
         for nd, sec in zip(doc["nodes"], est.per_node):

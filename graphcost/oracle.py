@@ -1,4 +1,7 @@
-"""Test oracle: ask the real llama.cpp (PyPI ``llama-cpp-python``) what it does.
+"""The oracle: ask the real llama.cpp (PyPI ``llama-cpp-python``) what it does.
+
+Used by the parity tests and by ``graphcost verify``; it needs llama-cpp-python only when
+called (:func:`llama_cpp_available` says whether it is installed).
 
 * :func:`capture_graph` -- every node the ggml backend scheduler evaluates during
   one ``llama_decode`` (observed through ``cb_eval``), with op, type, shape and
@@ -450,7 +453,7 @@ def parse_log(raw: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- worker side
-# Everything below runs only inside the subprocess (``python llama_oracle.py '<json>'``).
+# Everything below runs only inside the subprocess (``python graphcost.oracle.py '<json>'``).
 
 
 def _worker(req: dict) -> Any:  # pragma: no cover - exercised through the subprocess
