@@ -29,7 +29,12 @@ class BuiltGraph:
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
-    """Read the header (all shards) and the hyperparameters of a supported architecture."""
+    """Read the header (all shards) and the hyperparameters of a supported architecture.
+    ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
+    from .remote import is_remote
+    if is_remote(path):
+        from .remote import read_remote_model
+        return model_info(read_remote_model(str(path)), load_specs())
     return model_info(read_model(path), load_specs())
 
 

@@ -50,15 +50,24 @@ def _parse_layers(spec: str | None) -> set[int] | None:
     return out
 
 
-def _model_path(model: Optional[Path]) -> Path:
+def _model_path(model: Optional[str]) -> Path | str:
+    """The model argument: a local path, a URL or hf://... (kept as typed), or the
+    bundled example."""
+    from .remote import is_remote
     from .resources import default_model
-    return model if model is not None else default_model()
+    if model is None:
+        return default_model()
+    return model if is_remote(model) else Path(model)
+
+
+ModelArg = Annotated[Optional[str], typer.Argument(
+    help="GGUF file, https:// URL or hf://ORG/REPO[@REV]/FILE.gguf (default: a bundled example)")]
 
 
 @app.command()
 def analyze(
-    model: Annotated[Optional[Path], typer.Argument(help="GGUF file (default: a bundled example)")] = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="summary|tree|json|yaml")] = "summary",
+    model: ModelArg = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="summary|tree|json|yaml|html")] = "summary",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write to FILE")] = None,
     layers: Annotated[Optional[str], typer.Option("--layers", help="tree: only these layers, e.g. 0-1")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
@@ -93,7 +102,7 @@ def analyze(
 
 @app.command()
 def check(
-    model: Annotated[Path, typer.Argument(help="GGUF file")],
+    model: Annotated[str, typer.Argument(help="GGUF file, https:// URL or hf://ORG/REPO[@REV]/FILE.gguf")],
     baseline: Annotated[Path, typer.Option("--baseline", help="YAML written by analyze --format yaml")],
     rtol: Annotated[float, typer.Option("--rtol", help="allowed relative change")] = 0.0,
 ) -> None:
@@ -106,7 +115,7 @@ def check(
     if not rtol >= 0:
         _fail(f"--rtol {rtol} must be >= 0")
     base = load_baseline(baseline)
-    a = analyze_model(model, baseline_settings(base, baseline))
+    a = analyze_model(_model_path(model), baseline_settings(base, baseline))
     drifts = compare(base, document(a), rtol)
     if drifts:
         typer.echo(render_drift(drifts, rtol), nl=False)
@@ -132,11 +141,13 @@ def _parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
 
 @app.command()
 def memory(
-    model: Annotated[Optional[Path], typer.Argument(help="GGUF file (default: a bundled example)")] = None,
+    model: ModelArg = None,
     sweep: Annotated[Optional[str], typer.Option(
         "--sweep", help="ctx=512,4096,32768 or ub=1,64,512")] = None,
     output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="with --sweep: plot to FILE (.svg, or .png with matplotlib)")] = None,
+        "--output", "-o", help="--format html: write the page to FILE; with --sweep: plot to "
+                               "FILE (.png or .svg; needs graphcost[plot])")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="text|html")] = "text",
     fuse: Annotated[Optional[str], typer.Option(
         "--fuse", help="what-if: 'attention' as one fused kernel")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
@@ -151,13 +162,25 @@ def memory(
 
     if fuse is not None and fuse != "attention":
         _fail(f"--fuse {fuse!r}: only 'attention' is modelled")
-    if output is not None and sweep is None:
-        _fail("-o/--output writes the sweep plot: give --sweep too")
+    if format not in ("text", "html"):
+        _fail(f"--format {format!r}: use text or html")
+    if format == "html" and fuse is not None:
+        _fail("--fuse is shown by --format text only")
+    if output is not None and sweep is None and format == "text":
+        _fail("-o/--output writes the sweep plot: give --sweep too (or --format html)")
     parsed = _parse_sweep(sweep)
+    if output is not None and format == "text":
+        from .report.plot import check_plot_path
+        check_plot_path(output)
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full)
     info = load_model(_model_path(model))
+    if format == "html":
+        from .report.html import render_memory_page
+        swept = None if parsed is None else (*parsed, run_sweep(info, settings, *parsed))
+        _emit(render_memory_page(plan_memory(info, settings), swept), output)
+        return
     if parsed is None:
         plan = plan_memory(info, settings)
         sys.stdout.write(render_memory(plan, fuse_plan(plan) if fuse else None))

@@ -98,6 +98,9 @@ def document(a: Analysis, hardware=None) -> dict:
             # this graph's nodes: bytes live in the compute buffer (nodes[].live_bytes)
             "peak_live_bytes": step.peak_bytes,
             "peak_node": {"index": step.peak_index, "name": bg.nodes[step.peak_index].name},
+            # the tensors holding those bytes (aligned block sizes), largest first
+            "peak_tensors": [{"name": t.name, "op": t.op, "bytes": n}
+                             for t, n in step.peak_tensors],
         },
         # mixture of experts: expert weights in total, per token, read (null when dense)
         "experts": _experts(a),
@@ -118,3 +121,49 @@ def document(a: Analysis, hardware=None) -> dict:
 def _experts(a: Analysis) -> dict | None:
     ew = expert_weights(a)
     return None if ew is None else ew.to_dict()
+
+
+def memory_document(plan, sweep: tuple[str, list[int], list] | None = None) -> dict:
+    """``graphcost memory`` as plain data (the HTML report's): the start-up breakdown,
+    each reserve graph with its live bytes per node, the tensors live at the peak, and
+    the sweep rows when ``sweep`` = (key, values, plans) is given. Bytes throughout."""
+    from .memory_plan import describe_tensor
+    m, run = plan.model, plan.run
+    w = plan.worst
+    doc = {
+        "schema": SCHEMA,
+        "model": {"path": str(m.header.path), "name": m.name, "architecture": m.arch,
+                  "n_layer": m.n_layer, "weights_bytes": m.weights_bytes},
+        "run": run.to_dict(),
+        "breakdown": {
+            "weights_bytes": plan.weights_bytes,
+            "kv_caches": [{"name": c.name, "cells": c.cells, "layers": c.layers,
+                           "type_k": c.type_k, "type_v": c.type_v, "k_bytes": c.k_bytes,
+                           "v_bytes": c.v_bytes, "bytes": c.bytes} for c in plan.caches],
+            "kv_cache_bytes": plan.kv_cache_bytes,
+            "compute_buffer_bytes": plan.compute_buffer_bytes,
+            "output_buffer_bytes": plan.output_buffer_bytes,
+            "total_bytes": plan.total_bytes,
+        },
+        "reserve_graphs": [
+            {"graph": r.label, "n_tokens": r.n_tokens, "n_outputs": r.n_outputs,
+             "buffer_bytes": r.alloc.buffer_bytes, "peak_live_bytes": r.alloc.peak_bytes,
+             "peak_node": {"index": r.alloc.peak_index, "name": r.peak_node.name},
+             "nodes": [{"index": i, "name": n.name, "op": n.op, "live_bytes": live}
+                       for i, (n, live) in enumerate(zip(r.graph.nodes, r.alloc.live))]}
+            for r in plan.reserves],
+        "worst_graph": w.label,
+        "peak_tensors": [{"name": t.name, "op": t.op, "ne": list(t.ne), "type": type_name(t.type),
+                          "bytes": n, "what": describe_tensor(t, run)}
+                         for t, n in w.alloc.peak_tensors],
+    }
+    if sweep is not None:
+        key, values, plans = sweep
+        doc["sweep"] = {"key": key, "rows": [
+            {key: v, "kv_cache_bytes": p.kv_cache_bytes,
+             "compute_buffer_bytes": p.compute_buffer_bytes,
+             "output_buffer_bytes": p.output_buffer_bytes, "total_bytes": p.total_bytes,
+             "peak_tensor": (p.worst.alloc.peak_tensors[0][0].name
+                             if p.worst.alloc.peak_tensors else None)}
+            for v, p in zip(values, plans)]}
+    return doc

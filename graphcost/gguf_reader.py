@@ -20,13 +20,14 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 
 from . import ggml_types
 from .errors import GGUFError
+from .sources import HeaderSource, LocalFile
 
 #: GGUF versions whose counts are 64-bit (v1 used 32-bit counts and is long obsolete).
 SUPPORTED_VERSIONS = (2, 3)
@@ -78,15 +79,15 @@ class LazyArray:
     count: int
     item_type: GGUFValueType
     nbytes: int
+    #: where the bytes are when not in the local file ``path`` (a remote file)
+    source: Any = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return self.count
 
     def load(self) -> list:
         """Read the items (strings as ``str``); only call when they are really needed."""
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            raw = f.read(self.nbytes)
+        raw = (self.source or LocalFile(self.path)).read(self.offset, self.nbytes)
         if self.item_type == GGUFValueType.STRING:
             out, pos = [], 0
             for _ in range(self.count):
@@ -148,10 +149,11 @@ class GGUFHeader:
 class _Cursor:
     """Bounds-checked little-endian reads from a buffer; every failure names the offset."""
 
-    __slots__ = ("buf", "pos", "size", "path")
+    __slots__ = ("buf", "pos", "size", "path", "src")
 
-    def __init__(self, buf, path: str, size: int):
+    def __init__(self, buf, path: str, size: int, src: HeaderSource | None = None):
         self.buf, self.pos, self.size, self.path = buf, 0, size, path
+        self.src = src  # a remote file: bytes are fetched (src.ensure) before they are read
 
     def fail(self, what: str, at: int | None = None):
         raise GGUFError(self.path, self.pos if at is None else at, what)
@@ -159,6 +161,8 @@ class _Cursor:
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
             self.fail(f"truncated: {what} needs {n} bytes, {self.size - self.pos} left in the file")
+        if self.src is not None:
+            self.src.ensure(self.pos, n)
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -217,7 +221,9 @@ class _Cursor:
             start = self.pos
             self.pos += count * size
             if count > EAGER_ARRAY_LIMIT:
-                return LazyArray(self.path, start, count, item_type, count * size)
+                return LazyArray(self.path, start, count, item_type, count * size, self.src)
+            if self.src is not None:
+                self.src.ensure(start, count * size)
             arr = np.frombuffer(self.buf, dtype=_NUMPY[item_type], count=count, offset=start)
             if item_type == GGUFValueType.BOOL:
                 return [bool(x) for x in arr]
@@ -229,7 +235,7 @@ class _Cursor:
             if count > EAGER_ARRAY_LIMIT:
                 start = self.pos
                 self.pos = _skip_string_array(self, count, key)
-                return LazyArray(self.path, start, count, item_type, self.pos - start)
+                return LazyArray(self.path, start, count, item_type, self.pos - start, self.src)
             return [self.string(f"item {i} of {key}") for i in range(count)]
         # arrays of arrays: each needs at least its 12-byte type and count
         if count > (self.size - self.pos) // 12:
@@ -244,12 +250,16 @@ def _skip_string_array(cur: _Cursor, count: int, key: str) -> int:
     the rest (a long or empty string, a NUL character, a corrupted or truncated array)
     and names the string that is wrong.
     """
-    done, pos = _skip_strings_fast(cur.buf, cur.pos, cur.size, count)
+    ensure = cur.src.ensure if cur.src is not None else None
+    limit = cur.size if cur.src is None else min(cur.size, cur.src.limit)
+    done, pos = _skip_strings_fast(cur.buf, cur.pos, limit, count, ensure)
     # slow, exact path
     buf, size, unpack = cur.buf, cur.size, _U64.unpack_from
     for i in range(done, count):
         if pos + 8 > size:
             raise GGUFError(cur.path, pos, f"truncated: string {i} of {key} has no length")
+        if ensure is not None:
+            ensure(pos, 8)
         (n,) = unpack(buf, pos)
         pos += 8 + n
         if pos > size:
@@ -258,7 +268,8 @@ def _skip_string_array(cur: _Cursor, count: int, key: str) -> int:
     return pos
 
 
-def _skip_strings_fast(buf, start: int, limit: int, count: int) -> tuple[int, int]:
+def _skip_strings_fast(buf, start: int, limit: int, count: int,
+                       ensure: Callable[[int, int], None] | None = None) -> tuple[int, int]:
     """``(i, pos)``: the first ``i`` of ``count`` strings at ``start`` end at ``pos``.
 
     Token strings are short, so every true length prefix has its six high bytes zero and
@@ -267,10 +278,13 @@ def _skip_strings_fast(buf, start: int, limit: int, count: int) -> tuple[int, in
     ``next = pos + 8 + len`` is verified for all of them at once, up to the first string
     that breaks the pattern (or is cut off by the end of the file). The numpy views of
     ``buf`` live only in this function, so an error raised by the caller cannot keep the
-    mmap exported (which would make closing it fail).
+    mmap exported (which would make closing it fail). ``ensure`` fetches the bytes of a
+    remote file before they are looked at.
     """
     window = min(limit - start, 24 * count + 4096)
     while window > 9:
+        if ensure is not None:
+            ensure(start, window)
         raw = np.frombuffer(buf, dtype=np.uint8, count=window, offset=start)
         zero = raw == 0
         # q = p + 7: the last (zero) byte of a length prefix, followed by a non-zero byte
@@ -314,8 +328,16 @@ def read_header(path: str | os.PathLike) -> GGUFHeader:
             buf.close()
 
 
-def _parse(buf, p: Path, size: int) -> GGUFHeader:
-    cur = _Cursor(buf, str(p), size)
+def read_source(src: HeaderSource) -> GGUFHeader:
+    """Parse the header of a file whose bytes come from ``src`` (a remote file,
+    :mod:`graphcost.remote`): only the bytes the walk looks at are fetched."""
+    if src.size == 0:
+        raise GGUFError(src.name, 0, "empty file, not a GGUF")
+    return _parse(src.buf, src.name, src.size, src)
+
+
+def _parse(buf, p: Path, size: int, src: HeaderSource | None = None) -> GGUFHeader:
+    cur = _Cursor(buf, str(p), size, src)
     magic = cur.u32("magic")
     if magic != GGUF_MAGIC:
         cur.fail(f"not a GGUF file (magic {magic:#010x}, expected {GGUF_MAGIC:#010x})", at=0)
@@ -429,13 +451,18 @@ def read_model(path: str | os.PathLike) -> GGUFHeader:
     paths = shard_paths(path)
     if len(paths) == 1:
         return read_header(paths[0])
+    return merge_shards([read_header(sp) for sp in paths])
+
+
+def merge_shards(headers: list[GGUFHeader]) -> GGUFHeader:
+    """One header for a split model from its shards' headers, in shard order (local or
+    remote): the first shard's metadata, every shard's tensor infos."""
+    paths = [h.path for h in headers]
     first = None
     tensors: dict[str, TensorInfo] = {}
     has_data = True
-    for i, sp in enumerate(paths):
-        if not sp.exists():
-            raise GGUFError(sp, None, f"shard {i + 1} of {len(paths)} is missing")
-        h = read_header(sp)
+    for i, h in enumerate(headers):
+        sp = h.path
         declared = h.metadata.get("split.count")
         if declared is not None and declared != len(paths):
             raise GGUFError(sp, None, f"split.count is {_label(declared)} but the file name "

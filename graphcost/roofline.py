@@ -50,7 +50,7 @@ class RooflineEstimate:
 def estimate(a: Analysis, hw: Hardware) -> RooflineEstimate:
     per_node: list[float | None] = []
     mem = cmp = 0.0
-    ops: dict[str, list] = {}
+    acc: dict[str, list] = {}  # op -> [seconds, memory-bound nodes, compute-bound nodes]
     for nc in a.nodes:
         if nc.cost is None:
             per_node.append(None)
@@ -61,7 +61,7 @@ def estimate(a: Analysis, hw: Hardware) -> RooflineEstimate:
         c = nc.cost
         sec, bound = roofline_seconds(c.bytes_read + c.bytes_written, c.flops, hw)
         per_node.append(sec)
-        o = ops.setdefault(nc.node.op, [0.0, 0, 0])
+        o = acc.setdefault(nc.node.op, [0.0, 0, 0])
         o[0] += sec
         if bound == "memory":
             mem += sec
@@ -69,5 +69,5 @@ def estimate(a: Analysis, hw: Hardware) -> RooflineEstimate:
         else:
             cmp += sec
             o[2] += 1
-    by_op = sorted((OpEstimate(k, *v) for k, v in ops.items()), key=lambda o: -o.seconds)
+    by_op = sorted((OpEstimate(k, *v) for k, v in acc.items()), key=lambda o: -o.seconds)
     return RooflineEstimate(hw, mem + cmp, mem, cmp, per_node, by_op)

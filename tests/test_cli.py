@@ -110,7 +110,7 @@ def test_check_passes_on_own_baseline_and_fails_on_drift(tmp_path):
     (["check", "examples/llama-3.1-8b-instruct-q4_k_m.gguf", "--baseline", "README.md"], "README.md"),
     # an option the format does not use is refused, not dropped
     (["analyze", "-f", "tree", "--hardware", "apple-m2"],
-     "--format tree does not use --hardware (used by --format summary or json or yaml)"),
+     "--format tree does not use --hardware (used by --format summary or json or yaml or html)"),
     (["analyze", "--layers", "0"], "--format summary does not use --layers (used by --format tree)"),
     (["analyze", "-f", "json", "--layers", "0"], "--format json does not use --layers"),
     (["analyze", "-f", "yaml", "--layers", "0"], "--format yaml does not use --layers"),

@@ -233,7 +233,7 @@ def test_lazy_string_array_fast_and_slow_paths(tmp_path, monkeypatch, case):
         assert (done, pos) == (N_STRINGS, end)  # the fast path did it all
     elif case.startswith(("70000", "nul")):
         assert done <= at  # ... and stopped at (or before) the string it cannot verify
-    monkeypatch.setattr(gguf_reader, "_skip_strings_fast", lambda buf, start, limit, count:
+    monkeypatch.setattr(gguf_reader, "_skip_strings_fast", lambda buf, start, limit, count, *_:
                         (0, start))
     slow = read_header(path).metadata  # the plain loop only
     for md in (fast, slow):

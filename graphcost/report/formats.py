@@ -16,6 +16,7 @@ class Format(str, Enum):
     tree = "tree"
     json = "json"
     yaml = "yaml"
+    html = "html"
 
 
 class Summary(Renderer):
@@ -57,10 +58,22 @@ class Yaml(Renderer):
         return yaml.safe_dump(document(a, hardware=opts.hardware), sort_keys=False, width=100)
 
 
+class Html(Renderer):
+    """One self-contained page (graphcost/report/html.py) drawn from the same document;
+    ``--hardware`` adds the roofline times."""
+
+    uses = frozenset({"hardware"})
+
+    def render(self, a: Analysis, opts: RenderOptions) -> str:
+        from .html import render_analysis
+        return render_analysis(a, hardware=opts.hardware)
+
+
 #: every Format has exactly one renderer (tests/test_cli.py checks this)
 RENDERERS: dict[Format, Renderer] = {
     Format.summary: Summary(),
     Format.tree: Tree(),
     Format.json: Json(),
     Format.yaml: Yaml(),
+    Format.html: Html(),
 }

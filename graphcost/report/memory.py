@@ -1,5 +1,6 @@
-"""``graphcost memory``: the start-up memory breakdown, the sweep table and plot, and the
-fused-attention what-if, as plain text (fixed width, no colour) and SVG.
+"""``graphcost memory``: the start-up memory breakdown, the sweep table, and the
+fused-attention what-if, as plain text (fixed width, no colour); the sweep plot is
+drawn by :mod:`graphcost.report.plot`.
 
 Sizes are printed the way llama.cpp logs them (MiB with two decimals, ``%8.2f`` of
 bytes / 1024 / 1024) beside the exact byte counts, so a line can be checked against a
@@ -7,11 +8,8 @@ llama.cpp log by eye.
 """
 from __future__ import annotations
 
-import math
-from html import escape
 from pathlib import Path
 
-from ..errors import GraphcostError
 from ..ggml_types import type_name
 from ..memory_plan import FusionWhatIf, MemoryPlan, describe_tensor
 
@@ -176,126 +174,7 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
 
 # ---- plot ----------------------------------------------------------------------------------
 
-def _nice_step(span: float, n: int = 5) -> float:
-    raw = span / n if span > 0 else 1.0
-    mag = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 5, 10):
-        if raw <= m * mag:
-            return m * mag
-    return 10 * mag
-
-
-def _fmt_tick(v: float) -> str:
-    return f"{v:,.0f}" if v >= 10 or v == 0 else f"{v:g}"
-
-
-def sweep_svg(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
-    """A line chart (MiB against the swept value, log-2 x axis when the values span 8x or
-    more) of weights, KV cache, compute buffer and total, each compute point labelled
-    with the tensor that sets its peak. Hand-written SVG: no plotting dependency."""
-    W, H = 760, 440
-    left, right, top, bottom = 80, 200, 50, 60
-    pw, ph = W - left - right, H - top - bottom
-    series = [
-        ("total", "#222222", [p.total_bytes for p in plans]),
-        ("model weights", "#7f7f7f", [p.weights_bytes for p in plans]),
-        ("KV cache", "#1f77b4", [p.kv_cache_bytes for p in plans]),
-        ("compute buffer", "#d62728", [p.compute_buffer_bytes for p in plans]),
-    ]
-    ymax = max(max(s[2]) for s in series) / MiB or 1.0
-    step = _nice_step(ymax)
-    ytop = math.ceil(ymax / step) * step
-    logx = len(values) > 1 and min(values) > 0 and max(values) / min(values) >= 8
-    fx = (lambda v: math.log2(v)) if logx else (lambda v: float(v))
-    x0, x1 = fx(min(values)), fx(max(values))
-
-    def X(v: float) -> float:
-        return left + (pw / 2 if x1 == x0 else (fx(v) - x0) / (x1 - x0) * pw)
-
-    def Y(b: float) -> float:
-        return top + ph - (b / MiB) / ytop * ph
-
-    name = f"{plans[0].model.name} ({plans[0].model.arch})"
-    fa = "on" if plans[0].run.flash_attn else "off"
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-           f'viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{left}" y="24" font-size="15">{escape(name)}: memory vs {escape(key)} '
-           f'(flash attention {fa})</text>']
-    for k in range(round(ytop / step) + 1):
-        t = k * step
-        y = top + ph - t / ytop * ph
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{_fmt_tick(t)}</text>')
-    for v in values:
-        x = X(v)
-        out.append(f'<line x1="{x:.1f}" y1="{top + ph}" x2="{x:.1f}" y2="{top + ph + 5}" stroke="#333"/>')
-        out.append(f'<text x="{x:.1f}" y="{top + ph + 20}" text-anchor="middle">{v}</text>')
-    out.append(f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#333"/>')
-    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#333"/>')
-    out.append(f'<text x="{left + pw / 2}" y="{H - 18}" text-anchor="middle">{escape(key)}'
-               f'{" (log scale)" if logx else ""}</text>')
-    out.append(f'<text x="18" y="{top + ph / 2}" text-anchor="middle" '
-               f'transform="rotate(-90 18 {top + ph / 2})">MiB</text>')
-    for i, (label, color, ys) in enumerate(series):
-        pts = " ".join(f"{X(v):.1f},{Y(b):.1f}" for v, b in zip(values, ys))
-        out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for v, b in zip(values, ys):
-            out.append(f'<circle cx="{X(v):.1f}" cy="{Y(b):.1f}" r="3" fill="{color}"/>')
-        ly = top + 10 + i * 18
-        out.append(f'<line x1="{left + pw + 16}" y1="{ly}" x2="{left + pw + 36}" y2="{ly}" '
-                   f'stroke="{color}" stroke-width="2"/>')
-        out.append(f'<text x="{left + pw + 42}" y="{ly + 4}">{label}</text>')
-    for v, p in zip(values, plans):  # what sets each compute point
-        tag = p.worst.alloc.peak_tensors[0][0].name if p.worst.alloc.peak_tensors else ""
-        last = v == max(values)  # label the rightmost point on its left, clear of the legend
-        anchor = ' text-anchor="end"' if last else ""
-        out.append(f'<text x="{X(v) + (-5 if last else 5):.1f}" y="{Y(p.compute_buffer_bytes) - 6:.1f}" '
-                   f'font-size="10" fill="#d62728"{anchor}>{escape(tag)}</text>')
-    out.append(f'<text x="{left + pw + 16}" y="{top + 100}" font-size="10">red labels: the tensor</text>')
-    out.append(f'<text x="{left + pw + 16}" y="{top + 113}" font-size="10">that sets the compute peak</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
 def write_plot(path: Path, key: str, values: list[int], plans: list[MemoryPlan]) -> None:
-    """``.svg``: hand-written; ``.png``: needs matplotlib, refused cleanly without it."""
-    suffix = path.suffix.lower()
-    if suffix == ".svg":
-        text = sweep_svg(key, values, plans)
-        try:
-            path.write_text(text)
-        except OSError as e:
-            raise GraphcostError(f"{path}: cannot write: {e.strerror or e}") from None
-        return
-    if suffix != ".png":
-        raise GraphcostError(f"-o {path}: the plot is written as .svg or .png")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise GraphcostError(f"-o {path}: a PNG needs matplotlib (pip install matplotlib); "
-                             "an .svg needs nothing") from None
-    fig, ax = plt.subplots(figsize=(7.6, 4.4))
-    for label, ys in (("total", [p.total_bytes for p in plans]),
-                      ("model weights", [p.weights_bytes for p in plans]),
-                      ("KV cache", [p.kv_cache_bytes for p in plans]),
-                      ("compute buffer", [p.compute_buffer_bytes for p in plans])):
-        ax.plot(values, [y / MiB for y in ys], marker="o", label=label)
-    for v, p in zip(values, plans):
-        if p.worst.alloc.peak_tensors:
-            ax.annotate(p.worst.alloc.peak_tensors[0][0].name, (v, p.compute_buffer_bytes / MiB),
-                        fontsize=7, textcoords="offset points", xytext=(4, 4))
-    if min(values) > 0 and max(values) / min(values) >= 8:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel(key)
-    ax.set_ylabel("MiB")
-    ax.set_title(f"{plans[0].model.name}: memory vs {key}")
-    ax.legend()
-    try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as e:
-        raise GraphcostError(f"{path}: cannot write: {e.strerror or e}") from None
-    finally:
-        plt.close(fig)
+    """The sweep as ``.png`` or ``.svg`` (graphcost.report.plot, matplotlib)."""
+    from .plot import write_sweep_plot
+    write_sweep_plot(path, key, values, plans)
