@@ -153,7 +153,14 @@ def _names(sb: SpecBuilder) -> dict[str, float]:
 def _gating(sb: SpecBuilder, v: Any) -> int:
     if isinstance(v, str) and v in GATING:
         return GATING[v]
-    return int(evaluate(v, _names(sb), str(sb.spec.path)))
+    g = int(evaluate(v, _names(sb), str(sb.spec.path)))
+    if g not in GATING.values():
+        # 0 (none): build_moe_ffn aborts; 4 (sqrt_softplus) is not modelled
+        raise UnsupportedError(f"{sb.m.header.path}: {sb.m.arch} with expert gating function "
+                               f"{g} ({sb.m.arch}.expert_gating_func) is not modelled "
+                               f"(modelled: " + ", ".join(f"{n} {i}" for n, i in GATING.items())
+                               + ")")
+    return g
 
 
 @statement("moe_ffn")
