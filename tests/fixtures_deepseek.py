@@ -81,6 +81,7 @@ def write_deepseek2(
     gating: int | None = 2, weights_norm: bool | None = True,
     weights_scale: float | None = 2.5, probs_bias: bool = True,
     n_nextn: int = 0, legacy_kv_b: bool = False, attn_temp_scale: float | None = None,
+    merged_gate_up: bool = False,
     tie_embeddings: bool = False, weight_types: Mapping[str, QT] | None = None,
     context_length: int = 4096, rope_freq_base: float = 10_000.0, rms_eps: float = 1e-6,
     seed: int = 0,
@@ -91,7 +92,8 @@ def write_deepseek2(
     a selection bias, normalised weights scaled by 2.5. ``q_lora_rank=0`` writes ``attn_q``
     (the lite layout; the key is then written as 0); ``None`` leaves a key out.
     ``n_nextn`` NextN/MTP blocks follow the ``n_layer`` trunk layers (``block_count`` counts
-    both). ``legacy_kv_b`` writes a pre-MLA file (no MLA head sizes, ``attn_kv_b``)."""
+    both). ``legacy_kv_b`` writes a pre-MLA file (no MLA head sizes, ``attn_kv_b``);
+    ``merged_gate_up`` one ``ffn_gate_up_exps`` per MoE layer instead of gate and up."""
     path = Path(path)
     arch = "deepseek2"
     n_all = n_layer + n_nextn
@@ -179,9 +181,14 @@ def write_deepseek2(
                 sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
             _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd,
                      n_expert)
-            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
-                     n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            if merged_gate_up:  # one tensor: gate rows, then up rows
+                _experts(sink, "ffn_gate_exps", p + "ffn_gate_up_exps.weight", n_embd,
+                         2 * n_ff_exp, n_expert)
+            else:
+                _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
+                         n_expert)
+                _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp,
+                         n_expert)
             shared = n_ff_exp * n_expert_shared
             sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, shared)
             sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", shared, n_embd)

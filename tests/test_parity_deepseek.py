@@ -43,6 +43,8 @@ def models(tmp_path_factory):
                                 weights_scale=1.0, tie_embeddings=True),
         # Mistral Large 3 style: query temperature tuning (inp_attn_scale times Qcur)
         "temp": D.write_deepseek2(d / "temp.gguf", n_layer=2, attn_temp_scale=0.1),
+        # merged ffn_gate_up_exps: one MUL_MAT_ID, gate and up as views of it
+        "gate_up": D.write_deepseek2(d / "gate_up.gguf", n_layer=2, merged_gate_up=True),
         # GLM-4.7-Flash style: 2 trunk layers + 1 NextN/MTP block the trunk graph skips
         "nextn": D.write_deepseek2(d / "nextn.gguf", n_layer=2, n_nextn=1),
         # a pre-MLA file (attn_kv_b, no MLA head sizes): llama.cpp's non-MLA path, MHA over
@@ -68,6 +70,8 @@ CASES = [
     ("k2", dict(tokens=9, past=0, n_ubatch=64, n_ctx=600)),
     ("nextn", dict(tokens=1, past=1)),
     ("nextn", dict(tokens=5, past=0, n_outputs=2)),
+    ("gate_up", dict(tokens=1, past=2)),
+    ("gate_up", dict(tokens=5, past=0, n_outputs=5)),
     ("temp", dict(tokens=1, past=4)),
     ("temp", dict(tokens=6, past=0, n_outputs=2)),
     ("legacy", dict(tokens=1, past=2)),
@@ -128,3 +132,14 @@ def test_temperature_scaling_multiplies_q(models):
     scaled = [r for r in recs if r["name"].startswith("Qcur_attn_temp_scaled")
               and r["op"] == "MUL"]
     assert [r["src"] for r in scaled] == [[f"Qcur-{il}", "inp_attn_scale"] for il in (0, 1)]
+
+
+def test_merged_gate_up_is_one_expert_matmul(models):
+    recs = our_records(models["gate_up"], tokens=2)
+    mm = [r for r in recs if r["op"] == "MUL_MAT_ID"]
+    # layer 1 (layer 0 dense; the last layer keeps its one output row): ffn_moe_gate_up
+    # [2 x 96, 3 used, 1 row] and ffn_moe_down; gate and up are views of the first
+    gu = [(r["name"], r["ne"][:3]) for r in mm]
+    assert gu == [("ffn_moe_gate_up-1", [192, 3, 1]), ("ffn_moe_down-1", [224, 3, 1])]
+    views = {r["name"]: r for r in recs if r["op"] == "VIEW"}
+    assert views["ffn_moe_gate-1"]["src"] == views["ffn_moe_up-1"]["src"] == ["ffn_moe_gate_up-1"]

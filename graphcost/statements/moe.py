@@ -33,9 +33,11 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
                   up_exps: Tensor, gate_exps: Tensor | None, down_exps: Tensor,
                   exp_probs_b: Tensor | None, n_expert: int, n_expert_used: int,
                   n_expert_used_il: int, act: str, norm_w: bool, w_scale: float, gating: int,
-                  il: int, n_expert_groups: int = 0, n_group_used: int = 0) -> Tensor:
+                  il: int, n_expert_groups: int = 0, n_group_used: int = 0,
+                  gate_up_exps: Tensor | None = None) -> Tensor:
     """build_moe_ffn without adapters, expert biases or per-expert scales; with DeepSeek
-    V3's grouped routing when ``n_expert_groups > 1`` (:func:`mask_expert_groups`)."""
+    V3's grouped routing when ``n_expert_groups > 1`` (:func:`mask_expert_groups`) and the
+    merged ``gate_up_exps`` path (one MUL_MAT_ID, gate and up as views) when given."""
     g = b.g
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     cb = g.cb
@@ -88,16 +90,24 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     g.expand(weights)  # "call early so that topk-moe can be used"
 
     cur = g.reshape(cur, [n_embd, 1, n_tokens])
-    up = cb(g.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)  # [n_ff, k, n_tokens]
-    if gate_exps is not None:
-        cur = cb(g.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
+    if gate_up_exps is not None:
+        # one MUL_MAT_ID [2*n_ff, k, n_tokens]; gate is the first n_ff rows, up the rest
+        gate_up = cb(g.mul_mat_id(gate_up_exps, cur, selected), "ffn_moe_gate_up", il)
+        n_ff = gate_up.ne[0] // 2
+        shape, nb = [n_ff, gate_up.ne[1], gate_up.ne[2]], [gate_up.nb[1], gate_up.nb[2]]
+        cur = cb(g.view(gate_up, shape, nb, 0), "ffn_moe_gate", il)
+        up = cb(g.view(gate_up, shape, nb, n_ff * gate_up.nb[0]), "ffn_moe_up", il)
     else:
-        cur = up
+        up = cb(g.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)  # [n_ff, k, n_tokens]
+        if gate_exps is not None:
+            cur = cb(g.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
+        else:
+            cur = up
 
     if act not in _ACT:
         raise UnsupportedError(f"mixture-of-experts activation {act!r} is not modelled")
     (glu_op, glu_name), (op, name) = _ACT[act]
-    if gate_exps is not None:
+    if gate_exps is not None or gate_up_exps is not None:
         cur = cb(g.glu_split(glu_op, cur, up), glu_name, il)
     else:
         cur = cb(g.unary(op, cur), name, il)
@@ -165,27 +175,33 @@ def _gating(sb: SpecBuilder, v: Any) -> int:
 
 @statement("moe_ffn")
 def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
-    """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, down, probs_bias, act, gating,
-    norm_w, w_scale, cb, out}``; tensors default to ``ffn_gate_inp``, ``ffn_up_exps``,
-    ``ffn_gate_exps?`` (optional, as in llama), ``ffn_down_exps``."""
+    """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, gate_up, down, probs_bias, act,
+    gating, norm_w, w_scale, cb, out}``; tensors default to ``ffn_gate_inp``,
+    ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama), ``ffn_down_exps``;
+    ``gate_up`` (e.g. ``ffn_gate_up_exps?``) takes the merged path when the file has it."""
     m, il = sb.m, sb.il
     if il is None:
         raise GraphcostError(sb.where("moe_ffn outside the layer statements"))
     if m.n_expert == 0:
         raise GraphcostError(f"{m.header.path}: layer {il} has expert tensors but "
                              f"{m.arch}.expert_count is missing or 0")
-    up = sb.weight(a.get("up", "ffn_up_exps"))
-    if up.ne[2] != m.n_expert:
-        raise GraphcostError(f"{m.header.path}: {up.name} holds {up.ne[2]} experts, "
+    # the merged gate_up_exps (families whose build_moe_ffn call passes it: ``gate_up``),
+    # else separate up and (optional) gate experts
+    gate_up = sb.weight(a.get("gate_up"))
+    up = sb.weight(a.get("up", "ffn_up_exps")) if gate_up is None else None
+    gate = sb.weight(a.get("gate", "ffn_gate_exps?")) if gate_up is None else None
+    first = gate_up if gate_up is not None else up
+    if first.ne[2] != m.n_expert:
+        raise GraphcostError(f"{m.header.path}: {first.name} holds {first.ne[2]} experts, "
                              f"{m.arch}.expert_count says {m.n_expert}")
     names = _names(sb)
     where = str(sb.spec.path)
     t = build_moe_ffn(
         sb.b, sb.var(a.get("x", "cur")), sb.weight(a.get("gate_inp", "ffn_gate_inp")),
-        sb.weight(a.get("gate_inp_bias")), up, sb.weight(a.get("gate", "ffn_gate_exps?")),
+        sb.weight(a.get("gate_inp_bias")), up, gate,
         sb.weight(a.get("down", "ffn_down_exps")), sb.weight(a.get("probs_bias")),
         m.n_expert, m.n_expert_used[0], m.n_expert_used[il], a.get("act", "silu"),
         bool(evaluate(a.get("norm_w", 0), names, where)),
         evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il,
-        m.n_expert_groups, m.n_group_used)
+        m.n_expert_groups, m.n_group_used, gate_up)
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
