@@ -33,7 +33,8 @@ as F32, the converted copy is written (``work``) and then read by the dot produc
 
 Mixture of experts: a MUL_MAT_ID counts the FLOPs of the ``n_expert_used`` experts each
 token uses, and reads the weights of the distinct experts touched, assumed to be the worst
-case ``min(n_expert, n_expert_used * n_tokens)`` (:func:`experts_touched`).
+case ``min(n_expert, n_expert_used * n_tokens)`` (:func:`experts_touched`); the reports add
+the expectation under uniform routing (:func:`experts_expected`).
 
 How this differs from the older analyzer of ``shared/reference/sample-report.txt``: it
 counted only a matmul's multiplies (graphcost counts the adds too: 2x its FLOPs), counted
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Callable
 
 from . import ggml_types as gt
@@ -217,17 +219,21 @@ def rope(t: Tensor) -> OpCost:
 def soft_max(t: Tensor) -> OpCost:
     # per row of n: x*scale [n mul]; + slope*mask [n mul, n add]; max [n max];
     # exp(x - max) [n add, n exp] summed [n add]; 1/sum [1 div]; * (1/sum) [n mul]
-    # (ggml_compute_forward_soft_max_f32, ggml_vec_soft_max_f32)
+    # (ggml_compute_forward_soft_max_f32, ggml_vec_soft_max_f32). With attention sinks
+    # (src[2], one logit s per head): max = MAX(max, s) [1 max], sum += exp(s - max)
+    # [2 add, 1 exp] per row; the sinks are read in full.
     n, r = t.ne[0], _rows(t)
     has_mask = len(t.src) > 1
+    sinks = r if t.params.get("sinks") else 0
     mask_reads = []
     if has_mask:
         m = t.src[1]
         mask_reads = [m.data_bytes]
     mul = (2 + (1 if has_mask else 0)) * n * r
-    add = (2 + (1 if has_mask else 0)) * n * r
-    return OpCost(_ops(mul=mul, add=add, max=n * r, exp=n * r, div=r),
-                  tuple([t.src[0].data_bytes] + mask_reads), t.data_bytes)
+    add = (2 + (1 if has_mask else 0)) * n * r + 2 * sinks
+    sink_reads = [t.src[2].data_bytes] if sinks else []
+    return OpCost(_ops(mul=mul, add=add, max=n * r + sinks, exp=n * r + sinks, div=r),
+                  tuple([t.src[0].data_bytes] + mask_reads + sink_reads), t.data_bytes)
 
 
 def flash_attn_ext(t: Tensor) -> OpCost:
@@ -238,19 +244,26 @@ def flash_attn_ext(t: Tensor) -> OpCost:
     # 1/S [1 div], output scale [Dv mul]. The V rescale when the running max grows is
     # data-dependent and not counted. (ggml_compute_forward_flash_attn_ext_f16_one_chunk)
     # With logit soft-capping (gemma2), per pair s = softcap*tanh(s) [1 tanh, 1 mul].
+    # With attention sinks (src[4], gpt-oss), per row once: compare s with M [1 max], one
+    # exp of their difference [1 add, 1 exp], S = S*ms + vs [1 mul, 1 add]; the V rescale
+    # when s > M is data-dependent and not counted, like the one in the loop.
     q, k, v = t.src[0], t.src[1], t.src[2]
     Dk, Dv, nkv = q.ne[0], v.ne[0], k.ne[1]
     rows = q.ne[1] * q.ne[2] * q.ne[3]
     pairs = rows * nkv
     has_mask = len(t.src) > 3
+    sinks = rows if t.params.get("sinks") else 0
     capped = pairs if t.params.get("softcap", 0.0) else 0
-    ops = _ops(mul=pairs * (Dk + 3 + Dv) + rows * Dv + capped, add=pairs * (Dk + 3 + Dv),
-               max=pairs, exp=pairs, div=rows, tanh=capped,
+    ops = _ops(mul=pairs * (Dk + 3 + Dv) + rows * Dv + capped + sinks,
+               add=pairs * (Dk + 3 + Dv) + 2 * sinks,
+               max=pairs + sinks, exp=pairs + sinks, div=rows, tanh=capped,
                cvt=rows * Dk if k.type != gt.F32 else 0)
     # MLA (deepseek2): V is the first Dv elements of each K row (a view of the same cache,
     # build_attn for llm_graph_input_attn_k): those bytes are K's, counted once, with K
     v_bytes = 0 if _v_inside_k(k, v) else v.data_bytes
     reads = [q.data_bytes, k.data_bytes, v_bytes] + ([t.src[3].data_bytes] if has_mask else [])
+    if sinks:
+        reads.append(t.src[4].data_bytes)
     return OpCost(ops, tuple(reads), t.data_bytes)
 
 
@@ -293,13 +306,26 @@ def _glu(act: Callable[[Tensor], OpCost]) -> Callable[[Tensor], OpCost]:
 # Expert weights a MUL_MAT_ID reads: T tokens routed to k experts each touch at most
 # min(n_expert, k*T) distinct experts. graphcost assumes that worst case (no two tokens
 # share an expert): exact for one token (decode), an upper bound otherwise, and reached as
-# soon as k*T >= n_expert. (Under uniform random routing the expectation would be
-# n*(1 - (1 - k/n)**T), lower for small T; real routing is neither.) docs/counting.md.
+# soon as k*T >= n_expert. Beside it the reports give the expectation under uniform random
+# routing, n*(1 - (1 - k/n)**T) (experts_expected), lower for small T; real routing is
+# neither. Node costs use the worst case. docs/counting.md.
 
 def experts_touched(n_expert: int, n_used: int, n_tokens: int) -> int:
     """Distinct experts read by ``n_tokens`` tokens using ``n_used`` experts each: the worst
     case ``min(n_expert, n_used * n_tokens)`` (see the comment above)."""
     return min(n_expert, n_used * n_tokens)
+
+
+def experts_expected(n_expert: int, n_used: int, n_tokens: int) -> Fraction:
+    """Expected distinct experts read by ``n_tokens`` tokens under **uniform routing**: each
+    token picks ``n_used`` distinct experts of ``n_expert``, every subset equally likely,
+    tokens independent. One token misses a given expert with probability ``1 - k/n``, all
+    ``T`` miss it with ``(1 - k/n)**T``; by linearity of expectation over the ``n`` experts,
+    ``n * (1 - (1 - k/n)**T)``. Exact (a Fraction); never above :func:`experts_touched`."""
+    if n_expert <= 0:
+        return Fraction(0)
+    miss = 1 - Fraction(n_used, n_expert)
+    return n_expert * (1 - miss ** n_tokens)
 
 
 def expert_bytes(w: Tensor) -> int:
@@ -321,6 +347,26 @@ def mul_mat_id(t: Tensor) -> OpCost | Unmodelled:
     touched = experts_touched(a.ne[2], ids.ne[0], ids.ne[1])
     return OpCost(dense.ops, (touched * expert_bytes(a), dense.reads[1], ids.data_bytes),
                   dense.write, dense.work)
+
+
+def add_id(t: Tensor) -> OpCost:
+    # a:[n, k, T] + b:[n, n_expert] row ids[i1, i2] -> [n, k, T]: 1 add per element
+    # (ggml_compute_forward_add_id_f32). b is a weight: the rows of the distinct experts
+    # touched are read, experts_touched(n_expert, k, T) of them, as for MUL_MAT_ID.
+    a, b, ids = t.src[0], t.src[1], t.src[2]
+    touched = experts_touched(b.ne[1], ids.ne[0], ids.ne[1])
+    return OpCost(_ops(add=t.n_elements),
+                  (a.data_bytes, touched * gt.row_size(b.type, b.ne[0]), ids.data_bytes),
+                  t.data_bytes)
+
+
+def swiglu_oai(t: Tensor) -> OpCost:
+    # gpt-oss's clamped SwiGLU, per output element (ggml_compute_forward_swiglu_oai_f32):
+    # x = min(a, limit) [1 max], y = clamp(b, -limit, limit) [2 max], alpha*(-x) [1 mul],
+    # exp [1 exp], 1 + e [1 add], x / (.) [1 div], y + 1 [1 add], * [1 mul]
+    n = t.n_elements
+    return OpCost(_ops(mul=2 * n, add=2 * n, div=n, exp=n, max=3 * n), tuple(_plain(t)),
+                  t.data_bytes)
 
 
 def argsort(t: Tensor) -> OpCost:
@@ -392,6 +438,8 @@ COSTS: dict[Op, CostFn] = {
     Op.SIGMOID: sigmoid,
     Op.FILL: fill,
     Op.REPEAT: repeat,
+    Op.ADD_ID: add_id,
+    Op.SWIGLU_OAI: swiglu_oai,
 }
 
 def op_cost(t: Tensor) -> OpCost | Unmodelled:

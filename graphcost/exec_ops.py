@@ -487,8 +487,15 @@ def _norm(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: f(av, eps)
 
 
+def _refuse_sinks(node: Tensor) -> None:
+    """Attention sinks (gpt-oss) are not passed to the kernels yet: refuse, never drop them."""
+    if node.params.get("sinks"):
+        raise UnsupportedError(f"{node.op} with attention sinks ({node.name}) is not executed")
+
+
 @op(Op.SOFT_MAX)
 def _soft_max(node: Tensor, ctx: Ctx) -> OpFn:
+    _refuse_sinks(node)
     scale, max_bias = node.params["scale"], node.params["max_bias"]
     sm = ctx.K.softmax.soft_max
     a = node.src[0]
@@ -569,6 +576,7 @@ def _rope(node: Tensor, ctx: Ctx) -> OpFn:
 @op(Op.FLASH_ATTN_EXT)
 def _flash_attn(node: Tensor, ctx: Ctx) -> OpFn:
     # q:[D, T, H] k:[D, n_kv, Hkv] v:[Dv, n_kv, Hkv] mask:[n_kv, T] -> [Dv, H, T]
+    _refuse_sinks(node)
     p = node.params
     q, k, v = node.src[:3]
     fa = ctx.K.attention.flash_attn_ext

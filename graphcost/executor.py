@@ -292,6 +292,19 @@ class StepResult:
     warmup_ns: int | None = None             # wall time of the untimed first run, if any
 
 
+def _refuse_unsupported_weights(model: ModelInfo, supported) -> None:
+    """One line naming the first tensor whose type the kernels cannot read (MXFP4, the IQ
+    and TQ types ...), before any graph is compiled; analysis still costs such files."""
+    bad = [t for t in model.tensors.values() if t.type not in supported]
+    if bad:
+        more = f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else ""
+        kinds = ", ".join(sorted({gt.type_name(t.type) for t in bad}))
+        raise UnsupportedError(
+            f"{model.header.path}: tensor {bad[0].name!r} is {gt.type_name(bad[0].type)}"
+            f"{more}; the executor's kernels do not run {kinds} (they run "
+            f"{', '.join(gt.type_name(t) for t in supported)}); `graphcost analyze` costs it")
+
+
 class Executor:
     """Runs a model's llama.cpp graph step by step on the kernels, keeping the KV cache.
 
@@ -320,6 +333,7 @@ class Executor:
         t0 = time.perf_counter()
         self.K = load_kernels()
         self.kernels_import_s = time.perf_counter() - t0
+        _refuse_unsupported_weights(self.model, self.K.quants.SUPPORTED)
         self.ctx = Ctx(self.K, numerics)
         self.rng = np.random.default_rng(seed)
         self.notes: list[str] = []

@@ -277,6 +277,25 @@ class Graph:
         src = [a] + ([mask] if mask is not None else [])
         return self._new(Op.SOFT_MAX, a.type, a.ne, src, params={"scale": scale, "max_bias": max_bias})
 
+    def soft_max_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
+        """ggml_soft_max_add_sinks: attention sinks (F32 [n_head], one logit per head that
+        joins each row's softmax) become ``src[2]``, after the mask."""
+        if sinks is None:
+            return
+        if a.op != Op.SOFT_MAX or len(a.src) != 2:
+            raise ValueError("attention sinks need a SOFT_MAX with a mask")
+        a.src.append(sinks)
+        a.params["sinks"] = True
+
+    def flash_attn_ext_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
+        """ggml_flash_attn_ext_add_sinks: the sinks become ``src[4]``, after the mask."""
+        if sinks is None:
+            return
+        if a.op != Op.FLASH_ATTN_EXT or len(a.src) != 4:
+            raise ValueError("attention sinks need a FLASH_ATTN_EXT with a mask")
+        a.src.append(sinks)
+        a.params["sinks"] = True
+
     def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                        scale: float, max_bias: float, softcap: float) -> Tensor:
         """ggml_flash_attn_ext: result F32 [Dv, H, T, ns] (already permuted)."""
@@ -297,6 +316,12 @@ class Graph:
             raise ValueError(f"{op!r} is not a ggml GLU op")
         return self._new(op, a.type, a.ne, [a, b])
 
+    def swiglu_oai(self, a: Tensor, b: Tensor, alpha: float, limit: float) -> Tensor:
+        """ggml_swiglu_oai (GLU op ``SWIGLU_OAI``, gpt-oss): x = min(a, limit),
+        y = clamp(b, -limit, limit), x * sigmoid(alpha * x) * (y + 1); shaped like ``a``."""
+        return self._new(Op.SWIGLU_OAI, a.type, a.ne, [a, b],
+                         params={"alpha": alpha, "limit": limit})
+
     def glu(self, op: str, a: Tensor) -> Tensor:
         """ggml_swiglu / ggml_geglu (one source): act(first half) * second half."""
         if op not in ops.GLU:
@@ -314,6 +339,13 @@ class Graph:
         if as_.ne[0] != b.ne[0] or ids.ne[1] != b.ne[2] or ids.ne[0] % b.ne[1]:
             raise ValueError(f"mul_mat_id shapes {as_.ne} x {b.ne} for ids {ids.ne}")
         return self._new(Op.MUL_MAT_ID, gt.F32, (as_.ne[1], ids.ne[0], b.ne[2], 1), [as_, b, ids])
+
+    def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        """ggml_add_id: a [n, k, T] + row ``ids[i1, i2]`` of b [n, n_expert] (per-expert
+        biases); result shaped like ``a`` (ggml_dup_tensor)."""
+        if a.ne[0] != b.ne[0] or a.ne[1] != ids.ne[0] or a.ne[2] != ids.ne[1]:
+            raise ValueError(f"add_id shapes {a.ne} + {b.ne} for ids {ids.ne}")
+        return self._new(Op.ADD_ID, a.type, a.ne, [a, b, ids])
 
     def argsort(self, a: Tensor, order: str = "desc") -> Tensor:
         """ggml_argsort: I32 indices that sort each row (same shape as ``a``)."""

@@ -333,9 +333,12 @@ class LlmGraph:
                             rs(v.type, cache.size * v.ne[0])], 0)
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: float,
-                       il: int, v_mla: Tensor | None = None) -> Tensor:
-        """build_attn_mha; ``v_mla`` (MLA's ``wv_b``) decompresses the attention result
-        from MQA back to the heads' value size."""
+                       il: int, sinks: Tensor | None = None,
+                       v_mla: Tensor | None = None) -> Tensor:
+        """``sinks``: per-head attention-sink logits (gpt-oss ``attn_sinks``), added to the
+        FLASH_ATTN_EXT or SOFT_MAX node after it is made, as llama.cpp does. ``v_mla``
+        (MLA's ``wv_b``) decompresses the attention result from MQA back to the heads'
+        value size."""
         g, m = self.g, self.model
         v_trans = v.nb[1] > v.nb[2]
         ns = k.ne[3]
@@ -348,6 +351,7 @@ class LlmGraph:
             if v_trans:
                 v = g.transpose(v)
             cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, m.attn_softcap)
+            g.flash_attn_ext_add_sinks(cur, sinks)
             if v_mla is not None:  # as a matrix-matrix product with n_tokens in dim 1
                 cur = g.permute(cur, 0, 2, 1, 3)
                 cur = g.cb(g.mul_mat(v_mla, cur), "fattn_mla", il)
@@ -360,7 +364,9 @@ class LlmGraph:
                 kq = g.cb(g.scale(kq, 1.0 / m.attn_softcap), "kq_scaled_1", il)
                 kq = g.cb(g.unary("TANH", kq), "kq_tanh", il)
                 kq = g.cb(g.scale(kq, m.attn_softcap), "kq_scaled_2", il)
-            kq = g.cb(g.soft_max_ext(kq, mask, kq_scale, 0.0), "kq_soft_max", il)
+            kq = g.soft_max_ext(kq, mask, kq_scale, 0.0)
+            g.soft_max_add_sinks(kq, sinks)
+            kq = g.cb(kq, "kq_soft_max", il)
             if not v_trans:
                 v = g.cb(g.cont(g.transpose(v)), "v_cont", il)
             kqv = g.cb(g.mul_mat(v, kq), "kqv", il)
@@ -372,7 +378,8 @@ class LlmGraph:
         return cur
 
     def build_attn(self, inp: AttnInputs, wo: Tensor, wo_b: Tensor | None, q: Tensor,
-                   k: Tensor, v: Tensor, kq_scale: float, il: int, iswa: bool) -> Tensor:
+                   k: Tensor, v: Tensor, kq_scale: float, il: int, iswa: bool,
+                   sinks: Tensor | None = None) -> Tensor:
         """build_attn for llm_graph_input_attn_kv (``iswa=False``: expands q, v, k) and
         llm_graph_input_attn_kv_iswa (``iswa=True``: expands q, k, v)."""
         g, cache = self.g, inp.cache
@@ -387,7 +394,8 @@ class LlmGraph:
         g.expand(self.cpy_v(cache, v, inp.v_idxs, il))
         kk = self.get_k(cache, il)
         vv = self.get_v(cache, il)
-        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il), "kqv_out", il)
+        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il, sinks),
+                   "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
         cur = self.mm(wo, cur)
@@ -405,7 +413,7 @@ class LlmGraph:
         g.expand(self.cpy_k(cache, k, inp.k_idxs, il))
         kk = self.get_k(cache, il)
         vv = g.view(kk, [v.ne[0], kk.ne[1], kk.ne[2], kk.ne[3]], kk.nb[1:], 0)
-        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il, v_mla),
+        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il, v_mla=v_mla),
                    "kqv_out", il)
         return self.mm(wo, cur)
 

@@ -64,6 +64,9 @@ class ModelInfo:
     expert_gating_func: int = 0
     #: f_attn_logit_softcapping when the architecture sets attn_soft_cap (gemma2), else 0
     attn_softcap: float = 0.0
+    #: hparams.rope_freq_scale_train_swa: 1 unless the family copies the trained scale
+    #: (spec hparam ``rope_swa_from_train``: gemma2, gpt-oss)
+    rope_freq_scale_swa: float = 1.0
     #: nextn_predict_layers: NextN/MTP blocks stored after the trunk (block_count counts
     #: them; ``n_layer`` does not: llama_hparams::n_layer() = n_layer_all - n_layer_nextn)
     n_layer_nextn: int = 0
@@ -72,9 +75,6 @@ class ModelInfo:
     #: expert_group_count / expert_group_used_count (DeepSeek V3's grouped routing; 0: none)
     n_expert_groups: int = 0
     n_group_used: int = 0
-    #: multi-head latent attention (deepseek2): attention.q_lora_rank (0: no Q LoRA),
-    #: attention.kv_lora_rank, and the per-head sizes after decompression
-    #: (attention.key_length_mla / value_length_mla; 0 when the file has none: not MLA)
     #: expert_shared_feed_forward_length (ernie4_5-moe: shared expert width, 0: none) and
     #: interleave_moe_layer_step (MoE every step-th layer)
     n_ff_shexp: int = 0
@@ -82,6 +82,9 @@ class ModelInfo:
     #: attention.temperature_scale (f_attn_temp_scale: Llama 4 / Mistral Large 3 query
     #: temperature tuning, 0: none)
     attn_temp_scale: float = 0.0
+    #: multi-head latent attention (deepseek2): attention.q_lora_rank (0: no Q LoRA),
+    #: attention.kv_lora_rank, and the per-head sizes after decompression
+    #: (attention.key_length_mla / value_length_mla; 0 when the file has none: not MLA)
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     head_dim_k_mla: int = 0
@@ -227,6 +230,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
 
     n_swa = 0
     is_swa = (False,) * n_layer
+    swa_train = bool(specs[arch].hparams.get("rope_swa_from_train", False))
     swa_default = specs[arch].hparams.get("swa_pattern")
     if swa_default is not None:
         n_swa = m.int(Keys.Attention.SLIDING_WINDOW, int(specs[arch].hparams.get("sliding_window", 0)))
@@ -244,7 +248,11 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         norm_eps=m.float(Keys.Attention.LAYERNORM_EPS, 1e-5),
         rope_freq_base=m.float(Keys.Rope.FREQ_BASE, 10000.0),
         rope_freq_scale=freq_scale,
-        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA, 10000.0),
+        # llama_hparams: rope_freq_base_train_swa = 10000, scale 1, unless load_arch_hparams
+        # copies the trained values first (gemma2.cpp, openai-moe.cpp)
+        rope_freq_base_swa=m.float(Keys.Rope.FREQ_BASE_SWA,
+                                   m.float(Keys.Rope.FREQ_BASE, 10000.0) if swa_train else 10000.0),
+        rope_freq_scale_swa=freq_scale if swa_train else 1.0,
         rope_scaling_type=str(scaling),
         n_swa=n_swa, is_swa=is_swa,
         attn_scale=m.float(Keys.Attention.SCALE, 0.0),

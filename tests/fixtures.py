@@ -153,12 +153,18 @@ def make_weight(rng: np.random.Generator, shape: Sequence[int], qtype: QT,
             vals = (rng.uniform(0.5, 1.0, size=n_blocks) * s).astype(np.float16)
             raw[:, off:off + 2] = vals.view(np.uint8).reshape(n_blocks, 2)
         return raw.reshape(*shape[:-1], (row_len // blck) * tsize)
-    # everything else: let gguf-py quantize (BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, ...)
+    # everything else: let gguf-py quantize (BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4,
+    # TQ1_0, TQ2_0, ...)
     data = (rng.standard_normal(shape) * scale).astype(np.float32)
-    blck, _ = _block_of(qtype)
+    blck, tsize = _block_of(qtype)
     if shape[-1] % blck:
         raise ValueError(f"{qtype.name}: row length {shape[-1]} not a multiple of {blck}")
-    return gguf.quants.quantize(data, qtype)
+    try:
+        return gguf.quants.quantize(data, qtype)
+    except NotImplementedError:
+        # the IQ types (gguf-py has no quantizer for them): all-zero blocks of the right
+        # size, i.e. zero scales and zero weights -- enough for header-level analysis
+        return np.zeros((*shape[:-1], shape[-1] // blck * tsize), dtype=np.uint8)
 
 
 def _pick_type(kind: str, name: str, row_len: int, explicit: Mapping[str, QT],

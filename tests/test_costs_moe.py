@@ -133,11 +133,27 @@ def test_expert_weights_active_against_total(model):
 def test_reports_show_expert_weights(model):
     a = run(model, tokens=1)
     d = document(a)["experts"]
+    # one token: worst case min(6, 2) = 2 experts; uniform routing 6 * (1 - 4/6) = 2 as well
     assert d == {"tensors": 9, "n_expert": 6, "n_expert_used": 2, "total_bytes": 3750912,
-                 "active_bytes_per_token": 1250304, "read_bytes": 1250304}
+                 "active_bytes_per_token": 1250304, "read_bytes": 1250304,
+                 "read_assumption": "worst case", "n_tokens": 1, "worst_case_experts": 2,
+                 "expected_experts_uniform_routing": 2.0,
+                 "expected_read_bytes_uniform_routing": 1250304}
     text = render_summary(a)
     assert "Expert weights (2 of 6 experts per token)" in text
     assert "active per token (33.3%)" in text and "1,250,304" in text and "3,750,912" in text
+    assert "read, expected, uniform routing (2.00 of 6)" in text
+
+
+def test_expected_expert_reads_follow_each_layers_tokens(model):
+    # 4 tokens, 1 output: layers 0 and 1 route 4 tokens, the last layer only the output row.
+    # Expected experts per tensor: 6 * (1 - (2/3)**4) = 6 * 65/81 = 130/27 for 4 tokens, 2 for one
+    from fractions import Fraction
+    ew = expert_weights(run(model, tokens=4))
+    per_expert = GATE_EXPERT + UP_EXPERT + DOWN_EXPERT      # 208,384 B per expert and layer
+    assert ew.expected_experts == Fraction(130, 27) and ew.worst_case_experts == 6
+    assert ew.expected_read_bytes == 2 * Fraction(130, 27) * per_expert + 2 * per_expert
+    assert ew.read_bytes == 2 * 6 * per_expert + 2 * per_expert   # worst case: all 6, then 2
 
 
 def test_dense_models_have_no_expert_section(tmp_path):

@@ -12,7 +12,8 @@ is compared with the log of a real llama.cpp context (graphcost/oracle.py
 
 The cases span -c 512..32768 (and a context that is padded), -ub 1..512, flash attention
 on/off, F16 and Q8_0 caches (Q8_0 with head_dim 64/256 adds llama.cpp's Hadamard rotation
-inputs), --swa-full on/off, on the real gemma3 270M and the tiny fixtures. The logs are
+inputs), --swa-full on/off, on the real gemma3 270M and the tiny fixtures (gpt-oss
+included: sliding-window and full caches, MXFP4 experts). The logs are
 captured in parallel once per module (each capture loads the model in a subprocess).
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
 import fixtures_deepseek as D
+import fixtures_gptoss as G
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
 from graphcost.document import document
@@ -55,6 +57,12 @@ CASES = [
     ("llama", 700, 300, False, "q8_0", "f16", False),
     ("llama64", 4096, 512, True, "q8_0", "q8_0", False),
     ("llama64", 512, 64, False, "q8_0", "f16", False),
+    ("gptoss", 512, 512, False, "f16", "f16", False),
+    ("gptoss", 4096, 64, True, "q8_0", "q8_0", False),
+    ("gptoss", 1000, 100, False, "f16", "f16", True),
+    ("gptoss", 32768, 1, True, "f16", "f16", False),
+    ("gptoss_k3", 8192, 512, True, "q4_0", "q4_0", False),
+    ("gptoss_k3", 700, 300, False, "q8_0", "f16", True),
     # MLA (deepseek2): one K-only cache of kv_lora_rank + n_rot per cell, V 0 bytes
     ("deepseek2", 512, 512, False, "f16", "f16", False),
     ("deepseek2", 4096, 64, True, "q8_0", "q8_0", False),
@@ -96,6 +104,12 @@ def paths(tmp_path_factory, gemma3_270m):
         "llama64": F.write_llama(d / "llama64.gguf", n_embd=384, n_head=6, n_head_kv=3,
                                  head_dim=64, n_ff=1024, n_layer=2, n_vocab=333,
                                  weight_types={"attn_q": QT.Q4_0, "ffn_down": QT.Q4_K}).path,
+        # gpt-oss: window 40 on layers 0 and 2, MXFP4 experts with biases, head_dim 64
+        "gptoss": G.write_gptoss(d / "gptoss.gguf").path,
+        # 4 layers, 3 of 7 experts, head_dim 32, window 17
+        "gptoss_k3": G.write_gptoss(d / "gptoss_k3.gguf", n_embd=224, n_head=8, n_head_kv=4,
+                                    head_dim=32, n_ff_exp=96, n_layer=4, n_expert=7,
+                                    n_expert_used=3, sliding_window=17).path,
         # Q LoRA, KV LoRA 96 + rope 32 (cache rows of 128), grouped routing, layer 0 dense
         "deepseek2": D.write_deepseek2(d / "deepseek2.gguf").path,
         # attn_q, no dense layer, 5 experts

@@ -109,7 +109,13 @@ def _experts_table(ew) -> Table:
     t.add_row("total", human_bytes(ew.total_bytes), f"{ew.total_bytes:,}")
     t.add_row(f"active per token ({ew.active_fraction:.1%})",
               human_bytes(ew.active_bytes_per_token), f"{ew.active_bytes_per_token:,}")
-    t.add_row("read this ubatch", human_bytes(ew.read_bytes), f"{ew.read_bytes:,}")
+    # experts per tensor for the ubatch's tokens: worst case min(n, k*T), and the expectation
+    # under uniform routing n*(1 - (1 - k/n)**T) (docs/counting.md)
+    t.add_row(f"read, worst case ({ew.worst_case_experts} of {ew.n_expert})",
+              human_bytes(ew.read_bytes), f"{ew.read_bytes:,}")
+    exp = round(ew.expected_read_bytes)
+    t.add_row(f"read, expected, uniform routing ({float(ew.expected_experts):.2f} of "
+              f"{ew.n_expert})", human_bytes(exp), f"{exp:,}")
     return t
 
 

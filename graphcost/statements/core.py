@@ -81,7 +81,8 @@ def s_rope(sb: SpecBuilder, a: dict) -> None:
         raise GraphcostError(sb.where("rope statement in an architecture with rope: none"))
     m, il = sb.m, sb.il
     if m.n_swa > 0 and m.is_swa[il]:
-        fb, fs = m.rope_freq_base_swa, 1.0  # llama_model::get_rope_freq_base/scale
+        # llama_model::get_rope_freq_base/scale
+        fb, fs = m.rope_freq_base_swa, m.rope_freq_scale_swa
     else:
         fb, fs = m.rope_freq_base, m.rope_freq_scale
     factors = sb.weight(a["factors"]) if "factors" in a else None
@@ -114,7 +115,7 @@ def s_attention(sb: SpecBuilder, a: dict) -> None:
                         sb.weight(a.get("wo_bias", "attn_output.bias?")),
                         sb.var(a.get("q", "Qcur")), sb.var(a.get("k", "Kcur")),
                         sb.var(a.get("v", "Vcur")), sb.expr(a.get("kq_scale", 1.0)),
-                        il, iswa=swa)
+                        il, iswa=swa, sinks=sb.weight(a.get("sinks")))
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
 
 

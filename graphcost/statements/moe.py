@@ -27,6 +27,9 @@ _ACT = {"silu": (("SWIGLU", "ffn_moe_swiglu"), ("SILU", "ffn_moe_silu")),
         "gelu": (("GEGLU", "ffn_moe_geglu"), ("GELU", "ffn_moe_gelu"))}
 #: weights_sum clamp floor: the smallest normal F16 (build_moe_ffn)
 _SUM_FLOOR = 6.103515625e-5
+#: LLM_FFN_SWIGLU_OAI_MOE: "constexpr float alpha = 1.702f; limit = 7.0f" (build_moe_ffn)
+SWIGLU_OAI_ALPHA = 1.702
+SWIGLU_OAI_LIMIT = 7.0
 
 
 def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor | None,
@@ -34,10 +37,13 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
                   exp_probs_b: Tensor | None, n_expert: int, n_expert_used: int,
                   n_expert_used_il: int, act: str, norm_w: bool, w_scale: float, gating: int,
                   il: int, n_expert_groups: int = 0, n_group_used: int = 0,
-                  gate_up_exps: Tensor | None = None) -> Tensor:
-    """build_moe_ffn without adapters, expert biases or per-expert scales; with DeepSeek
-    V3's grouped routing when ``n_expert_groups > 1`` (:func:`mask_expert_groups`) and the
-    merged ``gate_up_exps`` path (one MUL_MAT_ID, gate and up as views) when given."""
+                  gate_up_exps: Tensor | None = None, up_b: Tensor | None = None,
+                  gate_b: Tensor | None = None, down_b: Tensor | None = None) -> Tensor:
+    """build_moe_ffn without adapters or per-expert scales; with DeepSeek V3's grouped
+    routing when ``n_expert_groups > 1`` (:func:`mask_expert_groups`) and the merged
+    ``gate_up_exps`` path (one MUL_MAT_ID, gate and up as views) when given. ``up_b``,
+    ``gate_b``, ``down_b``: per-expert biases [n, n_expert] (gpt-oss), each an ADD_ID of
+    the rows the selected experts pick. ``act`` ``swiglu_oai``: LLM_FFN_SWIGLU_OAI_MOE."""
     g = b.g
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     cb = g.cb
@@ -99,20 +105,30 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
         up = cb(g.view(gate_up, shape, nb, n_ff * gate_up.nb[0]), "ffn_moe_up", il)
     else:
         up = cb(g.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)  # [n_ff, k, n_tokens]
+        if up_b is not None:
+            up = cb(g.add_id(up, up_b, selected), "ffn_moe_up_biased", il)
         if gate_exps is not None:
             cur = cb(g.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
         else:
             cur = up
+        if gate_b is not None:
+            cur = cb(g.add_id(cur, gate_b, selected), "ffn_moe_gate_biased", il)
 
-    if act not in _ACT:
+    if act == "swiglu_oai":  # alpha and limit are constexpr in build_moe_ffn
+        cur = cb(g.swiglu_oai(cur, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT),
+                 "ffn_moe_swiglu_oai", il)
+    elif act not in _ACT:
         raise UnsupportedError(f"mixture-of-experts activation {act!r} is not modelled")
-    (glu_op, glu_name), (op, name) = _ACT[act]
-    if gate_exps is not None or gate_up_exps is not None:
-        cur = cb(g.glu_split(glu_op, cur, up), glu_name, il)
     else:
-        cur = cb(g.unary(op, cur), name, il)
+        (glu_op, glu_name), (op, name) = _ACT[act]
+        if gate_exps is not None or gate_up_exps is not None:
+            cur = cb(g.glu_split(glu_op, cur, up), glu_name, il)
+        else:
+            cur = cb(g.unary(op, cur), name, il)
 
     experts = cb(g.mul_mat_id(down_exps, cur, selected), "ffn_moe_down", il)  # [n_embd, k, T]
+    if down_b is not None:
+        experts = cb(g.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
     experts = cb(g.mul(experts, weights), "ffn_moe_weighted", il)
     g.expand(experts)
 
@@ -175,10 +191,11 @@ def _gating(sb: SpecBuilder, v: Any) -> int:
 
 @statement("moe_ffn")
 def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
-    """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, gate_up, down, probs_bias, act,
-    gating, norm_w, w_scale, cb, out}``; tensors default to ``ffn_gate_inp``,
-    ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama), ``ffn_down_exps``;
-    ``gate_up`` (e.g. ``ffn_gate_up_exps?``) takes the merged path when the file has it."""
+    """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, gate_up, down, up_bias, gate_bias,
+    down_bias, probs_bias, act, gating, norm_w, w_scale, cb, out}``; tensors default to
+    ``ffn_gate_inp``, ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama),
+    ``ffn_down_exps``; no expert biases unless named; ``gate_up`` (e.g.
+    ``ffn_gate_up_exps?``) takes the merged path when the file has it."""
     m, il = sb.m, sb.il
     if il is None:
         raise GraphcostError(sb.where("moe_ffn outside the layer statements"))
@@ -203,5 +220,7 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
         m.n_expert, m.n_expert_used[0], m.n_expert_used[il], a.get("act", "silu"),
         bool(evaluate(a.get("norm_w", 0), names, where)),
         evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il,
-        m.n_expert_groups, m.n_group_used, gate_up)
+        m.n_expert_groups, m.n_group_used, gate_up,
+        up_b=sb.weight(a.get("up_bias")), gate_b=sb.weight(a.get("gate_bias")),
+        down_b=sb.weight(a.get("down_bias")))
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))

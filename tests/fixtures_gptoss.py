@@ -1,0 +1,107 @@
+"""Tiny but valid gpt-oss GGUFs (arch ``gpt-oss``, llama.cpp's LLM_ARCH_OPENAI_MOE).
+
+:func:`write_gptoss` writes exactly the tensors ``llama_model_openai_moe::load_arch_tensors``
+creates in the llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/openai-moe.cpp``):
+Q/K/V with biases, the output projection with its bias, per-head ``attn_sinks``, the
+router with its bias and stacked experts with per-expert biases (all F32, as ADD_ID
+requires), and an untied output matrix. Experts are MXFP4 by default, as in the released
+gpt-oss files. Sizes are odd on purpose (5 experts of width 160, 2 used; 6 heads of 64 over
+2 KV heads; window 40; 3 layers: 0 and 2 sliding, 1 full).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+import gguf
+from fixtures import QT, FixtureInfo, _finish, _TensorSink, swa_layers
+from fixtures_moe import _expert_counts, _experts, _header, _info
+
+__all__ = ["write_gptoss", "GPTOSS_DEFAULT_TYPES"]
+
+# n_embd 288 (9 * 32), q width 384, expert width 160 (5 * 32): no k-quant fits the experts
+GPTOSS_DEFAULT_TYPES: dict[str, QT] = {
+    "token_embd": QT.Q8_0,
+    "output": QT.Q8_0,
+    "attn_q": QT.Q8_0,
+    "attn_k": QT.F16,
+    "attn_v": QT.Q8_0,
+    "attn_output": QT.Q4_0,
+    "ffn_gate_inp": QT.F32,
+    "ffn_gate_exps": QT.MXFP4,
+    "ffn_up_exps": QT.MXFP4,
+    "ffn_down_exps": QT.MXFP4,
+}
+
+
+def write_gptoss(
+    path: str | Path, *, n_embd: int = 288, n_head: int = 6, n_head_kv: int = 2,
+    head_dim: int = 64, n_ff_exp: int = 160, n_layer: int = 3, n_vocab: int = 301,
+    n_expert: int = 5, n_expert_used: int | Sequence[int] = 2, sliding_window: int | None = 40,
+    swa_pattern: int | Sequence[bool] | None = None, yarn: bool = True,
+    weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
+    rope_freq_base: float = 150_000.0, rms_eps: float = 1e-5, seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``gpt-oss``. ``swa_pattern``: None -> key absent (llama.cpp's default 2: even
+    layers sliding), an int or a per-layer list of bools otherwise. ``yarn`` writes the
+    YaRN rope scaling the released files carry (factor 32 over 4096 trained positions)."""
+    path = Path(path)
+    arch = "gpt-oss"
+    w = _header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff_exp,
+                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
+    w.add_rope_dimension_count(head_dim)
+    if sliding_window is not None:  # None: leave the required key out (bad-input tests)
+        w.add_sliding_window(sliding_window)
+    key = gguf.Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch)
+    if isinstance(swa_pattern, int):
+        w.add_uint32(key, swa_pattern)
+    elif swa_pattern is not None:
+        w.add_array(key, [bool(x) for x in swa_pattern])
+    if yarn:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+    _expert_counts(w, arch, n_expert, n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    rng = np.random.default_rng(seed)
+    sink = _TensorSink(w, rng, weight_types, GPTOSS_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.5)
+    sink.vector("output_norm.weight", n_embd)
+    sink.matrix("output", "output.weight", n_embd, n_vocab)
+    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
+
+    def bias(name: str, *shape: int, scale: float = 0.02) -> None:
+        # ggml ne = shape; numpy rows last
+        arr = (scale * rng.standard_normal(tuple(reversed(shape)))).astype(np.float32)
+        sink._add(name, arr, QT.F32)
+
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        sink.vector(p + "post_attention_norm.weight", n_embd)
+        sink.matrix("attn_q", p + "attn_q.weight", n_embd, q_dim)
+        sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
+        sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+        bias(p + "attn_q.bias", q_dim)
+        bias(p + "attn_k.bias", kv_dim)
+        bias(p + "attn_v.bias", kv_dim)
+        sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
+        sink.vector(p + "attn_sinks.weight", n_head, center=0.0, spread=1.0)
+        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
+        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
+        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+        bias(p + "attn_output.bias", n_embd)
+        bias(p + "ffn_gate_inp.bias", n_expert, scale=0.5)
+        bias(p + "ffn_gate_exps.bias", n_ff_exp, n_expert)
+        bias(p + "ffn_down_exps.bias", n_embd, n_expert)
+        bias(p + "ffn_up_exps.bias", n_ff_exp, n_expert)
+    _finish(w)
+    layers = swa_layers(n_layer, 2 if swa_pattern is None else swa_pattern)
+    return _info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
+                 context_length=context_length, tie=False, sliding_window=sliding_window or 0,
+                 layers_swa=layers)
