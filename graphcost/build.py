@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 
 from .arch_spec import load_specs
+from .consistency import check_model
 from .errors import UnsupportedError
 from .ggml_graph import Tensor
 from .gguf_reader import read_model
@@ -29,13 +30,17 @@ class BuiltGraph:
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
-    """Read the header (all shards) and the hyperparameters of a supported architecture.
+    """Read the header (all shards) and the hyperparameters of a supported architecture,
+    and check once that they agree with each other (:mod:`graphcost.consistency`).
     ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
     from .remote import is_remote
     if is_remote(path):
         from .remote import read_remote_model
-        return model_info(read_remote_model(str(path)), load_specs())
-    return model_info(read_model(path), load_specs())
+        m = model_info(read_remote_model(str(path)), load_specs())
+    else:
+        m = model_info(read_model(path), load_specs())
+    check_model(m)
+    return m
 
 
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:

@@ -9,10 +9,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .errors import GraphcostError
 from .document import SCHEMA
+from .files import MAX_BASELINE_BYTES, load_yaml
+from .schema import field, mapping_of, need
 from .settings import RunSettings
 
 
@@ -31,41 +31,54 @@ class Drift:
         return abs(self.current - self.baseline) / abs(self.baseline)
 
 
+#: run-setting fields by their annotation -> schema kind
+_RUN_KINDS = {"int": "count", "str": "str", "bool": "bool"}
+#: totals fields that are numbers; ``read`` and ``ops`` are mappings of numbers
+_TOTALS = ("nodes", "bytes_read", "bytes_written", "work", "flops")
+_BY_OP = ("bytes_read", "bytes_written", "flops")
+_MEMORY = ("weights_bytes", "kv_cache_bytes")
+
+
 def load_baseline(path: str | Path) -> dict:
+    """Read and validate a baseline: a regular file of at most MAX_BASELINE_BYTES, YAML
+    without aliases, every compared field of the right type and every number finite
+    (one line naming the field otherwise)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise GraphcostError(f"{p}: cannot read baseline: {e.strerror or e}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        raise GraphcostError(f"{p}: {where}not valid YAML/JSON") from None
+    doc = load_yaml(p, "baseline", MAX_BASELINE_BYTES)
     if not isinstance(doc, dict):
         raise GraphcostError(f"{p}: a baseline is what 'graphcost analyze --format yaml' writes")
-    if doc.get("schema") != SCHEMA:
+    if doc.get("schema") != SCHEMA or isinstance(doc.get("schema"), bool):
         raise GraphcostError(f"{p}: baseline schema {doc.get('schema')!r}, this graphcost "
                              f"writes schema {SCHEMA}")
     for key in ("run", "totals", "by_op"):
         if key not in doc:
             raise GraphcostError(f"{p}: baseline has no {key!r} section")
+    run = need(doc["run"], "dict", "run", p)
+    for name, f in RunSettings.__dataclass_fields__.items():
+        kind, _, none = str(f.type).partition(" | ")
+        field(run, name, _RUN_KINDS[kind], "run", p, required=False, null=none == "None")
+    totals = need(doc["totals"], "dict", "totals", p)
+    for k in _TOTALS:
+        field(totals, k, "nonneg", "totals", p, required=False)
+    for k in ("read", "ops"):
+        if totals.get(k) is not None:
+            mapping_of(totals[k], "nonneg", f"totals.{k}", p)
+    for i, row in enumerate(need(doc["by_op"], "list", "by_op", p)):
+        need(row, "dict", f"by_op[{i}]", p)
+        field(row, "key", "str", f"by_op[{i}]", p)
+        for k in _BY_OP:
+            field(row, k, "nonneg", f"by_op[{i}]", p, required=False)
+    if doc.get("memory") is not None:
+        mem = need(doc["memory"], "dict", "memory", p)
+        for k in _MEMORY:
+            field(mem, k, "nonneg", "memory", p, required=False)
     return doc
 
 
 def baseline_settings(doc: dict, path: str | Path) -> RunSettings:
-    """The run settings the baseline was made with."""
+    """The run settings the baseline was made with (types checked by load_baseline)."""
     run = doc["run"]
-    fields = RunSettings.__dataclass_fields__
-    kw = {}
-    for k in fields:
-        if k in run:
-            kw[k] = run[k]
-    try:
-        return RunSettings(**kw)
-    except TypeError as e:
-        raise GraphcostError(f"{path}: baseline 'run' section: {e}") from None
+    return RunSettings(**{k: run[k] for k in RunSettings.__dataclass_fields__ if k in run})
 
 
 def metrics(doc: dict) -> dict[str, float]:

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from .errors import GraphcostError
+from .report.units import literal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="What one llama.cpp step costs, from a GGUF header alone.")
@@ -33,21 +35,49 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _parse_layers(spec: str | None) -> set[int] | None:
+def _parse_layers(spec: str | None, n_layer: int) -> set[int] | None:
+    """'0-1,5' -> {0, 1, 5}; every range is checked against ``n_layer`` before the set
+    is built (a range like 0-30000000 would otherwise fill memory)."""
     if spec is None:
         return None
-    out: set[int] = set()
+    ranges: list[tuple[int, int]] = []
     for part in spec.split(","):
         part = part.strip()
         try:
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                out.update(range(int(lo), int(hi) + 1))
-            else:
-                out.add(int(part))
+            lo, _, hi = part.partition("-") if "-" in part[1:] else (part, "", part)
+            lo, hi = int(lo), int(hi)
         except ValueError:
             raise GraphcostError(f"--layers {spec!r}: use a list like 0-1,5") from None
-    return out
+        if not 0 <= lo <= hi:
+            raise GraphcostError(f"--layers {spec!r}: {part!r} is not a range lo-hi with "
+                                 "0 <= lo <= hi")
+        if hi >= n_layer:
+            raise GraphcostError(f"--layers {spec!r}: layer {hi} is past the last layer "
+                                 f"(the model has {n_layer}: 0-{n_layer - 1})")
+        ranges.append((lo, hi))
+    return {il for lo, hi in ranges for il in range(lo, hi + 1)}
+
+
+def _threads(flag_value: int | None) -> int | None:
+    """``--threads``: between 1 and the threads Numba can run (NUMBA_NUM_THREADS, by
+    default the cores it sees)."""
+    if flag_value is None:
+        return None
+    import numba
+    top = numba.config.NUMBA_NUM_THREADS
+    if not 1 <= flag_value <= top:
+        _fail(f"--threads {flag_value}: use 1 to {top} (the cores Numba can use; "
+              "NUMBA_NUM_THREADS sets it)")
+    return flag_value
+
+
+def _hardware_inputs(hardware: str | None) -> list[Path]:
+    """The file ``--hardware`` names, as an input an ``-o`` must not overwrite."""
+    if hardware is None:
+        return []
+    from .hardware import find
+    p = find(hardware)
+    return [p] if p is not None else []
 
 
 def _model_path(model: Optional[str]) -> Path | str:
@@ -78,8 +108,10 @@ def analyze(
         "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
 ) -> None:
     """Rebuild llama.cpp's graph for one ubatch and report its cost."""
+    from .analysis import analyze_graph
+    from .build import build_graph, load_model
+    from .files import check_output
     from .hardware import load as load_hardware
-    from .pipeline import analyze_model
     from .report.formats import RENDERERS, Format
     from .report.renderer import RenderOptions, refuse_unused, render, wants_colour
     from .settings import RunSettings
@@ -92,11 +124,17 @@ def analyze(
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
                            past=past, outputs=outputs, llama_cpp=llama_cpp)
+    path = _model_path(model)
+    if output is not None:
+        check_output(output, [path, *_hardware_inputs(hardware)])
     hw = load_hardware(hardware) if hardware is not None else None
-    opts = RenderOptions(layers=_parse_layers(layers), hardware=hw, width=80,
+    opts = RenderOptions(layers=None if layers is None else set(), hardware=hw, width=80,
                          color=wants_colour(RENDERERS[fmt], output is not None, sys.stdout.isatty()))
     refuse_unused(RENDERERS, fmt, opts)   # before the analysis, not after
-    a = analyze_model(_model_path(model), settings)
+    info = load_model(path)
+    # the ranges are checked against the model's layers before a set is built
+    opts = replace(opts, layers=_parse_layers(layers, info.n_layer))
+    a = analyze_graph(build_graph(info, settings))
     _emit(render(RENDERERS, fmt, a, opts), output)
 
 
@@ -156,6 +194,7 @@ def memory(
 ) -> None:
     """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers."""
     from .build import load_model
+    from .files import check_output
     from .memory_plan import fuse_plan, plan_memory, sweep as run_sweep
     from .report.memory import render_memory, render_sweep, write_plot
     from .settings import RunSettings
@@ -169,6 +208,8 @@ def memory(
     if output is not None and sweep is None and format == "text":
         _fail("-o/--output writes the sweep plot: give --sweep too (or --format html)")
     parsed = _parse_sweep(sweep)
+    if output is not None:
+        check_output(output, [_model_path(model)])
     if output is not None and format == "text":
         from .report.plot import check_plot_path
         check_plot_path(output)
@@ -228,7 +269,9 @@ def profile(
     swa_full: SwaOpt = False,
 ) -> None:
     """Run the graph on the Numba kernels and time every node against its modelled cost."""
-    from .executor import NUMERICS
+    from .build import load_model
+    from .executor import NUMERICS, check_runnable
+    from .files import check_output
     from .hardware import load as load_hardware
     from .profile import quick_hardware, run_profile
     from .report.profile import RENDERERS, ProfileFormat
@@ -241,8 +284,7 @@ def profile(
         _fail(f"--format {format!r}: use one of {', '.join(f.value for f in ProfileFormat)}")
     if numerics not in NUMERICS:
         _fail(f"--numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
-    if threads is not None and threads < 1:
-        _fail(f"--threads {threads} must be >= 1")
+    threads = _threads(threads)
     if greedy < 0:
         _fail(f"--greedy {greedy} must be >= 0")
     opts = RenderOptions(top=top, width=100,
@@ -252,11 +294,18 @@ def profile(
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=max(1, len(prompt)))
+    if output is not None:
+        check_output(output, [model, *_hardware_inputs(hardware)])
     hw = load_hardware(hardware) if hardware is not None else None
+    info = load_model(model)
+    check_runnable(info, settings)  # before the probe: a partial file, a huge -c, at once
+    decode = _parse_ids("--decode-ids", decode_ids)
+    for i in prompt + decode:  # before the probe, and before numpy sees a huge id
+        if i >= info.n_vocab:
+            _fail(f"token id {i} is not in the vocabulary [0, {info.n_vocab})")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    decode = _parse_ids("--decode-ids", decode_ids)
     # no auto-refresh thread: it would take the GIL from the timed loop now and then
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,
@@ -270,7 +319,7 @@ def profile(
         def tick(description: str, advance: int) -> None:
             bar.update(task, description=description, advance=advance)
             bar.refresh()
-        prof = run_profile(model, settings, prompt, decode_ids=decode, greedy=greedy,
+        prof = run_profile(info, settings, prompt, decode_ids=decode, greedy=greedy,
                            repeat=repeat, hardware=hw, numerics=numerics, threads=threads,
                            progress=tick)
     _emit(render(RENDERERS, fmt, prof, opts), output)
@@ -278,28 +327,35 @@ def profile(
 
 @app.command()
 def hwprobe(
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="profile NAME (default: host name)")] = None,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="profile NAME (saved in the user's config dir; default: host "
+        "name) or a PATH (with a slash or .yaml)")] = None,
     mib: Annotated[int, typer.Option("--mib", help="size of the streamed matrices")] = 256,
     repeat: Annotated[int, typer.Option("--repeat", help="timed runs per figure (median)")] = 5,
     threads: Annotated[Optional[int], typer.Option("--threads", "-t", help="kernel threads")] = None,
 ) -> None:
     """Measure memory bandwidth and peak FLOP rate with the kernels; write a hardware profile."""
-    from .hardware import save
+    from .files import check_output
+    from .hardware import is_path, save, user_dir
     from .hwprobe import default_name, probe
 
     if mib < 16:
         _fail(f"--mib {mib}: use at least 16 (the matrix must be larger than the caches)")
+    from .executor import _available_memory
+    if mib << 20 > _available_memory() // 4:  # the probe holds a few matrices of this size
+        _fail(f"--mib {mib}: more than a quarter of the {_available_memory() >> 20} MiB "
+              "of memory available")
     if repeat < 1:
         _fail(f"--repeat {repeat} must be >= 1")
+    threads = _threads(threads)
     name = output or default_name()
-    if "/" in name or name.startswith("."):
-        _fail(f"-o {name!r}: give a profile name, not a path")
+    check_output(Path(name) if is_path(name) else user_dir() / f"{name}.yaml")  # before probing
     from rich.console import Console
     err = Console(stderr=True)
     with err.status("probing") as status:
         doc = probe(mib=mib, repeat=repeat, threads=threads,
                     progress=lambda s: status.update(f"probing {s}"))
-    doc["name"] = name
+    doc["name"] = Path(name).stem if is_path(name) else name
     path, note = save(doc, name)
     bw, fl = doc["memory_bandwidth"], doc["peak_flops"]
     typer.echo(f"memory bandwidth: {bw['bytes_per_second'] / 1e9:.2f} GB/s (streaming read)")
@@ -352,13 +408,12 @@ def archs(
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
+    """Print, or write ``-o`` atomically (checked by check_output before any work)."""
     if output is None:
         sys.stdout.write(text)
         return
-    try:
-        output.write_text(text)
-    except OSError as e:
-        raise GraphcostError(f"{output}: cannot write: {e.strerror or e}") from None
+    from .files import write_atomic
+    write_atomic(output, text)
 
 
 def main() -> None:
@@ -367,7 +422,9 @@ def main() -> None:
         rc = app(standalone_mode=False)  # click returns typer.Exit's code here
         sys.exit(rc if isinstance(rc, int) else 0)
     except GraphcostError as e:
-        typer.echo(f"graphcost: {e}", err=True)
+        # one line, shown literally: a name from a file cannot break it or reach the
+        # terminal as an escape sequence
+        typer.echo(f"graphcost: {literal(e)}", err=True)
         sys.exit(2)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -377,11 +434,11 @@ def main() -> None:
         sys.exit(1)
     except typer.TyperException as e:  # usage errors: unknown option, bad value, ...
         if e.format_message():  # empty when the help was shown for a bare command
-            typer.echo(f"graphcost: {e.format_message()}", err=True)
+            typer.echo(f"graphcost: {literal(e.format_message())}", err=True)
         sys.exit(2)
     except Exception as e:  # anything unforeseen: still one line
         if os.environ.get("GRAPHCOST_DEBUG"):
             raise
-        typer.echo(f"graphcost: internal error: {type(e).__name__}: {e} "
+        typer.echo(f"graphcost: internal error: {type(e).__name__}: {literal(e)} "
                    "(set GRAPHCOST_DEBUG=1 for a traceback)", err=True)
         sys.exit(3)

@@ -6,7 +6,11 @@ reads it back. :data:`SCHEMA` versions it and the profile document
 """
 from __future__ import annotations
 
+import json
+import math
+
 from .analysis import Analysis
+from .errors import GraphcostError
 from .experts import expert_weights
 from .ggml_types import type_name
 
@@ -71,8 +75,7 @@ def document(a: Analysis, hardware=None) -> dict:
             "shards": len(m.header.shards),
         },
         "run": run.to_dict(),
-        "notes": list(run.notes) + ([] if m.header.has_data else
-                                    ["header-only file: tensor data is absent; sizes come from the tensor infos"]),
+        "notes": list(run.notes) + ([m.header.data_note] if m.header.data_note else []),
         "totals": {"nodes": len(a.nodes), **a.total.to_dict()},
         "by_op": _rollup(sorted(a.by_op.items(), key=lambda kv: -kv[1].flops)),
         "by_layer": by_layer,
@@ -167,3 +170,25 @@ def memory_document(plan, sweep: tuple[str, list[int], list] | None = None) -> d
                              if p.worst.alloc.peak_tensors else None)}
             for v, p in zip(values, plans)]}
     return doc
+
+
+def non_finite(doc, where: str = "") -> list[str]:
+    """Dotted paths of the NaN/infinite floats in a plain-data document."""
+    if isinstance(doc, float):
+        return [] if math.isfinite(doc) else [where or "(document)"]
+    if isinstance(doc, dict):
+        return [p for k, v in doc.items() for p in non_finite(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(doc, (list, tuple)):
+        return [p for i, v in enumerate(doc) for p in non_finite(v, f"{where}[{i}]")]
+    return []
+
+
+def to_json(doc: dict) -> str:
+    """``doc`` as JSON; a NaN or infinity (not JSON: json.dumps would write ``NaN``) is an
+    error naming the field."""
+    bad = non_finite(doc)
+    if bad:
+        raise GraphcostError(f"the document holds a non-finite number at {bad[0]}"
+                             f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}; "
+                             "JSON cannot hold it")
+    return json.dumps(doc, indent=1, allow_nan=False) + "\n"

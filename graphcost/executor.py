@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Callable, Iterable
 
 import numpy as np
@@ -42,7 +43,7 @@ import numpy as np
 from . import ggml_types as gt
 from . import ops
 from .build import BuiltGraph, build_graph, load_model
-from .errors import SettingsError, UnsupportedError
+from .errors import GGUFError, SettingsError, UnsupportedError
 from .exec_ops import (Ctx, compile_node, flat_bytes, resolve_entry, shape_strides,
                        tensor_view, unsupported_ops)
 from .ggml_graph import Tensor
@@ -71,25 +72,32 @@ _RANDOM_SCALE = {
 
 
 def _random_raw(t: gt.GGMLType, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Flat bytes of a tensor of type ``t`` whose values are small and finite."""
+    """Flat bytes of a tensor of type ``t`` whose values are small and finite, drawn in
+    float32 (never a float64 copy of the tensor: that would be 2-8x its size)."""
     n = int(np.prod(ne))
     if t == gt.F32:
         vec = len([d for d in ne if d > 1]) <= 1            # norm weights, biases: around 1
-        v = (1.0 + 0.05 * rng.standard_normal(n)) if vec else 0.02 * rng.standard_normal(n)
-        return v.astype(np.float32).view(np.uint8)
+        v = rng.standard_normal(n, dtype=np.float32)
+        v *= np.float32(0.05 if vec else 0.02)
+        if vec:
+            v += np.float32(1.0)
+        return v.view(np.uint8)
     if t == gt.F16:
-        return (0.02 * rng.standard_normal(n)).astype(np.float16).view(np.uint8)
+        v = rng.standard_normal(n, dtype=np.float32)
+        v *= np.float32(0.02)
+        return v.astype(np.float16).view(np.uint8)
     if t == gt.GGMLType.BF16:
-        f = (0.02 * rng.standard_normal(n)).astype(np.float32)
+        f = rng.standard_normal(n, dtype=np.float32)
+        f *= np.float32(0.02)
         return (f.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
     blk, size = gt.block(t)
     n_blocks = n // blk
-    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     offsets, scale = gt.f16_scale_offsets(t), _RANDOM_SCALE.get(t)
     if not offsets or scale is None:
         raise UnsupportedError(f"random weights of type {gt.type_name(t)}")
+    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     for off in offsets:
-        d = (rng.uniform(0.5, 1.0, size=n_blocks) * scale).astype(np.float16)
+        d = ((rng.random(n_blocks, dtype=np.float32) * 0.5 + 0.5) * scale).astype(np.float16)
         raw[:, off:off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
     return raw.reshape(-1)
 
@@ -105,28 +113,81 @@ def _available_memory() -> int:
     return 8 << 30
 
 
-def random_weights(model: ModelInfo, seed: int = 0) -> tuple[dict[str, np.ndarray], str]:
-    """Random bytes for every tensor of a header-only file, and a note on how.
+class RandomWeights(Mapping):
+    """Random bytes for the tensors of a header-only file, drawn when the graph first
+    asks for a tensor: a tensor the graph never uses costs nothing.
 
-    Each tensor gets its own buffer if all of them fit in half the available memory;
-    otherwise all tensors of one type share one buffer (as big as the largest of them),
-    which keeps a 100-GB model runnable but lets caches serve reads that would come from
-    memory: timings are then optimistic."""
-    rng = np.random.default_rng(seed)
-    infos = list(model.tensors.values())
-    total = sum(t.nbytes for t in infos)
-    if total <= RANDOM_WEIGHTS_MEMORY_FRACTION * _available_memory():
-        return ({t.name: _random_raw(t.type, t.ne, rng) for t in infos},
-                f"header-only file: weights are random ({total / 2**20:.0f} MiB)")
-    pools: dict[gt.GGMLType, np.ndarray] = {}
-    for t in sorted(infos, key=lambda t: -t.nbytes):
-        if t.type not in pools:
-            pools[t.type] = _random_raw(t.type, t.ne, rng)
-    pooled = sum(p.nbytes for p in pools.values())
-    return ({t.name: pools[t.type][:t.nbytes] for t in infos},
-            f"header-only file: weights are random and tensors of one type share a buffer "
-            f"({pooled / 2**20:.0f} MiB for {total / 2**20:.0f} MiB of weights): timings are "
-            "optimistic")
+    Each tensor gets its own buffer while all drawn so far fit in
+    RANDOM_WEIGHTS_MEMORY_FRACTION of the available memory; past that, tensors of one
+    type share one buffer (as big as the largest of them asked for so far), which keeps
+    a 100-GB model runnable but lets caches serve reads that would come from memory:
+    timings are then optimistic (:attr:`note` says which happened)."""
+
+    def __init__(self, model: ModelInfo, seed: int = 0):
+        self.model = model
+        self.rng = np.random.default_rng(seed)
+        self.budget = RANDOM_WEIGHTS_MEMORY_FRACTION * _available_memory()
+        self.drawn: dict[str, np.ndarray] = {}
+        self.own_bytes = 0
+        self.pools: dict[gt.GGMLType, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.drawn:
+            t = self.model.tensors[name]
+            if self.own_bytes + t.nbytes <= self.budget:
+                self.drawn[name] = _random_raw(t.type, t.ne, self.rng)
+                self.own_bytes += t.nbytes
+            else:
+                pool = self.pools.get(t.type)
+                if pool is None or pool.nbytes < t.nbytes:
+                    pool = self.pools[t.type] = _random_raw(t.type, t.ne, self.rng)
+                self.drawn[name] = pool[:t.nbytes]
+        return self.drawn[name]
+
+    def __contains__(self, name: object) -> bool:  # drawn so far (Mapping's would draw it)
+        return name in self.drawn
+
+    def __iter__(self):
+        return iter(self.drawn)
+
+    def __len__(self) -> int:
+        return len(self.drawn)
+
+    @property
+    def note(self) -> str:
+        used = sum(self.model.tensors[n].nbytes for n in self.drawn)
+        if not self.pools:
+            return (f"header-only file: weights are random ({used / 2**20:.0f} MiB for the "
+                    f"{len(self.drawn)} tensors the graph uses)")
+        pooled = sum(p.nbytes for p in self.pools.values())
+        return (f"header-only file: weights are random and, past {self.own_bytes / 2**20:.0f} MiB, "
+                f"tensors of one type share a buffer ({pooled / 2**20:.0f} MiB shared for "
+                f"{used / 2**20:.0f} MiB of weights): timings are optimistic")
+
+
+def random_weights(model: ModelInfo, seed: int = 0) -> RandomWeights:
+    """The random weights of a header-only file (drawn lazily, see :class:`RandomWeights`)."""
+    return RandomWeights(model, seed)
+
+
+def check_runnable(model: ModelInfo, settings: RunSettings | None = None) -> None:
+    """Refuse, before any kernel is loaded, what the executor cannot run: a partial file
+    (header whole, tensor data cut short: random data for the missing part would be
+    neither the model nor a clean header-only run; costs and memory need only the header,
+    so analyze, memory and check accept it), and settings whose KV cache does not fit in
+    the available memory (``-c 2**30``)."""
+    if model.header.partial is not None:
+        raise GGUFError(model.header.path, None,
+                        f"tensor data is cut short ({model.header.partial}): running the "
+                        "graph needs the whole file; analyze, memory and check need only "
+                        "the header")
+    if settings is not None:
+        bg = build_graph(model, settings)  # resolves the settings: refuses what llama.cpp does
+        kv = sum(c.bytes() for c in bg.caches)
+        if kv > _available_memory():
+            raise SettingsError(f"--ctx-size {settings.ctx_size}: the KV cache needs "
+                                f"{kv / 2**30:.1f} GiB, more than the "
+                                f"{_available_memory() / 2**30:.1f} GiB of memory available")
 
 
 def mapped_weights(model: ModelInfo) -> dict[str, np.ndarray]:
@@ -336,16 +397,22 @@ class Executor:
         _refuse_unsupported_weights(self.model, self.K.quants.SUPPORTED)
         self.ctx = Ctx(self.K, numerics)
         self.rng = np.random.default_rng(seed)
-        self.notes: list[str] = []
+        self._notes: list[str] = []
+        check_runnable(self.model, settings)
         if self.model.header.has_data:
             self.weights = mapped_weights(self.model)
         else:
-            self.weights, note = random_weights(self.model, seed)
-            self.notes.append(note)
+            self.weights = random_weights(self.model, seed)
         self.kv: dict[str, np.ndarray] = {}          # cache tensor name -> bytes
         self.cells: dict[str, CellState] = {}        # cache name -> cells
         self.past = 0
         self._plans: dict[tuple, Plan] = {}
+
+    @property
+    def notes(self) -> list[str]:
+        """What a reader of the timings should know (random weights, and how drawn)."""
+        extra = [self.weights.note] if isinstance(self.weights, RandomWeights) else []
+        return self._notes + extra
 
     # ---- state -----------------------------------------------------------------------
     def reset(self) -> None:
@@ -553,12 +620,14 @@ class Executor:
         last ``n_outputs`` tokens. ``repeat`` runs the (idempotent) graph that many times
         for timing; ``warmup`` adds one untimed run first; ``on_run(timed)`` is called
         after every run (progress bars)."""
-        tokens = np.asarray(list(tokens), dtype=np.int32)
-        T = len(tokens)
-        if T == 0:
+        tokens = [int(t) for t in tokens]
+        if not tokens:
             raise SettingsError("a step needs at least one token")
-        if tokens.min() < 0 or tokens.max() >= self.model.n_vocab:
+        # checked as Python ints: numpy would overflow on an id above int64 first
+        if min(tokens) < 0 or max(tokens) >= self.model.n_vocab:
             raise SettingsError(f"token ids must be in [0, {self.model.n_vocab})")
+        tokens = np.asarray(tokens, dtype=np.int32)
+        T = len(tokens)
         plan = self.plan(T, n_outputs)
         positions = np.arange(self.past, self.past + T, dtype=np.int32)
         out_ids = np.arange(T - n_outputs, T, dtype=np.int32)
@@ -605,4 +674,4 @@ def greedy(ex: Executor, prompt: list[int], n_steps: int) -> tuple[list[int], li
 
 
 __all__ = ["Executor", "CellState", "StepResult", "NodeTiming", "Plan", "greedy", "hadamard",
-           "random_weights", "mapped_weights", "NUMERICS"]
+           "random_weights", "RandomWeights", "mapped_weights", "check_runnable", "NUMERICS"]

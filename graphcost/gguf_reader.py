@@ -11,12 +11,18 @@ well under the 50 ms budget.
 Format constants (magic, value types, default alignment, type ids, block sizes) come from
 the ``gguf`` package. Split models (``name-00001-of-00003.gguf``) are read shard by shard
 and their tensor infos merged (:func:`read_model`).
+
+A file cut inside its header is an error; one whose header is whole but whose tensor
+data is absent (a header-only file) or cut short (a partial download) is read, with
+``has_data`` false and ``partial`` saying where the data stops: costs and memory need
+the header alone, and only running the graph needs the data.
 """
 from __future__ import annotations
 
 import mmap
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +33,7 @@ from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 
 from . import ggml_types
 from .errors import GGUFError
+from .files import file_kind
 from .sources import HeaderSource, LocalFile
 
 #: GGUF versions whose counts are 64-bit (v1 used 32-bit counts and is long obsolete).
@@ -139,6 +146,21 @@ class GGUFHeader:
     file_size: int
     shards: list[Path] = field(default_factory=list)
     has_data: bool = True
+    #: where the tensor data is cut short (a partial download), None if it is whole or absent
+    partial: str | None = None
+
+    @property
+    def data_note(self) -> str | None:
+        """One line on missing tensor data for the reports (None when every byte is there).
+
+        A header-only file and a partial one give the same costs and memory as the whole
+        file: both are computed from the tensor infos alone."""
+        if self.has_data:
+            return None
+        if self.partial is not None:
+            return (f"partial file: tensor data is cut short ({self.partial}); "
+                    "sizes come from the tensor infos")
+        return "header-only file: tensor data is absent; sizes come from the tensor infos"
 
     @property
     def architecture(self) -> str | None:
@@ -310,7 +332,10 @@ def _skip_strings_fast(buf, start: int, limit: int, count: int,
 def read_header(path: str | os.PathLike) -> GGUFHeader:
     """Parse one GGUF file's header. Raises :class:`GGUFError` with a one-line reason."""
     p = Path(path)
-    try:
+    try:  # a FIFO would block open() and read(); /dev/zero would never end
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise GGUFError(p, None, f"cannot open: {file_kind(st.st_mode)}, not a regular file")
         f = open(p, "rb")
     except OSError as e:
         raise GGUFError(p, None, f"cannot open: {e.strerror or e}") from None
@@ -410,12 +435,13 @@ def _parse(buf, p: Path, size: int, src: HeaderSource | None = None) -> GGUFHead
         if data_offset + t.offset + t.nbytes > end:
             end, last = data_offset + t.offset + t.nbytes, t
     _check_overlaps(p, tensors, data_offset)
-    # a header-only file stops at (or before) data_offset; one that goes on holds data
+    # a header-only file stops at (or before) data_offset; a partial download goes on but
+    # stops inside the data: both have a whole header, which is all the cost model reads
+    partial = None
     if data_offset < size < end:
-        raise GGUFError(p, size, f"truncated: tensor {_label(last.name)} ends at byte {end}, "
-                                 f"the file has {size} bytes")
+        partial = f"{Path(str(p)).name}: tensor {_label(last.name)} ends at byte {end}, the file has {size} bytes"
     return GGUFHeader(p, version, metadata, tensors, alignment, data_offset, size,
-                      shards=[p], has_data=size >= end)
+                      shards=[p], has_data=size >= end, partial=partial)
 
 
 def _check_overlaps(p: Path, tensors: dict[str, TensorInfo], data_offset: int) -> None:
@@ -461,6 +487,7 @@ def merge_shards(headers: list[GGUFHeader]) -> GGUFHeader:
     first = None
     tensors: dict[str, TensorInfo] = {}
     has_data = True
+    partial = None
     for i, h in enumerate(headers):
         sp = h.path
         declared = h.metadata.get("split.count")
@@ -472,6 +499,7 @@ def merge_shards(headers: list[GGUFHeader]) -> GGUFHeader:
                 raise GGUFError(sp, None, f"tensor {_label(name)} appears in two shards")
             tensors[name] = TensorInfo(t.name, t.ne, t.type, t.offset, shard=i)
         has_data &= h.has_data
+        partial = partial or h.partial
         first = first or h
     assert first is not None
     expected = first.metadata.get("split.tensors.count")
@@ -479,4 +507,5 @@ def merge_shards(headers: list[GGUFHeader]) -> GGUFHeader:
         raise GGUFError(paths[0], None,
                         f"split.tensors.count is {expected} but the shards hold {len(tensors)} tensors")
     return GGUFHeader(first.path, first.version, first.metadata, tensors, first.alignment,
-                      first.data_offset, first.file_size, shards=paths, has_data=has_data)
+                      first.data_offset, first.file_size, shards=paths, has_data=has_data,
+                      partial=partial)

@@ -1,6 +1,7 @@
 """Hardware profiles and the roofline model they feed.
 
-A profile is a YAML file in ``specs/hardware/`` (bundled) or given by path: a name, the
+A profile is a YAML file in ``specs/hardware/`` (bundled, read-only), in the user's
+configuration directory (written by ``graphcost hwprobe``) or given by path: a name, the
 memory bandwidth (bytes/s, streaming read) and the peak FLOP rate (FLOP/s), each with
 ``how`` it was obtained and a ``source``. ``kind: theoretical`` profiles are datasheet
 arithmetic (channels x bus width x transfer rate; cores x clock x FLOP/cycle) and cite
@@ -21,15 +22,17 @@ node times.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import ops
 from .errors import GraphcostError
+from .files import MAX_PROFILE_BYTES, check_output, load_yaml, write_atomic
 from .resources import bundled
+from .schema import field, mapping_of, need
 
 KINDS = ("theoretical", "measured")
 
@@ -46,7 +49,7 @@ class Hardware:
     threads: int | None = None
     path: Path | None = None
     overhead: float = 0.0     # seconds per executed node (measured profiles only)
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    extra: dict[str, Any] = dc_field(default_factory=dict, compare=False)
 
     def matvec_rate(self, type_name: str) -> float:
         """Bytes/s the executor's matmul streams ``type_name`` weights at (the profile's
@@ -85,72 +88,122 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
 
 
 # ---------------------------------------------------------------------------- files
+#
+# Where profiles live: the bundled datasheet profiles (``specs/hardware/``, read-only: in
+# a wheel they are inside site-packages) and the user's own, written by ``hwprobe`` into
+# the user's configuration directory (platformdirs: ``~/.config/graphcost/hardware`` on
+# Linux, honouring XDG_CONFIG_HOME). ``--hardware NAME`` looks in the user's directory
+# first: a profile measured on this machine is what its user means by that name, and a
+# bundled name is only shadowed by a file the user wrote (hwprobe says so when it does);
+# ``--hardware PATH`` (anything with a slash or a .yaml/.yml suffix) reads that file.
 
 
 def hardware_dir() -> Path:
+    """The bundled, read-only datasheet profiles."""
     return bundled("specs") / "hardware"
 
 
+def user_dir() -> Path:
+    """Profiles the user measured: ``<user config dir>/graphcost/hardware``."""
+    import platformdirs
+    return Path(platformdirs.user_config_dir("graphcost")) / "hardware"
+
+
 def available() -> list[str]:
-    """Names of the bundled profiles."""
-    d = hardware_dir()
-    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+    """Names of the profiles ``--hardware NAME`` finds (user's and bundled)."""
+    names: set[str] = set()
+    for d in (user_dir(), hardware_dir()):
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.yaml"))
+    return sorted(names)
 
 
-def _number(doc: dict, key: str, unit_key: str, path: Path) -> float:
-    section = doc.get(key)
-    value = section.get(unit_key) if isinstance(section, dict) else None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise GraphcostError(f"{path}: {key}.{unit_key} must be a positive number")
-    return float(value)
+def is_path(name: str) -> bool:
+    """Whether ``--hardware``/``-o`` names a file rather than a profile name."""
+    return "/" in name or os.sep in name or name.endswith((".yaml", ".yml")) or name.startswith(".")
+
+
+def _positive(section: dict, key: str, where: str, path) -> float:
+    return float(field(section, key, "positive", where, path))
 
 
 def parse(doc: Any, path: Path | None) -> Hardware:
     """The profile in ``doc`` (a YAML document; ``path`` names it in errors, None for one
-    just measured)."""
-    if not isinstance(doc, dict):
-        raise GraphcostError(f"{path}: a hardware profile is a YAML mapping")
+    just measured). Every field is type-checked: one line naming the first wrong one."""
+    where = path if path is not None else "hardware profile"
+    need(doc, "dict", "the hardware profile", where)
     kind = doc.get("kind", "theoretical")
     if kind not in KINDS:
-        raise GraphcostError(f"{path}: kind {kind!r}: use {' or '.join(KINDS)}")
-    overhead = _number(doc, "op_overhead", "seconds", path) if "op_overhead" in doc else 0.0
+        raise GraphcostError(f"{where}: kind {_show(kind)}: use {' or '.join(KINDS)}")
+    field(doc, "name", "str", "", where, required=False, null=True)
+    field(doc, "description", "str", "", where, required=False, null=True)
+    threads = doc.get("threads")
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise GraphcostError(f"{where}: threads must be an integer >= 1 or null, got {_show(threads)}")
+    bw = need(doc.get("memory_bandwidth"), "dict", "memory_bandwidth", where)
+    bandwidth = _positive(bw, "bytes_per_second", "memory_bandwidth", where)
+    if bw.get("by_type") is not None:
+        mapping_of(bw["by_type"], "positive", "memory_bandwidth.by_type", where)
+    pk = need(doc.get("peak_flops"), "dict", "peak_flops", where)
+    peak = _positive(pk, "flops_per_second", "peak_flops", where)
+    overhead = 0.0
+    if doc.get("op_overhead") is not None:
+        ov = need(doc["op_overhead"], "dict", "op_overhead", where)
+        overhead = float(field(ov, "seconds", "nonneg", "op_overhead", where))
+        if ov.get("by_op") is not None:
+            mapping_of(ov["by_op"], "nonneg", "op_overhead.by_op", where)
     return Hardware(name=str(doc.get("name") or (path.stem if path else "this machine")),
-                    bandwidth=_number(doc, "memory_bandwidth", "bytes_per_second", path),
-                    peak_flops=_number(doc, "peak_flops", "flops_per_second", path),
-                    kind=kind, description=str(doc.get("description", "")),
-                    threads=doc.get("threads"), path=path, overhead=overhead, extra=doc)
+                    bandwidth=bandwidth, peak_flops=peak, kind=kind,
+                    description=str(doc.get("description") or ""), threads=threads, path=path,
+                    overhead=overhead, extra=doc)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _show(v: Any) -> str:
+    t = repr(v)
+    return t if len(t) <= 40 else t[:37] + "..."
+
+
+def find(name: str) -> Path | None:
+    """The file ``--hardware name`` means: a path as given, else the user's profile, else
+    the bundled one; None if there is none."""
+    if is_path(name):
+        return Path(name).expanduser()
+    for d in (user_dir(), hardware_dir()):
+        if (d / f"{name}.yaml").exists():
+            return d / f"{name}.yaml"
+    return None
 
 
 def load(name: str) -> Hardware:
-    """A profile by bundled name, by ``<name>.yaml`` in the current directory, or by path."""
-    candidates = [Path(name)] if name.endswith((".yaml", ".yml")) else []
-    candidates += [hardware_dir() / f"{name}.yaml", Path.cwd() / f"{name}.yaml"]
-    for p in candidates:
-        if p.is_file():
-            try:
-                doc = yaml.safe_load(p.read_text())
-            except (OSError, yaml.YAMLError) as e:
-                raise GraphcostError(f"{p}: cannot read the hardware profile: {e}") from None
-            return parse(doc, p)
-    have = ", ".join(available()) or "none"
-    raise GraphcostError(f"--hardware {name!r}: no such profile (bundled: {have}; or give a "
-                         "path to a .yaml written by graphcost hwprobe)")
+    """A profile by name (user's directory first, then bundled) or by path."""
+    p = find(name)
+    if p is None:
+        have = ", ".join(available()) or "none"
+        raise GraphcostError(f"--hardware {name!r}: no such profile (have: {have}; in "
+                             f"{user_dir()} or bundled; or give a path to a .yaml)")
+    return parse(load_yaml(p, "hardware profile", MAX_PROFILE_BYTES), p)
 
 
-def save(doc: dict, name: str) -> tuple[Path, str | None]:
-    """Write ``doc`` as ``specs/hardware/<name>.yaml``; if that directory is read-only
-    (an installed wheel), write ``./<name>.yaml`` and return a note saying so."""
-    text = yaml.safe_dump(doc, sort_keys=False, width=100)
-    target = hardware_dir() / f"{name}.yaml"
+def save(doc: dict, name: str, inputs: tuple = ()) -> tuple[Path, str | None]:
+    """Write ``doc`` as ``<user dir>/<name>.yaml``, or to ``name`` if it is a path;
+    atomically (temporary file, then rename). Never into the package. Returns the path
+    and a note when the new profile shadows a bundled one of the same name."""
+    import yaml
+
+    target = Path(name).expanduser() if is_path(name) else user_dir() / f"{name}.yaml"
+    check_output(target, inputs)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        return target, None
-    except OSError:
-        local = Path.cwd() / f"{name}.yaml"
-        try:
-            local.write_text(text)
-        except OSError as e:
-            raise GraphcostError(f"{local}: cannot write the hardware profile: {e}") from None
-        return local, (f"{target.parent} is not writable (installed package): wrote {local} "
-                       f"instead; use it with --hardware {local}")
+    except OSError as e:
+        raise GraphcostError(f"{target.parent}: cannot create the directory: "
+                             f"{e.strerror or e}") from None
+    write_atomic(target, yaml.safe_dump(doc, sort_keys=False, width=100))
+    note = None
+    if not is_path(name) and (hardware_dir() / f"{name}.yaml").exists():
+        note = (f"--hardware {name} now means this profile, not the bundled datasheet "
+                f"profile of the same name")
+    return target, note

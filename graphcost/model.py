@@ -166,6 +166,10 @@ class _Meta:
         return (v,) * n_layer
 
 
+#: src/llama-hparams.h: load_hparams asserts 0 < block_count <= LLAMA_MAX_LAYERS
+LLAMA_MAX_LAYERS = 512
+
+
 def _show(v: Any) -> str:
     s = repr(v)
     return s if len(s) <= 40 else s[:37] + "..."
@@ -189,9 +193,10 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     m = _Meta(header, arch)
     n_layer_all = m.int(Keys.LLM.BLOCK_COUNT, required=True)
     n_embd = m.int(Keys.LLM.EMBEDDING_LENGTH, required=True)
-    if n_layer_all == 0 or n_embd == 0 or n_layer_all > 4096:
+    if n_layer_all == 0 or n_embd == 0 or n_layer_all > LLAMA_MAX_LAYERS:
         raise GraphcostError(f"{header.path}: block_count {n_layer_all} / embedding_length "
-                             f"{n_embd} are not a model llama.cpp can build")
+                             f"{n_embd} are not a model llama.cpp can build (1 to "
+                             f"{LLAMA_MAX_LAYERS} layers)")
     # llama_model_base::load_hparams: per-layer arrays span all blocks, NextN ones included;
     # the trunk graph and its KV cache see the first n_layer = n_layer_all - n_layer_nextn
     n_layer_nextn = m.int(Keys.LLM.NEXTN_PREDICT_LAYERS, 0)

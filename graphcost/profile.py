@@ -33,6 +33,7 @@ from .errors import SettingsError
 from .exec_ops import NUMPY_OPS
 from .executor import Executor
 from .hardware import Hardware, executor_seconds, parse, roofline_seconds
+from .model import ModelInfo
 from .settings import RunSettings
 
 
@@ -240,7 +241,7 @@ def numba_cache_stats(K) -> dict[str, int]:
     return {"hits": hits, "misses": misses}
 
 
-def run_profile(path: str | os.PathLike, settings: RunSettings, token_ids: list[int], *,
+def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, token_ids: list[int], *,
                 decode_ids: Iterable[int] = (), greedy: int = 0, repeat: int = 3,
                 hardware: Hardware, numerics: str = "fast", threads: int | None = None,
                 progress: Callable[[str, int], None] | None = None) -> Profile:
@@ -253,7 +254,7 @@ def run_profile(path: str | os.PathLike, settings: RunSettings, token_ids: list[
         raise SettingsError("give --decode-ids or --greedy, not both")
     if repeat < 1:
         raise SettingsError(f"--repeat {repeat} must be >= 1")
-    model = load_model(path)
+    model = path if isinstance(path, ModelInfo) else load_model(path)
     import_s = timed_kernel_import()
     ex = Executor(model, settings, numerics=numerics, threads=threads)
     tick = progress or (lambda d, n: None)
@@ -289,7 +290,7 @@ def run_profile(path: str | os.PathLike, settings: RunSettings, token_ids: list[
                                                if n.numpy and not n.view}))
                      + " ran in numpy (no kernel)")
     run = next(iter(analyses.values())).graph.run
-    return Profile(str(path), model.name, model.arch, run.to_dict(), numerics, ex.threads, repeat,
+    return Profile(str(model.header.path), model.name, model.arch, run.to_dict(), numerics, ex.threads, repeat,
                    hardware, steps, import_s, numba_cache_stats(ex.K), notes)
 
 

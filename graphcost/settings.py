@@ -107,8 +107,23 @@ def n_kv_for(used: int, size: int, p: int = KV_PAD) -> int:
     return min(size, max(p, pad(used, p)))
 
 
+#: llama.cpp parses -c, -b, -ub as C ``int`` (common/arg.cpp: the handler takes ``int
+#: value``, read with std::stoi, which throws out_of_range above INT32_MAX)
+INT32_MAX = 2**31 - 1
+_INT_FLAGS = (("--ctx-size", "ctx_size"), ("--batch-size", "batch_size"),
+              ("--ubatch-size", "ubatch_size"), ("--tokens", "tokens"), ("--past", "past"),
+              ("--outputs", "outputs"))
+
+
 def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
     """Apply llama.cpp's padding and clamping; reject what llama.cpp would reject."""
+    for flag, name in _INT_FLAGS:
+        v = getattr(s, name)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise SettingsError(f"{flag} {v!r} must be an integer")
+        if v > INT32_MAX:
+            raise SettingsError(f"{flag} {v} is above {INT32_MAX}, the largest value llama.cpp "
+                                "accepts (it reads the flag as a 32-bit int)")
     if s.ctx_size < 0:
         raise SettingsError(f"--ctx-size {s.ctx_size} must be >= 0")
     if s.batch_size < 1 or s.ubatch_size < 1:

@@ -166,7 +166,7 @@ def test_profile_decode_ids_and_table(llama):
     (["--token-ids", "1", "--format", "xml"], "--format"),
     (["--token-ids", "1", "--numerics", "exact"], "--numerics"),
     (["--token-ids", "1", "--hardware", "nope"], "no such profile"),
-    (["--token-ids", "99999"], "token ids must be in"),
+    (["--token-ids", "99999"], "token id 99999 is not in the vocabulary"),
     (["--token-ids", "1", "--repeat", "0"], "--repeat"),
 ], ids=["decode_and_greedy", "bad_ids", "format", "numerics", "hardware", "id_range", "repeat"])
 def test_profile_bad_flags_are_one_line(llama, args, message):
@@ -177,14 +177,18 @@ def test_profile_bad_flags_are_one_line(llama, args, message):
 
 
 def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
+    """hwprobe -o NAME writes into the user's configuration directory (platformdirs reads
+    XDG_CONFIG_HOME), never into the package, and --hardware NAME finds it there."""
     from typer.testing import CliRunner
 
     from graphcost.cli import app
-    target = tmp_path / "specs" / "hardware"
-    monkeypatch.setattr(hwmod, "hardware_dir", lambda: target)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    bundled = sorted(p.name for p in hwmod.hardware_dir().iterdir())
     r = CliRunner().invoke(app, ["hwprobe", "-o", "probe-test", "--mib", "16", "--repeat", "1"])
     assert r.exit_code == 0, r.output
-    doc = yaml.safe_load((target / "probe-test.yaml").read_text())
+    target = tmp_path / "config" / "graphcost" / "hardware" / "probe-test.yaml"
+    assert sorted(p.name for p in hwmod.hardware_dir().iterdir()) == bundled
+    doc = yaml.safe_load(target.read_text())
     assert doc["kind"] == "measured" and doc["name"] == "probe-test"
     bw = doc["memory_bandwidth"]
     assert bw["bytes_per_second"] > 0 and "kernels.stream.read_rows" in bw["how"]
@@ -192,20 +196,18 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert set(bw["by_type"]) == {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
                                   "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"}
     assert all(v > 0 for v in bw["by_type"].values())
-    assert "matvec, % of it:" in r.output
+    assert "matvec, % of it:" in r.output and str(target) in r.output
     assert doc["peak_flops"]["flops_per_second"] > 0 and doc["op_overhead"]["seconds"] > 0
-    hw = hwmod.load(str(target / "probe-test.yaml"))
+    hw = hwmod.load("probe-test")
     assert hw.kind == "measured" and hw.overhead == doc["op_overhead"]["seconds"]
+    assert hw.path == target
 
 
-def test_hwprobe_writes_to_the_current_directory_when_specs_is_read_only(tmp_path, monkeypatch):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    monkeypatch.setattr(hwmod, "hardware_dir", lambda: blocker / "hardware")
-    monkeypatch.chdir(tmp_path)
+def test_hwprobe_writes_to_a_path_given_with_o(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     path, note = hwmod.save({"name": "x", "kind": "measured",
                              "memory_bandwidth": {"bytes_per_second": 1e9},
-                             "peak_flops": {"flops_per_second": 1e9}}, "x")
-    assert path == tmp_path / "x.yaml" and path.is_file()
-    assert "not writable" in note and str(path) in note
+                             "peak_flops": {"flops_per_second": 1e9}}, str(tmp_path / "x.yaml"))
+    assert path == tmp_path / "x.yaml" and path.is_file() and note is None
+    assert not (tmp_path / "config").exists()
     assert np.isclose(hwmod.load(str(path)).bandwidth, 1e9)

@@ -78,12 +78,22 @@ def test_header_only_file(tmp_path):
 
 
 def test_file_cut_inside_tensor_data(tmp_path):
-    """A file that goes past data_offset but stops before its last tensor ends is truncated."""
+    """A file that goes past data_offset but stops before its last tensor ends (a partial
+    download) is read like a header-only one: same infos, has_data False, and ``partial``
+    says where the data stops."""
     full = write(tmp_path / "full.gguf", tensors=TWO_TENSORS)
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(full.read_bytes()[:160 + 64 + 15])  # b ends at 160 + 64 + 16
-    with pytest.raises(GGUFError, match="truncated: tensor 'b' ends at byte 240, the file has 239"):
-        read_header(cut)
+    h, f = read_header(cut), read_header(full)
+    assert (h.has_data, f.has_data) == (False, True)
+    assert h.tensors == f.tensors and h.metadata == f.metadata
+    assert h.partial == "cut.gguf: tensor 'b' ends at byte 240, the file has 239 bytes"
+    assert "partial file: tensor data is cut short" in h.data_note
+    assert f.partial is None and f.data_note is None
+    head = tmp_path / "head.gguf"
+    head.write_bytes(full.read_bytes()[:160])
+    assert read_header(head).partial is None
+    assert "header-only file" in read_header(head).data_note
 
 
 @pytest.mark.parametrize("alignment", [1, 8, 64, 4096])

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..check import Drift
+from .units import literal
 
 
 def _fmt(v: float | None) -> str:
@@ -16,7 +17,7 @@ def _fmt(v: float | None) -> str:
 
 def render_drift(drifts: list[Drift], rtol: float) -> str:
     buf = io.StringIO()
-    con = Console(file=buf, width=100, no_color=True, highlight=False)
+    con = Console(file=buf, width=100, no_color=True, highlight=False, markup=False, emoji=False)
     t = Table(title=f"{len(drifts)} metric(s) moved more than rtol {rtol}", box=box.SIMPLE_HEAD,
               title_justify="left", pad_edge=False)
     t.add_column("metric")
@@ -26,6 +27,6 @@ def render_drift(drifts: list[Drift], rtol: float) -> str:
     for d in drifts:
         rel = "new" if d.baseline is None else "gone" if d.current is None else \
             ("inf" if d.rel == float("inf") else f"{(d.current - d.baseline) / d.baseline:+.3%}")
-        t.add_row(d.metric, _fmt(d.baseline), _fmt(d.current), rel)
+        t.add_row(literal(d.metric), _fmt(d.baseline), _fmt(d.current), rel)
     con.print(t)
     return buf.getvalue()

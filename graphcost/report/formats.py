@@ -1,13 +1,12 @@
 """``analyze --format``: one enum, one :class:`~.renderer.Renderer` per value."""
 from __future__ import annotations
 
-import json
 from enum import Enum
 
 import yaml
 
 from ..analysis import Analysis
-from ..document import document
+from ..document import document, to_json
 from .renderer import Renderer, RenderOptions
 
 
@@ -46,7 +45,7 @@ class Json(Renderer):
     uses = frozenset({"hardware"})
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
-        return json.dumps(document(a, hardware=opts.hardware), indent=1) + "\n"
+        return to_json(document(a, hardware=opts.hardware))
 
 
 class Yaml(Renderer):

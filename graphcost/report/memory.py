@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..ggml_types import type_name
 from ..memory_plan import FusionWhatIf, MemoryPlan, describe_tensor
+from .units import literal
 
 MiB = 1024 * 1024
 
@@ -71,7 +72,10 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
     """The breakdown llama.cpp logs at start-up (weights, KV caches, compute and output
     buffers, total), then how the compute buffer comes about, then the what-if."""
     m = plan.model
-    lines = [f"graphcost memory: {m.name} ({m.arch}, {m.n_layer} layers)", _settings_line(plan), ""]
+    lines = [f"graphcost memory: {m.name} ({m.arch}, {m.n_layer} layers)", _settings_line(plan)]
+    if m.header.data_note:
+        lines.append(f"note: {m.header.data_note}")
+    lines.append("")
     rows: list[tuple[str, int | None, str]] = [
         ("model weights", plan.weights_bytes, "tensor data in the file")]
     for c in plan.caches:
@@ -98,7 +102,7 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
     lines += ["", head] + live
     if fusion:
         lines += [""] + render_fusion(plan, fusion)
-    return "\n".join(lines).rstrip() + "\n"
+    return literal("\n".join(lines).rstrip(), keep_newlines=True) + "\n"
 
 
 def render_fusion(plan: MemoryPlan, fusion: list[FusionWhatIf]) -> list[str]:
@@ -145,7 +149,10 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     first = plans[0]
     lines = [f"graphcost memory sweep: {first.model.name} ({first.model.arch}), {key} = "
              + ", ".join(str(v) for v in values), _settings_line(first, swept=key),
-             f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)", ""]
+             f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)"]
+    if first.model.header.data_note:
+        lines.append(f"note: {first.model.header.data_note}")
+    lines.append("")
     hdr = (f"  {key:>7}  {'KV cache':>10}  {'compute':>10}  {'output':>8}  {'total':>10}  "
            "compute peak set by")
     lines += [hdr, "  " + "-" * (len(hdr) - 2)]
@@ -169,7 +176,7 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     else:
         lines.append("flash attention is off: the KQ scores (n_kv x tokens x heads, F32) are "
                      "stored, so the compute buffer grows with context x ubatch")
-    return "\n".join(lines) + "\n"
+    return literal("\n".join(lines), keep_newlines=True) + "\n"
 
 
 # ---- plot ----------------------------------------------------------------------------------

@@ -11,10 +11,13 @@ free. Only matplotlib's object API is used (no pyplot state, no backend switch).
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from ..errors import GraphcostError
+from ..files import write_atomic
 from ..memory_plan import MemoryPlan
+from .units import literal
 
 #: binary units, largest first: a panel uses the largest unit its maximum reaches
 UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
@@ -62,8 +65,10 @@ def sweep_figure(key: str, values: list[int], plans: list[MemoryPlan], path: Pat
     fig = Figure(figsize=(8.0, 8.4), layout="constrained")
     axes = fig.subplots(3, 1, sharex=True)
     fa = "on" if first.run.flash_attn else "off"
-    fig.suptitle(f"{first.model.name} ({first.model.arch}): memory vs {key}, flash attention {fa}",
-                 fontsize=12)
+    # the name from the file shown literally: control characters escaped (not allowed in
+    # the SVG's XML), no mathtext ('$...$' would be parsed as math)
+    fig.suptitle(f"{literal(first.model.name)} ({first.model.arch}): memory vs {key}, "
+                 f"flash attention {fa}", fontsize=12, parse_math=False)
     logx = len(values) > 1 and min(values) > 0 and max(values) / min(values) >= 8
     weights = [p.weights_bytes for p in plans]
     compute = [p.compute_buffer_bytes for p in plans]
@@ -217,7 +222,6 @@ def write_sweep_plot(path: Path, key: str, values: list[int], plans: list[Memory
     """``.png`` or ``.svg`` by the file's suffix."""
     check_plot_path(path)
     fig = sweep_figure(key, values, plans, path)
-    try:
-        fig.savefig(path, format=path.suffix.lower()[1:], dpi=120)
-    except OSError as e:
-        raise GraphcostError(f"{path}: cannot write: {e.strerror or e}") from None
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lower()[1:], dpi=120)
+    write_atomic(path, buf.getvalue())  # temp file beside it, then rename

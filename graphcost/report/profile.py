@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from enum import Enum
 
 from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.table import Table as RichTable
+from rich.text import Text
 
 from ..document import SCHEMA
 from ..profile import NodeRow, Profile, Rollup
+from ..document import non_finite
 from .renderer import Renderer, RenderOptions
-from .units import human_bytes, human_count
+from .units import human_bytes, human_count, literal
 
 
 class ProfileFormat(str, Enum):
@@ -36,8 +39,8 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def _rollup_table(title: str, key: str, rows: list[Rollup]) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+def _rollup_table(title: str, key: str, rows: list[Rollup]) -> RichTable:
+    t = RichTable(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col, just in ((key, "left"), ("nodes", "right"), ("ms", "right"), ("bytes", "right"),
                       ("FLOPs", "right"), ("GB/s", "right"), ("GFLOP/s", "right"),
                       ("roofline ms", "right"), ("ratio", "right")):
@@ -51,8 +54,8 @@ def _rollup_table(title: str, key: str, rows: list[Rollup]) -> Table:
     return t
 
 
-def _node_table(title: str, rows: list[NodeRow]) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+def _node_table(title: str, rows: list[NodeRow]) -> RichTable:
+    t = RichTable(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col, just in (("#", "right"), ("node", "left"), ("op", "left"), ("us", "right"),
                       ("bytes", "right"), ("FLOPs", "right"), ("GB/s", "right"),
                       ("GFLOP/s", "right"), ("roof us", "right"), ("ratio", "right")):
@@ -68,14 +71,17 @@ def _node_table(title: str, rows: list[NodeRow]) -> Table:
 
 def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = False) -> str:
     buf = io.StringIO()
+    # markup and emoji codes off: strings from files are shown literally, never parsed
     con = Console(file=buf, width=width, force_terminal=color, no_color=not color,
-                  color_system="standard" if color else None, highlight=False)
+                  color_system="standard" if color else None, highlight=False, markup=False,
+                  emoji=False)
     s, hw = p.settings, p.hardware
-    con.print(f"[bold]{p.model_name}[/bold] ({p.arch}) on graphcost's Numba kernels")
+    con.print(Text(literal(p.model_name), style="bold")
+              + Text(f" ({p.arch}) on graphcost's Numba kernels"))
     con.print(f"run: -c {s['n_ctx']} -ub {s['n_ubatch']} -fa {s['flash_attn']} "
               f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']}; numerics {p.numerics}; "
               f"{p.threads} threads; median of {p.repeat}")
-    con.print(f"hardware: {hw.name} ({hw.kind}): {hw.bandwidth / 1e9:.2f} GB/s, "
+    con.print(f"hardware: {literal(hw.name)} ({hw.kind}): {hw.bandwidth / 1e9:.2f} GB/s, "
               f"{hw.peak_flops / 1e9:.1f} GFLOP/s"
               + (f", {hw.overhead * 1e6:.1f} us per op" if hw.overhead else ""))
     nc = p.numba_cache
@@ -86,7 +92,7 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
     dec = "-" if tps["decode"] is None else f"{tps['decode']:.2f}"
     con.print(f"tokens/s: prompt {tps['prompt']:.2f} ({p.prompt.n_tokens} tokens), decode {dec}")
 
-    st = Table(title="Steps", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    st = RichTable(title="Steps", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col in ("step", "tokens", "past", "argmax", "logit", "wall ms", "nodes ms"):
         st.add_column(col, justify="right")
     for i, step in enumerate(p.steps):
@@ -112,7 +118,7 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
         con.print(f"estimate accuracy: median |roofline/measured - 1| = "
                   f"{acc['median_abs_error']:.2f} over {acc['nodes']} nodes > 10 us ({phase}){ovh}")
     for note in p.notes:
-        con.print(f"note: {note}")
+        con.print(f"note: {literal(note)}")
     return buf.getvalue()
 
 
@@ -152,11 +158,29 @@ def document(p: Profile) -> dict:
     }
 
 
+def _nulled(doc):
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: _nulled(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_nulled(v) for v in doc]
+    return doc
+
+
 class Json(Renderer):
-    """Every step and node (:func:`document`)."""
+    """Every step and node (:func:`document`). Measured values can be non-finite (NaN
+    logits from a model that overflows): they are written as null and flagged in
+    ``notes``, never as the ``NaN`` json.dumps would write (not JSON)."""
 
     def render(self, p: Profile, opts: RenderOptions) -> str:
-        return json.dumps(document(p), indent=1) + "\n"
+        doc = document(p)
+        bad = non_finite(doc)
+        if bad:
+            doc = _nulled(doc)
+            doc["notes"] = list(doc["notes"]) + [
+                f"{len(bad)} non-finite value(s) written as null, first at {bad[0]}"]
+        return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
 
 class Table(Renderer):

@@ -9,12 +9,13 @@ import io
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..analysis import READ_KINDS, Analysis, Cost
 from ..costs import FLOP_KINDS
 from ..experts import expert_weights
 from ..ggml_types import type_name
-from .units import human_bytes, human_count
+from .units import human_bytes, human_count, literal
 
 
 def _cost_table(title: str, key: str, rows: list[tuple[str, Cost]]) -> Table:
@@ -32,9 +33,11 @@ def _cost_table(title: str, key: str, rows: list[tuple[str, Cost]]) -> Table:
 def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardware=None) -> str:
     bg, m, run = a.graph, a.graph.model, a.graph.run
     buf = io.StringIO()
+    # markup and emoji codes off: strings from the file are shown literally, never parsed
     con = Console(file=buf, width=width, force_terminal=color, no_color=not color,
-                  color_system="standard" if color else None, highlight=False)
-    con.print(f"[bold]{m.name}[/bold]")
+                  color_system="standard" if color else None, highlight=False, markup=False,
+                  emoji=False)
+    con.print(Text(literal(m.name), style="bold"))
     con.print(f"model: {m.arch}, {m.n_layer} layers, {human_count(m.n_params)} params, "
               f"{human_bytes(m.weights_bytes)} weights")
     con.print(f"run: -c {run.n_ctx} -ub {run.n_ubatch} -fa {'on' if run.flash_attn else 'off'} "
@@ -45,9 +48,9 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
     con.print(f"attends n_kv = {run.n_kv} cells"
               f"{'' if run.n_kv_swa is None else f' ({run.n_kv_swa} in sliding-window layers)'}")
     for note in run.notes:
-        con.print(f"note: {note}")
-    if not m.header.has_data:
-        con.print("note: header-only file (no tensor data); sizes come from the tensor infos")
+        con.print(f"note: {literal(note)}")
+    if m.header.data_note:
+        con.print(f"note: {literal(m.header.data_note)}")
 
     tot = a.total
     t = Table(title="Totals for one ubatch", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
@@ -124,7 +127,7 @@ def _roofline_table(a: Analysis, hw) -> Table:
     from ..roofline import estimate
 
     est = estimate(a, hw)
-    t = Table(title=f"Roofline on {hw.name} ({hw.kind}: {hw.bandwidth / 1e9:.1f} GB/s, "
+    t = Table(title=f"Roofline on {literal(hw.name)} ({hw.kind}: {hw.bandwidth / 1e9:.1f} GB/s, "
                     f"{hw.peak_flops / 1e9:.0f} GFLOP/s)",
               box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     t.add_column("op")

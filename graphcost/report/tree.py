@@ -30,6 +30,7 @@ from ..analysis import READ_KINDS, Analysis, Cost, NodeCost
 from ..costs import FLOP_KINDS
 from ..ggml_graph import Tensor
 from ..ggml_types import type_name
+from .units import literal
 
 #: most wire columns drawn; a value that finds no free column is drawn without a wire
 #: (the examples need 5 columns, see tests/test_tree.py)
@@ -59,7 +60,8 @@ def render_tree(a: Analysis, *, layers: set[int] | None = None, max_wires: int =
     lines = [line.rstrip() for line in lines]
     while lines and not lines[-1]:
         lines.pop()
-    return "".join(line + "\n" for line in lines)
+    # names from the file (model, tensors) are shown literally: control characters escaped
+    return "".join(literal(line) + "\n" for line in lines)
 
 
 # ---- wires ------------------------------------------------------------------------------
@@ -215,8 +217,8 @@ def _totals(a: Analysis, shown: list[int], layers: set[int] | None, wires: _Wire
     lines.append(wire_note)
     for note in run.notes:
         lines.append(f"note:    {note}")
-    if not m.header.has_data:
-        lines.append("note:    header-only file: tensor data is absent; sizes come from the tensor infos")
+    if m.header.data_note:
+        lines.append(f"note:    {m.header.data_note}")
 
     lines.append("")
     lines.append("totals for the whole graph (bytes, FLOPs):")

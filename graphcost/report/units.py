@@ -20,3 +20,25 @@ def human_count(n: int | float, unit: str = "") -> str:
             return f"{int(n)} {unit}".rstrip() if prefix == "" else f"{n:.2f} {prefix}{unit}"
         n /= 1000
     raise AssertionError("unreachable")
+
+
+#: characters shown as escapes: C0/C1 controls and DEL (ESC opens terminal sequences that
+#: clear screens or set window titles; control characters are not allowed in XML) and the
+#: bidirectional overrides (which reorder what a reader sees)
+_BIDI = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _escape_char(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+def literal(s: object, keep_newlines: bool = False) -> str:
+    """``str(s)`` with every control character (and bidi override) written as an escape
+    (``\\x1b``), so a string from a file reaches a terminal, a text report or an SVG
+    exactly as a reader should see it; ``keep_newlines`` keeps ``\\n`` (whole reports)."""
+    t = str(s)
+    if t.isprintable() and not (_BIDI & set(t)):
+        return t
+    return "".join(c if (c.isprintable() and c not in _BIDI) or (keep_newlines and c == "\n")
+                   else _escape_char(c) for c in t)
