@@ -45,9 +45,10 @@ from . import ops
 from .build import BuiltGraph, build_graph, load_model
 from .errors import GGUFError, SettingsError, UnsupportedError
 from .exec_ops import (Ctx, compile_node, flat_bytes, resolve_entry, shape_strides,
-                       tensor_view, unsupported_ops)
+                       tensor_view, unsupported_ops, weight_types)
 from .ggml_graph import Tensor
 from .gguf_reader import read_header
+from .model import YARN_UNREAD_KEYS
 from .llm_graph import KVCache
 from .model import ModelInfo
 from .ops import Op
@@ -92,6 +93,11 @@ def _random_raw(t: gt.GGMLType, ne: tuple[int, ...], rng: np.random.Generator) -
         return (f.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
     blk, size = gt.block(t)
     n_blocks = n // blk
+    if t == gt.GGMLType.MXFP4:
+        # E8M0 scale byte first: 2^(e - 128) times codes up to 12 -> |w| <= 0.05
+        raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+        raw[:, 0] = rng.integers(118, 121, size=n_blocks, dtype=np.uint8)
+        return raw.reshape(-1)
     offsets, scale = gt.f16_scale_offsets(t), _RANDOM_SCALE.get(t)
     if not offsets or scale is None:
         raise UnsupportedError(f"random weights of type {gt.type_name(t)}")
@@ -382,9 +388,11 @@ class Executor:
             raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
                                    f"{settings.llama_cpp}")
         self.model = model if isinstance(model, ModelInfo) else load_model(model)
-        if self.model.rope_scaling_type == "yarn":
-            raise UnsupportedError(f"{self.model.header.path}: YaRN rope scaling is not executed "
-                                   "(the graph does not carry its parameters)")
+        unread = [k.format(arch=self.model.arch) for k in YARN_UNREAD_KEYS
+                  if k.format(arch=self.model.arch) in self.model.header.metadata]
+        if self.model.rope_scaling_type == "yarn" and unread:
+            raise UnsupportedError(f"{self.model.header.path}: YaRN with {unread[0]} is not "
+                                   "executed (the rope's YaRN factors assume its default)")
         self.settings = settings
         self.numerics = numerics
         import numba
@@ -394,7 +402,7 @@ class Executor:
         t0 = time.perf_counter()
         self.K = load_kernels()
         self.kernels_import_s = time.perf_counter() - t0
-        _refuse_unsupported_weights(self.model, self.K.quants.SUPPORTED)
+        _refuse_unsupported_weights(self.model, weight_types(self.K))
         self.ctx = Ctx(self.K, numerics)
         self.rng = np.random.default_rng(seed)
         self._notes: list[str] = []

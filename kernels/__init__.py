@@ -9,6 +9,7 @@ against (``tests/test_kernels.py``); ``benchmarks/bench_kernels.py`` times them.
 ``vec_dot_ggml``   ggml's integer block dots against quantized activations (scalar)
 ``vec_dot_simd``   the same dots with byte SIMD: what mul_mat_ggml runs for quant types
 ``matmul``         mul_mat (matrix-vector and tiled) and mul_mat_ggml
+``mxfp4``          MXFP4 weights (gpt-oss experts): decode, mul_mat, mul_mat_ggml (Q8_0 dots)
 ``get_rows``       gather + decode rows (embeddings)
 ``elementwise``    add/sub/mul/div (ggml repeat), scale, silu, gelu, tanh, GLUs
 ``norm``           rms_norm, norm
@@ -27,8 +28,8 @@ Use the modules by name: ``K = load_kernels(); K.matmul.mul_mat(...)``,
 All kernels are ``numba.njit(cache=True)``: the first call of each compiles (seconds),
 later processes load the cache from ``__pycache__``.
 """
-from . import (attention, bits, cache, elementwise, get_rows, matmul, norm, quants, rope, simd,
-               softmax, stream, vec_dot, vec_dot_ggml, vec_dot_simd)
+from . import (attention, bits, cache, elementwise, get_rows, matmul, mxfp4, norm, quants, rope,
+               simd, softmax, stream, vec_dot, vec_dot_ggml, vec_dot_simd)
 
-__all__ = ["attention", "bits", "cache", "elementwise", "get_rows", "matmul", "norm", "quants",
+__all__ = ["attention", "bits", "cache", "elementwise", "get_rows", "matmul", "mxfp4", "norm", "quants",
            "rope", "simd", "softmax", "stream", "vec_dot", "vec_dot_ggml", "vec_dot_simd"]
