@@ -118,7 +118,7 @@ _FUNCS = {"sqrt": math.sqrt}
 
 def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
     """A number, or an arithmetic expression over hyperparameter names (``1/sqrt(head_dim)``,
-    ``a if n_layer == 62 else b``, ``(il + 1) % 4 != 0``, ``is_swa or n_swa == 0``). No other
+    ``a if n_layer == 62 else b``, ``(il + 1) % step == 0``, ``is_swa or n_swa == 0``). No other
     Python is accepted."""
     if isinstance(expr, (int, float)) and not isinstance(expr, bool):
         return float(expr)
@@ -154,4 +154,8 @@ def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
             return _CMP[type(n.ops[0])](ev(n.left), ev(n.comparators[0]))
         raise GraphcostError(f"{where}: unsupported expression {expr!r}")
 
-    return float(ev(tree))
+    try:
+        return float(ev(tree))
+    except ZeroDivisionError:
+        raise GraphcostError(f"{where}: {expr!r} divides by zero with this model's "
+                             f"hyperparameters") from None

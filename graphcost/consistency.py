@@ -14,7 +14,8 @@ architecture graphcost models (``src/llama-model.cpp``, ``load_tensors``):
 head_dim_k}`` (twice that for the gated queries of ``GATED_Q``; a hybrid's recurrent layers'
 ``attn_*`` tensors are its recurrent block's and not checked here); ``attn_k``/``attn_v`` ``{n_embd, n_head_kv * head_dim}``; ``attn_qkv``
 ``{n_embd, n_head * head_dim_k + n_head_kv * (head_dim_k + head_dim_v)}``; ``attn_output``
-``{n_head * head_dim_v, n_embd}``; ``ffn_gate``/``ffn_down`` ``{n_embd, n_ff}``/``{n_ff,
+``{n_head * head_dim_v, n_embd}`` (MLA: the ``_mla`` head sizes for ``attn_q`` and
+``attn_output``; NextN/MTP blocks, outside the trunk graph, are not checked); ``ffn_gate``/``ffn_down`` ``{n_embd, n_ff}``/``{n_ff,
 n_embd}``; ``ffn_up`` ``{n_embd, n_ff}`` (phi3 fuses gate and up: ``{n_embd, 2 n_ff}``);
 ``ffn_gate_inp`` ``{n_embd, n_expert}``; the expert tensors' ``n_embd`` and ``n_expert``
 dims; layer norms ``{n_embd}``; a bias is as long as its weight's output. Norm weights
@@ -94,9 +95,12 @@ def check_model(m: ModelInfo) -> None:
         if mt is None:
             continue
         il, kind, part = int(mt.group(1)), mt.group(2), mt.group(3)
-        if il >= m.n_layer:
+        n_blocks = m.n_layer + m.n_layer_nextn
+        if il >= n_blocks:
             raise GraphcostError(f"{path}: tensor {t.name!r} is in layer {il}, but "
-                                 f"{key(Keys.LLM.BLOCK_COUNT)!r} = {m.n_layer}")
+                                 f"{key(Keys.LLM.BLOCK_COUNT)!r} = {n_blocks}")
+        if il >= m.n_layer:
+            continue  # a NextN/MTP block: not in the trunk graph graphcost builds
         if part == "bias":
             w = m.tensor(f"blk.{il}.{kind}.weight")
             if w is not None and len(w.ne) == 2 and kind not in _EMBD_NORMS:
@@ -115,10 +119,15 @@ def _check_layer_tensor(m: ModelInfo, t: TensorInfo, il: int, kind: str, expect)
     dk, dv = m.head_k(il), m.head_v(il)  # per layer: gemma4's sliding layers differ
     heads = f"n_head {hq}, n_head_kv {hkv}, head size {dk}"
     ff = m.n_ff[il]
+    # MLA (deepseek2): Q and the output projection use the decompressed head sizes
+    # (key_length_mla / value_length_mla), the cache the compressed ones
+    q_head = m.head_dim_k_mla or dk
+    o_head = m.head_dim_v_mla or dv
     if m.recurrent(il) and kind.startswith("attn_") and kind not in _EMBD_NORMS:
         return  # a hybrid's recurrent block (qwen3next's attn_qkv/attn_gate) has its own sizes
     if kind == "attn_q":
-        expect(t, (E, (2 if m.arch in GATED_Q else 1) * hq * dk), heads)
+        expect(t, (E, (2 if m.arch in GATED_Q else 1) * hq * q_head),
+               f"n_head {hq}, head size {q_head}")
     elif kind == "attn_k":
         expect(t, (E, hkv * dk), heads)
     elif kind == "attn_v":
@@ -126,7 +135,7 @@ def _check_layer_tensor(m: ModelInfo, t: TensorInfo, il: int, kind: str, expect)
     elif kind == "attn_qkv":
         expect(t, (E, hq * dk + hkv * (dk + dv)), heads)
     elif kind == "attn_output":
-        expect(t, (hq * dv, E), heads)
+        expect(t, (hq * o_head, E), f"n_head {hq}, value head size {o_head}")
     elif kind in _EMBD_NORMS:
         expect(t, (E,), f"n_embd {E}")
     elif kind in ("ffn_gate", "ffn_down") and ff:

@@ -270,10 +270,19 @@ def flash_attn_ext(t: Tensor) -> OpCost:
                add=pairs * (Dk + 3 + Dv) + 2 * sinks,
                max=pairs + sinks, exp=pairs + sinks, div=rows, tanh=capped,
                cvt=rows * Dk if k.type != gt.F32 else 0)
-    reads = [q.data_bytes, k.data_bytes, v.data_bytes] + ([t.src[3].data_bytes] if has_mask else [])
+    # MLA (deepseek2): V is the first Dv elements of each K row (a view of the same cache,
+    # build_attn for llm_graph_input_attn_k): those bytes are K's, counted once, with K
+    v_bytes = 0 if _v_inside_k(k, v) else v.data_bytes
+    reads = [q.data_bytes, k.data_bytes, v_bytes] + ([t.src[3].data_bytes] if has_mask else [])
     if sinks:
         reads.append(t.src[4].data_bytes)
     return OpCost(ops, tuple(reads), t.data_bytes)
+
+
+def _v_inside_k(k: Tensor, v: Tensor) -> bool:
+    """V views the leading elements of K's own rows (same memory, offset and strides)."""
+    return (v.storage is k.storage and v.view_offs == k.view_offs and v.ne[0] <= k.ne[0]
+            and v.ne[1:] == k.ne[1:] and v.nb[1:] == k.nb[1:])
 
 
 def silu(t: Tensor) -> OpCost:
@@ -399,6 +408,10 @@ def sigmoid(t: Tensor) -> OpCost:
     return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
 
 
+def fill(t: Tensor) -> OpCost:
+    # y[...] = c: the source gives the shape only and is not read; no arithmetic
+    # (ggml_compute_forward_fill)
+    return OpCost({}, (0,), t.data_bytes)
 def sqr(t: Tensor) -> OpCost:
     # x*x: 1 mul per element (ggml_vec_sqr_f32)
     n = t.n_elements
@@ -526,6 +539,7 @@ COSTS: dict[Op, CostFn] = {
     Op.SUM_ROWS: sum_rows,
     Op.CLAMP: clamp,
     Op.SIGMOID: sigmoid,
+    Op.FILL: fill,
     Op.SSM_CONV: ssm_conv,
     Op.SSM_SCAN: ssm_scan,
     Op.GATED_DELTA_NET: gated_delta_net,

@@ -250,14 +250,14 @@ class Graph:
     def pad(self, a: Tensor, p) -> Tensor:
         """ggml_pad: ``p[i]`` zeros appended after dim i (ggml_pad_ext with lp = 0)."""
         ne = [a.ne[i] + p[i] for i in range(4)]
-        return self._new("PAD", a.type, ne, [a], params={"pad": tuple(p)})
+        return self._new(Op.PAD, a.type, ne, [a], params={"pad": tuple(p)})
 
     def repeat_4d(self, a: Tensor, ne) -> Tensor:
         """ggml_repeat_4d: ``a`` tiled to ``ne`` (each ne[i] a multiple of a.ne[i])."""
         ne4 = _ne4(ne)
         if any(ne4[i] % a.ne[i] for i in range(4)):
             raise ValueError(f"repeat of {a.ne} to {ne4}")
-        return self._new("REPEAT", a.type, ne4, [a])
+        return self._new(Op.REPEAT, a.type, ne4, [a])
 
     def scale(self, a: Tensor, s: float, bias: float = 0.0) -> Tensor:
         return self._new(Op.SCALE, a.type, a.ne, [a], params={"scale": s, "bias": bias})
@@ -371,13 +371,6 @@ class Graph:
         return self._new(Op.GATED_DELTA_NET, gt.F32, (S_v * H, n_t * n_s + K * S_v * n_s),
                          [q, k, v, g, beta, state], params={"K": K})
 
-    def repeat_4d(self, a: Tensor, ne) -> Tensor:
-        """ggml_repeat_4d: ``a`` tiled to ``ne`` (each a multiple of a's size)."""
-        ne4 = _ne4(ne)
-        if any(n % m for n, m in zip(ne4, a.ne)):
-            raise ValueError(f"repeat of {a.ne} to {ne4}")
-        return self._new(Op.REPEAT, a.type, ne4, [a])
-
     # ---- mixture of experts ------------------------------------------------------------
     def soft_max(self, a: Tensor) -> Tensor:
         """ggml_soft_max: softmax over rows, no mask, scale 1."""
@@ -414,19 +407,15 @@ class Graph:
         """ggml_clamp: a new tensor (ggml_dup_tensor, so unnamed) with values in [lo, hi]."""
         return self._new(Op.CLAMP, a.type, a.ne, [a], params={"min": lo, "max": hi})
 
+    def fill(self, a: Tensor, c: float) -> Tensor:
+        """ggml_fill: a new tensor shaped like ``a`` (ggml_dup_tensor, unnamed), every
+        element ``c``; ``a`` is a source for its shape only."""
+        return self._new(Op.FILL, a.type, a.ne, [a], params={"c": c})
+
     # ---- gemma3n (AltUp, LAuReL, activation sparsity) ----------------------------------
     def sub(self, a: Tensor, b: Tensor) -> Tensor:
         """ggml_sub: a - b (b broadcast)."""
         return self._binary("SUB", a, b)
-
-    def pad(self, a: Tensor, p) -> Tensor:
-        """ggml_pad: zeros appended at the end of each dim (``p`` = 4 counts)."""
-        ne = [a.ne[i] + int(p[i]) for i in range(4)]
-        return self._new("PAD", a.type, ne, [a], params={"pad": tuple(int(x) for x in p)})
-
-    def sqr(self, a: Tensor) -> Tensor:
-        """ggml_sqr: x*x, same shape."""
-        return self._new("SQR", a.type, a.ne, [a])
 
     def sqrt(self, a: Tensor) -> Tensor:
         """ggml_sqrt: same shape."""
@@ -435,13 +424,6 @@ class Graph:
     def mean(self, a: Tensor) -> Tensor:
         """ggml_mean: row means, F32 [1, r1, r2, r3]."""
         return self._new("MEAN", gt.F32, (1, a.ne[1], a.ne[2], a.ne[3]), [a])
-
-    def repeat(self, a: Tensor, ne) -> Tensor:
-        """ggml_repeat_4d: ``a`` tiled to ``ne`` (each dim a multiple of a's)."""
-        ne4 = _ne4(ne)
-        if any(ne4[i] % a.ne[i] for i in range(4)):
-            raise ValueError(f"repeat of {a.ne} to {ne4}")
-        return self._new("REPEAT", a.type, ne4, [a])
 
     # ---- graph order -------------------------------------------------------------------
     def expand(self, t: Tensor) -> None:

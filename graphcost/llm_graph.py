@@ -49,7 +49,7 @@ class AttnInputs:
 
     cache: KVCache
     k_idxs: Tensor
-    v_idxs: Tensor
+    v_idxs: Tensor | None  # None: K-only (MLA) cache
     kq_mask: Tensor
     k_rot: Tensor | None
     v_rot: Tensor | None
@@ -128,24 +128,33 @@ class LlmGraph:
     def make_cache(self, name: str, layers: list[int], size: int, n_kv: int,
                    reuse: dict[int, int] | None = None) -> KVCache:
         """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]; layers in
-        ``reuse`` get none and read the buffers of the layer they map to."""
+        ``reuse`` get none and read the buffers of the layer they map to. With MLA
+        (``hparams.is_mla()``) K only: it holds the compressed KV and the rope part, and V
+        is read as a view of it (``has_v = !is_mla``)."""
         m, run, g = self.model, self.run, self.g
         v_trans = not run.flash_attn
+        has_v = not m.is_mla
         k, v = {}, {}
         for il in layers:
             k[il] = g.new_tensor(run.type_k, [m.n_embd_k_gqa(il), size, 1],
                                  name=f"cache_k_l{il}", role="kv")
-            # [TAG_V_CACHE_VARIABLE]: a transposed V cache has the widest row on every layer
-            n_v = m.n_embd_v_gqa(il) if not v_trans else m.n_embd_v_gqa_max()
-            v[il] = g.new_tensor(run.type_v, [n_v, size, 1], name=f"cache_v_l{il}", role="kv")
-            k[il].layer = v[il].layer = il
+            k[il].layer = il
+            if has_v:
+                # [TAG_V_CACHE_VARIABLE]: a transposed V cache has the widest row on every layer
+                n_v = m.n_embd_v_gqa(il) if not v_trans else m.n_embd_v_gqa_max()
+                v[il] = g.new_tensor(run.type_v, [n_v, size, 1], name=f"cache_v_l{il}",
+                                     role="kv")
+                v[il].layer = il
         # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches), only
         # when the cache's layers share one head size (n_embd_head_k_all > 0); the % 64
-        # test is on the full layers' head size (hparams.n_embd_head_k())
+        # test is on the full layers' head size (hparams.n_embd_head_k()). With MLA
+        # n_embd_head_v_all stays 0, so no V rotation (and build_attn_inp_k builds no
+        # rotation inputs at all)
         hk = {m.head_k(il) for il in layers}
         hv = {m.head_v(il) for il in layers}
         rot_k = len(hk) == 1 and gt.is_quantized(run.type_k) and m.head_dim_k % 64 == 0
-        rot_v = len(hv) == 1 and gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
+        rot_v = (has_v and len(hv) == 1 and gt.is_quantized(run.type_v)
+                 and m.head_dim_v % 64 == 0)
         cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v,
                         dict(reuse or {}), hk.pop() if len(hk) == 1 else -1)
         self.caches.append(cache)
@@ -161,6 +170,17 @@ class LlmGraph:
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
         mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
         inp = AttnInputs(cache, k_idxs, v_idxs, mask, None, None)
+        self.attn_inputs.append(inp)
+        return inp
+
+    def build_attn_inputs_k(self, cache: KVCache) -> AttnInputs:
+        """build_attn_inp_k_impl (MLA, K-only cache): build_input_k_idxs and
+        build_attn_inp_kq_mask; no V indices, no rotation inputs."""
+        g, T = self.g, self.n_tokens
+        k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
+        mask_type = gt.F16 if self.run.flash_attn else gt.F32
+        mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
+        inp = AttnInputs(cache, k_idxs, None, mask, None, None)
         self.attn_inputs.append(inp)
         return inp
 
@@ -352,9 +372,12 @@ class LlmGraph:
                             rs(v.type, cache.size * v.ne[0])], 0)
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: float,
-                       il: int, sinks: Tensor | None = None) -> Tensor:
+                       il: int, sinks: Tensor | None = None,
+                       v_mla: Tensor | None = None) -> Tensor:
         """``sinks``: per-head attention-sink logits (gpt-oss ``attn_sinks``), added to the
-        FLASH_ATTN_EXT or SOFT_MAX node after it is made, as llama.cpp does."""
+        FLASH_ATTN_EXT or SOFT_MAX node after it is made, as llama.cpp does. ``v_mla``
+        (MLA's ``wv_b``) decompresses the attention result from MQA back to the heads'
+        value size."""
         g, m = self.g, self.model
         v_trans = v.nb[1] > v.nb[2]
         ns = k.ne[3]
@@ -373,6 +396,11 @@ class LlmGraph:
                 v = g.cast(v, gt.F16)
             cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, m.attn_softcap)
             g.flash_attn_ext_add_sinks(cur, sinks)
+            if v_mla is not None:  # as a matrix-matrix product with n_tokens in dim 1
+                cur = g.permute(cur, 0, 2, 1, 3)
+                cur = g.cb(g.mul_mat(v_mla, cur), "fattn_mla", il)
+                cur = g.permute(cur, 0, 2, 1, 3)
+                cur = g.cont(cur)
             cur = g.reshape(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
         else:
             kq = g.cb(g.mul_mat(k, q), "kq", il)
@@ -386,6 +414,8 @@ class LlmGraph:
             if not v_trans:
                 v = g.cb(g.cont(g.transpose(v)), "v_cont", il)
             kqv = g.cb(g.mul_mat(v, kq), "kqv", il)
+            if v_mla is not None:
+                kqv = g.cb(g.mul_mat(v_mla, kqv), "kqv_mla", il)
             cur = g.permute(kqv, 0, 2, 1, 3)
             cur = g.cont(cur, [cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]])
         g.expand(cur)
@@ -424,6 +454,20 @@ class LlmGraph:
         if wo_b is not None:
             cur = g.add(cur, wo_b)
         return cur
+
+    def build_attn_k(self, inp: AttnInputs, wo: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                     v_mla: Tensor | None, kq_scale: float, il: int) -> Tensor:
+        """build_attn for llm_graph_input_attn_k (MLA: one K-only cache): expands q, v, k,
+        stores K, reads V as the first ``v.ne0`` elements of each K row, no output bias."""
+        g, cache = self.g, inp.cache
+        for t in (q, v, k):
+            g.expand(t)
+        g.expand(self.cpy_k(cache, k, inp.k_idxs, il))
+        kk = self.get_k(cache, il)
+        vv = g.view(kk, [v.ne[0], kk.ne[1], kk.ne[2], kk.ne[3]], kk.nb[1:], 0)
+        cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il, v_mla=v_mla),
+                   "kqv_out", il)
+        return self.mm(wo, cur)
 
     # ---- no KV cache (encoders: bert) ----------------------------------------------
     def build_attn_inp_no_cache(self) -> Tensor:

@@ -68,14 +68,39 @@ class ModelInfo:
     #: rope.dimension_sections (hparams.rope_sections, 4 entries; 0 when absent): multi-section
     #: rope (qwen3vl's IMROPE, glm4's MROPE when sections are set, hparams.use_mrope)
     rope_sections: tuple[int, ...] = (0, 0, 0, 0)
-    #: attention.temperature_scale (f_attn_temp_scale, llama4/mistral3 query temperature
-    #: tuning; 0: none)
+    #: attention.temperature_scale (f_attn_temp_scale, llama4/mistral3 / Mistral Large 3 query
+    #: temperature tuning; 0: none)
     attn_temp_scale: float = 0.0
     #: n_deepstack_layers (qwen3vl): the input embedding is n_embd * (1 + this) wide
     n_deepstack_layers: int = 0
     #: hparams.rope_freq_scale_train_swa: 1 unless the family copies the trained scale
     #: (spec hparam ``rope_swa_from_train``: gemma2, gpt-oss)
     rope_freq_scale_swa: float = 1.0
+    #: nextn_predict_layers: NextN/MTP blocks stored after the trunk (block_count counts
+    #: them; ``n_layer`` does not: llama_hparams::n_layer() = n_layer_all - n_layer_nextn)
+    n_layer_nextn: int = 0
+    #: leading_dense_block_count: layers before the first MoE layer (deepseek2, glm4moe)
+    n_layer_dense_lead: int = 0
+    #: expert_group_count / expert_group_used_count (DeepSeek V3's grouped routing; 0: none)
+    n_expert_groups: int = 0
+    n_group_used: int = 0
+    #: expert_shared_feed_forward_length (ernie4_5-moe: shared expert width, 0: none) and
+    #: interleave_moe_layer_step (MoE every step-th layer)
+    n_ff_shexp: int = 0
+    n_moe_layer_step: int = 0
+    #: multi-head latent attention (deepseek2): attention.q_lora_rank (0: no Q LoRA),
+    #: attention.kv_lora_rank, and the per-head sizes after decompression
+    #: (attention.key_length_mla / value_length_mla; 0 when the file has none: not MLA)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    head_dim_k_mla: int = 0
+    head_dim_v_mla: int = 0
+
+    @property
+    def is_mla(self) -> bool:
+        """llama_hparams::is_mla: both MLA head sizes are set."""
+        return self.head_dim_k_mla != 0 and self.head_dim_v_mla != 0
+
     #: head sizes and rotated dims of sliding-window layers (attention.key_length_swa,
     #: value_length_swa, rope.dimension_count_swa; llama.cpp reads them for every
     #: architecture, defaulting to the full layers' values): gemma4; 0 = as full layers
@@ -259,16 +284,23 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         raise UnsupportedError(f"{header.path}: architecture {_show(arch)} is not supported "
                                f"(supported: {', '.join(supported)}; see `graphcost archs`)")
     m = _Meta(header, arch)
-    n_layer = m.int(Keys.LLM.BLOCK_COUNT, required=True)
+    n_layer_all = m.int(Keys.LLM.BLOCK_COUNT, required=True)
     n_embd = m.int(Keys.LLM.EMBEDDING_LENGTH, required=True)
-    if n_layer == 0 or n_embd == 0 or n_layer > LLAMA_MAX_LAYERS:
-        raise GraphcostError(f"{header.path}: block_count {n_layer} / embedding_length {n_embd} "
-                             f"are not a model llama.cpp can build (1 to {LLAMA_MAX_LAYERS} "
-                             "layers)")
-    n_head = m.per_layer(Keys.Attention.HEAD_COUNT, n_layer)
-    n_head_kv = m.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=None) \
+    if n_layer_all == 0 or n_embd == 0 or n_layer_all > LLAMA_MAX_LAYERS:
+        raise GraphcostError(f"{header.path}: block_count {n_layer_all} / embedding_length "
+                             f"{n_embd} are not a model llama.cpp can build (1 to "
+                             f"{LLAMA_MAX_LAYERS} layers)")
+    # llama_model_base::load_hparams: per-layer arrays span all blocks, NextN ones included;
+    # the trunk graph and its KV cache see the first n_layer = n_layer_all - n_layer_nextn
+    n_layer_nextn = m.int(Keys.LLM.NEXTN_PREDICT_LAYERS, 0)
+    if n_layer_nextn >= n_layer_all:
+        raise GraphcostError(f"{header.path}: {m.key(Keys.LLM.NEXTN_PREDICT_LAYERS)!r} = "
+                             f"{n_layer_nextn} leaves no trunk layer of {n_layer_all}")
+    n_layer = n_layer_all - n_layer_nextn
+    n_head = m.per_layer(Keys.Attention.HEAD_COUNT, n_layer_all)[:n_layer]
+    n_head_kv = m.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer_all, default=None)[:n_layer] \
         if m.key(Keys.Attention.HEAD_COUNT_KV) in m.md else n_head
-    n_ff = m.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_layer, default=0)
+    n_ff = m.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_layer_all, default=0)[:n_layer]
     if n_head[0] == 0:
         raise GraphcostError(f"{header.path}: {m.key(Keys.Attention.HEAD_COUNT)!r} is 0")
     is_recr = _recurrent_layers(m, specs[arch], n_layer, n_head, n_head_kv, n_ff)
@@ -345,10 +377,18 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         attn_softcap=(m.float(Keys.LLM.ATTN_LOGIT_SOFTCAPPING,
                               float(specs[arch].hparams["attn_logit_softcap"]))
                       if "attn_logit_softcap" in specs[arch].hparams else 0.0),
-        rope_sections=_sections(m),
+        n_layer_nextn=n_layer_nextn,
+        n_layer_dense_lead=m.int(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0),
+        n_ff_shexp=m.int(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0),
+        n_moe_layer_step=m.int(Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 0),
         attn_temp_scale=m.float(Keys.Attention.TEMPERATURE_SCALE, 0.0),
+        q_lora_rank=m.int(Keys.Attention.Q_LORA_RANK, 0),
+        kv_lora_rank=m.int(Keys.Attention.KV_LORA_RANK, 0),
+        head_dim_k_mla=m.int(Keys.Attention.KEY_LENGTH_MLA, 0),
+        head_dim_v_mla=m.int(Keys.Attention.VALUE_LENGTH_MLA, 0),
+        rope_sections=_sections(m),
         n_deepstack_layers=m.int(Keys.LLM.NUM_DEEPSTACK_LAYERS, 0),
-        **_experts(m, n_layer),
+        **_experts(m, n_layer_all, n_layer),
         head_dim_k_swa=m.int(Keys.Attention.KEY_LENGTH_SWA, head_dim_k),
         head_dim_v_swa=m.int(Keys.Attention.VALUE_LENGTH_SWA, head_dim_v),
         n_rot_swa=m.int(Keys.Rope.DIMENSION_COUNT_SWA, n_rot),
@@ -427,19 +467,28 @@ def _swa_pattern(m: _Meta, n_layer: int, default: int) -> tuple[bool, ...]:
     return tuple(v == 0 or (il % v < v - 1) for il in range(n_layer))
 
 
-def _experts(m: _Meta, n_layer: int) -> dict:
-    """llama_model::load_hparams: expert_count, expert_used_count (scalar or per layer), and
-    the optional expert keys; the same checks as llama.cpp's asserts, as one-line errors."""
+def _experts(m: _Meta, n_layer_all: int, n_layer: int) -> dict:
+    """llama_model::load_hparams: expert_count, expert_used_count (scalar or per layer),
+    expert groups, and the optional expert keys; the same checks as llama.cpp's asserts,
+    as one-line errors."""
     n_expert = m.int(Keys.LLM.EXPERT_COUNT, 0)
-    n_used = m.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_layer, default=0)
+    n_used = m.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_layer_all, default=0)
     if max(n_used) > n_expert or (n_expert > 0 and max(n_used) == 0):
         raise GraphcostError(f"{m.path}: {m.key(Keys.LLM.EXPERT_USED_COUNT)!r} = {max(n_used)} "
                              f"must be between 1 and {m.key(Keys.LLM.EXPERT_COUNT)!r} = {n_expert}")
+    n_groups = m.int(Keys.LLM.EXPERT_GROUP_COUNT, 0)
+    n_group_used = m.int(Keys.LLM.EXPERT_GROUP_USED_COUNT, 0)
+    if n_groups > 1 and (n_groups >= n_expert or n_expert % n_groups
+                         or not 0 < n_group_used < n_groups):
+        raise GraphcostError(f"{m.path}: {m.key(Keys.LLM.EXPERT_GROUP_COUNT)!r} = {n_groups} and "
+                             f"{m.key(Keys.LLM.EXPERT_GROUP_USED_COUNT)!r} = {n_group_used} "
+                             f"must divide {n_expert} experts into groups, fewer used than there are")
     norm = m.get(Keys.LLM.EXPERT_WEIGHTS_NORM, False)
     if not isinstance(norm, bool):
         raise GraphcostError(f"{m.path}: metadata key {m.key(Keys.LLM.EXPERT_WEIGHTS_NORM)!r} "
                              f"must be a boolean, got {_show(norm)}")
-    return dict(n_expert=n_expert, n_expert_used=n_used,
+    return dict(n_expert=n_expert, n_expert_used=n_used[:n_layer],
+                n_expert_groups=n_groups, n_group_used=n_group_used,
                 expert_weights_scale=m.float(Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0),
                 expert_weights_norm=norm,
                 expert_gating_func=m.int(Keys.LLM.EXPERT_GATING_FUNC, 0))

@@ -51,6 +51,14 @@ class SpecBuilder:
             "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
             "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
             "attn_temp_scale": m.attn_temp_scale, "n_expert": m.n_expert,
+            # deepseek2 / glm4moe: leading dense layers; MLA ranks and head sizes
+            "n_layer_dense_lead": m.n_layer_dense_lead,
+            "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank,
+            "head_dim_k_mla": m.head_dim_k_mla or m.head_dim_k,
+            "head_dim_v_mla": m.head_dim_v_mla or m.head_dim_v,
+            "n_vocab": m.n_vocab,
+            "n_ff_shexp": m.n_ff_shexp, "n_moe_layer_step": m.n_moe_layer_step,
+            "is_mla": float(m.is_mla),
             "n_kv_shared_layers": m.n_kv_shared_layers,
         }
         self.inp_attn: AttnInputs | None = None

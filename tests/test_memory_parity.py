@@ -25,6 +25,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
+import fixtures_deepseek as D
 import fixtures_gptoss as G
 from graphcost.analysis import analyze_graph
 from graphcost.build import build_graph, load_model
@@ -62,6 +63,26 @@ CASES = [
     ("gptoss", 32768, 1, True, "f16", "f16", False),
     ("gptoss_k3", 8192, 512, True, "q4_0", "q4_0", False),
     ("gptoss_k3", 700, 300, False, "q8_0", "f16", True),
+    # MLA (deepseek2): one K-only cache of kv_lora_rank + n_rot per cell, V 0 bytes
+    ("deepseek2", 512, 512, False, "f16", "f16", False),
+    ("deepseek2", 4096, 64, True, "q8_0", "q8_0", False),
+    ("deepseek2", 32768, 512, True, "f16", "f16", False),
+    ("deepseek2", 700, 1, False, "f16", "f16", False),
+    ("deepseek2_lite", 1000, 100, False, "f16", "f16", False),
+    # legacy non-MLA deepseek2 (attn_kv_b): a full K and V cache
+    ("deepseek2_legacy", 4096, 512, False, "q8_0", "f16", False),
+    ("deepseek2_legacy", 2048, 64, True, "q8_0", "q8_0", False),
+    # glm4moe with a NextN block: its cache has the 3 trunk layers, not the 4 blocks
+    ("glm4moe", 512, 512, False, "f16", "f16", False),
+    ("glm4moe", 4096, 64, True, "q8_0", "q8_0", False),
+    ("glm4moe", 32768, 512, True, "f16", "f16", False),
+    ("glm4moe_qknorm", 1000, 100, False, "q8_0", "f16", False),
+    ("glm4moe_qknorm", 4096, 512, True, "q8_0", "q8_0", False),
+    # architectures ernie4_5-moe and minimax-m2
+    ("ernie4_5_moe", 2048, 256, False, "f16", "f16", False),
+    ("ernie4_5_moe", 4096, 512, True, "q8_0", "q8_0", False),
+    ("minimax_m2", 512, 512, False, "q8_0", "f16", False),
+    ("minimax_m2", 32768, 64, True, "f16", "f16", False),
 ]
 
 
@@ -89,6 +110,25 @@ def paths(tmp_path_factory, gemma3_270m):
         "gptoss_k3": G.write_gptoss(d / "gptoss_k3.gguf", n_embd=224, n_head=8, n_head_kv=4,
                                     head_dim=32, n_ff_exp=96, n_layer=4, n_expert=7,
                                     n_expert_used=3, sliding_window=17).path,
+        # Q LoRA, KV LoRA 96 + rope 32 (cache rows of 128), grouped routing, layer 0 dense
+        "deepseek2": D.write_deepseek2(d / "deepseek2.gguf").path,
+        # attn_q, no dense layer, 5 experts
+        "deepseek2_lite": D.write_deepseek2(d / "deepseek2_lite.gguf", q_lora_rank=0, n_layer=2,
+                                            n_layer_dense_lead=0, n_expert=5,
+                                            expert_groups=None).path,
+        # pre-MLA file: attn_kv_b, K heads of 64, V heads of 64, 3 KV heads
+        "deepseek2_legacy": D.write_deepseek2(d / "deepseek2_legacy.gguf", legacy_kv_b=True,
+                                              n_layer=2, qk_nope=32).path,
+        # 3 trunk layers + 1 NextN block, head_dim 96, layer 0 dense
+        "glm4moe": D.write_glm4moe(d / "glm4moe.gguf").path,
+        # Q/K norms, head_dim 64 (Hadamard rotation with quantized caches), no NextN
+        "glm4moe_qknorm": D.write_glm4moe(d / "glm4moe_qknorm.gguf", n_embd=320, n_head=5,
+                                          n_head_kv=1, head_dim=64, n_rot=32, n_layer=4,
+                                          n_nextn=0, n_layer_dense_lead=2, qk_norm=True).path,
+        # layer 0 dense, shared expert, head_dim 64
+        "ernie4_5_moe": D.write_ernie4_5_moe(d / "ernie4_5_moe.gguf").path,
+        # whole-projection Q/K norms, 7 experts, 3 used
+        "minimax_m2": D.write_minimax_m2(d / "minimax_m2.gguf").path,
     }
 
 
@@ -147,3 +187,13 @@ def test_kv_split_matches_llama_cpp_k_and_v(paths, logs):
         for ours, theirs in zip(plan.caches, logs[_id(c)]["kv_caches"]):
             assert (ours.type_k, ours.type_v) == (theirs["type_k"], theirs["type_v"]), _id(c)
             assert (mib2(ours.k_bytes), mib2(ours.v_bytes)) == (theirs["k_mib"], theirs["v_mib"]), _id(c)
+
+
+def test_mla_cache_is_k_only(paths):
+    """deepseek2's cache holds K rows of kv_lora_rank + n_rot and no V:
+    3 layers x (96 + 32) x 512 cells x 2 bytes (F16) = 393216 bytes."""
+    from graphcost.memory_plan import plan_memory
+    plan = plan_memory(load_model(paths["deepseek2"]),
+                       RunSettings(ctx_size=512, flash_attn="off"))
+    (c,) = plan.caches
+    assert (c.k_bytes, c.v_bytes) == (3 * (96 + 32) * 512 * 2, 0)

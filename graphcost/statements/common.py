@@ -2,11 +2,13 @@
 attention temperature input and qwen3vl's deepstack addition.
 
 * ``mm``          -- ``build_lora_mm(w, x)`` of one weight, cb'ed (qwen2moe's
-  ``ffn_shexp_gate_inp``: the shared expert's gate, a 1-D weight, so [1, n_tokens]);
+  ``ffn_shexp_gate_inp``: the shared expert's gate, a 1-D weight, so [1, n_tokens];
+  deepseek2's MLA projections ``attn_q_a``, ``attn_kv_a_mqa``, ``attn_k_b`` ...);
 * ``unary``       -- ``ggml_silu`` / ``ggml_sigmoid`` / ... of a variable;
 * ``div``         -- ``ggml_div`` (qwen2moe builds its sigmoid as ``silu(x) / x``);
-* ``attn_temp_input`` -- ``build_inp_attn_scale`` (llama4, mistral3): F32 [1, 1, n_tokens]
-  ``inp_attn_scale``, built when ``attention.temperature_scale`` is non-zero;
+* ``attn_temp_input`` -- ``build_inp_attn_scale`` (llama4, mistral3, deepseek2): F32
+  [1, 1, n_tokens] ``inp_attn_scale``, built when ``attention.temperature_scale`` is
+  non-zero;
 * ``refuse``      -- refuse a file on a hyperparameter test, in one line;
 * ``deepstack``   -- qwen3vl: for ``il < n_deepstack_layers``, ``cur + view(t_inp_embd)``
   of the ``il + 1``-th slice of the padded input embedding, cb'ed ``deepstack_out``.
@@ -48,7 +50,9 @@ def attn_temp_input(sb: SpecBuilder, a: dict) -> None:
     """``{out: inp_attn_scale}``: llm_graph_context::build_inp_attn_scale when
     ``hparams.f_attn_temp_scale != 0`` (else the variable is not set). llama.cpp refuses a
     file with a temperature scale but no original context length (mistral3's
-    load_arch_hparams); so do we. ``always: 1`` builds it whatever the file says (llama4)."""
+    load_arch_hparams); so do we. ``always: 1`` builds it whatever the file says (llama4;
+    deepseek2 under its own ``attn_temp_scale != 0`` test: its floor scale is
+    attention.temperature_length, which llama.cpp does not check at load)."""
     m = sb.m
     if a.get("always"):  # llama4 builds it unconditionally (its scale is hard-coded)
         t = sb.g.new_tensor(gt.F32, [1, 1, sb.b.n_tokens], name="inp_attn_scale")

@@ -86,7 +86,7 @@ def altup_stack(sb: SpecBuilder, a: dict) -> None:
     x = sb.var(a.get("x", "inpL"))
     n_altup = int(_hp(sb, "n_altup"))
     target = calc_magnitude(sb, x)
-    rep = g.repeat(x, [m.n_embd, b.n_tokens, n_altup - 1, 1])
+    rep = g.repeat_4d(x, [m.n_embd, b.n_tokens, n_altup - 1, 1])
     added = b.mm(sb.weight("/altup_proj"), rep)
     new = calc_magnitude(sb, added)
     added = g.div(g.mul(added, target), new)
@@ -224,7 +224,7 @@ def altup_correct(sb: SpecBuilder, a: dict) -> None:
     coefs = b.mm(sb.weight("altup_correct_coef"), mod)
     coefs = g.cb(g.scale(coefs, 1.0, 1.0), "all_coefs", il)  # ggml_scale_bias: + 1
     coefs = g.cont(g.transpose(coefs), [1, T, n_altup])
-    innov = g.repeat(innov, [m.n_embd, T, n_altup, 1])
+    innov = g.repeat_4d(innov, [m.n_embd, T, n_altup, 1])
     corr = g.add(g.mul(innov, coefs), pred)
     sb.vars[a.get("out", "corrected")] = g.cb(corr, "corrected", il)
 
