@@ -432,18 +432,6 @@ def mean(t: Tensor) -> OpCost:
     return OpCost(_ops(add=a.ne[0] * r, div=r), tuple(_plain(t)), t.data_bytes)
 
 
-def repeat(t: Tensor) -> OpCost:
-    # a tiled to the result's shape: a read once, the result written; no arithmetic
-    # (ggml_compute_forward_repeat_f32 copies a's rows ne/a.ne times)
-    return OpCost({}, tuple(_plain(t)), t.data_bytes)
-
-
-def pad(t: Tensor) -> OpCost:
-    # a copied into a larger zero-filled result: a read once, the result written
-    # (ggml_compute_forward_pad_f32 writes every element, zeros included)
-    return OpCost({}, tuple(_plain(t)), t.data_bytes)
-
-
 # ---- recurrent ---------------------------------------------------------------------------
 
 def ssm_conv(t: Tensor) -> OpCost:
