@@ -191,8 +191,34 @@ def memory(
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False,
+    device: Annotated[Optional[list[str]], typer.Option(
+        "--device", help="KIND[:MEM], repeatable: a device (cuda, rocm, sycl, metal, vulkan, rpc) "
+                         "and the free memory it reports, e.g. cuda:24GiB")] = None,
+    n_gpu_layers: Annotated[str, typer.Option(
+        "--n-gpu-layers", "-ngl", "--gpu-layers", help="layers on the devices: N, auto or all")] = "auto",
+    tensor_split: Annotated[Optional[str], typer.Option(
+        "--tensor-split", "-ts", help="proportions per device, e.g. 3,1")] = None,
+    split_mode: Annotated[str, typer.Option("--split-mode", "-sm", help="none|layer|row|tensor")] = "layer",
+    main_gpu: Annotated[int, typer.Option("--main-gpu", "-mg", help="the device with -sm none")] = 0,
+    override_tensor: Annotated[Optional[list[str]], typer.Option(
+        "--override-tensor", "-ot", help="PATTERN=BUFFER_TYPE[,...], e.g. exps=CPU")] = None,
+    n_cpu_moe: Annotated[int, typer.Option(
+        "--n-cpu-moe", "-ncmoe", help="experts of the first N layers on the CPU")] = 0,
+    cpu_moe: Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts on the CPU")] = False,
+    no_kv_offload: Annotated[bool, typer.Option(
+        "--no-kv-offload", "-nkvo", help="KV cache on the CPU")] = False,
+    no_repack: Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")] = False,
+    no_host: Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")] = False,
+    load_mode: Annotated[Optional[str], typer.Option(
+        "--load-mode", "-lm", help="auto|none|mmap|mlock|mmap+mlock|dio")] = None,
+    mmap: Annotated[Optional[bool], typer.Option(
+        "--mmap/--no-mmap", help="older spelling of -lm mmap / -lm none")] = None,
+    cpu_features: Annotated[Optional[str], typer.Option(
+        "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 "
+                               "[default: this machine's]")] = None,
 ) -> None:
-    """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers."""
+    """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers;
+    with --device (or any placement flag), per device as llama.cpp places them."""
     from .build import load_model
     from .files import check_output
     from .memory_plan import fuse_plan, plan_memory, sweep as run_sweep
@@ -201,8 +227,26 @@ def memory(
 
     if fuse is not None and fuse != "attention":
         _fail(f"--fuse {fuse!r}: only 'attention' is modelled")
-    if format not in ("text", "html"):
-        _fail(f"--format {format!r}: use text or html")
+    if format not in ("text", "html", "json"):
+        _fail(f"--format {format!r}: use text, html or json")
+    placing = (bool(device) or n_gpu_layers != "auto" or tensor_split is not None
+               or split_mode != "layer" or main_gpu != 0 or bool(override_tensor) or n_cpu_moe
+               or cpu_moe or no_kv_offload or no_repack or no_host or load_mode is not None
+               or mmap is not None or cpu_features is not None or format == "json")
+    if placing:
+        if sweep is not None or fuse is not None or format == "html":
+            _fail("--device and the placement flags go with --format text or json, "
+                  "without --sweep or --fuse")
+        if output is not None:
+            check_output(output, [_model_path(model)])
+        _memory_devices(model, format, output, device or [], n_gpu_layers, tensor_split,
+                        split_mode, main_gpu, override_tensor or [], n_cpu_moe, cpu_moe,
+                        no_kv_offload, no_repack, no_host, load_mode, mmap, cpu_features,
+                        RunSettings(ctx_size=ctx_size, batch_size=batch_size,
+                                    ubatch_size=ubatch_size, flash_attn=flash_attn,
+                                    cache_type_k=cache_type_k, cache_type_v=cache_type_v,
+                                    swa_full=swa_full))
+        return
     if format == "html" and fuse is not None:
         _fail("--fuse is shown by --format text only")
     if output is not None and sweep is None and format == "text":
@@ -235,6 +279,45 @@ def memory(
     if output is not None:
         write_plot(output, key, values, plans)
         sys.stdout.write(f"plot written to {output}\n")
+
+
+def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe,
+                    nkvo, no_repack, no_host, load_mode, mmap, cpu_features, settings) -> None:
+    """memory --device ...: parse llama.cpp's placement flags and print the device rows."""
+    import json
+
+    from .backends import host_cpu_features
+    from .build import load_model
+    from .placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides,
+                            parse_device, parse_gpu_layers, parse_overrides,
+                            parse_tensor_split, plan_devices)
+    from .report.memory import devices_json, render_devices
+
+    if n_cpu_moe < 0:
+        _fail(f"--n-cpu-moe {n_cpu_moe}: must be >= 0")
+    if load_mode is not None and mmap is not None:
+        _fail("give -lm/--load-mode or --mmap/--no-mmap, not both")
+    mode = load_mode if load_mode is not None else (
+        "auto" if mmap is None else ("mmap" if mmap else "none"))
+    # -ot, --cpu-moe and --n-cpu-moe append to one override list, in this order of parsing
+    overrides = parse_overrides(ot)
+    if cpu_moe:
+        overrides.append(cpu_moe_override())
+    overrides += n_cpu_moe_overrides(n_cpu_moe)
+    feats = host_cpu_features() if cpu_features is None else frozenset(
+        f.strip().lower() for f in cpu_features.split(",") if f.strip())
+    flags = PlacementFlags(n_gpu_layers=parse_gpu_layers(ngl), tensor_split=parse_tensor_split(ts),
+                           split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
+                           no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
+                           load_mode=mode, cpu_features=feats)
+    args = [parse_device(d) for d in devices]
+    info = load_model(_model_path(model))
+    dp = plan_devices(info, settings, args, flags)
+    if format == "json":
+        from .document import SCHEMA
+        _emit(json.dumps({"schema": SCHEMA, "memory": devices_json(dp)}, indent=2) + "\n", output)
+    else:
+        _emit(render_devices(dp), output)
 
 
 def _parse_ids(flag: str, spec: str | None) -> list[int]:

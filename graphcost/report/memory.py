@@ -185,3 +185,70 @@ def write_plot(path: Path, key: str, values: list[int], plans: list[MemoryPlan])
     """The sweep as ``.png`` or ``.svg`` (graphcost.report.plot, matplotlib)."""
     from .plot import write_sweep_plot
     write_sweep_plot(path, key, values, plans)
+
+
+# ---- devices -------------------------------------------------------------------------------
+
+def _cell(n: int | None) -> str:
+    return "n/m" if n is None else mib(n)
+
+
+def render_devices(dp) -> str:
+    """``graphcost memory ... --device``: one row per device, in llama.cpp's device order
+    and names, then the model buffers llama.cpp logs by name and where each layer went.
+    "n/m" = not modelled (never a zero standing in for an unknown)."""
+    plan, p, flags = dp.plan, dp.placement, dp.flags
+    m = plan.model
+    lines = [f"graphcost memory: {m.name} ({m.arch}, {m.n_layer} layers)", _settings_line(plan)]
+    feats = ", ".join(sorted(p.cpu_features)) or "none"
+    lines.append(f"placement: {'mmap' if p.use_mmap else 'no mmap'}, "
+                 f"{'KV on the CPU (-nkvo)' if flags.no_kv_offload else 'KV with its layer'}, "
+                 f"repack {'on' if flags.repack else 'off'} (CPU features: {feats})")
+    lines.append("")
+    hdr = (f"  {'device':<12} {'model':>10} {'KV':>10} {'recurrent':>10} {'compute':>10} "
+           f"{'output':>8} {'total':>10} {'free':>10} {'left':>10}")
+    lines += [hdr, "  " + "-" * (len(hdr) - 2)]
+    for r in dp.rows:
+        parts = [r.model_bytes, r.kv_bytes, r.recurrent_state_bytes, r.compute_bytes, r.output_bytes]
+        total = None if any(x is None for x in parts) else sum(parts)
+        left = None
+        if r.free_bytes is not None and total is not None:
+            left = r.free_bytes - total
+        lines.append(f"  {r.device:<12} {_cell(r.model_bytes):>10} {_cell(r.kv_bytes):>10} "
+                     f"{_cell(r.recurrent_state_bytes):>10} {_cell(r.compute_bytes):>10} "
+                     f"{_cell(r.output_bytes):>8} {_cell(total):>10} "
+                     f"{'' if r.free_bytes is None else mib(r.free_bytes):>10} "
+                     f"{'' if left is None else mib(left):>10}")
+    lines.append("  (MiB; n/m = not modelled)")
+    if any(r.compute_bytes is None for r in dp.rows):
+        lines.append("  compute buffers with devices are not modelled (the scheduler's graph "
+                     "splits and per-backend allocations are not simulated yet)")
+    lines += ["", "model buffers (as llama.cpp logs them: load_tensors: NAME model buffer size):"]
+    for b in p.model_buffers:
+        lines.append(f"  {b.name:<14} {_cell(b.bytes):>10} MiB  "
+                     f"{'' if b.bytes is None else f'{b.bytes:,} bytes'}")
+    spans = []
+    start = 0
+    for il in range(1, len(p.dev_layer) + 1):
+        if il == len(p.dev_layer) or p.dev_layer[il] != p.dev_layer[start]:
+            rng = f"{start}" if il - 1 == start else f"{start}-{il - 1}"
+            spans.append(f"{rng} {p.dev_layer[start]}")
+            start = il
+    lines.append(f"layers: {', '.join(spans)}; output layer {p.dev_output}; input layer CPU")
+    if p.repacked:
+        lines.append(f"CPU_REPACK holds {len(p.repacked)} weight(s) (repack.cpp: "
+                     "ggml_repack_get_optimal_repack_type for these CPU features)")
+    lines += p.notes
+    return "\n".join(lines) + "\n"
+
+
+def devices_json(dp) -> dict:
+    """``memory.devices`` and the model buffers, for --format json."""
+    return {"devices": dp.as_dict(),
+            "model_buffers": [{"name": b.name, "device": b.row, "bytes": b.bytes}
+                              for b in dp.placement.model_buffers],
+            "kv_buffers": [{"cache": b.cache, "device": b.row, "bytes": b.bytes}
+                           for b in dp.kv_buffers],
+            "layers": dp.placement.dev_layer, "output_layer": dp.placement.dev_output,
+            "repacked": dp.placement.repacked, "use_mmap": dp.placement.use_mmap,
+            "cpu_features": sorted(dp.placement.cpu_features)}

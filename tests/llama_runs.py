@@ -1,0 +1,141 @@
+"""Real llama.cpp multi-device runs on one machine, for tests/test_devices_rpc.py.
+
+``ggml-rpc-server`` processes on 127.0.0.1 stand in for devices (each backed by this
+machine's CPU backend); ``llama-completion --rpc ...`` loads a model across them and logs
+every buffer it allocates. The tools come from :mod:`graphcost.llama_tools` (built once,
+never by the tests); :func:`skip_reason` says why a test cannot run.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graphcost.llama_tools import find_tool, missing_reason
+
+TOOLS = ("ggml-rpc-server", "llama-completion")
+#: seconds a server or a run may take before the test gives up on it
+SERVER_START_S = 30
+RUN_S = 120
+
+
+def skip_reason() -> str | None:
+    return missing_reason(*TOOLS)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RpcServer:
+    port: int
+    proc: subprocess.Popen
+    log: Path
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alloc_sizes(self) -> list[int]:
+        """Bytes of every buffer the server allocated (GGML_RPC_DEBUG's alloc_buffer lines)."""
+        text = self.log.read_text(errors="replace")
+        return [int(m) for m in re.findall(r"\[alloc_buffer\] device: \d+, size: (\d+) ->", text)]
+
+
+@contextlib.contextmanager
+def rpc_servers(n: int, workdir: Path):
+    """Start ``n`` ggml-rpc-server processes on free 127.0.0.1 ports (one thread each,
+    GGML_RPC_DEBUG on, so they log each allocation's exact size); always stopped on exit."""
+    exe = find_tool("ggml-rpc-server")
+    servers: list[RpcServer] = []
+    try:
+        for i in range(n):
+            port = _free_port()
+            log = workdir / f"rpc{i}.log"
+            with open(log, "wb") as f:
+                proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port), "-t", "1"],
+                                        stdout=f, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "GGML_RPC_DEBUG": "1"})
+            servers.append(RpcServer(port, proc, log))
+        deadline = time.monotonic() + SERVER_START_S
+        for s in servers:
+            while True:
+                if s.proc.poll() is not None:
+                    raise RuntimeError(f"ggml-rpc-server exited: {s.log.read_text()[-2000:]}")
+                with socket.socket() as c:
+                    if c.connect_ex(("127.0.0.1", s.port)) == 0:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"ggml-rpc-server on port {s.port} did not start")
+                time.sleep(0.1)
+        yield servers
+    finally:
+        for s in servers:
+            if s.proc.poll() is None:
+                s.proc.terminate()
+        for s in servers:
+            try:
+                s.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+                s.proc.wait()
+
+
+@dataclass
+class Buffers:
+    """The buffers one llama.cpp run logged, MiB as printed, by buffer name (a list: one
+    entry per line, e.g. one KV buffer per cache of an ISWA model)."""
+
+    model: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    kv: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    output: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    compute: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    layers: dict[int, str] = field(default_factory=dict)  # layer (n_layer = output) -> device
+    log: str = ""
+
+
+_LINES = {
+    "model": re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB"),
+    "kv": re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB"),
+    "output": re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB"),
+    "compute": re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB"),
+}
+
+
+def parse_buffers(log: str) -> Buffers:
+    """Every ``... buffer size = X MiB`` line, by buffer name."""
+    b = Buffers(log=log)
+    for kind, rx in _LINES.items():
+        for name, mib in rx.findall(log):
+            getattr(b, kind)[name].append(float(mib))
+    # load_tensors (debug, -lv 5): "layer   3 assigned to device RPC0, is_swa = 0"
+    for il, dev in re.findall(r"layer\s+(\d+) assigned to device (\S+),", log):
+        b.layers[int(il)] = dev
+    return b
+
+
+def run_completion(model: Path, servers: list[RpcServer], args: list[str]) -> Buffers:
+    """``llama-completion -m MODEL --rpc ... ARGS -n 1 -p hi``: one token, fit off, the
+    buffers it logged. Raises with the log's tail when llama.cpp fails."""
+    exe = find_tool("llama-completion")
+    cmd = [str(exe), "-m", str(model), "-n", "1", "-p", "hi", "-no-cnv", "-fit", "off",
+           "-t", "1", "--no-warmup", "--seed", "1",
+           "-lv", "5"]  # buffer lines: verbosity 4 (info); layer devices: 5 (debug)
+    if servers:
+        cmd += ["--rpc", ",".join(s.endpoint for s in servers)]
+    # the one generated token of a random model may be any bytes: decode leniently
+    r = subprocess.run(cmd + args, capture_output=True, text=True, encoding="utf-8",
+                       errors="replace", timeout=RUN_S, stdin=subprocess.DEVNULL)
+    log = r.stdout + r.stderr
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd + args)} failed ({r.returncode}):\n{log[-3000:]}")
+    return parse_buffers(log)

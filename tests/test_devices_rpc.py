@@ -1,0 +1,157 @@
+"""graphcost's per-device model and KV buffers against real llama.cpp multi-device runs.
+
+Two ``ggml-rpc-server`` processes on 127.0.0.1 are the devices RPC0 and RPC1;
+``llama-completion --rpc`` (llama.cpp built from the source llama-cpp-python 0.3.36
+vendors, GGML_RPC=ON; see graphcost/llama_tools.py) loads tiny fixture models across them
+with the same placement flags graphcost is given, and logs every buffer. Per buffer:
+
+* llama.cpp's printed MiB (two decimals) equals graphcost's bytes printed the same way;
+* the RPC servers log the exact bytes of every allocation (GGML_RPC_DEBUG): graphcost's
+  model and KV bytes of each RPC device are among them, to the byte.
+
+The CPU features that decide CPU_REPACK are this machine's (a native build compiles for
+them): graphcost is given the same (``--cpu-features``). Skipped, with the reason, when the
+tools are not built.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures import write_gemma3, write_llama
+from fixtures_moe import write_mixtral, write_qwen3moe
+from graphcost.backends import host_cpu_features
+from llama_runs import rpc_servers, run_completion, skip_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+MiB = 1024 * 1024
+
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
+
+WRITERS = {
+    # 5 layers: quantized Q4_0/Q4_K/Q8_0/Q6_K weights (CPU_REPACK candidates on AVX2)
+    "llama5": lambda p: write_llama(p, n_layer=5),
+    # rope_freqs.weight: created for every layer (TENSOR_DUPLICATED), one copy per buffer type
+    "llama-rope-freqs": lambda p: write_llama(p, n_layer=4, rope_freqs=True),
+    # 4 layers of 6 experts
+    "mixtral": lambda p: write_mixtral(p, n_layer=4),
+    # tied embeddings: the output layer gets its own copy of token_embd
+    "qwen3moe": lambda p: write_qwen3moe(p),
+    # n_embd 320 (quantized rows not a multiple of 512: RPC asks the server for their
+    # allocation size), sliding-window + global KV caches, tied embeddings
+    "gemma3": lambda p: write_gemma3(p),
+}
+
+#: (model, number of RPC servers, llama.cpp arguments; "{rpc1}" = RPC1's buffer type name)
+CASES = {
+    "cpu-only": ("llama5", 0, []),
+    "ngl0": ("llama5", 2, ["-ngl", "0", "-ts", "1,1"]),
+    "ngl1-output-only": ("llama5", 2, ["-ngl", "1", "-ts", "1,1"]),
+    "ngl3": ("llama5", 2, ["-ngl", "3", "-ts", "1,1"]),
+    "all-ts3,1": ("llama5", 2, ["-ngl", "all", "-ts", "3,1"]),
+    "all-ts1,2-nkvo": ("llama5", 2, ["--n-gpu-layers", "99", "--tensor-split", "1,2", "-nkvo"]),
+    "ngl4-no-repack": ("llama5", 2, ["-ngl", "4", "-ts", "1,1", "--no-repack"]),
+    "ngl2-no-mmap": ("llama5", 2, ["-ngl", "2", "-ts", "1,1", "-lm", "none"]),
+    "sm-none-mg1": ("llama5", 2, ["-ngl", "all", "-sm", "none", "-mg", "1"]),
+    "ot-attn_q-to-rpc1": ("llama5", 2, ["-ngl", "3", "-ts", "1,0", "-ot", r"attn_q=RPC1"]),
+    "moe-ot-exps-cpu": ("mixtral", 2, ["-ngl", "all", "-ts", "1,1", "-ot", "exps=CPU"]),
+    "moe-n-cpu-moe-2": ("mixtral", 2, ["-ngl", "all", "-ts", "1,1", "--n-cpu-moe", "2"]),
+    "moe-cpu-moe-no-mmap": ("mixtral", 2, ["-ngl", "all", "-ts", "2,1", "-cmoe", "-lm", "none"]),
+    "tied-all": ("qwen3moe", 2, ["-ngl", "all", "-ts", "1,1"]),
+    "tied-ngl2": ("qwen3moe", 2, ["-ngl", "2", "-ts", "1,3"]),
+    "kv-q8_0-fa-on": ("llama5", 2, ["-ngl", "all", "-ts", "1,1", "-ctk", "q8_0", "-ctv", "q8_0",
+                                    "-fa", "on"]),
+    "fa-off": ("llama5", 2, ["-ngl", "3", "-ts", "1,1", "-fa", "off"]),
+    "three-servers": ("llama5", 3, ["-ngl", "all", "-ts", "1,1,1"]),
+    "rope-freqs-ngl3": ("llama-rope-freqs", 2, ["-ngl", "3", "-ts", "1,1"]),
+    "rope-freqs-no-mmap": ("llama-rope-freqs", 2, ["-ngl", "all", "-ts", "1,1", "-lm", "none"]),
+    "gemma3-iswa-all": ("gemma3", 2, ["-ngl", "all", "-ts", "1,1"]),
+    "gemma3-ngl4-nkvo": ("gemma3", 2, ["-ngl", "4", "-ts", "2,1", "-nkvo"]),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rpc-models")
+    return {k: Path(w(d / f"{k}.gguf").path) for k, w in WRITERS.items()}
+
+
+def _device(name: str, servers) -> str:
+    """A buffer name llama.cpp logs -> graphcost's row. RPC buffer types are named
+    ``RPC<device on that server>[host:port]`` (ggml-rpc.cpp: ggml_backend_rpc_buffer_type),
+    so every one-device server's is ``RPC0[...]``; the device is RPC<i> for the i-th server."""
+    if "[" not in name:
+        return name
+    endpoint = name.split("[", 1)[1].rstrip("]")
+    return next(f"RPC{i}" for i, s in enumerate(servers) if s.endpoint == endpoint)
+
+
+def _printed(n: int) -> float:
+    return float(f"{n / MiB:.2f}")
+
+
+def _graphcost(model: Path, n_rpc: int, args: list[str]) -> dict:
+    feats = ",".join(sorted(host_cpu_features())) or "none"
+    cmd = [sys.executable, "-m", "graphcost", "memory", str(model), "-c", "512",
+           "--format", "json", "--cpu-features", feats]
+    for _ in range(n_rpc):
+        cmd += ["--device", "rpc"]
+    r = subprocess.run(cmd + args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["memory"]
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_per_device_buffers_equal_llama_cpp(models, tmp_path, case):
+    name, n_rpc, args = CASES[case]
+    if {"amx_int8", "avx512_vnni"} <= host_cpu_features() and "--no-repack" not in args:
+        pytest.skip("this CPU has AMX_INT8 and AVX512_VNNI: llama.cpp adds its AMX buffer "
+                    "type, which graphcost does not model")
+    with rpc_servers(n_rpc, tmp_path) as servers:
+        # -ot names a buffer type: the second server's is RPC0[its endpoint]
+        llama_args = [a.replace("=RPC1", f"=RPC0[{servers[1].endpoint}]") for a in args]
+        run = run_completion(models[name], servers, ["-c", "512"] + llama_args)
+        ours = _graphcost(models[name], n_rpc, args)
+
+        # each layer's device (load_tensors' debug lines; the last is the output layer)
+        assert run.layers == dict(enumerate(ours["layers"] + [ours["output_layer"]]))
+
+        # every model, KV and output buffer line, by device, at the printed precision
+        # (graphcost names an RPC buffer by its device; llama.cpp by server and endpoint)
+        def logged(d):
+            out: dict[str, list[float]] = {}
+            for k, v in d.items():
+                out.setdefault(_device(k, servers), []).extend(v)
+            return {k: sorted(v) for k, v in out.items()}
+
+        def ours_by(items):
+            out: dict[str, list[float]] = {}
+            for key, n in items:
+                out.setdefault(key, []).append(_printed(n))
+            return {k: sorted(v) for k, v in out.items()}
+
+        assert ours_by((b["name"], b["bytes"]) for b in ours["model_buffers"]) == \
+            logged(run.model), run.log[-4000:]
+        assert ours_by((b["device"], b["bytes"]) for b in ours["kv_buffers"]) == logged(run.kv)
+        rows = {r["device"]: r for r in ours["devices"]}
+        assert ours_by((k, r["output_bytes"]) for k, r in rows.items() if r["output_bytes"]) == \
+            logged(run.output)
+
+        # to the byte: each RPC device's model and KV buffers among its server's allocations
+        for i, s in enumerate(servers):
+            sizes = s.alloc_sizes()
+            mine = [b["bytes"] for b in ours["model_buffers"] if b["name"] == f"RPC{i}"]
+            mine += [b["bytes"] for b in ours["kv_buffers"] if b["device"] == f"RPC{i}"]
+            for n in mine:
+                assert n in sizes, (case, f"RPC{i}", n, sizes)
+
+        if n_rpc == 0:  # one CPU: the compute buffer is the existing plan's
+            assert ours_by((k, r["compute_bytes"]) for k, r in rows.items()
+                           if r["compute_bytes"]) == logged(run.compute)
+        else:
+            assert all(r["compute_bytes"] is None for r in ours["devices"]
+                       if r["device"] != "CPU_REPACK")
