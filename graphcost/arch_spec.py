@@ -43,11 +43,19 @@ class ArchSpec:
 PROVEN_ASPECTS = ("graph", "memory", "executor")
 
 
-_ROPE_MODES = {"norm": 0, "neox": 2, "none": None}
+#: rope modes by spec name: ggml.h GGML_ROPE_TYPE_NEOX 2, _MROPE 8, _IMROPE 40 (multi-section
+#: rope, positions [4 * n_tokens]); "norm" is 0 (adjacent pairs)
+_ROPE_MODES = {"norm": 0, "neox": 2, "mrope": 8, "imrope": 40, "none": None}
+#: modes whose rope takes 4 positions per token (llama_hparams::n_pos_per_embd)
+MULTI_ROPE_MODES = frozenset({8, 40})
 
 
-def rope_mode(spec: ArchSpec) -> int | None:
-    return _ROPE_MODES[spec.rope]
+def rope_mode(spec: ArchSpec, name: str | None = None) -> int | None:
+    """The ggml rope mode of the spec (or of ``name``, a mode name)."""
+    name = spec.rope if name is None else name
+    if name not in _ROPE_MODES:
+        raise GraphcostError(f"{spec.path}: rope {name!r} must be one of {', '.join(_ROPE_MODES)}")
+    return _ROPE_MODES[name]
 
 
 def _stmt_list(doc: dict, key: str, path: Path) -> list[dict]:
@@ -105,7 +113,8 @@ _FUNCS = {"sqrt": math.sqrt}
 
 def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
     """A number, or an arithmetic expression over hyperparameter names (``1/sqrt(head_dim)``,
-    ``a if n_layer == 62 else b``, ``(il + 1) % step == 0``). No other Python is accepted."""
+    ``a if n_layer == 62 else b``, ``(il + 1) % step == 0``, ``is_swa or n_swa == 0``). No other
+    Python is accepted."""
     if isinstance(expr, (int, float)) and not isinstance(expr, bool):
         return float(expr)
     try:
@@ -126,6 +135,11 @@ def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
             return _BIN[type(n.op)](ev(n.left), ev(n.right))
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
             return -ev(n.operand)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            return float(not ev(n.operand))
+        if isinstance(n, ast.BoolOp):  # and / or, over truth values (non-zero is true)
+            vals = [bool(ev(v)) for v in n.values]
+            return float(all(vals) if isinstance(n.op, ast.And) else any(vals))
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUNCS \
                 and len(n.args) == 1:
             return _FUNCS[n.func.id](ev(n.args[0]))

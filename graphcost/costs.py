@@ -199,6 +199,18 @@ def concat(t: Tensor) -> OpCost:
     return OpCost({}, tuple(_plain(t)), t.data_bytes)
 
 
+def pad(t: Tensor) -> OpCost:
+    # a:[n0, n1, n2, n3] -> [n0 + p0, ...]: copy a, write zeros in the padding; no
+    # arithmetic (ggml_compute_forward_pad)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
+def repeat(t: Tensor) -> OpCost:
+    # a:[n0, n1, n2, n3] tiled to [k0*n0, ...]: read a once, write every copy; no
+    # arithmetic (ggml_compute_forward_repeat)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
 def rope(t: Tensor) -> OpCost:
     # x:[D, H, T] rotated in n_dims/2 pairs per head. Per token and pair (rope cache, shared
     # by all heads): theta*scale, cos*m, sin*m, theta step [4 mul], 1 sin, 1 cos (+1 div with
@@ -396,12 +408,6 @@ def sigmoid(t: Tensor) -> OpCost:
     return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
 
 
-def repeat(t: Tensor) -> OpCost:
-    # a tiled to the result's shape: a read once, the result written, no arithmetic
-    # (ggml_compute_forward_repeat_f32: ggml_vec_cpy_f32 per tile)
-    return OpCost({}, tuple(_plain(t)), t.data_bytes)
-
-
 def fill(t: Tensor) -> OpCost:
     # y[...] = c: the source gives the shape only and is not read; no arithmetic
     # (ggml_compute_forward_fill)
@@ -423,6 +429,8 @@ COSTS: dict[Op, CostFn] = {
     Op.CPY: copy,
     Op.CONT: copy,
     Op.CONCAT: concat,
+    Op.PAD: pad,
+    Op.REPEAT: repeat,
     Op.ROPE: rope,
     Op.SOFT_MAX: soft_max,
     Op.FLASH_ATTN_EXT: flash_attn_ext,
@@ -437,7 +445,6 @@ COSTS: dict[Op, CostFn] = {
     Op.CLAMP: clamp,
     Op.SIGMOID: sigmoid,
     Op.FILL: fill,
-    Op.REPEAT: repeat,
     Op.ADD_ID: add_id,
     Op.SWIGLU_OAI: swiglu_oai,
 }

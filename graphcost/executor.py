@@ -519,9 +519,14 @@ class Executor:
                               np.dtype(dtype), kind, call))
         return Plan(bg, steps, len(slot_of), fixed, fixed_raw, inputs, needs_raw, slot_of)
 
-    @staticmethod
-    def _input_kind(leaf: Tensor, cache_of: dict[int, KVCache]) -> tuple[str, KVCache | None]:
+    def _input_kind(self, leaf: Tensor, cache_of: dict[int, KVCache]
+                    ) -> tuple[str, KVCache | None]:
         name = leaf.name
+        if name == "inp_attn_scale" and self.model.arch != "deepseek2":
+            # llama4 (offset 1, floor 8192) and mistral3 (floor n_ctx_orig_yarn) set the
+            # temperature's hparams in their own load_hparams: not mirrored here
+            raise UnsupportedError(f"graph input 'inp_attn_scale' of {self.model.arch}: the "
+                                   "executor fills it for deepseek2 only")
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
                     "attn_inp_v_rot", "inp_attn_scale"):
             return name, None

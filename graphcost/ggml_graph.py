@@ -247,9 +247,13 @@ class Graph:
         ne[dim] += b.ne[dim]
         return self._new(Op.CONCAT, a.type, ne, [a, b], params={"dim": dim})
 
+    def pad(self, a: Tensor, p) -> Tensor:
+        """ggml_pad: ``p[i]`` zeros appended after dim i (ggml_pad_ext with lp = 0)."""
+        ne = [a.ne[i] + p[i] for i in range(4)]
+        return self._new(Op.PAD, a.type, ne, [a], params={"pad": tuple(p)})
+
     def repeat_4d(self, a: Tensor, ne) -> Tensor:
-        """ggml_repeat_4d: a new tensor of shape ``ne`` tiling ``a`` (each ne[i] a multiple
-        of a.ne[i])."""
+        """ggml_repeat_4d: ``a`` tiled to ``ne`` (each ne[i] a multiple of a.ne[i])."""
         ne4 = _ne4(ne)
         if any(ne4[i] % a.ne[i] for i in range(4)):
             raise ValueError(f"repeat of {a.ne} to {ne4}")

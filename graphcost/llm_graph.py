@@ -59,6 +59,8 @@ class LlmGraph:
         self.n_outputs = run.n_outputs
         self._weights: dict[str, Tensor] = {}
         self.caches: list[KVCache] = []
+        #: res->t_inp_embd, set by build_inp_embd
+        self.inp_embd: Tensor | None = None
         #: llm_graph_input_attn_kv of each cache, in the order they were built
         self.attn_inputs: list[AttnInputs] = []
 
@@ -86,21 +88,30 @@ class LlmGraph:
     def build_inp_embd(self, tok_embd: Tensor, scale: float = 0.0) -> Tensor:
         """``scale``: hparams.f_embedding_scale, which llama.cpp loads only for the
         architectures that have one (Granite); 0 means none."""
-        g = self.g
+        g, n_embd = self.g, self.model.n_embd
+        # hparams.n_embd_inp(): deepstack models (qwen3vl) take n_embd * (1 + n_deepstack)
+        n_embd_inp = n_embd * (1 + self.model.n_deepstack_layers)
         tokens = g.cb(g.new_tensor(gt.I32, [self.n_tokens]), "inp_tokens")
-        embd_in = g.cb(g.new_tensor(gt.F32, [self.model.n_embd, self.n_tokens]), "inp_embd")
+        embd_in = g.cb(g.new_tensor(gt.F32, [n_embd_inp, self.n_tokens]), "inp_embd")
         cur = g.get_rows(tok_embd, tokens)
+        if n_embd_inp != n_embd:
+            cur = g.pad(cur, [n_embd_inp - n_embd, 0, 0, 0])
         # ggml_build_forward_select: both paths are visited, the token path computes
         g.expand(cur)
         g.expand(embd_in)
+        if n_embd_inp != n_embd:
+            cur = g.view(cur, [n_embd, self.n_tokens], [cur.nb[1]], 0)
+        #: res->t_inp_embd (qwen3vl's deepstack layers add views of it)
+        self.inp_embd = cur
         if scale != 0.0:
             cur = g.scale(cur, scale)
         g.cb(cur, "embd")
         g.expand(cur)
         return cur
 
-    def build_inp_pos(self) -> Tensor:
-        return self.g.cb(self.g.new_tensor(gt.I32, [self.n_tokens]), "inp_pos")
+    def build_inp_pos(self, n_pos_per_embd: int = 1) -> Tensor:
+        """build_inp_pos: I32 [n_tokens * n_pos_per_embd] (4 for multi-section rope)."""
+        return self.g.cb(self.g.new_tensor(gt.I32, [self.n_tokens * n_pos_per_embd]), "inp_pos")
 
     def build_inp_out_ids(self) -> Tensor:
         return self.g.new_tensor(gt.I32, [self.n_outputs], name="out_ids")
@@ -230,11 +241,14 @@ class LlmGraph:
              freq_base: float, freq_scale: float) -> Tensor:
         """ggml_rope_ext with the context's rope parameters (llm_graph_context: n_ctx_orig =
         cparams.n_ctx_orig_yarn, attn_factor = cparams.yarn_attn_factor, which without
-        YaRN is hparams.rope_attn_factor; YaRN's ext_factor and mscale are not modelled)."""
+        YaRN is hparams.rope_attn_factor; YaRN's ext_factor and mscale are not modelled);
+        ggml_rope_multi (the same ROPE op, with hparams.rope_sections) for the multi-section
+        modes (MROPE 8, IMROPE 40)."""
         m = self.model
+        extra = {"sections": m.rope_sections} if mode in (8, 40) else {}
         return self.g.rope(x, pos, factors, n_dims=m.n_rot, mode=mode, freq_base=freq_base,
                            freq_scale=freq_scale, n_ctx_orig=m.n_ctx_orig_yarn or m.n_ctx_train,
-                           attn_factor=m.rope_attn_factor)
+                           attn_factor=m.rope_attn_factor, **extra)
 
     def proj(self, il: int, short: str, cur: Tensor, name: str, bias_name: str | None = None) -> Tensor:
         """build_lora_mm(blk.il.<short>.weight, cur) cb'ed ``name``, plus the optional
@@ -246,26 +260,25 @@ class LlmGraph:
             t = g.cb(g.add(t, b), bias_name or name, il)
         return t
 
-    def ffn_down(self, il: int, cur: Tensor, down: str = "ffn_down") -> Tensor:
+    def ffn_down(self, il: int, cur: Tensor, suffix: str = "") -> Tensor:
         """build_ffn's down projection: unnamed, or ``ffn_down`` then an unnamed bias ADD."""
         g = self.g
-        cur = self.mm(self.lw(il, f"{down}.weight"), cur)
-        b = self.lw(il, f"{down}.bias", required=False)
+        cur = self.mm(self.lw(il, f"ffn_down{suffix}.weight"), cur)
+        b = self.lw(il, f"ffn_down{suffix}.bias", required=False)
         if b is not None:
             g.cb(cur, "ffn_down", il)
             cur = g.add(cur, b)
         return cur
 
-    def build_ffn_par(self, il: int, cur: Tensor, act: str, up: str = "ffn_up",
-                      gate: str = "ffn_gate", down: str = "ffn_down") -> Tensor:
+    def build_ffn_par(self, il: int, cur: Tensor, act: str, suffix: str = "") -> Tensor:
         """build_ffn with a parallel gate (LLM_FFN_PAR) and SILU or GELU: fused GLU split.
-        ``up gate down`` name the weights (``ffn_up_shexp``...: a shared expert); the
-        nodes are named ``ffn_up``, ``ffn_gate``... whichever weights they use."""
-        up_t = self.proj(il, up, cur, "ffn_up", "ffn_up_b")
-        gate_t = self.proj(il, gate, cur, "ffn_gate", "ffn_gate_b")
+        ``suffix`` picks other weights (``_shexp``: ``ffn_up_shexp`` ...); the names the
+        results are cb'ed with stay ``ffn_up``, ``ffn_gate``, ``ffn_swiglu``."""
+        up = self.proj(il, f"ffn_up{suffix}", cur, "ffn_up", "ffn_up_b")
+        gate = self.proj(il, f"ffn_gate{suffix}", cur, "ffn_gate", "ffn_gate_b")
         op, name = {"silu": ("SWIGLU", "ffn_swiglu"), "gelu": ("GEGLU", "ffn_geglu")}[act]
-        cur = self.g.cb(self.g.glu_split(op, gate_t, up_t), name, il)
-        return self.ffn_down(il, cur, down)
+        cur = self.g.cb(self.g.glu_split(op, gate, up), name, il)
+        return self.ffn_down(il, cur, suffix)
 
     #: build_ffn's activations without a parallel gate: op and the name it is cb'ed with
     FFN_SEQ_ACT = {"gelu": ("GELU", "ffn_gelu"), "silu": ("SILU", "ffn_silu"),

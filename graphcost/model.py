@@ -64,6 +64,14 @@ class ModelInfo:
     expert_gating_func: int = 0
     #: f_attn_logit_softcapping when the architecture sets attn_soft_cap (gemma2), else 0
     attn_softcap: float = 0.0
+    #: rope.dimension_sections (hparams.rope_sections, 4 entries; 0 when absent): multi-section
+    #: rope (qwen3vl's IMROPE, glm4's MROPE when sections are set, hparams.use_mrope)
+    rope_sections: tuple[int, ...] = (0, 0, 0, 0)
+    #: attention.temperature_scale (f_attn_temp_scale, llama4/mistral3 / Mistral Large 3 query
+    #: temperature tuning; 0: none)
+    attn_temp_scale: float = 0.0
+    #: n_deepstack_layers (qwen3vl): the input embedding is n_embd * (1 + this) wide
+    n_deepstack_layers: int = 0
     #: hparams.rope_freq_scale_train_swa: 1 unless the family copies the trained scale
     #: (spec hparam ``rope_swa_from_train``: gemma2, gpt-oss)
     rope_freq_scale_swa: float = 1.0
@@ -79,9 +87,6 @@ class ModelInfo:
     #: interleave_moe_layer_step (MoE every step-th layer)
     n_ff_shexp: int = 0
     n_moe_layer_step: int = 0
-    #: attention.temperature_scale (f_attn_temp_scale: Llama 4 / Mistral Large 3 query
-    #: temperature tuning, 0: none)
-    attn_temp_scale: float = 0.0
     #: attention.temperature_length (n_attn_temp_floor_scale: positions per temperature
     #: step of inp_attn_scale, read by deepseek2.cpp's load_hparams; 0: not given)
     attn_temp_length: int = 0
@@ -240,8 +245,12 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     is_swa = (False,) * n_layer
     swa_train = bool(specs[arch].hparams.get("rope_swa_from_train", False))
     swa_default = specs[arch].hparams.get("swa_pattern")
-    if swa_default is not None:
+    only = specs[arch].hparams.get("swa_only_n_layer")  # exaone4: SWA only for 64 layers
+    if swa_default is not None and (only is None or n_layer == int(only)):
         n_swa = m.int(Keys.Attention.SLIDING_WINDOW, int(specs[arch].hparams.get("sliding_window", 0)))
+        fixed = specs[arch].hparams.get("sliding_window_fixed")
+        if fixed is not None and n_swa != 0:  # llama4: a 0 in the file turns it off, any
+            n_swa = int(fixed)                # other value (or none) means the fixed chunk
         if n_swa > 0:
             is_swa = _swa_pattern(m, n_layer, int(swa_default))
 
@@ -287,8 +296,24 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         kv_lora_rank=m.int(Keys.Attention.KV_LORA_RANK, 0),
         head_dim_k_mla=m.int(Keys.Attention.KEY_LENGTH_MLA, 0),
         head_dim_v_mla=m.int(Keys.Attention.VALUE_LENGTH_MLA, 0),
+        rope_sections=_sections(m),
+        n_deepstack_layers=m.int(Keys.LLM.NUM_DEEPSTACK_LAYERS, 0),
         **_experts(m, n_layer_all, n_layer),
     )
+
+
+def _sections(m: _Meta) -> tuple[int, ...]:
+    """rope.dimension_sections: ``get_key_or_arr(..., rope_sections, 4)``, zeros when absent."""
+    v = m.get(Keys.Rope.DIMENSION_SECTIONS, None)
+    if v is None:
+        return (0, 0, 0, 0)
+    if isinstance(v, LazyArray):
+        v = v.load()
+    if not isinstance(v, list) or len(v) != 4 or \
+            not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+        raise GraphcostError(f"{m.path}: metadata key {m.key(Keys.Rope.DIMENSION_SECTIONS)!r} "
+                             f"must hold 4 non-negative integers, got {_show(v)}")
+    return tuple(v)
 
 
 def _bool(m: _Meta, template: str, default: bool) -> bool:

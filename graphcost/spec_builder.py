@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from .arch_spec import ArchSpec, evaluate
+from .arch_spec import ArchSpec, evaluate, rope_mode
 from .errors import GraphcostError, UnsupportedError
 from .ggml_graph import Tensor
 from .llm_graph import AttnInputs, LlmGraph
@@ -41,6 +41,7 @@ class SpecBuilder:
         self.vars: dict[str, Any] = {}
         self.il: int | None = None
         m = self.m
+        #: names an expression may use; in a layer also il, is_swa (hparams.is_swa(il))
         self.names = {
             "n_embd": m.n_embd, "n_head": m.n_head[0], "n_head_kv": m.n_head_kv[0],
             "head_dim": m.head_dim_k, "head_dim_v": m.head_dim_v, "n_layer": m.n_layer,
@@ -48,7 +49,8 @@ class SpecBuilder:
             "final_logit_softcap": m.final_logit_softcap,
             "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
             "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
-            "rope_finetuned": float(m.rope_finetuned),
+            "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
+            "attn_temp_scale": m.attn_temp_scale, "n_expert": m.n_expert,
             # deepseek2 / glm4moe: leading dense layers; MLA ranks and head sizes
             "n_layer_dense_lead": m.n_layer_dense_lead,
             "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank,
@@ -56,11 +58,16 @@ class SpecBuilder:
             "head_dim_v_mla": m.head_dim_v_mla or m.head_dim_v,
             "n_vocab": m.n_vocab,
             "n_ff_shexp": m.n_ff_shexp, "n_moe_layer_step": m.n_moe_layer_step,
-            "is_mla": float(m.is_mla), "attn_temp_scale": m.attn_temp_scale,
-            "il": -1,  # the layer being built (-1 outside the layers)
+            "is_mla": float(m.is_mla),
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
+        #: llama_model_rope_type: the spec's mode, or ``hparams.rope_with_sections`` (glm4:
+        #: mrope) when the file sets rope sections (llama_hparams::use_mrope)
+        self.rope_mode = rope_mode(spec)
+        with_sections = spec.hparams.get("rope_with_sections")
+        if with_sections is not None and m.rope_sections[0] > 0 and m.rope_sections[1] > 0:
+            self.rope_mode = rope_mode(spec, str(with_sections))
 
     # ---- helpers -----------------------------------------------------------------------
     def where(self, stmt: str) -> str:
@@ -111,12 +118,12 @@ class SpecBuilder:
         self.run(self.spec.prologue)
         for il in range(m.n_layer):
             self.il = il
-            self.names["il"] = il
+            self.names.update(il=il, is_swa=float(m.n_swa > 0 and m.is_swa[il]))
             g.layer = il
             g.block = "other"
             self.run(self.spec.layer)
         self.il = None
-        self.names["il"] = -1
+        del self.names["il"], self.names["is_swa"]
         g.layer = None
         g.block = "other"
         self.run(self.spec.epilogue)

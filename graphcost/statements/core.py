@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..arch_spec import rope_mode
+from ..arch_spec import MULTI_ROPE_MODES
 from ..errors import GraphcostError, UnsupportedError
 from ..ggml_graph import Tensor
 from ..spec_builder import SpecBuilder, statement
@@ -22,7 +22,8 @@ def s_embed(sb: SpecBuilder, a: dict) -> None:
 
 @statement("positions")
 def s_positions(sb: SpecBuilder, a: dict) -> None:
-    sb.vars[a.get("out", "inp_pos")] = sb.b.build_inp_pos()
+    n_pos = 4 if sb.rope_mode in MULTI_ROPE_MODES else 1  # hparams.n_pos_per_embd()
+    sb.vars[a.get("out", "inp_pos")] = sb.b.build_inp_pos(n_pos)
 
 
 @statement("attention_inputs")
@@ -76,11 +77,15 @@ def s_qkv(sb: SpecBuilder, a: dict) -> None:
 
 @statement("rope")
 def s_rope(sb: SpecBuilder, a: dict) -> None:
-    mode = rope_mode(sb.spec)
+    """``base: ctx`` uses the graph context's freq_base/freq_scale on every layer (the
+    plain ``freq_base, freq_scale`` of src/models/*.cpp), else ``get_rope_freq_base``."""
+    mode = sb.rope_mode
     if mode is None:
         raise GraphcostError(sb.where("rope statement in an architecture with rope: none"))
     m, il = sb.m, sb.il
-    if m.n_swa > 0 and m.is_swa[il]:
+    if a.get("base") == "ctx":
+        fb, fs = m.rope_freq_base, m.rope_freq_scale
+    elif m.n_swa > 0 and m.is_swa[il]:
         # llama_model::get_rope_freq_base/scale
         fb, fs = m.rope_freq_base_swa, m.rope_freq_scale_swa
     else:
@@ -149,7 +154,7 @@ def s_ffn(sb: SpecBuilder, a: dict) -> None:
         raise UnsupportedError(sb.where(f"ffn kind {kind!r} is not implemented yet"))
     else:
         t = sb.b.build_ffn_par(sb.il, sb.var(a.get("x", "cur")), a.get("act", "silu"),
-                               *(a.get(w, f"ffn_{w}") for w in ("up", "gate", "down")))
+                               a.get("suffix", ""))
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import ggml_types as gt
-from ..arch_spec import evaluate, rope_mode
+from ..arch_spec import evaluate
 from ..errors import GraphcostError, UnsupportedError
 from ..ggml_graph import Tensor
 from ..spec_builder import SpecBuilder, statement
@@ -140,7 +140,7 @@ def rope_ctx(sb: SpecBuilder, a: dict) -> None:
     """``{x: Qcur, pos: inp_pos, cb: name, out: var}``: ggml_rope_ext with the graph
     context's ``freq_base`` (the model's, sliding layer or not) and ``freq_scale`` 1 on
     sliding-window layers (olmo2.cpp: "Olmo3 use regular rope with no yarn rope scaling")."""
-    mode = rope_mode(sb.spec)
+    mode = sb.rope_mode
     if mode is None:
         raise GraphcostError(sb.where("rope_ctx statement in an architecture with rope: none"))
     m, il = sb.m, sb.il

@@ -8,7 +8,6 @@ permutes, concatenations -- and attends through a K-only cache
 
 * ``attention_inputs_k`` -- ``build_attn_inp_k``: the MLA cache (K rows of
   ``kv_lora_rank + n_rot``, no V buffer) with its K index and mask inputs;
-* ``mm``        -- ``ggml_mul_mat(w, x)`` with a layer weight;
 * ``view``      -- ``ggml_view_Nd(x, ne..., nb..., offset)``, strides and offset in
   *elements* of ``x``'s type (``ggml_row_size(x->type, n)`` in the C++);
 * ``permute``   -- ``ggml_permute``;
@@ -16,10 +15,11 @@ permutes, concatenations -- and attends through a K-only cache
 * ``attention_k`` -- ``build_attn(llm_graph_input_attn_k *, wo, ..., v_mla = wv_b)``;
 * ``repeat``    -- ``ggml_repeat_4d`` (the legacy non-MLA graph's shared ``k_pe``);
 * ``cont``      -- ``ggml_cont``;
-* ``attn_temp_input`` -- ``build_inp_attn_scale``: the per-token query temperature input
-  (F32 [1, 1, n_tokens], ``inp_attn_scale``) of Llama 4 / Mistral Large 3;
 * ``rope_offset`` -- ``ggml_rope_set_offset``: the rope rotates the dims after ``offset``
   (legacy non-MLA: rope on the trailing ``n_rot`` dims of the whole Q).
+
+The matmuls (``mm``) and the query temperature input (``attn_temp_input``, Mistral Large 3
+in deepseek2's graph) are the shared statements of :mod:`.common`.
 
 Sizes are expressions over the hyperparameter names (``kv_lora_rank``, ``head_dim_k_mla``,
 ``n_rot``, ``n_head``, ``n_tokens`` ...).
@@ -60,13 +60,6 @@ def attention_inputs_k(sb: SpecBuilder, a: dict) -> None:
                             f"{gt.type_name(run.type_v)} must be equal (llama.cpp refuses)")
     cache = b.make_cache("base", list(range(m.n_layer)), run.kv_size, run.n_kv)
     sb.inp_attn = b.build_attn_inputs_k(cache)
-
-
-@statement("mm")
-def mm(sb: SpecBuilder, a: dict) -> None:
-    """``{w: attn_q_a, x: cur, cb: q, out: q}``: ggml_mul_mat(w, x)."""
-    t = sb.g.mul_mat(sb.weight(a["w"]), sb.var(a.get("x", "cur")))
-    sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
 
 
 @statement("view")
@@ -141,11 +134,3 @@ def cont(sb: SpecBuilder, a: dict) -> None:
     """``{x, cb, out}``: ggml_cont(x) -- a packed copy."""
     t = sb.g.cont(sb.var(a["x"]))
     sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
-
-
-@statement("attn_temp_input")
-def attn_temp_input(sb: SpecBuilder, a: dict) -> None:
-    """``{out: inp_attn_scale}``: llm_graph_context::build_inp_attn_scale -- an F32 input
-    [1, 1, n_tokens] named ``inp_attn_scale``, multiplied into Q by the layers."""
-    t = sb.g.new_tensor(gt.F32, [1, 1, sb.b.n_tokens], name="inp_attn_scale")
-    sb.vars[a.get("out", "inp_attn_scale")] = t

@@ -38,12 +38,16 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
                   n_expert_used_il: int, act: str, norm_w: bool, w_scale: float, gating: int,
                   il: int, n_expert_groups: int = 0, n_group_used: int = 0,
                   gate_up_exps: Tensor | None = None, up_b: Tensor | None = None,
-                  gate_b: Tensor | None = None, down_b: Tensor | None = None) -> Tensor:
+                  gate_b: Tensor | None = None, down_b: Tensor | None = None,
+                  llama4: bool = False) -> Tensor:
     """build_moe_ffn without adapters or per-expert scales; with DeepSeek V3's grouped
     routing when ``n_expert_groups > 1`` (:func:`mask_expert_groups`) and the merged
     ``gate_up_exps`` path (one MUL_MAT_ID, gate and up as views) when given. ``up_b``,
     ``gate_b``, ``down_b``: per-expert biases [n, n_expert] (gpt-oss), each an ADD_ID of
-    the rows the selected experts pick. ``act`` ``swiglu_oai``: LLM_FFN_SWIGLU_OAI_MOE."""
+    the rows the selected experts pick. ``act`` ``swiglu_oai``: LLM_FFN_SWIGLU_OAI_MOE.
+    ``llama4``: its ``arch == LLM_ARCH_LLAMA4`` branches: experts chosen by the raw logits,
+    and the input scaled by the weights before the experts (REPEAT, MUL
+    ``ffn_moe_weighted``), not their outputs after."""
     g = b.g
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     cb = g.cb
@@ -65,6 +69,9 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     selection_probs = probs
     if exp_probs_b is not None:
         selection_probs = cb(g.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
+
+    if llama4:  # "sigmoid is only used after top_k"
+        selection_probs = logits
 
     if n_expert_groups > 1 and n_tokens > 0:
         selection_probs = mask_expert_groups(b, selection_probs, n_expert, n_expert_groups,
@@ -96,6 +103,9 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     g.expand(weights)  # "call early so that topk-moe can be used"
 
     cur = g.reshape(cur, [n_embd, 1, n_tokens])
+    if llama4:  # weight_before_ffn
+        repeated = g.repeat_4d(cur, [n_embd, n_expert_used, n_tokens, 1])
+        cur = cb(g.mul(repeated, weights), "ffn_moe_weighted", il)
     if gate_up_exps is not None:
         # one MUL_MAT_ID [2*n_ff, k, n_tokens]; gate is the first n_ff rows, up the rest
         gate_up = cb(g.mul_mat_id(gate_up_exps, cur, selected), "ffn_moe_gate_up", il)
@@ -129,7 +139,8 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     experts = cb(g.mul_mat_id(down_exps, cur, selected), "ffn_moe_down", il)  # [n_embd, k, T]
     if down_b is not None:
         experts = cb(g.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
-    experts = cb(g.mul(experts, weights), "ffn_moe_weighted", il)
+    if not llama4:
+        experts = cb(g.mul(experts, weights), "ffn_moe_weighted", il)
     g.expand(experts)
 
     # order the views before the adds
@@ -192,8 +203,8 @@ def _gating(sb: SpecBuilder, v: Any) -> int:
 @statement("moe_ffn")
 def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
     """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, gate_up, down, up_bias, gate_bias,
-    down_bias, probs_bias, act, gating, norm_w, w_scale, cb, out}``; tensors default to
-    ``ffn_gate_inp``, ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama),
+    down_bias, probs_bias, act, gating, norm_w, w_scale, llama4, cb, out}``; tensors default
+    to ``ffn_gate_inp``, ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama),
     ``ffn_down_exps``; no expert biases unless named; ``gate_up`` (e.g.
     ``ffn_gate_up_exps?``) takes the merged path when the file has it."""
     m, il = sb.m, sb.il
@@ -222,5 +233,5 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
         evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il,
         m.n_expert_groups, m.n_group_used, gate_up,
         up_b=sb.weight(a.get("up_bias")), gate_b=sb.weight(a.get("gate_bias")),
-        down_b=sb.weight(a.get("down_bias")))
+        down_b=sb.weight(a.get("down_bias")), llama4=bool(a.get("llama4", False)))
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))
