@@ -92,6 +92,11 @@ class Analysis:
     def kv_cache_bytes(self) -> int:
         return sum(c.bytes() for c in self.graph.caches)
 
+    @property
+    def recurrent_state_bytes(self) -> int:
+        """Bytes of the recurrent states' R and S buffers (hybrid/recurrent models)."""
+        return sum(st.buffer_bytes for st in self.graph.states)
+
     @cached_property
     def memory(self) -> MemoryPlan:
         """Start-up buffers for these settings and the live bytes of this graph's nodes

@@ -37,6 +37,8 @@ class ArchSpec:
     #: ``memory`` (buffers to the byte), ``executor`` (numerics of ``graphcost profile``)
     proven: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
+    #: "kv" (a KV cache) or "none" (llama_model::create_memory returns nullptr: encoders)
+    memory: str = "kv"
 
 
 #: the aspects a spec's ``proven`` mapping may name
@@ -80,6 +82,9 @@ def parse_spec(path: Path) -> ArchSpec:
     rope = doc.get("rope", "norm")
     if rope not in _ROPE_MODES:
         raise GraphcostError(f"{path}: rope {rope!r} must be one of {', '.join(_ROPE_MODES)}")
+    memory = doc.get("memory", "kv")
+    if memory not in ("kv", "none"):
+        raise GraphcostError(f"{path}: memory {memory!r} must be kv or none")
     proven = doc.get("proven") or {}
     if not isinstance(proven, dict) or not set(proven) <= set(PROVEN_ASPECTS):
         raise GraphcostError(f"{path}: 'proven' must map {', '.join(PROVEN_ASPECTS)} to a test file")
@@ -89,7 +94,7 @@ def parse_spec(path: Path) -> ArchSpec:
         prologue=_stmt_list(doc, "prologue", path), layer=_stmt_list(doc, "layer", path),
         epilogue=_stmt_list(doc, "epilogue", path),
         unsupported_tensors=dict(doc.get("unsupported_tensors") or {}),
-        proven={k: str(v) for k, v in proven.items()}, path=path)
+        proven={k: str(v) for k, v in proven.items()}, path=path, memory=memory)
 
 
 @lru_cache(maxsize=1)

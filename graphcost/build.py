@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .arch_spec import load_specs
 from .consistency import check_model
@@ -10,16 +10,16 @@ from .errors import UnsupportedError
 from .ggml_graph import Tensor
 from .gguf_reader import read_model
 from .llm_graph import AttnInputs, KVCache, LlmGraph
+from .llm_recurrent import RecurrentState
 from .model import ModelInfo, model_info
 from .settings import Resolved, RunSettings, refuse_cache_types, resolve
 from .spec_builder import build_from_spec
 
 
-
 @dataclass
 class BuiltGraph:
-    """The nodes in execution order, the leaves they read, the KV caches and the attention
-    inputs of each cache (index, mask and rotation leaves)."""
+    """The nodes in execution order, the leaves they read, the KV caches, the attention
+    inputs of each cache (index, mask and rotation leaves) and the recurrent states."""
 
     model: ModelInfo
     run: Resolved
@@ -27,6 +27,7 @@ class BuiltGraph:
     leafs: list[Tensor]
     caches: list[KVCache]
     attn_inputs: list[AttnInputs]
+    states: list[RecurrentState] = field(default_factory=list)
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
@@ -43,17 +44,30 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     return m
 
 
+def _spec_key(model: ModelInfo, settings: RunSettings) -> str:
+    return model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
+
+
+def resolve_for(model: ModelInfo, settings: RunSettings) -> Resolved:
+    """``settings`` resolved for this model: an architecture without a KV cache (spec
+    ``memory: none``) outputs every token (llama_context::encode)."""
+    spec = load_specs().get(_spec_key(model, settings))
+    return resolve(settings, model.n_ctx_train, model.n_swa,
+                   memory=spec is None or spec.memory != "none")
+
+
 def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
     """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
-    run = resolve(settings, model.n_ctx_train, model.n_swa)
-    refuse_cache_types(run, [model.head_dim_k] * model.n_layer, [model.head_dim_v] * model.n_layer,
-                       str(model.header.path))
+    run = resolve_for(model, settings)
+    # per-layer head sizes (gemma4's sliding layers differ: llama_hparams::n_embd_head_k(il))
+    refuse_cache_types(run, [model.head_k(il) for il in range(model.n_layer)],
+                       [model.head_v(il) for il in range(model.n_layer)], str(model.header.path))
     specs = load_specs()
-    key = model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
+    key = _spec_key(model, settings)
     if key not in specs:
         have = sorted(k.split("@")[0] for k in specs if k.endswith(f"@{settings.llama_cpp}"))
         raise UnsupportedError(f"{model.header.path}: --llama-cpp {settings.llama_cpp} has no "
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])
-    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs)
+    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs, b.states)

@@ -28,6 +28,8 @@ TokOpt = Annotated[int, typer.Option("--tokens", help="tokens in this ubatch")]
 PastOpt = Annotated[int, typer.Option("--past", help="KV cells already filled")]
 OutOpt = Annotated[int, typer.Option("--outputs", help="tokens whose logits are computed")]
 FlavourOpt = Annotated[str, typer.Option("--llama-cpp", help="graph flavour: head | 2024-08")]
+EmbdOpt = Annotated[bool, typer.Option("--embeddings", help="llama.cpp --embeddings: pooled "
+                                       "embeddings (the GGUF's pooling type)")]
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -103,7 +105,7 @@ def analyze(
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
-    llama_cpp: FlavourOpt = "head",
+    llama_cpp: FlavourOpt = "head", embeddings: EmbdOpt = False,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
 ) -> None:
@@ -123,7 +125,8 @@ def analyze(
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
-                           past=past, outputs=outputs, llama_cpp=llama_cpp)
+                           past=past, outputs=outputs, llama_cpp=llama_cpp,
+                           embeddings=embeddings)
     path = _model_path(model)
     if output is not None:
         check_output(output, [path, *_hardware_inputs(hardware)])
@@ -190,7 +193,7 @@ def memory(
         "--fuse", help="what-if: 'attention' as one fused kernel")] = None,
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
-    swa_full: SwaOpt = False,
+    swa_full: SwaOpt = False, embeddings: EmbdOpt = False,
     device: Annotated[Optional[list[str]], typer.Option(
         "--device", help="KIND[:MEM], repeatable: a device (cuda, rocm, sycl, metal, vulkan, rpc) "
                          "and the free memory it reports, e.g. cuda:24GiB")] = None,
@@ -259,7 +262,8 @@ def memory(
         check_plot_path(output)
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
-                           cache_type_v=cache_type_v, swa_full=swa_full)
+                           cache_type_v=cache_type_v, swa_full=swa_full,
+                           embeddings=embeddings)
     info = load_model(_model_path(model))
     if format == "html":
         from .report.html import render_memory_page
@@ -459,6 +463,7 @@ def verify(
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
+    embeddings: EmbdOpt = False,
 ) -> None:
     """Run the installed llama.cpp (llama-cpp-python) on the model and show where graphcost's
     graph and buffers differ from it: exit 0 when equal, 1 when not."""
@@ -468,7 +473,7 @@ def verify(
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
-                           past=past, outputs=outputs)
+                           past=past, outputs=outputs, embeddings=embeddings)
     v = run_verify(model, settings)
     sys.stdout.write(render_verification(v))
     raise typer.Exit(0 if v.equal else 1)

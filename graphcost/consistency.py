@@ -11,7 +11,8 @@ one line naming the key and the tensor.
 Shapes are checked for the tensor kinds whose shape llama.cpp gives the same way in every
 architecture graphcost models (``src/llama-model.cpp``, ``load_tensors``):
 ``token_embd``/``output`` ``{n_embd, n_vocab}``; ``attn_q`` ``{n_embd, n_head *
-head_dim_k}``; ``attn_k``/``attn_v`` ``{n_embd, n_head_kv * head_dim}``; ``attn_qkv``
+head_dim_k}`` (twice that for the gated queries of ``GATED_Q``; a hybrid's recurrent layers'
+``attn_*`` tensors are its recurrent block's and not checked here); ``attn_k``/``attn_v`` ``{n_embd, n_head_kv * head_dim}``; ``attn_qkv``
 ``{n_embd, n_head * head_dim_k + n_head_kv * (head_dim_k + head_dim_v)}``; ``attn_output``
 ``{n_head * head_dim_v, n_embd}`` (MLA: the ``_mla`` head sizes for ``attn_q`` and
 ``attn_output``; NextN/MTP blocks, outside the trunk graph, are not checked); ``ffn_gate``/``ffn_down`` ``{n_embd, n_ff}``/``{n_ff,
@@ -38,6 +39,9 @@ MAX_VOCAB = 2**31 - 1
 MAX_EXPERTS = 1024
 #: architectures whose n_rot must equal the head size (llama_model::load_hparams)
 ROT_EQUALS_HEAD = ("llama", "falcon")
+#: architectures whose attn_q holds a query and an output gate per head: {n_embd, 2 n_head
+#: head_dim} (create_tensor_qkv(..., n_embd_head_k * n_head * 2, ...) in src/models/<arch>.cpp)
+GATED_Q = ("qwen3next", "qwen35", "qwen35moe")
 #: layer norms as long as the embedding (gguf tensor names)
 _EMBD_NORMS = ("attn_norm", "attn_norm_2", "ffn_norm", "post_attention_norm", "post_ffw_norm")
 _BLK = re.compile(r"^blk\.(\d+)\.(\w+)\.(weight|bias)$")
@@ -59,6 +63,10 @@ def check_model(m: ModelInfo) -> None:
     if m.n_rot > m.head_dim_k:
         raise GraphcostError(f"{path}: {key(Keys.Rope.DIMENSION_COUNT)!r} = {m.n_rot} is larger "
                              f"than the head size {m.head_dim_k}")
+    if m.n_swa > 0 and any(m.is_swa) and m.rot(m.is_swa.index(True)) > m.head_k(m.is_swa.index(True)):
+        raise GraphcostError(f"{path}: {key(Keys.Rope.DIMENSION_COUNT_SWA)!r} = "
+                             f"{m.rot(m.is_swa.index(True))} is larger than the sliding-window "
+                             f"layers' head size {m.head_k(m.is_swa.index(True))}")
     if m.arch in ROT_EQUALS_HEAD and m.n_rot != m.head_dim_k:
         raise GraphcostError(f"{path}: {key(Keys.Rope.DIMENSION_COUNT)!r} = {m.n_rot}: {m.arch} "
                              f"needs the head size {m.head_dim_k} (llama.cpp: invalid n_rot)")
@@ -108,15 +116,17 @@ def check_model(m: ModelInfo) -> None:
 def _check_layer_tensor(m: ModelInfo, t: TensorInfo, il: int, kind: str, expect) -> None:
     E = m.n_embd
     hq, hkv = m.n_head[il], m.n_head_kv[il]
-    dk, dv = m.head_dim_k, m.head_dim_v
+    dk, dv = m.head_k(il), m.head_v(il)  # per layer: gemma4's sliding layers differ
     heads = f"n_head {hq}, n_head_kv {hkv}, head size {dk}"
     ff = m.n_ff[il]
+    if m.recurrent(il) and kind.startswith("attn_") and kind not in _EMBD_NORMS:
+        return  # a hybrid's recurrent block (qwen3next's attn_qkv/attn_gate) has its own sizes
     # MLA (deepseek2): Q and the output projection use the decompressed head sizes
     # (key_length_mla / value_length_mla), the cache the compressed ones
     q_head = m.head_dim_k_mla or dk
     o_head = m.head_dim_v_mla or dv
     if kind == "attn_q":
-        expect(t, (E, hq * q_head), f"n_head {hq}, head size {q_head}")
+        expect(t, (E, (2 if m.arch in GATED_Q else 1) * hq * q_head), f"n_head {hq}, head size {q_head}")
     elif kind == "attn_k":
         expect(t, (E, hkv * dk), heads)
     elif kind == "attn_v":

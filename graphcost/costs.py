@@ -7,7 +7,7 @@ counts it as zero); any exception a cost function raises is a bug and propagates
 Counting convention (the one graphcost uses everywhere)
 -------------------------------------------------------
 FLOPs are counted **by kind**, one per elementary operation the CPU kernel performs on
-floats (kinds: ``mul add div exp sqrt sin cos tanh max``). A fused multiply-add is a
+floats (kinds: ``mul add div exp log sqrt sin cos tanh max``). A fused multiply-add is a
 ``mul`` plus an ``add``, so it counts **2** in ``flops`` (the total over all kinds). A
 matmul ``a [K, M] x b [K, N, B2, B3]`` is ``M*N*K*B2*B3`` multiplies and as many adds
 (``2*M*N*K*B`` in total, the convention of llama.cpp's ``test-backend-ops``); for
@@ -54,7 +54,7 @@ from . import ops
 from .ops import Op
 
 #: FLOP kinds summed into ``flops`` (``cvt`` is reported but not summed)
-FLOP_KINDS = ("mul", "add", "div", "exp", "sqrt", "sin", "cos", "tanh", "max")
+FLOP_KINDS = ("mul", "add", "div", "exp", "log", "sqrt", "sin", "cos", "tanh", "max")
 
 
 @dataclass(frozen=True)
@@ -414,6 +414,103 @@ def fill(t: Tensor) -> OpCost:
     return OpCost({}, (0,), t.data_bytes)
 
 
+def sqr(t: Tensor) -> OpCost:
+    # x*x: 1 mul per element (ggml_vec_sqr_f32)
+    n = t.n_elements
+    return OpCost(_ops(mul=n), tuple(_plain(t)), t.data_bytes)
+
+
+def sqrt_(t: Tensor) -> OpCost:
+    # sqrtf(x): 1 sqrt per element (ggml_vec_sqrt_f32)
+    n = t.n_elements
+    return OpCost(_ops(sqrt=n), tuple(_plain(t)), t.data_bytes)
+
+
+def mean(t: Tensor) -> OpCost:
+    # a:[n, rows] -> [1, rows]: n adds and 1 div per row (ggml_compute_forward_mean_f32:
+    # ggml_vec_sum_f32, then /= ne00)
+    a = t.src[0]
+    r = _rows(a)
+    return OpCost(_ops(add=a.ne[0] * r, div=r), tuple(_plain(t)), t.data_bytes)
+
+
+def repeat(t: Tensor) -> OpCost:
+    # a tiled to the result's shape: a read once, the result written; no arithmetic
+    # (ggml_compute_forward_repeat_f32 copies a's rows ne/a.ne times)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
+def pad(t: Tensor) -> OpCost:
+    # a copied into a larger zero-filled result: a read once, the result written
+    # (ggml_compute_forward_pad_f32 writes every element, zeros included)
+    return OpCost({}, tuple(_plain(t)), t.data_bytes)
+
+
+# ---- recurrent ---------------------------------------------------------------------------
+
+def ssm_conv(t: Tensor) -> OpCost:
+    # sx:[d_conv - 1 + n_t, d_inner, n_s] conv c:[d_conv, d_inner] -> [d_inner, n_t, n_s]:
+    # per output element a d_conv-long dot product accumulated from 0
+    # [d_conv mul, d_conv add] (ggml_compute_forward_ssm_conv_f32); each output element reads
+    # its d_conv window of sx, but sx and c are counted once, as for any other op
+    d_conv = t.src[1].ne[0]
+    n = t.n_elements
+    return OpCost(_ops(mul=d_conv * n, add=d_conv * n), tuple(_plain(t)), t.data_bytes)
+
+
+def ssm_scan(t: Tensor) -> OpCost | Unmodelled:
+    # s:[d_state, head_dim, n_head, rows] (rows ids picked) x:[head_dim, n_head, n_t, n_s]
+    # dt:[n_head, n_t, n_s] A:[1, n_head] B, C:[d_state, n_group, n_t, n_s] ids:[n_s]
+    # -> y [head_dim, n_head, n_t, n_s] ++ states [d_state, head_dim, n_head, n_s]
+    # (ggml_compute_forward_ssm_scan_f32, Mamba-2 branch: A scalar per head). Per token and
+    # head: softplus(dt) = log1p(exp(dt)) [1 exp, 1 log, 1 add], dA = exp(softplus * A)
+    # [1 mul, 1 exp]; per token, head and dim: x*dt [1 mul]; per state element:
+    # s = s0*dA + B*x_dt [2 mul, 1 add], sum += s*C [1 mul, 1 add]. (softplus returns dt
+    # itself above 20: data-dependent, counted as computed.) Mamba-1 (A [d_state, n_head])
+    # computes exp per state element instead and is not modelled here.
+    s, x, dt, A, B, C, ids = t.src
+    if A.ne[0] != 1:
+        return Unmodelled("SSM_SCAN with Mamba-1 decay factors (A per state element)")
+    d_state, head_dim, n_head = s.ne[0], s.ne[1], s.ne[2]
+    n_t, n_s = x.ne[2], x.ne[3]
+    th = n_t * n_s * n_head
+    thd = th * head_dim
+    thds = thd * d_state
+    state_bytes = gt.row_size(s.type, d_state * head_dim * n_head) * n_s  # the ids' rows only
+    reads = (state_bytes, x.data_bytes, dt.data_bytes, A.data_bytes, B.data_bytes,
+             C.data_bytes, ids.data_bytes)
+    return OpCost(_ops(mul=th + thd + 3 * thds, add=th + 2 * thds, exp=2 * th, log=th),
+                  reads, t.data_bytes)
+
+
+def gated_delta_net(t: Tensor) -> OpCost:
+    # q, k:[S, H_k, n_t, n_s] v:[S, H, n_t, n_s] g:[1 or S, H, n_t, n_s] beta:[1, H, n_t, n_s]
+    # state:[S, S, H, n_s] -> [S*H, n_t*n_s + K*S*n_s] (ggml_compute_forward_gated_delta_net
+    # _one_chunk). Per token and head, on the S x S state: decay by exp(g) [1 exp, S*S mul;
+    # a per-row gate (KDA): S exp], k.S [S*S mul, S*S add], delta = (v - k.S)*beta
+    # [S add, S mul], S += k (x) delta [S*S mul, S*S add], q.S [S*S mul, S*S add], * 1/sqrt(S)
+    # [S mul]: 4 S^2 + 2 S mul, 3 S^2 + S add.
+    q, k, v, g, beta, state = t.src
+    S, H, n_t, n_s = v.ne
+    th = H * n_t * n_s
+    exp = th * (S if g.ne[0] == S else 1)
+    return OpCost(_ops(mul=th * (4 * S * S + 2 * S), add=th * (3 * S * S + S), exp=exp),
+                  tuple(_plain(t)), t.data_bytes)
+
+
+def relu(t: Tensor) -> OpCost:
+    # x > 0 ? x : 0: one compare-select ("max") per element (ggml_vec_relu_f32)
+    n = t.n_elements
+    return OpCost(_ops(max=n), tuple(_plain(t)), t.data_bytes)
+
+
+def softplus(t: Tensor) -> OpCost:
+    # log(1 + exp(x)) [1 exp, 1 add, 1 log] per element (x itself above 20: data-dependent,
+    # counted as computed) (ggml_compute_softplus_f32)
+    n = t.n_elements
+    return OpCost(_ops(exp=n, add=n, log=n), tuple(_plain(t)), t.data_bytes)
+
+
 #: op (ggml_op_desc name) -> cost function. Ops missing here are reported as unmodelled.
 COSTS: dict[Op, CostFn] = {
     Op.MUL_MAT: mul_mat,
@@ -445,9 +542,18 @@ COSTS: dict[Op, CostFn] = {
     Op.CLAMP: clamp,
     Op.SIGMOID: sigmoid,
     Op.FILL: fill,
+    Op.SSM_CONV: ssm_conv,
+    Op.SSM_SCAN: ssm_scan,
+    Op.GATED_DELTA_NET: gated_delta_net,
+    Op.SOFTPLUS: softplus,
     Op.ADD_ID: add_id,
     Op.SWIGLU_OAI: swiglu_oai,
+    Op.SQR: sqr,
+    Op.SQRT: sqrt_,
+    Op.MEAN: mean,
+    Op.RELU: relu,
 }
+
 
 def op_cost(t: Tensor) -> OpCost | Unmodelled:
     """The cost of one node, or :class:`Unmodelled` when its op (or the op with these

@@ -89,6 +89,13 @@ def document(a: Analysis, hardware=None) -> dict:
                  "bytes": c.bytes()}
                 for c in bg.caches
             ],
+            # recurrent/hybrid models: llama_memory_recurrent's R and S buffers (F32)
+            "recurrent_state_bytes": a.recurrent_state_bytes,
+            "recurrent_states": [
+                {"cells": st.size, "layers": len(st.layers), "r_bytes": r.r_bytes,
+                 "s_bytes": r.s_bytes, "bytes": r.bytes}
+                for st, r in zip(bg.states, mem.states)
+            ],
             # start-up buffers llama.cpp allocates for these settings (graphcost.memory_plan)
             "compute_buffer_bytes": mem.compute_buffer_bytes,
             "output_buffer_bytes": mem.output_buffer_bytes,
@@ -144,6 +151,10 @@ def memory_document(plan, sweep: tuple[str, list[int], list] | None = None) -> d
                            "type_k": c.type_k, "type_v": c.type_v, "k_bytes": c.k_bytes,
                            "v_bytes": c.v_bytes, "bytes": c.bytes} for c in plan.caches],
             "kv_cache_bytes": plan.kv_cache_bytes,
+            # recurrent/hybrid models: llama_memory_recurrent's R and S buffers (F32)
+            "recurrent_states": [{"cells": s.cells, "layers": s.layers, "r_bytes": s.r_bytes,
+                                  "s_bytes": s.s_bytes, "bytes": s.bytes} for s in plan.states],
+            "recurrent_state_bytes": plan.recurrent_state_bytes,
             "compute_buffer_bytes": plan.compute_buffer_bytes,
             "output_buffer_bytes": plan.output_buffer_bytes,
             "total_bytes": plan.total_bytes,

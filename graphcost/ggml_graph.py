@@ -262,6 +262,17 @@ class Graph:
     def scale(self, a: Tensor, s: float, bias: float = 0.0) -> Tensor:
         return self._new(Op.SCALE, a.type, a.ne, [a], params={"scale": s, "bias": bias})
 
+    def scale_inplace(self, a: Tensor, s: float) -> Tensor:
+        """ggml_scale_inplace: SCALE whose result is a view of ``a`` (ggml_view_tensor)."""
+        v = self.view_tensor(a)
+        v.op = Op.SCALE.value
+        v.params = {"scale": s, "bias": 0.0}
+        return v
+
+    def sqr(self, a: Tensor) -> Tensor:
+        """ggml_sqr: x*x per element (GGML_OP_SQR, not a unary sub-op)."""
+        return self._new(Op.SQR, a.type, a.ne, [a])
+
     def rms_norm(self, a: Tensor, eps: float) -> Tensor:
         return self._new(Op.RMS_NORM, a.type, a.ne, [a], params={"eps": eps})
 
@@ -332,6 +343,41 @@ class Graph:
             raise ValueError(f"{op!r} is not a ggml GLU op")
         return self._new(op, a.type, (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3]), [a])
 
+    # ---- recurrent ------------------------------------------------------------------------
+    def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
+        """ggml_ssm_conv: depthwise causal conv of sx [d_conv - 1 + n_t, d_inner, n_s] with
+        c [d_conv, d_inner] -> F32 [d_inner, n_t, n_s]."""
+        d_conv, d_inner = c.ne[0], c.ne[1]
+        n_t = sx.ne[0] - d_conv + 1
+        if sx.ne[1] != d_inner or n_t < 0:
+            raise ValueError(f"ssm_conv shapes {sx.ne} x {c.ne}")
+        return self._new(Op.SSM_CONV, gt.F32, (d_inner, n_t, sx.ne[2]), [sx, c])
+
+    def ssm_scan(self, s: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                 ids: Tensor, K: int = 1) -> Tensor:
+        """ggml_ssm_scan: selective scan of x [head_dim, n_head, n_t, n_s] from the states
+        s [d_state, head_dim, n_head, rows] picked by ids I32 [n_s] -> F32 1-D
+        [nelements(x) + K * d_state * head_dim * n_head * n_s] (y, then the new states)."""
+        n = x.n_elements + K * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
+        return self._new(Op.SSM_SCAN, gt.F32, (n,), [s, x, dt, A, B, C, ids], params={"K": K})
+
+    def gated_delta_net(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+                        state: Tensor, K: int = 1) -> Tensor:
+        """ggml_gated_delta_net: v [S_v, H, n_t, n_s], state [S_v, S_v, H, n_s] -> F32
+        [S_v * H, n_t * n_s + K * S_v * n_s] (the outputs, then K state snapshots)."""
+        S_v, H, n_t, n_s = v.ne
+        if state.ne != (S_v, S_v, H, n_s) or beta.ne[0] != 1 or g.ne[0] not in (1, S_v):
+            raise ValueError(f"gated_delta_net shapes v {v.ne} state {state.ne} g {g.ne} beta {beta.ne}")
+        return self._new(Op.GATED_DELTA_NET, gt.F32, (S_v * H, n_t * n_s + K * S_v * n_s),
+                         [q, k, v, g, beta, state], params={"K": K})
+
+    def repeat_4d(self, a: Tensor, ne) -> Tensor:
+        """ggml_repeat_4d: ``a`` tiled to ``ne`` (each a multiple of a's size)."""
+        ne4 = _ne4(ne)
+        if any(n % m for n, m in zip(ne4, a.ne)):
+            raise ValueError(f"repeat of {a.ne} to {ne4}")
+        return self._new(Op.REPEAT, a.type, ne4, [a])
+
     # ---- mixture of experts ------------------------------------------------------------
     def soft_max(self, a: Tensor) -> Tensor:
         """ggml_soft_max: softmax over rows, no mask, scale 1."""
@@ -372,6 +418,35 @@ class Graph:
         """ggml_fill: a new tensor shaped like ``a`` (ggml_dup_tensor, unnamed), every
         element ``c``; ``a`` is a source for its shape only."""
         return self._new(Op.FILL, a.type, a.ne, [a], params={"c": c})
+
+    # ---- gemma3n (AltUp, LAuReL, activation sparsity) ----------------------------------
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        """ggml_sub: a - b (b broadcast)."""
+        return self._binary("SUB", a, b)
+
+    def pad(self, a: Tensor, p) -> Tensor:
+        """ggml_pad: zeros appended at the end of each dim (``p`` = 4 counts)."""
+        ne = [a.ne[i] + int(p[i]) for i in range(4)]
+        return self._new("PAD", a.type, ne, [a], params={"pad": tuple(int(x) for x in p)})
+
+    def sqr(self, a: Tensor) -> Tensor:
+        """ggml_sqr: x*x, same shape."""
+        return self._new("SQR", a.type, a.ne, [a])
+
+    def sqrt(self, a: Tensor) -> Tensor:
+        """ggml_sqrt: same shape."""
+        return self._new("SQRT", a.type, a.ne, [a])
+
+    def mean(self, a: Tensor) -> Tensor:
+        """ggml_mean: row means, F32 [1, r1, r2, r3]."""
+        return self._new("MEAN", gt.F32, (1, a.ne[1], a.ne[2], a.ne[3]), [a])
+
+    def repeat(self, a: Tensor, ne) -> Tensor:
+        """ggml_repeat_4d: ``a`` tiled to ``ne`` (each dim a multiple of a's)."""
+        ne4 = _ne4(ne)
+        if any(ne4[i] % a.ne[i] for i in range(4)):
+            raise ValueError(f"repeat of {a.ne} to {ne4}")
+        return self._new("REPEAT", a.type, ne4, [a])
 
     # ---- graph order -------------------------------------------------------------------
     def expand(self, t: Tensor) -> None:

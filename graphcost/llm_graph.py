@@ -8,7 +8,9 @@ node order.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gguf import PoolingType
 
 from . import ggml_types as gt
 from .errors import UnsupportedError
@@ -30,6 +32,11 @@ class KVCache:
     v: dict[int, Tensor]
     rot_k: bool
     rot_v: bool
+    #: layers without buffers that read another layer's (gemma3n's KV sharing: the
+    #: llama_kv_cache ``reuse`` callback), layer -> the layer whose K/V they read
+    reuse: dict[int, int] = field(default_factory=dict)
+    #: n_embd_head_k_all: the head size all its layers share, -1 if they differ
+    head_k_all: int = 0
 
     def bytes(self) -> int:
         """Bytes of all K and V buffers (what llama.cpp logs as the KV buffer size)."""
@@ -63,6 +70,8 @@ class LlmGraph:
         self.inp_embd: Tensor | None = None
         #: llm_graph_input_attn_kv of each cache, in the order they were built
         self.attn_inputs: list[AttnInputs] = []
+        #: recurrent states (graphcost.llm_recurrent.RecurrentState) of hybrid/recurrent models
+        self.states: list = []
 
     # ---- weights -------------------------------------------------------------------
     def weight(self, name: str, required: bool = True) -> Tensor | None:
@@ -116,10 +125,12 @@ class LlmGraph:
     def build_inp_out_ids(self) -> Tensor:
         return self.g.new_tensor(gt.I32, [self.n_outputs], name="out_ids")
 
-    def make_cache(self, name: str, layers: list[int], size: int, n_kv: int) -> KVCache:
-        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]; with
-        MLA (``hparams.is_mla()``) K only: it holds the compressed KV and the rope part,
-        and V is read as a view of it (``has_v = !is_mla``)."""
+    def make_cache(self, name: str, layers: list[int], size: int, n_kv: int,
+                   reuse: dict[int, int] | None = None) -> KVCache:
+        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]; layers in
+        ``reuse`` get none and read the buffers of the layer they map to. With MLA
+        (``hparams.is_mla()``) K only: it holds the compressed KV and the rope part, and V
+        is read as a view of it (``has_v = !is_mla``)."""
         m, run, g = self.model, self.run, self.g
         v_trans = not run.flash_attn
         has_v = not m.is_mla
@@ -129,15 +140,22 @@ class LlmGraph:
                                  name=f"cache_k_l{il}", role="kv")
             k[il].layer = il
             if has_v:
-                v[il] = g.new_tensor(run.type_v, [m.n_embd_v_gqa(il), size, 1],
-                                     name=f"cache_v_l{il}", role="kv")
+                # [TAG_V_CACHE_VARIABLE]: a transposed V cache has the widest row on every layer
+                n_v = m.n_embd_v_gqa(il) if not v_trans else m.n_embd_v_gqa_max()
+                v[il] = g.new_tensor(run.type_v, [n_v, size, 1], name=f"cache_v_l{il}",
+                                     role="kv")
                 v[il].layer = il
-        # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches); with
-        # MLA n_embd_head_v_all stays 0, so no V rotation (and build_attn_inp_k builds no
+        # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches), only
+        # when the cache's layers share one head size (n_embd_head_k_all > 0); the % 64
+        # test is on the full layers' head size (hparams.n_embd_head_k()); with MLA
+        # n_embd_head_v_all stays 0, so no V rotation (and build_attn_inp_k builds no
         # rotation inputs at all)
-        rot_k = gt.is_quantized(run.type_k) and m.head_dim_k % 64 == 0
-        rot_v = has_v and gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
-        cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v)
+        hk = {m.head_k(il) for il in layers}
+        hv = {m.head_v(il) for il in layers}
+        rot_k = len(hk) == 1 and gt.is_quantized(run.type_k) and m.head_dim_k % 64 == 0
+        rot_v = has_v and len(hv) == 1 and gt.is_quantized(run.type_v) and m.head_dim_v % 64 == 0
+        cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v,
+                        dict(reuse or {}), hk.pop() if len(hk) == 1 else -1)
         self.caches.append(cache)
         return cache
 
@@ -145,7 +163,8 @@ class LlmGraph:
         """build_input_k_idxs / v_idxs, build_attn_inp_kq_mask, build_input_k_rot / v_rot."""
         g, m, T = self.g, self.model, self.n_tokens
         k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
-        n_v = T if not cache.v_trans else T * max(m.n_embd_v_gqa(il) for il in cache.layers)
+        # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
+        n_v = T if not cache.v_trans else T * m.n_embd_v_gqa_max()
         v_idxs = g.new_tensor(gt.I64, [n_v], name="attn_inp_v_idxs")
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
         mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
@@ -168,7 +187,7 @@ class LlmGraph:
         g = self.g
         if inp.cache.rot_k:
             nrot = 64
-            while self.model.head_dim_k % (nrot * 2) == 0:
+            while inp.cache.head_k_all % (nrot * 2) == 0:
                 nrot *= 2
             inp.k_rot = g.new_tensor(gt.F32, [nrot, nrot], name="attn_inp_k_rot")
         if inp.cache.rot_v:
@@ -202,9 +221,9 @@ class LlmGraph:
             return self.build_qkv_fused(il, cur, wqkv)
         q, k, v = (self.proj(il, short, cur, name)
                    for short, name in (("attn_q", "Qcur"), ("attn_k", "Kcur"), ("attn_v", "Vcur")))
-        q = g.reshape(q, [m.head_dim_k, m.n_head[il], T])
-        k = g.reshape(k, [m.head_dim_k, m.n_head_kv[il], T])
-        v = g.reshape(v, [m.head_dim_v, m.n_head_kv[il], T])
+        q = g.reshape(q, [m.head_k(il), m.n_head[il], T])
+        k = g.reshape(k, [m.head_k(il), m.n_head_kv[il], T])
+        v = g.reshape(v, [m.head_v(il), m.n_head_kv[il], T])
         g.cb(q, "Qcur", il)
         g.cb(k, "Kcur", il)
         g.cb(v, "Vcur", il)
@@ -225,7 +244,7 @@ class LlmGraph:
         if b is not None:
             qkv = g.cb(g.add(qkv, b), "wqkv_b", il)
         rs = gt.row_size
-        hq, hk, hv = m.head_dim_k, m.head_dim_k, m.head_dim_v
+        hq, hk, hv = m.head_k(il), m.head_k(il), m.head_v(il)
         n_q, n_k = hq * m.n_head[il], hk * m.n_head_kv[il]
         q = g.view(qkv, [hq, m.n_head[il], T], [rs(qkv.type, hq), qkv.nb[1]], 0)
         k = g.view(qkv, [hk, m.n_head_kv[il], T], [rs(qkv.type, hk), qkv.nb[1]],
@@ -246,7 +265,7 @@ class LlmGraph:
         modes (MROPE 8, IMROPE 40)."""
         m = self.model
         extra = {"sections": m.rope_sections} if mode in (8, 40) else {}
-        return self.g.rope(x, pos, factors, n_dims=m.n_rot, mode=mode, freq_base=freq_base,
+        return self.g.rope(x, pos, factors, n_dims=m.rot(il), mode=mode, freq_base=freq_base,
                            freq_scale=freq_scale, n_ctx_orig=m.n_ctx_orig_yarn or m.n_ctx_train,
                            attn_factor=m.rope_attn_factor, **extra)
 
@@ -288,6 +307,11 @@ class LlmGraph:
         """build_ffn without a gate (LLM_FFN_SEQ): up (+ bias), activation, down (+ bias).
         ``swiglu``/``geglu`` are the one-input GLUs (up is [2F]: act(first half) * second)."""
         g = self.g
+        if act == "relu_sqr":  # LLM_FFN_RELU_SQR: RELU (ffn_relu), then SQR (ffn_sqr(relu))
+            cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
+            cur = g.cb(g.unary("RELU", cur), "ffn_relu", il)
+            cur = g.cb(g.sqr(cur), "ffn_sqr(relu)", il)
+            return self.ffn_down(il, cur)
         if act not in self.FFN_SEQ_ACT:
             raise UnsupportedError(f"sequential ffn activation {act!r} is not implemented")
         cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
@@ -323,26 +347,28 @@ class LlmGraph:
             v_cur = g.reshape(v_cur, [n_embd_gqa, T])
         else:
             v_cur = g.cont(v_cur, [n_embd_gqa, T])
+        if n_embd_gqa < v.ne[0]:  # [TAG_V_CACHE_VARIABLE]: pad to the cache's row
+            v_cur = g.pad(v_cur, [v.ne[0] - n_embd_gqa, 0, 0, 0])
         v_view = g.reshape(v, [1, v.n_elements])
         v_cur = g.reshape(v_cur, [1, v_cur.n_elements])
         return g.set_rows(v_view, v_cur, v_idxs)
 
     def get_k(self, cache: KVCache, il: int) -> Tensor:
-        m, k = self.model, cache.k[il]
+        m, k = self.model, cache.k[cache.reuse.get(il, il)]
         rs = gt.row_size
-        return self.g.view(k, [m.head_dim_k, m.n_head_kv[il], cache.n_kv, 1],
-                           [rs(k.type, m.head_dim_k), rs(k.type, k.ne[0]),
+        return self.g.view(k, [m.head_k(il), m.n_head_kv[il], cache.n_kv, 1],
+                           [rs(k.type, m.head_k(il)), rs(k.type, k.ne[0]),
                             rs(k.type, k.ne[0] * cache.size)], 0)
 
     def get_v(self, cache: KVCache, il: int) -> Tensor:
-        m, v = self.model, cache.v[il]
+        m, v = self.model, cache.v[cache.reuse.get(il, il)]
         rs = gt.row_size
         if not cache.v_trans:
-            return self.g.view(v, [m.head_dim_v, m.n_head_kv[il], cache.n_kv, 1],
-                               [rs(v.type, m.head_dim_v), rs(v.type, v.ne[0]),
+            return self.g.view(v, [m.head_v(il), m.n_head_kv[il], cache.n_kv, 1],
+                               [rs(v.type, m.head_v(il)), rs(v.type, v.ne[0]),
                                 rs(v.type, v.ne[0] * cache.size)], 0)
-        return self.g.view(v, [cache.n_kv, m.n_head_kv[il], m.head_dim_v, 1],
-                           [rs(v.type, cache.size * m.head_dim_v), rs(v.type, cache.size),
+        return self.g.view(v, [cache.n_kv, m.n_head_kv[il], m.head_v(il), 1],
+                           [rs(v.type, cache.size * m.head_v(il)), rs(v.type, cache.size),
                             rs(v.type, cache.size * v.ne[0])], 0)
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kq_scale: float,
@@ -363,6 +389,11 @@ class LlmGraph:
         if self.run.flash_attn:
             if v_trans:
                 v = g.transpose(v)
+            # F32 K/V: no KV cache (an embedding model's non-causal attention) or -ctk f32
+            if k.type == gt.F32:
+                k = g.cast(k, gt.F16)
+            if v.type == gt.F32:
+                v = g.cast(v, gt.F16)
             cur = g.flash_attn_ext(q, k, v, mask, kq_scale, 0.0, m.attn_softcap)
             g.flash_attn_ext_add_sinks(cur, sinks)
             if v_mla is not None:  # as a matrix-matrix product with n_tokens in dim 1
@@ -390,27 +421,35 @@ class LlmGraph:
         g.expand(cur)
         return cur
 
-    def build_attn(self, inp: AttnInputs, wo: Tensor, wo_b: Tensor | None, q: Tensor,
-                   k: Tensor, v: Tensor, kq_scale: float, il: int, iswa: bool,
-                   sinks: Tensor | None = None) -> Tensor:
+    def build_attn(self, inp: AttnInputs, wo: Tensor | None, wo_b: Tensor | None, q: Tensor,
+                   k: Tensor | None, v: Tensor | None, kq_scale: float, il: int,
+                   iswa: bool, sinks: Tensor | None = None) -> Tensor:
         """build_attn for llm_graph_input_attn_kv (``iswa=False``: expands q, v, k) and
-        llm_graph_input_attn_kv_iswa (``iswa=True``: expands q, k, v)."""
+        llm_graph_input_attn_kv_iswa (``iswa=True``: expands q, k, v). ``k``/``v`` None
+        (iswa only: a gemma3n layer without KV) stores nothing and attends the cache of the
+        layer it reuses."""
         g, cache = self.g, inp.cache
         if inp.k_rot is not None:
             q = self.hadamard(q, inp.k_rot)
-            k = self.hadamard(k, inp.k_rot)
-        if inp.v_rot is not None:
+            if k is not None:
+                k = self.hadamard(k, inp.k_rot)
+        if inp.v_rot is not None and v is not None:
             v = self.hadamard(v, inp.v_rot)
         for t in ((q, k, v) if iswa else (q, v, k)):
-            g.expand(t)
-        g.expand(self.cpy_k(cache, k, inp.k_idxs, il))
-        g.expand(self.cpy_v(cache, v, inp.v_idxs, il))
+            if t is not None:
+                g.expand(t)
+        if k is not None:
+            g.expand(self.cpy_k(cache, k, inp.k_idxs, il))
+        if v is not None:
+            g.expand(self.cpy_v(cache, v, inp.v_idxs, il))
         kk = self.get_k(cache, il)
         vv = self.get_v(cache, il)
         cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il, sinks),
                    "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
+        if wo is None:  # qwen3next gates the attention output before its projection
+            return cur
         cur = self.mm(wo, cur)
         if wo_b is not None:
             cur = g.add(cur, wo_b)
@@ -429,6 +468,70 @@ class LlmGraph:
         cur = g.cb(self.build_attn_mha(q, kk, vv, inp.kq_mask, kq_scale, il, v_mla=v_mla),
                    "kqv_out", il)
         return self.mm(wo, cur)
+
+    # ---- no KV cache (encoders: bert) ----------------------------------------------
+    def build_attn_inp_no_cache(self) -> Tensor:
+        """build_attn_inp_no_cache: only a mask, [n_tokens, n_tokens, 1, 1] (no KV cells:
+        keys are this ubatch's tokens), F16 with flash attention, named ``self_kq_mask``.
+        (The sliding-window second mask is not modelled: no encoder here has one.)"""
+        g, T = self.g, self.n_tokens
+        mask_type = gt.F16 if self.run.flash_attn else gt.F32
+        return g.new_tensor(mask_type, [T, T, 1, 1], name="self_kq_mask")
+
+    def build_attn_no_cache(self, mask: Tensor, wo: Tensor, wo_b: Tensor | None, q: Tensor,
+                            k: Tensor, v: Tensor, kq_scale: float, il: int) -> Tensor:
+        """build_attn for llm_graph_input_attn_no_cache: expands q, k, v, then attention
+        over the ubatch's own (F32) K and V, ``kqv_out``, output projection (+ bias)."""
+        g = self.g
+        for t in (q, k, v):
+            g.expand(t)
+        cur = g.cb(self.build_attn_mha(q, k, v, mask, kq_scale, il), "kqv_out", il)
+        cur = self.mm(wo, cur)
+        if wo_b is not None:
+            cur = g.add(cur, wo_b)
+        return cur
+
+    def build_inp_mean(self) -> Tensor:
+        """build_inp_mean: F32 [n_tokens, n_seqs_unq] (one sequence per ubatch here)."""
+        return self.g.new_tensor(gt.F32, [self.n_tokens, 1], name="mean")
+
+    def build_inp_cls(self) -> Tensor:
+        """build_inp_cls: I32 [n_seqs_unq], the row of each sequence's CLS/last token."""
+        return self.g.new_tensor(gt.I32, [1], name="cls")
+
+    def build_pooling(self, inp: Tensor, pooling: int, cls: Tensor | None = None,
+                      cls_b: Tensor | None = None, cls_out: Tensor | None = None,
+                      cls_out_b: Tensor | None = None, rank_mean: bool = False) -> Tensor:
+        """llm_graph_context::build_pooling (src/llama-graph.cpp), run only with
+        embeddings on. ``pooling`` is gguf.PoolingType: NONE keeps ``inp`` (renamed),
+        MEAN is CONT(TRANSPOSE(inp)) x ``mean``, CLS/LAST are GET_ROWS(inp, ``cls``),
+        RANK is MEAN (``rank_mean``: classifier.pooling_type MEAN) or CLS, then the
+        classification head: ``cls`` MUL_MAT (+ bias) and TANH, ``cls.output`` (+ bias).
+        The result is named ``result_embd_pooled``."""
+        g = self.g
+        if pooling == PoolingType.NONE:
+            cur = inp
+        elif pooling == PoolingType.MEAN or (pooling == PoolingType.RANK and rank_mean):
+            mean = self.build_inp_mean()
+            cur = g.mul_mat(g.cont(g.transpose(inp)), mean)
+        elif pooling in (PoolingType.CLS, PoolingType.LAST, PoolingType.RANK):
+            cur = g.get_rows(inp, self.build_inp_cls())
+        else:
+            raise UnsupportedError(f"{self.model.header.path}: pooling type {pooling} is not "
+                                   "one llama.cpp knows (GGML_ABORT)")
+        if pooling == PoolingType.RANK:
+            if cls is not None:
+                cur = self.mm(cls, cur)
+                if cls_b is not None:
+                    cur = g.add(cur, cls_b)
+                cur = g.unary("TANH", cur)
+            if cls_out is not None:
+                cur = self.mm(cls_out, cur)
+                if cls_out_b is not None:
+                    cur = g.add(cur, cls_out_b)
+        g.cb(cur, "result_embd_pooled")
+        g.expand(cur)
+        return cur
 
     def select_rows(self, il: int, *ts: Tensor, out_ids: Tensor) -> list[Tensor]:
         """Last layer: keep only the output rows (``ggml_get_rows(cur, inp_out_ids)``)."""

@@ -27,15 +27,20 @@ from dataclasses import dataclass
 
 from . import ggml_types as gt
 from .alloc import CPU_ALIGNMENT, Allocation, align, allocate, ggml_nbytes
-from .build import BuiltGraph, build_graph
+from .build import BuiltGraph, build_graph, resolve_for
 from .ggml_graph import Tensor
 from .model import ModelInfo
 from .ops import Op
-from .settings import Resolved, RunSettings, resolve
+from .settings import Resolved, RunSettings
 
-#: llm_graph_result::set_outputs flags t_logits and t_embd as graph outputs
+#: llm_graph_result::set_outputs flags t_logits, t_embd and t_h_nextn as graph outputs
 #: (GGML_TENSOR_FLAG_OUTPUT: never freed, never overwritten in place)
-OUTPUT_NAMES = ("result_output", "result_norm")
+OUTPUT_NAMES = ("result_output", "result_norm",
+                # t_embd and t_embd_pooled of the embedding encoders (bert)
+                "result_embd", "result_embd_pooled",
+                # t_h_nextn (gemma4: the final norm before the output rows are selected;
+                # qwen3next: the output-norm state for its MTP head)
+                "h_nextn")
 #: llama_context default n_seq_max (llama-cli uses one sequence unless -np is given)
 N_SEQ_MAX = 1
 
@@ -87,7 +92,7 @@ def reserve_settings(settings: RunSettings, run: Resolved) -> list[tuple[str, Ru
             continue
         # past + tokens = n_ctx makes every cache attend all its cells (n_kv = size)
         out.append((label, dataclasses.replace(settings, tokens=tokens, outputs=tokens,
-                                               past=run.n_ctx - tokens)))
+                                               past=run.n_ctx - tokens, memory_full=True)))
     return out
 
 
@@ -106,6 +111,21 @@ class CacheMemory:
     @property
     def bytes(self) -> int:
         return self.k_bytes + self.v_bytes
+
+
+@dataclass(frozen=True)
+class RecurrentMemory:
+    """One recurrent state's buffer (llama_memory_recurrent, of a recurrent or hybrid
+    model), as llama.cpp logs it: ``RS buffer size`` and its R and S parts (F32)."""
+
+    cells: int
+    layers: int
+    r_bytes: int
+    s_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.r_bytes + self.s_bytes
 
 
 @dataclass(frozen=True)
@@ -160,10 +180,15 @@ class MemoryPlan:
     output_buffer_bytes: int
     reserves: list[ReserveGraph]
     step: Allocation | None = None
+    states: list[RecurrentMemory] = dataclasses.field(default_factory=list)
 
     @property
     def kv_cache_bytes(self) -> int:
         return sum(c.bytes for c in self.caches)
+
+    @property
+    def recurrent_state_bytes(self) -> int:
+        return sum(s.bytes for s in self.states)
 
     @property
     def worst(self) -> ReserveGraph:
@@ -176,18 +201,19 @@ class MemoryPlan:
 
     @property
     def total_bytes(self) -> int:
-        return (self.weights_bytes + self.kv_cache_bytes + self.compute_buffer_bytes
-                + self.output_buffer_bytes)
+        return (self.weights_bytes + self.kv_cache_bytes + self.recurrent_state_bytes
+                + self.compute_buffer_bytes + self.output_buffer_bytes)
 
     def reserve(self, label: str) -> ReserveGraph:
         return next(r for r in self.reserves if r.label == label)
 
 
-def output_buffer_bytes(model: ModelInfo) -> int:
+def output_buffer_bytes(model: ModelInfo, embeddings: bool = False) -> int:
     """llama_context::output_reserve(n_seq_max) at start-up: logits for one output per
-    sequence, ``n_vocab * max(n_outputs, n_seq_max)`` floats (no embeddings, no backend
-    samplers). A batch that asks for more logits regrows it to ``n_vocab * n_outputs``."""
-    return model.n_vocab * N_SEQ_MAX * 4
+    sequence, ``n_vocab * max(n_outputs, n_seq_max)`` floats, plus ``n_embd`` floats per
+    output with embeddings on (n_embd_out = n_embd: no dense output layers modelled; no
+    backend samplers). A batch that asks for more outputs regrows it."""
+    return (model.n_vocab + (model.n_embd if embeddings else 0)) * N_SEQ_MAX * 4
 
 
 def cache_memory(bg: BuiltGraph) -> list[CacheMemory]:
@@ -200,19 +226,28 @@ def cache_memory(bg: BuiltGraph) -> list[CacheMemory]:
     return out
 
 
+def state_memory(bg: BuiltGraph) -> list[RecurrentMemory]:
+    """Each recurrent state's R and S buffers, every tensor aligned as allocated."""
+    return [RecurrentMemory(st.size, len(st.layers),
+                            sum(align(t.nbytes, CPU_ALIGNMENT) for t in st.r.values()),
+                            sum(align(t.nbytes, CPU_ALIGNMENT) for t in st.s.values()))
+            for st in bg.states]
+
+
 def plan_memory(model: ModelInfo, settings: RunSettings,
                 analyzed: BuiltGraph | None = None) -> MemoryPlan:
     """Build the reserve graphs for ``settings`` and allocate them like sched_reserve;
     with ``analyzed`` (a graph built for the same model), also run the allocator over it
     for its live bytes per node."""
-    run = resolve(settings, model.n_ctx_train, model.n_swa)
+    run = resolve_for(model, settings)
     reserves = []
     for label, s in reserve_settings(settings, run):
         bg = build_graph(model, s)
         reserves.append(ReserveGraph(label, bg, simulate(bg)))
     step = simulate(analyzed) if analyzed is not None else None
     return MemoryPlan(model, run, model.weights_bytes, cache_memory(reserves[0].graph),
-                      output_buffer_bytes(model), reserves, step)
+                      output_buffer_bytes(model, settings.embeddings), reserves, step,
+                      state_memory(reserves[0].graph))
 
 
 def plan_for(bg: BuiltGraph) -> MemoryPlan:

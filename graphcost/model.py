@@ -12,6 +12,7 @@ from typing import Any
 
 from gguf import Keys
 
+from .arch_spec import evaluate
 from .errors import GraphcostError, UnsupportedError
 from .gguf_reader import GGUFHeader, LazyArray, TensorInfo
 
@@ -102,6 +103,39 @@ class ModelInfo:
     def is_mla(self) -> bool:
         """llama_hparams::is_mla: both MLA head sizes are set."""
         return self.head_dim_k_mla != 0 and self.head_dim_v_mla != 0
+    #: head sizes and rotated dims of sliding-window layers (attention.key_length_swa,
+    #: value_length_swa, rope.dimension_count_swa; llama.cpp reads them for every
+    #: architecture, defaulting to the full layers' values): gemma4; 0 = as full layers
+    head_dim_k_swa: int = 0
+    head_dim_v_swa: int = 0
+    n_rot_swa: int = 0
+    #: attention.shared_kv_layers (gemma4: the last N layers reuse earlier layers' KV)
+    n_kv_shared_layers: int = 0
+
+    def head_k(self, il: int) -> int:
+        """llama_hparams::n_embd_head_k(il): the sliding-window size on SWA layers."""
+        return self.head_dim_k_swa if self.is_swa[il] and self.head_dim_k_swa else self.head_dim_k
+
+    def head_v(self, il: int) -> int:
+        """llama_hparams::n_embd_head_v(il)."""
+        return self.head_dim_v_swa if self.is_swa[il] and self.head_dim_v_swa else self.head_dim_v
+
+    def rot(self, il: int) -> int:
+        """llama_hparams::n_rot(il)."""
+        return self.n_rot_swa if self.is_swa[il] and self.n_rot_swa else self.n_rot
+
+    def n_embd_v_gqa_max(self) -> int:
+        """llama_hparams::n_embd_v_gqa_max(): the widest V row over all layers."""
+        return max(self.n_embd_v_gqa(il) for il in range(self.n_layer))
+    #: hybrid/recurrent models: hparams.is_recr per layer (empty: no recurrent layer), and
+    #: the sizes llama_hparams::n_embd_r / n_embd_s are computed from
+    is_recr: tuple[bool, ...] = ()
+    shortconv_l_cache: int = 0  # LFM2: shortconv.l_cache (conv kernel width)
+    ssm_d_conv: int = 0
+    ssm_d_inner: int = 0
+    ssm_d_state: int = 0
+    ssm_n_group: int = 0
+    ssm_dt_rank: int = 0  # Mamba-2: the number of SSM heads
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -111,10 +145,28 @@ class ModelInfo:
         return self.header.tensors.get(name)
 
     def n_embd_k_gqa(self, il: int) -> int:
-        return self.head_dim_k * self.n_head_kv[il]
+        return self.head_k(il) * self.n_head_kv[il]
 
     def n_embd_v_gqa(self, il: int) -> int:
-        return self.head_dim_v * self.n_head_kv[il]
+        return self.head_v(il) * self.n_head_kv[il]
+
+    def recurrent(self, il: int) -> bool:
+        """llama_hparams::is_recr(il)."""
+        return bool(self.is_recr) and self.is_recr[il]
+
+    def n_embd_r(self) -> int:
+        """llama_hparams::n_embd_r (src/llama-hparams.cpp): elements of one cell's rolling
+        (conv) state per layer. LFM2: n_embd * (l_cache - 1); Mamba:
+        (d_conv - 1) * (d_inner + 2 * n_group * d_state)."""
+        if self.shortconv_l_cache != 0:
+            return self.n_embd * (self.shortconv_l_cache - 1)
+        return (max(self.ssm_d_conv - 1, 0)
+                * (self.ssm_d_inner + 2 * self.ssm_n_group * self.ssm_d_state))
+
+    def n_embd_s(self) -> int:
+        """llama_hparams::n_embd_s: elements of one cell's SSM state per layer (Mamba:
+        d_state * d_inner; 0 for LFM2)."""
+        return self.ssm_d_state * self.ssm_d_inner
 
     @property
     def weights_bytes(self) -> int:
@@ -218,7 +270,10 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
     n_ff = m.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_layer_all, default=0)[:n_layer]
     if n_head[0] == 0:
         raise GraphcostError(f"{header.path}: {m.key(Keys.Attention.HEAD_COUNT)!r} is 0")
+    is_recr = _recurrent_layers(m, specs[arch], n_layer, n_head, n_head_kv, n_ff)
     for il in range(n_layer):
+        if is_recr and n_head_kv[il] == 0:
+            continue  # a hybrid's recurrent (and nemotron_h's MLP-only) layers have no KV heads
         if n_head_kv[il] == 0 or n_head[il] % n_head_kv[il]:
             raise GraphcostError(f"{header.path}: layer {il} has {n_head[il]} heads and "
                                  f"{n_head_kv[il]} KV heads; heads must be a multiple of KV heads")
@@ -252,6 +307,9 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         if fixed is not None and n_swa != 0:  # llama4: a 0 in the file turns it off, any
             n_swa = int(fixed)                # other value (or none) means the fixed chunk
         if n_swa > 0:
+            if swa_default == "required":  # gemma4: ml.get_arr(..._PATTERN) without a default
+                m.get(Keys.Attention.SLIDING_WINDOW_PATTERN, required=True)
+                swa_default = 0
             is_swa = _swa_pattern(m, n_layer, int(swa_default))
 
     return ModelInfo(
@@ -299,7 +357,44 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         rope_sections=_sections(m),
         n_deepstack_layers=m.int(Keys.LLM.NUM_DEEPSTACK_LAYERS, 0),
         **_experts(m, n_layer_all, n_layer),
+        head_dim_k_swa=m.int(Keys.Attention.KEY_LENGTH_SWA, head_dim_k),
+        head_dim_v_swa=m.int(Keys.Attention.VALUE_LENGTH_SWA, head_dim_v),
+        n_rot_swa=m.int(Keys.Rope.DIMENSION_COUNT_SWA, n_rot),
+        n_kv_shared_layers=m.int(Keys.Attention.SHARED_KV_LAYERS, 0),
+        is_recr=is_recr,
+        **_recurrent_sizes(m, bool(is_recr)),
     )
+
+
+def _recurrent_layers(m: _Meta, spec, n_layer: int, n_head: tuple[int, ...],
+                      n_head_kv: tuple[int, ...], n_ff: tuple[int, ...]) -> tuple[bool, ...]:
+    """hparams.is_recr per layer, from the spec's ``hparams.recurrent_layers`` expression
+    over ``il n_head n_head_kv n_ff n_layer full_attention_interval`` (lfm2: ``n_head_kv ==
+    0``, as its load_arch_hparams sets is_recr_impl); ``()`` for a family without recurrent
+    layers."""
+    expr = spec.hparams.get("recurrent_layers")
+    if expr is None:
+        return ()
+    # qwen3next: (il + 1) % full_attention_interval != 0, the interval 4 unless the key says
+    interval = m.int(Keys.LLM.FULL_ATTENTION_INTERVAL,
+                     int(spec.hparams.get("full_attention_interval", 0)))
+    if "full_attention_interval" in spec.hparams and interval == 0:
+        raise GraphcostError(f"{m.path}: {m.key(Keys.LLM.FULL_ATTENTION_INTERVAL)!r} is 0")
+    return tuple(bool(evaluate(expr, {"il": il, "n_head": n_head[il], "n_head_kv": n_head_kv[il],
+                                      "n_ff": n_ff[il], "n_layer": n_layer,
+                                      "full_attention_interval": interval}, str(spec.path)))
+                 for il in range(n_layer))
+
+
+def _recurrent_sizes(m: _Meta, recurrent: bool) -> dict:
+    """The keys n_embd_r / n_embd_s are computed from, read only for recurrent models
+    (a family's spec makes the ones its load_arch_hparams requires required)."""
+    if not recurrent:
+        return {}
+    return dict(ssm_d_conv=m.int(Keys.SSM.CONV_KERNEL, 0), ssm_d_inner=m.int(Keys.SSM.INNER_SIZE, 0),
+                ssm_d_state=m.int(Keys.SSM.STATE_SIZE, 0), ssm_n_group=m.int(Keys.SSM.GROUP_COUNT, 0),
+                ssm_dt_rank=m.int(Keys.SSM.TIME_STEP_RANK, 0),
+                shortconv_l_cache=m.int(Keys.ShortConv.L_CACHE, 0))
 
 
 def _sections(m: _Meta) -> tuple[int, ...]:

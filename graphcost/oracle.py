@@ -102,7 +102,7 @@ def llama_cpp_unavailable_reason() -> str:
 
 
 def _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, past,
-              tokens, n_outputs, n_threads) -> dict[str, Any]:
+              tokens, n_outputs, n_threads, embeddings=False) -> dict[str, Any]:
     if tokens < 1:
         raise ValueError("tokens must be >= 1")
     if not 0 <= n_outputs <= tokens:
@@ -126,7 +126,8 @@ def _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, pa
     return dict(n_ctx=int(n_ctx), n_ubatch=int(n_ubatch), n_batch=int(n_batch),
                 flash_attn=bool(flash_attn), type_k=str(type_k).lower(),
                 type_v=str(type_v).lower(), swa_full=bool(swa_full), past=int(past),
-                tokens=int(tokens), n_outputs=int(n_outputs), n_threads=int(n_threads))
+                tokens=int(tokens), n_outputs=int(n_outputs), n_threads=int(n_threads),
+                embeddings=bool(embeddings))
 
 
 #: environment variables that steer threads, thread pools or SIMD paths of llama.cpp,
@@ -173,7 +174,8 @@ def _run_worker(mode: str, model_path, settings: dict[str, Any], timeout: float,
 def capture_graph(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch: int | None = None,
                   flash_attn: bool = False, type_k: str = "f16", type_v: str = "f16",
                   swa_full: bool = False, past: int = 0, tokens: int = 1, n_outputs: int = 1,
-                  n_threads: int = 2, details: bool = False, timeout: float = 600.0,
+                  n_threads: int = 2, embeddings: bool = False, details: bool = False,
+                  timeout: float = 600.0,
                   env: dict[str, str] | None = None) -> list[dict]:
     """Nodes llama.cpp evaluates for one decode of ``tokens`` tokens after ``past`` tokens.
 
@@ -184,12 +186,14 @@ def capture_graph(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch:
     decoded in one ``llama_decode``, the last ``n_outputs`` of them requesting
     logits, and every node the scheduler offers to ``cb_eval`` (``ask=True``) is
     recorded.  ``n_batch`` defaults to ``n_ubatch`` (so the whole decode is a single
-    ubatch); if you pass a larger ``n_batch`` and tokens > n_ubatch, the records of
+    ubatch); ``embeddings=True`` sets ``cparams.embeddings`` (pooling as the GGUF says;
+    models without a KV cache, such as bert, encode instead of decode and output every
+    token); if you pass a larger ``n_batch`` and tokens > n_ubatch, the records of
     all ubatches are concatenated.  ``env`` adds environment variables for the
     worker (e.g. ``{"LLAMA_ATTN_ROT_DISABLE": "1"}``).
     """
     s = _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, past,
-                  tokens, n_outputs, n_threads)
+                  tokens, n_outputs, n_threads, embeddings)
     s["details"] = bool(details)
     return _run_worker("graph", model_path, s, timeout, env)
 
@@ -197,14 +201,14 @@ def capture_graph(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch:
 def capture_log(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch: int | None = None,
                 flash_attn: bool = False, type_k: str = "f16", type_v: str = "f16",
                 swa_full: bool = False, past: int = 0, tokens: int = 1, n_outputs: int = 1,
-                n_threads: int = 2, timeout: float = 600.0,
+                n_threads: int = 2, embeddings: bool = False, timeout: float = 600.0,
                 env: dict[str, str] | None = None) -> dict:
     """llama.cpp's log (all levels, DEBUG included) for model load + context creation +
     the same two decodes as :func:`capture_graph` + context free, parsed by
     :func:`parse_log`.  ``result["raw"]`` is the full text.
     """
     s = _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, past,
-                  tokens, n_outputs, n_threads)
+                  tokens, n_outputs, n_threads, embeddings)
     out = _run_worker("log", model_path, s, timeout, env)
     parsed = parse_log(out["raw"])
     parsed["decode_rc"] = out.get("decode_rc")
@@ -271,6 +275,10 @@ _RE_KV_BUF = re.compile(r"^llama_kv_cache:\s*(\S+) KV buffer size =\s*" + _F + r
 _RE_KV_SIZE = re.compile(
     r"^llama_kv_cache: size =\s*" + _F + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\), "
     r"K \((\S+)\):\s*" + _F + r" MiB, V \((\S+)\):\s*" + _F + r" MiB")
+_RE_RS_BUF = re.compile(r"^llama_memory_recurrent:\s*(\S+) RS buffer size =\s*" + _F + r" MiB")
+_RE_RS_SIZE = re.compile(
+    r"^llama_memory_recurrent: size =\s*" + _F + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+) seqs\s+(\d+) rs_seq\), "
+    r"R \((\S+)\):\s*" + _F + r" MiB, S \((\S+)\):\s*" + _F + r" MiB")
 _RE_ATTN_ROT = re.compile(r"^llama_kv_cache: attn_rot_(k|v) = (\d+), n_embd_head_k_all = (-?\d+)")
 _RE_OUT_BUF = re.compile(r"^llama_context:\s*(\S+)\s+output buffer size =\s*" + _F + r" MiB")
 _RE_COMPUTE_BUF = re.compile(r"^(?:llama_context|sched_reserve):\s*(\S+) compute buffer size =\s*" + _F + r" MiB")
@@ -331,6 +339,9 @@ def parse_log(raw: str) -> dict:
       {"n_tokens","n_seqs","n_outputs","inputs": [{"name","type","ne","used_by"}]}
       (inputs unique by name+type+ne: the two iSWA masks share one name).
     * ``model_buffers``: [{"buffer","mib"}], ``swa_full_warning``: bool.
+    * ``recurrent_states``: one dict per llama_memory_recurrent (recurrent and hybrid
+      models): ``buffer_mib`` (``RS buffer size``), ``size_mib``, ``cells``, ``layers``,
+      ``seqs``, ``rs_seq``, ``type_r``, ``r_mib``, ``type_s``, ``s_mib``.
     """
     res: dict[str, Any] = {
         "context": {}, "kv_caches": [], "kv_buffer_mib": [], "output_buffers": [],
@@ -341,6 +352,7 @@ def parse_log(raw: str) -> dict:
     cur = None
     pending_layers: list[int] = []
     res["reserve_graphs"] = []
+    res["recurrent_states"] = []
 
     def new_cache(which):
         c = {"which": which, "layer_ids": list(pending_layers), "cells": None, "buffers": [], "buffer_mib": 0.0, "size_mib": None,
@@ -408,6 +420,19 @@ def parse_log(raw: str) -> dict:
             cur.update(size_mib=float(m.group(1)), cells=int(m.group(2)), layers=int(m.group(3)),
                        seqs=int(m.group(4)), n_stream=int(m.group(5)), type_k=m.group(6),
                        k_mib=float(m.group(7)), type_v=m.group(8), v_mib=float(m.group(9)))
+            continue
+        m = _RE_RS_BUF.match(line)
+        if m:
+            res["recurrent_states"].append({"buffer": m.group(1), "buffer_mib": float(m.group(2))})
+            continue
+        m = _RE_RS_SIZE.match(line)
+        if m:
+            if not res["recurrent_states"] or "size_mib" in res["recurrent_states"][-1]:
+                res["recurrent_states"].append({"buffer": None, "buffer_mib": None})
+            res["recurrent_states"][-1].update(
+                size_mib=float(m.group(1)), cells=int(m.group(2)), layers=int(m.group(3)),
+                seqs=int(m.group(4)), rs_seq=int(m.group(5)), type_r=m.group(6),
+                r_mib=float(m.group(7)), type_s=m.group(8), s_mib=float(m.group(9)))
             continue
         m = _RE_ATTN_ROT.match(line)
         if m:
@@ -679,6 +704,8 @@ def _worker(req: dict) -> Any:  # pragma: no cover - exercised through the subpr
     cparams.type_v = tid_of(req["type_v"])
     cparams.swa_full = req["swa_full"]
     cparams.offload_kqv = False
+    # llama-embedding's --embedding: pooled embeddings (pooling type from the GGUF)
+    cparams.embeddings = bool(req.get("embeddings", False))
     cparams.no_perf = True
     if mode == "graph" or (mode == "run" and capture_names):
         cparams.cb_eval = eval_cb

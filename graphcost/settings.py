@@ -60,9 +60,14 @@ class RunSettings:
     past: int = 0  # --past: cells already filled
     outputs: int = 1  # --outputs: tokens whose logits are computed
     llama_cpp: str = "head"  # graph flavour
+    embeddings: bool = False  # --embeddings: cparams.embeddings (pooling of encoders)
+    #: internal, not a flag: build against the memory's ``init_full()`` state, as
+    #: sched_reserve does (a recurrent state then zeroes cell 0 and copies all rs_size
+    #: cells: llama_memory_recurrent_context::get_rs_z / get_n_rs with is_full)
+    memory_full: bool = False
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "memory_full"}
 
 
 @dataclass(frozen=True)
@@ -115,8 +120,12 @@ _INT_FLAGS = (("--ctx-size", "ctx_size"), ("--batch-size", "batch_size"),
               ("--outputs", "outputs"))
 
 
-def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
-    """Apply llama.cpp's padding and clamping; reject what llama.cpp would reject."""
+def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -> Resolved:
+    """Apply llama.cpp's padding and clamping; reject what llama.cpp would reject.
+
+    ``memory=False``: the architecture has no KV cache (llama_model::create_memory returns
+    nullptr: bert); llama_context::decode then calls encode, which outputs every token
+    of the ubatch (``n_outputs = n_tokens``) and keeps nothing between calls."""
     for flag, name in _INT_FLAGS:
         v = getattr(s, name)
         if isinstance(v, bool) or not isinstance(v, int):
@@ -159,7 +168,8 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
     if s.past + s.tokens > n_ctx:
         raise SettingsError(f"--past {s.past} + --tokens {s.tokens} exceed the context of "
                             f"{n_ctx} cells")
-    if not 1 <= s.outputs <= s.tokens:
+    outputs = s.outputs if memory else s.tokens
+    if not 1 <= outputs <= s.tokens:
         raise SettingsError(f"--outputs {s.outputs} must be between 1 and --tokens {s.tokens}")
     used = s.past + s.tokens
     kv_size = n_ctx
@@ -168,10 +178,13 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int) -> Resolved:
     notes = []
     if fa == "auto":
         notes.append("flash attention 'auto' resolves to on for the CPU backend")
+    if not memory:
+        notes.append("no KV cache (encoder): every token is an output, --past and "
+                     "--outputs have no effect")
     if n_swa > 0:
         kv_size_swa = kv_size if s.swa_full else pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
         n_kv_swa = n_kv_for(min(used, kv_size_swa), kv_size_swa)
-    return Resolved(s, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, s.tokens, s.outputs,
+    return Resolved(s, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, s.tokens, outputs,
                     s.past, kv_size, kv_size_swa, n_kv_for(used, kv_size, p), n_kv_swa, notes)
 
 

@@ -59,6 +59,7 @@ class SpecBuilder:
             "n_vocab": m.n_vocab,
             "n_ff_shexp": m.n_ff_shexp, "n_moe_layer_step": m.n_moe_layer_step,
             "is_mla": float(m.is_mla),
+            "n_kv_shared_layers": m.n_kv_shared_layers,
         }
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
@@ -99,6 +100,17 @@ class SpecBuilder:
 
     def expr(self, e: Any) -> float:
         return evaluate(e, self.names, str(self.spec.path))
+
+    def kv_reuse(self) -> dict[int, int]:
+        """Layers without KV and the layer whose cache each reads: with hparams
+        ``n_layer_kv_from_start`` N (an expression; gemma3n: 20, gemma4: n_layer -
+        n_kv_shared_layers), layer il >= N reads N - 2 if it is a sliding-window layer,
+        else N - 1 (llama_model::create_memory's ``reuse``)."""
+        m = self.m
+        n = int(self.expr(self.spec.hparams.get("n_layer_kv_from_start", -1)))
+        if n < 0:
+            return {}
+        return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}
 
     # ---- driver ------------------------------------------------------------------------
     def run(self, stmts: list[dict]) -> None:

@@ -205,7 +205,8 @@ def verify(model_path: str | os.PathLike, settings, *, timeout: float = 900.0) -
     kw = dict(n_ctx=run.n_ctx, n_ubatch=run.n_ubatch, n_batch=run.n_batch,
               flash_attn=run.flash_attn, type_k=settings.cache_type_k.lower(),
               type_v=settings.cache_type_v.lower(), swa_full=settings.swa_full, past=run.past,
-              tokens=run.n_tokens, n_outputs=run.n_outputs, timeout=timeout)
+              tokens=run.n_tokens, n_outputs=run.n_outputs, embeddings=settings.embeddings,
+              timeout=timeout)
     with with_tensor_data(model.header, model.n_vocab) as path:
         try:
             theirs = capture_graph(path, **kw)

@@ -14,7 +14,8 @@ def our_records(model_path, **kw) -> list[dict]:
         flash_attn="on" if kw.get("flash_attn") else "off",
         cache_type_k=kw.get("type_k", "f16"), cache_type_v=kw.get("type_v", "f16"),
         swa_full=kw.get("swa_full", False), tokens=kw.get("tokens", 1),
-        past=kw.get("past", 0), outputs=kw.get("n_outputs", 1))
+        past=kw.get("past", 0), outputs=kw.get("n_outputs", 1),
+        embeddings=kw.get("embeddings", False))
     return graph_records(build_graph(load_model(model_path), s))
 
 

@@ -84,10 +84,16 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
                      f"V {c.type_v} {mib(c.v_bytes)} MiB"))
     if len(plan.caches) > 1:
         rows.append(("KV cache total", plan.kv_cache_bytes, ""))
+    for st in plan.states:
+        rows.append(("recurrent state", st.bytes,
+                     f"{st.cells} cell{'s' if st.cells != 1 else ''}, {st.layers} layers, "
+                     f"R f32 {mib(st.r_bytes)} MiB, S f32 {mib(st.s_bytes)} MiB"))
     w = plan.worst
     rows.append(("compute buffer (CPU)", plan.compute_buffer_bytes,
                  f"set by the {w.label} graph"))
-    rows.append(("output buffer (CPU)", plan.output_buffer_bytes, "logits of 1 output"))
+    rows.append(("output buffer (CPU)", plan.output_buffer_bytes,
+                 "logits and embeddings of 1 output" if plan.run.settings.embeddings
+                 else "logits of 1 output"))
     rows.append(("total", plan.total_bytes, ""))
     lines += _rows(rows)
     lines += ["", "compute buffer: llama.cpp allocates these worst-case graphs (every KV cell "
@@ -150,6 +156,9 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
     lines = [f"graphcost memory sweep: {first.model.name} ({first.model.arch}), {key} = "
              + ", ".join(str(v) for v in values), _settings_line(first, swept=key),
              f"model weights {mib(first.weights_bytes)} MiB in every row (in the total)"]
+    if first.states:
+        lines.append(f"recurrent state {mib(first.recurrent_state_bytes)} MiB in every row "
+                     "(in the total)")
     if first.model.header.data_note:
         lines.append(f"note: {first.model.header.data_note}")
     lines.append("")

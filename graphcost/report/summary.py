@@ -45,8 +45,11 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
               f"{' --swa-full' if run.settings.swa_full else ''}"
               f"{'' if run.settings.llama_cpp == 'head' else f' --llama-cpp {run.settings.llama_cpp}'}")
     con.print(f"step: --tokens {run.n_tokens} --past {run.past} --outputs {run.n_outputs}")
-    con.print(f"attends n_kv = {run.n_kv} cells"
-              f"{'' if run.n_kv_swa is None else f' ({run.n_kv_swa} in sliding-window layers)'}")
+    if a.graph.caches:
+        con.print(f"attends n_kv = {run.n_kv} cells"
+                  f"{'' if run.n_kv_swa is None else f' ({run.n_kv_swa} in sliding-window layers)'}")
+    else:
+        con.print(f"no KV cache: attends the ubatch's own {run.n_tokens} tokens")
     for note in run.notes:
         con.print(f"note: {literal(note)}")
     if m.header.data_note:
@@ -85,6 +88,9 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
         mt.add_row(f"KV cache {c.name} ({c.size} cells, {len(c.layers)} layers)",
                    human_bytes(c.bytes()), f"{c.bytes():,}")
     mt.add_row("KV cache total", human_bytes(a.kv_cache_bytes), f"{a.kv_cache_bytes:,}")
+    if bg.states:
+        mt.add_row("recurrent state (R + S)", human_bytes(a.recurrent_state_bytes),
+                   f"{a.recurrent_state_bytes:,}")
     con.print(mt)
 
     ew = expert_weights(a)

@@ -196,6 +196,8 @@ def _totals(a: Analysis, shown: list[int], layers: set[int] | None, wires: _Wire
     m, run = bg.model, bg.run
     t = a.total
     n_kv = f"n_kv {run.n_kv}" + (f" (swa {run.n_kv_swa})" if run.n_kv_swa is not None else "")
+    if not bg.caches:
+        n_kv = "no KV cache"
     lines = [
         "graphcost tree report",
         f"model:   {m.name} ({m.arch}, {m.n_layer} layer{'s' if m.n_layer != 1 else ''})",

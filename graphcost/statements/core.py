@@ -29,17 +29,23 @@ def s_positions(sb: SpecBuilder, a: dict) -> None:
 @statement("attention_inputs")
 def s_attention_inputs(sb: SpecBuilder, a: dict) -> None:
     b, m, run = sb.b, sb.m, sb.b.run
+    reuse = sb.kv_reuse()  # layers without KV of their own (gemma3n, gemma4)
     if m.n_swa > 0:
-        base = b.make_cache("base", [il for il in range(m.n_layer) if not m.is_swa[il]],
-                            run.kv_size, run.n_kv)
-        swa = b.make_cache("swa", [il for il in range(m.n_layer) if m.is_swa[il]],
-                           run.kv_size_swa, run.n_kv_swa)
+        base = b.make_cache("base", [il for il in range(m.n_layer)
+                                     if not m.is_swa[il] and il not in reuse],
+                            run.kv_size, run.n_kv,
+                            {il: r for il, r in reuse.items() if not m.is_swa[il]})
+        swa = b.make_cache("swa", [il for il in range(m.n_layer)
+                                   if m.is_swa[il] and il not in reuse],
+                           run.kv_size_swa, run.n_kv_swa,
+                           {il: r for il, r in reuse.items() if m.is_swa[il]})
         sb.inp_attn = b.build_attn_inputs(base)
         sb.inp_attn_swa = b.build_attn_inputs(swa)
         b.build_rot_inputs(sb.inp_attn)
         b.build_rot_inputs(sb.inp_attn_swa)
     else:
-        cache = b.make_cache("base", list(range(m.n_layer)), run.kv_size, run.n_kv)
+        cache = b.make_cache("base", [il for il in range(m.n_layer) if il not in reuse],
+                             run.kv_size, run.n_kv, reuse)
         sb.inp_attn = b.build_attn_inputs(cache)
         b.build_rot_inputs(sb.inp_attn)
 

@@ -104,9 +104,9 @@ def build_qkv_flat(sb: SpecBuilder, cur: Tensor) -> tuple[Tensor, Tensor, Tensor
             bias = g.concat(g.concat(bq, bk, 0), bv, 0)
     if bias is not None:
         qkv = g.cb(g.add(qkv, bias), "wqkv_b", il)
-    n_q = m.head_dim_k * m.n_head[il]
-    n_k = m.head_dim_k * m.n_head_kv[il]
-    n_v = m.head_dim_v * m.n_head_kv[il]
+    n_q = m.head_k(il) * m.n_head[il]
+    n_k = m.head_k(il) * m.n_head_kv[il]
+    n_v = m.head_v(il) * m.n_head_kv[il]
     T, rs = qkv.ne[1], gt.row_size
     q = g.view(qkv, [n_q, T], [qkv.nb[1]], 0)
     k = g.view(qkv, [n_k, T], [qkv.nb[1]], rs(qkv.type, n_q))

@@ -1,0 +1,442 @@
+"""Tiny but valid GGUFs for the hybrid (recurrent + attention) families: lfm2, granitehybrid, qwen3next
+(also qwen35, qwen35moe), nemotron_h.
+
+Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in the
+llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
+refuses a file with a missing required tensor or with a tensor it did not ask for.
+Sizes are odd on purpose; the per-layer pattern of recurrent and attention layers is an
+argument. See :mod:`fixtures` for ``weight_types`` and the type fallbacks.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+import gguf
+from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
+from fixtures_moe import _experts
+
+__all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
+           "write_qwen3next", "write_nemotron_h"]
+
+HYBRID_DEFAULT_TYPES: dict[str, QT] = {
+    "token_embd": QT.Q8_0,
+    "output": QT.Q4_0,
+    "attn_q": QT.Q4_0,
+    "attn_k": QT.F16,
+    "attn_v": QT.Q8_0,
+    "attn_output": QT.Q4_K,
+    "ffn_gate": QT.Q4_K,
+    "ffn_up": QT.Q8_0,
+    "ffn_down": QT.Q4_0,
+    "shortconv.in_proj": QT.Q8_0,
+    "shortconv.out_proj": QT.Q4_0,
+    # ggml_compute_forward_ssm_conv reads the kernel as F32
+    "shortconv.conv": QT.F32,
+    "ssm_in": QT.Q8_0,
+    "ssm_out": QT.Q4_K,
+    # ggml_compute_forward_ssm_conv reads the kernel as F32
+    "ssm_conv1d": QT.F32,
+}
+
+#: LFM2's layout in small: conv, conv, attention, conv, attention (True = recurrent)
+LFM2_PATTERN = (True, True, False, True, False)
+
+
+def write_lfm2(
+    path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_head_kv: int = 1,
+    n_ff: int = 416, pattern: Sequence[bool] = LFM2_PATTERN, l_cache: int = 3,
+    n_vocab: int = 301, tie_embeddings: bool = True,
+    weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
+    rope_freq_base: float = 1_000_000.0, rms_eps: float = 1e-5, n_expert: int = 0,
+    n_expert_used: int = 2, n_ff_exp: int = 96, dense_lead: int = 1, gating: int = 2,
+    seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``lfm2`` (``n_expert > 0``: ``lfm2moe``, MoE FFNs of ``n_ff_exp`` with an
+    expert selection bias after ``dense_lead`` dense layers, ``gating`` the
+    expert_gating_func: 1 softmax, 2 sigmoid): ``pattern[il]`` True makes layer il a short-convolution layer
+    (``head_count_kv`` 0 there, ``shortconv.{conv,in_proj,out_proj}``), False an attention
+    layer with per-head Q/K RMS norms. ``l_cache`` is the conv width (``shortconv.l_cache``).
+
+    Default: n_embd 160, 5 heads of 32 over 1 KV head, n_ff 416 (13 * 32), kernel 3, the
+    output norm ``token_embd_norm`` (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2), tied output."""
+    path = Path(path)
+    n_layer = len(pattern)
+    hd = n_embd // n_head
+    arch = "lfm2moe" if n_expert else "lfm2"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    w.add_uint32(gguf.Keys.ShortConv.L_CACHE.format(arch=arch), l_cache)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_leading_dense_block_count(dense_lead)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("token_embd_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    kv_dim = n_head_kv * hd
+    for i, recurrent in enumerate(pattern):
+        p = f"blk.{i}."
+        sink.vector(p + "ffn_norm.weight", n_embd)
+        if n_expert and i >= dense_lead:
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
+            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
+        else:
+            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+        sink.vector(p + "attn_norm.weight", n_embd)
+        if recurrent:
+            sink.matrix("shortconv.conv", p + "shortconv.conv.weight", l_cache, n_embd, scale=0.3)
+            sink.matrix("shortconv.in_proj", p + "shortconv.in_proj.weight", n_embd, 3 * n_embd)
+            sink.matrix("shortconv.out_proj", p + "shortconv.out_proj.weight", n_embd, n_embd)
+        else:
+            sink.vector(p + "attn_q_norm.weight", hd)
+            sink.vector(p + "attn_k_norm.weight", hd)
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
+            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
+            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+    _finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+
+
+#: a granitehybrid layout in small: mamba2, attention, mamba2, mamba2 (True = recurrent)
+GRANITE_HYBRID_PATTERN = (True, False, True, True)
+
+
+def write_granitehybrid(
+    path: str | Path, *, n_embd: int = 96, n_head: int = 3, n_head_kv: int = 1,
+    n_ff: int = 224, pattern: Sequence[bool] = GRANITE_HYBRID_PATTERN, d_conv: int = 4,
+    d_state: int = 16, n_ssm_head: int = 6, n_group: int = 2, n_vocab: int = 289,
+    tie_embeddings: bool = True, biases: bool = False,
+    rope_finetuned: bool | None = None, embedding_scale: float | None = 12.0,
+    residual_scale: float | None = 0.22, logit_scale: float | None = 8.0,
+    attention_scale: float | None = 0.015625, weight_types: Mapping[str, QT] | None = None,
+    context_length: int = 4096, rope_freq_base: float = 10_000.0, rms_eps: float = 1e-5,
+    n_expert: int = 0, n_expert_used: int = 2, n_ff_shexp: int = 0, seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``granitehybrid`` (``n_expert > 0``: MoE FFN of ``n_ff`` per expert, and a
+    shared expert of ``n_ff_shexp`` when non-zero, as Granite 4.0 H Tiny/Small): ``pattern[il]`` True makes layer il a Mamba-2 layer
+    (``head_count_kv`` 0; ``ssm_in``, ``ssm_conv1d`` (+ bias), ``ssm_dt.bias``, ``ssm_a``,
+    ``ssm_d``, ``ssm_norm``, ``ssm_out``), False an attention layer. d_inner = 2 * n_embd
+    (llama.cpp asserts it); ``n_ssm_head`` is ``ssm.time_step_rank``.
+
+    Default: n_embd 96, d_inner 192 in 6 SSM heads of 32, 2 groups, d_state 16, kernel 4;
+    3 attention heads of 32 over 1 KV head; n_ff 224 (7 * 32); Granite multipliers."""
+    path = Path(path)
+    n_layer = len(pattern)
+    hd = n_embd // n_head
+    d_inner = 2 * n_embd
+    arch = "granitehybrid"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_ssm_head)
+    w.add_ssm_group_count(n_group)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        if n_ff_shexp:
+            w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    if logit_scale is not None:
+        w.add_logit_scale(logit_scale)
+    if embedding_scale is not None:
+        w.add_embedding_scale(embedding_scale)
+    if residual_scale is not None:
+        w.add_residual_scale(residual_scale)
+    if attention_scale is not None:
+        w.add_attention_scale(attention_scale)
+    if rope_finetuned is not None:
+        w.add_rope_scaling_finetuned(rope_finetuned)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("output_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    kv_dim = n_head_kv * hd
+    d_xbc = d_inner + 2 * n_group * d_state
+    for i, recurrent in enumerate(pattern):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        if recurrent:
+            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
+            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
+            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
+            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
+            # ssm_a and ssm_d are {1, n_head} and have no ".weight" suffix
+            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
+            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
+            sink.types[p + "ssm_a"] = sink.types[p + "ssm_d"] = "F32"
+            w.add_tensor(p + "ssm_norm.weight",
+                         np.ones((n_group, d_inner // n_group), dtype=np.float32))
+            sink.types[p + "ssm_norm.weight"] = "F32"
+            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+        else:
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
+            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
+            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+            if biases:
+                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+        sink.vector(p + "ffn_norm.weight", n_embd)
+        if n_expert:
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
+            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
+            if n_ff_shexp:
+                sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
+                sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
+                sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+            continue
+        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+        if biases:
+            sink.vector(p + "ffn_gate.bias", n_ff, center=0.0, spread=0.02)
+            sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
+            sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
+    _finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+
+
+def write_qwen3next(
+    path: str | Path, *, n_embd: int = 128, n_head: int = 4, n_head_kv: int = 2,
+    head_dim: int = 32, n_layer: int = 4, full_attention_interval: int | None = None,
+    d_conv: int = 4, d_state: int = 32, n_k_heads: int = 2, n_v_heads: int = 4,
+    n_expert: int = 6, n_expert_used: int = 2, n_ff_exp: int = 96, n_ff_shexp: int = 160,
+    n_vocab: int = 293, tie_embeddings: bool = False, arch: str = "qwen3next",
+    n_ff: int = 224, rope_sections: Sequence[int] = (4, 6, 6, 0),
+    weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
+    rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``qwen3next`` (also ``qwen35``, ``qwen35moe``: see below): layers ``il`` with ``(il + 1) % interval != 0`` are gated delta
+    net layers (``attn_qkv``, ``attn_gate``, ``ssm_ba``, ``ssm_conv1d``, ``ssm_dt.bias``,
+    ``ssm_a``, ``ssm_norm``, ``ssm_out``), the others gated attention (Q projection twice
+    the head size, Q/K norms); every layer has ``attn_post_norm``, routed experts and a
+    gated shared expert. ``full_attention_interval`` None leaves the key out (default 4).
+
+    Default: 4 layers (3 delta net, 1 attention); d_inner = d_state * n_v_heads = 128,
+    2 K heads and 4 V heads of 32 (K/V repeated), kernel 4; 4 heads of 32 over 2 KV heads;
+    6 experts (2 used) of 96, shared expert 160.
+
+    ``arch="qwen35"``/``"qwen35moe"``: beta and alpha projections ``ssm_beta``/``ssm_alpha``
+    instead of ``ssm_ba``, ``rope.dimension_sections`` (``rope_sections``, IMRoPE); qwen35
+    has a dense FFN of ``n_ff`` instead of experts."""
+    path = Path(path)
+    if arch not in ("qwen3next", "qwen35", "qwen35moe"):
+        raise ValueError(f"arch {arch!r}")
+    interval = 4 if full_attention_interval is None else full_attention_interval
+    pattern = [(i + 1) % interval != 0 for i in range(n_layer)]
+    d_inner = d_state * n_v_heads
+    moe = arch != "qwen35"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff_exp if moe else n_ff)
+    if arch != "qwen3next":
+        w.add_rope_dimension_sections(list(rope_sections))
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    if moe:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_v_heads)
+    w.add_ssm_group_count(n_k_heads)
+    if full_attention_interval is not None:
+        w.add_uint32(gguf.Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=arch), full_attention_interval)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("output_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
+    conv_dim = 2 * key_dim + value_dim
+    for i, recurrent in enumerate(pattern):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        sink.vector(p + "post_attention_norm.weight", n_embd)
+        if recurrent:
+            sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, conv_dim)
+            sink.matrix("attn_gate", p + "attn_gate.weight", n_embd, value_dim)
+            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, conv_dim, scale=0.3)
+            sink.vector(p + "ssm_dt.bias", n_v_heads, center=0.0, spread=0.1)
+            w.add_tensor(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
+            sink.types[p + "ssm_a"] = "F32"
+            if arch == "qwen3next":
+                sink.matrix("ssm_ba", p + "ssm_ba.weight", n_embd, 2 * n_v_heads)
+            else:
+                sink.matrix("ssm_beta", p + "ssm_beta.weight", n_embd, n_v_heads)
+                sink.matrix("ssm_alpha", p + "ssm_alpha.weight", n_embd, n_v_heads)
+            sink.vector(p + "ssm_norm.weight", d_state)
+            sink.matrix("ssm_out", p + "ssm_out.weight", value_dim, n_embd)
+        else:
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, 2 * head_dim * n_head)
+            sink.matrix("attn_k", p + "attn_k.weight", n_embd, head_dim * n_head_kv)
+            sink.matrix("attn_v", p + "attn_v.weight", n_embd, head_dim * n_head_kv)
+            sink.matrix("attn_output", p + "attn_output.weight", head_dim * n_head, n_embd)
+            sink.vector(p + "attn_q_norm.weight", head_dim)
+            sink.vector(p + "attn_k_norm.weight", head_dim)
+        if not moe:
+            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            continue
+        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
+        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+        sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
+        sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
+        sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
+        sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+    _finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if moe else n_ff,
+                       n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+
+
+def write_nemotron_h(
+    path: str | Path, *, n_embd: int = 96, n_head: int = 3, n_head_kv: int = 1,
+    n_ff: int = 160, pattern: str = "M-M*-M", d_conv: int = 4, d_inner: int = 128,
+    d_state: int = 16, n_ssm_head: int = 4, n_group: int = 2, n_vocab: int = 281,
+    tie_embeddings: bool = False, biases: bool = False,
+    weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
+    norm_eps: float = 1e-5, seed: int = 0,
+) -> FixtureInfo:
+    """Arch ``nemotron_h``: ``pattern`` as in the checkpoints' hybrid_override_pattern, one
+    character per layer: ``M`` Mamba-2 (head_count_kv 0, feed_forward_length 0), ``*``
+    attention (feed_forward_length 0, no rope), ``-`` a squared-ReLU MLP (head_count_kv 0,
+    ``ffn_up``/``ffn_down``). ``biases`` adds the optional attention-output and MLP biases.
+
+    Default: M - M * - M; n_embd 96, d_inner 128 in 4 SSM heads of 32, 2 groups, d_state
+    16, kernel 4; 3 attention heads of 32 over 1 KV head; n_ff 160 (5 * 32)."""
+    path = Path(path)
+    if set(pattern) - set("M*-"):
+        raise ValueError("pattern: M (mamba2), * (attention), - (MLP)")
+    n_layer = len(pattern)
+    hd = n_embd // n_head
+    arch = "nemotron_h"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length([n_ff if c == "-" else 0 for c in pattern])
+    w.add_head_count(n_head)
+    w.add_head_count_kv([n_head_kv if c == "*" else 0 for c in pattern])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_eps(norm_eps)
+    w.add_layer_norm_rms_eps(norm_eps)
+    w.add_vocab_size(n_vocab)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_ssm_head)
+    w.add_ssm_group_count(n_group)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_spm_vocab(w, n_vocab)
+    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
+                scale=0.05 if tie_embeddings else 0.5)
+    sink.vector("output_norm.weight", n_embd)
+    if not tie_embeddings:
+        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    kv_dim = n_head_kv * hd
+    d_xbc = d_inner + 2 * n_group * d_state
+    for i, c in enumerate(pattern):
+        p = f"blk.{i}."
+        sink.vector(p + "attn_norm.weight", n_embd)
+        if c == "M":
+            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
+            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
+            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
+            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
+            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
+            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
+            w.add_tensor(p + "ssm_norm.weight", np.ones((n_group, d_inner // n_group), dtype=np.float32))
+            for t in ("ssm_a", "ssm_d", "ssm_norm.weight"):
+                sink.types[p + t] = "F32"
+            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+        elif c == "*":
+            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_head * hd)
+            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
+            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
+            if biases:
+                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+        else:
+            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+            if biases:
+                sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
+                sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
+    _finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
