@@ -33,8 +33,9 @@ float types.
 Everything else is the same in both modes and follows ggml-cpu: GELU through ggml's F16
 table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
-SUM_ROWS, CLAMP, SIGMOID, FILL, REPEAT: routing, tiling and bias bookkeeping) run in numpy, as does
-SET_ROWS into an F32 tensor with batched rows (DeepSeek V3's expert-group mask);
+SUM_ROWS, CLAMP, SIGMOID, FILL: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP;
+SOFTPLUS, REPEAT: qwen3next's gates and head repeat, deepseek2's legacy k_pe) run in numpy,
+as does SET_ROWS into an F32 tensor with batched rows (DeepSeek V3's expert-group mask);
 :data:`NUMPY_OPS` names them so reports can say so.
 """
 from __future__ import annotations
@@ -57,8 +58,8 @@ OpFn = Callable[..., "np.ndarray | None"]
 DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.int64}
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
-NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.FILL,
-                       Op.REPEAT})
+NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.RELU,
+                       Op.SQR, Op.SOFTPLUS, Op.REPEAT, Op.FILL})
 
 #: rope modes the kernel implements (ggml.h GGML_ROPE_TYPE_NORMAL / _NEOX)
 ROPE_MODES = (0, 2)
@@ -214,10 +215,26 @@ def unsupported_ops(nodes: list[Tensor]) -> list[str]:
 # ---------------------------------------------------------------------------- matmul
 
 
+def weight_types(K: ModuleType) -> tuple[gt.GGMLType, ...]:
+    """Weight types the executor runs: the row decoders' (``kernels.quants``), and MXFP4
+    (``kernels.mxfp4``: matmuls only; a GET_ROWS from it is refused when compiled)."""
+    return tuple(K.quants.SUPPORTED) + (gt.GGMLType.MXFP4,)
+
+
 def matmul_fn(ctx: Ctx, w_type: gt.GGMLType, k: int, m: int) -> Callable[..., np.ndarray]:
     """``f(w, x, out=None) -> y``: the kernel a MUL_MAT with ``w_type`` weights (``k``
-    columns, ``m`` rows) runs in ``ctx.numerics`` mode (hwprobe times the same function)."""
+    columns, ``m`` rows) runs in ``ctx.numerics`` mode (hwprobe times the same function).
+    MXFP4: ``fast`` decodes on the fly against float32 x; ``ggml`` quantizes x to Q8_0
+    (its vec_dot_type) and runs ggml_vec_dot_mxfp4_q8_0 (``kernels.mxfp4``)."""
     mm = ctx.K.matmul
+    if w_type == gt.GGMLType.MXFP4:
+        X = ctx.K.mxfp4
+        if ctx.numerics == "fast":
+            return lambda w, x, out=None: X.mul_mat(w, k, m, x, out=out)
+        quant = ctx.K.quants.quantize_activations
+        return lambda w, x, out=None: X.mul_mat_ggml(
+            w, k, m, quant(np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32),
+                           X.VEC_DOT_TYPE), out=out)
     supported = ctx.K.quants.SUPPORTED
     if w_type not in supported:
         raise UnsupportedError(f"matmul with {gt.type_name(w_type)} weights: the kernels "
@@ -382,16 +399,6 @@ def _fill(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: np.full(shape, c, dtype=np.float32)
 
 
-@op(Op.REPEAT)
-def _repeat(node: Tensor, ctx: Ctx) -> OpFn:
-    # ggml_compute_forward_repeat: ``a`` tiled to the node's shape (each dim a multiple)
-    a = node.src[0]
-    if is_rows_type(a.type):
-        raise UnsupportedError(f"repeat of {gt.type_name(a.type)} ({node.name})")
-    reps = tuple(n // m for n, m in zip(shape_strides(node)[0], shape_strides(a)[0]))
-    return lambda av: np.tile(av, reps)
-
-
 @op(Op.CPY)
 def _cpy(node: Tensor, ctx: Ctx) -> OpFn:
     # ggml_cpy: a's elements in logical order, converted to b's type, into b's memory
@@ -459,6 +466,16 @@ def _binary(node: Tensor, ctx: Ctx) -> OpFn:
 def _scale(node: Tensor, ctx: Ctx) -> OpFn:
     s, bias = node.params["scale"], node.params.get("bias", 0.0)
     e = ctx.K.elementwise
+    if node.is_view:
+        # ggml_scale_inplace (build_rs zeroing a recurrent cell): written into the source
+        fs, fb = np.float32(s), np.float32(bias)
+
+        def inplace(av):
+            av *= fs
+            if fb:
+                av += fb
+            return None
+        return inplace
     if _plain_f32(node.src[0]):
         code = "scale" if bias == 0.0 else "scale_bias"
         return _unary_node(node, ctx, code, s, bias)
@@ -493,10 +510,77 @@ def _sigmoid(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: (one / (one + np.exp(-_f32(av)))).astype(np.float32)
 
 
+@op(Op.RELU)
+def _relu(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_vec_relu_f32: x > 0 ? x : 0
+    zero = np.float32(0)
+    return lambda av: np.where(av > zero, av, zero).astype(np.float32)
+
+
+@op(Op.SQR)
+def _sqr(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_vec_sqr_f32: x*x in float32
+    return lambda av: np.multiply(_f32(av), _f32(av), dtype=np.float32)
+
+
+@op(Op.SOFTPLUS)
+def _softplus(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_compute_softplus_f32: x > 20 ? x : logf(1 + expf(x))
+    lim, one = np.float32(20), np.float32(1)
+
+    def run(av):
+        a = _f32(av)
+        with np.errstate(over="ignore"):
+            return np.where(a > lim, a, np.log(one + np.exp(a))).astype(np.float32)
+    return run
+
+
+@op(Op.REPEAT)
+def _repeat(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_repeat: dst[i3, i2, i1, i0] = src[i3 % ne3, ...] (whole copies of src per dim)
+    reps = tuple(n // m for n, m in zip(shape_strides(node)[0], shape_strides(node.src[0])[0]))
+    return lambda av: np.ascontiguousarray(np.tile(av, reps))
+
+
 @op(Op.CLAMP)
 def _clamp(node: Tensor, ctx: Ctx) -> OpFn:
     lo, hi = np.float32(node.params["min"]), np.float32(node.params["max"])
     return lambda av: np.clip(av, lo, hi).astype(np.float32)
+
+
+@op(Op.ADD_ID)
+def _add_id(node: Tensor, ctx: Ctx) -> OpFn:
+    # a:[n, k, T] + row ids[j, t] of b:[n, E] (per-expert biases): kernels.elementwise.add_id
+    a, b, ids = node.src
+    if a.type != gt.F32 or b.type != gt.F32 or ids.type != gt.I32 or a.ne[3] != 1 \
+            or b.ne[2] != 1 or b.ne[3] != 1:
+        raise UnsupportedError(f"add_id of {gt.type_name(a.type)} {list(a.ne)} ({node.name})")
+    k, t = a.ne[1], a.ne[2]
+    add_id = ctx.K.elementwise.add_id
+
+    def run(av, bv, iv):
+        try:
+            return add_id(av[0], bv[0, 0], iv[0, 0, :t, :k])[None]
+        except ValueError as e:
+            raise UnsupportedError(f"{node.name}: {e}") from None
+    return run
+
+
+@op(Op.SWIGLU_OAI)
+def _swiglu_oai(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_swiglu_oai(a, b): the split form (gpt-oss: gate and up from two matmuls)
+    if len(node.src) != 2 or any(t.type != gt.F32 for t in node.src) or \
+            node.src[0].ne != node.src[1].ne:
+        raise UnsupportedError(f"swiglu_oai of one tensor, non-F32 or unequal shapes "
+                               f"({node.name})")
+    alpha, limit = node.params["alpha"], node.params["limit"]
+    n0 = node.ne[0]
+    shape = shape_strides(node)[0]
+    sw = ctx.K.elementwise.swiglu_oai
+
+    def run(av, bv):
+        return sw(av.reshape(-1, n0), bv.reshape(-1, n0), alpha, limit).reshape(shape)
+    return run
 
 
 @op(Op.SWIGLU, Op.GEGLU)
@@ -533,19 +617,45 @@ def _norm(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: f(av, eps)
 
 
-def _refuse_sinks(node: Tensor) -> None:
-    """Attention sinks (gpt-oss) are not passed to the kernels yet: refuse, never drop them."""
-    if node.params.get("sinks"):
-        raise UnsupportedError(f"{node.op} with attention sinks ({node.name}) is not executed")
+def _sinks(node: Tensor, i: int) -> Tensor | None:
+    """The attention-sink logits (gpt-oss; ggml_*_add_sinks: F32 [n_head]) at ``src[i]``."""
+    if not node.params.get("sinks"):
+        return None
+    s = node.src[i]
+    if s.type != gt.F32 or not is_contiguous(s) or s.n_elements != node.src[0].ne[2]:
+        raise UnsupportedError(f"{node.name}: sinks {gt.type_name(s.type)} {list(s.ne)} for "
+                               f"{node.src[0].ne[2]} heads")
+    return s
+
+
+def _sink_values(sv: np.ndarray) -> np.ndarray:
+    return sv.reshape(-1) if sv.flags.c_contiguous else np.ascontiguousarray(sv).reshape(-1)
 
 
 @op(Op.SOFT_MAX)
 def _soft_max(node: Tensor, ctx: Ctx) -> OpFn:
-    _refuse_sinks(node)
+    # a:[n_kv, T, H] (+ mask [n_kv, T], + sinks [H]: src[2], one logit per head)
     scale, max_bias = node.params["scale"], node.params["max_bias"]
     sm = ctx.K.softmax.soft_max
     a = node.src[0]
     mask = node.src[1] if len(node.src) > 1 else None
+    sinks = _sinks(node, 2)
+    if sinks is not None:
+        if len(node.src) != 3:
+            raise UnsupportedError(f"{node.name}: soft_max sinks without a mask")
+        S = ctx.K.softmax
+        if _plain_f32(a) and mask.type in (gt.F16, gt.F32) and is_contiguous(mask) \
+                and mask.ne[0] == a.ne[0] and mask.ne[1] >= a.ne[1] \
+                and a.ne[2] % mask.ne[2] == 0 and a.ne[3] % mask.ne[3] == 0:
+            m32, m16 = np.zeros((1, 1, 1, 1), np.float32), np.zeros((1, 1, 1, 1), np.uint16)
+            kind = np.int64(2 if mask.type == gt.F16 else 1)
+            fs, slopes = np.float32(scale), S.alibi_slopes(a.ne[2], max_bias)
+
+            def prep_s(av, mv, sv, out):
+                ms = (m32, mv.view(np.uint16)) if mv.dtype == np.float16 else (mv, m16)
+                return (av,) + ms + (kind, fs, slopes, _sink_values(sv), True, out)
+            return KernelNode(S.kernel(a.n_elements), prep_s, shape_strides(node)[0])
+        return lambda av, mv, sv: sm(av, mv, scale, max_bias, sinks=_sink_values(sv))
     if len(node.src) <= 2 and _plain_f32(a) and (
             mask is None or (mask.type in (gt.F16, gt.F32) and is_contiguous(mask)
                              and mask.ne[0] == a.ne[0] and mask.ne[1] >= a.ne[1]
@@ -642,8 +752,8 @@ def _rope_offset(node: Tensor, offs: int, rope, kw: dict) -> OpFn:
 
 @op(Op.FLASH_ATTN_EXT)
 def _flash_attn(node: Tensor, ctx: Ctx) -> OpFn:
-    # q:[D, T, H] k:[D, n_kv, Hkv] v:[Dv, n_kv, Hkv] mask:[n_kv, T] -> [Dv, H, T]
-    _refuse_sinks(node)
+    # q:[D, T, H] k:[D, n_kv, Hkv] v:[Dv, n_kv, Hkv] mask:[n_kv, T] (sinks:[H]) -> [Dv, H, T]
+    sinks = _sinks(node, 4)
     p = node.params
     q, k, v = node.src[:3]
     fa = ctx.K.attention.flash_attn_ext
@@ -654,13 +764,13 @@ def _flash_attn(node: Tensor, ctx: Ctx) -> OpFn:
     deq_v = _kv_as_float(v, ctx)
     scale, max_bias, softcap = p["scale"], p["max_bias"], p["softcap"]
     mask = node.src[3] if len(node.src) > 3 else None
-    if len(node.src) <= 4 and q.type == gt.F32 and k.type in (gt.F16, gt.F32) and \
+    if q.type == gt.F32 and k.type in (gt.F16, gt.F32) and \
             v.type in (gt.F16, gt.F32) and (mask is None or mask.type == gt.F16):
         return _flash_attn_node(node, ctx)
 
-    def run(qv, kv, vv, mv=None):
+    def run(qv, kv, vv, mv=None, sv=None):
         out = fa(q_as(qv[0]), deq_k(kv[0]), deq_v(vv[0]), None if mv is None else mv[0],
-                 scale, max_bias, softcap)
+                 scale, max_bias, softcap, sinks=None if sv is None else _sink_values(sv))
         return out[None]
     return run
 
@@ -682,21 +792,25 @@ def _flash_attn_node(node: Tensor, ctx: Ctx) -> OpFn:
     k_f16, v_f16 = k.type == gt.F16, v.type == gt.F16
     z16, z32 = np.zeros((1, 1, 1), np.uint16), np.zeros((1, 1, 1), np.float32)
     kv_f16 = np.array([k_f16, v_f16])
-    tail = (np.float32(p["scale"]), np.float32(p["softcap"]),
-            A.alibi_slopes(n_head, p["max_bias"]), np.zeros(n_head, dtype=np.float32), False)
+    head = (np.float32(p["scale"]), np.float32(p["softcap"]), A.alibi_slopes(n_head, p["max_bias"]))
+    tail = head + (np.zeros(n_head, dtype=np.float32), False)
 
     def c(a, i):
         return a if contig[i] else np.ascontiguousarray(a)
 
-    def prep(qv, kv, vv, mv=None, out=None):
+    def prep(qv, kv, vv, mv=None, out=None, sv=None):
         kk, vvv = c(kv[0], 1), c(vv[0], 2)
         ks = (kk.view(np.uint16), z32) if k_f16 else (z16, kk)
         vs = (vvv.view(np.uint16), z32) if v_f16 else (z16, vvv)
         m = z16 if mv is None else c(mv[0], 3).view(np.uint16)
-        return (c(qv[0], 0),) + ks + vs + (kv_f16, m, mv is not None) + tail + (out[0],)
+        t = tail if sv is None else head + (_sink_values(sv), True)
+        return (c(qv[0], 0),) + ks + vs + (kv_f16, m, mv is not None) + t + (out[0],)
 
     kern = A.kernel(n_head * n_tok * n_kv * (k.ne[0] + v.ne[0]))
     shape = shape_strides(node)[0]
+    if len(node.src) > 4:           # sinks (src[4], after the mask)
+        return KernelNode(kern, lambda qv, kv, vv, mv, sv, out: prep(qv, kv, vv, mv, out, sv),
+                          shape, bindable=all(contig))
     if mask is None:
         return KernelNode(kern, lambda qv, kv, vv, out: prep(qv, kv, vv, None, out), shape,
                           bindable=all(contig))
@@ -736,3 +850,63 @@ def _kv_as_float(t: Tensor, ctx: Ctx) -> Callable[[np.ndarray], np.ndarray]:
         rows = np.ascontiguousarray(a).reshape(h * n, rb)
         return gr(rows, t.type, d, np.arange(h * n)).reshape(h, n, d)
     return deq
+
+
+# ---------------------------------------------------------------------------- recurrent (Mamba)
+
+
+@op(Op.SSM_CONV)
+def _ssm_conv(node: Tensor, ctx: Ctx) -> OpFn:
+    # sx:[d_conv - 1 + n_t, d_inner, n_s] (*) c:[d_conv, d_inner] -> [d_inner, n_t, n_s]
+    sx, c = node.src
+    if not _plain_f32(c) or sx.type != gt.F32 or sx.ne[3] != 1:
+        raise UnsupportedError(f"SSM_CONV of {gt.type_name(sx.type)} x {gt.type_name(c.type)} "
+                               f"{list(sx.ne)} ({node.name})")
+    return KernelNode(ctx.K.ssm.ssm_conv, lambda sv, cv, out: (sv[0], cv[0, 0], out[0]),
+                      shape_strides(node)[0])
+
+
+@op(Op.SSM_SCAN)
+def _ssm_scan(node: Tensor, ctx: Ctx) -> OpFn:
+    # s:[d_state, head_dim, n_head, rows] x:[head_dim, n_head, n_t, n_s] dt:[n_head, n_t, n_s]
+    # A:[1, n_head] B, C:[d_state, n_group, n_t, n_s] ids:[n_s] -> F32 [y..., new states...]
+    s, x, dt, A, B, C, ids = node.src
+    if A.ne[0] != 1:
+        raise UnsupportedError(f"SSM_SCAN with Mamba-1 decay factors ({node.name}) is not executed")
+    if node.params.get("K", 1) != 1:
+        raise UnsupportedError(f"SSM_SCAN with {node.params['K']} state slots ({node.name}) "
+                               "is not executed")
+    if any(t.type != gt.F32 for t in (s, x, dt, A, B, C)) or ids.type != gt.I32:
+        raise UnsupportedError(f"SSM_SCAN on non-F32 sources ({node.name})")
+    d_state, head_dim, n_head = s.ne[0], s.ne[1], s.ne[2]
+    n_s = ids.ne[0]
+    n_x = x.n_elements
+    y_shape = (x.ne[3], x.ne[2], n_head, head_dim)
+    s_shape = (n_s, n_head, head_dim, d_state)
+
+    def prep(sv, xv, dtv, av, bv, cv, iv, out):
+        flat = out.reshape(-1)
+        return (sv, xv, dtv[0], av.reshape(-1), bv, cv, iv.reshape(-1),
+                flat[:n_x].reshape(y_shape), flat[n_x:].reshape(s_shape))
+    return KernelNode(ctx.K.ssm.ssm_scan, prep, shape_strides(node)[0])
+
+
+@op(Op.GATED_DELTA_NET)
+def _gated_delta_net(node: Tensor, ctx: Ctx) -> OpFn:
+    # q, k:[S, H_q, n_t, n_sq] v:[S, H, n_t, n_s] g:[1 or S, H, n_t, n_s] beta:[1, H, n_t, n_s]
+    # state:[S, S, H, n_s] -> F32 [S * H, n_t * n_s + S * n_s] (outputs, then the new state)
+    q, k, v, g, beta, state = node.src
+    if node.params.get("K", 1) != 1:
+        raise UnsupportedError(f"GATED_DELTA_NET with {node.params['K']} state slots "
+                               f"({node.name}) is not executed")
+    if any(t.type != gt.F32 for t in node.src):
+        raise UnsupportedError(f"GATED_DELTA_NET on non-F32 sources ({node.name})")
+    S, H, n_t, n_s = v.ne
+    n_out = v.n_elements
+    o_shape, s_shape = (n_s, n_t, H, S), (n_s, H, S, S)
+
+    def prep(qv, kv, vv, gv, bv, sv, out):
+        flat = out.reshape(-1)
+        return (qv, kv, vv, gv, bv, sv, flat[:n_out].reshape(o_shape),
+                flat[n_out:].reshape(s_shape))
+    return KernelNode(ctx.K.ssm.gated_delta_net, prep, shape_strides(node)[0])

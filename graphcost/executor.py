@@ -13,6 +13,10 @@ Memory:
 * **KV cache** leaves (``cache_k_l<il>``, ``cache_v_l<il>``) are zeroed buffers that live
   as long as the executor; ``SET_ROWS`` writes the new rows at the indices in
   ``attn_inp_k_idxs`` / ``attn_inp_v_idxs``;
+* **recurrent state** (``cache_r_l<il>``, ``cache_s_l<il>`` of llama_memory_recurrent:
+  conv and SSM/delta-net state, one cell for one sequence) lives beside the KV cache;
+  the graph gathers it through ``rs_s_copy`` and copies the new state back (CPY into
+  views of it); timing reruns of a step restore it first (:meth:`Executor.step`);
 * **activations**: small node outputs (:data:`graphcost.exec_ops.PREALLOC_MAX_BYTES`)
   are allocated once per plan and rewritten every run, larger ones are the arrays the
   kernels return, one per node and run; views, reshapes and permutes are strided numpy
@@ -45,9 +49,10 @@ from . import ops
 from .build import BuiltGraph, build_graph, load_model
 from .errors import GGUFError, SettingsError, UnsupportedError
 from .exec_ops import (Ctx, compile_node, flat_bytes, resolve_entry, shape_strides,
-                       tensor_view, unsupported_ops)
+                       tensor_view, unsupported_ops, weight_types)
 from .ggml_graph import Tensor
 from .gguf_reader import read_header
+from .model import YARN_UNREAD_KEYS
 from .llm_graph import KVCache
 from .model import ModelInfo
 from .ops import Op
@@ -92,6 +97,11 @@ def _random_raw(t: gt.GGMLType, ne: tuple[int, ...], rng: np.random.Generator) -
         return (f.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
     blk, size = gt.block(t)
     n_blocks = n // blk
+    if t == gt.GGMLType.MXFP4:
+        # E8M0 scale byte first: 2^(e - 128) times codes up to 12 -> |w| <= 0.05
+        raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+        raw[:, 0] = rng.integers(118, 121, size=n_blocks, dtype=np.uint8)
+        return raw.reshape(-1)
     offsets, scale = gt.f16_scale_offsets(t), _RANDOM_SCALE.get(t)
     if not offsets or scale is None:
         raise UnsupportedError(f"random weights of type {gt.type_name(t)}")
@@ -395,9 +405,11 @@ class Executor:
             raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
                                    f"{settings.llama_cpp}")
         self.model = model if isinstance(model, ModelInfo) else load_model(model)
-        if self.model.rope_scaling_type == "yarn":
-            raise UnsupportedError(f"{self.model.header.path}: YaRN rope scaling is not executed "
-                                   "(the graph does not carry its parameters)")
+        unread = [k.format(arch=self.model.arch) for k in YARN_UNREAD_KEYS
+                  if k.format(arch=self.model.arch) in self.model.header.metadata]
+        if self.model.rope_scaling_type == "yarn" and unread:
+            raise UnsupportedError(f"{self.model.header.path}: YaRN with {unread[0]} is not "
+                                   "executed (the rope's YaRN factors assume its default)")
         self.settings = settings
         self.numerics = numerics
         import numba
@@ -407,7 +419,7 @@ class Executor:
         t0 = time.perf_counter()
         self.K = load_kernels()
         self.kernels_import_s = time.perf_counter() - t0
-        _refuse_unsupported_weights(self.model, self.K.quants.SUPPORTED)
+        _refuse_unsupported_weights(self.model, weight_types(self.K))
         self.ctx = Ctx(self.K, numerics)
         self.rng = np.random.default_rng(seed)
         self._notes: list[str] = []
@@ -528,7 +540,7 @@ class Executor:
             raise UnsupportedError(f"graph input 'inp_attn_scale' of {self.model.arch}: the "
                                    "executor fills it for deepseek2 only")
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
-                    "attn_inp_v_rot", "inp_attn_scale"):
+                    "attn_inp_v_rot", "rs_s_copy", "inp_attn_scale"):
             return name, None
         if name in ("attn_inp_k_idxs", "attn_inp_v_idxs", "attn_inp_kq_mask") \
                 and id(leaf) in cache_of:
@@ -577,6 +589,10 @@ class Executor:
                 elif kind == "attn_inp_kq_mask":
                     m = self.cells[cache.name].mask(leaf.ne[0], positions)
                     arr[0, 0, :T, :] = m.astype(arr.dtype)
+                elif kind == "rs_s_copy":
+                    # llama_memory_recurrent_context::s_copy: the cell each used cell's
+                    # state comes from (src0); one sequence in cell 0 reads cell 0
+                    flat[:] = np.arange(flat.size, dtype=flat.dtype)
                 elif kind in ("attn_inp_k_rot", "attn_inp_v_rot"):
                     arr[0, 0] = hadamard(leaf.ne[0])
                 elif kind == "inp_attn_scale":
@@ -638,8 +654,8 @@ class Executor:
              capture: Iterable[str | int] = (), warmup: bool = False,
              on_run: Callable[[bool], None] | None = None) -> StepResult:
         """``llama_decode`` of one ubatch: ``tokens`` at positions ``past..``; logits of the
-        last ``n_outputs`` tokens. ``repeat`` runs the (idempotent) graph that many times
-        for timing; ``warmup`` adds one untimed run first; ``on_run(timed)`` is called
+        last ``n_outputs`` tokens. ``repeat`` runs the graph that many times for timing
+        (idempotent for the KV cache; a recurrent state is restored before each rerun); ``warmup`` adds one untimed run first; ``on_run(timed)`` is called
         after every run (progress bars)."""
         tokens = [int(t) for t in tokens]
         if not tokens:
@@ -654,6 +670,16 @@ class Executor:
         out_ids = np.arange(T - n_outputs, T, dtype=np.int32)
         self._fill_inputs(plan, tokens, positions, out_ids)
         idx = _capture_indices(plan.graph, capture)
+        # a recurrent state is read and rewritten by every run (unlike KV rows, which a
+        # rerun writes again identically): each timed or warm-up run starts from the
+        # state before the step, so the last run leaves the state of one decode
+        names = [t.name for st in plan.graph.states for t in (*st.r.values(), *st.s.values())]
+        before = [(self.kv[n], self.kv[n].copy()) for n in names] \
+            if warmup or repeat > 1 else []
+
+        def restore():
+            for buf, saved in before:
+                np.copyto(buf, saved)
         warmup_ns = None
         if warmup:
             warmup_ns = self.run_plan(plan)[1].wall_ns
@@ -662,6 +688,8 @@ class Executor:
         timings = []
         vals, cap = None, {}
         for r in range(max(1, repeat)):
+            if r > 0 or warmup:
+                restore()
             vals, timing, c = self.run_plan(plan, capture=idx if r == 0 else ())
             timings.append(timing)
             cap = cap or c

@@ -15,7 +15,7 @@ from gguf import PoolingType
 from . import ggml_types as gt
 from .errors import UnsupportedError
 from .ggml_graph import Graph, Tensor
-from .model import ModelInfo
+from .model import ModelInfo, yarn_context
 from .settings import Resolved
 
 
@@ -259,15 +259,14 @@ class LlmGraph:
     def rope(self, x: Tensor, pos: Tensor, factors: Tensor | None, il: int, mode: int,
              freq_base: float, freq_scale: float) -> Tensor:
         """ggml_rope_ext with the context's rope parameters (llm_graph_context: n_ctx_orig =
-        cparams.n_ctx_orig_yarn, attn_factor = cparams.yarn_attn_factor, which without
-        YaRN is hparams.rope_attn_factor; YaRN's ext_factor and mscale are not modelled);
-        ggml_rope_multi (the same ROPE op, with hparams.rope_sections) for the multi-section
-        modes (MROPE 8, IMROPE 40)."""
+        cparams.n_ctx_orig_yarn, ext_factor / attn_factor / beta_fast / beta_slow =
+        cparams.yarn_*, see :func:`graphcost.model.yarn_context`); ggml_rope_multi (the same
+        ROPE op, with hparams.rope_sections) for the multi-section modes (MROPE 8, IMROPE 40)."""
         m = self.model
         extra = {"sections": m.rope_sections} if mode in (8, 40) else {}
         return self.g.rope(x, pos, factors, n_dims=m.rot(il), mode=mode, freq_base=freq_base,
                            freq_scale=freq_scale, n_ctx_orig=m.n_ctx_orig_yarn or m.n_ctx_train,
-                           attn_factor=m.rope_attn_factor, **extra)
+                           **yarn_context(m), **extra)
 
     def proj(self, il: int, short: str, cur: Tensor, name: str, bias_name: str | None = None) -> Tensor:
         """build_lora_mm(blk.il.<short>.weight, cur) cb'ed ``name``, plus the optional

@@ -177,6 +177,41 @@ class ModelInfo:
         return sum(t.n_elements for t in self.header.tensors.values())
 
 
+#: YaRN keys only some families read (deepseek2: yarn_log_multiplier; grok: the others);
+#: :func:`yarn_context` assumes their defaults, so a file carrying one is not modelled there
+YARN_UNREAD_KEYS = (Keys.Rope.SCALING_YARN_LOG_MUL, Keys.Rope.SCALING_YARN_EXT_FACTOR,
+                    Keys.Rope.SCALING_YARN_ATTN_FACTOR, Keys.Rope.SCALING_YARN_BETA_FAST,
+                    Keys.Rope.SCALING_YARN_BETA_SLOW)
+
+
+def yarn_context(m: ModelInfo) -> dict[str, float]:
+    """The rope op's YaRN parameters as ``llama_context``'s constructor sets them
+    (llama-context.cpp, default context params: yarn_* = -1, "not set"), float32 like it:
+
+    - ``ext_factor`` = 1 if the rope scaling type is YaRN, else 0;
+    - ``attn_factor``: with YaRN, ``get_mscale(factor, 1) / (1 + 0.1 ln factor)`` with
+      ``factor = 1 / rope_freq_scale`` and ``get_mscale(s, m) = 1 + 0.1 m ln s`` (1 for
+      s <= 1): ggml's rope_yarn multiplies by ``1 + 0.1 ln factor`` again, so the two
+      cancel; times ``hparams.rope_attn_factor`` in every case;
+    - ``beta_fast`` 32, ``beta_slow`` 1 (llama-hparams.h defaults).
+
+    ``hparams.rope_yarn_log_mul`` (deepseek2) and grok's yarn keys are taken at their
+    defaults (0 / unset): see :data:`YARN_UNREAD_KEYS`."""
+    import numpy as np
+
+    f32 = np.float32
+    ext = m.rope_scaling_type == "yarn"
+    attn = f32(1)
+    if ext:
+        factor = f32(1) / f32(m.rope_freq_scale)
+        ln = f32(np.log(factor))
+        mscale = f32(1) if factor <= 1 else f32(f32(f32(0.1) * ln) + f32(1))
+        attn = f32(mscale * f32(f32(1) / f32(f32(1) + f32(f32(0.1) * ln))))
+    attn = f32(attn * f32(m.rope_attn_factor))
+    return {"ext_factor": 1.0 if ext else 0.0, "attn_factor": float(attn),
+            "beta_fast": 32.0, "beta_slow": 1.0}
+
+
 class _Meta:
     """Typed access to ``{arch}.*`` keys; a wrong type names the key."""
 

@@ -16,6 +16,7 @@ Activations, float32 (vec.h):
   65536-entry table of F16 results computed in float32 with the tanh formula.
 * ``swiglu(a, b) = silu(a) * b``, ``geglu(a, b) = gelu(a) * b`` (the split forms),
   ``geglu_f16_table`` with the table GELU.
+* gpt-oss: ``swiglu_oai(a, b)`` (alpha, limit) and ``add_id`` (per-expert bias rows).
 
 ggml's x86 SIMD loops compute ``expf`` for silu/softmax with their own polynomial
 (``ggml_v_expf``, <= 2 ulp from libm), so silu here can differ from llama.cpp by a
@@ -335,3 +336,78 @@ def tanh_ref(x):
 def scale_ref(x, s, b=0.0):
     x = np.asarray(x, dtype=np.float64)
     return (x * np.float32(s) + np.float32(b)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- gpt-oss
+
+
+@njit(inline="always", cache=True)
+def _swiglu_oai_row(a, b, alpha, limit, out, r):
+    for i in range(a.shape[1]):
+        x = min(a[r, i], limit)
+        y = min(max(b[r, i], -limit), limit)
+        out[r, i] = x / (F(1) + np.exp(alpha * -x)) * (y + F(1))
+
+
+@njit(parallel=True, cache=True)
+def _swiglu_oai(a, b, alpha, limit, out):
+    for r in prange(a.shape[0]):
+        _swiglu_oai_row(a, b, alpha, limit, out, r)
+
+
+@njit(cache=True)
+def _swiglu_oai_serial(a, b, alpha, limit, out):
+    for r in range(a.shape[0]):
+        _swiglu_oai_row(a, b, alpha, limit, out, r)
+
+
+def swiglu_oai(a: np.ndarray, b: np.ndarray, alpha: float, limit: float,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """ggml_swiglu_oai(a, b) (ggml-cpu/ops.cpp ``ggml_compute_forward_swiglu_oai_f32``),
+    float32 per element: ``x = min(a, limit); y = clamp(b, -limit, limit);
+    x / (1 + expf(alpha * -x)) * (y + 1)``. ``a``, ``b``: float32 ``[rows, n]``."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"swiglu_oai needs two [rows, n] arrays, got {a.shape} {b.shape}")
+    out = _out(out, a.shape)
+    kern = _swiglu_oai_serial if a.size < SERIAL_BELOW["gated"] else _swiglu_oai
+    kern(a, b, F(alpha), F(limit), out)
+    return out
+
+
+def swiglu_oai_ref(a, b, alpha: float, limit: float) -> np.ndarray:
+    """numpy float32 reference of :func:`swiglu_oai` (numpy's float32 ``exp``)."""
+    x = np.minimum(np.asarray(a, F), F(limit))
+    y = np.clip(np.asarray(b, F), F(-limit), F(limit))
+    with np.errstate(over="ignore"):
+        glu = x / (F(1) + np.exp(F(alpha) * -x))
+    return (glu * (y + F(1))).astype(F)
+
+
+@njit(cache=True)
+def _add_id(a, b, ids, out):
+    for t in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            e = ids[t, j]
+            for i in range(a.shape[2]):
+                out[t, j, i] = a[t, j, i] + b[e, i]
+
+
+def add_id(a: np.ndarray, b: np.ndarray, ids: np.ndarray,
+           out: np.ndarray | None = None) -> np.ndarray:
+    """ggml_add_id (ggml-cpu/ops.cpp ``ggml_compute_forward_add_id_f32``): ``out[t, j] =
+    a[t, j] + b[ids[t, j]]`` for ``a`` float32 ``[T, k, n]``, ``b`` ``[E, n]`` (one bias
+    row per expert), ``ids`` int32 ``[T, k]``; exact (one float32 add per element)."""
+    a = np.asarray(a, dtype=np.float32)
+    if a.ndim != 3 or ids.shape != a.shape[:2] or b.ndim != 2 or b.shape[1] != a.shape[2]:
+        raise ValueError(f"add_id shapes a {a.shape}, b {b.shape}, ids {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= b.shape[0]):
+        raise ValueError(f"add_id: expert ids must be in [0, {b.shape[0]})")
+    out = _out(out, a.shape)
+    _add_id(a, np.asarray(b, dtype=np.float32), ids, out)
+    return out
+
+
+def add_id_ref(a, b, ids) -> np.ndarray:
+    return (np.asarray(a, F) + np.asarray(b, F)[ids]).astype(F)
