@@ -33,8 +33,10 @@ float types.
 Everything else is the same in both modes and follows ggml-cpu: GELU through ggml's F16
 table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
-SUM_ROWS, CLAMP, SIGMOID: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP; SOFTPLUS, REPEAT: qwen3next's gates and head repeat) run in numpy; :data:`NUMPY_OPS`
-names them so reports can say so.
+SUM_ROWS, CLAMP, SIGMOID, FILL: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP;
+SOFTPLUS, REPEAT: qwen3next's gates and head repeat, deepseek2's legacy k_pe) run in numpy,
+as does SET_ROWS into an F32 tensor with batched rows (DeepSeek V3's expert-group mask);
+:data:`NUMPY_OPS` names them so reports can say so.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.i
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
 NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.RELU,
-                       Op.SQR, Op.SOFTPLUS, Op.REPEAT})
+                       Op.SQR, Op.SOFTPLUS, Op.REPEAT, Op.FILL})
 
 #: rope modes the kernel implements (ggml.h GGML_ROPE_TYPE_NORMAL / _NEOX)
 ROPE_MODES = (0, 2)
@@ -339,6 +341,8 @@ def _get_rows(node: Tensor, ctx: Ctx) -> OpFn:
 def _set_rows(node: Tensor, ctx: Ctx) -> OpFn:
     # rows of b:[K, n] (F32) stored into a:[K, R] (cache type) at idx:[n]; result is a view of a
     b, idx, a = node.src
+    if a.type == gt.F32 and b.type == gt.F32 and (b.ne[2] != 1 or b.ne[3] != 1):
+        return _set_rows_batched_f32(node)
     if b.ne[2] != 1 or b.ne[3] != 1 or a.ne[2] != 1 or a.ne[3] != 1:
         raise UnsupportedError(f"set_rows with batched rows ({node.name})")
     if a.type not in ctx.K.cache.CACHE_TYPES:
@@ -361,6 +365,38 @@ def _set_rows(node: Tensor, ctx: Ctx) -> OpFn:
         sr(dst, a.type, bv[0, 0], iv[0, 0, 0])
         return None
     return run
+
+
+def set_rows_batched(dst: np.ndarray, rows: np.ndarray, idx: np.ndarray) -> None:
+    """ggml_compute_forward_set_rows_impl (ggml-cpu/ops.cpp) for an F32 destination, in
+    numpy order: ``dst[i3, i2, idx[i3 % I2, i2 % I1, i], :] = rows[i3, i2, i, :]`` for
+    every row ``i`` of ``rows`` (shape ``(R3, R2, R1, K)``); ``idx`` is ``(1, I2, I1, R1)``."""
+    n3, n2, n1 = rows.shape[:3]
+    i2n, i1n = idx.shape[1], idx.shape[2]
+    for i3 in range(n3):
+        for i2 in range(n2):
+            r = idx[0, i3 % i2n, i2 % i1n, :n1].astype(np.int64)
+            if r.size and (r.min() < 0 or r.max() >= dst.shape[2]):
+                raise IndexError(f"set_rows index out of range 0..{dst.shape[2] - 1}")
+            dst[i3, i2, r] = rows[i3, i2]
+
+
+def _set_rows_batched_f32(node: Tensor) -> OpFn:
+    # the expert-group mask (statements/moe.py mask_expert_groups): rows of
+    # [per_group, n_group_used, n_tokens] into a FILL of [per_group, n_groups, n_tokens]
+    def run(bv, iv, av):
+        set_rows_batched(av, bv, iv)
+        return av                     # the node views the filled tensor it wrote into
+    return run
+
+
+@op(Op.FILL)
+def _fill(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_compute_forward_fill: a new tensor of ``a``'s shape, every element ``c``
+    if node.type != gt.F32:
+        raise UnsupportedError(f"fill of {gt.type_name(node.type)} ({node.name})")
+    shape, c = shape_strides(node)[0], np.float32(node.params["c"])
+    return lambda av: np.full(shape, c, dtype=np.float32)
 
 
 @op(Op.CPY)
@@ -675,6 +711,9 @@ def _rope(node: Tensor, ctx: Ctx) -> OpFn:
 
     x, pos = node.src[:2]
     ff = node.src[2] if len(node.src) > 2 else None
+    offs = p.get("n_offs", 0)
+    if offs:
+        return _rope_offset(node, offs, rope, kw)
     if _plain_f32(x) and pos.type == gt.I32 and is_contiguous(pos) and \
             (ff is None or _plain_f32(ff)) and x.ne[0] >= p["n_dims"] and p["n_dims"] % 2 == 0:
         R = ctx.K.rope
@@ -691,6 +730,24 @@ def _rope(node: Tensor, ctx: Ctx) -> OpFn:
     if len(node.src) == 2:
         return lambda xv, pv: rope(xv[0], pv[0, 0, 0], **kw)[None]
     return lambda xv, pv, fv: rope(xv[0], pv[0, 0, 0], freq_factors=fv.reshape(-1), **kw)[None]
+
+
+def _rope_offset(node: Tensor, offs: int, rope, kw: dict) -> OpFn:
+    # ggml_rope_set_offset (ggml-cpu/ops.cpp rope_flt): dims [offs, offs + n_dims) of each
+    # head rotate as a head of n_dims would (same thetas: they depend on n_dims and the
+    # pair index only); the other dims are copied
+    n_dims = kw["n_dims"]
+    if node.src[0].type != gt.F32 or offs % 2 or offs + n_dims > node.ne[0]:
+        raise UnsupportedError(f"rope offset {offs} ({node.name})")
+    sl = slice(offs, offs + n_dims)
+
+    def run(xv, pv, fv=None):
+        out = np.array(xv[0], dtype=np.float32, copy=True)
+        ff = None if fv is None else fv.reshape(-1)
+        out[..., sl] = rope(np.ascontiguousarray(xv[0][..., sl]), pv[0, 0, 0],
+                            freq_factors=ff, **kw)
+        return out[None]
+    return run
 
 
 @op(Op.FLASH_ATTN_EXT)

@@ -123,6 +123,19 @@ def _available_memory() -> int:
     return 8 << 30
 
 
+def attn_temp(positions: np.ndarray, scale: float, length: int,
+              offset: float = 0.0) -> np.ndarray:
+    """``inp_attn_scale`` per token (llm_graph_input_attn_temp::set_input,
+    src/llama-graph.cpp): ``log(floor((pos + offset) / length) + 1) * scale + 1``, the
+    division in float32 and the rest in double, as there (deepseek2 sets offset 0)."""
+    if scale == 0.0 or length == 0:
+        raise UnsupportedError("inp_attn_scale needs attention.temperature_scale and "
+                               "attention.temperature_length (llama.cpp asserts both non-zero)")
+    q = (positions.astype(np.float32) + np.float32(offset)) / np.float32(length)
+    return (np.log(np.floor(q).astype(np.float64) + 1.0) * np.float64(np.float32(scale))
+            + 1.0).astype(np.float32)
+
+
 class RandomWeights(Mapping):
     """Random bytes for the tensors of a header-only file, drawn when the graph first
     asks for a tensor: a tensor the graph never uses costs nothing.
@@ -518,11 +531,16 @@ class Executor:
                               np.dtype(dtype), kind, call))
         return Plan(bg, steps, len(slot_of), fixed, fixed_raw, inputs, needs_raw, slot_of)
 
-    @staticmethod
-    def _input_kind(leaf: Tensor, cache_of: dict[int, KVCache]) -> tuple[str, KVCache | None]:
+    def _input_kind(self, leaf: Tensor, cache_of: dict[int, KVCache]
+                    ) -> tuple[str, KVCache | None]:
         name = leaf.name
+        if name == "inp_attn_scale" and self.model.arch != "deepseek2":
+            # llama4 (offset 1, floor 8192) and mistral3 (floor n_ctx_orig_yarn) set the
+            # temperature's hparams in their own load_hparams: not mirrored here
+            raise UnsupportedError(f"graph input 'inp_attn_scale' of {self.model.arch}: the "
+                                   "executor fills it for deepseek2 only")
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
-                    "attn_inp_v_rot", "rs_s_copy"):
+                    "attn_inp_v_rot", "rs_s_copy", "inp_attn_scale"):
             return name, None
         if name in ("attn_inp_k_idxs", "attn_inp_v_idxs", "attn_inp_kq_mask") \
                 and id(leaf) in cache_of:
@@ -577,6 +595,9 @@ class Executor:
                     flat[:] = np.arange(flat.size, dtype=flat.dtype)
                 elif kind in ("attn_inp_k_rot", "attn_inp_v_rot"):
                     arr[0, 0] = hadamard(leaf.ne[0])
+                elif kind == "inp_attn_scale":
+                    flat[:] = attn_temp(positions, self.model.attn_temp_scale,
+                                        self.model.attn_temp_length)
 
     # ---- running -----------------------------------------------------------------------
     def run_plan(self, plan: Plan, *, capture: Iterable[int] = (),

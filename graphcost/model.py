@@ -88,6 +88,9 @@ class ModelInfo:
     #: interleave_moe_layer_step (MoE every step-th layer)
     n_ff_shexp: int = 0
     n_moe_layer_step: int = 0
+    #: attention.temperature_length (n_attn_temp_floor_scale: positions per temperature
+    #: step of inp_attn_scale, read by deepseek2.cpp's load_hparams; 0: not given)
+    attn_temp_length: int = 0
     #: multi-head latent attention (deepseek2): attention.q_lora_rank (0: no Q LoRA),
     #: attention.kv_lora_rank, and the per-head sizes after decompression
     #: (attention.key_length_mla / value_length_mla; 0 when the file has none: not MLA)
@@ -382,6 +385,7 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         n_ff_shexp=m.int(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0),
         n_moe_layer_step=m.int(Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 0),
         attn_temp_scale=m.float(Keys.Attention.TEMPERATURE_SCALE, 0.0),
+        attn_temp_length=m.int(Keys.Attention.TEMPERATURE_LENGTH, 0),
         q_lora_rank=m.int(Keys.Attention.Q_LORA_RANK, 0),
         kv_lora_rank=m.int(Keys.Attention.KV_LORA_RANK, 0),
         head_dim_k_mla=m.int(Keys.Attention.KEY_LENGTH_MLA, 0),
