@@ -16,12 +16,13 @@ class ArchsFormat(str, Enum):
 
 def render_archs_text(doc: dict) -> str:
     fams = doc["families"]
-    w = max(len(f["architecture"]) for f in fams)
-    lines = [f"{len(fams)} families modelled; proven against llama.cpp by these tests:",
-             (f"  {'architecture':{w}s}  " + "  ".join(f"{a:26s}" for a in PROVEN_ASPECTS)).rstrip()]
-    for f in fams:
-        cells = [(f["proven"][a] or "-").removeprefix("tests/") for a in PROVEN_ASPECTS]
-        lines.append(f"  {f['architecture']:{w}s}  " + "  ".join(f"{c:26s}" for c in cells).rstrip())
+    rows = [[f["architecture"]] + [(f["proven"][a] or "-").removeprefix("tests/")
+                                   for a in PROVEN_ASPECTS] for f in fams]
+    head = ["architecture", *PROVEN_ASPECTS]
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    lines = [f"{len(fams)} families modelled; proven against llama.cpp by these tests:"]
+    for r in [head] + rows:
+        lines.append(("  " + "  ".join(f"{c:{w}s}" for c, w in zip(r, widths))).rstrip())
     nm = doc["not_modelled"]
     lines.append("")
     lines.append(f"{len(nm)} architectures not modelled (names from gguf {doc['gguf_version']}):")
