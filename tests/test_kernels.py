@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 
@@ -201,7 +202,7 @@ def arbitrary_weight(qt: QT, rows: int, k: int, seed: int = 5) -> np.ndarray:
     good = F.make_weight(np.random.default_rng(seed), (rows, k), qt)
     good = np.ascontiguousarray(good).view(np.uint8).reshape(rows, -1)
     w = np.random.default_rng(seed + 1).integers(0, 256, good.shape, dtype=np.uint8)
-    size = Q.row_bytes(qt, Q._BLOCK_SIZES[qt][0])
+    size = Q.row_bytes(qt, GGML_QUANT_SIZES[qt][0])         # one block
     wb, gb = w.reshape(rows, -1, size), good.reshape(rows, -1, size)
     for off in F16_FIELDS[qt]:
         wb[..., off:off + 2] = gb[..., off:off + 2]
