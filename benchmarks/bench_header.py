@@ -38,7 +38,7 @@ def main() -> None:
 
     from gguf import GGUFReader
 
-    from graphcost.gguf_reader import read_model
+    from graphcost.format.gguf_reader import read_model
 
     read_model(args.model)  # warm the page cache and imports
     ours = _time(lambda: read_model(args.model), args.repeat)

@@ -73,7 +73,7 @@ def main() -> None:
     from fixtures import make_weight
     from gguf import GGMLQuantizationType as QT
 
-    from graphcost.kernels_loader import load_kernels
+    from graphcost.execute.kernels_loader import load_kernels
 
     if args.threads:
         numba.set_num_threads(args.threads)

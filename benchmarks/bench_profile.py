@@ -4,7 +4,7 @@ roofline estimates the executor's node times.
     python benchmarks/bench_profile.py [--model PATH] [--steps 32] [--rounds 3]
                                        [--threads 2] [--numerics fast,ggml]
 
-1. **Hardware**: ``graphcost.hwprobe.probe`` (256 MiB): streaming-read bandwidth
+1. **Hardware**: ``graphcost.execute.hwprobe.probe`` (256 MiB): streaming-read bandwidth
    (``kernels.stream``), the executor's matvec rate per weight type against it, peak FLOP
    rate, per-op overhead.
 2. **Speed**, in ``--rounds`` alternating rounds (the machine is shared: alternating puts
@@ -78,7 +78,7 @@ def _load() -> str:
 def _llama_round(model: str, steps: int, threads: int) -> tuple[float, list[int], dict]:
     """One llama.cpp run in its own process: (median step seconds, tokens, its threading
     environment as it ran)."""
-    from graphcost.oracle import run_model
+    from graphcost.judge.oracle import run_model
     r = run_model(model, prompt=PROMPT, greedy=steps, flash_attn=True, n_ctx=N_CTX,
                   n_threads=threads, base_env=USER_ENV)
     return statistics.median(s["seconds"] for s in r["steps"][1:]), r["tokens"], r["env"]
@@ -101,11 +101,11 @@ def main() -> None:
     args = _args()
     import numba
     numba.set_num_threads(args.threads)
-    from graphcost.executor import Executor
-    from graphcost.hardware import parse
-    from graphcost.hwprobe import probe
-    from graphcost.profile import run_profile
-    from graphcost.settings import RunSettings
+    from graphcost.execute.executor import Executor
+    from graphcost.cost.hardware import parse
+    from graphcost.execute.hwprobe import probe
+    from graphcost.execute.profile import run_profile
+    from graphcost.graph.settings import RunSettings
 
     model = _model(args.model)
     print(f"model: {model}")
@@ -132,7 +132,7 @@ def main() -> None:
     print(f"\nfirst run (Numba compile or cache load, untimed): {time.perf_counter() - t0:.1f} s "
           f"for {len(modes)} mode(s)")
     print(f"\n== decode tokens/s, {args.steps} greedy steps per round")
-    from graphcost.oracle import threading_env
+    from graphcost.judge.oracle import threading_env
     rows, llama_env = [], None
     for r in range(args.rounds):
         ll, ll_tokens, llama_env = _llama_round(model, args.steps, args.threads)

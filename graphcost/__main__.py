@@ -1,3 +1,3 @@
-from .cli import main
+from graphcost.cli import main
 
 main()

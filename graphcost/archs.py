@@ -1,6 +1,6 @@
 """Which GGUF architectures graphcost models, what is proven for each, and which it does not.
 
-The modelled families are the specs in ``specs/arch/`` (:func:`graphcost.arch_spec.load_specs`);
+The modelled families are the specs in ``specs/arch/`` (:func:`graphcost.graph.arch_spec.load_specs`);
 each names the test files that prove its graph, memory and executor against llama.cpp
 (``proven``). The architectures a GGUF can name come from the ``gguf`` package
 (``gguf.MODEL_ARCH_NAMES``, the list llama.cpp's converter writes); those without a spec
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import gguf
 
-from .arch_spec import PROVEN_ASPECTS, load_specs
+from graphcost.graph.arch_spec import PROVEN_ASPECTS, load_specs
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GraphcostError
-from .document import SCHEMA
-from .files import MAX_BASELINE_BYTES, load_yaml
-from .schema import field, mapping_of, need
-from .settings import RunSettings
+from graphcost.errors import GraphcostError
+from graphcost.document import SCHEMA
+from graphcost.files import MAX_BASELINE_BYTES, load_yaml
+from graphcost.schema import field, mapping_of, need
+from graphcost.graph.settings import RunSettings
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import GraphcostError
-from .report.units import literal
+from graphcost.errors import GraphcostError
+from graphcost.report.units import literal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="What one llama.cpp step costs, from a GGUF header alone.")
@@ -77,7 +77,7 @@ def _hardware_inputs(hardware: str | None) -> list[Path]:
     """The file ``--hardware`` names, as an input an ``-o`` must not overwrite."""
     if hardware is None:
         return []
-    from .hardware import find
+    from graphcost.cost.hardware import find
     p = find(hardware)
     return [p] if p is not None else []
 
@@ -85,8 +85,8 @@ def _hardware_inputs(hardware: str | None) -> list[Path]:
 def _model_path(model: Optional[str]) -> Path | str:
     """The model argument: a local path, a URL or hf://... (kept as typed), or the
     bundled example."""
-    from .remote import is_remote
-    from .resources import default_model
+    from graphcost.format.remote import is_remote
+    from graphcost.resources import default_model
     if model is None:
         return default_model()
     return model if is_remote(model) else Path(model)
@@ -110,13 +110,13 @@ def analyze(
         "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
 ) -> None:
     """Rebuild llama.cpp's graph for one ubatch and report its cost."""
-    from .analysis import analyze_graph
-    from .build import build_graph, load_model
-    from .files import check_output
-    from .hardware import load as load_hardware
-    from .report.formats import RENDERERS, Format
-    from .report.renderer import RenderOptions, refuse_unused, render, wants_colour
-    from .settings import RunSettings
+    from graphcost.cost.analysis import analyze_graph
+    from graphcost.graph.build import build_graph, load_model
+    from graphcost.files import check_output
+    from graphcost.cost.hardware import load as load_hardware
+    from graphcost.report.formats import RENDERERS, Format
+    from graphcost.report.renderer import RenderOptions, refuse_unused, render, wants_colour
+    from graphcost.graph.settings import RunSettings
 
     try:
         fmt = Format(format)
@@ -148,10 +148,10 @@ def check(
     rtol: Annotated[float, typer.Option("--rtol", help="allowed relative change")] = 0.0,
 ) -> None:
     """Exit 0 if the costs match the baseline within --rtol, 1 (with a diff table) if not."""
-    from .check import baseline_settings, compare, load_baseline
-    from .pipeline import analyze_model
-    from .report.check_table import render_drift
-    from .document import document
+    from graphcost.check import baseline_settings, compare, load_baseline
+    from graphcost.pipeline import analyze_model
+    from graphcost.report.check_table import render_drift
+    from graphcost.document import document
 
     if not rtol >= 0:
         _fail(f"--rtol {rtol} must be >= 0")
@@ -168,7 +168,7 @@ def _parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
     """'ctx=512,4096' -> ('ctx', [512, 4096])."""
     if spec is None:
         return None
-    from .memory_plan import SWEEP_KEYS
+    from graphcost.memory.plan import SWEEP_KEYS
     key, _, vals = spec.partition("=")
     key = key.strip()
     try:
@@ -222,11 +222,11 @@ def memory(
 ) -> None:
     """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers;
     with --device (or any placement flag), per device as llama.cpp places them."""
-    from .build import load_model
-    from .files import check_output
-    from .memory_plan import fuse_plan, plan_memory, sweep as run_sweep
-    from .report.memory import render_memory, render_sweep, write_plot
-    from .settings import RunSettings
+    from graphcost.graph.build import load_model
+    from graphcost.files import check_output
+    from graphcost.memory.plan import fuse_plan, plan_memory, sweep as run_sweep
+    from graphcost.report.memory import render_memory, render_sweep, write_plot
+    from graphcost.graph.settings import RunSettings
 
     if fuse is not None and fuse != "attention":
         _fail(f"--fuse {fuse!r}: only 'attention' is modelled")
@@ -258,7 +258,7 @@ def memory(
     if output is not None:
         check_output(output, [_model_path(model)])
     if output is not None and format == "text":
-        from .report.plot import check_plot_path
+        from graphcost.report.plot import check_plot_path
         check_plot_path(output)
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
@@ -266,7 +266,7 @@ def memory(
                            embeddings=embeddings)
     info = load_model(_model_path(model))
     if format == "html":
-        from .report.html import render_memory_page
+        from graphcost.report.html import render_memory_page
         swept = None if parsed is None else (*parsed, run_sweep(info, settings, *parsed))
         _emit(render_memory_page(plan_memory(info, settings), swept), output)
         return
@@ -290,12 +290,10 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
     """memory --device ...: parse llama.cpp's placement flags and print the device rows."""
     import json
 
-    from .backends import host_cpu_features
-    from .build import load_model
-    from .placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides,
-                            parse_device, parse_gpu_layers, parse_overrides,
-                            parse_tensor_split, plan_devices)
-    from .report.memory import devices_json, render_devices
+    from graphcost.memory.backends import host_cpu_features
+    from graphcost.graph.build import load_model
+    from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides, parse_device, parse_gpu_layers, parse_overrides, parse_tensor_split, plan_devices)
+    from graphcost.report.memory import devices_json, render_devices
 
     if n_cpu_moe < 0:
         _fail(f"--n-cpu-moe {n_cpu_moe}: must be >= 0")
@@ -318,7 +316,7 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
     info = load_model(_model_path(model))
     dp = plan_devices(info, settings, args, flags)
     if format == "json":
-        from .document import SCHEMA
+        from graphcost.document import SCHEMA
         _emit(json.dumps({"schema": SCHEMA, "memory": devices_json(dp)}, indent=2) + "\n", output)
     else:
         _emit(render_devices(dp), output)
@@ -356,14 +354,14 @@ def profile(
     swa_full: SwaOpt = False,
 ) -> None:
     """Run the graph on the Numba kernels and time every node against its modelled cost."""
-    from .build import load_model
-    from .executor import NUMERICS, check_runnable
-    from .files import check_output
-    from .hardware import load as load_hardware
-    from .profile import quick_hardware, run_profile
-    from .report.profile import RENDERERS, ProfileFormat
-    from .report.renderer import RenderOptions, refuse_unused, render, wants_colour
-    from .settings import RunSettings
+    from graphcost.graph.build import load_model
+    from graphcost.execute.executor import NUMERICS, check_runnable
+    from graphcost.files import check_output
+    from graphcost.cost.hardware import load as load_hardware
+    from graphcost.execute.profile import quick_hardware, run_profile
+    from graphcost.report.profile import RENDERERS, ProfileFormat
+    from graphcost.report.renderer import RenderOptions, refuse_unused, render, wants_colour
+    from graphcost.graph.settings import RunSettings
 
     try:
         fmt = ProfileFormat(format)
@@ -422,13 +420,13 @@ def hwprobe(
     threads: Annotated[Optional[int], typer.Option("--threads", "-t", help="kernel threads")] = None,
 ) -> None:
     """Measure memory bandwidth and peak FLOP rate with the kernels; write a hardware profile."""
-    from .files import check_output
-    from .hardware import is_path, save, user_dir
-    from .hwprobe import default_name, probe
+    from graphcost.files import check_output
+    from graphcost.cost.hardware import is_path, save, user_dir
+    from graphcost.execute.hwprobe import default_name, probe
 
     if mib < 16:
         _fail(f"--mib {mib}: use at least 16 (the matrix must be larger than the caches)")
-    from .executor import _available_memory
+    from graphcost.execute.executor import _available_memory
     if mib << 20 > _available_memory() // 4:  # the probe holds a few matrices of this size
         _fail(f"--mib {mib}: more than a quarter of the {_available_memory() >> 20} MiB "
               "of memory available")
@@ -467,8 +465,8 @@ def verify(
 ) -> None:
     """Run the installed llama.cpp (llama-cpp-python) on the model and show where graphcost's
     graph and buffers differ from it: exit 0 when equal, 1 when not."""
-    from .settings import RunSettings
-    from .verify import render_verification, verify as run_verify
+    from graphcost.graph.settings import RunSettings
+    from graphcost.judge.verify import render_verification, verify as run_verify
 
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
@@ -484,9 +482,9 @@ def archs(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """List the modelled architectures, what is proven for each, and those not modelled."""
-    from .archs import archs_document
-    from .report.archs import RENDERERS, ArchsFormat
-    from .report.renderer import RenderOptions, render
+    from graphcost.archs import archs_document
+    from graphcost.report.archs import RENDERERS, ArchsFormat
+    from graphcost.report.renderer import RenderOptions, render
 
     try:
         f = ArchsFormat(fmt)
@@ -500,7 +498,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    from .files import write_atomic
+    from graphcost.files import write_atomic
     write_atomic(output, text)
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import math
 
-from .analysis import Analysis
-from .errors import GraphcostError
-from .experts import expert_weights
-from .ggml_types import type_name
+from graphcost.cost.analysis import Analysis
+from graphcost.errors import GraphcostError
+from graphcost.cost.experts import expert_weights
+from graphcost.format.ggml_types import type_name
 
 SCHEMA = 1
 
@@ -43,7 +43,7 @@ def _rollup(items) -> list[dict]:
 def document(a: Analysis, hardware=None) -> dict:
     """Everything ``analyze --format json|yaml`` writes, in a stable order; with a
     hardware profile (``--hardware``) also ``roofline`` and each node's
-    ``roofline_seconds`` (graphcost.roofline)."""
+    ``roofline_seconds`` (graphcost.cost.roofline)."""
     bg = a.graph
     m = bg.model
     run = bg.run
@@ -96,7 +96,7 @@ def document(a: Analysis, hardware=None) -> dict:
                  "s_bytes": r.s_bytes, "bytes": r.bytes}
                 for st, r in zip(bg.states, mem.states)
             ],
-            # start-up buffers llama.cpp allocates for these settings (graphcost.memory_plan)
+            # start-up buffers llama.cpp allocates for these settings (graphcost.memory.plan)
             "compute_buffer_bytes": mem.compute_buffer_bytes,
             "output_buffer_bytes": mem.output_buffer_bytes,
             "reserve_graphs": [
@@ -120,7 +120,7 @@ def document(a: Analysis, hardware=None) -> dict:
         "nodes": [node_dict(nc, live) for nc, live in zip(a.nodes, step.live)],
     }
     if hardware is not None:
-        from .roofline import estimate
+        from graphcost.cost.roofline import estimate
         est = estimate(a, hardware)
         doc["roofline"] = est.to_dict(run.n_tokens)
         for nd, sec in zip(doc["nodes"], est.per_node):
@@ -137,7 +137,7 @@ def memory_document(plan, sweep: tuple[str, list[int], list] | None = None) -> d
     """``graphcost memory`` as plain data (the HTML report's): the start-up breakdown,
     each reserve graph with its live bytes per node, the tensors live at the peak, and
     the sweep rows when ``sweep`` = (key, values, plans) is given. Bytes throughout."""
-    from .memory_plan import describe_tensor
+    from graphcost.memory.plan import describe_tensor
     m, run = plan.model, plan.run
     w = plan.worst
     doc = {

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 import yaml
 from gguf import GGUF_MAGIC
 
-from .errors import GraphcostError
+from graphcost.errors import GraphcostError
 
 #: GGUF files start with these four bytes (GGUF_MAGIC, little-endian)
 _GGUF_MAGIC_BYTES = GGUF_MAGIC.to_bytes(4, "little")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 
-from .analysis import Analysis, analyze_graph
-from .build import build_graph, load_model
-from .settings import RunSettings
+from graphcost.cost.analysis import Analysis, analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.settings import RunSettings
 
 
 def analyze_model(path: str | os.PathLike, settings: RunSettings) -> Analysis:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import GraphcostError
+from graphcost.errors import GraphcostError
 
 _WHAT = {
     "int": "an integer",

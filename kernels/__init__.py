@@ -25,7 +25,7 @@ against (``tests/test_kernels.py``); ``benchmarks/bench_kernels.py`` times them.
 
 Use the modules by name: ``K = load_kernels(); K.matmul.mul_mat(...)``,
 ``K.norm.rms_norm(...)``. Installed as ``graphcost/_bundled/kernels``; load with
-``graphcost.kernels_loader.load_kernels()`` (imports here are relative only).
+``graphcost.execute.kernels_loader.load_kernels()`` (imports here are relative only).
 All kernels are ``numba.njit(cache=True)``: the first call of each compiles (seconds),
 later processes load the cache from ``__pycache__``.
 """

@@ -66,13 +66,13 @@ Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = int(QT.Q2_K), int(QT.Q3_K), int(QT.Q4_K), int(QT.
 Q8_1, Q8_K = int(QT.Q8_1), int(QT.Q8_K)
 
 #: the type ggml quantizes activations to for a matmul with each supported weight type
-#: (graphcost.ggml_types, the one table of type facts)
+#: (graphcost.format.ggml_types, the one table of type facts)
 VEC_DOT_TYPE: dict[QT, QT] = {t: gt.vec_dot_type(t) for t in SUPPORTED}
 
 
 def row_bytes(qtype: QT, k: int) -> int:
     """Bytes of one row of ``k`` elements of ``qtype`` (raises if k is not whole blocks);
-    block sizes from graphcost.ggml_types (gguf's GGML_QUANT_SIZES, Q8_1 as in ggml)."""
+    block sizes from graphcost.format.ggml_types (gguf's GGML_QUANT_SIZES, Q8_1 as in ggml)."""
     blck, tsize = gt.block(QT(qtype))
     if k % blck:
         raise ValueError(f"{QT(qtype).name}: row length {k} is not a multiple of {blck}")

@@ -2,7 +2,7 @@
 
 ``ggml-rpc-server`` processes on 127.0.0.1 stand in for devices (each backed by this
 machine's CPU backend); ``llama-completion --rpc ...`` loads a model across them and logs
-every buffer it allocates. The tools come from :mod:`graphcost.llama_tools` (built once,
+every buffer it allocates. The tools come from :mod:`graphcost.judge.llama_tools` (built once,
 never by the tests); :func:`skip_reason` says why a test cannot run.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphcost.llama_tools import find_tool, missing_reason
+from graphcost.judge.llama_tools import find_tool, missing_reason
 
 TOOLS = ("ggml-rpc-server", "llama-completion")
 #: seconds a server or a run may take before the test gives up on it

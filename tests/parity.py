@@ -1,9 +1,9 @@
 """Compare graphcost's graph with the nodes llama.cpp reports through cb_eval."""
 from __future__ import annotations
 
-from graphcost.build import build_graph, load_model
-from graphcost.settings import RunSettings
-from graphcost.verify import first_difference, graph_records
+from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.settings import RunSettings
+from graphcost.judge.verify import first_difference, graph_records
 
 
 def our_records(model_path, **kw) -> list[dict]:
@@ -30,7 +30,7 @@ def assert_same_graph(model_path, settings: dict, fa: bool) -> None:
     V cache, which llama.cpp refuses otherwise) and assert they are equal."""
     import pytest
 
-    from graphcost.oracle import capture_graph
+    from graphcost.judge.oracle import capture_graph
 
     s = dict(settings)
     if s.pop("fa", False) and not fa:

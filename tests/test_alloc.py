@@ -1,4 +1,4 @@
-"""The ggml-alloc mirror (graphcost.alloc) on hand-made tiny graphs, with exact numbers.
+"""The ggml-alloc mirror (graphcost.memory.alloc) on hand-made tiny graphs, with exact numbers.
 
 Rules under test, all from ggml/src/ggml-alloc.c: sizes are ggml_nbytes rounded up to 32
 (the CPU TENSOR_ALIGNMENT); the best-fitting free block other than the last wins, the
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from graphcost import ggml_types as gt
-from graphcost.alloc import DynAllocator, allocate, can_inplace
-from graphcost.ggml_graph import Graph
+from graphcost.format import ggml_types as gt
+from graphcost.memory.alloc import DynAllocator, allocate, can_inplace
+from graphcost.graph.ggml_graph import Graph
 
 F32 = gt.F32
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from graphcost.arch_spec import PROVEN_ASPECTS, load_specs
+from graphcost.graph.arch_spec import PROVEN_ASPECTS, load_specs
 from graphcost.archs import archs_document
 
 ROOT = Path(__file__).resolve().parents[1]

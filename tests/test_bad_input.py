@@ -3,7 +3,7 @@
 The bad files are made here, in ``tmp_path``, from real headers: the three header-only
 examples, a small full fixture (``tests/fixtures.py``) and the header of the real
 gemma-3-270m file (skipped if absent). :func:`layout` is a small walker, independent of
-``graphcost.gguf_reader``, that lists every field of a header with its offset; the
+``graphcost.format.gguf_reader``, that lists every field of a header with its offset; the
 mutation families aim at those fields, so every structural boundary is hit (inside the
 magic, the version, the counts, a key, a value type, a string length, the tokenizer
 arrays, a tensor info's name, dims, type id and offset), not just random bytes. The
@@ -33,7 +33,7 @@ import pytest
 from gguf import GGUFValueType as VT
 
 from fixtures import write_llama
-from graphcost.build import load_model
+from graphcost.graph.build import load_model
 from graphcost.errors import GraphcostError
 
 ROOT = Path(__file__).resolve().parents[1]

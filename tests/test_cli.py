@@ -137,7 +137,7 @@ def test_unsupported_architecture_names_it_and_lists_supported(tmp_path):
     w.close()
     r = cli("analyze", p)
     assert r.returncode == 2
-    from graphcost.arch_spec import load_specs
+    from graphcost.graph.arch_spec import load_specs
     supported = sorted(k for k in load_specs() if "@" not in k)
     assert "'mamba' is not supported" in r.stderr
     assert f"(supported: {', '.join(supported)}; see `graphcost archs`)" in r.stderr

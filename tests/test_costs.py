@@ -5,12 +5,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
-from graphcost import costs
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
-from graphcost.ggml_graph import Graph
-from graphcost.ops import VIEWS, Op
-from graphcost.settings import RunSettings
+from graphcost.cost import costs
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.ggml_graph import Graph
+from graphcost.graph.ops import VIEWS, Op
+from graphcost.graph.settings import RunSettings
 
 # llama fixture: n_embd 256, 8 heads of 32, 2 KV heads, n_ff 768, 3 layers, vocab 300
 TYPES = {"attn_q": QT.Q4_0, "attn_k": QT.Q8_0, "attn_v": QT.F16, "attn_output": QT.Q4_K,
@@ -104,7 +104,7 @@ def test_rollups_add_up_to_totals(model):
 
 
 def costs_zero():
-    from graphcost.analysis import ZERO
+    from graphcost.cost.analysis import ZERO
     return ZERO
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import fixtures_deepseek as D
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
-from graphcost.costs import op_cost
-from graphcost.settings import RunSettings
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.cost.costs import op_cost
+from graphcost.graph.settings import RunSettings
 
 
 @pytest.fixture(scope="module")

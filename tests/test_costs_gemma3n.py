@@ -7,9 +7,9 @@ import pytest
 
 import fixtures_encoder as E
 import fixtures_gemma3n as G
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
-from graphcost.settings import RunSettings
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.settings import RunSettings
 
 
 @pytest.fixture(scope="module")

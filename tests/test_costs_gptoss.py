@@ -8,13 +8,13 @@ from fractions import Fraction
 import pytest
 
 import fixtures_gptoss as G
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
-from graphcost.costs import experts_expected, experts_touched
-from graphcost.experts import expert_weights
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.cost.costs import experts_expected, experts_touched
+from graphcost.cost.experts import expert_weights
 from graphcost.document import document
 from graphcost.report.summary import render_summary
-from graphcost.settings import RunSettings
+from graphcost.graph.settings import RunSettings
 
 # fixture: n_embd 288, 6 heads of 64 over 2 KV heads, 3 layers (0, 2 sliding), 5 MXFP4
 # experts of width 160, 2 used. One MXFP4 expert matrix: 32 values in 17 B, so
@@ -152,8 +152,8 @@ def test_a_file_without_the_required_window_is_refused_in_one_line(tmp_path):
 
 def test_roofline_covers_the_gptoss_ops(model):
     # every node is costed, so the roofline table has the new ops and no unmodelled line
-    from graphcost.hardware import load
-    from graphcost.roofline import estimate
+    from graphcost.cost.hardware import load
+    from graphcost.cost.roofline import estimate
     a = run(model, tokens=4)
     est = estimate(a, load("amd-ryzen9-7950x"))
     assert {"ADD_ID", "SWIGLU_OAI", "MUL_MAT_ID"} <= {o.op for o in est.by_op}

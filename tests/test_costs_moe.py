@@ -6,15 +6,15 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures_moe as M
-from graphcost import costs
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
-from graphcost.costs import experts_touched
-from graphcost.experts import expert_weights
-from graphcost.ggml_graph import Graph
+from graphcost.cost import costs
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.cost.costs import experts_touched
+from graphcost.cost.experts import expert_weights
+from graphcost.graph.ggml_graph import Graph
 from graphcost.document import document
 from graphcost.report.summary import render_summary
-from graphcost.settings import RunSettings
+from graphcost.graph.settings import RunSettings
 
 # mixtral fixture: n_embd 256, 3 layers, 6 experts of width 352, 2 used per token.
 # Bytes of one expert's matrix (row size x rows):

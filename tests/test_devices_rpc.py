@@ -2,7 +2,7 @@
 
 Two ``ggml-rpc-server`` processes on 127.0.0.1 are the devices RPC0 and RPC1;
 ``llama-completion --rpc`` (llama.cpp built from the source llama-cpp-python 0.3.36
-vendors, GGML_RPC=ON; see graphcost/llama_tools.py) loads tiny fixture models across them
+vendors, GGML_RPC=ON; see graphcost/judge/llama_tools.py) loads tiny fixture models across them
 with the same placement flags graphcost is given, and logs every buffer. Per buffer:
 
 * llama.cpp's printed MiB (two decimals) equals graphcost's bytes printed the same way;
@@ -24,7 +24,7 @@ import pytest
 
 from fixtures import write_gemma3, write_llama
 from fixtures_moe import write_mixtral, write_qwen3moe
-from graphcost.backends import host_cpu_features
+from graphcost.memory.backends import host_cpu_features
 from llama_runs import rpc_servers, run_completion, skip_reason
 
 ROOT = Path(__file__).resolve().parents[1]

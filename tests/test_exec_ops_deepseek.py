@@ -1,4 +1,4 @@
-"""The numpy pieces the executor added for deepseek2 (graphcost/exec_ops.py, executor.py),
+"""The numpy pieces the executor added for deepseek2 (graphcost/execute/exec_ops.py, executor.py),
 each against a literal transcription of ggml-cpu's loop or llama.cpp's formula. No Numba."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from graphcost.errors import UnsupportedError
-from graphcost.exec_ops import set_rows_batched
-from graphcost.executor import attn_temp
+from graphcost.execute.exec_ops import set_rows_batched
+from graphcost.execute.executor import attn_temp
 
 
 def ggml_set_rows(dst, rows, idx):

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import fixtures as F
-from graphcost import ggml_types as gt
+from graphcost.format import ggml_types as gt
 from graphcost.errors import GraphcostError, SettingsError, UnsupportedError
-from graphcost.exec_ops import OPS, tensor_view, unsupported_ops
-from graphcost.executor import CellState, Executor, hadamard, mapped_weights
-from graphcost.ggml_graph import Graph
-from graphcost.gguf_reader import read_header
-from graphcost.settings import RunSettings
+from graphcost.execute.exec_ops import OPS, tensor_view, unsupported_ops
+from graphcost.execute.executor import CellState, Executor, hadamard, mapped_weights
+from graphcost.graph.ggml_graph import Graph
+from graphcost.format.gguf_reader import read_header
+from graphcost.graph.settings import RunSettings
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_repeated_runs_of_a_step_are_idempotent(llama):
 
 
 def test_small_nodes_are_preallocated_bound_and_return_copies(llama):
-    from graphcost.executor import BOUND, COMPUTE
+    from graphcost.execute.executor import BOUND, COMPUTE
     ex = Executor(llama, RunSettings(ctx_size=256))
     ex.step([1, 2, 3])
     a = ex.step([4])
@@ -237,7 +237,7 @@ def test_random_block_weights_put_small_scales_where_ggml_keeps_them(t):
     # random bytes with F16 scales written at gt.f16_scale_offsets: decoded by gguf-py,
     # finite and around 0.02 (a wrong offset leaves random F16 scales: inf, NaN, 1e4...)
     from gguf import quants as gq
-    from graphcost.executor import _random_raw
+    from graphcost.execute.executor import _random_raw
     blk = gt.block(t)[0]
     raw = _random_raw(t, (blk * 64, 1), np.random.default_rng(0))
     x = gq.dequantize(raw.reshape(1, -1), t)

@@ -9,13 +9,13 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 
 from fixtures_gptoss import write_gptoss
-from graphcost import ggml_types as gt
-from graphcost.build import load_model
+from graphcost.format import ggml_types as gt
+from graphcost.graph.build import load_model
 from graphcost.errors import UnsupportedError
-from graphcost.executor import Executor, _random_raw
-from graphcost.gguf_reader import read_header
-from graphcost.model import yarn_context
-from graphcost.settings import RunSettings
+from graphcost.execute.executor import Executor, _random_raw
+from graphcost.format.gguf_reader import read_header
+from graphcost.format.model import yarn_context
+from graphcost.graph.settings import RunSettings
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_yarn_context_is_llama_contexts_arithmetic(gptoss):
 
 
 def test_rope_nodes_carry_yarn_only_for_yarn_files(gptoss, tmp_path):
-    from graphcost.build import build_graph
+    from graphcost.graph.build import build_graph
 
     def ropes(path):
         bg = build_graph(load_model(path), RunSettings(ctx_size=256, tokens=3))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import UnsupportedError
-from graphcost.settings import RunSettings
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared" / "reference" / "sample-report.txt"

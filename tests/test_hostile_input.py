@@ -176,7 +176,7 @@ def full_llama(tmp_path_factory) -> Path:
 def _cut(full: Path, where: str, tmp_path: Path) -> Path:
     """The whole file cut right after the header ('header'), in the first tensor's data
     ('data'), or one byte before its end ('last-byte')."""
-    from graphcost.gguf_reader import read_header
+    from graphcost.format.gguf_reader import read_header
     buf = full.read_bytes()
     h = read_header(full)
     n = {"header": h.data_offset, "data": h.data_offset + 4096, "last-byte": len(buf) - 1}[where]
@@ -241,7 +241,7 @@ def test_partial_file_profile_refuses_in_one_line(full_llama, where, tmp_path, m
 
 
 def test_file_cut_inside_the_header_stays_an_error(full_llama, tmp_path, monkeypatch, capsys):
-    from graphcost.gguf_reader import read_header
+    from graphcost.format.gguf_reader import read_header
     p = tmp_path / "cut-in-header.gguf"
     p.write_bytes(full_llama.read_bytes()[:read_header(full_llama).data_offset - 40])
     code, _, err = run(["analyze", p], monkeypatch, capsys)
@@ -258,7 +258,7 @@ PROFILE = {"name": "mine", "kind": "measured", "memory_bandwidth": {"bytes_per_s
 
 
 def test_save_goes_to_the_user_config_dir_never_the_package(config_home):
-    from graphcost import hardware as hw
+    from graphcost.cost import hardware as hw
     before = sorted(p.name for p in hw.hardware_dir().iterdir())
     path, note = hw.save(dict(PROFILE), "mine")
     assert path == config_home / "graphcost" / "hardware" / "mine.yaml" and path.is_file()
@@ -269,7 +269,7 @@ def test_save_goes_to_the_user_config_dir_never_the_package(config_home):
 
 
 def test_user_profile_shadows_a_bundled_one_and_says_so(config_home):
-    from graphcost import hardware as hw
+    from graphcost.cost import hardware as hw
     bundled = hw.load("apple-m2")
     path, note = hw.save(dict(PROFILE, name="apple-m2"), "apple-m2")
     assert "now means this profile" in note
@@ -279,7 +279,7 @@ def test_user_profile_shadows_a_bundled_one_and_says_so(config_home):
 
 
 def test_save_and_load_by_path(tmp_path):
-    from graphcost import hardware as hw
+    from graphcost.cost import hardware as hw
     target = tmp_path / "sub" / "probe.yaml"
     path, _ = hw.save(dict(PROFILE), str(target))
     assert path == target and target.is_file()
@@ -288,7 +288,7 @@ def test_save_and_load_by_path(tmp_path):
 
 
 def test_analyze_finds_a_user_profile_by_name(model, config_home, monkeypatch, capsys):
-    from graphcost import hardware as hw
+    from graphcost.cost import hardware as hw
     hw.save(dict(PROFILE), "mine")
     assert (config_home / "graphcost" / "hardware" / "mine.yaml").is_file()
     code, out, err = run(["analyze", model, "-c", 256, "--hardware", "mine"], monkeypatch, capsys)
@@ -649,7 +649,7 @@ def test_summary_in_colour_keeps_names_literal(evil):
     hyperlink (OSC 8), no window title (OSC 0), the markup and emoji code as text."""
     from graphcost.pipeline import analyze_model
     from graphcost.report.summary import render_summary
-    from graphcost.settings import RunSettings
+    from graphcost.graph.settings import RunSettings
     out = render_summary(analyze_model(evil, RunSettings(ctx_size=256)), color=True)
     assert "\x1b]8;" not in out and "\x1b]0;" not in out and "\x07" not in out
     assert "evil[/bold] [link=file:///etc/passwd]click[/link]" in out and ":smile:" in out
@@ -708,8 +708,8 @@ def test_profile_json_writes_non_finite_measurements_as_null_and_flags_them(monk
 def test_random_weights_are_drawn_lazily_in_their_own_dtype(tmp_path):
     """An unused 64 MiB F32 tensor is never drawn (it used to be, in float64: 192 MiB);
     only the tensors asked for are."""
-    from graphcost.build import load_model
-    from graphcost.executor import random_weights
+    from graphcost.graph.build import load_model
+    from graphcost.execute.executor import random_weights
     p = header_only(tmp_path / "h.gguf", tensors={"unused.weight": ((4096, 4096), QT.F32)})
     m = load_model(p)
     w = random_weights(m)
@@ -726,8 +726,8 @@ def test_random_weights_are_drawn_lazily_in_their_own_dtype(tmp_path):
 def test_random_weights_peak_for_a_large_tensor(tmp_path):
     """The same bound on a 16 MiB tensor (64 x 65536 F32), where a float64 draw and its
     float32 copy would take 48 MiB."""
-    from graphcost.build import load_model
-    from graphcost.executor import random_weights
+    from graphcost.graph.build import load_model
+    from graphcost.execute.executor import random_weights
     w = random_weights(load_model(header_only(tmp_path / "h.gguf", n_vocab=65536)))
     w["output_norm.weight"]  # warm up the generator
     tracemalloc.start()

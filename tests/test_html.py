@@ -22,12 +22,12 @@ import gguf
 import pytest
 
 from fixtures import write_llama
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
-from graphcost.memory_plan import plan_memory, sweep
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.memory.plan import plan_memory, sweep
 from graphcost.document import document, memory_document
 from graphcost.report.html import embed_json, render_analysis, render_memory_page
-from graphcost.settings import RunSettings
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>&amp;\u2028'
@@ -291,7 +291,7 @@ return R;
 def test_roofline_times_in_chromium(hostile_model, tmp_path):
     """--hardware: the per-op roofline column holds the document's seconds exactly
     (JavaScript and Python print a double the same shortest way)."""
-    from graphcost.hardware import load
+    from graphcost.cost.hardware import load
     a = _analysis(hostile_model, ctx_size=512, tokens=4)
     hw = load("apple-m2")
     doc = json.loads(json.dumps(document(a, hardware=hw)))

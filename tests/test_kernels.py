@@ -29,8 +29,8 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 
 import fixtures as F
-from graphcost import ggml_types as gt
-from graphcost.kernels_loader import load_kernels
+from graphcost.format import ggml_types as gt
+from graphcost.execute.kernels_loader import load_kernels
 from graphcost.resources import bundled
 
 K = load_kernels()
@@ -119,7 +119,7 @@ def test_q8_0_reference_rounding_is_ggml_ref_and_x86_rounds_ties_to_even():
 
 
 def test_kernel_type_facts_are_graphcosts():
-    # one table of type facts (graphcost.ggml_types): the kernels derive theirs from it
+    # one table of type facts (graphcost.format.ggml_types): the kernels derive theirs from it
     assert Q.VEC_DOT_TYPE == {t: gt.vec_dot_type(t) for t in Q.SUPPORTED}
     assert len(Q.VEC_DOT_TYPE) == 13 and Q.VEC_DOT_TYPE[QT.Q4_1] == QT.Q8_1
     assert all(Q.row_bytes(t, 256) == gt.row_size(t, 256) for t in Q.SUPPORTED)
@@ -268,7 +268,7 @@ import numpy as np
 sys.path.insert(0, {tests!r})
 import fixtures as F
 from gguf import GGMLQuantizationType as QT
-from graphcost.kernels_loader import load_kernels
+from graphcost.execute.kernels_loader import load_kernels
 K = load_kernels()
 MM, V, Q = K.matmul, K.vec_dot_simd, K.quants
 for name in ("Q4_K", "Q6_K", "Q3_K", "Q2_K", "Q8_0", "Q5_0", "Q4_1"):

@@ -14,9 +14,9 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 
-from graphcost import ggml_types as gt
-from graphcost.exec_ops import Ctx, matmul_fn, weight_types
-from graphcost.kernels_loader import load_kernels
+from graphcost.format import ggml_types as gt
+from graphcost.execute.exec_ops import Ctx, matmul_fn, weight_types
+from graphcost.execute.kernels_loader import load_kernels
 
 K = load_kernels()
 X = K.mxfp4

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from fixtures import write_gemma3, write_llama
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
-from graphcost.memory_plan import fuse_plan, plan_memory, sweep
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.memory.plan import fuse_plan, plan_memory, sweep
 from graphcost.document import document
 from graphcost.report.memory import render_memory, render_sweep
-from graphcost.settings import RunSettings
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 

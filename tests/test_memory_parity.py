@@ -1,7 +1,7 @@
 """graphcost's memory plan equals what llama.cpp allocates, read from llama.cpp's own log.
 
 For each case the JSON document (``graphcost analyze --format json``, built in-process)
-is compared with the log of a real llama.cpp context (graphcost/oracle.py
+is compared with the log of a real llama.cpp context (graphcost/judge/oracle.py
 ``capture_log``) at the precision llama.cpp prints:
 
 * ``memory.compute_buffer_bytes``: the ``CPU compute buffer size = %8.2f MiB`` line of
@@ -27,11 +27,11 @@ from gguf import GGMLQuantizationType as QT
 import fixtures as F
 import fixtures_deepseek as D
 import fixtures_gptoss as G
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
 from graphcost.document import document
-from graphcost.settings import RunSettings
-from graphcost.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.graph.settings import RunSettings
+from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
@@ -177,7 +177,7 @@ def test_memory_matches_llama_cpp_log(paths, logs, case):
 
 def test_kv_split_matches_llama_cpp_k_and_v(paths, logs):
     """The per-cache K and V parts (``K (q8_0): x MiB, V (f16): y MiB``)."""
-    from graphcost.memory_plan import plan_memory
+    from graphcost.memory.plan import plan_memory
     for c in CASES:
         m, ctx, ub, fa, tk, tv, swa = c
         s = RunSettings(ctx_size=ctx, ubatch_size=ub, batch_size=ub,
@@ -192,7 +192,7 @@ def test_kv_split_matches_llama_cpp_k_and_v(paths, logs):
 def test_mla_cache_is_k_only(paths):
     """deepseek2's cache holds K rows of kv_lora_rank + n_rot and no V:
     3 layers x (96 + 32) x 512 cells x 2 bytes (F16) = 393216 bytes."""
-    from graphcost.memory_plan import plan_memory
+    from graphcost.memory.plan import plan_memory
     plan = plan_memory(load_model(paths["deepseek2"]),
                        RunSettings(ctx_size=512, flash_attn="off"))
     (c,) = plan.caches

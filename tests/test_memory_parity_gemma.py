@@ -13,10 +13,10 @@ import pytest
 
 import fixtures_gemma3n as G
 import fixtures_gemma4 as G4
-from graphcost.build import load_model
-from graphcost.memory_plan import plan_memory
-from graphcost.settings import RunSettings
-from graphcost.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.graph.build import load_model
+from graphcost.memory.plan import plan_memory
+from graphcost.graph.settings import RunSettings
+from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import fixtures_simple as S
-from graphcost.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from test_memory_parity import MiB, _document, _id, mib2
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),

@@ -1,5 +1,5 @@
 """The executor computes what llama.cpp computes: same greedy tokens, logits and node values
-within stated tolerances (llama.cpp read through cb_eval, graphcost/oracle.py).
+within stated tolerances (llama.cpp read through cb_eval, graphcost/judge/oracle.py).
 
 Numerics mode ``ggml`` throughout: activations are quantized to the weights' vec_dot_type
 (Q8_0/Q8_1/Q8_K) before quantized dot products, the KV cache is stored as F16/Q8_0 rows,
@@ -20,9 +20,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
-from graphcost.executor import Executor
-from graphcost.settings import RunSettings
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
+from graphcost.execute.executor import Executor
+from graphcost.graph.settings import RunSettings
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())

@@ -1,6 +1,6 @@
 """The executor runs deepseek2 (MLA, grouped sigmoid routing, shared experts) as llama.cpp
 does: logits of a 7-token prompt and 4 decode steps, and the node values of layer 0 and of
-the first MoE layer, against llama.cpp's (cb_eval, graphcost/oracle.py), on the tiny
+the first MoE layer, against llama.cpp's (cb_eval, graphcost/judge/oracle.py), on the tiny
 models of tests/fixtures_deepseek.py. Numerics mode ``ggml``, as tests/test_numerics.py.
 
 Measured (relative max |logit difference| per step, this machine): v3 FA off <= 0.0149,
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import fixtures_deepseek as D
-from graphcost.executor import Executor
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
-from graphcost.settings import RunSettings
+from graphcost.execute.executor import Executor
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
+from graphcost.graph.settings import RunSettings
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())

@@ -1,6 +1,6 @@
 """The executor runs gpt-oss as llama.cpp does (tests/fixtures_gptoss.py: MXFP4 experts,
 YaRN rope, attention sinks, sliding window 40 on layers 0 and 2, ADD_ID biases,
-SWIGLU_OAI), checked through cb_eval (graphcost.oracle.run_model) like the families of
+SWIGLU_OAI), checked through cb_eval (graphcost.judge.oracle.run_model) like the families of
 tests/test_numerics.py: logits at every step and every node of layer 0 at the prompt step.
 
 The prompt is 45 tokens, past the 40-token window, then 4 decode steps.
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from fixtures_gptoss import write_gptoss
-from graphcost.executor import Executor
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
-from graphcost.settings import RunSettings
+from graphcost.execute.executor import Executor
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
+from graphcost.graph.settings import RunSettings
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())

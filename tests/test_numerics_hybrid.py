@@ -1,6 +1,6 @@
 """The executor on the recurrent/hybrid families: Mamba's SSM_CONV and SSM_SCAN kernels
 against their numpy references (kernels/ssm.py), then whole models against llama.cpp
-(graphcost/oracle.py, cb_eval) over a prompt and several decode steps, the recurrent
+(graphcost/judge/oracle.py, cb_eval) over a prompt and several decode steps, the recurrent
 state (cache_r_l*, cache_s_l*) kept across steps as the KV cache is.
 
 Measured (relative max |logit difference| over prompt + 4 decodes, on this machine):
@@ -17,10 +17,10 @@ import importlib
 import numpy as np
 import pytest
 
-from graphcost.executor import Executor
-from graphcost.kernels_loader import load_kernels
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
-from graphcost.settings import RunSettings
+from graphcost.execute.executor import Executor
+from graphcost.execute.kernels_loader import load_kernels
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
+from graphcost.graph.settings import RunSettings
 
 SSM = load_kernels().ssm
 F32 = np.float32

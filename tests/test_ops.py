@@ -1,4 +1,4 @@
-"""The op vocabulary (graphcost.ops): one list of ggml op names that the graph, costs,
+"""The op vocabulary (graphcost.graph.ops): one list of ggml op names that the graph, costs,
 allocator, hardware model and executor share, so that a typo fails instead of making an
 op silently unmodelled."""
 from __future__ import annotations
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from graphcost import ggml_types as gt
-from graphcost import ops
-from graphcost.alloc import can_inplace
-from graphcost.costs import COSTS
-from graphcost.exec_ops import NUMPY_OPS, OPS
-from graphcost.ggml_graph import Graph
-from graphcost.ops import Op
+from graphcost.format import ggml_types as gt
+from graphcost.graph import ops
+from graphcost.memory.alloc import can_inplace
+from graphcost.cost.costs import COSTS
+from graphcost.execute.exec_ops import NUMPY_OPS, OPS
+from graphcost.graph.ggml_graph import Graph
+from graphcost.graph.ops import Op
 
 GGML_C = Path("/work/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/src/ggml.c")
 

@@ -1,4 +1,4 @@
-"""Smoke tests for the llama.cpp oracle (graphcost/oracle.py) and the tiny GGUF
+"""Smoke tests for the llama.cpp oracle (graphcost/judge/oracle.py) and the tiny GGUF
 fixtures (tests/fixtures.py).  They prove the oracle itself works; they do not test
 graphcost."""
 
@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import fixtures as F
-from graphcost.oracle import (OracleError, capture_graph, capture_log, llama_cpp_available,
-                              llama_cpp_unavailable_reason)
+from graphcost.judge.oracle import (OracleError, capture_graph, capture_log, llama_cpp_available, llama_cpp_unavailable_reason)
 
 import gguf
 
@@ -154,7 +153,7 @@ def test_gemma3_fixture_graph(gemma3_fx):
 def test_worker_starts_from_the_given_environment(llama_fx, monkeypatch):
     # benchmarks pass the environment the user started them with (base_env): a variable
     # this process set afterwards must not reach llama.cpp's process
-    from graphcost.oracle import run_model
+    from graphcost.judge.oracle import run_model
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     user = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
     user["OMP_PROC_BIND"] = "false"

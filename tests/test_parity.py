@@ -1,7 +1,7 @@
 """graphcost's graph equals llama.cpp's, node for node: order, name, op, type, ne, sources.
 
 llama.cpp (through llama-cpp-python) reports every node its scheduler runs via cb_eval;
-see graphcost/oracle.py. Fixtures are tiny GGUFs with odd sizes and mixed weight types.
+see graphcost/judge/oracle.py. Fixtures are tiny GGUFs with odd sizes and mixed weight types.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
-from graphcost.oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, first_difference, our_records
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),

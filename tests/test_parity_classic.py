@@ -7,9 +7,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures_classic as C
-from graphcost.build import build_graph, load_model
-from graphcost.settings import RunSettings
-from graphcost.oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.settings import RunSettings
+from graphcost.judge.oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),

@@ -1,6 +1,6 @@
 """deepseek2 (DeepSeek V2/V3/R1, Kimi K2): graphcost's graph equals llama.cpp's node for
 node (order, name, op, type, ne, sources), through llama-cpp-python's cb_eval
-(graphcost/oracle.py), on tiny MLA models from tests/fixtures_deepseek.py.
+(graphcost/judge/oracle.py), on tiny MLA models from tests/fixtures_deepseek.py.
 
 MLA cache rules (llama_kv_cache, llama_init_from_model): one K-only cache of
 ``kv_lora_rank + n_rot`` per token, V read as a view of it; K and V types must be equal,
@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 import fixtures_deepseek as D
-from graphcost.build import build_graph, load_model
+from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import SettingsError, UnsupportedError
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
-from graphcost.settings import RunSettings
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.graph.settings import RunSettings
 from parity import assert_same_graph, case_ids, our_records
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),

@@ -7,9 +7,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures_dense as D
-from graphcost.build import load_model
+from graphcost.graph.build import load_model
 from graphcost.errors import GraphcostError
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, our_records
 
 needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),

@@ -1,16 +1,16 @@
 """ernie4_5-moe (ERNIE 4.5 MoE) and minimax-m2 (MiniMax-M2): graphcost's graph equals
 llama.cpp's node for node (order, name, op, type, ne, sources), through
-llama-cpp-python's cb_eval (graphcost/oracle.py), on tiny models from
+llama-cpp-python's cb_eval (graphcost/judge/oracle.py), on tiny models from
 tests/fixtures_deepseek.py."""
 from __future__ import annotations
 
 import pytest
 
 import fixtures_deepseek as D
-from graphcost.build import build_graph, load_model
+from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import UnsupportedError
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
-from graphcost.settings import RunSettings
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.graph.settings import RunSettings
 from parity import assert_same_graph, case_ids, our_records
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 import fixtures_gemma4 as G
-from graphcost.build import build_graph, load_model
+from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import GraphcostError, UnsupportedError
-from graphcost.settings import RunSettings
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.graph.settings import RunSettings
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, our_records
 
 needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),

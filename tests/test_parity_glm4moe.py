@@ -1,6 +1,6 @@
 """glm4moe (GLM-4.5, GLM-4.5-Air, GLM-4.6): graphcost's graph equals llama.cpp's node for
 node (order, name, op, type, ne, sources), through llama-cpp-python's cb_eval
-(graphcost/oracle.py), on tiny models from tests/fixtures_deepseek.py. The files carry
+(graphcost/judge/oracle.py), on tiny models from tests/fixtures_deepseek.py. The files carry
 NextN/MTP blocks after the trunk, which llama.cpp's trunk graph and KV cache leave out.
 """
 from __future__ import annotations
@@ -8,11 +8,10 @@ from __future__ import annotations
 import pytest
 
 import fixtures_deepseek as D
-from graphcost.build import build_graph, load_model
+from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import SettingsError
-from graphcost.oracle import (OracleError, capture_graph, llama_cpp_available,
-                              llama_cpp_unavailable_reason)
-from graphcost.settings import RunSettings
+from graphcost.judge.oracle import (OracleError, capture_graph, llama_cpp_available, llama_cpp_unavailable_reason)
+from graphcost.graph.settings import RunSettings
 from parity import assert_same_graph, case_ids, our_records
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),

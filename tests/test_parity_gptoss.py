@@ -4,7 +4,7 @@ and output biases, the router bias, per-expert biases (ADD_ID), SWIGLU_OAI, soft
 the chosen experts' logits, and the output rows picked after the layers.
 
 llama.cpp (through llama-cpp-python) reports every node its scheduler runs via cb_eval;
-see graphcost/oracle.py. Fixtures: tests/fixtures_gptoss.py (MXFP4 experts by default).
+see graphcost/judge/oracle.py. Fixtures: tests/fixtures_gptoss.py (MXFP4 experts by default).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures_gptoss as G
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, our_records
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
@@ -79,7 +79,7 @@ def test_llama_cpp_runs_the_mxfp4_fixture_to_finite_logits(models):
     # with and without flash attention (so the fixture exercises real arithmetic)
     import numpy as np
 
-    from graphcost.oracle import run_model
+    from graphcost.judge.oracle import run_model
     runs = [run_model(models["gptoss"], prompt=[5, 17, 40, 99, 123], greedy=3, flash_attn=fa)
             for fa in (False, True)]
     for r in runs:

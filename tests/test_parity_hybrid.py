@@ -6,7 +6,7 @@ fresh sequence (past 0: the recurrent state is zeroed in place) and a continued 
 several outputs, flash attention off and on, quantized KV caches; fixtures in
 tests/fixtures_hybrid.py, comparison in tests/parity.py. Memory: the compute buffer, the
 KV cache of the attention layers and the recurrent state buffer (``RS buffer size``) of
-llama.cpp's log (graphcost/oracle.py ``capture_log``), at the precision it prints.
+llama.cpp's log (graphcost/judge/oracle.py ``capture_log``), at the precision it prints.
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures_hybrid as H
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
-from graphcost.memory_plan import plan_memory
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
+from graphcost.memory.plan import plan_memory
 from graphcost.document import document
-from graphcost.settings import RunSettings
-from graphcost.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.graph.settings import RunSettings
+from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids
 
 needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
@@ -254,7 +254,7 @@ def test_lfm2_fresh_sequence_zeroes_its_state(models):
 
 def test_ssm_conv_cost(models):
     """SSM_CONV: a d_conv-long dot product per output element (ggml_compute_forward_ssm_conv_f32)."""
-    from graphcost.costs import op_cost
+    from graphcost.cost.costs import op_cost
     bg = build_graph(load_model(models["lfm2"]), RunSettings(tokens=4, past=2))
     conv = [n for n in bg.nodes if n.op == "SSM_CONV"]
     assert [n.name for n in conv] == [f"model.layers.{{}}.conv.conv-{il}" for il in (0, 1, 3)]
@@ -276,7 +276,7 @@ def test_granitehybrid_recurrent_state_bytes(models):
 
 
 def test_ssm_scan_cost(models):
-    from graphcost.costs import op_cost
+    from graphcost.cost.costs import op_cost
     bg = build_graph(load_model(models["granitehybrid"]), RunSettings(tokens=2, past=5))
     scans = [n for n in bg.nodes if n.op == "SSM_SCAN"]
     assert len(scans) == 3
@@ -303,7 +303,7 @@ def test_qwen3next_layers_and_state(models):
 
 
 def test_gated_delta_net_cost(models):
-    from graphcost.costs import op_cost
+    from graphcost.cost.costs import op_cost
     bg = build_graph(load_model(models["qwen3next"]), RunSettings(tokens=2, past=5))
     gdn = [n for n in bg.nodes if n.op == "GATED_DELTA_NET"]
     assert len(gdn) == 3
@@ -332,7 +332,7 @@ def test_nemotron_h_memory_holds_only_its_kind_of_layer(models):
 
 
 def test_relu_sqr_costs(models):
-    from graphcost.costs import op_cost
+    from graphcost.cost.costs import op_cost
     bg = build_graph(load_model(models["nemotron_h"]), RunSettings(tokens=2, past=5))
     relu = next(n for n in bg.nodes if n.op == "RELU")
     sqr = next(n for n in bg.nodes if n.op == "SQR")

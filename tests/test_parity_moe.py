@@ -2,7 +2,7 @@
 graph equals llama.cpp's node for node (order, name, op, type, ne, sources).
 
 llama.cpp (through llama-cpp-python) reports every node its scheduler runs via cb_eval;
-see graphcost/oracle.py. Fixtures (tests/fixtures_moe.py) are tiny GGUFs with odd sizes
+see graphcost/judge/oracle.py. Fixtures (tests/fixtures_moe.py) are tiny GGUFs with odd sizes
 and mixed weight types.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import fixtures_moe as M
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, our_records
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),

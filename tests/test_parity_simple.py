@@ -4,7 +4,7 @@ sources), for prefill and decode, flash attention off and on, quantized caches a
 several outputs.
 
 llama.cpp (through llama-cpp-python) reports every node its scheduler runs via cb_eval;
-see graphcost/oracle.py. Fixtures (tests/fixtures_simple.py) are tiny GGUFs with odd
+see graphcost/judge/oracle.py. Fixtures (tests/fixtures_simple.py) are tiny GGUFs with odd
 sizes and mixed weight types, built once per module.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import fixtures_simple as S
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, our_records
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
@@ -178,8 +178,8 @@ def test_variants_are_really_built(models):
 
 def test_multi_section_rope_takes_four_positions(models):
     """llama_hparams::n_pos_per_embd: 4 positions per token for MROPE / IMROPE."""
-    from graphcost.build import build_graph, load_model
-    from graphcost.settings import RunSettings
+    from graphcost.graph.build import build_graph, load_model
+    from graphcost.graph.settings import RunSettings
     for name, mode in (("glm4_mrope", 8), ("qwen3vl", 40), ("glm4", 0)):
         bg = build_graph(load_model(models[name]), RunSettings(tokens=3))
         ropes = [n for n in bg.nodes if n.op == "ROPE"]

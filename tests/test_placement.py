@@ -13,14 +13,12 @@ import pytest
 
 from fixtures import write_llama
 from fixtures_moe import write_mixtral, write_qwen3moe
-from graphcost import ggml_types as gt
-from graphcost.backends import host_cpu_features, load, names
-from graphcost.build import load_model
+from graphcost.format import ggml_types as gt
+from graphcost.memory.backends import host_cpu_features, load, names
+from graphcost.graph.build import load_model
 from graphcost.errors import GraphcostError
-from graphcost.placement import (DeviceArg, PlacementFlags, alloc_size, cpu_moe_override,
-                                 layer_devices, n_cpu_moe_overrides, parse_bytes,
-                                 parse_overrides, place, plan_devices, resolve_devices)
-from graphcost.settings import RunSettings
+from graphcost.memory.placement import (DeviceArg, PlacementFlags, alloc_size, cpu_moe_override, layer_devices, n_cpu_moe_overrides, parse_bytes, parse_overrides, place, plan_devices, resolve_devices)
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 AVX2 = frozenset({"avx2"})

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from fixtures import write_llama
-from graphcost.build import load_model
-from graphcost.memory_plan import sweep
+from graphcost.graph.build import load_model
+from graphcost.memory.plan import sweep
 from graphcost.report.plot import byte_unit
 from graphcost.resources import bundled
-from graphcost.settings import RunSettings
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB, MiB = 1 << 30, 1 << 20

@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
 import json, os
 before = dict(os.environ)
-from graphcost.kernels_loader import load_kernels
+from graphcost.execute.kernels_loader import load_kernels
 load_kernels()
-import graphcost.executor, graphcost.profile, graphcost.hwprobe  # noqa: F401
+import graphcost.execute.executor, graphcost.execute.profile, graphcost.execute.hwprobe  # noqa: F401
 after = dict(os.environ)
 print(json.dumps({k: [before.get(k), after.get(k)] for k in set(before) | set(after)
                   if before.get(k) != after.get(k)}))

@@ -12,14 +12,14 @@ import pytest
 import yaml
 
 import fixtures as F
-from graphcost import hardware as hwmod
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
+from graphcost.cost import hardware as hwmod
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import GraphcostError
-from graphcost.hardware import Hardware, roofline_seconds
+from graphcost.cost.hardware import Hardware, roofline_seconds
 from graphcost.report.profile import RENDERERS, ProfileFormat
-from graphcost.roofline import estimate
-from graphcost.settings import RunSettings
+from graphcost.cost.roofline import estimate
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,9 +19,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFValueType as VT
 
-from graphcost import gguf_reader
+from graphcost.format import gguf_reader
 from graphcost.errors import GGUFError
-from graphcost.gguf_reader import EAGER_ARRAY_LIMIT, LazyArray, read_header, read_model
+from graphcost.format.gguf_reader import EAGER_ARRAY_LIMIT, LazyArray, read_header, read_model
 
 SENTINEL = 0xC0FFEE  # a uint32 written after an array: read right only if the array's end is
 

@@ -5,7 +5,7 @@
 is not disabled and a quantized cache type's block size does not divide the head size.
 With flash attention off it makes the context, but the run cannot work: it aborts in the
 first decode, or every logit is NaN. Both are refused by
-:func:`graphcost.settings.refuse_cache_types`."""
+:func:`graphcost.graph.settings.refuse_cache_types`."""
 from __future__ import annotations
 
 import os
@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 
 import fixtures as F
-from graphcost.oracle import (OracleError, capture_log, llama_cpp_available,
-                          llama_cpp_unavailable_reason, run_model)
+from graphcost.judge.oracle import (OracleError, capture_log, llama_cpp_available, llama_cpp_unavailable_reason, run_model)
 
-from graphcost.build import build_graph, load_model
+from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import SettingsError
-from graphcost.settings import RunSettings
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 

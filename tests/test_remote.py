@@ -28,10 +28,10 @@ pytest.importorskip("huggingface_hub", reason="pip install 'graphcost[remote]' f
 
 from fixtures import write_llama  # noqa: E402
 
-from graphcost.build import load_model  # noqa: E402
+from graphcost.graph.build import load_model  # noqa: E402
 from graphcost.errors import GraphcostError  # noqa: E402
-from graphcost.gguf_reader import LazyArray, read_model  # noqa: E402
-from graphcost.remote import FIRST_BLOCK, Transfer, read_remote_model  # noqa: E402
+from graphcost.format.gguf_reader import LazyArray, read_model  # noqa: E402
+from graphcost.format.remote import FIRST_BLOCK, Transfer, read_remote_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_graphcost_test_token"  # the token the test server's gated repository accepts
@@ -223,10 +223,10 @@ def test_gated_repo_reads_with_hf_token(endpoint, tiny, monkeypatch):
 
 
 def test_https_url_gives_the_same_analysis(endpoint, tiny):
-    from graphcost.analysis import analyze_graph
-    from graphcost.build import build_graph
+    from graphcost.cost.analysis import analyze_graph
+    from graphcost.graph.build import build_graph
     from graphcost.document import document
-    from graphcost.settings import RunSettings
+    from graphcost.graph.settings import RunSettings
     endpoint.files["/files/tiny.gguf"] = tiny
     s = RunSettings(ctx_size=256, tokens=3, past=5)
     local = document(analyze_graph(build_graph(load_model(tiny), s)))

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 import fixtures_simple as S
-from graphcost import ggml_types as gt
-from graphcost.arch_spec import evaluate
-from graphcost.build import build_graph, load_model
-from graphcost.costs import op_cost
+from graphcost.format import ggml_types as gt
+from graphcost.graph.arch_spec import evaluate
+from graphcost.graph.build import build_graph, load_model
+from graphcost.cost.costs import op_cost
 from graphcost.errors import GraphcostError, UnsupportedError
-from graphcost.ggml_graph import Graph
-from graphcost.settings import RunSettings
+from graphcost.graph.ggml_graph import Graph
+from graphcost.graph.settings import RunSettings
 
 
 def test_pad_cost_reads_source_writes_padded_result():

@@ -1,4 +1,4 @@
-"""The spec statement registry (graphcost.spec_builder.STATEMENTS): one mechanism for core
+"""The spec statement registry (graphcost.graph.spec_builder.STATEMENTS): one mechanism for core
 and family statements; a name registered twice is an error; every statement the bundled
 specs use is registered."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import yaml
 
-import graphcost.statements  # noqa: F401  (fills the registry)
+import graphcost.graph.statements  # noqa: F401  (fills the registry)
 from graphcost.resources import bundled
-from graphcost.spec_builder import STATEMENTS, statement
-from graphcost.statements import core
+from graphcost.graph.spec_builder import STATEMENTS, statement
+from graphcost.graph.statements import core
 
 #: the statements of spec_builder.py's former ``s_*`` methods, now in statements/core.py
 CORE = {"embed", "positions", "attention_inputs", "out_ids", "set", "block", "norm", "qkv",

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from fixtures import write_llama
-from graphcost.analysis import Analysis, NodeCost, analyze_graph
-from graphcost.build import build_graph, load_model
+from graphcost.cost.analysis import Analysis, NodeCost, analyze_graph
+from graphcost.graph.build import build_graph, load_model
 from graphcost.report.tree import MAX_WIRES, SRC_LABELS, render_tree
-from graphcost.settings import RunSettings
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "tree_llama_tiny.txt"

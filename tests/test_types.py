@@ -14,11 +14,11 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
-from graphcost.analysis import analyze_graph
-from graphcost.build import build_graph, load_model
+from graphcost.cost.analysis import analyze_graph
+from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import UnsupportedError
-from graphcost.ggml_types import vec_dot_type
-from graphcost.settings import RunSettings
+from graphcost.format.ggml_types import vec_dot_type
+from graphcost.graph.settings import RunSettings
 
 QK_K = 256
 # (type, elements per block, bytes per block (ggml-common.h), vec_dot_type)
@@ -75,7 +75,7 @@ def test_type_is_read_and_matmul_costed_exactly(paths, qtype, blk, size, vdt):
 
 
 def test_executor_refuses_an_unsupported_weight_type_in_one_line(paths):
-    from graphcost.executor import _refuse_unsupported_weights
+    from graphcost.execute.executor import _refuse_unsupported_weights
     model = load_model(paths[QT.IQ2_XXS])
     supported = (QT.F32, QT.F16, QT.Q8_0, QT.Q4_0, QT.Q4_K, QT.Q6_K)   # the llama fixture's others
     _refuse_unsupported_weights(load_model(paths[QT.BF16]), supported + (QT.BF16,))

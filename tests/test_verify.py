@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import fixtures as F
-from graphcost import verify as V
-from graphcost.oracle import llama_cpp_available, llama_cpp_unavailable_reason
-from graphcost.settings import RunSettings
+from graphcost.judge import verify as V
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.graph.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_llama = pytest.mark.skipif(not llama_cpp_available(),
@@ -32,7 +32,7 @@ def gemma3(tmp_path_factory):
 @pytest.fixture(scope="module")
 def header_only(gemma3, tmp_path_factory):
     """The same model cut where its tensor data begins (a header-only file)."""
-    from graphcost.gguf_reader import read_header
+    from graphcost.format.gguf_reader import read_header
     h = read_header(gemma3)
     p = tmp_path_factory.mktemp("verify_h") / "gemma3-header.gguf"
     p.write_bytes(Path(gemma3).read_bytes()[:h.data_offset])
@@ -61,7 +61,7 @@ def test_header_only_file_is_padded_and_verified(header_only):
 def test_made_up_vocabulary_keeps_graph_and_buffers(gemma3, header_only, tmp_path):
     # what a file whose tokenizer arrays were stripped gets: the same tensors and keys with
     # a made-up vocabulary of n_vocab tokens; llama.cpp loads it, graph and buffers equal
-    from graphcost.build import load_model
+    from graphcost.graph.build import load_model
     padded = tmp_path / "padded.gguf"
     with V.with_tensor_data(load_model(header_only).header, 0) as p:
         padded.write_bytes(Path(p).read_bytes())
@@ -107,7 +107,7 @@ def test_graph_differences_lists_each_node_and_the_count():
 
 
 def test_without_llama_cpp_one_line_exit_2(gemma3, monkeypatch, capsys):
-    import graphcost.oracle as O
+    import graphcost.judge.oracle as O
     monkeypatch.setattr(O, "llama_cpp_available", lambda: False)
     monkeypatch.setattr(O, "llama_cpp_unavailable_reason", lambda: "not installed")
     monkeypatch.setattr(sys, "argv", ["graphcost", "verify", gemma3])

@@ -107,7 +107,7 @@ targets = [p for p in repo.rglob("*") if p.is_file() and p.suffix in (".py", ".m
 for p in targets:
     text = edits.get(p, p.read_text())
     new = abs_fix(text)
-    # path mentions like graphcost/settings.py in docs and comments
+    # path mentions like graphcost/graph/settings.py in docs and comments
     def path_sub(m):
         mod = "graphcost." + m.group(1).replace("/", ".")
         if mod in old_mods:

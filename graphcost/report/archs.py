@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from enum import Enum
 
-from ..arch_spec import PROVEN_ASPECTS
-from .renderer import Renderer, RenderOptions
+from graphcost.graph.arch_spec import PROVEN_ASPECTS
+from graphcost.report.renderer import Renderer, RenderOptions
 
 
 class ArchsFormat(str, Enum):

@@ -7,8 +7,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..check import Drift
-from .units import literal
+from graphcost.check import Drift
+from graphcost.report.units import literal
 
 
 def _fmt(v: float | None) -> str:

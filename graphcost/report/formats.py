@@ -5,9 +5,9 @@ from enum import Enum
 
 import yaml
 
-from ..analysis import Analysis
-from ..document import document, to_json
-from .renderer import Renderer, RenderOptions
+from graphcost.cost.analysis import Analysis
+from graphcost.document import document, to_json
+from graphcost.report.renderer import Renderer, RenderOptions
 
 
 class Format(str, Enum):
@@ -25,7 +25,7 @@ class Summary(Renderer):
     colour = True
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
-        from .summary import render_summary
+        from graphcost.report.summary import render_summary
         return render_summary(a, width=opts.width, color=opts.color, hardware=opts.hardware)
 
 
@@ -35,7 +35,7 @@ class Tree(Renderer):
     uses = frozenset({"layers"})
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
-        from .tree import render_tree
+        from graphcost.report.tree import render_tree
         return render_tree(a, layers=opts.layers)
 
 
@@ -64,7 +64,7 @@ class Html(Renderer):
     uses = frozenset({"hardware"})
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
-        from .html import render_analysis
+        from graphcost.report.html import render_analysis
         return render_analysis(a, hardware=opts.hardware)
 
 

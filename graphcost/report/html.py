@@ -37,11 +37,11 @@ def render_page(kind: str, doc: dict) -> str:
 
 def render_analysis(a, *, hardware=None, **_: object) -> str:
     """``analyze --format html``: the JSON report's document, drawn."""
-    from ..document import document
+    from graphcost.document import document
     return render_page("analyze", document(a, hardware=hardware))
 
 
 def render_memory_page(plan, sweep=None) -> str:
     """``memory --format html``."""
-    from ..document import memory_document
+    from graphcost.document import memory_document
     return render_page("memory", memory_document(plan, sweep))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..ggml_types import type_name
-from ..memory_plan import FusionWhatIf, MemoryPlan, describe_tensor
-from .units import literal
+from graphcost.format.ggml_types import type_name
+from graphcost.memory.plan import FusionWhatIf, MemoryPlan, describe_tensor
+from graphcost.report.units import literal
 
 MiB = 1024 * 1024
 
@@ -192,7 +192,7 @@ def render_sweep(key: str, values: list[int], plans: list[MemoryPlan]) -> str:
 
 def write_plot(path: Path, key: str, values: list[int], plans: list[MemoryPlan]) -> None:
     """The sweep as ``.png`` or ``.svg`` (graphcost.report.plot, matplotlib)."""
-    from .plot import write_sweep_plot
+    from graphcost.report.plot import write_sweep_plot
     write_sweep_plot(path, key, values, plans)
 
 

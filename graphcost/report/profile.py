@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..document import SCHEMA
-from ..profile import NodeRow, Profile, Rollup
-from ..document import non_finite
-from .renderer import Renderer, RenderOptions
-from .units import human_bytes, human_count, literal
+from graphcost.document import SCHEMA
+from graphcost.execute.profile import NodeRow, Profile, Rollup
+from graphcost.document import non_finite
+from graphcost.report.renderer import Renderer, RenderOptions
+from graphcost.report.units import human_bytes, human_count, literal
 
 
 class ProfileFormat(str, Enum):

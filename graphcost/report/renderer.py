@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping
 
-from ..errors import GraphcostError
+from graphcost.errors import GraphcostError
 
 #: the options a user may give, by RenderOptions field, with the flag that sets each
 FLAGS = {"layers": "--layers", "hardware": "--hardware", "top": "--top"}
@@ -24,7 +24,7 @@ class RenderOptions:
     user did not give the option; ``width`` and ``color`` describe the output device."""
 
     layers: set[int] | None = None      # --layers: only these model layers
-    hardware: Any = None                # --hardware: a graphcost.hardware.Hardware
+    hardware: Any = None                # --hardware: a graphcost.cost.hardware.Hardware
     top: int | None = None              # --top: rows of the slowest-nodes table
     width: int = 80                     # characters per line
     color: bool = False                 # the output is a colour terminal

@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis import READ_KINDS, Analysis, Cost
-from ..costs import FLOP_KINDS
-from ..experts import expert_weights
-from ..ggml_types import type_name
-from .units import human_bytes, human_count, literal
+from graphcost.cost.analysis import READ_KINDS, Analysis, Cost
+from graphcost.cost.costs import FLOP_KINDS
+from graphcost.cost.experts import expert_weights
+from graphcost.format.ggml_types import type_name
+from graphcost.report.units import human_bytes, human_count, literal
 
 
 def _cost_table(title: str, key: str, rows: list[tuple[str, Cost]]) -> Table:
@@ -130,7 +130,7 @@ def _experts_table(ew) -> Table:
 
 def _roofline_table(a: Analysis, hw) -> Table:
     """--hardware: per op kind, the roofline time max(bytes/bandwidth, FLOPs/peak)."""
-    from ..roofline import estimate
+    from graphcost.cost.roofline import estimate
 
     est = estimate(a, hw)
     t = Table(title=f"Roofline on {literal(hw.name)} ({hw.kind}: {hw.bandwidth / 1e9:.1f} GB/s, "

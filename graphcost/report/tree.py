@@ -12,7 +12,7 @@ Leaves (weights, graph inputs, KV cache buffers) get no wire; their source lines
 what they are.
 
 Numbers are exact integers: bytes and FLOPs (by kind, see the counting convention in
-:mod:`graphcost.costs`). Every node is tagged ``#<index>`` (its position in the graph),
+:mod:`graphcost.cost.costs`). Every node is tagged ``#<index>`` (its position in the graph),
 because llama.cpp reuses names (``Qcur-0`` is a MUL_MAT, then its RESHAPE, then its
 ROPE).
 
@@ -26,11 +26,11 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass
 
-from ..analysis import READ_KINDS, Analysis, Cost, NodeCost
-from ..costs import FLOP_KINDS
-from ..ggml_graph import Tensor
-from ..ggml_types import type_name
-from .units import literal
+from graphcost.cost.analysis import READ_KINDS, Analysis, Cost, NodeCost
+from graphcost.cost.costs import FLOP_KINDS
+from graphcost.graph.ggml_graph import Tensor
+from graphcost.format.ggml_types import type_name
+from graphcost.report.units import literal
 
 #: most wire columns drawn; a value that finds no free column is drawn without a wire
 #: (the examples need 5 columns, see tests/test_tree.py)

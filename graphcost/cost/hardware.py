@@ -1,0 +1,209 @@
+"""Hardware profiles and the roofline model they feed.
+
+A profile is a YAML file in ``specs/hardware/`` (bundled, read-only), in the user's
+configuration directory (written by ``graphcost hwprobe``) or given by path: a name, the
+memory bandwidth (bytes/s, streaming read) and the peak FLOP rate (FLOP/s), each with
+``how`` it was obtained and a ``source``. ``kind: theoretical`` profiles are datasheet
+arithmetic (channels x bus width x transfer rate; cores x clock x FLOP/cycle) and cite
+the datasheet; ``kind: measured`` ones come from ``graphcost hwprobe`` on that machine.
+
+Roofline (Williams, Waterman, Patterson, CACM 52(4), 2009): a node that moves ``B`` bytes
+and does ``F`` FLOPs takes at least ``max(B / bandwidth, F / peak)`` seconds; which term
+wins says whether it is memory- or compute-bound. ``B`` is what graphcost's cost model
+counts (bytes read + bytes written, see docs/counting.md), ``F`` its FLOPs (FMA = 2).
+
+A measured profile also holds what graphcost's own executor achieves on that machine:
+``op_overhead`` (seconds one tiny node of each op kind takes end to end: Python, Numba
+dispatch, thread wake-up) and ``memory_bandwidth.by_type`` (bytes/s the executor's
+matrix-vector kernel streams for each weight type). They are not part of the roofline,
+which is the machine's limit; :func:`executor_seconds` adds them to it to model the
+executor itself, and ``graphcost profile`` reports how close both come to the measured
+node times.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from dataclasses import field as dc_field
+from pathlib import Path
+from typing import Any
+
+from graphcost.graph import ops
+from graphcost.errors import GraphcostError
+from graphcost.files import MAX_PROFILE_BYTES, check_output, load_yaml, write_atomic
+from graphcost.resources import bundled
+from graphcost.schema import field, mapping_of, need
+
+KINDS = ("theoretical", "measured")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One machine: bytes/s it streams from memory, FLOP/s it can compute."""
+
+    name: str
+    bandwidth: float          # bytes per second
+    peak_flops: float         # FLOP per second (FMA = 2)
+    kind: str = "theoretical"
+    description: str = ""
+    threads: int | None = None
+    path: Path | None = None
+    overhead: float = 0.0     # seconds per executed node (measured profiles only)
+    extra: dict[str, Any] = dc_field(default_factory=dict, compare=False)
+
+    def matvec_rate(self, type_name: str) -> float:
+        """Bytes/s the executor's matmul streams ``type_name`` weights at (the profile's
+        ``by_type`` figure; the bandwidth if the profile has none)."""
+        by_type = (self.extra.get("memory_bandwidth") or {}).get("by_type") or {}
+        return float(by_type.get(type_name, self.bandwidth))
+
+    def op_overhead(self, op: str) -> float:
+        """Per-call overhead of ``op`` (its own measurement if the probe has one)."""
+        by_op = (self.extra.get("op_overhead") or {}).get("by_op") or {}
+        return float(by_op.get(op, self.overhead))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "description": self.description,
+                "threads": self.threads, "bandwidth_bytes_per_s": self.bandwidth,
+                "peak_flops_per_s": self.peak_flops, "op_overhead_s": self.overhead,
+                "path": None if self.path is None else str(self.path)}
+
+
+def roofline_seconds(nbytes: float, flops: float, hw: Hardware,
+                     bandwidth: float | None = None) -> tuple[float, str]:
+    """(lower-bound seconds, ``"memory"`` or ``"compute"``) for one node or a sum; the
+    memory roof is ``bandwidth`` bytes/s if given, else the profile's."""
+    t_mem = nbytes / (bandwidth or hw.bandwidth)
+    t_cmp = flops / hw.peak_flops
+    return (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "compute")
+
+
+def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
+                     weight_type: str | None = None) -> float:
+    """Modelled seconds of one node on graphcost's executor: the per-call overhead of ``op``
+    plus the roofline with the memory roof lowered to the matvec kernel's measured rate
+    for ``weight_type`` (MUL_MAT/MUL_MAT_ID; other ops stream at the bandwidth)."""
+    rate = hw.matvec_rate(weight_type) if op in ops.MATMUL and weight_type else hw.bandwidth
+    return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate)[0]
+
+
+# ---------------------------------------------------------------------------- files
+#
+# Where profiles live: the bundled datasheet profiles (``specs/hardware/``, read-only: in
+# a wheel they are inside site-packages) and the user's own, written by ``hwprobe`` into
+# the user's configuration directory (platformdirs: ``~/.config/graphcost/hardware`` on
+# Linux, honouring XDG_CONFIG_HOME). ``--hardware NAME`` looks in the user's directory
+# first: a profile measured on this machine is what its user means by that name, and a
+# bundled name is only shadowed by a file the user wrote (hwprobe says so when it does);
+# ``--hardware PATH`` (anything with a slash or a .yaml/.yml suffix) reads that file.
+
+
+def hardware_dir() -> Path:
+    """The bundled, read-only datasheet profiles."""
+    return bundled("specs") / "hardware"
+
+
+def user_dir() -> Path:
+    """Profiles the user measured: ``<user config dir>/graphcost/hardware``."""
+    import platformdirs
+    return Path(platformdirs.user_config_dir("graphcost")) / "hardware"
+
+
+def available() -> list[str]:
+    """Names of the profiles ``--hardware NAME`` finds (user's and bundled)."""
+    names: set[str] = set()
+    for d in (user_dir(), hardware_dir()):
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.yaml"))
+    return sorted(names)
+
+
+def is_path(name: str) -> bool:
+    """Whether ``--hardware``/``-o`` names a file rather than a profile name."""
+    return "/" in name or os.sep in name or name.endswith((".yaml", ".yml")) or name.startswith(".")
+
+
+def _positive(section: dict, key: str, where: str, path) -> float:
+    return float(field(section, key, "positive", where, path))
+
+
+def parse(doc: Any, path: Path | None) -> Hardware:
+    """The profile in ``doc`` (a YAML document; ``path`` names it in errors, None for one
+    just measured). Every field is type-checked: one line naming the first wrong one."""
+    where = path if path is not None else "hardware profile"
+    need(doc, "dict", "the hardware profile", where)
+    kind = doc.get("kind", "theoretical")
+    if kind not in KINDS:
+        raise GraphcostError(f"{where}: kind {_show(kind)}: use {' or '.join(KINDS)}")
+    field(doc, "name", "str", "", where, required=False, null=True)
+    field(doc, "description", "str", "", where, required=False, null=True)
+    threads = doc.get("threads")
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise GraphcostError(f"{where}: threads must be an integer >= 1 or null, got {_show(threads)}")
+    bw = need(doc.get("memory_bandwidth"), "dict", "memory_bandwidth", where)
+    bandwidth = _positive(bw, "bytes_per_second", "memory_bandwidth", where)
+    if bw.get("by_type") is not None:
+        mapping_of(bw["by_type"], "positive", "memory_bandwidth.by_type", where)
+    pk = need(doc.get("peak_flops"), "dict", "peak_flops", where)
+    peak = _positive(pk, "flops_per_second", "peak_flops", where)
+    overhead = 0.0
+    if doc.get("op_overhead") is not None:
+        ov = need(doc["op_overhead"], "dict", "op_overhead", where)
+        overhead = float(field(ov, "seconds", "nonneg", "op_overhead", where))
+        if ov.get("by_op") is not None:
+            mapping_of(ov["by_op"], "nonneg", "op_overhead.by_op", where)
+    return Hardware(name=str(doc.get("name") or (path.stem if path else "this machine")),
+                    bandwidth=bandwidth, peak_flops=peak, kind=kind,
+                    description=str(doc.get("description") or ""), threads=threads, path=path,
+                    overhead=overhead, extra=doc)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _show(v: Any) -> str:
+    t = repr(v)
+    return t if len(t) <= 40 else t[:37] + "..."
+
+
+def find(name: str) -> Path | None:
+    """The file ``--hardware name`` means: a path as given, else the user's profile, else
+    the bundled one; None if there is none."""
+    if is_path(name):
+        return Path(name).expanduser()
+    for d in (user_dir(), hardware_dir()):
+        if (d / f"{name}.yaml").exists():
+            return d / f"{name}.yaml"
+    return None
+
+
+def load(name: str) -> Hardware:
+    """A profile by name (user's directory first, then bundled) or by path."""
+    p = find(name)
+    if p is None:
+        have = ", ".join(available()) or "none"
+        raise GraphcostError(f"--hardware {name!r}: no such profile (have: {have}; in "
+                             f"{user_dir()} or bundled; or give a path to a .yaml)")
+    return parse(load_yaml(p, "hardware profile", MAX_PROFILE_BYTES), p)
+
+
+def save(doc: dict, name: str, inputs: tuple = ()) -> tuple[Path, str | None]:
+    """Write ``doc`` as ``<user dir>/<name>.yaml``, or to ``name`` if it is a path;
+    atomically (temporary file, then rename). Never into the package. Returns the path
+    and a note when the new profile shadows a bundled one of the same name."""
+    import yaml
+
+    target = Path(name).expanduser() if is_path(name) else user_dir() / f"{name}.yaml"
+    check_output(target, inputs)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GraphcostError(f"{target.parent}: cannot create the directory: "
+                             f"{e.strerror or e}") from None
+    write_atomic(target, yaml.safe_dump(doc, sort_keys=False, width=100))
+    note = None
+    if not is_path(name) and (hardware_dir() / f"{name}.yaml").exists():
+        note = (f"--hardware {name} now means this profile, not the bundled datasheet "
+                f"profile of the same name")
+    return target, note

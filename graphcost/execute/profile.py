@@ -1,0 +1,306 @@
+"""``graphcost profile``: run the graph on the kernels, time every node, and set each time
+beside what the cost model says it moves and computes and what a roofline predicts.
+
+One *step* is one ``llama_decode``: the prompt (``--token-ids``) as one ubatch, then each
+decode token (``--decode-ids``, or ``--greedy K`` argmax tokens) as a ubatch of one. Each
+step's graph runs ``repeat`` times (it is idempotent: the same cells are rewritten with
+the same values) and each node's time is the median over the repeats. The first run of a
+new graph shape is an untimed warm-up; its extra time over the median is reported as the
+first-run overhead (Numba compiling kernels, or loading them from its cache).
+
+Per node: measured seconds, modelled bytes (read + written) and FLOPs
+(:mod:`graphcost.cost.analysis`), achieved GB/s and GFLOP/s, the roofline time on the
+hardware profile and ``ratio = predicted / measured`` (1 means the kernel runs at the
+profile's roofline; small means it is slower than the roofline predicts), and the executor
+model's time (:func:`graphcost.cost.hardware.executor_seconds`: the roofline with the probe's
+per-op overhead and per-type matvec rates; a measured profile's figures). Roll-ups per op
+kind and per layer are sums over the decode steps, per token (or over the prompt step when
+there is no decode step).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+
+from graphcost.format import ggml_types as gt
+from graphcost.cost.analysis import Analysis, analyze_graph
+from graphcost.graph.build import load_model
+from graphcost.errors import SettingsError
+from graphcost.execute.exec_ops import NUMPY_OPS
+from graphcost.execute.executor import Executor
+from graphcost.cost.hardware import Hardware, executor_seconds, parse, roofline_seconds
+from graphcost.format.model import ModelInfo
+from graphcost.graph.settings import RunSettings
+
+
+@dataclass
+class NodeRow:
+    """One node of one step."""
+
+    index: int
+    name: str
+    op: str
+    layer: int | None
+    block: str
+    view: bool
+    seconds: float | None           # median over repeats (None: a view, not executed)
+    bytes: int | None               # modelled bytes read + written (None: unmodelled)
+    flops: int | None
+    predicted: float | None         # roofline seconds
+    bound: str | None               # memory | compute
+    modelled: float | None          # executor model seconds (hardware.executor_seconds)
+    numpy: bool = False             # ran in numpy, not a Numba kernel
+
+    @property
+    def gbps(self) -> float | None:
+        return self.bytes / self.seconds / 1e9 if self.seconds and self.bytes is not None else None
+
+    @property
+    def gflops(self) -> float | None:
+        return self.flops / self.seconds / 1e9 if self.seconds and self.flops is not None else None
+
+    @property
+    def ratio(self) -> float | None:
+        """predicted / measured."""
+        return self.predicted / self.seconds if self.seconds and self.predicted is not None else None
+
+
+@dataclass
+class StepRow:
+    n_tokens: int
+    past: int
+    argmax: int
+    top5: list[tuple[int, float]]
+    wall: float                         # median seconds of the whole graph (Python included)
+    nodes: list[NodeRow]
+    warmup: float | None = None         # seconds of the untimed first run, if there was one
+
+    @property
+    def node_seconds(self) -> float:
+        return sum(n.seconds for n in self.nodes if n.seconds)
+
+
+@dataclass
+class Rollup:
+    key: object
+    count: int = 0
+    seconds: float = 0.0
+    bytes: int = 0
+    flops: int = 0
+    predicted: float = 0.0
+
+    @property
+    def ratio(self) -> float | None:
+        return self.predicted / self.seconds if self.seconds else None
+
+
+@dataclass
+class Profile:
+    model_path: str
+    model_name: str
+    arch: str
+    settings: dict
+    numerics: str
+    threads: int
+    repeat: int
+    hardware: Hardware
+    steps: list[StepRow]
+    kernels_import: float
+    numba_cache: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def prompt(self) -> StepRow:
+        return self.steps[0]
+
+    @property
+    def decode(self) -> list[StepRow]:
+        return self.steps[1:]
+
+    @property
+    def first_run_overhead(self) -> float:
+        """Seconds the warm-up runs took beyond the timed medians (compile / cache load)."""
+        return sum(max(0.0, s.warmup - s.wall) for s in self.steps if s.warmup is not None)
+
+    def tokens_per_second(self) -> dict[str, float | None]:
+        p = self.prompt
+        dec = [s.wall for s in self.decode]
+        return {"prompt": p.n_tokens / p.wall if p.wall else None,
+                "decode": 1.0 / float(np.median(dec)) if dec else None}
+
+    def phase(self) -> tuple[str, list[StepRow]]:
+        """The steps the roll-ups sum over: the decode steps, else the prompt."""
+        return ("decode", self.decode) if self.decode else ("prompt", [self.prompt])
+
+    def rollup(self, key: Callable[[NodeRow], object]) -> list[Rollup]:
+        """Sums over the phase's steps, divided by their number (per step)."""
+        _, steps = self.phase()
+        acc: dict[object, Rollup] = {}
+        for s in steps:
+            for n in s.nodes:
+                if n.view:
+                    continue
+                k = key(n)
+                r = acc.setdefault(k, Rollup(k))
+                r.count += 1
+                r.seconds += n.seconds or 0.0
+                r.bytes += n.bytes or 0
+                r.flops += n.flops or 0
+                r.predicted += n.predicted or 0.0
+        k = len(steps)
+        for r in acc.values():
+            r.count //= k
+            r.seconds /= k
+            r.bytes //= k
+            r.flops //= k
+            r.predicted /= k
+        return list(acc.values())
+
+    def by_op(self) -> list[Rollup]:
+        return sorted(self.rollup(lambda n: n.op), key=lambda r: -r.seconds)
+
+    def by_layer(self) -> list[Rollup]:
+        return sorted(self.rollup(lambda n: n.layer),
+                      key=lambda r: (r.key is None, r.key if r.key is not None else 0))
+
+    def estimate_accuracy(self, min_seconds: float = 10e-6) -> dict:
+        """median |predicted/measured - 1| over nodes slower than ``min_seconds``, overall
+        and per op kind (phase steps), for the roofline and for roofline + the profile's
+        per-op overhead."""
+        _, steps = self.phase()
+        hw = self.hardware
+        ovh = hw.overhead
+        ratios: dict[str, list[tuple[float, float]]] = {}
+        for s in steps:
+            for n in s.nodes:
+                if n.seconds and n.seconds > min_seconds and n.ratio is not None:
+                    ratios.setdefault(n.op, []).append((n.ratio, n.modelled / n.seconds))
+
+        def med(v, i):
+            return float(np.median([abs(r[i] - 1) for r in v])) if v else None
+        every = [r for v in ratios.values() for r in v]
+        return {"min_seconds": min_seconds, "nodes": len(every),
+                "median_abs_error": med(every, 0),
+                "median_abs_error_model": med(every, 1),
+                "op_overhead_seconds": ovh,
+                "by_op": {op: {"nodes": len(v), "median_abs_error": med(v, 0),
+                               "median_ratio": float(np.median([r[0] for r in v])),
+                               "median_abs_error_model": med(v, 1),
+                               "median_model_ratio": float(np.median([r[1] for r in v])),
+                               "op_overhead_seconds": hw.op_overhead(op)}
+                          for op, v in sorted(ratios.items())}}
+
+
+def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware) -> list[NodeRow]:
+    rows = []
+    for nc, sec, ran in zip(a.nodes, med, executed):
+        n = nc.node
+        c = nc.cost
+        nbytes = None if c is None else c.bytes_read + c.bytes_written
+        flops = None if c is None else c.flops
+        pred, bound, model = None, None, None
+        if c is not None and ran:
+            pred, bound = roofline_seconds(nbytes, flops, hw)
+            wtype = gt.type_name(n.src[0].type) if n.src else None
+            model = executor_seconds(n.op, nbytes, flops, hw, wtype)
+        rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
+                            float(sec) if ran else None, nbytes, flops, pred, bound, model,
+                            n.op in NUMPY_OPS))
+    return rows
+
+
+_FIRST_IMPORT: dict[str, float] = {}
+
+
+def timed_kernel_import() -> float:
+    """Load the kernels package; the seconds the first load in this process took (imports
+    and Numba's cache index, not compilation, which happens at the first call)."""
+    if "seconds" not in _FIRST_IMPORT:
+        from graphcost.execute.kernels_loader import load_kernels
+        t0 = time.perf_counter()
+        load_kernels()
+        _FIRST_IMPORT["seconds"] = time.perf_counter() - t0
+    return _FIRST_IMPORT["seconds"]
+
+
+def numba_cache_stats(K) -> dict[str, int]:
+    """Entry-point kernels compiled in this process (misses) or loaded from Numba's
+    on-disk cache (hits)."""
+    hits = misses = 0
+    for mod_name in getattr(K, "__all__", []):
+        mod = getattr(K, mod_name)
+        for obj in vars(mod).values():
+            stats = getattr(obj, "stats", None)
+            if stats is not None and hasattr(stats, "cache_hits"):
+                hits += sum(stats.cache_hits.values())
+                misses += sum(stats.cache_misses.values())
+    return {"hits": hits, "misses": misses}
+
+
+def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, token_ids: list[int], *,
+                decode_ids: Iterable[int] = (), greedy: int = 0, repeat: int = 3,
+                hardware: Hardware, numerics: str = "fast", threads: int | None = None,
+                progress: Callable[[str, int], None] | None = None) -> Profile:
+    """Run and time the steps; ``progress(description, advance)`` is called after each run
+    (``advance`` is 0 for a warm-up run, 1 for a timed one)."""
+    decode_ids = list(decode_ids)
+    if not token_ids:
+        raise SettingsError("--token-ids needs at least one token id")
+    if decode_ids and greedy:
+        raise SettingsError("give --decode-ids or --greedy, not both")
+    if repeat < 1:
+        raise SettingsError(f"--repeat {repeat} must be >= 1")
+    model = path if isinstance(path, ModelInfo) else load_model(path)
+    import_s = timed_kernel_import()
+    ex = Executor(model, settings, numerics=numerics, threads=threads)
+    tick = progress or (lambda d, n: None)
+    n_steps = 1 + (len(decode_ids) or greedy)
+    analyses: dict[int, Analysis] = {}
+    steps: list[StepRow] = []
+    tokens = list(token_ids)
+    for i in range(n_steps):
+        plan = ex.plan(len(tokens))
+        new = id(plan) not in analyses
+        res = ex.step(tokens, repeat=repeat, warmup=new,
+                      on_run=lambda timed: tick(f"step {i + 1}/{n_steps}"
+                                                + ("" if timed else " (warm-up)"), int(timed)))
+        if new:
+            analyses[id(plan)] = analyze_graph(plan.graph)
+        a = analyses[id(plan)]
+        ns = np.array([[t if t is not None else 0 for t in tm.ns] for tm in res.timings],
+                      dtype=np.float64)
+        med = np.median(ns, axis=0) / 1e9
+        executed = [t is not None for t in res.timings[0].ns]
+        logits = res.logits[-1]
+        top = np.argsort(-logits, kind="stable")[:5]
+        wall = float(np.median([tm.wall_ns for tm in res.timings])) / 1e9
+        steps.append(StepRow(res.n_tokens, res.past, int(top[0]),
+                             [(int(t), float(logits[t])) for t in top], wall,
+                             _node_rows(a, med, executed, hardware),
+                             res.warmup_ns / 1e9 if res.warmup_ns is not None else None))
+        if i + 1 < n_steps:
+            tokens = [decode_ids[i]] if decode_ids else [int(top[0])]
+    notes = list(ex.notes)
+    if any(n.numpy for s in steps for n in s.nodes if not n.view):
+        notes.append("ops " + ", ".join(sorted({n.op for s in steps for n in s.nodes
+                                               if n.numpy and not n.view}))
+                     + " ran in numpy (no kernel)")
+    run = next(iter(analyses.values())).graph.run
+    return Profile(str(model.header.path), model.name, model.arch, run.to_dict(), numerics, ex.threads, repeat,
+                   hardware, steps, import_s, numba_cache_stats(ex.K), notes)
+
+
+def quick_hardware(threads: int | None = None) -> Hardware:
+    """A profile of this machine measured now with a small probe (64 MiB, 3 repeats)."""
+    from graphcost.execute.hwprobe import probe
+
+    timed_kernel_import()
+    t0 = time.perf_counter()
+    doc = probe(mib=64, repeat=3, threads=threads)
+    doc["name"] = "this machine (quick probe)"
+    doc["description"] += f"; probed in {time.perf_counter() - t0:.1f} s"
+    return parse(doc, None)

@@ -1,0 +1,161 @@
+"""Architecture specs: one YAML file per GGUF architecture in ``specs/arch/``.
+
+A spec says, as data, what llama.cpp's ``src/models/<arch>.cpp`` does: hyperparameter
+defaults, the prologue (inputs), the statements of one layer, and the epilogue (output
+head). :mod:`graphcost.graph.spec_builder` interprets it on top of the llama-graph helpers.
+Statement reference: ``docs/architectures.md``.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from graphcost.errors import GraphcostError
+from graphcost.resources import bundled
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """A parsed ``specs/arch/<name>.yaml``."""
+
+    name: str
+    source: str
+    rope: str  # norm | neox | none
+    hparams: dict[str, Any]
+    prologue: list[dict]
+    layer: list[dict]
+    epilogue: list[dict]
+    unsupported_tensors: dict[str, str] = field(default_factory=dict)
+    #: what is proven against llama.cpp, and by which test file: ``graph`` (node for node),
+    #: ``memory`` (buffers to the byte), ``executor`` (numerics of ``graphcost profile``)
+    proven: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None
+    #: "kv" (a KV cache) or "none" (llama_model::create_memory returns nullptr: encoders)
+    memory: str = "kv"
+
+
+#: the aspects a spec's ``proven`` mapping may name
+PROVEN_ASPECTS = ("graph", "memory", "executor")
+
+
+#: rope modes by spec name: ggml.h GGML_ROPE_TYPE_NEOX 2, _MROPE 8, _IMROPE 40 (multi-section
+#: rope, positions [4 * n_tokens]); "norm" is 0 (adjacent pairs)
+_ROPE_MODES = {"norm": 0, "neox": 2, "mrope": 8, "imrope": 40, "none": None}
+#: modes whose rope takes 4 positions per token (llama_hparams::n_pos_per_embd)
+MULTI_ROPE_MODES = frozenset({8, 40})
+
+
+def rope_mode(spec: ArchSpec, name: str | None = None) -> int | None:
+    """The ggml rope mode of the spec (or of ``name``, a mode name)."""
+    name = spec.rope if name is None else name
+    if name not in _ROPE_MODES:
+        raise GraphcostError(f"{spec.path}: rope {name!r} must be one of {', '.join(_ROPE_MODES)}")
+    return _ROPE_MODES[name]
+
+
+def _stmt_list(doc: dict, key: str, path: Path) -> list[dict]:
+    v = doc.get(key, [])
+    if not isinstance(v, list):
+        raise GraphcostError(f"{path}: {key!r} must be a list of statements")
+    out = []
+    for i, s in enumerate(v):
+        if not isinstance(s, dict) or len(s) != 1:
+            raise GraphcostError(f"{path}: {key}[{i}] must be a mapping with one statement")
+        out.append(s)
+    return out
+
+
+def parse_spec(path: Path) -> ArchSpec:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise GraphcostError(f"{path}: cannot read architecture spec: {e}") from None
+    if not isinstance(doc, dict) or "architecture" not in doc:
+        raise GraphcostError(f"{path}: an architecture spec needs an 'architecture' key")
+    rope = doc.get("rope", "norm")
+    if rope not in _ROPE_MODES:
+        raise GraphcostError(f"{path}: rope {rope!r} must be one of {', '.join(_ROPE_MODES)}")
+    memory = doc.get("memory", "kv")
+    if memory not in ("kv", "none"):
+        raise GraphcostError(f"{path}: memory {memory!r} must be kv or none")
+    proven = doc.get("proven") or {}
+    if not isinstance(proven, dict) or not set(proven) <= set(PROVEN_ASPECTS):
+        raise GraphcostError(f"{path}: 'proven' must map {', '.join(PROVEN_ASPECTS)} to a test file")
+    return ArchSpec(
+        name=str(doc["architecture"]), source=str(doc.get("source", "")), rope=rope,
+        hparams=dict(doc.get("hparams") or {}),
+        prologue=_stmt_list(doc, "prologue", path), layer=_stmt_list(doc, "layer", path),
+        epilogue=_stmt_list(doc, "epilogue", path),
+        unsupported_tensors=dict(doc.get("unsupported_tensors") or {}),
+        proven={k: str(v) for k, v in proven.items()}, path=path, memory=memory)
+
+
+@lru_cache(maxsize=1)
+def load_specs() -> dict[str, ArchSpec]:
+    """All bundled architecture specs, by GGUF architecture name."""
+    d = bundled("specs") / "arch"
+    specs = {}
+    for p in sorted(d.glob("*.yaml")):
+        s = parse_spec(p)
+        specs[s.name] = s
+    return specs
+
+
+# ---- expressions ---------------------------------------------------------------------
+_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod}
+_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Gt: operator.gt,
+        ast.LtE: operator.le, ast.GtE: operator.ge}
+_FUNCS = {"sqrt": math.sqrt}
+
+
+def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
+    """A number, or an arithmetic expression over hyperparameter names (``1/sqrt(head_dim)``,
+    ``a if n_layer == 62 else b``, ``(il + 1) % step == 0``, ``is_swa or n_swa == 0``). No other
+    Python is accepted."""
+    if isinstance(expr, (int, float)) and not isinstance(expr, bool):
+        return float(expr)
+    try:
+        tree = ast.parse(str(expr), mode="eval")
+    except SyntaxError:
+        raise GraphcostError(f"{where}: cannot parse expression {expr!r}") from None
+
+    def ev(n: ast.AST) -> float:
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)):
+            return n.value
+        if isinstance(n, ast.Name):
+            if n.id not in names:
+                raise GraphcostError(f"{where}: unknown name {n.id!r} in {expr!r}")
+            return names[n.id]
+        if isinstance(n, ast.BinOp) and type(n.op) in _BIN:
+            return _BIN[type(n.op)](ev(n.left), ev(n.right))
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            return float(not ev(n.operand))
+        if isinstance(n, ast.BoolOp):  # and / or, over truth values (non-zero is true)
+            vals = [bool(ev(v)) for v in n.values]
+            return float(all(vals) if isinstance(n.op, ast.And) else any(vals))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUNCS \
+                and len(n.args) == 1:
+            return _FUNCS[n.func.id](ev(n.args[0]))
+        if isinstance(n, ast.IfExp):
+            return ev(n.body) if ev(n.test) else ev(n.orelse)
+        if isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in _CMP:
+            return _CMP[type(n.ops[0])](ev(n.left), ev(n.comparators[0]))
+        raise GraphcostError(f"{where}: unsupported expression {expr!r}")
+
+    try:
+        return float(ev(tree))
+    except ZeroDivisionError:
+        raise GraphcostError(f"{where}: {expr!r} divides by zero with this model's "
+                             f"hyperparameters") from None

@@ -1,0 +1,73 @@
+"""Model file + run settings -> the graph llama.cpp would run for one ubatch."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from graphcost.graph.arch_spec import load_specs
+from graphcost.format.consistency import check_model
+from graphcost.errors import UnsupportedError
+from graphcost.graph.ggml_graph import Tensor
+from graphcost.format.gguf_reader import read_model
+from graphcost.graph.llm_graph import AttnInputs, KVCache, LlmGraph
+from graphcost.graph.llm_recurrent import RecurrentState
+from graphcost.format.model import ModelInfo, model_info
+from graphcost.graph.settings import Resolved, RunSettings, refuse_cache_types, resolve
+from graphcost.graph.spec_builder import build_from_spec
+
+
+@dataclass
+class BuiltGraph:
+    """The nodes in execution order, the leaves they read, the KV caches, the attention
+    inputs of each cache (index, mask and rotation leaves) and the recurrent states."""
+
+    model: ModelInfo
+    run: Resolved
+    nodes: list[Tensor]
+    leafs: list[Tensor]
+    caches: list[KVCache]
+    attn_inputs: list[AttnInputs]
+    states: list[RecurrentState] = field(default_factory=list)
+
+
+def load_model(path: str | os.PathLike) -> ModelInfo:
+    """Read the header (all shards) and the hyperparameters of a supported architecture,
+    and check once that they agree with each other (:mod:`graphcost.format.consistency`).
+    ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
+    from graphcost.format.remote import is_remote
+    if is_remote(path):
+        from graphcost.format.remote import read_remote_model
+        m = model_info(read_remote_model(str(path)), load_specs())
+    else:
+        m = model_info(read_model(path), load_specs())
+    check_model(m)
+    return m
+
+
+def _spec_key(model: ModelInfo, settings: RunSettings) -> str:
+    return model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
+
+
+def resolve_for(model: ModelInfo, settings: RunSettings) -> Resolved:
+    """``settings`` resolved for this model: an architecture without a KV cache (spec
+    ``memory: none``) outputs every token (llama_context::encode)."""
+    spec = load_specs().get(_spec_key(model, settings))
+    return resolve(settings, model.n_ctx_train, model.n_swa,
+                   memory=spec is None or spec.memory != "none")
+
+
+def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
+    """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
+    run = resolve_for(model, settings)
+    # per-layer head sizes (gemma4's sliding layers differ: llama_hparams::n_embd_head_k(il))
+    refuse_cache_types(run, [model.head_k(il) for il in range(model.n_layer)],
+                       [model.head_v(il) for il in range(model.n_layer)], str(model.header.path))
+    specs = load_specs()
+    key = _spec_key(model, settings)
+    if key not in specs:
+        have = sorted(k.split("@")[0] for k in specs if k.endswith(f"@{settings.llama_cpp}"))
+        raise UnsupportedError(f"{model.header.path}: --llama-cpp {settings.llama_cpp} has no "
+                               f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
+    b = LlmGraph(model, run)
+    build_from_spec(b, specs[key])
+    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs, b.states)

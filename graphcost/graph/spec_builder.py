@@ -1,0 +1,150 @@
+"""Interpret an :class:`~graphcost.graph.arch_spec.ArchSpec` into a graph.
+
+Each statement maps to one llama-graph helper in :mod:`graphcost.graph.llm_graph` (or one ggml
+op); statements read and write named variables. Every statement, core or not, is a
+function ``fn(builder, args)`` in one registry (:data:`STATEMENTS`, filled with
+:func:`statement` by the modules of :mod:`graphcost.graph.statements`; the core ones are in
+:mod:`graphcost.graph.statements.core`). Weight names are short: in a layer,
+``attn_norm`` means ``blk.<il>.attn_norm.weight``; elsewhere ``output_norm`` means
+``output_norm.weight``; a leading ``/`` names a model-level tensor from inside a layer
+(``/rope_freqs``); ``x.bias`` names the bias instead of the weight; a trailing ``?`` marks
+an optional tensor.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from graphcost.graph.arch_spec import ArchSpec, evaluate, rope_mode
+from graphcost.errors import GraphcostError, UnsupportedError
+from graphcost.graph.ggml_graph import Tensor
+from graphcost.graph.llm_graph import AttnInputs, LlmGraph
+
+
+#: every spec statement by name (``@statement("name")``); each is ``fn(builder, args)``
+STATEMENTS: dict[str, Callable[["SpecBuilder", Any], None]] = {}
+
+
+def statement(name: str):
+    """Register a spec statement; a name registered twice is an error."""
+    def deco(fn):
+        if name in STATEMENTS:
+            raise ValueError(f"statement {name!r} registered twice")
+        STATEMENTS[name] = fn
+        return fn
+    return deco
+
+
+class SpecBuilder:
+    def __init__(self, b: LlmGraph, spec: ArchSpec):
+        self.b, self.g, self.m, self.spec = b, b.g, b.model, spec
+        self.vars: dict[str, Any] = {}
+        self.il: int | None = None
+        m = self.m
+        #: names an expression may use; in a layer also il, is_swa (hparams.is_swa(il))
+        self.names = {
+            "n_embd": m.n_embd, "n_head": m.n_head[0], "n_head_kv": m.n_head_kv[0],
+            "head_dim": m.head_dim_k, "head_dim_v": m.head_dim_v, "n_layer": m.n_layer,
+            "n_rot": m.n_rot, "attn_scale": m.attn_scale,
+            "final_logit_softcap": m.final_logit_softcap,
+            "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
+            "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
+            "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
+            "attn_temp_scale": m.attn_temp_scale, "n_expert": m.n_expert,
+            # deepseek2 / glm4moe: leading dense layers; MLA ranks and head sizes
+            "n_layer_dense_lead": m.n_layer_dense_lead,
+            "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank,
+            "head_dim_k_mla": m.head_dim_k_mla or m.head_dim_k,
+            "head_dim_v_mla": m.head_dim_v_mla or m.head_dim_v,
+            "n_vocab": m.n_vocab,
+            "n_ff_shexp": m.n_ff_shexp, "n_moe_layer_step": m.n_moe_layer_step,
+            "is_mla": float(m.is_mla),
+            "n_kv_shared_layers": m.n_kv_shared_layers,
+        }
+        self.inp_attn: AttnInputs | None = None
+        self.inp_attn_swa: AttnInputs | None = None
+        #: llama_model_rope_type: the spec's mode, or ``hparams.rope_with_sections`` (glm4:
+        #: mrope) when the file sets rope sections (llama_hparams::use_mrope)
+        self.rope_mode = rope_mode(spec)
+        with_sections = spec.hparams.get("rope_with_sections")
+        if with_sections is not None and m.rope_sections[0] > 0 and m.rope_sections[1] > 0:
+            self.rope_mode = rope_mode(spec, str(with_sections))
+
+    # ---- helpers -----------------------------------------------------------------------
+    def where(self, stmt: str) -> str:
+        return f"{self.spec.path}: {stmt}"
+
+    def var(self, name: str) -> Any:
+        if name not in self.vars:
+            raise GraphcostError(self.where(f"variable {name!r} is used before it is set"))
+        return self.vars[name]
+
+    def weight(self, short: str | None) -> Tensor | None:
+        if short is None:
+            return None
+        optional = short.endswith("?")
+        short = short.rstrip("?")
+        suffix = "bias" if short.endswith(".bias") else "weight"
+        base = short[: -len(".bias")] if suffix == "bias" else short
+        if base.startswith("/") or self.il is None:
+            full = f"{base.lstrip('/')}.{suffix}"
+        else:
+            full = f"blk.{self.il}.{base}.{suffix}"
+        return self.b.weight(full, required=not optional)
+
+    def cb(self, t: Tensor, name: str | None, layer: int | None = None) -> Tensor:
+        if name is not None:
+            il = self.il if layer is None else layer
+            self.g.cb(t, name, -1 if il is None else il)
+        return t
+
+    def expr(self, e: Any) -> float:
+        return evaluate(e, self.names, str(self.spec.path))
+
+    def kv_reuse(self) -> dict[int, int]:
+        """Layers without KV and the layer whose cache each reads: with hparams
+        ``n_layer_kv_from_start`` N (an expression; gemma3n: 20, gemma4: n_layer -
+        n_kv_shared_layers), layer il >= N reads N - 2 if it is a sliding-window layer,
+        else N - 1 (llama_model::create_memory's ``reuse``)."""
+        m = self.m
+        n = int(self.expr(self.spec.hparams.get("n_layer_kv_from_start", -1)))
+        if n < 0:
+            return {}
+        return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}
+
+    # ---- driver ------------------------------------------------------------------------
+    def run(self, stmts: list[dict]) -> None:
+        for s in stmts:
+            (key, args), = s.items()
+            fn = STATEMENTS.get(key)
+            if fn is None:
+                raise GraphcostError(self.where(f"unknown statement {key!r}"))
+            fn(self, args if args is not None else {})
+
+    def build(self) -> None:
+        m, g = self.m, self.g
+        for tensor, why in self.spec.unsupported_tensors.items():
+            if m.tensor(tensor) is not None:
+                raise UnsupportedError(f"{m.header.path}: {m.arch} with {why} is not modelled yet")
+        g.block = "other"
+        self.run(self.spec.prologue)
+        for il in range(m.n_layer):
+            self.il = il
+            self.names.update(il=il, is_swa=float(m.n_swa > 0 and m.is_swa[il]))
+            g.layer = il
+            g.block = "other"
+            self.run(self.spec.layer)
+        self.il = None
+        del self.names["il"], self.names["is_swa"]
+        g.layer = None
+        g.block = "other"
+        self.run(self.spec.epilogue)
+
+
+def build_from_spec(b: LlmGraph, spec: ArchSpec) -> None:
+    # the statement modules import this one to register themselves: load them here, once
+    importlib.import_module(f"{__package__}.statements")
+    SpecBuilder(b, spec).build()
+
+
+__all__ = ["build_from_spec", "SpecBuilder", "STATEMENTS", "statement"]

@@ -1,0 +1,153 @@
+"""Backend facts as data: one YAML per ggml backend in ``specs/backends/``.
+
+Each file gives what decides the bytes a device's weight and KV buffers take, each fact
+with its ``source`` (file and function in the ggml that llama-cpp-python 0.3.36 vendors):
+
+* ``alignment``: bytes every tensor is padded to inside a buffer
+  (``ggml_backend_buft_get_alignment``; ``null`` where it depends on the device);
+* ``max_buffer_size``: the largest single buffer (``ggml_backend_buft_get_max_size``;
+  ``null`` = SIZE_MAX or device-dependent);
+* ``alloc_padding``: bytes a tensor takes beyond ``ggml_nbytes``
+  (``ggml_backend_buft_get_alloc_size``): ``none``, or ``quantized_row_padding`` (CUDA:
+  quantized rows padded to ``row_padding`` elements);
+* ``host_buffer``: the pinned host buffer type llama.cpp puts CPU weights in, if any;
+* ``buffer_from_host_ptr``: whether weights can be views of the mmapped file (then the
+  buffer is ``mapped_buffer_name`` and spans the file range of its tensors);
+* the CPU's ``extra_buffer_types`` (``CPU_REPACK`` and its repacking rules).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from graphcost.errors import GraphcostError
+from graphcost.resources import bundled
+
+
+@dataclass(frozen=True)
+class RepackRule:
+    """One layout ``ggml_repack_get_optimal_repack_type`` may choose for a weight type."""
+
+    features: frozenset[str]
+    ne1_multiple: int
+
+
+@dataclass(frozen=True)
+class ExtraBufferType:
+    """A CPU extra buffer type (``ggml_backend_cpu_get_extra_buffer_types``)."""
+
+    name: str
+    source: str
+    modelled: bool
+    features: frozenset[str] = frozenset()  # unmodelled types: the features that enable them
+    alignment: int = 32
+    ops: tuple[str, ...] = ()
+    rules: dict[str, tuple[RepackRule, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One ggml backend's buffer facts (see the module docstring)."""
+
+    name: str  # the specs/backends file name: cpu, cuda, rpc, ...
+    device_name: str  # template: "CUDA{i}"
+    buffer_type: str  # template: "RPC{i}[{endpoint}]"
+    device_type: str  # cpu | gpu
+    alignment: int | None  # None: device-dependent (not modelled)
+    max_buffer_size: int | None  # None: SIZE_MAX or device-dependent
+    alloc_padding: str  # none | quantized_row_padding
+    row_padding: int
+    host_buffer: str | None
+    buffer_from_host_ptr: bool
+    mapped_buffer_name: str | None
+    mmap_support: bool
+    extra_buffer_types: tuple[ExtraBufferType, ...]
+    sources: dict[str, str]
+
+
+def _fact(doc: dict, key: str, path: str) -> tuple[Any, str]:
+    entry = doc.get(key)
+    if not isinstance(entry, dict) or "source" not in entry:
+        raise GraphcostError(f"{path}: {key!r} needs a mapping with 'value' and 'source'")
+    return entry.get("value", entry.get("rule")), str(entry["source"])
+
+
+def _extra(e: dict, path: str) -> ExtraBufferType:
+    rules = {}
+    for tname, lst in (e.get("rules") or {}).items():
+        rules[tname] = tuple(RepackRule(frozenset(r["features"]), int(r["ne1_multiple"]))
+                             for r in lst)
+    return ExtraBufferType(name=str(e["name"]), source=str(e["source"]),
+                           modelled=bool(e.get("modelled", True)),
+                           features=frozenset(e.get("features", ())),
+                           alignment=int(e.get("alignment", 32)),
+                           ops=tuple(e.get("ops", ())), rules=rules)
+
+
+def parse(doc: dict, path: str) -> Backend:
+    """One backend YAML document -> :class:`Backend` (errors name the file and key)."""
+    try:
+        sources = {}
+        vals = {}
+        for key in ("alignment", "max_buffer_size", "alloc_padding", "host_buffer",
+                    "buffer_from_host_ptr", "mmap_support"):
+            vals[key], sources[key] = _fact(doc, key, path)
+        mapped = None
+        if "mapped_buffer_name" in doc:
+            mapped, sources["mapped_buffer_name"] = _fact(doc, "mapped_buffer_name", path)
+        pad = doc["alloc_padding"]
+        return Backend(
+            name=str(doc["backend"]), device_name=str(doc["device_name"]),
+            buffer_type=str(doc["buffer_type"]), device_type=str(doc["device_type"]),
+            alignment=vals["alignment"], max_buffer_size=vals["max_buffer_size"],
+            alloc_padding=str(pad["rule"]), row_padding=int(pad.get("row_padding", 0)),
+            host_buffer=vals["host_buffer"], buffer_from_host_ptr=bool(vals["buffer_from_host_ptr"]),
+            mapped_buffer_name=mapped, mmap_support=bool(vals["mmap_support"]),
+            extra_buffer_types=tuple(_extra(e, path) for e in doc.get("extra_buffer_types", ())),
+            sources=sources)
+    except (KeyError, TypeError, ValueError) as e:
+        raise GraphcostError(f"{path}: bad backend spec ({type(e).__name__}: {e})") from None
+
+
+def names() -> list[str]:
+    """The bundled backends: cpu, cuda, metal, ..."""
+    return sorted(p.stem for p in bundled("specs").joinpath("backends").glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> Backend:
+    """The bundled ``specs/backends/<name>.yaml``; an unknown name is one line."""
+    path = bundled("specs") / "backends" / f"{name}.yaml"
+    if not path.is_file():
+        raise GraphcostError(f"unknown device kind {name!r}: use one of {', '.join(names())}")
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    if not isinstance(doc, dict):
+        raise GraphcostError(f"{path}: not a mapping")
+    return parse(doc, str(path))
+
+
+#: /proc/cpuinfo flags -> the ggml feature names the repack rules use
+#: (ggml-cpu/ggml-cpu.c: ggml_cpu_has_avx2, ggml_cpu_has_avx512 (AVX512F), ...)
+_CPUINFO_FEATURES = {"avx2": "avx2", "avx512f": "avx512", "avx512_vnni": "avx512_vnni",
+                     "amx_int8": "amx_int8", "asimd": "neon", "asimddp": "dotprod",
+                     "i8mm": "i8mm", "sve": "sve"}
+
+
+def host_cpu_features(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """This machine's CPU features under ggml's names (empty when /proc/cpuinfo is absent).
+    A native llama.cpp build (GGML_NATIVE, the default) compiles for exactly these."""
+    try:
+        with open(cpuinfo) as f:
+            text = f.read()
+    except OSError:
+        return frozenset()
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(val.split())
+    return frozenset(v for k, v in _CPUINFO_FEATURES.items() if k in flags)
