@@ -12,9 +12,11 @@ called (:func:`llama_cpp_available` says whether it is installed).
   each step's logits, wall time, and the values of chosen nodes (read through
   ``cb_eval``) -- the numerics oracle for graphcost's executor.
 
-Every call runs in a fresh subprocess (this file executed as a script), so
-llama.cpp's global state, its log callback and any crash stay out of the pytest
-process.  The parent only ever imports the standard library.
+Every call runs in a worker subprocess (this file executed as a script with
+``--serve``), so llama.cpp's global state, its log callback and any crash stay out of
+the pytest process; the parent only ever imports the standard library.  A worker
+serves one environment and stays up for the next call (each call still loads the
+model and creates its own context); a worker whose call failed exits (:class:`_Worker`).
 
 Record format returned by :func:`capture_graph` (one dict per evaluated node, in
 evaluation order)::
@@ -36,12 +38,15 @@ e.g. every ``norm-<il>`` and, in iSWA models, both masks are "attn_inp_kq_mask")
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -143,26 +148,121 @@ def threading_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in sorted(environ.items()) if k.startswith(THREADING_ENV_PREFIXES)}
 
 
+class _Worker:
+    """One llama.cpp worker process (this file run with ``--serve``) for one environment:
+    it answers JSON requests, one line each, until its stdin closes.  Python start-up and
+    ``import llama_cpp`` (~0.3 s, most of a tiny model's capture) are paid once per process,
+    not once per capture; every request still loads the model, creates and frees its own
+    context, exactly as a fresh process would.  A worker that fails a request exits, so a
+    failure never leaks llama.cpp state into the next request."""
+
+    def __init__(self, env: dict[str, str]):
+        import tempfile
+
+        self.err = tempfile.TemporaryFile()          # the worker's stderr (ggml aborts)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(_THIS), "--serve"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self.err, env=env)
+        self.lines: queue.Queue = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)                          # EOF: the worker exited
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr_since(self, pos: int) -> str:
+        self.err.seek(pos)
+        return self.err.read().decode("utf-8", "replace")
+
+    def request(self, req: dict, timeout: float) -> tuple[str | None, int | None, int]:
+        """(payload, returncode, stderr offset): payload None when the worker died or timed
+        out (returncode then says how; None = timed out, the worker is killed)."""
+        import time
+
+        self.err.seek(0, os.SEEK_END)
+        pos = self.err.tell()
+        try:
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:                               # it died since its last answer
+            return None, self.proc.wait(), pos
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except queue.Empty:                       # timed out
+                self.proc.kill()
+                self.proc.wait()
+                return None, None, pos
+            if line is None:                          # the worker died (a ggml abort, ...)
+                return None, self.proc.wait(), pos
+            text = line.decode("utf-8", "replace")
+            if text.startswith(_MARK):
+                return text[len(_MARK):], None, pos
+
+    def close(self) -> None:
+        """Close its stdin (the worker exits at EOF); kill it if it has not within 10 s."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=10)
+        self.proc.stdout.close()
+        self.err.close()
+
+
+#: live workers by environment (most recently used last); at most _MAX_WORKERS
+_WORKERS: dict[tuple, _Worker] = {}
+_MAX_WORKERS = 3
+_WORKERS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_workers() -> None:
+    with _WORKERS_LOCK:
+        for w in _WORKERS.values():
+            w.close()
+        _WORKERS.clear()
+
+
 def _run_worker(mode: str, model_path, settings: dict[str, Any], timeout: float,
                 env: dict[str, str] | None, base_env: dict[str, str] | None = None) -> Any:
     req = dict(settings, mode=mode, model_path=os.fspath(model_path))
     full_env = dict(os.environ if base_env is None else base_env)
     if env:
         full_env.update(env)
-    try:
-        r = subprocess.run([sys.executable, str(_THIS), json.dumps(req)],
-                           capture_output=True, text=True, timeout=timeout, env=full_env)
-    except subprocess.TimeoutExpired as e:
-        raise OracleError(f"llama.cpp worker timed out after {timeout}s ({mode})") from e
-    payload = None
-    for line in r.stdout.splitlines():
-        if line.startswith(_MARK):
-            payload = line[len(_MARK):]
-    if r.returncode != 0 or payload is None:
-        err = (r.stderr or "")[-4000:]
-        raise OracleError(
-            f"llama.cpp worker failed (mode={mode}, rc={r.returncode}, settings={settings}):\n{err}")
-    out = json.loads(payload)
+    key = tuple(sorted(full_env.items()))
+    with _WORKERS_LOCK:   # one request at a time per process: requests are serialized
+        w = _WORKERS.pop(key, None)
+        if w is None or not w.alive():
+            if w is not None:
+                w.close()
+            while len(_WORKERS) >= _MAX_WORKERS:
+                _WORKERS.pop(next(iter(_WORKERS))).close()
+            w = _Worker(full_env)
+        payload, rc, pos = w.request(req, timeout)
+        if payload is None:
+            err = w.stderr_since(pos)[-4000:]
+            w.close()
+            if rc is None:
+                raise OracleError(f"llama.cpp worker timed out after {timeout}s ({mode})")
+            raise OracleError(
+                f"llama.cpp worker failed (mode={mode}, rc={rc}, settings={settings}):\n{err}")
+        out = json.loads(payload)
+        if isinstance(out, dict) and out.get("error"):
+            w.close()                                 # the worker exits after a failure
+        else:
+            _WORKERS[key] = w
     if isinstance(out, dict) and out.get("error"):
         extra = out.get("errors", "")
         msg = out["error"] if extra.strip() in out["error"] else f"{out['error']}\n{extra}"
@@ -836,18 +936,33 @@ _WORKER_ERRORS: list[str] = []
 _KEEPALIVE: list[Any] = []
 
 
-def _worker_main(argv: list[str]) -> int:  # pragma: no cover
-    req = json.loads(argv[1])
+def _answer(req: dict) -> bool:  # pragma: no cover
+    """Run one request and print its answer line; False when it failed."""
+    del _WORKER_LOG[:], _WORKER_ERRORS[:]
     try:
-        out = _worker(req)
+        out, ok = _worker(req), True
     except Exception as e:  # report (with the log so far) instead of a bare traceback
         import traceback
         traceback.print_exc()
-        out = {"error": f"{type(e).__name__}: {e}", "errors": "".join(_WORKER_ERRORS),
-               "raw": "".join(_WORKER_LOG)}
+        out, ok = {"error": f"{type(e).__name__}: {e}", "errors": "".join(_WORKER_ERRORS),
+                   "raw": "".join(_WORKER_LOG)}, False
     sys.stdout.write(_MARK + json.dumps(out) + "\n")
     sys.stdout.flush()
-    # skip interpreter teardown (ctypes callbacks / llama.cpp globals)
+    return ok
+
+
+def _worker_main(argv: list[str]) -> int:  # pragma: no cover
+    """``--serve``: one JSON request per stdin line until EOF or a failed request;
+    otherwise ``argv[1]`` is one request.  Exits through ``os._exit`` (skipping interpreter
+    teardown: ctypes callbacks / llama.cpp globals)."""
+    if argv[1:] == ["--serve"]:
+        while True:
+            line = sys.stdin.readline()
+            if not line or (line.strip() and not _answer(json.loads(line))):
+                break
+    else:
+        _answer(json.loads(argv[1]))
+    sys.stderr.flush()
     os._exit(0)
 
 
