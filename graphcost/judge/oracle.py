@@ -135,6 +135,14 @@ def _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, pa
                 embeddings=bool(embeddings))
 
 
+#: llama.cpp threads (n_threads and n_threads_batch) unless a call says otherwise: one.
+#: The graph, the buffers and the values llama.cpp computes do not depend on it (each
+#: thread computes whole rows), but with cb_eval every node is its own graph_compute,
+#: so a second thread only adds a barrier per node, and on a loaded machine those
+#: spin-waits cost ~20x the CPU of the work itself (tiny mixtral, load ~17: 0.17-1.4 CPU
+#: s per capture with 2 threads, 0.007 with 1). Speed measurements pass their threads.
+DEFAULT_THREADS = 1
+
 #: environment variables that steer threads, thread pools or SIMD paths of llama.cpp,
 #: OpenMP or Numba: what a speed comparison prints for each process
 THREADING_ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "GGML_", "LLAMA_", "OPENBLAS", "MKL_",
@@ -274,7 +282,7 @@ def _run_worker(mode: str, model_path, settings: dict[str, Any], timeout: float,
 def capture_graph(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch: int | None = None,
                   flash_attn: bool = False, type_k: str = "f16", type_v: str = "f16",
                   swa_full: bool = False, past: int = 0, tokens: int = 1, n_outputs: int = 1,
-                  n_threads: int = 2, embeddings: bool = False, details: bool = False,
+                  n_threads: int = DEFAULT_THREADS, embeddings: bool = False, details: bool = False,
                   timeout: float = 600.0,
                   env: dict[str, str] | None = None) -> list[dict]:
     """Nodes llama.cpp evaluates for one decode of ``tokens`` tokens after ``past`` tokens.
@@ -301,7 +309,7 @@ def capture_graph(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch:
 def capture_log(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch: int | None = None,
                 flash_attn: bool = False, type_k: str = "f16", type_v: str = "f16",
                 swa_full: bool = False, past: int = 0, tokens: int = 1, n_outputs: int = 1,
-                n_threads: int = 2, embeddings: bool = False, timeout: float = 600.0,
+                n_threads: int = DEFAULT_THREADS, embeddings: bool = False, timeout: float = 600.0,
                 env: dict[str, str] | None = None) -> dict:
     """llama.cpp's log (all levels, DEBUG included) for model load + context creation +
     the same two decodes as :func:`capture_graph` + context free, parsed by
@@ -318,7 +326,7 @@ def capture_log(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch: i
 def run_model(model_path, *, prompt: list[int], decode: list[int] | None = None, greedy: int = 0,
               capture: list[str] = (), capture_steps: list[int] = (0,), n_ctx: int = 1024,
               n_ubatch: int = 512, flash_attn: bool = False, type_k: str = "f16",
-              type_v: str = "f16", swa_full: bool = False, n_threads: int = 2,
+              type_v: str = "f16", swa_full: bool = False, n_threads: int = DEFAULT_THREADS,
               timeout: float = 600.0, env: dict[str, str] | None = None,
               base_env: dict[str, str] | None = None) -> dict:
     """Decode ``prompt`` (one ubatch, logits for its last token), then either the tokens
