@@ -162,3 +162,23 @@ def test_worker_starts_from_the_given_environment(llama_fx, monkeypatch):
     assert r["env"]["OMP_PROC_BIND"] == "false"
     r = run_model(llama_fx, prompt=[1, 2, 3], greedy=1, n_ctx=256)     # default: ours
     assert r["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_one_worker_serves_successive_calls_and_a_failure_ends_it(llama_fx, monkeypatch):
+    # the worker stays up between calls of one environment (pytest's per-test
+    # PYTEST_CURRENT_TEST is not part of its key) ...
+    from graphcost.judge import oracle
+    capture_graph(llama_fx, tokens=2)
+    key = list(oracle._WORKERS)[-1]                 # the most recently used worker
+    pid = oracle._WORKERS[key].proc.pid
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "as in the next test")
+    capture_log(llama_fx, tokens=3, past=1)
+    assert oracle._WORKERS[key].proc.pid == pid
+    # ... each call still loads the model: the second log has the model's buffer too
+    assert capture_log(llama_fx)["model_buffers"]
+    # ... a failed call ends it, and the next call gets a fresh one
+    with pytest.raises(OracleError, match="quantized V cache"):
+        capture_log(llama_fx, flash_attn=False, type_v="q8_0")
+    assert key not in oracle._WORKERS
+    assert capture_graph(llama_fx, tokens=1)[-1]["name"] == "result_output"
+    assert oracle._WORKERS[key].proc.pid != pid

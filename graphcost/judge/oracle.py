@@ -184,16 +184,15 @@ class _Worker:
         return self.proc.poll() is None
 
     def stderr_since(self, pos: int) -> str:
-        self.err.seek(pos)
-        return self.err.read().decode("utf-8", "replace")
+        fd = self.err.fileno()
+        return os.pread(fd, max(os.fstat(fd).st_size - pos, 0), pos).decode("utf-8", "replace")
 
     def request(self, req: dict, timeout: float) -> tuple[str | None, int | None, int]:
         """(payload, returncode, stderr offset): payload None when the worker died or timed
         out (returncode then says how; None = timed out, the worker is killed)."""
         import time
 
-        self.err.seek(0, os.SEEK_END)
-        pos = self.err.tell()
+        pos = os.fstat(self.err.fileno()).st_size
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
@@ -231,6 +230,9 @@ class _Worker:
 
 #: live workers by environment (most recently used last); at most _MAX_WORKERS
 _WORKERS: dict[tuple, _Worker] = {}
+#: variables left out of a worker's key: pytest rewrites PYTEST_CURRENT_TEST for every
+#: test, which would otherwise start a worker per test (the worker keeps its first value)
+_VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
 _MAX_WORKERS = 3
 _WORKERS_LOCK = threading.Lock()
 
@@ -249,7 +251,7 @@ def _run_worker(mode: str, model_path, settings: dict[str, Any], timeout: float,
     full_env = dict(os.environ if base_env is None else base_env)
     if env:
         full_env.update(env)
-    key = tuple(sorted(full_env.items()))
+    key = tuple(sorted(kv for kv in full_env.items() if kv[0] not in _VOLATILE_ENV))
     with _WORKERS_LOCK:   # one request at a time per process: requests are serialized
         w = _WORKERS.pop(key, None)
         if w is None or not w.alive():
