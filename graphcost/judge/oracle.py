@@ -228,21 +228,49 @@ class _Worker:
         self.err.close()
 
 
-#: live workers by environment (most recently used last); at most _MAX_WORKERS
-_WORKERS: dict[tuple, _Worker] = {}
+#: idle workers by environment key (most recently used key last); at most _MAX_IDLE in all.
+#: A call takes an idle worker of its key or starts one, so concurrent calls (threads)
+#: run in parallel workers, as they did with a process per call.
+_WORKERS: dict[tuple, list[_Worker]] = {}
+_MAX_IDLE = 4
+_WORKERS_LOCK = threading.Lock()
 #: variables left out of a worker's key: pytest rewrites PYTEST_CURRENT_TEST for every
 #: test, which would otherwise start a worker per test (the worker keeps its first value)
 _VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
-_MAX_WORKERS = 3
-_WORKERS_LOCK = threading.Lock()
 
 
 @atexit.register
 def _close_workers() -> None:
     with _WORKERS_LOCK:
-        for w in _WORKERS.values():
-            w.close()
+        idle = [w for ws in _WORKERS.values() for w in ws]
         _WORKERS.clear()
+    for w in idle:
+        w.close()
+
+
+def _take_worker(key: tuple) -> _Worker | None:
+    with _WORKERS_LOCK:
+        ws = _WORKERS.get(key, [])
+        while ws:
+            w = ws.pop()
+            if w.alive():
+                return w
+            w.close()
+        return None
+
+
+def _give_back(key: tuple, w: _Worker) -> None:
+    with _WORKERS_LOCK:
+        _WORKERS.setdefault(key, []).append(w)
+        _WORKERS[key] = _WORKERS.pop(key)          # most recently used last
+        extra = []
+        while sum(map(len, _WORKERS.values())) > _MAX_IDLE:
+            oldest = next(k for k, ws in _WORKERS.items() if ws)
+            extra.append(_WORKERS[oldest].pop(0))
+            if not _WORKERS[oldest]:
+                del _WORKERS[oldest]
+    for e in extra:
+        e.close()
 
 
 def _run_worker(mode: str, model_path, settings: dict[str, Any], timeout: float,
@@ -252,32 +280,23 @@ def _run_worker(mode: str, model_path, settings: dict[str, Any], timeout: float,
     if env:
         full_env.update(env)
     key = tuple(sorted(kv for kv in full_env.items() if kv[0] not in _VOLATILE_ENV))
-    with _WORKERS_LOCK:   # one request at a time per process: requests are serialized
-        w = _WORKERS.pop(key, None)
-        if w is None or not w.alive():
-            if w is not None:
-                w.close()
-            while len(_WORKERS) >= _MAX_WORKERS:
-                _WORKERS.pop(next(iter(_WORKERS))).close()
-            w = _Worker(full_env)
-        payload, rc, pos = w.request(req, timeout)
-        if payload is None:
-            err = w.stderr_since(pos)[-4000:]
-            w.close()
-            if rc is None:
-                raise OracleError(f"llama.cpp worker timed out after {timeout}s ({mode})")
-            raise OracleError(
-                f"llama.cpp worker failed (mode={mode}, rc={rc}, settings={settings}):\n{err}")
-        out = json.loads(payload)
-        if isinstance(out, dict) and out.get("error"):
-            w.close()                                 # the worker exits after a failure
-        else:
-            _WORKERS[key] = w
+    w = _take_worker(key) or _Worker(full_env)
+    payload, rc, pos = w.request(req, timeout)
+    if payload is None:
+        err = w.stderr_since(pos)[-4000:]
+        w.close()
+        if rc is None:
+            raise OracleError(f"llama.cpp worker timed out after {timeout}s ({mode})")
+        raise OracleError(
+            f"llama.cpp worker failed (mode={mode}, rc={rc}, settings={settings}):\n{err}")
+    out = json.loads(payload)
     if isinstance(out, dict) and out.get("error"):
+        w.close()                                     # the worker exits after a failure
         extra = out.get("errors", "")
         msg = out["error"] if extra.strip() in out["error"] else f"{out['error']}\n{extra}"
         raise OracleError(f"llama.cpp worker error: {msg}",
                           log=out.get("raw", ""), llama_errors=out.get("errors", ""))
+    _give_back(key, w)
     return out
 
 
