@@ -49,8 +49,15 @@ EXAMPLES = HERE.parent / "examples"
 
 # (model key, llama-bench arguments, reps); each becomes one llama-bench process
 RUNS = [
+    # two tiny models (1 and 12 layers, negligible arithmetic) pin the per-step and
+    # per-node costs; always calibration cases, never reported as held out
+    ("tiny-1", ["-p", "0", "-n", "256"], 3),
+    ("tiny-12", ["-p", "0", "-n", "256"], 3),
     ("gemma-3-270m", ["-p", "512", "-n", "0", "-ub", "32,512", "-fa", "0,1"], 3),
     ("gemma-3-270m", ["-p", "0", "-n", "32", "-d", "0,1000,4000", "-fa", "0,1"], 3),
+    # more calibration for the small model (cheap): other ubatch sizes and a depth
+    ("gemma-3-270m", ["-p", "256", "-n", "0", "-ub", "64,128", "-fa", "0,1"], 3),
+    ("gemma-3-270m", ["-p", "0", "-n", "32", "-d", "2000", "-fa", "0,1"], 3),
     ("gemma-3-270m-zero", ["-p", "512", "-n", "32", "-fa", "1"], 3),
     ("gemma-3-4b", ["-p", "128", "-n", "0", "-ub", "32,512", "-fa", "0,1"], 2),
     ("gemma-3-4b", ["-p", "0", "-n", "16", "-d", "0,1000", "-fa", "0,1"], 2),
@@ -63,6 +70,9 @@ CAL = {
     ("gemma-3-270m", "tg32", 512, 1), ("gemma-3-270m", "tg32 @ d1000", 512, 0),
     ("gemma-3-270m", "tg32 @ d4000", 512, 1), ("gemma-3-270m", "pp512", 512, 1),
     ("gemma-3-270m", "pp512", 32, 0),
+    ("gemma-3-270m", "pp256", 64, 0), ("gemma-3-270m", "pp256", 64, 1),
+    ("gemma-3-270m", "pp256", 128, 0), ("gemma-3-270m", "pp256", 128, 1),
+    ("gemma-3-270m", "tg32 @ d2000", 512, 0), ("gemma-3-270m", "tg32 @ d2000", 512, 1),
     ("gemma-3-4b", "tg16", 512, 1), ("gemma-3-4b", "tg16 @ d1000", 512, 0),
     ("gemma-3-4b", "pp128", 512, 1), ("gemma-3-4b", "pp128", 32, 0),
     ("llama-3.1-8b", "tg16", 512, 1), ("llama-3.1-8b", "tg16 @ d1000", 512, 0),
@@ -131,7 +141,13 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="graphcost-speed-"))
     t_start = time.perf_counter()
     try:
-        paths = {"gemma-3-270m": Path(g270.assemble())}
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        from fixtures import write_llama
+        paths = {"gemma-3-270m": Path(g270.assemble()),
+                 "tiny-1": Path(write_llama(tmp / "tiny-1.gguf", n_embd=64, n_head=4,
+                                            n_head_kv=2, n_ff=128, n_layer=1)),
+                 "tiny-12": Path(write_llama(tmp / "tiny-12.gguf", n_embd=64, n_head=4,
+                                             n_head_kv=2, n_ff=128, n_layer=12))}
         paths["gemma-3-270m-zero"] = make_whole(paths["gemma-3-270m"], tmp / "g270-zero.gguf",
                                                 vocab_none=False)
         paths["gemma-3-4b"] = make_whole(EXAMPLES / "gemma-3-4b-it-q4_k_m.gguf", tmp / "g4b.gguf")
@@ -177,7 +193,8 @@ def report(rows: list[dict], paths: dict, a) -> None:
                       fa_name(r["flash_attn"]), r["type_k"], r["type_v"], r["n_threads"])
         r["counts"] = dict(predictors[r["model"]].counts(t))
         r["seconds"] = (r["n_prompt"] + r["n_gen"]) / r["avg_ts"]
-        r["cal"] = (r["model"], r["test"], r["n_ubatch"], r["flash_attn"]) in CAL
+        r["cal"] = ((r["model"], r["test"], r["n_ubatch"], r["flash_attn"]) in CAL
+                    or r["model"].startswith("tiny"))
     print(f"\ngraphs built and counted in {time.perf_counter() - t0:.1f} s")
 
     # 3. fit on the calibration cases, predict all

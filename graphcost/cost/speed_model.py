@@ -20,12 +20,15 @@ plain integer from the graph and the cost model, :func:`counts`):
                           graph: building it, allocating, setting inputs, reading logits)
 ``barriers``              nodes that end in a barrier (non-empty nodes, fused pairs once)
 ``weight_bytes``          bytes of matmul weights read (each weight once per graph)
-``mac:T``                 multiply-accumulates of matmuls whose ``src0`` has type ``T``
-                          and is not repacked (vec_dot path); KV-cache matmuls are ``F16``
+``mac:T:vec`` / ``mat``   multiply-accumulates of matmuls whose ``src0`` has type ``T``
+                          and is not repacked: one activation row (vec_dot) or more
+                          (llamafile_sgemm where it has a kernel for T, else vec_dot per
+                          row); KV-cache matmuls are ``f16``
 ``mac:T:gemv`` / ``gemm`` the same for a repacked weight: activation rows outside groups
                           of 4 (gemv) and inside them (gemm)
 ``convert``               activation values converted to a ``vec_dot_type``
-``fa_mac``                flash attention: query rows x heads x KV cells x (Dk + Dv)
+``fa_mac``, ``:tiled``    flash attention: query rows x heads x KV cells x (Dk + Dv), by
+                          kernel (one row at a time, or tiles of 64 query rows)
 ``other_bytes``           bytes read + written by every other non-empty node (cost model)
 ========================  ==========================================================
 
@@ -46,11 +49,13 @@ from graphcost.format import ggml_types as gt
 from graphcost.graph import ops
 
 #: the counts every graph has (per-type MAC counts are added by name)
-BASE_COUNTS = ("steps", "barriers", "weight_bytes", "convert", "fa_mac", "other_bytes")
+BASE_COUNTS = ("steps", "barriers", "weight_bytes", "convert", "other_bytes")
 
 #: MUL_MAT activation rows a repacked kernel takes at once (repack.cpp forward_mul_mat:
 #: ``ne11 - ne11 % 4`` rows by gemm, the rest by gemv)
 REPACK_GEMM_ROWS = 4
+#: ggml-cpu/common.h GGML_FA_TILE_Q: query rows of one flash-attention tile
+FA_TILE_Q = 64
 #: names of the output-row index input (llm_graph_input_out_ids; ``out_ids`` in
 #: llama.cpp's graph callbacks)
 OUT_IDS = ("out_ids", "inp_out_ids")
@@ -101,12 +106,26 @@ def counts(analysis, repacked: Iterable[str] = (), *, outputs: bool = True) -> C
         if n.op in ops.MATMUL:
             _matmul_counts(c, n, rep)
         elif n.op == "FLASH_ATTN_EXT":
-            q, k, v = n.src[0], n.src[1], n.src[2]
-            # q: [Dk, n_q, H, 1]; k: [Dk, n_kv, Hkv, 1]; v: [Dv, n_kv, Hkv, 1]
-            c["fa_mac"] += q.ne[1] * q.ne[2] * q.ne[3] * k.ne[1] * (k.ne[0] + v.ne[0])
+            c["barriers"] += 1          # the op's own ggml_barrier after setting up chunks
+            c[_fa_key(n)] += _fa_macs(n)
         elif nc.cost is not None:
             c["other_bytes"] += nc.cost.bytes_read + nc.cost.bytes_written
     return c
+
+
+def _fa_macs(n) -> int:
+    # q: [Dk, n_q, H, 1]; k: [Dk, n_kv, Hkv, 1]; v: [Dv, n_kv, Hkv, 1]
+    q, k, v = n.src[0], n.src[1], n.src[2]
+    return q.ne[1] * q.ne[2] * q.ne[3] * k.ne[1] * (k.ne[0] + v.ne[0])
+
+
+def _fa_key(n) -> str:
+    """ops.cpp ggml_compute_forward_flash_attn_ext_f16: the tiled kernel when a chunk has
+    at least GGML_FA_TILE_Q (64) query rows and K, V are F32/F16 of one type; otherwise
+    the one-row-at-a-time kernel (with KV split over threads for one query row)."""
+    q, k, v = n.src[0], n.src[1], n.src[2]
+    kv_float = k.type in (gt.F32, gt.F16) and k.type == v.type
+    return "fa_mac:tiled" if kv_float and q.type == gt.F32 and q.ne[1] >= FA_TILE_Q else "fa_mac"
 
 
 def _matmul_counts(c: Counter, n, rep: set[str]) -> None:
@@ -134,7 +153,9 @@ def _matmul_counts(c: Counter, n, rep: set[str]) -> None:
         if n_rows - gemm_rows:
             c[f"mac:{name}:gemv"] += per_row * (n_rows - gemm_rows)
     else:
-        c[f"mac:{name}"] += macs
+        # llamafile_sgemm (GGML_LLAMAFILE, on by default) takes ne11 >= 2 for the types it
+        # has kernels for; ne11 == 1 is always ggml's vec_dot: two paths, two rates
+        c[f"mac:{name}:{'vec' if a.ne[1] == 1 else 'mat'}"] += macs
 
 
 @dataclass(frozen=True)
@@ -169,8 +190,9 @@ class SpeedModel:
         if key in self.coef:
             return float(self.coef[key])
         if key.startswith("mac:"):
+            path = key.rsplit(":", 1)[-1]
             same = [v for k, v in self.coef.items() if k.startswith("mac:")
-                    and k.count(":") == key.count(":")]
+                    and k.rsplit(":", 1)[-1] == path]
             same = same or [v for k, v in self.coef.items() if k.startswith("mac:")]
             return float(sum(same) / len(same)) if same else 0.0
         return 0.0
@@ -186,7 +208,8 @@ def roofline_coefficients(bandwidth: float, peak_flops: float) -> dict[str, floa
     What a profile without a ``llama_cpp`` calibration predicts with (unverified)."""
     mac = 2.0 / peak_flops
     return {"steps": 0.0, "barriers": 0.0, "weight_bytes": 1.0 / bandwidth, "convert": 0.0,
-            "fa_mac": mac, "other_bytes": 1.0 / bandwidth, "mac:F32": mac}
+            "fa_mac": mac, "fa_mac:tiled": mac, "other_bytes": 1.0 / bandwidth,
+            "mac:f32:vec": mac}
 
 
 def from_profile(hw) -> SpeedModel:
@@ -241,3 +264,22 @@ def repacked_weights(model, features=None) -> list[str]:
 
     feats = host_cpu_features() if features is None else frozenset(features)
     return list(place(model, [], PlacementFlags(cpu_features=feats)).repacked)
+
+
+def step_estimate(analysis, hw, threads: int | None = None) -> dict:
+    """``analyze --hardware``: the modelled seconds of this one graph on llama.cpp's CPU
+    backend (the same model as ``graphcost speed``), with where the figure comes from.
+    The step is taken to have its outputs (as ``--outputs`` says)."""
+    sm = from_profile(hw)
+    c = counts(analysis, repacked_weights(analysis.graph.model))
+    sec = sm.seconds(c, threads)
+    n = analysis.graph.run.n_tokens
+    out = {"seconds": sec, "tokens_per_second": n / sec if sec > 0 else None,
+           "verified": sm.verified and bool(sm.band), "how": sm.source,
+           "counts": dict(sorted(c.items()))}
+    if sm.band:
+        out["error_band"] = dict(sm.band)
+    if not out["verified"]:
+        out["warning"] = ("datasheet profile: unverified" if hw.kind == "theoretical" else
+                          "no llama-bench calibration in this profile: unverified")
+    return out
