@@ -58,6 +58,7 @@ RUNS = [
     # more calibration for the small model (cheap): other ubatch sizes and a depth
     ("gemma-3-270m", ["-p", "256", "-n", "0", "-ub", "64,128", "-fa", "0,1"], 3),
     ("gemma-3-270m", ["-p", "0", "-n", "32", "-d", "2000", "-fa", "0,1"], 3),
+    ("gemma-3-270m", ["-p", "256", "-n", "0", "-d", "2000", "-fa", "0,1"], 2),
     ("gemma-3-270m-zero", ["-p", "512", "-n", "32", "-fa", "1"], 3),
     ("gemma-3-4b", ["-p", "128", "-n", "0", "-ub", "32,512", "-fa", "0,1"], 2),
     ("gemma-3-4b", ["-p", "0", "-n", "16", "-d", "0,1000", "-fa", "0,1"], 2),
@@ -73,6 +74,7 @@ CAL = {
     ("gemma-3-270m", "pp256", 64, 0), ("gemma-3-270m", "pp256", 64, 1),
     ("gemma-3-270m", "pp256", 128, 0), ("gemma-3-270m", "pp256", 128, 1),
     ("gemma-3-270m", "tg32 @ d2000", 512, 0), ("gemma-3-270m", "tg32 @ d2000", 512, 1),
+    ("gemma-3-270m", "pp256 @ d2000", 512, 0), ("gemma-3-270m", "pp256 @ d2000", 512, 1),
     ("gemma-3-4b", "tg16", 512, 1), ("gemma-3-4b", "tg16 @ d1000", 512, 0),
     ("gemma-3-4b", "pp128", 512, 1), ("gemma-3-4b", "pp128", 32, 0),
     ("llama-3.1-8b", "tg16", 512, 1), ("llama-3.1-8b", "tg16 @ d1000", 512, 0),
@@ -237,14 +239,19 @@ def store(name: str, coef: dict, threads: int, band: dict, cases: list[dict]) ->
     if p is not None and p.exists():
         doc = load_yaml(p, "hardware profile", MAX_PROFILE_BYTES)
     else:
-        doc = {"name": name, "kind": "measured", "threads": threads,
+        macs = [v for k, v in coef.items() if k.startswith("mac:") and v > 0]
+        doc = {"name": Path(name).stem if ("/" in name or name.endswith(".yaml")) else name,
+               "kind": "measured", "threads": threads,
                "description": f"{_cpu_name()}, {threads} threads (llama-bench calibration only)",
                "memory_bandwidth": {"bytes_per_second": round(1 / coef["weight_bytes"])
                                     if coef.get("weight_bytes") else 1,
                                     "how": "1 / the fitted weight_bytes coefficient",
                                     "source": "benchmarks/bench_speed.py"},
-               "peak_flops": {"flops_per_second": 1, "how": "not measured (run graphcost hwprobe)",
-                              "source": "none"}}
+               "peak_flops": {"flops_per_second": round(2 / min(macs)) if macs else 1,
+                              "how": "2 FLOP / the smallest fitted seconds-per-MAC coefficient "
+                                     "(llama.cpp's fastest matmul path; run graphcost hwprobe "
+                                     "for graphcost's own probe)",
+                              "source": "benchmarks/bench_speed.py"}}
     doc["llama_cpp"] = {
         "threads": threads,
         "coefficients": coef,

@@ -61,3 +61,19 @@ def _tensor_info_end(head: bytes, h) -> int:
 
 if __name__ == "__main__":
     print(make_whole(sys.argv[1], sys.argv[2]))
+
+
+def fill_random(path: str | Path, seed: int = 0) -> Path:
+    """Overwrite every tensor of the whole file ``path`` with small finite random values
+    (graphcost.execute.executor._random_raw: the executor's random weights), in place."""
+    import numpy as np
+
+    from graphcost.execute.executor import _random_raw
+
+    h = read_header(path)
+    rng = np.random.default_rng(seed)
+    with open(path, "r+b") as f:
+        for t in h.tensors.values():
+            f.seek(h.data_offset + t.offset)
+            f.write(_random_raw(t.type, t.ne, rng).tobytes())
+    return Path(path)

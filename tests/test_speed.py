@@ -49,7 +49,7 @@ def test_counts_exact_on_a_tiny_graph():
     # Q8_0 [256, 16]: 16 rows x (256 / 32 blocks x 34 bytes) = 16 x 272 = 4352 bytes
     assert c["weight_bytes"] == 4352
     # 256 x 16 x 3 multiply-accumulates on the vec_dot path (not repacked)
-    assert c["mac:q8_0"] == 12288
+    assert c["mac:q8_0:mat"] == 12288
     # activations 256 x 3 converted F32 -> Q8_0 (vec_dot_type of Q8_0)
     assert c["convert"] == 768
     # every other node's bytes: the cost model's (rms_norm, mul, add)
@@ -63,7 +63,7 @@ def test_repacked_weights_split_gemm_and_gemv_rows():
     # 6 rows: 4 by gemm (repack.cpp forward_mul_mat: ne11 - ne11 % 4), 2 by gemv
     assert c["mac:q4_K:gemm"] == 256 * 8 * 4 == 8192
     assert c["mac:q4_K:gemv"] == 256 * 8 * 2 == 4096
-    assert "mac:q4_K" not in c
+    assert not any(k.startswith("mac:q4_K:") and k[-3:] in ("vec", "mat") for k in c)
     # Q4_K: 144 bytes per 256 values, 8 rows
     assert c["weight_bytes"] == 8 * 144
 
@@ -77,27 +77,29 @@ def test_no_output_rows_do_no_work_but_keep_their_barriers():
     a = _analysis(g)
     full, none = counts(a), counts(a, outputs=False)
     assert full["barriers"] == none["barriers"] == 3
-    assert full["mac:q8_0"] == 64 * 32 * 1 and none["mac:q8_0"] == 0
+    assert full["mac:q8_0:vec"] == 64 * 32 * 1 and none["mac:q8_0:vec"] == 0
     assert none["weight_bytes"] == 0
     # the SCALE before the GET_ROWS still runs
     assert none["other_bytes"] == a.nodes[0].cost.bytes_read + a.nodes[0].cost.bytes_written
 
 
 def test_seconds_is_the_priced_sum_and_threads_scale_compute_only():
-    sm = SpeedModel({"steps": 1e-3, "barriers": 1e-6, "weight_bytes": 1e-10, "mac:q8_0": 1e-11},
+    sm = SpeedModel({"steps": 1e-3, "barriers": 1e-6, "weight_bytes": 1e-10,
+                     "mac:q8_0:vec": 1e-11},
                     threads=2, source="test", verified=True)
-    c = {"steps": 2, "barriers": 100, "weight_bytes": 10**9, "mac:q8_0": 10**9}
+    c = {"steps": 2, "barriers": 100, "weight_bytes": 10**9, "mac:q8_0:vec": 10**9}
     # 2e-3 + 1e-4 + 0.1 + 0.01
     assert sm.seconds(c) == pytest.approx(0.1121, rel=1e-12)
     # 4 threads: only the MAC term halves: 2e-3 + 1e-4 + 0.1 + 0.005
     assert sm.seconds(c, threads=4) == pytest.approx(0.1071, rel=1e-12)
     # a type without its own coefficient takes the mean of its path's (named by missing)
-    assert sm.coefficient("mac:q6_K") == 1e-11 and sm.missing({"mac:q6_K": 5}) == ["mac:q6_K"]
+    assert sm.coefficient("mac:q6_K:vec") == 1e-11
+    assert sm.missing({"mac:q6_K:vec": 5}) == ["mac:q6_K:vec"]
 
 
 def test_roofline_coefficients_price_bytes_at_bandwidth_and_macs_at_peak():
     co = roofline_coefficients(bandwidth=1e10, peak_flops=1e11)
-    assert co["weight_bytes"] == 1e-10 and co["mac:F32"] == 2e-11
+    assert co["weight_bytes"] == 1e-10 and co["mac:f32:vec"] == 2e-11
 
 
 def test_fit_recovers_known_coefficients():
@@ -145,18 +147,30 @@ def tiny(tmp_path_factory):
         "memory_bandwidth": {"bytes_per_second": 2e10}, "peak_flops": {"flops_per_second": 1e11},
         "llama_cpp": {"threads": 2, "how": "test calibration",
                       "coefficients": {"steps": 1e-4, "barriers": 2e-6, "weight_bytes": 5e-11,
-                                       "mac:f32": 1e-11, "mac:f16": 1e-11, "other_bytes": 1e-10,
-                                       "fa_mac": 1e-11, "convert": 1e-9},
+                                       "mac:f32:vec": 1e-11, "mac:f32:mat": 1e-11,
+                                       "mac:f16:vec": 1e-11, "mac:f16:mat": 1e-11,
+                                       "other_bytes": 1e-10, "fa_mac": 1e-11,
+                                       "fa_mac:tiled": 1e-11, "convert": 1e-9},
                       "error_band": {"cases": 7, "median": 0.061, "worst": 0.183}}}))
     return Path(m), prof
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "graphcost", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """Run ``graphcost ARGS`` in this process (graphcost.cli.main: its exit code, stdout,
+    stderr), as the installed command does."""
+    from graphcost.cli import main
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["graphcost", *map(str, args)])
+        with pytest.raises(SystemExit) as e:
+            main()
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, e.value.code, out.out, out.err)
+    return run
 
 
-def test_cli_markdown_layout(tiny):
+def test_cli_markdown_layout(tiny, cli):
     model, prof = tiny
     r = cli("speed", model, "--hardware", prof, "-p", "64", "-n", "16", "-fa", "0,1", "-ub", "32")
     assert r.returncode == 0, r.stderr
@@ -174,7 +188,7 @@ def test_cli_markdown_layout(tiny):
     assert "median 6.1%, worst 18.3% over 7 cases" in r.stdout
 
 
-def test_cli_json_rows(tiny):
+def test_cli_json_rows(tiny, cli):
     model, prof = tiny
     r = cli("speed", model, "--hardware", prof, "-p", "32", "-n", "8", "-d", "0,40", "-o", "json")
     assert r.returncode == 0, r.stderr
@@ -191,7 +205,7 @@ def test_cli_json_rows(tiny):
     assert [x["avg_ts"] for x in json.loads(r2.stdout)] == [x["avg_ts"] for x in rows]
 
 
-def test_cli_datasheet_profile_is_labelled_unverified(tiny):
+def test_cli_datasheet_profile_is_labelled_unverified(tiny, cli):
     model, _ = tiny
     r = cli("speed", model, "--hardware", "apple-m2", "-p", "16", "-n", "4")
     assert r.returncode == 0, r.stderr
@@ -207,7 +221,7 @@ def test_cli_datasheet_profile_is_labelled_unverified(tiny):
     (["-p", "0", "-n", "0"], "no test"),
     (["--hardware", "no-such-profile"], "no such profile"),
 ], ids=["fa", "p", "ub", "ctk", "format", "nothing", "profile"])
-def test_cli_bad_flags_one_line_exit_2(tiny, args, needle):
+def test_cli_bad_flags_one_line_exit_2(tiny, cli, args, needle):
     model, prof = tiny
     base = ["speed", model] + ([] if "--hardware" in args else ["--hardware", prof])
     r = cli(*base, *args)

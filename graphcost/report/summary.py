@@ -140,7 +140,8 @@ def _llama_cpp_line(a: Analysis, hw) -> str:
             + (f", {tps:.1f} tokens/s" if tps else ""))
     if "error_band" in e:
         b = e["error_band"]
-        line += f" (held-out error: median {100 * b['median']:.1f}%, worst {100 * b['worst']:.1f}%)"
+        line += (f"\n  error band (held-out llama-bench cases): median {100 * b['median']:.1f}%, "
+                 f"worst {100 * b['worst']:.1f}%")
     if "warning" in e:
         line += f"\nUNVERIFIED: {e['warning']}"
     return line + "\n"
