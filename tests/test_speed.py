@@ -227,3 +227,18 @@ def test_cli_bad_flags_one_line_exit_2(tiny, cli, args, needle):
     r = cli(*base, *args)
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_analyze_hardware_gains_the_predicted_step(tiny, cli):
+    model, prof = tiny
+    r = cli("analyze", model, "--hardware", prof, "--tokens", "4", "--past", "8")
+    assert r.returncode == 0, r.stderr
+    assert "llama.cpp CPU, predicted:" in r.stdout and "median 6.1%, worst 18.3%" in r.stdout
+    r = cli("analyze", model, "--hardware", prof, "--tokens", "4", "--past", "8", "-f", "json")
+    est = json.loads(r.stdout)["llama_cpp_cpu"]
+    # the same model as graphcost speed: the priced sum of the step's counts
+    from graphcost.cost.hardware import load
+    from graphcost.cost.speed_model import from_profile
+    assert est["seconds"] == pytest.approx(from_profile(load(str(prof))).seconds(est["counts"]),
+                                           rel=1e-12)
+    assert est["verified"] is True and est["counts"]["steps"] == 1
