@@ -242,3 +242,20 @@ def test_analyze_hardware_gains_the_predicted_step(tiny, cli):
     assert est["seconds"] == pytest.approx(from_profile(load(str(prof))).seconds(est["counts"]),
                                            rel=1e-12)
     assert est["verified"] is True and est["counts"]["steps"] == 1
+
+
+@pytest.mark.parametrize("n_q,n_kv,key", [(1, 512, "fa_mac:split"), (1, 256, "fa_mac"),
+                                          (32, 512, "fa_mac"), (64, 256, "fa_mac:tiled")],
+                         ids=["split", "one-row", "short-chunk", "tiled"])
+def test_flash_attention_kernel_and_macs(n_q, n_kv, key):
+    g = Graph()
+    q = g.new_tensor(gt.F32, [64, n_q, 4, 1])              # [D, n_q, H]: 4 heads
+    k = g.new_tensor(gt.F16, [64, n_kv, 2, 1], role="kv")  # 2 KV heads
+    v = g.new_tensor(gt.F16, [64, n_kv, 2, 1], role="kv")
+    mask = g.new_tensor(gt.F16, [n_kv, n_q])
+    g.expand(g.flash_attn_ext(q, k, v, mask, 0.125, 0.0, 0.0))
+    c = counts(_analysis(g))
+    # ops.cpp: use_split_kv_path (1 row, >= 512 cells), use_tiled (>= 64 rows), else one_chunk;
+    # MACs: n_q x 4 heads x n_kv x (64 + 64); one barrier after the node + one inside it
+    assert c[key] == n_q * 4 * n_kv * 128
+    assert c["barriers"] == 2

@@ -27,8 +27,9 @@ plain integer from the graph and the cost model, :func:`counts`):
 ``mac:T:gemv`` / ``gemm`` the same for a repacked weight: activation rows outside groups
                           of 4 (gemv) and inside them (gemm)
 ``convert``               activation values converted to a ``vec_dot_type``
-``fa_mac``, ``:tiled``    flash attention: query rows x heads x KV cells x (Dk + Dv), by
-                          kernel (one row at a time, or tiles of 64 query rows)
+``fa_mac``, ``:tiled``,   flash attention: query rows x heads x KV cells x (Dk + Dv), by
+``:split``                kernel (one row at a time, tiles of 64 query rows, or one row
+                          with its >= 512 KV cells split over the threads)
 ``other_bytes``           bytes read + written by every other non-empty node (cost model)
 ========================  ==========================================================
 
@@ -56,6 +57,8 @@ BASE_COUNTS = ("steps", "barriers", "weight_bytes", "convert", "other_bytes")
 REPACK_GEMM_ROWS = 4
 #: ggml-cpu/common.h GGML_FA_TILE_Q: query rows of one flash-attention tile
 FA_TILE_Q = 64
+#: ops.cpp use_split_kv_path: KV cells from which one query row's cells are split
+FA_SPLIT_KV = 512
 #: names of the output-row index input (llm_graph_input_out_ids; ``out_ids`` in
 #: llama.cpp's graph callbacks)
 OUT_IDS = ("out_ids", "inp_out_ids")
@@ -120,12 +123,16 @@ def _fa_macs(n) -> int:
 
 
 def _fa_key(n) -> str:
-    """ops.cpp ggml_compute_forward_flash_attn_ext_f16: the tiled kernel when a chunk has
-    at least GGML_FA_TILE_Q (64) query rows and K, V are F32/F16 of one type; otherwise
-    the one-row-at-a-time kernel (with KV split over threads for one query row)."""
+    """ops.cpp ggml_compute_forward_flash_attn_ext_f16's three kernels: one query row with
+    at least 512 KV cells (``use_split_kv_path``: the cells split over the threads, partial
+    results reduced), ``:split``; chunks of at least GGML_FA_TILE_Q (64) query rows with
+    F32/F16 K and V of one type (``use_tiled``), ``:tiled``; otherwise one query row at a
+    time over all cells (``one_chunk``)."""
     q, k, v = n.src[0], n.src[1], n.src[2]
-    kv_float = k.type in (gt.F32, gt.F16) and k.type == v.type
-    return "fa_mac:tiled" if kv_float and q.type == gt.F32 and q.ne[1] >= FA_TILE_Q else "fa_mac"
+    kv_float = k.type in (gt.F32, gt.F16) and k.type == v.type and q.type == gt.F32
+    if kv_float and q.ne[1] == 1 and q.ne[3] == 1 and k.ne[1] >= FA_SPLIT_KV:
+        return "fa_mac:split"
+    return "fa_mac:tiled" if kv_float and q.ne[1] >= FA_TILE_Q else "fa_mac"
 
 
 def _matmul_counts(c: Counter, n, rep: set[str]) -> None:
@@ -208,7 +215,8 @@ def roofline_coefficients(bandwidth: float, peak_flops: float) -> dict[str, floa
     What a profile without a ``llama_cpp`` calibration predicts with (unverified)."""
     mac = 2.0 / peak_flops
     return {"steps": 0.0, "barriers": 0.0, "weight_bytes": 1.0 / bandwidth, "convert": 0.0,
-            "fa_mac": mac, "fa_mac:tiled": mac, "other_bytes": 1.0 / bandwidth,
+            "fa_mac": mac, "fa_mac:tiled": mac, "fa_mac:split": mac,
+            "other_bytes": 1.0 / bandwidth,
             "mac:f32:vec": mac}
 
 
