@@ -59,8 +59,6 @@ def _tensor_info_end(head: bytes, h) -> int:
     return max(ends)
 
 
-if __name__ == "__main__":
-    print(make_whole(sys.argv[1], sys.argv[2]))
 
 
 def fill_random(path: str | Path, seed: int = 0) -> Path:
@@ -77,3 +75,7 @@ def fill_random(path: str | Path, seed: int = 0) -> Path:
             f.seek(h.data_offset + t.offset)
             f.write(_random_raw(t.type, t.ne, rng).tobytes())
     return Path(path)
+
+
+if __name__ == "__main__":
+    print(make_whole(sys.argv[1], sys.argv[2]))

@@ -479,7 +479,7 @@ def speed(
     from graphcost.cost.hardware import load as load_hardware
     from graphcost.report.speed import (FORMATS, describe, footer, render_json, render_md,
                                         shown_fields)
-    from graphcost.speed import DEFAULTS, Predictor, instances, model_description, parse_list
+    from graphcost.speed import DEFAULTS, instances, model_description, parse_list, predict_all
 
     if fmt not in FORMATS:
         _fail(f"-o/--format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -500,13 +500,8 @@ def speed(
                                                           "type_k", "type_v")), t_list)
     if not tests:
         _fail("-p and -n are both 0: no test to predict")
-    from graphcost.cost.speed_model import from_profile
-    from graphcost.graph.build import load_model
     path = _model_path(model)
-    info = load_model(path)
-    sm = from_profile(hw)
-    pr = Predictor(info, sm)
-    preds = [pr.predict(t) for t in tests]
+    info, sm, preds = predict_all(path, hw, tests)
     desc = model_description(info)
     note = describe(sm, hw)
     missing = sorted({k for p in preds for k in sm.missing(p.counts)})

@@ -259,3 +259,20 @@ def test_flash_attention_kernel_and_macs(n_q, n_kv, key):
     # MACs: n_q x 4 heads x n_kv x (64 + 64); one barrier after the node + one inside it
     assert c[key] == n_q * 4 * n_kv * 128
     assert c["barriers"] == 2
+
+
+@pytest.mark.parametrize("section,needle", [
+    ({"threads": 2, "coefficients": {"steps": "abc"}}, "llama_cpp.coefficients.steps"),
+    ({"threads": 0, "coefficients": {"steps": 1e-5}}, "llama_cpp.threads"),
+    ({"coefficients": {"steps": 1e-5}, "error_band": {"median": float("nan"), "worst": 0.1,
+                                                      "cases": 3}}, "llama_cpp.error_band.median"),
+    ("x", "llama_cpp"),
+], ids=["coefficient", "threads", "band-nan", "not-a-mapping"])
+def test_bad_calibration_section_is_one_line_exit_2(tiny, cli, tmp_path, section, needle):
+    model, _ = tiny
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump({"name": "bad", "kind": "measured",
+                                 "memory_bandwidth": {"bytes_per_second": 1e10},
+                                 "peak_flops": {"flops_per_second": 1e11}, "llama_cpp": section}))
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-n", "0")
+    assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1

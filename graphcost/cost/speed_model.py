@@ -49,9 +49,6 @@ from typing import Iterable, Mapping
 from graphcost.format import ggml_types as gt
 from graphcost.graph import ops
 
-#: the counts every graph has (per-type MAC counts are added by name)
-BASE_COUNTS = ("steps", "barriers", "weight_bytes", "convert", "other_bytes")
-
 #: MUL_MAT activation rows a repacked kernel takes at once (repack.cpp forward_mul_mat:
 #: ``ne11 - ne11 % 4`` rows by gemm, the rest by gemv)
 REPACK_GEMM_ROWS = 4
