@@ -19,6 +19,11 @@ matrix-vector kernel streams for each weight type). They are not part of the roo
 which is the machine's limit; :func:`executor_seconds` adds them to it to model the
 executor itself, and ``graphcost profile`` reports how close both come to the measured
 node times.
+
+A profile may also hold ``llama_cpp``: the coefficients of llama.cpp's CPU execution
+model (:mod:`graphcost.cost.speed_model`) fitted against llama-bench on that machine by
+``benchmarks/bench_speed.py``, with the error band measured on held-out cases;
+``graphcost speed`` and ``analyze --hardware`` use it (docs/speed.md).
 """
 from __future__ import annotations
 
