@@ -67,10 +67,24 @@ def llama_compute(model: Path, servers: list[RpcServer], base_args: list[str]):
                                      for o in c.overrides)]
         cmd = [str(exe), "-m", str(model), "--rpc", ",".join(s.endpoint for s in servers),
                "-fitp", "on", "-lv", "5"] + base_args + args
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_S,
-                           stdin=subprocess.DEVNULL)
-        if r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
-        logged = {name: float(v) for name, v in rx.findall(r.stderr)}
-        return [round(logged.get(names[f"RPC{i}"], 0.0) * MiB) for i in range(len(servers))]
+        for _ in range(3):
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_S,
+                               stdin=subprocess.DEVNULL)
+            if r.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+            logged = {name: float(v) for name, v in rx.findall(r.stderr)}
+            # stdout (printf, synchronous): "RPC0 model context compute" in whole MiB; the
+            # debug log is written by a thread and can lose lines at exit: then run again
+            printed = {row.split()[0]: [int(x) for x in row.split()[1:4]]
+                       for row in r.stdout.splitlines() if row.startswith("RPC")}
+            out = []
+            for i in range(len(servers)):
+                mib = logged.get(names[f"RPC{i}"])
+                if mib is None and any(printed[f"RPC{i}"]):
+                    break  # a device holding something lost its line
+                out.append(round((mib or 0.0) * MiB))
+                assert int(mib or 0.0) == printed[f"RPC{i}"][2], (cmd, logged, printed)
+            else:
+                return out
+        raise RuntimeError(f"{' '.join(cmd)}: no compute buffer line for a device in 3 runs")
     return compute

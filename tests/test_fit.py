@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -167,9 +166,25 @@ def test_undecided_propagates():
 
 # ---- the CLI ----------------------------------------------------------------------------
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "graphcost", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+class _Run:
+    def __init__(self, code, out, err):
+        self.returncode, self.stdout, self.stderr = code, out, err
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """``graphcost ARGS`` in this process, through the entry point that turns errors into
+    one line and an exit code (graphcost.cli.main)."""
+    from graphcost.cli import main
+
+    def run(*args: str) -> _Run:
+        monkeypatch.setattr(sys, "argv", ["graphcost", *args])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            main()
+        out = capsys.readouterr()
+        return _Run(e.value.code, out.out, out.err)
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -188,20 +203,20 @@ def models(tmp_path_factory):
     (["--device", "rpc:1GiB", "--format", "html"], "--format 'html': use text or json"),
     (["--device", "rpc:1GiB", "--fit-ctx", "-5"], "--fit-ctx -5: must be >= 0"),
 ], ids=["fitt", "no-mem", "no-device", "format", "fitc"])
-def test_bad_flags_one_line(models, args, message):
-    r = _cli("fit", str(models["llama"]), *args)
+def test_bad_flags_one_line(models, cli, args, message):
+    r = cli("fit", str(models["llama"]), *args)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
-def test_not_modelled_is_undecided(models):
+def test_not_modelled_is_undecided(models, cli):
     # vulkan's alignment is device-dependent: its model bytes are not modelled, so the fit
     # cannot decide (exit 4), never counting them as 0
-    r = _cli("fit", str(models["llama"]), "--device", "vulkan:1GiB", "--format", "json")
+    r = cli("fit", str(models["llama"]), "--device", "vulkan:1GiB", "--format", "json")
     assert r.returncode == 4
     doc = json.loads(r.stdout)
     assert doc["fit"]["status"] == "undecided" and "Vulkan0's model" in doc["fit"]["reason"]
-    r = _cli("memory", str(models["llama"]), "--device", "vulkan:1GiB", "--max-ctx")
+    r = cli("memory", str(models["llama"]), "--device", "vulkan:1GiB", "--max-ctx")
     assert r.returncode == 4 and "cannot decide" in r.stderr
 
 
@@ -261,14 +276,14 @@ def test_search_equals_llama_fit_params(models, servers, case):
 
 
 @pytest.mark.parametrize("case", list(REAL_CASES), ids=list(REAL_CASES))
-def test_graphcost_fit_equals_llama_fit_params(models, servers, case):
+def test_graphcost_fit_equals_llama_fit_params(models, servers, cli, case):
     """End to end, graphcost's own compute buffers. Skips while they are not modelled."""
     from fit_runs import fit_params, host_memory
     from graphcost.memory.backends import host_cpu_features
     name, nd, margin = REAL_CASES[case]
     expected, _ = fit_params(models[name], servers[:nd], ["-fitt", str(margin)])
     feats = ",".join(sorted(host_cpu_features())) or "none"
-    r = _cli("fit", str(models[name]), *(["--device", f"rpc:{host_memory()}"] * nd),
+    r = cli("fit", str(models[name]), *(["--device", f"rpc:{host_memory()}"] * nd),
              "-fitt", str(margin), "--cpu-features", feats)
     if r.returncode == 4:
         pytest.skip(f"pending per-device compute buffers: {r.stderr.strip()}")
