@@ -289,3 +289,88 @@ def test_graphcost_fit_equals_llama_fit_params(models, servers, cli, case):
         pytest.skip(f"pending per-device compute buffers: {r.stderr.strip()}")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == expected
+
+
+# ---- a MoE model, tensor by tensor -------------------------------------------------------------
+
+def toy_moe_measure(n_layer: int, devices: tuple[str, ...], sizes: dict[str, int], output: int,
+                    compute: int):
+    """Tensors ``blk.i.NAME`` of ``sizes`` bytes per layer and an output layer of ``output``
+    bytes. Layers go to devices as llama.cpp places them (the last ngl of n_layer + 1, in
+    -ts counts); the first -ot pattern that matches a tensor (re.search) moves it to its
+    target (CPU: counted nowhere). A device holding any layer has ``compute`` bytes."""
+    import re
+    calls: list[Candidate] = []
+
+    def measure(c: Candidate) -> list[DeviceUse]:
+        calls.append(c)
+        nd = len(devices)
+        ngl = n_layer + 1 if c.n_gpu_layers < 0 else c.n_gpu_layers
+        counts = [int(x) for x in c.tensor_split] if nd > 1 and any(c.tensor_split) else [ngl]
+        owner = {}
+        il = n_layer + 1 - ngl
+        for d, n in zip(devices, counts):
+            for _ in range(n):
+                owner[il] = d
+                il += 1
+        use = {d: 0 for d in devices}
+        for il, d in owner.items():
+            if il == n_layer:
+                use[d] += output
+                continue
+            for name, nbytes in sizes.items():
+                full = f"blk.{il}.{name}"
+                target = next((o.target for o in c.overrides if re.search(o.pattern, full)), d)
+                if target != "CPU":
+                    use[target] += nbytes
+        return [DeviceUse(use[d], 0, compute if d in owner.values() else 0) for d in devices]
+    return measure, calls
+
+
+MOE_SIZES = {"attn_q.weight": 3 * MiB, "ffn_gate_inp.weight": MiB,
+             "ffn_up_exps.weight": 4 * MiB, "ffn_gate_exps.weight": 4 * MiB,
+             "ffn_down_exps.weight": 4 * MiB}
+
+
+def test_moe_dense_first_then_full_layers_front_to_back():
+    # 4 layers: dense part 3 + 1 = 4 MiB, experts 12 MiB (a full layer 16), output 2 MiB,
+    # compute 1 MiB; two devices of 40 MiB, margin 10 -> target 30 MiB each.
+    # Experts-on-CPU measurement (this toy puts every layer on CUDA0 without -ts):
+    # 4 * 4 + 2 + 1 = 19 -> surplus (40 - 19 - 10) + (40 - 10) = 41 MiB > 0: step 4 runs.
+    # Step 3, CUDA1: 5 layers, 4 partial. fit.cpp's overrides start after the device's full
+    # layers, so layer 0 stays full and the partial ones are 1-4 (4 = output: no match):
+    # 16 + 3 * 4 + 2 + 1 = 31 > 30; step 5 * 30 // 31 = 4: layer 1 full, 2-3 dense-only,
+    # output: 16 + 8 + 2 + 1 = 27 <= 30. CUDA0: layer 0 dense-only, 4 + 1 = 5 <= 30.
+    # Step 4, CUDA0: all 4 repeating layers full: 65 > 30; step 4 * 25 // 60 = 1: layer 0
+    # full, 17 <= 30; step 3 * 13 // 48 -> 1: layers 0-1 full, 33 > 30: CUDA0 keeps 1.
+    # One more layer on CUDA0 with attention + up, overflowing to CUDA1: CUDA1 would hold
+    # 16 + 4 + 2 + 9 (gate, down, router) + 1 = 32, not < 30; attention only: 36: neither.
+    # CUDA1: 4 full layers (51) too many; 1 more full (39) too; one more layer with
+    # attention + up kept (overflow to the CPU, the last device): 16 + 7 + 4 + 2 + 1 = 30,
+    # not < 30 (strict); attention only: 16 + 3 + 4 + 2 + 1 = 26 < 30: taken.
+    devs = ("CUDA0", "CUDA1")
+    m, calls = toy_moe_measure(4, devs, MOE_SIZES, output=2 * MiB, compute=MiB)
+    r = fit(FitInputs(devs, (40 * MiB,) * 2, (10 * MiB,) * 2, n_layer=4, n_ctx_train=4096,
+                      n_expert=8), m)
+    assert r.args_line() == (r'-c 4096 -ngl 5 -ts 1,4 -ot "blk\.2\.ffn_(gate|up|gate_up|down).*=CPU,'
+                             r'blk\.3\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU,'
+                             r'blk\.4\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"')
+    assert r.projected == [17 * MiB, 26 * MiB]
+    assert [(x.n_layer, x.n_part, x.overflow_type) for x in r.layers] == \
+        [(1, 0, "MOE"), (4, 3, "ATTN")]
+    # given, experts on the CPU, no layers; step 3: 2 + 1; step 4: CUDA0 2 + UP + ATTN + 1,
+    # CUDA1 1 + UP + ATTN + 1 (the training context 4096 is not above -fitc: no reduction)
+    assert len(calls) == 1 + 1 + 1 + 3 + 5 + 4
+
+
+def test_text_ends_with_the_argument_line_and_json_has_the_same_choice():
+    from graphcost.report.fit import render_fit
+    m, _ = toy_measure(8, 2, layer=MiB, kv_per_cell=512, compute=4 * MiB, output=MiB)
+    r = fit(inputs(nd=2, free=16 * MiB, margin=2 * MiB, n_ctx=4096), m)  # as above
+    assert render_fit(r, "toy").splitlines()[-1] == "-c 4096 -ngl 7 -ts 3,4"
+    d = r.as_dict()
+    assert (d["status"], d["n_ctx"], d["n_gpu_layers"], d["tensor_split"], d["overrides"]) == \
+        ("fit", 4096, 7, [3.0, 4.0], [])
+    assert [(x["device"], x["layers"], x["projected_bytes"], x["margin_bytes"])
+            for x in d["devices"]] == [("CUDA0", 3, 13 * MiB, 2 * MiB), ("CUDA1", 4, 14 * MiB, 2 * MiB)]
+    assert d["args"] == "-c 4096 -ngl 7 -ts 3,4"
