@@ -88,3 +88,20 @@ def llama_compute(model: Path, servers: list[RpcServer], base_args: list[str]):
                 return out
         raise RuntimeError(f"{' '.join(cmd)}: no compute buffer line for a device in 3 runs")
     return compute
+
+
+def peak_bytes(server: RpcServer, since: int) -> int:
+    """The most bytes the server held at once in its log after offset ``since``
+    (GGML_RPC_DEBUG: ``[alloc_buffer] ... remote_ptr: P, remote_size: N`` and
+    ``[free_buffer] remote_ptr: P``), to the byte."""
+    text = server.log.read_bytes()[since:].decode(errors="replace")
+    live: dict[str, int] = {}
+    peak = 0
+    for m in re.finditer(r"\[alloc_buffer\] device: \d+, size: \d+ -> remote_ptr: (\w+), "
+                         r"remote_size: (\d+)|\[free_buffer\] remote_ptr: (\w+)", text):
+        if m.group(1):
+            live[m.group(1)] = int(m.group(2))
+            peak = max(peak, sum(live.values()))
+        else:
+            live.pop(m.group(3), None)
+    return peak

@@ -374,3 +374,29 @@ def test_text_ends_with_the_argument_line_and_json_has_the_same_choice():
     assert [(x["device"], x["layers"], x["projected_bytes"], x["margin_bytes"])
             for x in d["devices"]] == [("CUDA0", 3, 13 * MiB, 2 * MiB), ("CUDA1", 4, 14 * MiB, 2 * MiB)]
     assert d["args"] == "-c 4096 -ngl 7 -ts 3,4"
+
+
+@pytest.mark.parametrize("budget_mib", [60, 150], ids=["60MiB", "150MiB"])
+def test_max_ctx_is_the_largest_that_fits_a_real_run(models, servers, cli, budget_mib):
+    """memory --max-ctx N: llama.cpp's real run at -c N holds at most the budget on every
+    RPC server (its allocations, to the byte), and at N + 256 more on one. Skips while
+    per-device compute buffers are not modelled."""
+    from fit_runs import peak_bytes
+    from graphcost.memory.backends import host_cpu_features
+    from llama_runs import run_completion
+    feats = ",".join(sorted(host_cpu_features())) or "none"
+    r = cli("memory", str(models["llama"]), *(["--device", f"rpc:{budget_mib}MiB"] * 2),
+            "--max-ctx", "--format", "json", "--cpu-features", feats)
+    if r.returncode == 4:
+        pytest.skip(f"pending per-device compute buffers: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    n = json.loads(r.stdout)["max_ctx"]["max_ctx"]
+    assert 0 < n < 32768
+
+    def peaks(n_ctx: int) -> list[int]:
+        since = [s.log.stat().st_size for s in servers]
+        run_completion(models["llama"], servers, ["-c", str(n_ctx)])
+        return [peak_bytes(s, o) for s, o in zip(servers, since)]
+
+    assert max(peaks(n)) <= budget_mib * MiB
+    assert max(peaks(n + 256)) > budget_mib * MiB
