@@ -317,6 +317,9 @@ def fit(
     no_kv_offload: Annotated[bool, typer.Option("--no-kv-offload", "-nkvo")] = False,
     no_repack: Annotated[bool, typer.Option("--no-repack", "-nr")] = False,
     no_host: Annotated[bool, typer.Option("--no-host")] = False,
+    load_mode: Annotated[Optional[str], typer.Option(
+        "--load-mode", "-lm", help="accepted; the fit measures without mmap whatever is given")] = None,
+    mmap: Annotated[Optional[bool], typer.Option("--mmap/--no-mmap", help="as -lm")] = None,
     cpu_features: Annotated[Optional[str], typer.Option("--cpu-features")] = None,
 ) -> None:
     """What llama.cpp's --fit (llama-fit-params) chooses for these devices' free memory:
@@ -345,7 +348,7 @@ def fit(
         UINT32_MAX if ctx_size == 0 else DEFAULT_MIN_CTX)
     flags, args = _placement(device or [], n_gpu_layers, tensor_split, split_mode, main_gpu,
                              override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload, no_repack,
-                             no_host, None, None, cpu_features)
+                             no_host, load_mode, mmap, cpu_features)
     if not args:
         _fail("fit: give the devices, e.g. --device cuda:24GiB --device cuda:24GiB")
     info = load_model(_model_path(model))

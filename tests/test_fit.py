@@ -202,7 +202,9 @@ def models(tmp_path_factory):
     ([], "fit: give the devices"),
     (["--device", "rpc:1GiB", "--format", "html"], "--format 'html': use text or json"),
     (["--device", "rpc:1GiB", "--fit-ctx", "-5"], "--fit-ctx -5: must be >= 0"),
-], ids=["fitt", "no-mem", "no-device", "format", "fitc"])
+    (["--device", "rpc:1GiB", "-lm", "bogus"], "--load-mode 'bogus': use one of"),
+    (["--device", "rpc:1GiB", "-sm", "row"], "-sm row: split buffers"),
+], ids=["fitt", "no-mem", "no-device", "format", "fitc", "load-mode", "sm-row"])
 def test_bad_flags_one_line(models, cli, args, message):
     r = cli("fit", str(models["llama"]), *args)
     assert r.returncode == 2
@@ -294,13 +296,13 @@ def test_graphcost_fit_equals_llama_fit_params(models, servers, cli, case):
     from fit_runs import fit_params, host_memory
     from graphcost.memory.backends import host_cpu_features
     name, nd, margin = REAL_CASES[case]
-    expected, _ = fit_params(models[name], servers[:nd], ["-fitt", str(margin)])
     feats = ",".join(sorted(host_cpu_features())) or "none"
     r = cli("fit", str(models[name]), *(["--device", f"rpc:{host_memory()}"] * nd),
-             "-fitt", str(margin), "--cpu-features", feats)
+            "-fitt", str(margin), "--cpu-features", feats)
     if r.returncode == 4:
         pytest.skip(f"pending per-device compute buffers: {r.stderr.strip()}")
     assert r.returncode == 0, r.stderr
+    expected, _ = fit_params(models[name], servers[:nd], ["-fitt", str(margin)])
     assert r.stdout.strip().splitlines()[-1] == expected
 
 

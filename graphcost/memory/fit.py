@@ -507,7 +507,9 @@ def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFl
 def fit_inputs(model, args: list[DeviceArg], flags: PlacementFlags, *, n_ctx: int,
                margins: Sequence[int], n_ctx_min: int) -> FitInputs:
     """The fit's inputs for these devices and flags (devices in llama.cpp's order)."""
-    from graphcost.memory.placement import resolve_devices
+    from graphcost.memory.placement import LOAD_MODES, resolve_devices
+    if flags.load_mode not in LOAD_MODES:  # checked here: the measurements use "none"
+        raise GraphcostError(f"--load-mode {flags.load_mode!r}: use one of {', '.join(LOAD_MODES)}")
     devices = resolve_devices(args, flags)
     missing = [d.name for d in devices if d.free_bytes is None]
     if missing:
