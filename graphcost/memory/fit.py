@@ -483,7 +483,7 @@ def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFl
             return cache[c]
         f = replace(flags, n_gpu_layers=c.n_gpu_layers, tensor_split=c.tensor_split,
                     overrides=c.overrides, load_mode="none")
-        dp = plan_devices(model, replace(settings, ctx_size=c.n_ctx), args, f)
+        dp = plan_devices(model, replace(settings, ctx_size=c.n_ctx), args, f, no_alloc=True)
         rows = {r.device: r for r in dp.rows}
         given = compute(c) if compute is not None else None
         out = []
