@@ -571,6 +571,14 @@ def hwprobe(
     typer.echo(f"wrote {path}")
     if note:
         typer.echo(f"note: {note}")
+    from graphcost.calibrate import find_llama_bench
+    try:
+        bench = find_llama_bench()
+        typer.echo(f"llama.cpp's own rates (graphcost speed): graphcost calibrate -o {name} "
+                   f"(llama-bench found: {bench})")
+    except GraphcostError:
+        typer.echo(f"llama.cpp's own rates (graphcost speed): graphcost calibrate -o {name} "
+                   "--llama-bench PATH (no llama-bench found)")
 
 
 @app.command()
