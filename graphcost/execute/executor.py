@@ -111,6 +111,17 @@ def _random_raw(t: gt.GGMLType, ne: tuple[int, ...], rng: np.random.Generator) -
     return raw.reshape(-1)
 
 
+def pos_input(positions: np.ndarray, size: int) -> np.ndarray:
+    """``inp_pos`` for text tokens (llm_graph_input_pos::set_input): the positions, or
+    with 4 per token (n_pos_per_embd 4: MROPE/IMROPE) the tracks ``(p, p, p, 0)`` one
+    after another."""
+    if size == len(positions):
+        return positions
+    if size != 4 * len(positions):
+        raise AssertionError(f"inp_pos has {size} values for {len(positions)} tokens")
+    return np.concatenate([positions] * 3 + [np.zeros_like(positions)])
+
+
 def _available_memory() -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -570,7 +581,7 @@ class Executor:
                 if kind == "inp_tokens":
                     flat[:] = tokens
                 elif kind == "inp_pos":
-                    flat[:] = positions
+                    flat[:] = pos_input(positions, flat.size)
                 elif kind == "out_ids":
                     flat[:] = out_ids
                 elif kind == "inp_embd":
