@@ -122,6 +122,16 @@ CASES = {
                    ["Qcur_normed-0", "ffn_moe_out-0", "l_out-0"]),
     "lfm2moe": ("fixtures_hybrid", "write_lfm2", dict(n_expert=5), False,
                 ["model.layers.{}.conv.conv-0", "l_out-1"]),
+    # IMROPE sections [12, 10, 10, 0], 2 deepstack layers (PAD of the input embedding)
+    "qwen3vl": ("fixtures_simple", "write_qwen3vl", {}, False,
+                ["Qcur-0", "deepstack_out-0", "l_out-1"]),
+    "qwen3vlmoe": ("fixtures_simple", "write_qwen3vlmoe", {}, True,
+                   ["Qcur-0", "ffn_moe_out-0", "deepstack_out-0"]),
+    # query temperature with a floor scale of 4 positions (n_ctx_orig_yarn): the 10
+    # positions see three temperatures (llama4's floor is 8192: only the path is run)
+    "mistral3": ("fixtures_simple", "write_mistral3", dict(original_context=4), False,
+                 ["Qcur_attn_temp_scaled-0", "l_out-0"]),
+    "llama4": ("fixtures_simple", "write_llama4", {}, True, ["Qcur_normed-0", "l_out-1"]),
 }
 
 

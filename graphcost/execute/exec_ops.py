@@ -34,7 +34,8 @@ Everything else is the same in both modes and follows ggml-cpu: GELU through ggm
 table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
 SUM_ROWS, CLAMP, SIGMOID, FILL: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP;
-SOFTPLUS, REPEAT: qwen3next's gates and head repeat, deepseek2's legacy k_pe) run in numpy,
+SOFTPLUS, REPEAT: qwen3next's gates and head repeat, deepseek2's legacy k_pe; PAD: qwen3vl's
+deepstack) run in numpy,
 as does SET_ROWS into an F32 tensor with batched rows (DeepSeek V3's expert-group mask);
 :data:`NUMPY_OPS` names them so reports can say so.
 """
@@ -59,7 +60,7 @@ DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.i
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
 NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.RELU,
-                       Op.SQR, Op.SOFTPLUS, Op.REPEAT, Op.FILL})
+                       Op.SQR, Op.SOFTPLUS, Op.REPEAT, Op.FILL, Op.PAD})
 
 #: node outputs up to this size are allocated once per plan (larger ones per run, so a
 #: long prompt's activations are not kept between steps)
@@ -442,6 +443,16 @@ def _cont(node: Tensor, ctx: Ctx) -> OpFn:
 def _concat(node: Tensor, ctx: Ctx) -> OpFn:
     axis = 3 - node.params["dim"]
     return lambda av, bv: np.ascontiguousarray(np.concatenate([av, bv], axis=axis))
+
+
+@op(Op.PAD)
+def _pad(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_compute_forward_pad_f32: the source at the start of each dim, zeros after
+    # (ggml_pad: right padding p[i] of dim i; qwen3vl's deepstack embeddings)
+    if node.type != gt.F32 or node.src[0].type != gt.F32:
+        raise UnsupportedError(f"PAD of {gt.type_name(node.src[0].type)} ({node.name})")
+    widths = [(0, p) for p in reversed(node.params["pad"])]
+    return lambda av: np.pad(av, widths)
 
 
 # ---------------------------------------------------------------------------- element-wise

@@ -137,7 +137,8 @@ def attn_temp(positions: np.ndarray, scale: float, length: int,
               offset: float = 0.0) -> np.ndarray:
     """``inp_attn_scale`` per token (llm_graph_input_attn_temp::set_input,
     src/llama-graph.cpp): ``log(floor((pos + offset) / length) + 1) * scale + 1``, the
-    division in float32 and the rest in double, as there (deepseek2 sets offset 0)."""
+    division in float32 and the rest in double, as there (llama4 sets offset 1, the others
+    0)."""
     if scale == 0.0 or length == 0:
         raise UnsupportedError("inp_attn_scale needs attention.temperature_scale and "
                                "attention.temperature_length (llama.cpp asserts both non-zero)")
@@ -544,11 +545,6 @@ class Executor:
     def _input_kind(self, leaf: Tensor, cache_of: dict[int, KVCache]
                     ) -> tuple[str, KVCache | None]:
         name = leaf.name
-        if name == "inp_attn_scale" and self.model.arch != "deepseek2":
-            # llama4 (offset 1, floor 8192) and mistral3 (floor n_ctx_orig_yarn) set the
-            # temperature's hparams in their own load_hparams: not mirrored here
-            raise UnsupportedError(f"graph input 'inp_attn_scale' of {self.model.arch}: the "
-                                   "executor fills it for deepseek2 only")
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
                     "attn_inp_v_rot", "rs_s_copy", "inp_attn_scale"):
             return name, None
@@ -606,8 +602,10 @@ class Executor:
                 elif kind in ("attn_inp_k_rot", "attn_inp_v_rot"):
                     arr[0, 0] = hadamard(leaf.ne[0])
                 elif kind == "inp_attn_scale":
-                    flat[:] = attn_temp(positions, self.model.attn_temp_scale,
-                                        self.model.attn_temp_length)
+                    # the hparams the spec's attn_temp_input gives the input
+                    p = leaf.params
+                    flat[:] = attn_temp(positions, p["temp_scale"], p["temp_floor"],
+                                        p["temp_offset"])
 
     # ---- running -----------------------------------------------------------------------
     def run_plan(self, plan: Plan, *, capture: Iterable[int] = (),
