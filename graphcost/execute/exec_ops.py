@@ -35,7 +35,7 @@ table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` store
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
 SUM_ROWS, CLAMP, SIGMOID, FILL: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP;
 SOFTPLUS, REPEAT: qwen3next's gates and head repeat, deepseek2's legacy k_pe; PAD: qwen3vl's
-deepstack) run in numpy,
+deepstack; MEAN, SQRT: gemma3n's altup) run in numpy,
 as does SET_ROWS into an F32 tensor with batched rows (DeepSeek V3's expert-group mask);
 :data:`NUMPY_OPS` names them so reports can say so.
 """
@@ -60,7 +60,7 @@ DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.i
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
 NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.RELU,
-                       Op.SQR, Op.SOFTPLUS, Op.REPEAT, Op.FILL, Op.PAD})
+                       Op.SQR, Op.SOFTPLUS, Op.REPEAT, Op.FILL, Op.PAD, Op.MEAN, Op.SQRT})
 
 #: node outputs up to this size are allocated once per plan (larger ones per run, so a
 #: long prompt's activations are not kept between steps)
@@ -694,6 +694,20 @@ def _soft_max(node: Tensor, ctx: Ctx) -> OpFn:
 def _sum_rows(node: Tensor, ctx: Ctx) -> OpFn:
     # ggml_vec_sum_f32 accumulates in ggml_float (double)
     return lambda av: av.astype(np.float64).sum(-1, keepdims=True).astype(np.float32)
+
+
+@op(Op.MEAN)
+def _mean(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_compute_forward_mean_f32: ggml_vec_sum_f32 (double sum, stored as float), then
+    # divided by (float) ne00 (gemma3n's altup magnitudes)
+    n = np.float32(node.src[0].ne[0])
+    return lambda av: av.astype(np.float64).sum(-1, keepdims=True).astype(np.float32) / n
+
+
+@op(Op.SQRT)
+def _sqrt(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_vec_sqrt_f32: sqrtf per element
+    return lambda av: np.sqrt(_f32(av))
 
 
 @op(Op.ARGSORT)

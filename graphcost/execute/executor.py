@@ -545,6 +545,7 @@ class Executor:
     def _input_kind(self, leaf: Tensor, cache_of: dict[int, KVCache]
                     ) -> tuple[str, KVCache | None]:
         name = leaf.name
+        name = leaf.params.get("input", name)   # an unnamed input says what it holds
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
                     "attn_inp_v_rot", "rs_s_copy", "inp_attn_scale"):
             return name, None

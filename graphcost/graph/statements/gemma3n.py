@@ -64,6 +64,7 @@ def build_per_layer_inputs(sb: SpecBuilder, x: Tensor, ea: int) -> Tensor:
     b, g, m = sb.b, sb.g, sb.m
     T = b.n_tokens
     tokens = g.new_tensor(gt.I32, [T])
+    tokens.params = {"input": "inp_tokens"}   # unnamed, filled with the ubatch's tokens
     inp = g.get_rows(sb.weight("/per_layer_token_embd"), tokens)
     inp = g.reshape(inp, [ea, m.n_layer, T])
     inp = g.cb(g.scale(inp, math.sqrt(ea)), "inp_per_layer_selected", -1)
