@@ -196,3 +196,22 @@ def node_tolerance(name: str) -> float:
     if name.startswith(("Qcur", "Kcur", "model.layers.{}.conv.conv")):
         return 1e-6 if name.endswith("-0") else 1e-4
     return 5e-3
+
+
+def test_profile_refuses_an_encoder_in_one_line(tmp_path):
+    """bert (non-causal attention without a KV cache, pooling) is not executed:
+    ``graphcost profile`` says so in one line naming the input, exit 2, before any step."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fixtures_encoder import write_bert
+    info = write_bert(tmp_path / "bert.gguf")
+    r = subprocess.run([sys.executable, "-m", "graphcost", "profile", str(info.path),
+                        "--token-ids", "3,10", "--hardware", "apple-m2", "-c", "256"],
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bert's attention without a KV cache" in lines[0], r.stderr
+    assert "self_kq_mask" in lines[0]

@@ -546,6 +546,10 @@ class Executor:
                     ) -> tuple[str, KVCache | None]:
         name = leaf.name
         name = leaf.params.get("input", name)   # an unnamed input says what it holds
+        if name == "self_kq_mask":
+            raise UnsupportedError(f"{self.model.header.path}: {self.model.arch}'s attention "
+                                   "without a KV cache (self_kq_mask: an encoder's "
+                                   "non-causal attention, pooling) is not executed")
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
                     "attn_inp_v_rot", "rs_s_copy", "inp_attn_scale"):
             return name, None
