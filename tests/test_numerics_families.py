@@ -215,3 +215,26 @@ def test_profile_refuses_an_encoder_in_one_line(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "bert's attention without a KV cache" in lines[0], r.stderr
     assert "self_kq_mask" in lines[0]
+
+
+@pytest.mark.parametrize("case,want", [("llama4", (0.1, 8192, 1.0)),
+                                       ("mistral3", (0.1, 4, 0.0))], ids=["llama4", "mistral3"])
+def test_temperature_input_carries_the_hparams_of_its_family(family_models, case, want):
+    """inp_attn_scale is filled with the hparams the spec gives it: llama4.cpp hard-codes
+    scale 0.1, floor 8192 and offset 1 (a floor the tiny runs never reach, so checked
+    here), mistral3 reads the scale and floors by n_ctx_orig_yarn (4 in the fixture)."""
+    from graphcost.execute.executor import attn_temp
+    from graphcost.graph.build import build_graph
+
+    ex = Executor(family_models[case].path, RunSettings(ctx_size=256))
+    leaf = next(t for t in build_graph(ex.model, ex.step_settings(3)).leafs
+                if t.name == "inp_attn_scale")
+    p = leaf.params
+    assert (p["temp_scale"], p["temp_floor"], p["temp_offset"]) == pytest.approx(want)
+    # log(floor((pos + offset) / floor) + 1) * 0.1 + 1: llama4's offset moves position
+    # 8191 into the second step, mistral3's floor of 4 makes 3 -> 1 and 4 -> 1 + 0.1 ln 2
+    pos = np.array([0, 3, 4, 8190, 8191], dtype=np.int32)
+    got = attn_temp(pos, p["temp_scale"], p["temp_floor"], p["temp_offset"])
+    steps = np.floor((pos + want[2]) / want[1])
+    np.testing.assert_allclose(got, 1 + 0.1 * np.log(steps + 1), rtol=1e-6)
+    assert (got[4] > 1) and (got[3] == 1 if case == "llama4" else got[2] > 1)
