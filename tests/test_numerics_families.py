@@ -4,8 +4,16 @@ by hand, then every family's tiny model against llama.cpp (graphcost/judge/oracl
 cb_eval): one llama.cpp run per model, a 7-token prompt and 3 decode steps, the logits
 of every step and a few layer nodes at the prompt step.
 
-Measured on this machine (2026-11-23; relative max |logit difference| over the 4 steps;
-layer nodes' relative L2): see MEASURED below, also in docs/executor.md.
+Measured on this machine (2026-11-23; relative max |logit difference| over the 4 steps,
+then the captured nodes' worst relative L2), also in docs/executor.md:
+qwen35 1.6e-7 (Qcur-3/Kcur-3 after IMROPE 9.7e-8), qwen35moe 1.1e-7 (Kcur-3 2.1e-5,
+after three MoE layers), glm4 1.2e-7, glm4 MROPE 0.55% (Qcur-0 6.1e-8), glm4moe 1.1%
+(l_out-0 2.3e-4), qwen2moe 0.89%, olmoe 1.2%, smollm3 0.31%, seed_oss 1.4e-7, cohere2
+0.64%, exaone4 1.3%, ernie4_5-moe 1.6e-7, minimax-m2 0.87% (ffn_moe_out-0 3.6e-3),
+lfm2moe 0.28%, qwen3vl 1.3e-7, qwen3vlmoe 0.8%, mistral3 0.78%, llama4 0.98%, gemma3n
+1.2e-7, gemma4 2.4%; every rope output <= 1.3e-7 in layer 0. The whole file: 51 s of
+CPU (user, llama.cpp workers included) on the loaded 2-core machine, 11.5 min of wall
+there at nice 19.
 """
 from __future__ import annotations
 
@@ -238,3 +246,31 @@ def test_temperature_input_carries_the_hparams_of_its_family(family_models, case
     steps = np.floor((pos + want[2]) / want[1])
     np.testing.assert_allclose(got, 1 + 0.1 * np.log(steps + 1), rtol=1e-6)
     assert (got[4] > 1) and (got[3] == 1 if case == "llama4" else got[2] > 1)
+
+
+def test_profile_runs_imrope_through_the_cli(family_models, tmp_path):
+    """``graphcost profile`` on qwen35 (IMROPE attention, delta-net layers): every rope
+    node timed and costed; its argmax is the executor's (whose logits match llama.cpp's
+    above)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    info = family_models["qwen35"]
+    out = tmp_path / "p.json"
+    r = subprocess.run([sys.executable, "-m", "graphcost", "profile", str(info.path),
+                        "--token-ids", "3,10,17,24", "--greedy", "1", "--repeat", "1",
+                        "--numerics", "ggml", "--hardware", "raspberry-pi-5", "-c", "256",
+                        "-f", "json", "-o", str(out)],
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    steps = json.loads(out.read_text())["steps"]
+    assert [s["past"] for s in steps] == [0, 4]
+    for s in steps:
+        rope = [n for n in s["nodes"] if n["op"] == "ROPE"]
+        assert len(rope) == 2          # Q and K of the one attention layer (layer 3)
+        assert all(n["seconds"] > 0 and n["predicted_seconds"] > 0 for n in rope)
+    ex = Executor(info.path, RunSettings(ctx_size=256), numerics="ggml")
+    assert steps[0]["argmax"] == int(np.argmax(ex.step([3, 10, 17, 24]).logits[-1]))
