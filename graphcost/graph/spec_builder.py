@@ -84,8 +84,10 @@ class SpecBuilder:
             return None
         optional = short.endswith("?")
         short = short.rstrip("?")
-        suffix = "bias" if short.endswith(".bias") else "weight"
-        base = short[: -len(".bias")] if suffix == "bias" else short
+        # ``x.bias`` / ``x.scale`` (a per-tensor or per-expert weight scale, gemma4's
+        # ``ffn_gate_inp.scale``, ``ffn_down_exps.scale``) name the other parts of a weight
+        suffix = next((s for s in ("bias", "scale") if short.endswith("." + s)), "weight")
+        base = short[: -len(suffix) - 1] if suffix != "weight" else short
         if base.startswith("/") or self.il is None:
             full = f"{base.lstrip('/')}.{suffix}"
         else:
