@@ -252,7 +252,8 @@ def write_qwen3next(
     n_vocab: int = 293, tie_embeddings: bool = False, arch: str = "qwen3next",
     n_ff: int = 224, rope_sections: Sequence[int] = (4, 6, 6, 0),
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
-    rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, seed: int = 0,
+    rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, n_nextn: int = 0,
+    seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``qwen3next`` (also ``qwen35``, ``qwen35moe``: see below): layers ``il`` with ``(il + 1) % interval != 0`` are gated delta
     net layers (``attn_qkv``, ``attn_gate``, ``ssm_ba``, ``ssm_conv1d``, ``ssm_dt.bias``,
@@ -266,19 +267,25 @@ def write_qwen3next(
 
     ``arch="qwen35"``/``"qwen35moe"``: beta and alpha projections ``ssm_beta``/``ssm_alpha``
     instead of ``ssm_ba``, ``rope.dimension_sections`` (``rope_sections``, IMRoPE); qwen35
-    has a dense FFN of ``n_ff`` instead of experts."""
+    has a dense FFN of ``n_ff`` instead of experts.
+
+    ``n_nextn`` MTP blocks follow the ``n_layer`` trunk layers: a full-attention layer's
+    tensors plus ``nextn.eh_proj/enorm/hnorm/shared_head_norm`` (``load_block_mtp``; never
+    recurrent: ``is_recr_impl[i] = i < n_layer() && ...``)."""
     path = Path(path)
     if arch not in ("qwen3next", "qwen35", "qwen35moe"):
         raise ValueError(f"arch {arch!r}")
     interval = 4 if full_attention_interval is None else full_attention_interval
-    pattern = [(i + 1) % interval != 0 for i in range(n_layer)]
+    pattern = [(i + 1) % interval != 0 for i in range(n_layer)] + [False] * n_nextn
     d_inner = d_state * n_v_heads
     moe = arch != "qwen35"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
+    w.add_block_count(n_layer + n_nextn)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
     w.add_feed_forward_length(n_ff_exp if moe else n_ff)
     if arch != "qwen3next":
         w.add_rope_dimension_sections(list(rope_sections))
@@ -337,6 +344,10 @@ def write_qwen3next(
             sink.matrix("attn_output", p + "attn_output.weight", head_dim * n_head, n_embd)
             sink.vector(p + "attn_q_norm.weight", head_dim)
             sink.vector(p + "attn_k_norm.weight", head_dim)
+        if i >= n_layer:  # the MTP block's own tensors
+            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+            for t in ("enorm", "hnorm", "shared_head_norm"):
+                sink.vector(p + f"nextn.{t}.weight", n_embd)
         if not moe:
             sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
             sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
