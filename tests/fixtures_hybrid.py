@@ -253,7 +253,7 @@ def write_qwen3next(
     n_ff: int = 224, rope_sections: Sequence[int] = (4, 6, 6, 0),
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
     rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, n_nextn: int = 0,
-    seed: int = 0,
+    gate_up_merged: bool = False, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``qwen3next`` (also ``qwen35``, ``qwen35moe``: see below): layers ``il`` with ``(il + 1) % interval != 0`` are gated delta
     net layers (``attn_qkv``, ``attn_gate``, ``ssm_ba``, ``ssm_conv1d``, ``ssm_dt.bias``,
@@ -271,7 +271,9 @@ def write_qwen3next(
 
     ``n_nextn`` MTP blocks follow the ``n_layer`` trunk layers: a full-attention layer's
     tensors plus ``nextn.eh_proj/enorm/hnorm/shared_head_norm`` (``load_block_mtp``; never
-    recurrent: ``is_recr_impl[i] = i < n_layer() && ...``)."""
+    recurrent: ``is_recr_impl[i] = i < n_layer() && ...``). ``gate_up_merged``: the
+    experts' gate and up as one ``ffn_gate_up_exps`` [n_embd, 2 n_ff_exp, n_expert]
+    (``create_tensor_gate_up_exps``; the converter's ``--fuse-gate-up-exps``)."""
     path = Path(path)
     if arch not in ("qwen3next", "qwen35", "qwen35moe"):
         raise ValueError(f"arch {arch!r}")
@@ -355,8 +357,13 @@ def write_qwen3next(
             continue
         sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
         _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+        if gate_up_merged:
+            _experts(sink, "ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
+                     2 * n_ff_exp, n_expert)
+        else:
+            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
+                     n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
         sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
         sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
