@@ -114,7 +114,7 @@ CASES = [
     ("lfm2_hd64", dict(tokens=2, past=5, type_k="q8_0", type_v="q8_0", fa=True)),
     ("lfm2moe", dict(tokens=1, past=3)),
     ("lfm2moe", dict(tokens=7, past=0, n_outputs=3)),
-    ("lfm2moe_softmax", dict(tokens=4, past=2)),
+    ("lfm2moe_softmax", dict(tokens=4, past=2, type_k="q8_0")),
     ("granitehybrid", dict(tokens=1, past=3)),
     ("granitehybrid", dict(tokens=1, past=0)),
     ("granitehybrid", dict(tokens=7, past=0)),
