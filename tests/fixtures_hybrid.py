@@ -382,27 +382,45 @@ def write_nemotron_h(
     d_state: int = 16, n_ssm_head: int = 4, n_group: int = 2, n_vocab: int = 281,
     tie_embeddings: bool = False, biases: bool = False,
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
-    norm_eps: float = 1e-5, seed: int = 0,
+    norm_eps: float = 1e-5, arch: str = "nemotron_h", n_expert: int = 6,
+    n_expert_used: int | Sequence[int] = 2, n_ff_exp: int = 64, n_ff_shexp: int = 96,
+    latent: int = 0, expert_weights_norm: bool = True, expert_weights_scale: float = 2.5,
+    seed: int = 0,
 ) -> FixtureInfo:
-    """Arch ``nemotron_h``: ``pattern`` as in the checkpoints' hybrid_override_pattern, one
-    character per layer: ``M`` Mamba-2 (head_count_kv 0, feed_forward_length 0), ``*``
-    attention (feed_forward_length 0, no rope), ``-`` a squared-ReLU MLP (head_count_kv 0,
-    ``ffn_up``/``ffn_down``). ``biases`` adds the optional attention-output and MLP biases.
+    """Arch ``nemotron_h`` (or ``nemotron_h_moe``, the same tensors): ``pattern`` as in the
+    checkpoints' hybrid_override_pattern, one character per layer: ``M`` Mamba-2
+    (head_count_kv 0, feed_forward_length 0), ``*`` attention (feed_forward_length 0, no
+    rope), ``-`` a squared-ReLU MLP (head_count_kv 0, ``ffn_up``/``ffn_down``), ``E`` a MoE
+    layer (``ffn_gate_inp``, ``exp_probs_b``, ``ffn_up_exps``/``ffn_down_exps`` of
+    ``n_ff_exp``, shared expert ``ffn_up_shexp``/``ffn_down_shexp`` of ``n_ff_shexp``; with
+    ``latent`` the experts work in a ``moe_latent_size`` space between ``ffn_latent_down``
+    and ``ffn_latent_up``). ``biases`` adds the optional attention-output and MLP biases.
 
     Default: M - M * - M; n_embd 96, d_inner 128 in 4 SSM heads of 32, 2 groups, d_state
     16, kernel 4; 3 attention heads of 32 over 1 KV head; n_ff 160 (5 * 32)."""
     path = Path(path)
-    if set(pattern) - set("M*-"):
-        raise ValueError("pattern: M (mamba2), * (attention), - (MLP)")
+    if set(pattern) - set("M*-E"):
+        raise ValueError("pattern: M (mamba2), * (attention), - (MLP), E (MoE)")
     n_layer = len(pattern)
     hd = n_embd // n_head
-    arch = "nemotron_h"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
-    w.add_feed_forward_length([n_ff if c == "-" else 0 for c in pattern])
+    w.add_feed_forward_length([n_ff if c in "-E" else 0 for c in pattern])
+    if "E" in pattern:
+        w.add_expert_count(n_expert)
+        if isinstance(n_expert_used, int):
+            w.add_expert_used_count(n_expert_used)
+        else:
+            w.add_array(gguf.Keys.LLM.EXPERT_USED_COUNT.format(arch=arch), list(n_expert_used))
+        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_expert_shared_feed_forward_length(n_ff_shexp)
+        w.add_expert_weights_norm(expert_weights_norm)
+        w.add_expert_weights_scale(expert_weights_scale)
+        if latent:
+            w.add_uint32(gguf.Keys.LLM.MOE_LATENT_SIZE.format(arch=arch), latent)
     w.add_head_count(n_head)
     w.add_head_count_kv([n_head_kv if c == "*" else 0 for c in pattern])
     w.add_key_length(hd)
@@ -447,6 +465,19 @@ def write_nemotron_h(
             sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
             if biases:
                 sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+        elif c == "E":
+            moe_embd = latent or n_embd
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
+            if latent:
+                sink.matrix("ffn_latent_down", p + "ffn_latent_down.weight", n_embd, latent)
+                sink.matrix("ffn_latent_up", p + "ffn_latent_up.weight", latent, n_embd)
+            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, moe_embd,
+                     n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", moe_embd, n_ff_exp,
+                     n_expert)
+            sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+            sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
         else:
             sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
             sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)

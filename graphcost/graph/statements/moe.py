@@ -141,6 +141,10 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor | None, gate_inp_b:
     if act == "swiglu_oai":  # alpha and limit are constexpr in build_moe_ffn
         cur = cb(g.swiglu_oai(cur, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT),
                  "ffn_moe_swiglu_oai", il)
+    elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: no gated form ("not implemented": aborts)
+        if gate_exps is not None or gate_up_exps is not None:
+            raise UnsupportedError("gated squared-ReLU experts (llama.cpp aborts on them)")
+        cur = cb(g.sqr(g.unary("RELU", cur)), "ffn_moe_relu_sqr", il)
     elif act not in _ACT:
         raise UnsupportedError(f"mixture-of-experts activation {act!r} is not modelled")
     else:
@@ -233,7 +237,9 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
     """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, gate_up, down, up_bias, gate_bias,
     down_bias, probs_bias, act, gating, norm_w, w_scale, llama4, cb, out}``; tensors default
     to ``ffn_gate_inp``, ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama),
-    ``ffn_down_exps``; no expert biases unless named; ``gate_up`` (e.g.
+    ``ffn_down_exps``; no expert biases unless named; ``used: layer`` routes each layer's
+    own ``expert_used_count`` (nemotron_h passes ``n_expert_used(il)``), not layer 0's;
+    ``gate_up`` (e.g.
     ``ffn_gate_up_exps?``) takes the merged path when the file has it. ``logits``: a
     variable holding router logits computed by the family (gemma4), instead of
     ``gate_inp``; ``up_scale``, ``gate_scale``, ``down_scale``: per-expert weight scales
@@ -261,7 +267,8 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
         sb.b, sb.var(a.get("x", "cur")), gate_inp,
         sb.weight(a.get("gate_inp_bias")), up, gate,
         sb.weight(a.get("down", "ffn_down_exps")), sb.weight(a.get("probs_bias")),
-        m.n_expert, m.n_expert_used[0], m.n_expert_used[il], a.get("act", "silu"),
+        m.n_expert, m.n_expert_used[il if a.get("used") == "layer" else 0],
+        m.n_expert_used[il], a.get("act", "silu"),
         bool(evaluate(a.get("norm_w", 0), names, where)),
         evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il,
         m.n_expert_groups, m.n_group_used, gate_up,
