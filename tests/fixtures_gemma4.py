@@ -47,6 +47,7 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
                  final_logit_softcap: float | None = None, write_pattern: bool = True,
                  moe_layers: Sequence[int] = (), n_expert: int = 5, n_expert_used: int = 3,
                  n_ff_exp: int = 96, gate_up_merged: bool = False, down_scale: bool = True,
+                 extra_scales: Sequence[str] = (),
                  weight_types: Mapping[str, QT] | None = None, rms_eps: float = 1e-6,
                  seed: int = 0) -> FixtureInfo:
     """Arch ``gemma4``. Default: 7 layers (full: 3 and 6), layers 4..6 share KV (4, 5 read
@@ -54,7 +55,9 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
     64 on sliding ones, per-layer embeddings of 48, no ``attn_v`` on layer 1, output scales
     on layers 0 and 6. Shared layers carry no ``attn_k``/``attn_v``/``attn_k_norm``.
     ``write_pattern=False`` writes a file to be refused. ``moe_layers``: layers with a
-    router and ``n_expert`` experts of ``n_ff_exp`` (``n_expert_used`` per token)."""
+    router and ``n_expert`` experts of ``n_ff_exp`` (``n_expert_used`` per token).
+    ``extra_scales``: per-tensor weight scales ``blk.0.<name>.scale`` [1] (NVFP4
+    conversions' ``wq_s`` ...), which graphcost's gemma4 does not model."""
     path = Path(path)
     n_layer = len(swa_pattern)
     w = gguf.GGUFWriter(str(path), "gemma4")
@@ -128,6 +131,9 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
+        if i == 0:
+            for name in extra_scales:
+                sink.vector(p + name + ".scale", 1, center=0.5, spread=0.0)
         if i in moe_layers:
             sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
             sink.vector(p + "ffn_gate_inp.scale", n_embd)

@@ -13,7 +13,7 @@ import pytest
 
 import fixtures_gemma4 as G
 from graphcost.graph.build import build_graph, load_model
-from graphcost.errors import GraphcostError
+from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.settings import RunSettings
 from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from parity import assert_same_graph, case_ids, our_records
@@ -100,6 +100,14 @@ def test_gemma4_moe_layers(models):
     assert "ffn_out-4" in recs and "ffn_out-5" not in recs
     merged = {r["name"] for r in our_records(models["gemma4_moe_merged"], tokens=4)}
     assert "ffn_moe_gate_up-0" in merged and not any(n.startswith("ffn_moe_down_scaled") for n in merged)
+
+
+def test_unmodelled_weight_scale_is_refused(tmp_path):
+    # llama.cpp multiplies blk.0.attn_q.scale into Q (build_lora_mm's w_s); graphcost's
+    # gemma4 reads only the router's and the experts' scales, so it refuses the file
+    fx = G.write_gemma4(tmp_path / "g.gguf", n_embd_per_layer=0, extra_scales=("attn_q",))
+    with pytest.raises(UnsupportedError, match=r"weight scale 'blk\.0\.attn_q\.scale'"):
+        our_records(fx, tokens=1)
 
 
 def test_gemma4_without_pattern_is_refused(tmp_path):

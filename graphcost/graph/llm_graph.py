@@ -74,6 +74,11 @@ class LlmGraph:
         self.states: list = []
 
     # ---- weights -------------------------------------------------------------------
+    @property
+    def weights_read(self) -> frozenset[str]:
+        """The GGUF tensor names the graph has read so far."""
+        return frozenset(self._weights)
+
     def weight(self, name: str, required: bool = True) -> Tensor | None:
         """A GGUF tensor as a graph leaf (one object per name, so it is read once)."""
         if name in self._weights:
