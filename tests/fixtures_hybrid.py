@@ -385,7 +385,7 @@ def write_nemotron_h(
     norm_eps: float = 1e-5, arch: str = "nemotron_h", n_expert: int = 6,
     n_expert_used: int | Sequence[int] = 2, n_ff_exp: int = 64, n_ff_shexp: int = 96,
     latent: int = 0, expert_weights_norm: bool = True, expert_weights_scale: float = 2.5,
-    seed: int = 0,
+    n_nextn: int = 0, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``nemotron_h`` (or ``nemotron_h_moe``, the same tensors): ``pattern`` as in the
     checkpoints' hybrid_override_pattern, one character per layer: ``M`` Mamba-2
@@ -395,6 +395,9 @@ def write_nemotron_h(
     ``n_ff_exp``, shared expert ``ffn_up_shexp``/``ffn_down_shexp`` of ``n_ff_shexp``; with
     ``latent`` the experts work in a ``moe_latent_size`` space between ``ffn_latent_down``
     and ``ffn_latent_up``). ``biases`` adds the optional attention-output and MLP biases.
+    ``n_nextn`` MTP blocks (MoE files) follow: attention + MoE sub-layers and the ``nextn.*``
+    tensors, with head_count_kv and feed_forward_length non-zero, as the converter writes
+    them (``_attn_layers`` and ``_mlp_layers`` both list the MTP block).
 
     Default: M - M * - M; n_embd 96, d_inner 128 in 4 SSM heads of 32, 2 groups, d_state
     16, kernel 4; 3 attention heads of 32 over 1 KV head; n_ff 160 (5 * 32)."""
@@ -403,12 +406,17 @@ def write_nemotron_h(
         raise ValueError("pattern: M (mamba2), * (attention), - (MLP), E (MoE)")
     n_layer = len(pattern)
     hd = n_embd // n_head
+    if n_nextn and "E" not in pattern:
+        raise ValueError("MTP blocks belong to MoE files (pattern with E)")
+    pattern = pattern + "T" * n_nextn  # T: an MTP block (attention + MoE)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length([n_ff if c in "-E" else 0 for c in pattern])
+    w.add_block_count(n_layer + n_nextn)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
+    w.add_feed_forward_length([n_ff if c in "-ET" else 0 for c in pattern])
     if "E" in pattern:
         w.add_expert_count(n_expert)
         if isinstance(n_expert_used, int):
@@ -422,7 +430,7 @@ def write_nemotron_h(
         if latent:
             w.add_uint32(gguf.Keys.LLM.MOE_LATENT_SIZE.format(arch=arch), latent)
     w.add_head_count(n_head)
-    w.add_head_count_kv([n_head_kv if c == "*" else 0 for c in pattern])
+    w.add_head_count_kv([n_head_kv if c in "*T" else 0 for c in pattern])
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_layer_norm_eps(norm_eps)
@@ -458,14 +466,19 @@ def write_nemotron_h(
             for t in ("ssm_a", "ssm_d", "ssm_norm.weight"):
                 sink.types[p + t] = "F32"
             sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
-        elif c == "*":
+        if c == "T":
+            for t in ("enorm", "hnorm", "shared_head_norm"):
+                sink.vector(p + f"nextn.{t}.weight", n_embd)
+            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+            sink.vector(p + "post_attention_norm.weight", n_embd)
+        if c in "*T":
             sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_head * hd)
             sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
             sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
             if biases:
                 sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
-        elif c == "E":
+        if c in "ET":
             moe_embd = latent or n_embd
             sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
             sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
@@ -478,7 +491,7 @@ def write_nemotron_h(
                      n_expert)
             sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
             sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
-        else:
+        if c == "-":
             sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
             sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
             if biases:

@@ -6,7 +6,9 @@ n_layer_nextn`` layers and its memory holds only trunk layers (create_memory's
 llama_memory_recurrent over ``n_layer()``). graphcost does the same; this module proves
 it against llama.cpp for every family whose files can carry such blocks and that
 graphcost models: glm4, exaone4 (64 trunk layers + 1: the sliding window still applies,
-as ``n_layer() == 64``), qwen3next, qwen35, qwen35moe (graph and memory), deepseek2 (the
+as ``n_layer() == 64``), qwen3next, qwen35, qwen35moe, nemotron_h_moe (its MTP block is
+an attention + MoE block with feed_forward_length != 0, so the nemotron attention filter
+``!is_recr && n_ff == 0`` over all blocks leaves it out too) (graph and memory), deepseek2 (the
 graph is in tests/test_parity_deepseek.py; its memory here) and glm4moe (graph and
 memory in tests/test_parity_glm4moe.py and tests/test_memory_parity.py).
 
@@ -60,6 +62,9 @@ def models(tmp_path_factory):
                                        full_attention_interval=2, n_nextn=2),
         # MLA (K-only cache of kv_lora + rope rows), 2 trunk layers + 1 NextN block
         "deepseek2": D.write_deepseek2(d / "deepseek2.gguf", n_layer=2, n_nextn=1),
+        # Nemotron 3: M * E M + 1 MTP block (attention + MoE, n_ff != 0: not cached)
+        "nemotron_h_moe": H.write_nemotron_h(d / "nemotron_h_moe.gguf", pattern="M*EM",
+                                             arch="nemotron_h_moe", n_nextn=1),
     }
 
 
@@ -74,6 +79,8 @@ CASES = [
     ("qwen35", dict(tokens=1, past=2)),
     ("qwen35", dict(tokens=4, past=0)),
     ("qwen35moe", dict(tokens=3, past=1)),
+    ("nemotron_h_moe", dict(tokens=1, past=2)),
+    ("nemotron_h_moe", dict(tokens=5, past=0, n_outputs=2)),
 ]
 
 
@@ -94,6 +101,7 @@ MEM_CASES = [
     ("qwen35moe", 2048, 512, False, "f16", "f16"),
     ("deepseek2", 4096, 256, True, "f16", "f16"),
     ("deepseek2", 1000, 512, True, "q8_0", "q8_0"),
+    ("nemotron_h_moe", 2048, 256, False, "f16", "f16"),
 ]
 
 
@@ -149,6 +157,7 @@ def test_nextn_memory_matches_llama_cpp_log(models, logs, case):
     ("qwen3next", 4, [1]),       # layer 3 attends; the MTP block (4) is not cached
     ("qwen35moe", 4, [2]),       # layers 1 and 3; not the MTP blocks 4 and 5
     ("deepseek2", 2, [2]),
+    ("nemotron_h_moe", 4, [1]),  # layer 1 only; the MTP block 4 has n_ff != 0
 ])
 def test_nextn_blocks_are_outside_the_trunk_and_its_cache(models, model, trunk, kv_layers):
     m = load_model(models[model])
