@@ -99,6 +99,10 @@ class Buffers:
     kv: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     output: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     compute: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: ~llama_context (debug): "NAME compute buffer size is X MiB" (four decimals)
+    compute4: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: sched_reserve: "graph: nodes = A, splits = B" or "... splits = Bpp / Btg"
+    splits: tuple[int, int] | None = None
     layers: dict[int, str] = field(default_factory=dict)  # layer (n_layer = output) -> device
     log: str = ""
 
@@ -108,6 +112,7 @@ _LINES = {
     "kv": re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB"),
     "output": re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB"),
     "compute": re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB"),
+    "compute4": re.compile(r"~llama_context:\s+(\S+) compute buffer size is\s+([\d.]+) MiB"),
 }
 
 
@@ -117,6 +122,9 @@ def parse_buffers(log: str) -> Buffers:
     for kind, rx in _LINES.items():
         for name, mib in rx.findall(log):
             getattr(b, kind)[name].append(float(mib))
+    m = re.search(r"sched_reserve: graph.*?: nodes = [\d /]+, splits = (\d+)(?: / (\d+))?", log)
+    if m:
+        b.splits = (int(m.group(1)), int(m.group(2) or m.group(1)))
     # load_tensors (debug, -lv 5): "layer   3 assigned to device RPC0, is_swa = 0"
     for il, dev in re.findall(r"layer\s+(\d+) assigned to device (\S+),", log):
         b.layers[int(il)] = dev

@@ -1,4 +1,5 @@
-"""graphcost's per-device model and KV buffers against real llama.cpp multi-device runs.
+"""graphcost's per-device model, KV, output and compute buffers against real llama.cpp
+multi-device runs.
 
 Two ``ggml-rpc-server`` processes on 127.0.0.1 are the devices RPC0 and RPC1;
 ``llama-completion --rpc`` (llama.cpp built from the source llama-cpp-python 0.3.36
@@ -149,9 +150,19 @@ def test_per_device_buffers_equal_llama_cpp(models, tmp_path, case):
             for n in mine:
                 assert n in sizes, (case, f"RPC{i}", n, sizes)
 
-        if n_rpc == 0:  # one CPU: the compute buffer is the existing plan's
-            assert ours_by((k, r["compute_bytes"]) for k, r in rows.items()
-                           if r["compute_bytes"]) == logged(run.compute)
-        else:
-            assert all(r["compute_bytes"] is None for r in ours["devices"]
-                       if r["device"] != "CPU_REPACK")
+        # compute buffers (sched_reserve), at the printed precision, at the four decimals
+        # of ~llama_context's debug line, and each RPC device's to the byte among its
+        # server's allocations; the number of graph splits (prompt, generation)
+        assert ours_by((k, r["compute_bytes"]) for k, r in rows.items()
+                       if r["compute_bytes"] > 1) == logged(run.compute), run.log[-4000:]
+        four = {k: v for k, v in run.compute4.items()}
+        assert four, "no ~llama_context compute buffer lines"
+        for k, v in four.items():
+            assert [float(f"{rows[_device(k, servers)]['compute_bytes'] / MiB:.4f}")] == v, (k, v)
+        for i, s in enumerate(servers):
+            n = rows.get(f"RPC{i}", {}).get("compute_bytes", 0)  # -sm none keeps one
+            if n > 1:
+                assert n in s.alloc_sizes(), (case, f"RPC{i}", n, s.alloc_sizes())
+        if n_rpc:
+            graphs = {g["graph"]: g["n_splits"] for g in ours["scheduler"]["graphs"]}
+            assert run.splits == (graphs["prompt"], graphs["generation"])

@@ -43,6 +43,7 @@ from graphcost.format.model import ModelInfo
 
 if TYPE_CHECKING:
     from graphcost.memory.plan import MemoryPlan
+    from graphcost.memory.sched import ComputeBuffers
 
 #: common/common.h: LLM_FFN_EXPS_REGEX (--cpu-moe, --n-cpu-moe)
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
@@ -176,6 +177,9 @@ class Placement:
     repacked: list[str]  # weights in CPU_REPACK
     cpu_features: frozenset[str]
     notes: list[str] = field(default_factory=list)
+    #: the buffer type of every tensor llama.cpp creates, by (name, layer, il): a
+    #: duplicated tensor (tied output, per-layer rope factors) once per creation
+    tensor_bufts: dict[tuple[str, str, int | None], Buft] = field(default_factory=dict)
 
 
 # ---- devices -------------------------------------------------------------------------------
@@ -429,8 +433,10 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
 
     weights: list[WeightPlacement] = []
     seen: set[tuple[str, str]] = set()  # (buft name, tensor name): one copy per buffer type
+    tensor_bufts: dict[tuple[str, str, int | None], Buft] = {}
     for name, t, layer, il, op, dup in created:
         b = select(name, t, layer, il, op)
+        tensor_bufts[(name, layer, il)] = b
         if (b.name, name) in seen:
             continue  # a duplicated tensor already in this buffer type's context is reused
         seen.add((b.name, name))
@@ -474,7 +480,7 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
     if any(b.bytes is None for b in buffers):
         notes.append("a device with a device-dependent alignment: its model bytes are not modelled")
     return Placement(devices, dev_layer, dev_output, weights, buffers, use_mmap, repacked,
-                     flags.cpu_features, notes)
+                     flags.cpu_features, notes, tensor_bufts)
 
 
 @dataclass(frozen=True)
@@ -530,15 +536,17 @@ def output_row(placement: Placement) -> str:
 
 
 def device_memory(placement: Placement, kv: list[KVBuffer], *, output_bytes: int,
-                  cpu_compute_bytes: int) -> list[DeviceMemory]:
+                  cpu_compute_bytes: int,
+                  compute: dict[str, int] | None = None) -> list[DeviceMemory]:
     """One row per device (llama.cpp's order), then CPU, then CPU extra and host buffer
-    types that hold something. ``cpu_compute_bytes`` (the single-CPU plan's compute buffer)
-    is used only when there is no device; otherwise compute buffers are not modelled
-    (the scheduler's splits and per-backend allocations are not simulated)."""
+    types that hold something. ``compute``: each compute buffer by buffer type name
+    (:func:`graphcost.memory.sched.compute_buffers`); without it, ``cpu_compute_bytes``
+    (the single-CPU plan's compute buffer) is used when there is no device, and compute
+    buffers with devices are not modelled (None)."""
     kv = kv_bytes_per_row(kv)
     out_row = output_row(placement)
     rows = [d.name for d in placement.devices] + ["CPU"]
-    for name in [b.row for b in placement.model_buffers] + list(kv) + [out_row]:
+    for name in [b.row for b in placement.model_buffers] + list(kv) + [out_row] + list(compute or ()):
         if name not in rows:
             rows.append(name)
     free = {d.name: d.free_bytes for d in placement.devices}
@@ -548,13 +556,15 @@ def device_memory(placement: Placement, kv: list[KVBuffer], *, output_bytes: int
     for r in rows:
         bufs = [b.bytes for b in placement.model_buffers if b.row == r]
         model = None if any(x is None for x in bufs) else sum(bufs)
-        if not placement.devices and r == "CPU":
-            compute = cpu_compute_bytes
+        if compute is not None:
+            comp = compute.get(r, 0)
+        elif not placement.devices and r == "CPU":
+            comp = cpu_compute_bytes
         elif r in extra_rows:
-            compute = 0  # extra buffer types hold weights only
+            comp = 0  # extra buffer types hold weights only
         else:
-            compute = None
-        result.append(DeviceMemory(r, model, kv.get(r, 0), 0, compute,
+            comp = None
+        result.append(DeviceMemory(r, model, kv.get(r, 0), 0, comp,
                                    output_bytes if r == out_row else 0, free.get(r)))
     return result
 
@@ -634,6 +644,8 @@ class DevicePlan:
     flags: PlacementFlags
     kv_buffers: list[KVBuffer]
     rows: list[DeviceMemory]
+    #: the scheduler's splits and compute buffers (None: a device's not modelled)
+    compute: "ComputeBuffers | None" = None
 
     def as_dict(self) -> list[dict]:
         return [r.as_dict() for r in self.rows]
@@ -643,9 +655,12 @@ def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
                  flags: PlacementFlags) -> DevicePlan:
     """Place the model for these devices and flags; KV and output from the memory plan."""
     from graphcost.memory.plan import output_buffer_bytes, plan_memory
+    from graphcost.memory.sched import compute_buffers
     plan = plan_memory(model, settings)
     p = place(model, args, flags)
     kv = kv_buffers(p, plan.reserves[0].graph.caches, flags.no_kv_offload)
+    comp = compute_buffers(plan.reserves, p, flags, model.n_layer) if p.devices else None
     rows = device_memory(p, kv, output_bytes=output_buffer_bytes(model),
-                         cpu_compute_bytes=plan.compute_buffer_bytes)
-    return DevicePlan(plan, p, flags, kv, rows)
+                         cpu_compute_bytes=plan.compute_buffer_bytes,
+                         compute=comp.bytes_by_buft if comp is not None else None)
+    return DevicePlan(plan, p, flags, kv, rows, comp)
