@@ -45,9 +45,16 @@ class RpcServer:
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def alloc_sizes(self) -> list[int]:
-        """Bytes of every buffer the server allocated (GGML_RPC_DEBUG's alloc_buffer lines)."""
-        text = self.log.read_text(errors="replace")
+    def mark(self) -> int:
+        """The log's length now: :meth:`alloc_sizes` from here covers one run."""
+        return self.log.stat().st_size
+
+    def alloc_sizes(self, since: int = 0) -> list[int]:
+        """Bytes of every buffer the server allocated (GGML_RPC_DEBUG's alloc_buffer
+        lines), from byte ``since`` of its log on."""
+        with open(self.log, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
         return [int(m) for m in re.findall(r"\[alloc_buffer\] device: \d+, size: (\d+) ->", text)]
 
 
