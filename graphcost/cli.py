@@ -28,6 +28,45 @@ TokOpt = Annotated[int, typer.Option("--tokens", help="tokens in this ubatch")]
 PastOpt = Annotated[int, typer.Option("--past", help="KV cells already filled")]
 OutOpt = Annotated[int, typer.Option("--outputs", help="tokens whose logits are computed")]
 FlavourOpt = Annotated[str, typer.Option("--llama-cpp", help="graph flavour: head | 2024-08")]
+
+# ---- placement options for analyze (llama.cpp flag names; memory spells the same) -----
+DeviceOpt = Annotated[Optional[list[str]], typer.Option(
+    "--device", help="KIND[:MEM], repeatable: a device (cuda, rocm, sycl, metal, vulkan, rpc)")]
+NglOpt = Annotated[str, typer.Option(
+    "--n-gpu-layers", "-ngl", "--gpu-layers", help="layers on the devices: N, auto or all")]
+TsOpt = Annotated[Optional[str], typer.Option("--tensor-split", "-ts", help="proportions per device, e.g. 3,1")]
+SmOpt = Annotated[str, typer.Option("--split-mode", "-sm", help="none|layer|row|tensor")]
+MgOpt = Annotated[int, typer.Option("--main-gpu", "-mg", help="the device with -sm none")]
+OtOpt = Annotated[Optional[list[str]], typer.Option(
+    "--override-tensor", "-ot", help="PATTERN=BUFFER_TYPE[,...], e.g. exps=CPU")]
+NcmoeOpt = Annotated[int, typer.Option("--n-cpu-moe", "-ncmoe", help="experts of the first N layers on the CPU")]
+CmoeOpt = Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts on the CPU")]
+NkvoOpt = Annotated[bool, typer.Option("--no-kv-offload", "-nkvo", help="KV cache on the CPU")]
+NoRepackOpt = Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")]
+NoHostOpt = Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")]
+CpuFeatOpt = Annotated[Optional[str], typer.Option(
+    "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 [default: this machine's]")]
+
+
+def _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host, mode,
+                     cpu_features):
+    """llama.cpp's placement flags as graphcost.memory.placement.PlacementFlags."""
+    from graphcost.memory.backends import host_cpu_features
+    from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides,
+                                            parse_gpu_layers, parse_overrides, parse_tensor_split)
+    if n_cpu_moe < 0:
+        _fail(f"--n-cpu-moe {n_cpu_moe}: must be >= 0")
+    # -ot, --cpu-moe and --n-cpu-moe append to one override list, in this order of parsing
+    overrides = parse_overrides(ot)
+    if cpu_moe:
+        overrides.append(cpu_moe_override())
+    overrides += n_cpu_moe_overrides(n_cpu_moe)
+    feats = host_cpu_features() if cpu_features is None else frozenset(
+        f.strip().lower() for f in cpu_features.split(",") if f.strip())
+    return PlacementFlags(n_gpu_layers=parse_gpu_layers(ngl), tensor_split=parse_tensor_split(ts),
+                          split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
+                          no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
+                          load_mode=mode, cpu_features=feats)
 EmbdOpt = Annotated[bool, typer.Option("--embeddings", help="llama.cpp --embeddings: pooled "
                                        "embeddings (the GGUF's pooling type)")]
 
@@ -108,8 +147,13 @@ def analyze(
     llama_cpp: FlavourOpt = "head", embeddings: EmbdOpt = False,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
+    device: DeviceOpt = None, n_gpu_layers: NglOpt = "auto", tensor_split: TsOpt = None,
+    split_mode: SmOpt = "layer", main_gpu: MgOpt = 0, override_tensor: OtOpt = None,
+    n_cpu_moe: NcmoeOpt = 0, cpu_moe: CmoeOpt = False, no_kv_offload: NkvoOpt = False,
+    no_repack: NoRepackOpt = False, no_host: NoHostOpt = False, cpu_features: CpuFeatOpt = None,
 ) -> None:
-    """Rebuild llama.cpp's graph for one ubatch and report its cost."""
+    """Rebuild llama.cpp's graph for one ubatch and report its cost; with --device, also
+    each node's device and the bytes copied between devices (ggml's backend scheduler)."""
     from graphcost.cost.analysis import analyze_graph
     from graphcost.graph.build import build_graph, load_model
     from graphcost.files import check_output
@@ -138,6 +182,20 @@ def analyze(
     # the ranges are checked against the model's layers before a set is built
     opts = replace(opts, layers=_parse_layers(layers, info.n_layer))
     a = analyze_graph(build_graph(info, settings))
+    if device:
+        from graphcost.memory.placement import parse_device
+        from graphcost.memory.sched import schedule_step
+        flags = _placement_flags(n_gpu_layers, tensor_split, split_mode, main_gpu,
+                                 override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload,
+                                 no_repack, no_host, "auto", cpu_features)
+        a.schedule = schedule_step(a.graph, [parse_device(d) for d in device], flags)
+        if a.schedule is None:
+            _fail("--device: the scheduler is modelled for rpc devices only (the others' "
+                  "supported ops and graph optimisation are not in specs/backends)")
+    elif (n_gpu_layers != "auto" or tensor_split is not None or split_mode != "layer"
+          or main_gpu or override_tensor or n_cpu_moe or cpu_moe or no_kv_offload or no_repack
+          or no_host or cpu_features is not None):
+        _fail("the placement flags (-ngl, -ts, -sm, -mg, -ot, ...) go with --device")
     _emit(render(RENDERERS, fmt, a, opts), output)
 
 
@@ -290,28 +348,16 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
     """memory --device ...: parse llama.cpp's placement flags and print the device rows."""
     import json
 
-    from graphcost.memory.backends import host_cpu_features
     from graphcost.graph.build import load_model
-    from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides, parse_device, parse_gpu_layers, parse_overrides, parse_tensor_split, plan_devices)
+    from graphcost.memory.placement import parse_device, plan_devices
     from graphcost.report.memory import devices_json, render_devices
 
-    if n_cpu_moe < 0:
-        _fail(f"--n-cpu-moe {n_cpu_moe}: must be >= 0")
     if load_mode is not None and mmap is not None:
         _fail("give -lm/--load-mode or --mmap/--no-mmap, not both")
     mode = load_mode if load_mode is not None else (
         "auto" if mmap is None else ("mmap" if mmap else "none"))
-    # -ot, --cpu-moe and --n-cpu-moe append to one override list, in this order of parsing
-    overrides = parse_overrides(ot)
-    if cpu_moe:
-        overrides.append(cpu_moe_override())
-    overrides += n_cpu_moe_overrides(n_cpu_moe)
-    feats = host_cpu_features() if cpu_features is None else frozenset(
-        f.strip().lower() for f in cpu_features.split(",") if f.strip())
-    flags = PlacementFlags(n_gpu_layers=parse_gpu_layers(ngl), tensor_split=parse_tensor_split(ts),
-                           split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
-                           no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
-                           load_mode=mode, cpu_features=feats)
+    flags = _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host,
+                             mode, cpu_features)
     args = [parse_device(d) for d in devices]
     info = load_model(_model_path(model))
     dp = plan_devices(info, settings, args, flags)

@@ -19,7 +19,6 @@ from graphcost.graph.build import load_model
 from graphcost.errors import GraphcostError
 from graphcost.memory.placement import (DeviceArg, PlacementFlags, alloc_size, cpu_moe_override, layer_devices, n_cpu_moe_overrides, parse_bytes, parse_overrides, place, plan_devices, resolve_devices)
 from graphcost.graph.settings import RunSettings
-from graphcost.memory.sched import compute_buffers
 
 ROOT = Path(__file__).resolve().parents[1]
 AVX2 = frozenset({"avx2"})
@@ -206,51 +205,6 @@ def test_compute_is_the_plan_without_devices_and_not_modelled_for_cuda(llama5):
     dp = plan_devices(llama5, s, [DeviceArg("cuda")], PlacementFlags())
     assert dp.compute is None
     assert all(r.compute_bytes is None for r in dp.rows if r.device != "CPU_REPACK")
-
-
-# ---- the scheduler ---------------------------------------------------------------------------
-
-@pytest.mark.parametrize("which", ["llama5", "mixtral"])
-def test_scheduler_with_the_cpu_alone_is_the_single_cpu_plan(which, llama5, mixtral):
-    """One backend: one split, nothing copied, and the allocation is the plan's."""
-    m = {"llama5": llama5, "mixtral": mixtral}[which]
-    s = RunSettings(ctx_size=512)
-    dp = plan_devices(m, s, [], PlacementFlags(cpu_features=AVX2))
-    flags = PlacementFlags(cpu_features=AVX2)
-    c = compute_buffers(dp.plan.reserves, dp.placement, flags, m.n_layer)
-    assert c.bytes_by_buft == {"CPU": dp.plan.compute_buffer_bytes}
-    assert [len(sc.splits) for _, sc in c.schedules] == [1, 1]
-    assert [sc.copy_bytes for _, sc in c.schedules] == [0, 0]
-
-
-def test_scheduler_splits_and_copies_for_three_layers_on_two_devices(llama5):
-    # -ngl 3 -ts 1,1: layers 0-2 CPU, 3-4 RPC0, output RPC1 (as GGML_SCHED_DEBUG=2 shows)
-    flags = PlacementFlags(n_gpu_layers=3, tensor_split=(1, 1), cpu_features=AVX2)
-    dp = plan_devices(llama5, RunSettings(ctx_size=512), RPC2, flags)
-    sc = dict(dp.compute.schedules)["prompt"]
-    assert [sc.backends[sp.backend].name for sp in sc.splits] == ["CPU", "RPC0", "RPC1"]
-    assert [t.name for t in sc.splits[1].inputs] == [
-        "ffn_out-2", "ffn_inp-2", "inp_pos", "attn_inp_k_idxs", "attn_inp_v_idxs",
-        "attn_inp_kq_mask", "out_ids"]
-    assert [t.name for t in sc.splits[2].inputs] == ["norm"]  # the output norm, pre-weight
-    # 512 tokens: ffn_out, ffn_inp, norm 256 x 512 F32 = 524288 each; inp_pos and out_ids
-    # 512 x I32 = 2048; k/v idxs 512 x I64 = 4096; the FA mask 512 x 512 F16 = 524288
-    assert sc.copy_bytes == 3 * 524288 + 2 * 2048 + 2 * 4096 + 524288
-    assert dp.compute.n_copies == 1  # -ngl 3: not every layer on the devices
-
-
-def test_pipeline_parallelism_conditions(llama5):
-    """llama_context: > 1 device, every layer and the output offloaded, -sm layer, KV
-    offloaded, no -ot; then 4 copies of every input."""
-    s = RunSettings(ctx_size=512)
-
-    def copies(**kw):
-        return plan_devices(llama5, s, RPC2, PlacementFlags(tensor_split=(1, 1), **kw)).compute.n_copies
-    assert copies() == 4
-    assert copies(n_gpu_layers=5) == 1  # the output layer stays on the CPU
-    assert copies(no_kv_offload=True) == 1
-    assert copies(overrides=tuple(parse_overrides(["attn_q=CPU"]))) == 1
-    assert plan_devices(llama5, s, RPC2[:1], PlacementFlags()).compute.n_copies == 1
 
 
 # ---- overrides -------------------------------------------------------------------------------

@@ -516,3 +516,24 @@ def compute_buffers(reserves, placement: Placement, flags: PlacementFlags,
     scheds = [(r.label, schedule(r.graph, placement, flags, backends, n_copies))
               for r in reserves]
     return ComputeBuffers(backends, scheds, n_copies)
+
+
+def schedule_step(bg, args, flags: PlacementFlags) -> Schedule | None:
+    """The scheduler's view of one analyzed graph (``analyze --device ...``): each node's
+    backend and the tensors copied between backends in that step. None when a device's
+    scheduler facts are not modelled."""
+    from graphcost.memory.placement import place
+    p = place(bg.model, args, flags)
+    backends = backends_for(p)
+    if backends is None:
+        return None
+    n_copies = MAX_COPIES if pipeline_parallel(p, flags, bg.model.n_layer) else 1
+    return schedule(bg, p, flags, backends, n_copies)
+
+
+def schedule_dict(s: Schedule) -> dict:
+    """One schedule as plain data: splits (backend, node range, inputs) and bytes copied."""
+    return {"n_copies": s.n_copies, "n_splits": len(s.splits), "copy_bytes": s.copy_bytes,
+            "splits": [{"backend": s.backends[sp.backend].name, "nodes": [sp.i_start, sp.i_end],
+                        "inputs": [{"name": t.name, "bytes": t.nbytes} for t in sp.inputs]}
+                       for sp in s.splits]}

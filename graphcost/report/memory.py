@@ -275,12 +275,7 @@ def sched_json(c) -> dict:
     """The scheduler's view of each reserve graph: splits (backend, first and last node,
     inputs copied in) and the bytes copied between backends; n_copies (4: pipeline
     parallelism)."""
+    from graphcost.memory.sched import schedule_dict
     return {"n_copies": c.n_copies,
             "compute_buffers": c.bytes_by_buft,
-            "graphs": [{"graph": lab, "n_splits": len(s.splits), "copy_bytes": s.copy_bytes,
-                        "splits": [{"backend": s.backends[sp.backend].name,
-                                    "nodes": [sp.i_start, sp.i_end],
-                                    "inputs": [{"name": t.name, "bytes": t.nbytes}
-                                               for t in sp.inputs]}
-                                   for sp in s.splits]}
-                       for lab, s in c.schedules]}
+            "graphs": [{"graph": lab, **schedule_dict(s)} for lab, s in c.schedules]}
