@@ -44,12 +44,16 @@ CmoeOpt = Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts o
 NkvoOpt = Annotated[bool, typer.Option("--no-kv-offload", "-nkvo", help="KV cache on the CPU")]
 NoRepackOpt = Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")]
 NoHostOpt = Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")]
+DevOpt = Annotated[Optional[str], typer.Option(
+    "-dev", help="llama.cpp's -dev: use only these devices, in this order (e.g. RPC1,RPC0; none)")]
+NoOpOffloadOpt = Annotated[bool, typer.Option(
+    "--no-op-offload", help="no offloading of host-weight ops to a device (cparams.op_offload)")]
 CpuFeatOpt = Annotated[Optional[str], typer.Option(
     "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 [default: this machine's]")]
 
 
 def _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host, mode,
-                     cpu_features):
+                     cpu_features, dev=None, no_op_offload=False):
     """llama.cpp's placement flags as graphcost.memory.placement.PlacementFlags."""
     from graphcost.memory.backends import host_cpu_features
     from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides,
@@ -66,7 +70,18 @@ def _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, n
     return PlacementFlags(n_gpu_layers=parse_gpu_layers(ngl), tensor_split=parse_tensor_split(ts),
                           split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
                           no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
-                          load_mode=mode, cpu_features=feats)
+                          load_mode=mode, cpu_features=feats,
+                          select_devices=_parse_dev(dev), op_offload=not no_op_offload)
+
+
+def _parse_dev(dev: str | None) -> tuple[str, ...] | None:
+    """-dev NAME,NAME | none (common/arg.cpp parse_device_list)."""
+    if dev is None:
+        return None
+    names = tuple(x.strip() for x in dev.split(",") if x.strip())
+    if not names:
+        _fail("-dev: no devices specified")
+    return () if names == ("none",) else names
 EmbdOpt = Annotated[bool, typer.Option("--embeddings", help="llama.cpp --embeddings: pooled "
                                        "embeddings (the GGUF's pooling type)")]
 
@@ -151,6 +166,7 @@ def analyze(
     split_mode: SmOpt = "layer", main_gpu: MgOpt = 0, override_tensor: OtOpt = None,
     n_cpu_moe: NcmoeOpt = 0, cpu_moe: CmoeOpt = False, no_kv_offload: NkvoOpt = False,
     no_repack: NoRepackOpt = False, no_host: NoHostOpt = False, cpu_features: CpuFeatOpt = None,
+    dev: DevOpt = None, no_op_offload: NoOpOffloadOpt = False,
 ) -> None:
     """Rebuild llama.cpp's graph for one ubatch and report its cost; with --device, also
     each node's device and the bytes copied between devices (ggml's backend scheduler)."""
@@ -187,15 +203,15 @@ def analyze(
         from graphcost.memory.sched import schedule_step
         flags = _placement_flags(n_gpu_layers, tensor_split, split_mode, main_gpu,
                                  override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload,
-                                 no_repack, no_host, "auto", cpu_features)
+                                 no_repack, no_host, "auto", cpu_features, dev, no_op_offload)
         a.schedule = schedule_step(a.graph, [parse_device(d) for d in device], flags)
         if a.schedule is None:
             _fail("--device: the scheduler is modelled for rpc devices only (the others' "
                   "supported ops and graph optimisation are not in specs/backends)")
     elif (n_gpu_layers != "auto" or tensor_split is not None or split_mode != "layer"
           or main_gpu or override_tensor or n_cpu_moe or cpu_moe or no_kv_offload or no_repack
-          or no_host or cpu_features is not None):
-        _fail("the placement flags (-ngl, -ts, -sm, -mg, -ot, ...) go with --device")
+          or no_host or cpu_features is not None or dev is not None or no_op_offload):
+        _fail("the placement flags (-ngl, -ts, -sm, -mg, -ot, -dev, ...) go with --device")
     _emit(render(RENDERERS, fmt, a, opts), output)
 
 
@@ -277,6 +293,7 @@ def memory(
     cpu_features: Annotated[Optional[str], typer.Option(
         "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 "
                                "[default: this machine's]")] = None,
+    dev: DevOpt = None, no_op_offload: NoOpOffloadOpt = False,
 ) -> None:
     """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers;
     with --device (or any placement flag), per device as llama.cpp places them."""
@@ -293,7 +310,8 @@ def memory(
     placing = (bool(device) or n_gpu_layers != "auto" or tensor_split is not None
                or split_mode != "layer" or main_gpu != 0 or bool(override_tensor) or n_cpu_moe
                or cpu_moe or no_kv_offload or no_repack or no_host or load_mode is not None
-               or mmap is not None or cpu_features is not None or format == "json")
+               or mmap is not None or cpu_features is not None or format == "json"
+               or dev is not None or no_op_offload)
     if placing:
         if sweep is not None or fuse is not None or format == "html":
             _fail("--device and the placement flags go with --format text or json, "
@@ -303,7 +321,7 @@ def memory(
         _memory_devices(model, format, output, device or [], n_gpu_layers, tensor_split,
                         split_mode, main_gpu, override_tensor or [], n_cpu_moe, cpu_moe,
                         no_kv_offload, no_repack, no_host, load_mode, mmap, cpu_features,
-                        RunSettings(ctx_size=ctx_size, batch_size=batch_size,
+                        dev, no_op_offload, RunSettings(ctx_size=ctx_size, batch_size=batch_size,
                                     ubatch_size=ubatch_size, flash_attn=flash_attn,
                                     cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                                     swa_full=swa_full))
@@ -344,7 +362,8 @@ def memory(
 
 
 def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe,
-                    nkvo, no_repack, no_host, load_mode, mmap, cpu_features, settings) -> None:
+                    nkvo, no_repack, no_host, load_mode, mmap, cpu_features, dev, no_op_offload,
+                    settings) -> None:
     """memory --device ...: parse llama.cpp's placement flags and print the device rows."""
     import json
 
@@ -357,7 +376,7 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
     mode = load_mode if load_mode is not None else (
         "auto" if mmap is None else ("mmap" if mmap else "none"))
     flags = _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host,
-                             mode, cpu_features)
+                             mode, cpu_features, dev, no_op_offload)
     args = [parse_device(d) for d in devices]
     info = load_model(_model_path(model))
     dp = plan_devices(info, settings, args, flags)

@@ -98,6 +98,10 @@ class PlacementFlags:
     no_host: bool = False  # --no-host
     load_mode: str = "auto"  # -lm / --mmap (mmap) / --no-mmap (none)
     cpu_features: frozenset[str] = frozenset()  # ggml CPU features: avx2, avx512, neon, ...
+    #: -dev NAME,NAME (common/arg.cpp parse_device_list): exactly these devices, in this
+    #: order (names as graphcost lists them: RPC0, CUDA1); () = -dev none; None = all
+    select_devices: tuple[str, ...] | None = None
+    op_offload: bool = True  # --no-op-offload: False (cparams.op_offload)
 
 
 @dataclass(frozen=True)
@@ -190,9 +194,6 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
     (RPC across all servers). ``-sm none`` keeps only ``devices[-mg]``."""
     if flags.split_mode not in SPLIT_MODES:
         raise GraphcostError(f"-sm {flags.split_mode!r}: use one of {', '.join(SPLIT_MODES)}")
-    if flags.split_mode == "row":
-        raise GraphcostError("-sm row: split buffers (weights split by rows across devices) "
-                             "are not modelled; use -sm layer or none")
     if flags.split_mode == "tensor":
         raise GraphcostError("-sm tensor: the meta device of tensor parallelism is not modelled")
     specs = [(load_backend(a.kind), a) for a in args]
@@ -206,6 +207,24 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
         i = counters.get(b.name, 0)
         counters[b.name] = i + 1
         out.append(Device(b.device_name.format(i=i), b, a.free_bytes))
+    if flags.select_devices is not None:
+        # -dev: llama_prepare_model_devices takes params.devices as given (no RPC-first order)
+        by_name = {d.name: d for d in out}
+        if len(set(flags.select_devices)) != len(flags.select_devices):
+            raise GraphcostError(f"-dev {','.join(flags.select_devices)}: a device is listed twice")
+        for n in flags.select_devices:
+            if n not in by_name:
+                raise GraphcostError(f"-dev {n}: invalid device; use "
+                                     f"{', '.join(by_name) or 'none'} (as --device lists them)")
+        out = [by_name[n] for n in flags.select_devices]
+    if flags.split_mode == "row":
+        for d in out:
+            if not d.backend.split_buffer:
+                # llama-model.cpp make_gpu_buft_list: "device %s does not support split buffers"
+                raise GraphcostError(f"-sm row: device {d.name} does not support split buffers "
+                                     "(llama.cpp refuses it too); use -sm layer or none")
+        raise GraphcostError("-sm row: split buffers (weights split by rows across devices) "
+                             "are not modelled; use -sm layer or none")
     if flags.split_mode == "none" and out:
         if flags.main_gpu < 0:
             return []

@@ -414,7 +414,7 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
                 bufs[id(t)] = _buft_key(b)
                 weight_ids.add(id(t))
 
-    sched = _Scheduler(backends, bufs, n_copies)
+    sched = _Scheduler(backends, bufs, n_copies, flags.op_offload)
     sched.weights = weight_ids
     n_layer = len(placement.dev_layer)
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
