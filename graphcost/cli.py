@@ -197,14 +197,18 @@ def analyze(
     info = load_model(path)
     # the ranges are checked against the model's layers before a set is built
     opts = replace(opts, layers=_parse_layers(layers, info.n_layer))
-    a = analyze_graph(build_graph(info, settings))
     if device:
-        from graphcost.memory.placement import parse_device
-        from graphcost.memory.sched import schedule_step
+        from graphcost.memory.placement import parse_device, place
+        from graphcost.memory.sched import flash_attn_auto_fails, schedule_step
         flags = _placement_flags(n_gpu_layers, tensor_split, split_mode, main_gpu,
                                  override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload,
                                  no_repack, no_host, "auto", cpu_features, dev, no_op_offload)
-        a.schedule = schedule_step(a.graph, [parse_device(d) for d in device], flags)
+        dargs = [parse_device(d) for d in device]
+        if flash_attn_auto_fails(info, settings, place(info, dargs, flags), flags):
+            # llama.cpp's -fa auto does too, the cache already made for it (V not transposed)
+            settings = replace(settings, flash_attn="off", v_trans=False)
+        a = analyze_graph(build_graph(info, settings))
+        a.schedule = schedule_step(a.graph, dargs, flags)
         if a.schedule is None:
             _fail("--device: the scheduler is modelled for rpc devices only (the others' "
                   "supported ops and graph optimisation are not in specs/backends)")
@@ -212,6 +216,8 @@ def analyze(
           or main_gpu or override_tensor or n_cpu_moe or cpu_moe or no_kv_offload or no_repack
           or no_host or cpu_features is not None or dev is not None or no_op_offload):
         _fail("the placement flags (-ngl, -ts, -sm, -mg, -ot, -dev, ...) go with --device")
+    else:
+        a = analyze_graph(build_graph(info, settings))
     _emit(render(RENDERERS, fmt, a, opts), output)
 
 

@@ -24,6 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fixtures import write_gemma3, write_llama
+from fixtures_hybrid import write_lfm2
 from fixtures_moe import write_mixtral, write_qwen3moe
 from graphcost.cli import app
 from graphcost.memory.backends import host_cpu_features
@@ -45,6 +46,8 @@ WRITERS = {
     # n_embd 320 (quantized rows not a multiple of 512: RPC asks the server for their
     # allocation size), sliding-window + global KV caches, tied embeddings
     "gemma3": lambda p: write_gemma3(p),
+    # hybrid attention + recurrent (short conv) layers: recurrent state per device
+    "lfm2": lambda p: write_lfm2(p),
 }
 
 #: (model, number of RPC servers, llama.cpp arguments; "{rpc1}" = RPC1's buffer type name)
@@ -90,6 +93,10 @@ CASES = {
     "dev-reversed": ("llama5", 2, ["-ngl", "all", "-ts", "3,1", "-dev", "RPC1,RPC0",
                                    "--no-op-offload"]),
     "dev-none": ("llama5", 2, ["-ngl", "all", "-dev", "none"]),
+    # -fa auto turned off by llama.cpp (resolve_fused_ops): layer 2 stays on the CPU but
+    # the scheduler runs its flash attention on RPC0; the cache keeps V untransposed
+    "lfm2-ngl3-auto-fa-off": ("lfm2", 2, ["-ngl", "3", "-ts", "1,1"]),
+    "lfm2-all": ("lfm2", 2, ["-ngl", "all", "-ts", "1,1"]),
 }
 
 

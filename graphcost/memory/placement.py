@@ -673,10 +673,17 @@ class DevicePlan:
 def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
                  flags: PlacementFlags) -> DevicePlan:
     """Place the model for these devices and flags; KV and output from the memory plan."""
+    import dataclasses
+
     from graphcost.memory.plan import output_buffer_bytes, plan_memory
-    from graphcost.memory.sched import compute_buffers
-    plan = plan_memory(model, settings)
+    from graphcost.memory.sched import compute_buffers, flash_attn_auto_fails
     p = place(model, args, flags)
+    fa_note = flash_attn_auto_fails(model, settings, p, flags)
+    if fa_note:
+        # the cache was created for flash attention (V not transposed)
+        settings = dataclasses.replace(settings, flash_attn="off", v_trans=False)
+        p.notes.append(fa_note)
+    plan = plan_memory(model, settings)
     kv = kv_buffers(p, plan.reserves[0].graph.caches, flags.no_kv_offload)
     comp = compute_buffers(plan.reserves, p, flags, model.n_layer) if p.devices else None
     rows = device_memory(p, kv, output_bytes=output_buffer_bytes(model),

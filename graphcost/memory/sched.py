@@ -370,9 +370,12 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
     from graphcost.memory.plan import graph_outputs
     bufs: dict[int, str] = {}
     weight_ids: set[int] = set()
-    # KV caches: dev_layer(il)'s buffer, the CPU with -nkvo
-    for c in bg.caches:
-        for il, t in list(c.k.items()) + list(c.v.items()):
+    # KV caches: dev_layer(il)'s buffer, the CPU with -nkvo;
+    # recurrent states likewise (llama_memory_recurrent: dev_layer(il) when offload_kqv)
+    for c in list(bg.caches) + list(bg.states):
+        pairs = (list(c.k.items()) + list(c.v.items())) if hasattr(c, "k") else \
+            (list(c.r.items()) + list(c.s.items()))
+        for il, t in pairs:
             row = "CPU" if flags.no_kv_offload else placement.dev_layer[il]
             bufs[id(t)] = row
     # weights: a graph tensor that llama.cpp creates more than once (tied output,
@@ -537,3 +540,31 @@ def schedule_dict(s: Schedule) -> dict:
             "splits": [{"backend": s.backends[sp.backend].name, "nodes": [sp.i_start, sp.i_end],
                         "inputs": [{"name": t.name, "bytes": t.nbytes} for t in sp.inputs]}
                        for sp in s.splits]}
+
+
+def flash_attn_auto_fails(model, settings, placement: Placement, flags: PlacementFlags) -> str | None:
+    """``-fa auto`` with devices (llama_context::resolve_fused_ops): a one-token probe graph
+    with flash attention is scheduled, and if any layer's FLASH_ATTN_EXT runs on another
+    device than the layer's, llama.cpp turns flash attention off. Returns that warning (the
+    first mismatch), or None when flash attention stays on (or was not auto)."""
+    from graphcost.graph.build import build_graph, resolve_for
+    from graphcost.graph.settings import FLASH_ATTN_DEFAULT
+    fa = (settings.flash_attn or FLASH_ATTN_DEFAULT[settings.llama_cpp]).lower()
+    if fa != "auto" or not placement.devices:
+        return None
+    backends = backends_for(placement)
+    if backends is None:
+        return None
+    run = resolve_for(model, settings)
+    probe = dataclasses.replace(settings, flash_attn="on", tokens=1, outputs=1,
+                                past=run.n_ctx - 1, memory_full=True)
+    bg = build_graph(model, probe)
+    n_copies = MAX_COPIES if pipeline_parallel(placement, flags, model.n_layer) else 1
+    s = schedule(bg, placement, flags, backends, n_copies)
+    for i, n in enumerate(s.nodes):
+        if n.op == Op.FLASH_ATTN_EXT and n.layer is not None:
+            dev, want = s.device_of(i), placement.dev_layer[n.layer]
+            if dev != want:
+                return (f"-fa auto: layer {n.layer} is on {want} but its flash attention on "
+                        f"{dev}: llama.cpp turns flash attention off (resolve_fused_ops)")
+    return None
