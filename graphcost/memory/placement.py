@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import gguf
 import numpy as np
 
 from graphcost.format import ggml_types as gt
@@ -47,9 +48,17 @@ if TYPE_CHECKING:
 
 #: common/common.h: LLM_FFN_EXPS_REGEX (--cpu-moe, --n-cpu-moe)
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
-#: tensors llama.cpp loads in the input layer (llama-arch.cpp: LLM_TENSOR_LAYER_INPUT)
-INPUT_TENSORS = ("token_embd.weight", "pos_embd.weight", "token_types.weight",
-                 "per_layer_token_embd.weight")
+#: tensors llama.cpp loads in the input layer (llama-arch.cpp: LLM_TENSOR_LAYER_INPUT:
+#: TOKEN_EMBD, POS_EMBD, TOKEN_TYPES, PER_LAYER_TOKEN_EMBD), named as gguf names them
+INPUT_TENSORS = tuple(f"{gguf.TENSOR_NAMES[t]}.weight" for t in (
+    gguf.MODEL_TENSOR.TOKEN_EMBD, gguf.MODEL_TENSOR.POS_EMBD, gguf.MODEL_TENSOR.TOKEN_TYPES,
+    gguf.MODEL_TENSOR.PER_LAYER_TOKEN_EMBD))
+#: tensors without a block number that llama-arch.cpp files under LLM_TENSOR_LAYER_REPEATING
+#: (created with bid 0: "do the norms on the first layer (not the input layer)"): layer 0's
+LAYER0_TENSORS = tuple(f"{gguf.TENSOR_NAMES[t]}.weight" for t in (
+    gguf.MODEL_TENSOR.TOKEN_EMBD_NORM, gguf.MODEL_TENSOR.PER_LAYER_MODEL_PROJ,
+    gguf.MODEL_TENSOR.PER_LAYER_PROJ_NORM)) + (
+    f"{gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.TOKEN_EMBD_NORM]}.bias",)
 #: per-layer rope factor tensors created for every layer with TENSOR_DUPLICATED
 #: (src/models/llama.cpp: ``layer.rope_freqs``; phi3: rope_factors_long/short)
 ROPE_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
@@ -357,6 +366,8 @@ def _layer_of(name: str) -> tuple[str, int | None]:
         return "repeating", int(m.group(1))
     if name in INPUT_TENSORS:
         return "input", None
+    if name in LAYER0_TENSORS:
+        return "repeating", 0
     return "output", None
 
 
