@@ -59,6 +59,9 @@ LAYER0_TENSORS = tuple(f"{gguf.TENSOR_NAMES[t]}.weight" for t in (
     gguf.MODEL_TENSOR.TOKEN_EMBD_NORM, gguf.MODEL_TENSOR.PER_LAYER_MODEL_PROJ,
     gguf.MODEL_TENSOR.PER_LAYER_PROJ_NORM)) + (
     f"{gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.TOKEN_EMBD_NORM]}.bias",)
+#: architectures whose ``token_embd_norm`` is the output norm (LLM_TENSOR_OUTPUT_NORM_LFM2,
+#: "fix for wrong tensor name": src/models/lfm2.cpp, lfm2moe.cpp)
+TOKEN_EMBD_NORM_IS_OUTPUT = frozenset({"lfm2", "lfm2moe"})
 #: per-layer rope factor tensors created for every layer with TENSOR_DUPLICATED
 #: (src/models/llama.cpp: ``layer.rope_freqs``; phi3: rope_factors_long/short)
 ROPE_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
@@ -268,8 +271,9 @@ def split_points(devices: list[Device], tensor_split: tuple[float, ...]) -> list
 def layer_devices(model: ModelInfo, devices: list[Device],
                   flags: PlacementFlags) -> tuple[list[str], str]:
     """(device of each repeating layer, device of the output layer): load_tensors's
-    ``get_layer_buft_list``; "CPU" where the layer stays on the CPU."""
-    n_layer = model.n_layer
+    ``get_layer_buft_list``; "CPU" where the layer stays on the CPU. The layers are
+    ``n_layer_all`` (NextN/MTP blocks included), the output is layer ``n_layer_all``."""
+    n_layer = model.n_layer + model.n_layer_nextn
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
     i_gpu_start = max(n_layer + 1 - n_gpu, 0)
     act = 0 if not devices else min(n_gpu, n_layer + 1)
@@ -360,13 +364,14 @@ def _pad(n: int, align: int) -> int:
 
 # ---- weights ---------------------------------------------------------------------------------
 
-def _layer_of(name: str) -> tuple[str, int | None]:
+def _layer_of(name: str, arch: str = "") -> tuple[str, int | None]:
     m = re.match(r"blk\.(\d+)\.", name)
     if m:
         return "repeating", int(m.group(1))
     if name in INPUT_TENSORS:
         return "input", None
-    if name in LAYER0_TENSORS:
+    if name in LAYER0_TENSORS and not (arch in TOKEN_EMBD_NORM_IS_OUTPUT
+                                       and name.startswith("token_embd_norm.")):
         return "repeating", 0
     return "output", None
 
@@ -451,10 +456,10 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
     created: list[tuple[str, object, str, int | None, str, bool]] = []  # + duplicated flag
     for name, t in tensors.items():
         if name in ROPE_FACTORS:
-            for il in range(model.n_layer):
+            for il in range(len(dev_layer)):
                 created.append((name, t, "repeating", il, "ROPE", il != 0))
             continue
-        layer, il = _layer_of(name)
+        layer, il = _layer_of(name, model.arch)
         created.append((name, t, layer, il, weight_op(name, t.ne, layer), False))
     if "output.weight" not in tensors and "token_embd.weight" in tensors:
         # tied embeddings: token_embd created again as the output (TENSOR_DUPLICATED)

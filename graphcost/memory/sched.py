@@ -107,6 +107,7 @@ class Schedule:
 def pipeline_parallel(placement: Placement, flags: PlacementFlags, n_layer: int) -> bool:
     """llama_context's condition for pipeline parallelism (llama-context.cpp, constructor)."""
     devs = placement.devices
+    n_layer = len(placement.dev_layer)  # llama.cpp compares with n_layer_all
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
     return (len(devs) > 1 and n_gpu > n_layer and flags.split_mode == "layer"
             and not flags.no_kv_offload and not flags.overrides
@@ -345,12 +346,12 @@ def _pins(nodes: list[Tensor], placement: Placement, backends: list[SchedBackend
     return out
 
 
-def _weight_key(w: Tensor, consumer: Tensor) -> tuple[str, str, int | None]:
+def _weight_key(w: Tensor, consumer: Tensor, arch: str) -> tuple[str, str, int | None]:
     """Which created tensor a graph weight is (placement.tensor_bufts' key): the tied
     output's token_embd is the output layer's copy, rope factors the consumer layer's."""
     if w.name in ROPE_FACTORS:
         return (w.name, "repeating", consumer.layer)
-    layer, il = _layer_of(w.name)
+    layer, il = _layer_of(w.name, arch)
     if layer == "input" and consumer.op in (Op.MUL_MAT, Op.MUL_MAT_ID):
         return (w.name, "output", None)
     return (w.name, layer, il)
@@ -388,7 +389,7 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
         srcs = []
         for s in n.src:
             if s.role == "weight" and s.view_src is None:
-                key = _weight_key(s, n)
+                key = _weight_key(s, n, bg.model.arch)
                 b = placement.tensor_bufts.get(key)
                 if b is None:
                     raise GraphcostError(f"scheduler: no placement for weight {s.name} ({key})")
@@ -412,14 +413,14 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
     leafs = list(bg.leafs) + extra_leafs
     for t in bg.leafs:  # weights no node reads still have their buffer
         if t.role == "weight" and id(t) not in weight_ids:
-            b = placement.tensor_bufts.get(_weight_key(t, t))
+            b = placement.tensor_bufts.get(_weight_key(t, t, bg.model.arch))
             if b is not None:
                 bufs[id(t)] = _buft_key(b)
                 weight_ids.add(id(t))
 
     sched = _Scheduler(backends, bufs, n_copies, flags.op_offload)
     sched.weights = weight_ids
-    n_layer = len(placement.dev_layer)
+    n_layer = len(placement.dev_layer)  # n_layer_all
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
     pins = _pins(new_nodes, placement, backends, bg.run.n_tokens, flags, n_gpu > n_layer)
     splits, copies = sched.split(new_nodes, leafs, pins)
