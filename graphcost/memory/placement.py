@@ -687,8 +687,17 @@ class DevicePlan:
 
 
 def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
-                 flags: PlacementFlags) -> DevicePlan:
-    """Place the model for these devices and flags; KV and output from the memory plan."""
+                 flags: PlacementFlags, *, no_alloc: bool = False) -> DevicePlan:
+    """Place the model for these devices and flags; KV and output from the memory plan;
+    compute buffers from the scheduler simulation (graphcost.memory.sched).
+
+    ``no_alloc``: the compute buffers as llama.cpp's fit measures them (a model loaded with
+    ``no_alloc``, common/fit.cpp): only the first prompt graph is sized (llama-context.cpp
+    ``sched_reserve``: the generation and second prompt reserves are split-only), and
+    ``ggml_backend_sched_reserve_size`` resets the scheduler after the graph callback
+    (``graph_get_cb``) pinned each layer's ``norm``/``l_last``, so those pins are lost
+    (seen on two RPC devices: without the pins layer 3's norm runs on RPC0 and RPC1's
+    buffer is 137.55 MiB, not a real run's 135.55)."""
     import dataclasses
 
     from graphcost.memory.plan import output_buffer_bytes, plan_memory
@@ -701,7 +710,8 @@ def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
         p.notes.append(fa_note)
     plan = plan_memory(model, settings)
     kv = kv_buffers(p, plan.reserves[0].graph.caches, flags.no_kv_offload)
-    comp = compute_buffers(plan.reserves, p, flags, model.n_layer) if p.devices else None
+    comp = (compute_buffers(plan.reserves, p, flags, model.n_layer, no_alloc=no_alloc)
+            if p.devices else None)
     rows = device_memory(p, kv, output_bytes=output_buffer_bytes(model),
                          cpu_compute_bytes=plan.compute_buffer_bytes,
                          compute=comp.bytes_by_buft if comp is not None else None)

@@ -365,9 +365,11 @@ def _buft_key(b: Buft) -> str:
 
 
 def schedule(bg, placement: Placement, flags: PlacementFlags,
-             backends: list[SchedBackend], n_copies: int) -> Schedule:
+             backends: list[SchedBackend], n_copies: int, *, pins: bool = True) -> Schedule:
     """Split and allocate one built graph (``graphcost.graph.build.BuiltGraph``) the way
-    ggml_backend_sched_reserve does for these devices and flags."""
+    ggml_backend_sched_reserve does for these devices and flags; ``pins=False``: without
+    the graph callback's ggml_backend_sched_set_tensor_backend calls (lost to
+    ggml_backend_sched_reserve_size's reset, as llama.cpp's fit measures)."""
     from graphcost.memory.plan import graph_outputs
     bufs: dict[int, str] = {}
     weight_ids: set[int] = set()
@@ -422,8 +424,9 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
     sched.weights = weight_ids
     n_layer = len(placement.dev_layer)  # n_layer_all
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
-    pins = _pins(new_nodes, placement, backends, bg.run.n_tokens, flags, n_gpu > n_layer)
-    splits, copies = sched.split(new_nodes, leafs, pins)
+    pinned = _pins(new_nodes, placement, backends, bg.run.n_tokens, flags,
+                   n_gpu > n_layer) if pins else {}
+    splits, copies = sched.split(new_nodes, leafs, pinned)
 
     # graph_copy: per split, [input dependency, input copy] per input, then its nodes
     gc_nodes: list[Tensor] = []
@@ -510,14 +513,18 @@ class ComputeBuffers:
 
 
 def compute_buffers(reserves, placement: Placement, flags: PlacementFlags,
-                    n_layer: int) -> ComputeBuffers | None:
+                    n_layer: int, *, no_alloc: bool = False) -> ComputeBuffers | None:
     """Schedule each reserve graph (``MemoryPlan.reserves``) and size every backend's
-    compute buffer; None when a device's scheduler facts are not modelled."""
+    compute buffer; None when a device's scheduler facts are not modelled. ``no_alloc``
+    (llama.cpp's fit): only the first prompt graph, without the graph callback's pins."""
     backends = backends_for(placement)
     if backends is None:
         return None
     n_copies = MAX_COPIES if pipeline_parallel(placement, flags, n_layer) else 1
-    scheds = [(r.label, schedule(r.graph, placement, flags, backends, n_copies))
+    if no_alloc:
+        reserves = reserves[:1]
+    scheds = [(r.label, schedule(r.graph, placement, flags, backends, n_copies,
+                                 pins=not no_alloc))
               for r in reserves]
     return ComputeBuffers(backends, scheds, n_copies)
 
