@@ -147,10 +147,15 @@ def run_completion(model: Path, servers: list[RpcServer], args: list[str]) -> Bu
            "-lv", "5"]  # buffer lines: verbosity 4 (info); layer devices: 5 (debug)
     if servers:
         cmd += ["--rpc", ",".join(s.endpoint for s in servers)]
-    # the one generated token of a random model may be any bytes: decode leniently
-    r = subprocess.run(cmd + args, capture_output=True, text=True, encoding="utf-8",
-                       errors="replace", timeout=RUN_S, stdin=subprocess.DEVNULL)
-    log = r.stdout + r.stderr
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd + args)} failed ({r.returncode}):\n{log[-3000:]}")
+    for _ in range(3):
+        # the one generated token of a random model may be any bytes: decode leniently
+        r = subprocess.run(cmd + args, capture_output=True, text=True, encoding="utf-8",
+                           errors="replace", timeout=RUN_S, stdin=subprocess.DEVNULL)
+        log = r.stdout + r.stderr
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd + args)} failed ({r.returncode}):\n{log[-3000:]}")
+        # on a loaded machine llama.cpp's log (common_log's worker thread) now and then
+        # comes back without lines a complete run prints: run it again
+        if "sched_reserve: graph" in log and "load_tensors:" in log:
+            break
     return parse_buffers(log)
