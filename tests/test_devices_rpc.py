@@ -24,6 +24,10 @@ import pytest
 from typer.testing import CliRunner
 
 from fixtures import write_gemma3, write_llama
+from fixtures_classic import write_gpt2
+from fixtures_deepseek import write_glm4moe
+from fixtures_encoder import write_bert
+from fixtures_gemma3n import write_gemma3n
 from fixtures_hybrid import write_lfm2
 from fixtures_moe import write_mixtral, write_qwen3moe
 from graphcost.cli import app
@@ -48,6 +52,14 @@ WRITERS = {
     "gemma3": lambda p: write_gemma3(p),
     # hybrid attention + recurrent (short conv) layers: recurrent state per device
     "lfm2": lambda p: write_lfm2(p),
+    # position_embd (an input-layer tensor), learned positions read on the CPU
+    "gpt2": lambda p: write_gpt2(p),
+    # per_layer_model_proj / per_layer_proj_norm: layer 0's buffer type, not the output's
+    "gemma3n": lambda p: write_gemma3n(p),
+    # a NextN block after the trunk: llama.cpp splits n_layer_all layers
+    "glm4moe": lambda p: write_glm4moe(p),
+    # token_embd_norm: layer 0's (llama-arch.cpp: "do the norms on the first layer")
+    "bert": lambda p: write_bert(p),
 }
 
 #: (model, number of RPC servers, llama.cpp arguments; "{rpc1}" = RPC1's buffer type name)
@@ -97,6 +109,11 @@ CASES = {
     # the scheduler runs its flash attention on RPC0; the cache keeps V untransposed
     "lfm2-ngl3-auto-fa-off": ("lfm2", 2, ["-ngl", "3", "-ts", "1,1"]),
     "lfm2-all": ("lfm2", 2, ["-ngl", "all", "-ts", "1,1"]),
+    "gpt2-ngl3": ("gpt2", 2, ["-ngl", "3", "-ts", "1,1"]),
+    "gemma3n-ngl3": ("gemma3n", 2, ["-ngl", "3", "-ts", "1,1"]),
+    "glm4moe-ngl3": ("glm4moe", 2, ["-ngl", "3", "-ts", "1,1"]),
+    # an encoder with FA on differs (RPC0 6.07 MiB, llama.cpp 5.95): not yet understood
+    "bert-fa-off": ("bert", 2, ["-ngl", "all", "-ts", "1,1", "-fa", "off"]),
 }
 
 

@@ -412,6 +412,13 @@ def _override_buft(target: str, devices: list[Device]) -> Buft | str:
     raise GraphcostError(f"-ot ...={target}: unknown buffer type; use one of {', '.join(names)}")
 
 
+def _has_output_head(arch: str) -> bool:
+    """Whether the architecture has an LM head (gguf's MODEL_TENSORS lists OUTPUT): encoders
+    such as bert have none, so no tied copy of token_embd is created for them."""
+    key = next((k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), None)
+    return key is None or gguf.MODEL_TENSOR.OUTPUT in gguf.MODEL_TENSORS.get(key, ())
+
+
 def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Placement:
     """Every weight's buffer type and the model and KV buffers of each device."""
     if flags.load_mode not in LOAD_MODES:
@@ -460,8 +467,13 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
                 created.append((name, t, "repeating", il, "ROPE", il != 0))
             continue
         layer, il = _layer_of(name, model.arch)
+        if il is not None and il >= model.n_layer:
+            # a NextN/MTP block: created with TENSOR_SKIP unless the MTP head is loaded
+            # (src/models/glm4-moe.cpp, deepseek2.cpp, ...: ``if (!ml.load_mtp)``)
+            continue
         created.append((name, t, layer, il, weight_op(name, t.ne, layer), False))
-    if "output.weight" not in tensors and "token_embd.weight" in tensors:
+    if ("output.weight" not in tensors and "token_embd.weight" in tensors
+            and _has_output_head(model.arch)):
         # tied embeddings: token_embd created again as the output (TENSOR_DUPLICATED)
         created.append(("token_embd.weight", tensors["token_embd.weight"], "output", None,
                         "MUL_MAT", True))
