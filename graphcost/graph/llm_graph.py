@@ -137,7 +137,7 @@ class LlmGraph:
         (``hparams.is_mla()``) K only: it holds the compressed KV and the rope part, and V
         is read as a view of it (``has_v = !is_mla``)."""
         m, run, g = self.model, self.run, self.g
-        v_trans = not run.flash_attn
+        v_trans = not run.flash_attn if run.settings.v_trans is None else run.settings.v_trans
         has_v = not m.is_mla
         k, v = {}, {}
         for il in layers:

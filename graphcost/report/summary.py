@@ -93,6 +93,16 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
                    f"{a.recurrent_state_bytes:,}")
     con.print(mt)
 
+    if a.schedule is not None:
+        sc = a.schedule
+        count: dict[str, int] = {}
+        for i, nc in enumerate(a.nodes):
+            if not nc.node.is_view:
+                count[sc.device_of(i)] = count.get(sc.device_of(i), 0) + 1
+        con.print(f"devices: {', '.join(f'{d} {n} nodes' for d, n in count.items())}; "
+                  f"{len(sc.splits)} splits; {human_bytes(sc.copy_bytes)} "
+                  f"({sc.copy_bytes:,} bytes) copied between devices per step")
+
     ew = expert_weights(a)
     if ew is not None:
         con.print(_experts_table(ew))
