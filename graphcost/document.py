@@ -119,10 +119,19 @@ def document(a: Analysis, hardware=None) -> dict:
                        for nc in a.unmodelled],
         "nodes": [node_dict(nc, live) for nc, live in zip(a.nodes, step.live)],
     }
+    if a.schedule is not None:
+        # analyze --device: the backend scheduler's splits, the bytes copied between
+        # devices in this step, and each node's device (graphcost.memory.sched)
+        from graphcost.memory.sched import schedule_dict
+        doc["devices"] = schedule_dict(a.schedule)
+        for nd, i in zip(doc["nodes"], range(len(doc["nodes"]))):
+            nd["device"] = a.schedule.device_of(i)
     if hardware is not None:
         from graphcost.cost.roofline import estimate
         est = estimate(a, hardware)
         doc["roofline"] = est.to_dict(run.n_tokens)
+        from graphcost.cost.speed_model import step_estimate
+        doc["llama_cpp_cpu"] = step_estimate(a, hardware)
         for nd, sec in zip(doc["nodes"], est.per_node):
             nd["roofline_seconds"] = sec
     return doc

@@ -40,14 +40,6 @@ def _build(path, **kw):
     return build_graph(load_model(path), RunSettings(**kw))
 
 
-def test_glm4_nextn_layers_are_refused(tmp_path):
-    import gguf
-    p = tmp_path / "glm4_nextn.gguf"
-    S.write_glm4(p, n_layer=2, extra_kv={gguf.Keys.LLM.NEXTN_PREDICT_LAYERS: 1})
-    with pytest.raises(UnsupportedError, match="nextn_predict_layers"):
-        _build(p)
-
-
 def test_rope_sections_must_have_four_entries(tmp_path):
     p = tmp_path / "glm4_bad.gguf"
     S.write_glm4(p, n_layer=1, rope_sections=[4, 6, 6])

@@ -83,6 +83,9 @@ class Analysis:
     by_layer: dict[int | None, Cost]
     by_block: dict[str, Cost]
     unmodelled: list[NodeCost]
+    #: with devices (``analyze --device``): the scheduler's splits and each node's
+    #: backend (graphcost.memory.sched.Schedule); None on one CPU
+    schedule: object | None = None
 
     @property
     def weights_bytes(self) -> int:

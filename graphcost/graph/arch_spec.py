@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,14 @@ def parse_spec(path: Path) -> ArchSpec:
     proven = doc.get("proven") or {}
     if not isinstance(proven, dict) or not set(proven) <= set(PROVEN_ASPECTS):
         raise GraphcostError(f"{path}: 'proven' must map {', '.join(PROVEN_ASPECTS)} to a test file")
+    if "graph_of" in doc:  # another architecture's graph (nemotron_h_moe: nemotron_h's)
+        base = str(doc["graph_of"])
+        if set(doc) - {"architecture", "source", "proven", "graph_of"} or "/" in base:
+            raise GraphcostError(f"{path}: a 'graph_of' spec names only architecture, source, "
+                                 "proven and the architecture whose graph it uses")
+        b = parse_spec(path.parent / f"{base}.yaml")
+        return replace(b, name=str(doc["architecture"]), source=str(doc.get("source", b.source)),
+                       proven={k: str(v) for k, v in proven.items()}, path=path)
     return ArchSpec(
         name=str(doc["architecture"]), source=str(doc.get("source", "")), rope=rope,
         hparams=dict(doc.get("hparams") or {}),

@@ -74,6 +74,11 @@ class LlmGraph:
         self.states: list = []
 
     # ---- weights -------------------------------------------------------------------
+    @property
+    def weights_read(self) -> frozenset[str]:
+        """The GGUF tensor names the graph has read so far."""
+        return frozenset(self._weights)
+
     def weight(self, name: str, required: bool = True) -> Tensor | None:
         """A GGUF tensor as a graph leaf (one object per name, so it is read once)."""
         if name in self._weights:
@@ -132,7 +137,7 @@ class LlmGraph:
         (``hparams.is_mla()``) K only: it holds the compressed KV and the rope part, and V
         is read as a view of it (``has_v = !is_mla``)."""
         m, run, g = self.model, self.run, self.g
-        v_trans = not run.flash_attn
+        v_trans = not run.flash_attn if run.settings.v_trans is None else run.settings.v_trans
         has_v = not m.is_mla
         k, v = {}, {}
         for il in layers:
@@ -303,15 +308,18 @@ class LlmGraph:
     FFN_SEQ_ACT = {"gelu": ("GELU", "ffn_gelu"), "silu": ("SILU", "ffn_silu"),
                    "swiglu": ("SWIGLU", "ffn_swiglu"), "geglu": ("GEGLU", "ffn_geglu")}
 
-    def build_ffn_seq(self, il: int, cur: Tensor, act: str) -> Tensor:
+    def build_ffn_seq(self, il: int, cur: Tensor, act: str, suffix: str = "") -> Tensor:
         """build_ffn without a gate (LLM_FFN_SEQ): up (+ bias), activation, down (+ bias).
-        ``swiglu``/``geglu`` are the one-input GLUs (up is [2F]: act(first half) * second)."""
+        ``swiglu``/``geglu`` are the one-input GLUs (up is [2F]: act(first half) * second).
+        ``suffix`` picks other weights (``_shexp``: nemotron_h's shared expert)."""
         g = self.g
         if act == "relu_sqr":  # LLM_FFN_RELU_SQR: RELU (ffn_relu), then SQR (ffn_sqr(relu))
-            cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
+            cur = self.proj(il, f"ffn_up{suffix}", cur, "ffn_up", "ffn_up_b")
             cur = g.cb(g.unary("RELU", cur), "ffn_relu", il)
             cur = g.cb(g.sqr(cur), "ffn_sqr(relu)", il)
-            return self.ffn_down(il, cur)
+            return self.ffn_down(il, cur, suffix)
+        if suffix:
+            raise UnsupportedError(f"sequential ffn {act!r} with {suffix!r} weights is not implemented")
         if act not in self.FFN_SEQ_ACT:
             raise UnsupportedError(f"sequential ffn activation {act!r} is not implemented")
         cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")

@@ -65,9 +65,14 @@ class RunSettings:
     #: sched_reserve does (a recurrent state then zeroes cell 0 and copies all rs_size
     #: cells: llama_memory_recurrent_context::get_rs_z / get_n_rs with is_full)
     memory_full: bool = False
+    #: internal, not a flag: the V cache layout when it differs from what flash attention
+    #: implies (llama.cpp creates the cache with ``-fa auto`` as on, ``v_trans = false``, and
+    #: resolve_fused_ops may turn flash attention off afterwards: graphcost.memory.sched)
+    v_trans: bool | None = None
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "memory_full"}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__
+                if k not in ("memory_full", "v_trans")}
 
 
 @dataclass(frozen=True)

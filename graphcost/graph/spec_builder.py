@@ -84,8 +84,10 @@ class SpecBuilder:
             return None
         optional = short.endswith("?")
         short = short.rstrip("?")
-        suffix = "bias" if short.endswith(".bias") else "weight"
-        base = short[: -len(".bias")] if suffix == "bias" else short
+        # ``x.bias`` / ``x.scale`` (a per-tensor or per-expert weight scale, gemma4's
+        # ``ffn_gate_inp.scale``, ``ffn_down_exps.scale``) name the other parts of a weight
+        suffix = next((s for s in ("bias", "scale") if short.endswith("." + s)), "weight")
+        base = short[: -len(suffix) - 1] if suffix != "weight" else short
         if base.startswith("/") or self.il is None:
             full = f"{base.lstrip('/')}.{suffix}"
         else:
@@ -139,6 +141,23 @@ class SpecBuilder:
         g.layer = None
         g.block = "other"
         self.run(self.spec.epilogue)
+        self.refuse_unread_scales()
+
+    def refuse_unread_scales(self) -> None:
+        """llama.cpp multiplies every weight scale a file carries (``<weight>.scale``: NVFP4
+        conversions; llama_model_base's generic ``*_s`` tensors, build_lora_mm's and
+        build_lora_mm_id's ``w_s``) into its product. A trunk scale this family's statements
+        did not read would leave a MUL out of the graph: refuse the file in one line."""
+        m, read = self.m, self.b.weights_read
+        for name in m.header.tensors:
+            if not name.endswith(".scale") or name in read:
+                continue
+            parts = name.split(".")
+            if parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) >= m.n_layer:
+                continue  # a NextN/MTP block's: outside the trunk graph
+            raise UnsupportedError(f"{m.header.path}: {m.arch} with the weight scale "
+                                   f"{name!r} is not modelled (graphcost's {m.arch} graph "
+                                   "does not multiply it in)")
 
 
 def build_from_spec(b: LlmGraph, spec: ArchSpec) -> None:
