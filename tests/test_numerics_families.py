@@ -11,9 +11,9 @@ after three MoE layers), glm4 1.2e-7, glm4 MROPE 0.55% (Qcur-0 6.1e-8), glm4moe 
 (l_out-0 2.3e-4), qwen2moe 0.89%, olmoe 1.2%, smollm3 0.31%, seed_oss 1.4e-7, cohere2
 0.64%, exaone4 1.3%, ernie4_5-moe 1.6e-7, minimax-m2 0.87% (ffn_moe_out-0 3.6e-3),
 lfm2moe 0.28%, qwen3vl 1.3e-7, qwen3vlmoe 0.8%, mistral3 0.78%, llama4 0.98%, gemma3n
-1.2e-7, gemma4 2.4%; every rope output <= 1.3e-7 in layer 0. The whole file: 51 s of
-CPU (user, llama.cpp workers included) on the loaded 2-core machine, 11.5 min of wall
-there at nice 19.
+1.2e-7, gemma4 2.4%, nemotron_h_moe 8.2e-8; every rope output <= 1.3e-7 in layer 0.
+The whole file (40 tests): 131 s wall, 50 s user CPU (llama.cpp workers included) at
+nice 19 on the shared 2-core machine (11.5 min wall under a load of 15).
 """
 from __future__ import annotations
 
@@ -140,6 +140,10 @@ CASES = {
     "mistral3": ("fixtures_simple", "write_mistral3", dict(original_context=4), False,
                  ["Qcur_attn_temp_scaled-0", "l_out-0"]),
     "llama4": ("fixtures_simple", "write_llama4", {}, True, ["Qcur_normed-0", "l_out-1"]),
+    # Mamba-2, MoE (E), attention (*) layers: "MEM*EM"
+    "nemotron_h_moe": ("fixtures_hybrid", "write_nemotron_h",
+                       dict(pattern="MEM*EM", arch="nemotron_h_moe"), True,
+                       ["mamba_out-0", "l_out-1"]),
     # altup (MEAN, SQRT of the magnitudes), laurel, per-layer inputs from the second,
     # unnamed token input
     "gemma3n": ("fixtures_gemma3n", "write_gemma3n", {}, False,
