@@ -14,7 +14,7 @@ from functools import cached_property
 from graphcost.graph.build import BuiltGraph
 from graphcost.cost.costs import FLOP_KINDS, Unmodelled, op_cost
 from graphcost.graph.ggml_graph import Tensor
-from graphcost.memory.plan import MemoryPlan, plan_for
+from graphcost.memory.plan import MemoryPlan, plan_for, state_memory
 
 READ_KINDS = ("weights", "kv", "inputs", "act")
 _ROLE_TO_READ = {"weight": "weights", "kv": "kv", "input": "inputs", "activation": "act"}
@@ -94,8 +94,9 @@ class Analysis:
 
     @property
     def recurrent_state_bytes(self) -> int:
-        """Bytes of the recurrent states' R and S buffers (hybrid/recurrent models)."""
-        return sum(st.buffer_bytes for st in self.graph.states)
+        """Bytes of the recurrent states' R and S buffers (hybrid/recurrent models), as
+        llama.cpp logs its ``RS buffer size`` (graphcost.memory.plan.state_memory)."""
+        return sum(r.bytes for r in state_memory(self.graph))
 
     @cached_property
     def memory(self) -> MemoryPlan:

@@ -55,7 +55,7 @@ from graphcost.format.model import YARN_UNREAD_KEYS
 from graphcost.graph.llm_graph import KVCache
 from graphcost.format.model import ModelInfo
 from graphcost.graph.ops import Op
-from graphcost.graph.settings import KV_PAD, RunSettings, pad, resolve
+from graphcost.graph.settings import RunSettings, n_kv_for, resolve
 
 #: numerics modes (see graphcost.execute.exec_ops)
 NUMERICS = ("ggml", "fast")
@@ -257,7 +257,7 @@ class CellState:
 
     def n_kv(self) -> int:
         """llama_kv_cache::get_n_kv: attended cells, padded to 256."""
-        return min(self.size, max(KV_PAD, pad(self.used_max_p1(), KV_PAD)))
+        return n_kv_for(self.used_max_p1(), self.size)
 
     def find_slot(self, n: int) -> np.ndarray:
         """llama_kv_cache::find_slot (cont = false) for ``n`` tokens of sequence 0."""

@@ -39,11 +39,6 @@ def kv_pad(flavour: str, flash_attn: bool) -> int:
     return KV_PAD
 
 
-def pad(x: int, n: int) -> int:
-    """GGML_PAD: round ``x`` up to a multiple of ``n``."""
-    return (x + n - 1) // n * n
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """What the user asked for, with llama-cli's defaults."""
@@ -109,7 +104,7 @@ def _cache_type(flag: str, value: str) -> gt.GGMLType:
 
 def n_kv_for(used: int, size: int, p: int = KV_PAD) -> int:
     """llama_kv_cache::get_n_kv: attended cells for ``used`` filled cells in a cache of ``size``."""
-    return min(size, max(p, pad(used, p)))
+    return min(size, max(p, gt.ggml_pad(used, p)))
 
 
 #: llama.cpp parses -c, -b, -ub as C ``int`` (common/arg.cpp: the handler takes ``int
@@ -156,7 +151,7 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
     if ctx <= 0:
         raise SettingsError("--ctx-size 0 needs the model's context_length, which is missing")
     p = kv_pad(s.llama_cpp, flash)
-    n_ctx = pad(ctx, p)
+    n_ctx = gt.ggml_pad(ctx, p)
     n_batch = min(n_ctx, s.batch_size)
     n_ubatch = min(n_batch, s.ubatch_size)
     if s.tokens < 1:
@@ -182,7 +177,7 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
         notes.append("no KV cache (encoder): every token is an output, --past and "
                      "--outputs have no effect")
     if n_swa > 0:
-        kv_size_swa = kv_size if s.swa_full else pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
+        kv_size_swa = kv_size if s.swa_full else gt.ggml_pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
         n_kv_swa = n_kv_for(min(used, kv_size_swa), kv_size_swa)
     return Resolved(s, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, s.tokens, outputs,
                     s.past, kv_size, kv_size_swa, n_kv_for(used, kv_size, p), n_kv_swa, notes)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from graphcost.graph.arch_spec import ArchSpec, evaluate, rope_mode
+from graphcost.format.hparam_expr import evaluate
+from graphcost.graph.arch_spec import ArchSpec, rope_mode
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import AttnInputs, LlmGraph

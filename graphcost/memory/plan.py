@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from graphcost.format import ggml_types as gt
-from graphcost.memory.alloc import CPU_ALIGNMENT, Allocation, align, allocate, ggml_nbytes
+from graphcost.memory.alloc import CPU_ALIGNMENT, Allocation, allocate, ggml_nbytes
 from graphcost.graph.build import BuiltGraph, build_graph, resolve_for
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.model import ModelInfo
@@ -221,16 +221,16 @@ def cache_memory(bg: BuiltGraph) -> list[CacheMemory]:
     for c in bg.caches:
         out.append(CacheMemory(c.name, c.size, len(c.layers), gt.type_name(bg.run.type_k),
                                gt.type_name(bg.run.type_v),
-                               sum(align(t.nbytes, CPU_ALIGNMENT) for t in c.k.values()),
-                               sum(align(t.nbytes, CPU_ALIGNMENT) for t in c.v.values())))
+                               sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in c.k.values()),
+                               sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in c.v.values())))
     return out
 
 
 def state_memory(bg: BuiltGraph) -> list[RecurrentMemory]:
     """Each recurrent state's R and S buffers, every tensor aligned as allocated."""
     return [RecurrentMemory(st.size, len(st.layers),
-                            sum(align(t.nbytes, CPU_ALIGNMENT) for t in st.r.values()),
-                            sum(align(t.nbytes, CPU_ALIGNMENT) for t in st.s.values()))
+                            sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in st.r.values()),
+                            sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in st.s.values()))
             for st in bg.states]
 
 
@@ -323,8 +323,8 @@ def fuse_attention(bg: BuiltGraph, label: str = "analyzed") -> FusionWhatIf:
                     continue  # a view of the cache / an input: not a result of the block
                 leaving.append(st)
         results = [n for n in block if not n.is_view]
-        before = sum(align(ggml_nbytes(n), CPU_ALIGNMENT) for n in results)
-        after = sum(align(ggml_nbytes(n), CPU_ALIGNMENT) for n in leaving)
+        before = sum(gt.ggml_pad(ggml_nbytes(n), CPU_ALIGNMENT) for n in results)
+        after = sum(gt.ggml_pad(ggml_nbytes(n), CPU_ALIGNMENT) for n in leaving)
         if len(leaving) != 1 or leaving[0] is not nodes[hi]:
             unfused.append((il, "more than the output projection leaves the block"))
             continue

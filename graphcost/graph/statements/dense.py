@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphcost.format import ggml_types as gt
-from graphcost.graph.arch_spec import evaluate
+from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.spec_builder import SpecBuilder, statement

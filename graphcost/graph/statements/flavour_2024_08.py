@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from graphcost.format import ggml_types as gt
 from graphcost.graph.llm_graph import KVCache
-from graphcost.graph.settings import pad
 from graphcost.graph.spec_builder import SpecBuilder, statement
 from graphcost.graph.statements.core import s_rope
 
@@ -43,7 +42,7 @@ def attention_inputs(sb: SpecBuilder, a: dict) -> None:
                     k, v, False, False)
     b.caches.append(cache)
     sb.vars["kv_cache"] = cache
-    mask = g.cb(g.new_tensor(gt.F32, [run.n_kv, pad(b.n_tokens, KQ_MASK_PAD)]), "KQ_mask")
+    mask = g.cb(g.new_tensor(gt.F32, [run.n_kv, gt.ggml_pad(b.n_tokens, KQ_MASK_PAD)]), "KQ_mask")
     sb.vars["KQ_mask"] = g.cast(mask, gt.F16) if run.flash_attn else mask
 
 

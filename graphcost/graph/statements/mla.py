@@ -27,7 +27,7 @@ Sizes are expressions over the hyperparameter names (``kv_lora_rank``, ``head_di
 from __future__ import annotations
 
 from graphcost.format import ggml_types as gt
-from graphcost.graph.arch_spec import evaluate
+from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, SettingsError
 from graphcost.graph.spec_builder import SpecBuilder, statement
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphcost.format import ggml_types as gt
-from graphcost.graph.arch_spec import evaluate
+from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_recurrent import N_RS_SEQ, build_rs, build_rs_inputs, make_state
