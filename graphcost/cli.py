@@ -137,7 +137,7 @@ def analyze(
     info = load_model(path)
     # the ranges are checked against the model's layers before a set is built
     opts = replace(opts, layers=_parse_layers(layers, info.n_layer))
-    a = analyze_graph(build_graph(info, settings))
+    a = analyze_graph(build_graph(info, settings), memory=RENDERERS[fmt].memory)
     _emit(render(RENDERERS, fmt, a, opts), output)
 
 

@@ -51,7 +51,7 @@ def document(a: Analysis, hardware=None) -> dict:
     by_layer = [{"layer": k, **a.by_layer[k].to_dict()} for k in layers]
     if None in a.by_layer:
         by_layer.append({"layer": None, **a.by_layer[None].to_dict()})
-    mem = a.memory
+    mem = a.require_memory()
     step = mem.step
     doc = {
         "schema": SCHEMA,

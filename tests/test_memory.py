@@ -89,7 +89,7 @@ def test_kv_split_per_cache_and_swa_full(gemma3):
 
 def test_json_memory_fields_and_live_bytes(gemma3):
     bg = build_graph(gemma3, RunSettings(ctx_size=1024, tokens=7, past=20, outputs=2))
-    doc = document(analyze_graph(bg))
+    doc = document(analyze_graph(bg, memory=True))
     mem = doc["memory"]
     plan = plan_memory(gemma3, RunSettings(ctx_size=1024))
     assert mem["compute_buffer_bytes"] == plan.compute_buffer_bytes

@@ -46,7 +46,7 @@ import numpy as np
 
 from graphcost.format import ggml_types as gt
 from graphcost.graph import ops
-from graphcost.graph.build import BuiltGraph, build_graph, load_model
+from graphcost.graph.build import BuiltGraph, build_graph, load_model, resolve_for
 from graphcost.errors import GGUFError, SettingsError, UnsupportedError
 from graphcost.execute.exec_ops import (Ctx, compile_node, flat_bytes, resolve_entry, shape_strides, tensor_view, unsupported_ops, weight_types)
 from graphcost.graph.ggml_graph import Tensor
@@ -55,7 +55,8 @@ from graphcost.format.model import YARN_UNREAD_KEYS
 from graphcost.graph.llm_graph import KVCache
 from graphcost.format.model import ModelInfo
 from graphcost.graph.ops import Op
-from graphcost.graph.settings import RunSettings, n_kv_for, resolve
+from graphcost.graph.flavour import flavour
+from graphcost.graph.settings import RunSettings, n_kv_for
 
 #: numerics modes (see graphcost.execute.exec_ops)
 NUMERICS = ("ggml", "fast")
@@ -400,7 +401,7 @@ class Executor:
 
         if numerics not in NUMERICS:
             raise SettingsError(f"numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
-        if settings.llama_cpp != "head":
+        if not flavour(settings.llama_cpp).executable:
             raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
                                    f"{settings.llama_cpp}")
         self.model = model if isinstance(model, ModelInfo) else load_model(model)
@@ -423,6 +424,8 @@ class Executor:
         self.rng = np.random.default_rng(seed)
         self._notes: list[str] = []
         check_runnable(self.model, settings)
+        #: the context, resolved once; each step is a ubatch of it (Resolved.step)
+        self.run = resolve_for(self.model, settings)
         if self.model.header.has_data:
             self.weights = mapped_weights(self.model)
         else:
@@ -446,19 +449,14 @@ class Executor:
         self.cells.clear()
         self.past = 0
 
-    def step_settings(self, n_tokens: int, n_outputs: int = 1) -> RunSettings:
-        """The run settings of the next step (``past`` is the tokens decoded so far)."""
-        return replace(self.settings, tokens=n_tokens, past=self.past, outputs=n_outputs)
-
     # ---- compilation -------------------------------------------------------------------
     def plan(self, n_tokens: int, n_outputs: int = 1) -> Plan:
         """The compiled graph for a ubatch of ``n_tokens`` at the current ``past``; graphs
         differ only by their shape (tokens, outputs, attended cells), so plans are cached."""
-        rs = self.step_settings(n_tokens, n_outputs)
-        run = resolve(rs, self.model.n_ctx_train, self.model.n_swa)
+        run = self.run.step(n_tokens, self.past, n_outputs)
         key = (n_tokens, n_outputs, run.n_kv, run.n_kv_swa)
         if key not in self._plans:
-            self._plans[key] = self._compile(build_graph(self.model, rs))
+            self._plans[key] = self._compile(build_graph(self.model, run))
         return self._plans[key]
 
     def _compile(self, bg: BuiltGraph) -> Plan:

@@ -76,23 +76,15 @@ class ReserveGraph:
         return self.graph.nodes[self.alloc.peak_index]
 
 
-#: the worst-case graphs each graph flavour reserves: HEAD's sched_reserve allocates a
-#: prompt and a generation graph; llama_new_context_with_model of 2024-08 only the prompt
-#: graph (``llama_build_graph(..., worst_case = true)``; not checked against that llama.cpp)
-RESERVE_GRAPHS = {"head": ("prompt", "generation"), "2024-08": ("prompt",)}
-
-
-def reserve_settings(settings: RunSettings, run: Resolved) -> list[tuple[str, RunSettings]]:
-    """The settings of the graphs llama.cpp allocates at start-up: prompt (n_ubatch
-    tokens, all outputs) and generation (one token), every KV cell attended."""
+def reserve_runs(run: Resolved) -> list[tuple[str, Resolved]]:
+    """The graphs llama.cpp allocates at start-up (``run.flavour.reserve_graphs``): prompt
+    (n_ubatch tokens, all outputs) and generation (one token), every KV cell attended,
+    built against the memory's full state."""
     out = []
-    labels = RESERVE_GRAPHS.get(settings.llama_cpp, RESERVE_GRAPHS["head"])
     for label, tokens in (("prompt", run.n_ubatch), ("generation", N_SEQ_MAX)):
-        if label not in labels:
-            continue
-        # past + tokens = n_ctx makes every cache attend all its cells (n_kv = size)
-        out.append((label, dataclasses.replace(settings, tokens=tokens, outputs=tokens,
-                                               past=run.n_ctx - tokens, memory_full=True)))
+        if label in run.flavour.reserve_graphs:
+            # past + tokens = n_ctx makes every cache attend all its cells (n_kv = size)
+            out.append((label, run.step(tokens, run.n_ctx - tokens, tokens, memory_full=True)))
     return out
 
 
@@ -234,25 +226,25 @@ def state_memory(bg: BuiltGraph) -> list[RecurrentMemory]:
             for st in bg.states]
 
 
-def plan_memory(model: ModelInfo, settings: RunSettings,
+def plan_memory(model: ModelInfo, settings: RunSettings | Resolved,
                 analyzed: BuiltGraph | None = None) -> MemoryPlan:
     """Build the reserve graphs for ``settings`` and allocate them like sched_reserve;
     with ``analyzed`` (a graph built for the same model), also run the allocator over it
     for its live bytes per node."""
-    run = resolve_for(model, settings)
+    run = settings if isinstance(settings, Resolved) else resolve_for(model, settings)
     reserves = []
-    for label, s in reserve_settings(settings, run):
-        bg = build_graph(model, s)
+    for label, r in reserve_runs(run):
+        bg = build_graph(model, r)
         reserves.append(ReserveGraph(label, bg, simulate(bg)))
     step = simulate(analyzed) if analyzed is not None else None
     return MemoryPlan(model, run, model.weights_bytes, cache_memory(reserves[0].graph),
-                      output_buffer_bytes(model, settings.embeddings), reserves, step,
+                      output_buffer_bytes(model, run.settings.embeddings), reserves, step,
                       state_memory(reserves[0].graph))
 
 
 def plan_for(bg: BuiltGraph) -> MemoryPlan:
     """The memory plan for the settings ``bg`` was built with, with ``bg`` as the step."""
-    return plan_memory(bg.model, bg.run.settings, analyzed=bg)
+    return plan_memory(bg.model, bg.run, analyzed=bg)
 
 
 #: sweep keys: the RunSettings field each one sets

@@ -236,7 +236,7 @@ def _totals(a: Analysis, shown: list[int], layers: set[int] | None, wires: _Wire
     rows += [(k, v, "") for k, v in sorted(t.ops.items()) if k not in FLOP_KINDS and k != "cvt"]
     rows.append(("weights", a.weights_bytes, "model tensors; " + _human_bytes(a.weights_bytes)))
     rows.append(("KV cache", a.kv_cache_bytes, "all K and V buffers; " + _human_bytes(a.kv_cache_bytes)))
-    step = a.memory.step
+    step = a.require_memory().step
     rows.append(("peak live", step.peak_bytes, f"compute buffer, at #{step.peak_index} "
                  f"{a.graph.nodes[step.peak_index].name}; " + _human_bytes(step.peak_bytes)))
     lines += ["  " + r for r in _table(rows)]
@@ -302,7 +302,7 @@ def _node_blocks(a: Analysis, shown: list[int], index_of: dict[int, int], wires:
                 consumers.setdefault(i, []).append(j)
 
     g = _Gutter(wires.width)
-    live = a.memory.step.live
+    live = a.require_memory().step.live
     out: list[str] = []
     prev: int | None = None
     layer: int | None = None  # nodes before the first layer (the prologue) get no title
