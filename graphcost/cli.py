@@ -224,7 +224,8 @@ def memory(
     with --device (or any placement flag), per device as llama.cpp places them."""
     from graphcost.graph.build import load_model
     from graphcost.files import check_output
-    from graphcost.memory.plan import fuse_plan, plan_memory, sweep as run_sweep
+    from graphcost.memory.fusion import fuse_plan
+    from graphcost.memory.plan import plan_memory, sweep as run_sweep
     from graphcost.report.memory import render_memory, render_sweep, write_plot
     from graphcost.graph.settings import RunSettings
 

@@ -14,7 +14,8 @@ import pytest
 from fixtures import write_gemma3, write_llama
 from graphcost.cost.analysis import analyze_graph
 from graphcost.graph.build import build_graph, load_model
-from graphcost.memory.plan import fuse_plan, plan_memory, sweep
+from graphcost.memory.fusion import fuse_plan
+from graphcost.memory.plan import plan_memory, sweep
 from graphcost.document import document
 from graphcost.report.memory import render_memory, render_sweep
 from graphcost.graph.settings import RunSettings
