@@ -57,16 +57,17 @@ def rope_mode(spec: ArchSpec, name: str | None = None) -> int | None:
     return _ROPE_MODES[name]
 
 
-def _stmt_list(doc: dict, key: str, path: Path) -> list[dict]:
-    v = doc.get(key, [])
+def statement_list(v: Any, what: str, where: Any) -> list[dict]:
+    """``v`` (None: empty) checked as a list of statements, each a mapping with one key
+    (a spec's prologue, layer and epilogue, and every branch of if/when/kv_layer/...);
+    ``where`` (the spec's path) starts the one-line error."""
+    v = [] if v is None else v
     if not isinstance(v, list):
-        raise GraphcostError(f"{path}: {key!r} must be a list of statements")
-    out = []
+        raise GraphcostError(f"{where}: {what} must be a list of statements")
     for i, s in enumerate(v):
         if not isinstance(s, dict) or len(s) != 1:
-            raise GraphcostError(f"{path}: {key}[{i}] must be a mapping with one statement")
-        out.append(s)
-    return out
+            raise GraphcostError(f"{where}: {what}[{i}] must be a mapping with one statement")
+    return v
 
 
 def parse_spec(path: Path) -> ArchSpec:
@@ -88,8 +89,9 @@ def parse_spec(path: Path) -> ArchSpec:
     return ArchSpec(
         name=str(doc["architecture"]), source=str(doc.get("source", "")), rope=rope,
         hparams=dict(doc.get("hparams") or {}),
-        prologue=_stmt_list(doc, "prologue", path), layer=_stmt_list(doc, "layer", path),
-        epilogue=_stmt_list(doc, "epilogue", path),
+        prologue=statement_list(doc.get("prologue"), "prologue", path),
+        layer=statement_list(doc.get("layer"), "layer", path),
+        epilogue=statement_list(doc.get("epilogue"), "epilogue", path),
         unsupported_tensors=dict(doc.get("unsupported_tensors") or {}),
         proven={k: str(v) for k, v in proven.items()}, path=path, memory=memory)
 

@@ -16,7 +16,7 @@ import importlib
 from typing import Any, Callable
 
 from graphcost.format.hparam_expr import evaluate
-from graphcost.graph.arch_spec import ArchSpec, rope_mode
+from graphcost.graph.arch_spec import ArchSpec, rope_mode, statement_list
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import AttnInputs, LlmGraph
@@ -114,6 +114,11 @@ class SpecBuilder:
         return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}
 
     # ---- driver ------------------------------------------------------------------------
+    def run_branch(self, what: str, stmts: Any) -> None:
+        """Run a branch of a control statement (``if: then``, ``when: else`` ...), checked
+        as a list of statements first."""
+        self.run(statement_list(stmts, what, self.spec.path))
+
     def run(self, stmts: list[dict]) -> None:
         for s in stmts:
             (key, args), = s.items()

@@ -17,23 +17,11 @@ qwen2 and qwen3 need nothing beyond the core. What the others add:
 """
 from __future__ import annotations
 
-from typing import Any
 
-from graphcost.format import ggml_types as gt
 from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.spec_builder import SpecBuilder, statement
-
-
-def _branch(sb: SpecBuilder, what: str, stmts: Any) -> list[dict]:
-    stmts = stmts or []
-    if not isinstance(stmts, list):
-        raise GraphcostError(sb.where(f"{what} must be a list of statements"))
-    for i, s in enumerate(stmts):
-        if not isinstance(s, dict) or len(s) != 1:
-            raise GraphcostError(sb.where(f"{what}[{i}] must be a mapping with one statement"))
-    return stmts
 
 
 def _key(sb: SpecBuilder, short: str) -> str:
@@ -69,7 +57,7 @@ def if_(sb: SpecBuilder, a: dict) -> None:
     if "test" not in a:
         raise GraphcostError(sb.where("if needs a 'test' expression"))
     taken = "then" if sb.expr(a["test"]) else "else"
-    sb.run(_branch(sb, f"if: {taken}", a.get(taken)))
+    sb.run_branch(f"if: {taken}", a.get(taken))
 
 
 @statement("qkv_flat")
@@ -86,7 +74,7 @@ def build_qkv_flat(sb: SpecBuilder, cur: Tensor) -> tuple[Tensor, Tensor, Tensor
     Separate weights: MUL_MAT (+ ADD bias) each, unnamed. Fused ``attn_qkv``: one MUL_MAT
     named ``wqkv`` (+ bias ``wqkv_b``), then 2-D row views of it made contiguous (CONT),
     Q, K, V in that order."""
-    b, g, m, il = sb.b, sb.g, sb.m, sb.il
+    b, g, il = sb.b, sb.g, sb.il
     wqkv = sb.weight("attn_qkv?")
     if wqkv is None:
         out = []
@@ -95,22 +83,7 @@ def build_qkv_flat(sb: SpecBuilder, cur: Tensor) -> tuple[Tensor, Tensor, Tensor
             bias = sb.weight(f"{short}.bias?")
             out.append(g.add(t, bias) if bias is not None else t)
         return out[0], out[1], out[2]
-    qkv = g.cb(b.mm(wqkv, cur), "wqkv", il)
-    bias = sb.weight("attn_qkv.bias?")
-    if bias is None:
-        # create_tensor_qkv loads separate biases only when there is no fused one
-        bq, bk, bv = (sb.weight(f"attn_{x}.bias?") for x in "qkv")
-        if bq is not None and bk is not None and bv is not None:
-            bias = g.concat(g.concat(bq, bk, 0), bv, 0)
-    if bias is not None:
-        qkv = g.cb(g.add(qkv, bias), "wqkv_b", il)
-    n_q = m.head_k(il) * m.n_head[il]
-    n_k = m.head_k(il) * m.n_head_kv[il]
-    n_v = m.head_v(il) * m.n_head_kv[il]
-    T, rs = qkv.ne[1], gt.row_size
-    q = g.view(qkv, [n_q, T], [qkv.nb[1]], 0)
-    k = g.view(qkv, [n_k, T], [qkv.nb[1]], rs(qkv.type, n_q))
-    v = g.view(qkv, [n_v, T], [qkv.nb[1]], rs(qkv.type, n_q + n_k))
+    q, k, v = b.split_qkv(il, b.fused_qkv(il, cur, wqkv), per_head=False)
     return g.cont(q), g.cont(k), g.cont(v)
 
 
