@@ -173,25 +173,24 @@ class LlmGraph:
 
     def build_attn_inputs(self, cache: KVCache) -> AttnInputs:
         """build_input_k_idxs / v_idxs, build_attn_inp_kq_mask, build_input_k_rot / v_rot."""
-        g, m, T = self.g, self.model, self.n_tokens
-        k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
-        # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
-        n_v = T if not cache.v_trans else T * m.n_embd_v_gqa_max()
-        v_idxs = g.new_tensor(gt.I64, [n_v], name="attn_inp_v_idxs")
-        mask_type = gt.F16 if self.run.flash_attn else gt.F32
-        mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
-        inp = AttnInputs(cache, k_idxs, v_idxs, mask, None, None)
-        self.attn_inputs.append(inp)
-        return inp
+        return self._attn_inputs(cache, with_v=True)
 
     def build_attn_inputs_k(self, cache: KVCache) -> AttnInputs:
         """build_attn_inp_k_impl (MLA, K-only cache): build_input_k_idxs and
         build_attn_inp_kq_mask; no V indices, no rotation inputs."""
-        g, T = self.g, self.n_tokens
+        return self._attn_inputs(cache, with_v=False)
+
+    def _attn_inputs(self, cache: KVCache, with_v: bool) -> AttnInputs:
+        g, m, T = self.g, self.model, self.n_tokens
         k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
+        v_idxs = None
+        if with_v:
+            # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
+            n_v = T if not cache.v_trans else T * m.n_embd_v_gqa_max()
+            v_idxs = g.new_tensor(gt.I64, [n_v], name="attn_inp_v_idxs")
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
         mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
-        inp = AttnInputs(cache, k_idxs, None, mask, None, None)
+        inp = AttnInputs(cache, k_idxs, v_idxs, mask, None, None)
         self.attn_inputs.append(inp)
         return inp
 

@@ -102,6 +102,32 @@ class SpecBuilder:
     def expr(self, e: Any) -> float:
         return evaluate(e, self.names, str(self.spec.path))
 
+    def sizes(self, exprs: list, what: str, minimum: int = 1) -> list[int]:
+        """Integer sizes (elements, strides, offsets) from expressions over the
+        hyperparameters, ``n_tokens`` (the ubatch's) and, in a layer, its ``n_head`` and
+        ``n_head_kv``; each must be an integer >= ``minimum``."""
+        names = {**self.names, "n_tokens": self.b.n_tokens}
+        if self.il is not None:  # per-layer head counts
+            names.update(n_head=self.m.n_head[self.il], n_head_kv=self.m.n_head_kv[self.il])
+        out = []
+        for e in exprs:
+            v = evaluate(e, names, str(self.spec.path))
+            if v != int(v) or v < minimum:
+                raise GraphcostError(self.where(f"{what} {e!r} is {v}, not an integer >= {minimum}"))
+            out.append(int(v))
+        return out
+
+    def shape_op(self, a: dict, what: str, op: Callable[[Tensor, list[int]], Tensor]) -> None:
+        """``{x, ne: [...], cb, out}``: ``op(x, ne)`` (a reshape, a repeat) with sizes from
+        :meth:`sizes`; a shape ``op`` refuses is one line naming the statement."""
+        ne = self.sizes(a["ne"], f"{what} size")
+        x = self.var(a["x"])
+        try:
+            t = op(x, ne)
+        except ValueError as err:
+            raise GraphcostError(self.where(f"{what} of {a['x']} to {ne}: {err}")) from None
+        self.vars[a.get("out", a["x"])] = self.cb(t, a.get("cb"))
+
     def kv_reuse(self) -> dict[int, int]:
         """Layers without KV and the layer whose cache each reads: with hparams
         ``n_layer_kv_from_start`` N (an expression; gemma3n: 20, gemma4: n_layer -

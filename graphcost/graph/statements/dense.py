@@ -18,7 +18,6 @@ qwen2 and qwen3 need nothing beyond the core. What the others add:
 from __future__ import annotations
 
 
-from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.spec_builder import SpecBuilder, statement
@@ -91,21 +90,7 @@ def build_qkv_flat(sb: SpecBuilder, cur: Tensor) -> tuple[Tensor, Tensor, Tensor
 def reshape(sb: SpecBuilder, a: dict) -> None:
     """``{x: Qcur, ne: [head_dim, n_head, n_tokens], cb: name, out: var}``: ggml_reshape_Nd;
     each size is an expression (``n_tokens`` is the ubatch's token count)."""
-    names = {**sb.names, "n_tokens": sb.b.n_tokens}
-    if sb.il is not None:  # per-layer head counts
-        names.update(n_head=sb.m.n_head[sb.il], n_head_kv=sb.m.n_head_kv[sb.il])
-    ne = []
-    for e in a["ne"]:
-        v = evaluate(e, names, str(sb.spec.path))
-        if v != int(v) or v <= 0:
-            raise GraphcostError(sb.where(f"reshape size {e!r} is {v}, not a positive integer"))
-        ne.append(int(v))
-    x = sb.var(a["x"])
-    try:
-        t = sb.g.reshape(x, ne)
-    except ValueError as err:
-        raise GraphcostError(sb.where(f"reshape of {a['x']} to {ne}: {err}")) from None
-    sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
+    sb.shape_op(a, "reshape", sb.g.reshape)
 
 
 @statement("rope_ctx")
