@@ -207,7 +207,7 @@ def analyze(
         if flash_attn_auto_fails(info, settings, place(info, dargs, flags), flags):
             # llama.cpp's -fa auto does too, the cache already made for it (V not transposed)
             settings = replace(settings, flash_attn="off", v_trans=False)
-        a = analyze_graph(build_graph(info, settings))
+        a = analyze_graph(build_graph(info, settings), memory=RENDERERS[fmt].memory)
         a.schedule = schedule_step(a.graph, dargs, flags)
         if a.schedule is None:
             _fail("--device: the scheduler is modelled for rpc devices only (the others' "
@@ -217,7 +217,7 @@ def analyze(
           or no_host or cpu_features is not None or dev is not None or no_op_offload):
         _fail("the placement flags (-ngl, -ts, -sm, -mg, -ot, -dev, ...) go with --device")
     else:
-        a = analyze_graph(build_graph(info, settings))
+        a = analyze_graph(build_graph(info, settings), memory=RENDERERS[fmt].memory)
     _emit(render(RENDERERS, fmt, a, opts), output)
 
 
@@ -307,7 +307,8 @@ def memory(
     with --device (or any placement flag), per device as llama.cpp places them."""
     from graphcost.graph.build import load_model
     from graphcost.files import check_output
-    from graphcost.memory.plan import fuse_plan, plan_memory, sweep as run_sweep
+    from graphcost.memory.fusion import fuse_plan
+    from graphcost.memory.plan import plan_memory, sweep as run_sweep
     from graphcost.report.memory import render_memory, render_sweep, write_plot
     from graphcost.graph.settings import RunSettings
 

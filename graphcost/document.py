@@ -51,7 +51,7 @@ def document(a: Analysis, hardware=None) -> dict:
     by_layer = [{"layer": k, **a.by_layer[k].to_dict()} for k in layers]
     if None in a.by_layer:
         by_layer.append({"layer": None, **a.by_layer[None].to_dict()})
-    mem = a.memory
+    mem = a.require_memory()
     step = mem.step
     doc = {
         "schema": SCHEMA,
@@ -146,7 +146,7 @@ def memory_document(plan, sweep: tuple[str, list[int], list] | None = None) -> d
     """``graphcost memory`` as plain data (the HTML report's): the start-up breakdown,
     each reserve graph with its live bytes per node, the tensors live at the peak, and
     the sweep rows when ``sweep`` = (key, values, plans) is given. Bytes throughout."""
-    from graphcost.memory.plan import describe_tensor
+    from graphcost.report.memory import describe_tensor
     m, run = plan.model, plan.run
     w = plan.worst
     doc = {

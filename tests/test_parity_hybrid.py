@@ -217,7 +217,7 @@ def mib2(n: int) -> float:
 @pytest.mark.parametrize("case", MEM_CASES, ids=[_mid(c) for c in MEM_CASES])
 def test_hybrid_memory_matches_llama_cpp_log(models, logs, case):
     log = logs[_mid(case)]
-    mem = document(analyze_graph(build_graph(load_model(models[case[0]]), _settings(case))))["memory"]
+    mem = document(analyze_graph(build_graph(load_model(models[case[0]]), _settings(case)), memory=True))["memory"]
     assert mib2(mem["compute_buffer_bytes"]) == log["compute_buffer_mib"]
     (exact,) = log["compute_buffer_exact"]
     assert f"{mem['compute_buffer_bytes'] / MiB:.4f}" == f"{exact['mib']:.4f}"

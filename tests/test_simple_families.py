@@ -7,7 +7,7 @@ import pytest
 
 import fixtures_simple as S
 from graphcost.format import ggml_types as gt
-from graphcost.graph.arch_spec import evaluate
+from graphcost.format.hparam_expr import evaluate
 from graphcost.graph.build import build_graph, load_model
 from graphcost.cost.costs import op_cost
 from graphcost.errors import GraphcostError, UnsupportedError

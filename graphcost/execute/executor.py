@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Callable, Iterable
 
@@ -46,7 +46,7 @@ import numpy as np
 
 from graphcost.format import ggml_types as gt
 from graphcost.graph import ops
-from graphcost.graph.build import BuiltGraph, build_graph, load_model
+from graphcost.graph.build import BuiltGraph, build_graph, load_model, resolve_for
 from graphcost.errors import GGUFError, SettingsError, UnsupportedError
 from graphcost.execute.exec_ops import (Ctx, compile_node, flat_bytes, resolve_entry, shape_strides, tensor_view, unsupported_ops, weight_types)
 from graphcost.graph.ggml_graph import Tensor
@@ -55,7 +55,8 @@ from graphcost.format.model import YARN_UNREAD_KEYS
 from graphcost.graph.llm_graph import KVCache
 from graphcost.format.model import ModelInfo
 from graphcost.graph.ops import Op
-from graphcost.graph.settings import KV_PAD, RunSettings, pad, resolve
+from graphcost.graph.flavour import flavour
+from graphcost.graph.settings import RunSettings, n_kv_for
 
 #: numerics modes (see graphcost.execute.exec_ops)
 NUMERICS = ("ggml", "fast")
@@ -269,7 +270,7 @@ class CellState:
 
     def n_kv(self) -> int:
         """llama_kv_cache::get_n_kv: attended cells, padded to 256."""
-        return min(self.size, max(KV_PAD, pad(self.used_max_p1(), KV_PAD)))
+        return n_kv_for(self.used_max_p1(), self.size)
 
     def find_slot(self, n: int) -> np.ndarray:
         """llama_kv_cache::find_slot (cont = false) for ``n`` tokens of sequence 0."""
@@ -412,7 +413,7 @@ class Executor:
 
         if numerics not in NUMERICS:
             raise SettingsError(f"numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
-        if settings.llama_cpp != "head":
+        if not flavour(settings.llama_cpp).executable:
             raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
                                    f"{settings.llama_cpp}")
         self.model = model if isinstance(model, ModelInfo) else load_model(model)
@@ -435,6 +436,8 @@ class Executor:
         self.rng = np.random.default_rng(seed)
         self._notes: list[str] = []
         check_runnable(self.model, settings)
+        #: the context, resolved once; each step is a ubatch of it (Resolved.step)
+        self.run = resolve_for(self.model, settings)
         if self.model.header.has_data:
             self.weights = mapped_weights(self.model)
         else:
@@ -458,19 +461,14 @@ class Executor:
         self.cells.clear()
         self.past = 0
 
-    def step_settings(self, n_tokens: int, n_outputs: int = 1) -> RunSettings:
-        """The run settings of the next step (``past`` is the tokens decoded so far)."""
-        return replace(self.settings, tokens=n_tokens, past=self.past, outputs=n_outputs)
-
     # ---- compilation -------------------------------------------------------------------
     def plan(self, n_tokens: int, n_outputs: int = 1) -> Plan:
         """The compiled graph for a ubatch of ``n_tokens`` at the current ``past``; graphs
         differ only by their shape (tokens, outputs, attended cells), so plans are cached."""
-        rs = self.step_settings(n_tokens, n_outputs)
-        run = resolve(rs, self.model.n_ctx_train, self.model.n_swa)
+        run = self.run.step(n_tokens, self.past, n_outputs)
         key = (n_tokens, n_outputs, run.n_kv, run.n_kv_swa)
         if key not in self._plans:
-            self._plans[key] = self._compile(build_graph(self.model, rs))
+            self._plans[key] = self._compile(build_graph(self.model, run))
         return self._plans[key]
 
     def _compile(self, bg: BuiltGraph) -> Plan:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from graphcost.graph.arch_spec import ArchSpec, evaluate, rope_mode
+from graphcost.format.hparam_expr import evaluate
+from graphcost.graph.arch_spec import ArchSpec, rope_mode, statement_list
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import AttnInputs, LlmGraph
@@ -103,6 +104,32 @@ class SpecBuilder:
     def expr(self, e: Any) -> float:
         return evaluate(e, self.names, str(self.spec.path))
 
+    def sizes(self, exprs: list, what: str, minimum: int = 1) -> list[int]:
+        """Integer sizes (elements, strides, offsets) from expressions over the
+        hyperparameters, ``n_tokens`` (the ubatch's) and, in a layer, its ``n_head`` and
+        ``n_head_kv``; each must be an integer >= ``minimum``."""
+        names = {**self.names, "n_tokens": self.b.n_tokens}
+        if self.il is not None:  # per-layer head counts
+            names.update(n_head=self.m.n_head[self.il], n_head_kv=self.m.n_head_kv[self.il])
+        out = []
+        for e in exprs:
+            v = evaluate(e, names, str(self.spec.path))
+            if v != int(v) or v < minimum:
+                raise GraphcostError(self.where(f"{what} {e!r} is {v}, not an integer >= {minimum}"))
+            out.append(int(v))
+        return out
+
+    def shape_op(self, a: dict, what: str, op: Callable[[Tensor, list[int]], Tensor]) -> None:
+        """``{x, ne: [...], cb, out}``: ``op(x, ne)`` (a reshape, a repeat) with sizes from
+        :meth:`sizes`; a shape ``op`` refuses is one line naming the statement."""
+        ne = self.sizes(a["ne"], f"{what} size")
+        x = self.var(a["x"])
+        try:
+            t = op(x, ne)
+        except ValueError as err:
+            raise GraphcostError(self.where(f"{what} of {a['x']} to {ne}: {err}")) from None
+        self.vars[a.get("out", a["x"])] = self.cb(t, a.get("cb"))
+
     def kv_reuse(self) -> dict[int, int]:
         """Layers without KV and the layer whose cache each reads: with hparams
         ``n_layer_kv_from_start`` N (an expression; gemma3n: 20, gemma4: n_layer -
@@ -115,6 +142,11 @@ class SpecBuilder:
         return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}
 
     # ---- driver ------------------------------------------------------------------------
+    def run_branch(self, what: str, stmts: Any) -> None:
+        """Run a branch of a control statement (``if: then``, ``when: else`` ...), checked
+        as a list of statements first."""
+        self.run(statement_list(stmts, what, self.spec.path))
+
     def run(self, stmts: list[dict]) -> None:
         for s in stmts:
             (key, args), = s.items()

@@ -43,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from graphcost.format.ggml_types import ggml_pad
 from graphcost.graph import ops
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.ops import Op
@@ -55,11 +56,6 @@ CPU_ALIGNMENT = 32
 def can_inplace(t: Tensor) -> bool:
     """ggml_op_can_inplace(t->op) (:data:`graphcost.graph.ops.INPLACE`)."""
     return t.op in ops.INPLACE
-
-
-def align(n: int, alignment: int) -> int:
-    """aligned_offset(NULL, n, alignment): round up to a multiple of ``alignment``."""
-    return (n + alignment - 1) // alignment * alignment
 
 
 def ggml_nbytes(t: Tensor) -> int:
@@ -90,7 +86,7 @@ class DynAllocator:
 
     def alloc(self, size: int) -> int:
         """ggml_dyn_tallocr_alloc: the offset of a new block of ``size`` bytes."""
-        size = align(size, self.alignment)
+        size = ggml_pad(size, self.alignment)
         best, best_size = -1, None
         for i, (_, bsize) in enumerate(self.blocks[:-1]):
             if bsize >= size and (best_size is None or bsize <= best_size):
@@ -109,7 +105,7 @@ class DynAllocator:
 
     def free(self, offset: int, size: int) -> None:
         """ggml_dyn_tallocr_free_bytes: give a block back, merging with its neighbours."""
-        size = align(size, self.alignment)
+        size = ggml_pad(size, self.alignment)
         self.in_use -= size
         for i, block in enumerate(self.blocks):
             if block[0] + block[1] == offset:  # the freed bytes follow this block
@@ -228,8 +224,8 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
     def free_extra_space(node: Tensor, parent: Tensor) -> None:
         hp = h(parent)
         dyn = dyns[hp.buffer]  # the parent's allocator and its alignment
-        psize = align(ggml_nbytes(parent), dyn.alignment)
-        nsize = align(ggml_nbytes(node), dyn.alignment)
+        psize = ggml_pad(ggml_nbytes(parent), dyn.alignment)
+        nsize = ggml_pad(ggml_nbytes(node), dyn.alignment)
         assert psize >= nsize
         if psize > nsize:
             dyn.free(hp.offset + nsize, psize - nsize)
@@ -272,7 +268,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         before = dyn.max_size
         hn.buffer = buffer
         hn.offset = dyn.alloc(size)
-        hn.size = align(size, dyn.alignment)
+        hn.size = ggml_pad(size, dyn.alignment)
         owner[id(node)] = node
         offsets[id(node)] = hn.offset
         if dyn.max_size > before:

@@ -358,10 +358,6 @@ def _index(device_name: str) -> int:
     return int(digits) if digits else 0
 
 
-def _pad(n: int, align: int) -> int:
-    return (n + align - 1) // align * align
-
-
 # ---- weights ---------------------------------------------------------------------------------
 
 def _layer_of(name: str, arch: str = "") -> tuple[str, int | None]:
@@ -491,7 +487,7 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
         if mapped or b.alignment is None:
             nb = 0
         else:
-            nb = _pad(alloc_size(b.backend, t.type, t.ne, t.nbytes), b.alignment)
+            nb = gt.ggml_pad(alloc_size(b.backend, t.type, t.ne, t.nbytes), b.alignment)
         weights.append(WeightPlacement(name, layer, il, op, b, nb))
 
     buffers: list[ModelBuffer] = []
@@ -558,7 +554,7 @@ def kv_buffers(placement: Placement, caches, no_kv_offload: bool) -> list[KVBuff
                 if backend.alignment is None or sizes.get(row, 0) is None:
                     sizes[row] = None
                     continue
-                sizes[row] = sizes.get(row, 0) + _pad(alloc_size(backend, t.type, t.ne, t.nbytes),
+                sizes[row] = sizes.get(row, 0) + gt.ggml_pad(alloc_size(backend, t.type, t.ne, t.nbytes),
                                                       backend.alignment)
         out += [KVBuffer(c.name, row, n) for row, n in sizes.items()]
     return out

@@ -11,10 +11,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphcost.format.ggml_types import type_name
-from graphcost.memory.plan import FusionWhatIf, MemoryPlan, describe_tensor
+from graphcost.graph.ggml_graph import Tensor
+from graphcost.graph.ops import Op
+from graphcost.graph.settings import Resolved
+from graphcost.memory.fusion import FusionWhatIf
+from graphcost.memory.plan import MemoryPlan
 from graphcost.report.units import literal
 
 MiB = 1024 * 1024
+
+
+def describe_tensor(t: Tensor, run: Resolved) -> str:
+    """A short human label for a big tensor: what it is and what it grows with."""
+    base = t.name.rsplit("-", 1)[0] if t.layer is not None else t.name
+    if base in ("kq", "kq_soft_max"):
+        return "KQ scores (n_kv x tokens x heads; grows with context x ubatch)"
+    if base == "result_output":
+        return "logits (n_vocab x outputs; grows with ubatch)"
+    if base == "attn_inp_kq_mask":
+        return ("KQ mask (n_kv x tokens, " + ("F16" if run.flash_attn else "F32")
+                + "; grows with context x ubatch)")
+    if t.op == Op.FLASH_ATTN_EXT:
+        return "flash-attention output (head_dim x heads x tokens)"
+    if t.role == "input":
+        return "graph input"
+    if base == "result_norm":
+        return "final norm (graph output, kept to the end)"
+    return f"{t.op} result (grows with ubatch)"
 
 
 def mib(n: int) -> str:

@@ -15,7 +15,6 @@ attention temperature input and qwen3vl's deepstack addition.
 """
 from __future__ import annotations
 
-from graphcost.format import ggml_types as gt
 from graphcost.graph import ops
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.spec_builder import SpecBuilder, statement
@@ -71,7 +70,7 @@ def attn_temp_input(sb: SpecBuilder, a: dict) -> None:
                                  f"needs {m.arch}.context_length (n_ctx_orig_yarn, the "
                                  f"temperature floor scale); llama.cpp refuses the model")
     floor = a.get("floor", "n_ctx_orig_yarn")
-    t = sb.g.new_tensor(gt.F32, [1, 1, sb.b.n_tokens], name="inp_attn_scale")
+    t = sb.b.build_inp_attn_scale()
     t.params = {"temp_scale": float(a.get("scale", m.attn_temp_scale)),
                 "temp_floor": int(getattr(m, floor) if isinstance(floor, str) else floor),
                 "temp_offset": float(a.get("offset", 0.0))}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphcost.graph.arch_spec import evaluate
+from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import LlmGraph
