@@ -147,4 +147,4 @@ def analyze_graph(bg: BuiltGraph, *, memory: bool = False) -> Analysis:
         by_layer[node.layer] = by_layer.get(node.layer, ZERO) + c
         by_block[node.block] = by_block.get(node.block, ZERO) + c
     return Analysis(bg, out, total, by_op, by_layer, by_block, unmodelled,
-                    plan_for(bg) if memory else None)
+                    memory=plan_for(bg) if memory else None)
