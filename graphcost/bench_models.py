@@ -63,16 +63,16 @@ def _tensor_info_end(head: bytes, h) -> int:
 
 
 def write_tiny_llama(path: str | Path, *, n_layer: int, n_embd: int = 64, n_head: int = 4,
-                     n_head_kv: int = 2, n_ff: int = 128, n_vocab: int = 512,
-                     weight_type: str = "Q8_0") -> Path:
-    """A llama-architecture GGUF with zero weights of ``weight_type`` (F32 norms), a
-    ``"none"`` tokenizer and ``n_vocab`` dummy tokens, written with gguf.GGUFWriter.
-    Matmul rows (``n_embd``, ``n_ff``) must be multiples of the type's block size."""
+                     n_head_kv: int = 2, n_ff: int = 128, n_vocab: int = 300,
+                     weight_type: str = "Q8_0", types: dict[str, str] | None = None) -> Path:
+    """A llama-architecture GGUF with zero weights of ``weight_type`` (``types``: by tensor
+    kind, e.g. ``{"attn_k": "F16"}``; F32 norms), a ``"none"`` tokenizer and ``n_vocab``
+    dummy tokens, written with gguf.GGUFWriter. Matmul rows (``n_embd``, ``n_ff``) must be
+    multiples of the types' block sizes."""
     import gguf
     import numpy as np
 
-    qt = gguf.GGMLQuantizationType[weight_type]
-    blck, tsize = gguf.GGML_QUANT_SIZES[qt]
+    types = dict(types or {})
     hd = n_embd // n_head
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(f"graphcost-calibration-llama-{n_layer}x{n_embd}")
@@ -90,8 +90,15 @@ def write_tiny_llama(path: str | Path, *, n_layer: int, n_embd: int = 64, n_head
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
     def matrix(name: str, ne0: int, ne1: int) -> None:
+        kind = name.split(".")[-2]                       # blk.0.attn_k.weight -> attn_k
+        tname = types.get(kind, weight_type)
+        qt = gguf.GGMLQuantizationType[tname]
+        if qt in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            w.add_tensor(name, np.zeros((ne1, ne0), np.float32 if tname == "F32" else np.float16))
+            return
+        blck, tsize = gguf.GGML_QUANT_SIZES[qt]
         if ne0 % blck:
-            raise ValueError(f"{name}: row length {ne0} is not a multiple of {weight_type}'s "
+            raise ValueError(f"{name}: row length {ne0} is not a multiple of {tname}'s "
                              f"block of {blck}")
         w.add_tensor(name, np.zeros((ne1, ne0 // blck * tsize), np.uint8), raw_dtype=qt)
 

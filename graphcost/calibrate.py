@@ -45,6 +45,10 @@ class Run:
     reps: int
 
 
+#: the tiny models' weight types by kind (the rest Q8_0): the types the test fixture
+#: (tests/fixtures.py write_llama, n_embd 64) had when the committed runs were measured
+TINY_TYPES = {"attn_q": "Q4_0", "attn_k": "F16", "ffn_gate": "Q4_0"}
+
 #: the small model of --quick: 8 layers of Q4_K (rows multiples of 256), 64-wide heads
 SMALL = {"n_layer": 8, "n_embd": 512, "n_head": 8, "n_head_kv": 2, "n_ff": 1536,
          "n_vocab": 8192, "weight_type": "Q4_K"}
@@ -139,8 +143,8 @@ def prepare(tmp: Path, quick: bool, log: Callable[[str], None] = print) -> dict[
     from graphcost.bench_models import make_whole, write_tiny_llama
     from graphcost.resources import bundled
 
-    paths = {"tiny-1": write_tiny_llama(tmp / "tiny-1.gguf", n_layer=1),
-             "tiny-12": write_tiny_llama(tmp / "tiny-12.gguf", n_layer=12)}
+    paths = {k: write_tiny_llama(tmp / f"{k}.gguf", n_layer=n, types=TINY_TYPES)
+             for k, n in (("tiny-1", 1), ("tiny-12", 12))}
     if quick:
         paths["small"] = write_tiny_llama(tmp / "small.gguf", **SMALL)
         return paths

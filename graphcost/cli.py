@@ -661,7 +661,8 @@ def calibrate(
     llama_bench: Annotated[Optional[str], typer.Option(
         "--llama-bench", help="llama-bench executable or its directory [default: PATH, "
         "then graphcost's llama.cpp tools cache]")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="small models only (about a minute)")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="small generated models only (minutes, not the full set's ~10)")] = False,
     threads: Annotated[Optional[int], typer.Option(
         "--threads", "-t", help="llama-bench -t [default: the profile's, else all cores]")] = None,
     save_runs: Annotated[Optional[Path], typer.Option(

@@ -82,6 +82,22 @@ def test_tiny_llama_loads(tmp_path):
         write_tiny_llama(tmp_path / "bad.gguf", n_layer=1, weight_type="Q4_K")
 
 
+def test_tiny_types(tmp_path):
+    import gguf
+
+    h = read_header(write_tiny_llama(tmp_path / "t.gguf", n_layer=1, types=C.TINY_TYPES))
+    T = gguf.GGMLQuantizationType
+    assert {k: T(v.type).name for k, v in h.tensors.items() if k.startswith("blk.0.attn")
+            or k.startswith("blk.0.ffn_")} == {
+        "blk.0.attn_norm.weight": "F32", "blk.0.attn_q.weight": "Q4_0",
+        "blk.0.attn_k.weight": "F16", "blk.0.attn_v.weight": "Q8_0",
+        "blk.0.attn_output.weight": "Q8_0", "blk.0.ffn_norm.weight": "F32",
+        "blk.0.ffn_gate.weight": "Q4_0", "blk.0.ffn_up.weight": "Q8_0",
+        "blk.0.ffn_down.weight": "Q8_0"}
+    # F16 attn_k: [64, 2 heads x 16] -> 64 * 32 * 2 bytes
+    assert h.tensors["blk.0.attn_k.weight"].nbytes == 64 * 32 * 2
+
+
 def test_make_whole_example(tmp_path):
     src = ROOT / "examples" / "llama-3.1-8b-instruct-q4_k_m.gguf"
     dst = make_whole(src, tmp_path / "w.gguf")
@@ -211,7 +227,7 @@ def _no_bench() -> str | None:
 
 @pytest.mark.skipif(_no_bench() is not None, reason=_no_bench() or "")
 @pytest.mark.skipif(not os.environ.get("GRAPHCOST_SLOW"),
-                    reason="runs llama-bench for minutes: set GRAPHCOST_SLOW=1")
+                    reason="runs llama-bench 40-110 s (more under load): set GRAPHCOST_SLOW=1")
 def test_quick_calibration_end_to_end(cli, tmp_path):
     t0 = time.perf_counter()
     prof = tmp_path / "p.yaml"
