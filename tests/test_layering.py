@@ -18,7 +18,7 @@ ROOT = Path(graphcost.__file__).parent
 #: stage of each top-level package or module of graphcost; a module may import its own
 #: stage, earlier stages and the shared utilities
 STAGES = {"format": 0, "graph": 1, "memory": 2, "cost": 2, "execute": 3, "judge": 4,
-          "cli": 5, "check": 5, "report": 5, "document": 5, "archs": 5, "pipeline": 5,
+          "cli": 5, "check": 5, "report": 5, "document": 5, "archs": 5, "pipeline": 5, "speed": 5,
           "__main__": 5, "__init__": 5}
 SHARED = {"errors", "files", "schema", "resources"}
 

@@ -82,13 +82,13 @@ class Analysis:
     by_layer: dict[int | None, Cost]
     by_block: dict[str, Cost]
     unmodelled: list[NodeCost]
-    #: with devices (``analyze --device``): the scheduler's splits and each node's
-    #: backend (graphcost.memory.sched.Schedule); None on one CPU
-    schedule: object | None = None
     #: start-up buffers and this graph's live bytes per node (graphcost.memory.plan);
     #: present only when asked for (``analyze_graph(bg, memory=True)``: it builds and
     #: allocates the flavour's reserve graphs)
     memory: MemoryPlan | None = None
+    #: with devices (``analyze --device``): the scheduler's splits and each node's
+    #: backend (graphcost.memory.sched.Schedule); None on one CPU
+    schedule: object | None = None
 
     @property
     def weights_bytes(self) -> int:
@@ -147,4 +147,4 @@ def analyze_graph(bg: BuiltGraph, *, memory: bool = False) -> Analysis:
         by_layer[node.layer] = by_layer.get(node.layer, ZERO) + c
         by_block[node.block] = by_block.get(node.block, ZERO) + c
     return Analysis(bg, out, total, by_op, by_layer, by_block, unmodelled,
-                    plan_for(bg) if memory else None)
+                    memory=plan_for(bg) if memory else None)
