@@ -82,13 +82,13 @@ class Analysis:
     by_layer: dict[int | None, Cost]
     by_block: dict[str, Cost]
     unmodelled: list[NodeCost]
-    #: with devices (``analyze --device``): the scheduler's splits and each node's
-    #: backend (graphcost.memory.sched.Schedule); None on one CPU
-    schedule: object | None = None
     #: start-up buffers and this graph's live bytes per node (graphcost.memory.plan);
     #: present only when asked for (``analyze_graph(bg, memory=True)``: it builds and
     #: allocates the flavour's reserve graphs)
     memory: MemoryPlan | None = None
+    #: with devices (``analyze --device``): the scheduler's splits and each node's
+    #: backend (graphcost.memory.sched.Schedule); None on one CPU
+    schedule: object | None = None
 
     @property
     def weights_bytes(self) -> int:

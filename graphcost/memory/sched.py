@@ -556,8 +556,8 @@ def flash_attn_auto_fails(model, settings, placement: Placement, flags: Placemen
     device than the layer's, llama.cpp turns flash attention off. Returns that warning (the
     first mismatch), or None when flash attention stays on (or was not auto)."""
     from graphcost.graph.build import build_graph, resolve_for
-    from graphcost.graph.settings import FLASH_ATTN_DEFAULT
-    fa = (settings.flash_attn or FLASH_ATTN_DEFAULT[settings.llama_cpp]).lower()
+    from graphcost.graph.flavour import flavour
+    fa = (settings.flash_attn or flavour(settings.llama_cpp).flash_attn_default).lower()
     if fa != "auto" or not placement.devices:
         return None
     backends = backends_for(placement)
