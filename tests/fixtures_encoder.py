@@ -5,6 +5,8 @@
   post-FFN LayerNorms, GELU FFN with biases, a pooling type, optional classification
   heads (``cls``, ``cls.output``) for RANK pooling.
 
+* ``write_bert(..., arch="nomic-bert")`` -- nomic-bert (``src/models/nomic-bert.cpp``): no
+  position embeddings (NEOX RoPE instead), a gated FFN without biases, token types required.
 The writer mirrors ``llama_model_bert::load_arch_tensors`` (src/models/bert.cpp in the
 llama.cpp vendored by llama-cpp-python 0.3.36): llama.cpp refuses a missing required
 tensor and any tensor it did not ask for. Shared machinery (vocabulary, weight makers,
@@ -46,7 +48,7 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
                out_bias: bool = True, ffn_bias: bool = True, cls: bool = False,
                cls_out: int = 0, causal: bool | None = False,
                weight_types: Mapping[str, QT] | None = None,
-               norm_eps: float | None = 1e-12,
+               norm_eps: float | None = 1e-12, arch: str = "bert",
                seed: int = 0) -> FixtureInfo:
     """Arch ``bert``. Default: 5 heads of 32 (n_embd 160), n_ff 416, 2 layers, two token
     types, MEAN pooling, separate Q/K/V with biases. ``pooling=None`` writes no
@@ -56,13 +58,16 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
     ``bert.attention.causal``. ``context_length`` rows of position embeddings must cover
     every position a test encodes."""
     path = Path(path)
-    w = gguf.GGUFWriter(str(path), "bert")
-    w.add_name("graphcost-fixture-bert")
+    nomic = arch == "nomic-bert"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
+    if nomic:
+        w.add_rope_freq_base(1000.0)
     if norm_eps is not None:  # required by llama.cpp: None writes a file it refuses
         w.add_layer_norm_eps(norm_eps)
     if causal is not None:
@@ -75,13 +80,14 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
     _add_spm_vocab(w, n_vocab)
     w.add_token_type_count(max(token_types, 1))
     if cls_out:
-        w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch="bert"),
+        w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch),
                     [f"label{i}" for i in range(cls_out)])
     sink = _TensorSink(w, np.random.default_rng(seed), weight_types, BERT_DEFAULT_TYPES)
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.5)
     if token_types:
         sink.matrix("token_types", "token_types.weight", n_embd, token_types, scale=0.1)
-    sink.matrix("position_embd", "position_embd.weight", n_embd, context_length, scale=0.1)
+    if not nomic:
+        sink.matrix("position_embd", "position_embd.weight", n_embd, context_length, scale=0.1)
     if cls:
         sink.matrix("cls", "cls.weight", n_embd, n_embd)
         _bias(sink, "cls.bias", n_embd)
@@ -106,12 +112,14 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
         _layer_norm(sink, p + "attn_output_norm", n_embd)
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-        if ffn_bias:
+        if nomic:
+            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+        elif ffn_bias:
             _bias(sink, p + "ffn_up.bias", n_ff)
             _bias(sink, p + "ffn_down.bias", n_embd)
         _layer_norm(sink, p + "layer_output_norm", n_embd)
     _finish(w)
-    return FixtureInfo(path=path, arch="bert", n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff,
                        n_layer=n_layer, context_length=context_length, tie_embeddings=False,
                        tensor_types=sink.types)

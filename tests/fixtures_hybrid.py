@@ -252,7 +252,8 @@ def write_qwen3next(
     n_vocab: int = 293, tie_embeddings: bool = False, arch: str = "qwen3next",
     n_ff: int = 224, rope_sections: Sequence[int] = (4, 6, 6, 0),
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
-    rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, seed: int = 0,
+    rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, n_nextn: int = 0,
+    gate_up_merged: bool = False, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``qwen3next`` (also ``qwen35``, ``qwen35moe``: see below): layers ``il`` with ``(il + 1) % interval != 0`` are gated delta
     net layers (``attn_qkv``, ``attn_gate``, ``ssm_ba``, ``ssm_conv1d``, ``ssm_dt.bias``,
@@ -266,19 +267,27 @@ def write_qwen3next(
 
     ``arch="qwen35"``/``"qwen35moe"``: beta and alpha projections ``ssm_beta``/``ssm_alpha``
     instead of ``ssm_ba``, ``rope.dimension_sections`` (``rope_sections``, IMRoPE); qwen35
-    has a dense FFN of ``n_ff`` instead of experts."""
+    has a dense FFN of ``n_ff`` instead of experts.
+
+    ``n_nextn`` MTP blocks follow the ``n_layer`` trunk layers: a full-attention layer's
+    tensors plus ``nextn.eh_proj/enorm/hnorm/shared_head_norm`` (``load_block_mtp``; never
+    recurrent: ``is_recr_impl[i] = i < n_layer() && ...``). ``gate_up_merged``: the
+    experts' gate and up as one ``ffn_gate_up_exps`` [n_embd, 2 n_ff_exp, n_expert]
+    (``create_tensor_gate_up_exps``; the converter's ``--fuse-gate-up-exps``)."""
     path = Path(path)
     if arch not in ("qwen3next", "qwen35", "qwen35moe"):
         raise ValueError(f"arch {arch!r}")
     interval = 4 if full_attention_interval is None else full_attention_interval
-    pattern = [(i + 1) % interval != 0 for i in range(n_layer)]
+    pattern = [(i + 1) % interval != 0 for i in range(n_layer)] + [False] * n_nextn
     d_inner = d_state * n_v_heads
     moe = arch != "qwen35"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
+    w.add_block_count(n_layer + n_nextn)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
     w.add_feed_forward_length(n_ff_exp if moe else n_ff)
     if arch != "qwen3next":
         w.add_rope_dimension_sections(list(rope_sections))
@@ -337,6 +346,10 @@ def write_qwen3next(
             sink.matrix("attn_output", p + "attn_output.weight", head_dim * n_head, n_embd)
             sink.vector(p + "attn_q_norm.weight", head_dim)
             sink.vector(p + "attn_k_norm.weight", head_dim)
+        if i >= n_layer:  # the MTP block's own tensors
+            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+            for t in ("enorm", "hnorm", "shared_head_norm"):
+                sink.vector(p + f"nextn.{t}.weight", n_embd)
         if not moe:
             sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
             sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
@@ -344,8 +357,13 @@ def write_qwen3next(
             continue
         sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
         _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+        if gate_up_merged:
+            _experts(sink, "ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
+                     2 * n_ff_exp, n_expert)
+        else:
+            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
+                     n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
         sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
         sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
@@ -364,29 +382,55 @@ def write_nemotron_h(
     d_state: int = 16, n_ssm_head: int = 4, n_group: int = 2, n_vocab: int = 281,
     tie_embeddings: bool = False, biases: bool = False,
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
-    norm_eps: float = 1e-5, seed: int = 0,
+    norm_eps: float = 1e-5, arch: str = "nemotron_h", n_expert: int = 6,
+    n_expert_used: int | Sequence[int] = 2, n_ff_exp: int = 64, n_ff_shexp: int = 96,
+    latent: int = 0, expert_weights_norm: bool = True, expert_weights_scale: float = 2.5,
+    n_nextn: int = 0, seed: int = 0,
 ) -> FixtureInfo:
-    """Arch ``nemotron_h``: ``pattern`` as in the checkpoints' hybrid_override_pattern, one
-    character per layer: ``M`` Mamba-2 (head_count_kv 0, feed_forward_length 0), ``*``
-    attention (feed_forward_length 0, no rope), ``-`` a squared-ReLU MLP (head_count_kv 0,
-    ``ffn_up``/``ffn_down``). ``biases`` adds the optional attention-output and MLP biases.
+    """Arch ``nemotron_h`` (or ``nemotron_h_moe``, the same tensors): ``pattern`` as in the
+    checkpoints' hybrid_override_pattern, one character per layer: ``M`` Mamba-2
+    (head_count_kv 0, feed_forward_length 0), ``*`` attention (feed_forward_length 0, no
+    rope), ``-`` a squared-ReLU MLP (head_count_kv 0, ``ffn_up``/``ffn_down``), ``E`` a MoE
+    layer (``ffn_gate_inp``, ``exp_probs_b``, ``ffn_up_exps``/``ffn_down_exps`` of
+    ``n_ff_exp``, shared expert ``ffn_up_shexp``/``ffn_down_shexp`` of ``n_ff_shexp``; with
+    ``latent`` the experts work in a ``moe_latent_size`` space between ``ffn_latent_down``
+    and ``ffn_latent_up``). ``biases`` adds the optional attention-output and MLP biases.
+    ``n_nextn`` MTP blocks (MoE files) follow: attention + MoE sub-layers and the ``nextn.*``
+    tensors, with head_count_kv and feed_forward_length non-zero, as the converter writes
+    them (``_attn_layers`` and ``_mlp_layers`` both list the MTP block).
 
     Default: M - M * - M; n_embd 96, d_inner 128 in 4 SSM heads of 32, 2 groups, d_state
     16, kernel 4; 3 attention heads of 32 over 1 KV head; n_ff 160 (5 * 32)."""
     path = Path(path)
-    if set(pattern) - set("M*-"):
-        raise ValueError("pattern: M (mamba2), * (attention), - (MLP)")
+    if set(pattern) - set("M*-E"):
+        raise ValueError("pattern: M (mamba2), * (attention), - (MLP), E (MoE)")
     n_layer = len(pattern)
     hd = n_embd // n_head
-    arch = "nemotron_h"
+    if n_nextn and "E" not in pattern:
+        raise ValueError("MTP blocks belong to MoE files (pattern with E)")
+    pattern = pattern + "T" * n_nextn  # T: an MTP block (attention + MoE)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"graphcost-fixture-{arch}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length([n_ff if c == "-" else 0 for c in pattern])
+    w.add_block_count(n_layer + n_nextn)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
+    w.add_feed_forward_length([n_ff if c in "-ET" else 0 for c in pattern])
+    if "E" in pattern:
+        w.add_expert_count(n_expert)
+        if isinstance(n_expert_used, int):
+            w.add_expert_used_count(n_expert_used)
+        else:
+            w.add_array(gguf.Keys.LLM.EXPERT_USED_COUNT.format(arch=arch), list(n_expert_used))
+        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_expert_shared_feed_forward_length(n_ff_shexp)
+        w.add_expert_weights_norm(expert_weights_norm)
+        w.add_expert_weights_scale(expert_weights_scale)
+        if latent:
+            w.add_uint32(gguf.Keys.LLM.MOE_LATENT_SIZE.format(arch=arch), latent)
     w.add_head_count(n_head)
-    w.add_head_count_kv([n_head_kv if c == "*" else 0 for c in pattern])
+    w.add_head_count_kv([n_head_kv if c in "*T" else 0 for c in pattern])
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_layer_norm_eps(norm_eps)
@@ -422,14 +466,32 @@ def write_nemotron_h(
             for t in ("ssm_a", "ssm_d", "ssm_norm.weight"):
                 sink.types[p + t] = "F32"
             sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
-        elif c == "*":
+        if c == "T":
+            for t in ("enorm", "hnorm", "shared_head_norm"):
+                sink.vector(p + f"nextn.{t}.weight", n_embd)
+            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+            sink.vector(p + "post_attention_norm.weight", n_embd)
+        if c in "*T":
             sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_head * hd)
             sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
             sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
             if biases:
                 sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
-        else:
+        if c in "ET":
+            moe_embd = latent or n_embd
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
+            if latent:
+                sink.matrix("ffn_latent_down", p + "ffn_latent_down.weight", n_embd, latent)
+                sink.matrix("ffn_latent_up", p + "ffn_latent_up.weight", latent, n_embd)
+            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, moe_embd,
+                     n_expert)
+            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", moe_embd, n_ff_exp,
+                     n_expert)
+            sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+            sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
+        if c == "-":
             sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
             sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
             if biases:

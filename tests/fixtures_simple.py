@@ -41,6 +41,16 @@ def _key(arch: str, template: str) -> str:
     return template.format(arch=arch)
 
 
+def _nextn_extras(sink: _TensorSink, p: str, n_embd: int, shared_head_norm: bool = True) -> None:
+    """A NextN/MTP block's own tensors (``load_arch_tensors``: ``nextn.eh_proj`` [2 n_embd,
+    n_embd], ``enorm``, ``hnorm``, optional ``shared_head_norm``), after the layer's."""
+    sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+    sink.vector(p + "nextn.enorm.weight", n_embd)
+    sink.vector(p + "nextn.hnorm.weight", n_embd)
+    if shared_head_norm:
+        sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
+
+
 def _moe(sink: _TensorSink, p: str, n_embd: int, n_ff_exp: int, n_expert: int,
          gate: bool = True) -> None:
     sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
@@ -183,17 +193,20 @@ def write_glm4(
     head_dim: int = 64, n_rot: int = 32, n_ff: int = 320, n_layer: int = 3,
     n_vocab: int = 309, rope_sections: Sequence[int] | None = None,
     qkv_biases: bool = True, tie_embeddings: bool = False,
-    extra_kv: Mapping[str, int] | None = None,
+    extra_kv: Mapping[str, int] | None = None, n_nextn: int = 0,
     weight_types: Mapping[str, QT] | None = None, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``glm4``: Q/K/V biases, partial rotary (``n_rot`` < head_dim), post-attention
     and post-MLP norms, single-input SwiGLU FFN (``ffn_up`` is [2 * n_ff]).
     ``rope_sections`` makes it multi-section rope (GLM-4.1V's MROPE); ``extra_kv`` adds
-    uint32 keys (``{arch}`` templates from ``gguf.Keys``)."""
+    uint32 keys (``{arch}`` templates from ``gguf.Keys``); ``n_nextn`` NextN/MTP blocks
+    (a layer's tensors plus ``nextn.*``) follow the ``n_layer`` trunk layers."""
     path, arch = Path(path), "glm4"
     w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
+                     n_layer=n_layer + n_nextn, n_vocab=n_vocab, head_dim=head_dim,
                      weight_types=weight_types, seed=seed)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
     w.add_rope_dimension_count(n_rot)
     if rope_sections is not None:
         w.add_array(_key(arch, gguf.Keys.Rope.DIMENSION_SECTIONS), list(rope_sections))
@@ -201,7 +214,7 @@ def write_glm4(
         w.add_uint32(_key(arch, k), v)
     _embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
-    for i in range(n_layer):
+    for i in range(n_layer + n_nextn):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         _qkv(sink, p, n_embd, q_dim, kv_dim, biases=qkv_biases)
@@ -211,6 +224,8 @@ def write_glm4(
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, 2 * n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
+        if i >= n_layer:
+            _nextn_extras(sink, p, n_embd)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                  tie=tie_embeddings)
@@ -220,16 +235,20 @@ def write_exaone4(
     path: str | Path, *, n_embd: int = 192, n_head: int = 3, n_head_kv: int = 1,
     n_ff: int = 224, n_layer: int = 3, n_vocab: int = 301, sliding_window: int | None = None,
     swa_pattern: int | None = None, rope_freqs: bool = False, tie_embeddings: bool = True,
-    weight_types: Mapping[str, QT] | None = None, seed: int = 0,
+    n_nextn: int = 0, weight_types: Mapping[str, QT] | None = None, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``exaone4``: no pre-norms; per-head Q/K norms, post-attention and post-FFN norms.
     llama.cpp builds sliding-window attention only for 64 layers (EXAONE 4.0 32B): window
-    4096 unless ``sliding_window``, pattern 4; RoPE then only on the sliding layers."""
+    4096 unless ``sliding_window``, pattern 4; RoPE then only on the sliding layers.
+    ``n_nextn`` NextN/MTP blocks follow the ``n_layer`` trunk layers (the 64 that decide
+    the sliding window are the trunk's: ``hparams.n_layer()``)."""
     path, arch = Path(path), "exaone4"
     hd = n_embd // n_head
     w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
+                     n_layer=n_layer + n_nextn, n_vocab=n_vocab, head_dim=None,
                      weight_types=weight_types, seed=seed)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
     if sliding_window is not None:
         w.add_sliding_window(sliding_window)
     if swa_pattern is not None:
@@ -238,7 +257,7 @@ def write_exaone4(
     if rope_freqs:
         w.add_tensor("rope_freqs.weight", np.linspace(1.0, 4.0, hd // 2).astype(np.float32))
         sink.types["rope_freqs.weight"] = "F32"
-    for i in range(n_layer):
+    for i in range(n_layer + n_nextn):
         p = f"blk.{i}."
         _qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=False)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
@@ -247,6 +266,8 @@ def write_exaone4(
         sink.vector(p + "attn_k_norm.weight", hd)
         _ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
+        if i >= n_layer:
+            _nextn_extras(sink, p, n_embd, shared_head_norm=False)
     swa = n_layer == 64
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,

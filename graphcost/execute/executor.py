@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Callable, Iterable
 
@@ -46,7 +46,7 @@ import numpy as np
 
 from graphcost.format import ggml_types as gt
 from graphcost.graph import ops
-from graphcost.graph.build import BuiltGraph, build_graph, load_model
+from graphcost.graph.build import BuiltGraph, build_graph, load_model, resolve_for
 from graphcost.errors import GGUFError, SettingsError, UnsupportedError
 from graphcost.execute.exec_ops import (Ctx, compile_node, flat_bytes, resolve_entry, shape_strides, tensor_view, unsupported_ops, weight_types)
 from graphcost.graph.ggml_graph import Tensor
@@ -55,7 +55,8 @@ from graphcost.format.model import YARN_UNREAD_KEYS
 from graphcost.graph.llm_graph import KVCache
 from graphcost.format.model import ModelInfo
 from graphcost.graph.ops import Op
-from graphcost.graph.settings import KV_PAD, RunSettings, pad, resolve
+from graphcost.graph.flavour import flavour
+from graphcost.graph.settings import RunSettings, n_kv_for
 
 #: numerics modes (see graphcost.execute.exec_ops)
 NUMERICS = ("ggml", "fast")
@@ -111,6 +112,17 @@ def _random_raw(t: gt.GGMLType, ne: tuple[int, ...], rng: np.random.Generator) -
     return raw.reshape(-1)
 
 
+def pos_input(positions: np.ndarray, size: int) -> np.ndarray:
+    """``inp_pos`` for text tokens (llm_graph_input_pos::set_input): the positions, or
+    with 4 per token (n_pos_per_embd 4: MROPE/IMROPE) the tracks ``(p, p, p, 0)`` one
+    after another."""
+    if size == len(positions):
+        return positions
+    if size != 4 * len(positions):
+        raise AssertionError(f"inp_pos has {size} values for {len(positions)} tokens")
+    return np.concatenate([positions] * 3 + [np.zeros_like(positions)])
+
+
 def _available_memory() -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -126,7 +138,8 @@ def attn_temp(positions: np.ndarray, scale: float, length: int,
               offset: float = 0.0) -> np.ndarray:
     """``inp_attn_scale`` per token (llm_graph_input_attn_temp::set_input,
     src/llama-graph.cpp): ``log(floor((pos + offset) / length) + 1) * scale + 1``, the
-    division in float32 and the rest in double, as there (deepseek2 sets offset 0)."""
+    division in float32 and the rest in double, as there (llama4 sets offset 1, the others
+    0)."""
     if scale == 0.0 or length == 0:
         raise UnsupportedError("inp_attn_scale needs attention.temperature_scale and "
                                "attention.temperature_length (llama.cpp asserts both non-zero)")
@@ -257,7 +270,7 @@ class CellState:
 
     def n_kv(self) -> int:
         """llama_kv_cache::get_n_kv: attended cells, padded to 256."""
-        return min(self.size, max(KV_PAD, pad(self.used_max_p1(), KV_PAD)))
+        return n_kv_for(self.used_max_p1(), self.size)
 
     def find_slot(self, n: int) -> np.ndarray:
         """llama_kv_cache::find_slot (cont = false) for ``n`` tokens of sequence 0."""
@@ -400,7 +413,7 @@ class Executor:
 
         if numerics not in NUMERICS:
             raise SettingsError(f"numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
-        if settings.llama_cpp != "head":
+        if not flavour(settings.llama_cpp).executable:
             raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
                                    f"{settings.llama_cpp}")
         self.model = model if isinstance(model, ModelInfo) else load_model(model)
@@ -423,6 +436,8 @@ class Executor:
         self.rng = np.random.default_rng(seed)
         self._notes: list[str] = []
         check_runnable(self.model, settings)
+        #: the context, resolved once; each step is a ubatch of it (Resolved.step)
+        self.run = resolve_for(self.model, settings)
         if self.model.header.has_data:
             self.weights = mapped_weights(self.model)
         else:
@@ -446,19 +461,14 @@ class Executor:
         self.cells.clear()
         self.past = 0
 
-    def step_settings(self, n_tokens: int, n_outputs: int = 1) -> RunSettings:
-        """The run settings of the next step (``past`` is the tokens decoded so far)."""
-        return replace(self.settings, tokens=n_tokens, past=self.past, outputs=n_outputs)
-
     # ---- compilation -------------------------------------------------------------------
     def plan(self, n_tokens: int, n_outputs: int = 1) -> Plan:
         """The compiled graph for a ubatch of ``n_tokens`` at the current ``past``; graphs
         differ only by their shape (tokens, outputs, attended cells), so plans are cached."""
-        rs = self.step_settings(n_tokens, n_outputs)
-        run = resolve(rs, self.model.n_ctx_train, self.model.n_swa)
+        run = self.run.step(n_tokens, self.past, n_outputs)
         key = (n_tokens, n_outputs, run.n_kv, run.n_kv_swa)
         if key not in self._plans:
-            self._plans[key] = self._compile(build_graph(self.model, rs))
+            self._plans[key] = self._compile(build_graph(self.model, run))
         return self._plans[key]
 
     def _compile(self, bg: BuiltGraph) -> Plan:
@@ -533,11 +543,11 @@ class Executor:
     def _input_kind(self, leaf: Tensor, cache_of: dict[int, KVCache]
                     ) -> tuple[str, KVCache | None]:
         name = leaf.name
-        if name == "inp_attn_scale" and self.model.arch != "deepseek2":
-            # llama4 (offset 1, floor 8192) and mistral3 (floor n_ctx_orig_yarn) set the
-            # temperature's hparams in their own load_hparams: not mirrored here
-            raise UnsupportedError(f"graph input 'inp_attn_scale' of {self.model.arch}: the "
-                                   "executor fills it for deepseek2 only")
+        name = leaf.params.get("input", name)   # an unnamed input says what it holds
+        if name == "self_kq_mask":
+            raise UnsupportedError(f"{self.model.header.path}: {self.model.arch}'s attention "
+                                   "without a KV cache (self_kq_mask: an encoder's "
+                                   "non-causal attention, pooling) is not executed")
         if name in ("inp_tokens", "inp_pos", "out_ids", "inp_embd", "attn_inp_k_rot",
                     "attn_inp_v_rot", "rs_s_copy", "inp_attn_scale"):
             return name, None
@@ -570,7 +580,7 @@ class Executor:
                 if kind == "inp_tokens":
                     flat[:] = tokens
                 elif kind == "inp_pos":
-                    flat[:] = positions
+                    flat[:] = pos_input(positions, flat.size)
                 elif kind == "out_ids":
                     flat[:] = out_ids
                 elif kind == "inp_embd":
@@ -595,8 +605,10 @@ class Executor:
                 elif kind in ("attn_inp_k_rot", "attn_inp_v_rot"):
                     arr[0, 0] = hadamard(leaf.ne[0])
                 elif kind == "inp_attn_scale":
-                    flat[:] = attn_temp(positions, self.model.attn_temp_scale,
-                                        self.model.attn_temp_length)
+                    # the hparams the spec's attn_temp_input gives the input
+                    p = leaf.params
+                    flat[:] = attn_temp(positions, p["temp_scale"], p["temp_floor"],
+                                        p["temp_offset"])
 
     # ---- running -----------------------------------------------------------------------
     def run_plan(self, plan: Plan, *, capture: Iterable[int] = (),

@@ -64,6 +64,7 @@ def build_per_layer_inputs(sb: SpecBuilder, x: Tensor, ea: int) -> Tensor:
     b, g, m = sb.b, sb.g, sb.m
     T = b.n_tokens
     tokens = g.new_tensor(gt.I32, [T])
+    tokens.params = {"input": "inp_tokens"}   # unnamed, filled with the ubatch's tokens
     inp = g.get_rows(sb.weight("/per_layer_token_embd"), tokens)
     inp = g.reshape(inp, [ea, m.n_layer, T])
     inp = g.cb(g.scale(inp, math.sqrt(ea)), "inp_per_layer_selected", -1)
@@ -143,12 +144,8 @@ def has_kv(sb: SpecBuilder, il: int) -> bool:
 @statement("kv_layer")
 def kv_layer(sb: SpecBuilder, a: dict) -> None:
     """``{then: [...], else: [...]}``: ``if (hparams.has_kv(il))``."""
-    branch = a.get("then") if has_kv(sb, sb.il) else a.get("else")
-    for i, s in enumerate(branch or []):
-        if not isinstance(s, dict) or len(s) != 1:
-            raise GraphcostError(sb.where(f"kv_layer: branch statement {i} must be a mapping "
-                                          "with one statement"))
-    sb.run(branch or [])
+    taken = "then" if has_kv(sb, sb.il) else "else"
+    sb.run_branch(f"kv_layer: {taken}", a.get(taken))
 
 
 @statement("q_only")
