@@ -44,7 +44,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 from numba import njit, prange
 
-from graphcost import ggml_types as gt
+from graphcost.format import ggml_types as gt
 
 from .bits import (b_and, b_f32, b_or, b_shl, b_shr, b_sub, b_test, bf16_round_ref,
                    bf16_to_f32, f16_at, f16_to_f32, f32_bits, f32_to_bf16, f32_to_f16,
