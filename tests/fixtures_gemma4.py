@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
+from gguf_writer import QT, FixtureInfo, TensorSink, ffn, finish, header, info, per_layer_inputs
 
 __all__ = ["write_gemma4"]
 
@@ -48,47 +48,30 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
     ``write_pattern=False`` / ``moe_router=True`` write files to be refused."""
     path = Path(path)
     n_layer = len(swa_pattern)
-    w = gguf.GGUFWriter(str(path), "gemma4")
-    w.add_name("graphcost-fixture-gemma4")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
+    arch = "gemma4"
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+               rms_eps=rms_eps, rope_freq_base=1_000_000.0, head_dim=head_dim, n_rot=head_dim)
     w.add_key_length_swa(head_dim_swa)
     w.add_value_length_swa(head_dim_swa)
-    w.add_rope_dimension_count(head_dim)
-    w.add_uint32(gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch="gemma4"), head_dim_swa)
-    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_uint32(gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch=arch), head_dim_swa)
     w.add_sliding_window(sliding_window)
     if write_pattern:  # required: False writes a file llama.cpp refuses
         w.add_sliding_window_pattern(list(swa_pattern))
     w.add_shared_kv_layers(shared_kv_layers)
     w.add_embedding_length_per_layer_input(n_embd_per_layer)
-    w.add_rope_freq_base(1_000_000.0)
     if final_logit_softcap is not None:
         w.add_final_logit_softcapping(final_logit_softcap)
     if moe_router:  # counts consistent with the router below (4 experts, 2 used)
         w.add_expert_count(4)
         w.add_expert_used_count(2)
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA4_DEFAULT_TYPES)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA4_DEFAULT_TYPES)
 
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
     if not tie_embeddings:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
     if n_embd_per_layer:
-        sink.matrix("per_layer_token_embd", "per_layer_token_embd.weight",
-                    n_embd_per_layer * n_layer, n_vocab, scale=0.5)
-        sink.matrix("per_layer_model_proj", "per_layer_model_proj.weight", n_embd,
-                    n_embd_per_layer * n_layer)
-        sink.vector("per_layer_proj_norm.weight", n_embd_per_layer)
+        per_layer_inputs(sink, n_embd, n_vocab, n_embd_per_layer, n_layer)
     sink.vector("output_norm.weight", n_embd)
     sink.vector("rope_freqs.weight", head_dim // 2, center=1.0, spread=0.0)
     n_kv_from = n_layer - shared_kv_layers
@@ -114,9 +97,7 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
         if i in out_scale_layers:
             sink.vector(p + "layer_output_scale.weight", 1, center=0.9, spread=0.0)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
         if moe_router and i == 0:  # only the router: a header graphcost must refuse
             sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, 4)
@@ -124,9 +105,8 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
             sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_embd_per_layer)
             sink.matrix("proj", p + "proj.weight", n_embd_per_layer, n_embd)
             sink.vector(p + "post_norm.weight", n_embd)
-    _finish(w)
-    return FixtureInfo(path=path, arch="gemma4", n_vocab=n_vocab, n_embd=n_embd,
-                       n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff,
-                       n_layer=n_layer, context_length=context_length,
-                       tie_embeddings=tie_embeddings, sliding_window=sliding_window,
-                       swa_layers=list(swa_pattern), tensor_types=sink.types)
+    finish(w)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=tie_embeddings,
+                sliding_window=sliding_window, layers_swa=list(swa_pattern))

@@ -5,7 +5,7 @@ Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in th
 llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
 refuses a file with a missing required tensor or with a tensor it did not ask for.
 Sizes are odd on purpose; the per-layer pattern of recurrent and attention layers is an
-argument. See :mod:`fixtures` for ``weight_types`` and the type fallbacks.
+argument. See :mod:`gguf_writer` for ``weight_types`` and the type fallbacks.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
-from fixtures_moe import _experts
+from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, bias, embeddings,
+                         expert_counts, ffn, finish, header, info, moe, qkv, ssm_keys)
 
 __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
            "write_qwen3next", "write_nemotron_h"]
@@ -45,6 +45,22 @@ HYBRID_DEFAULT_TYPES: dict[str, QT] = {
 LFM2_PATTERN = (True, True, False, True, False)
 
 
+def _mamba2(sink: TensorSink, p: str, n_embd: int, d_inner: int, d_state: int, n_group: int,
+            n_head: int, d_conv: int) -> None:
+    """A Mamba-2 layer's tensors (llama.cpp's LLM_ARCH_MAMBA2 layout): ``ssm_in``, the conv
+    kernel and bias over x, B and C, ``ssm_dt.bias``, ``ssm_a`` and ``ssm_d`` ({1, n_head},
+    no ".weight" suffix), the grouped ``ssm_norm``, ``ssm_out``."""
+    d_xbc = d_inner + 2 * n_group * d_state
+    sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_head)
+    sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
+    bias(sink, p + "ssm_conv1d.bias", d_xbc)
+    sink.vector(p + "ssm_dt.bias", n_head, center=0.0, spread=0.1)
+    sink.array(p + "ssm_a", -np.linspace(1.0, 4.0, n_head, dtype=np.float32).reshape(n_head, 1))
+    sink.array(p + "ssm_d", np.ones((n_head, 1), dtype=np.float32))
+    sink.array(p + "ssm_norm.weight", np.ones((n_group, d_inner // n_group), dtype=np.float32))
+    sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+
+
 def write_lfm2(
     path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_head_kv: int = 1,
     n_ff: int = 416, pattern: Sequence[bool] = LFM2_PATTERN, l_cache: int = 3,
@@ -66,28 +82,17 @@ def write_lfm2(
     n_layer = len(pattern)
     hd = n_embd // n_head
     arch = "lfm2moe" if n_expert else "lfm2"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
+    w = header(path, arch, n_embd=n_embd, n_head=n_head,
+               n_head_kv=[0 if r else n_head_kv for r in pattern], n_ff=n_ff, n_layer=n_layer,
+               n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+               rope_freq_base=rope_freq_base)
     w.add_uint32(gguf.Keys.ShortConv.L_CACHE.format(arch=arch), l_cache)
     if n_expert:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(n_expert_used)
+        expert_counts(w, arch, n_expert, n_expert_used)
         w.add_expert_feed_forward_length(n_ff_exp)
         w.add_leading_dense_block_count(dense_lead)
         w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
                 scale=0.05 if tie_embeddings else 0.5)
     sink.vector("token_embd_norm.weight", n_embd)
@@ -98,15 +103,10 @@ def write_lfm2(
         p = f"blk.{i}."
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert and i >= dense_lead:
-            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            moe(sink, p, n_embd, n_ff_exp, n_expert, router_scale=0.05)
             sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
         else:
-            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
         sink.vector(p + "attn_norm.weight", n_embd)
         if recurrent:
             sink.matrix("shortconv.conv", p + "shortconv.conv.weight", l_cache, n_embd, scale=0.3)
@@ -115,15 +115,12 @@ def write_lfm2(
         else:
             sink.vector(p + "attn_q_norm.weight", hd)
             sink.vector(p + "attn_k_norm.weight", hd)
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-    _finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie_embeddings,
-                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+    finish(w)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=tie_embeddings)
 
 
 #: a granitehybrid layout in small: mamba2, attention, mamba2, mamba2 (True = recurrent)
@@ -154,25 +151,14 @@ def write_granitehybrid(
     hd = n_embd // n_head
     d_inner = 2 * n_embd
     arch = "granitehybrid"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
-    w.add_ssm_conv_kernel(d_conv)
-    w.add_ssm_inner_size(d_inner)
-    w.add_ssm_state_size(d_state)
-    w.add_ssm_time_step_rank(n_ssm_head)
-    w.add_ssm_group_count(n_group)
+    w = header(path, arch, n_embd=n_embd, n_head=n_head,
+               n_head_kv=[0 if r else n_head_kv for r in pattern], n_ff=n_ff, n_layer=n_layer,
+               n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+               rope_freq_base=rope_freq_base)
+    ssm_keys(w, d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_rank=n_ssm_head,
+             n_group=n_group)
     if n_expert:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(n_expert_used)
+        expert_counts(w, arch, n_expert, n_expert_used)
         if n_ff_shexp:
             w.add_expert_shared_feed_forward_length(n_ff_shexp)
     if logit_scale is not None:
@@ -185,63 +171,30 @@ def write_granitehybrid(
         w.add_attention_scale(attention_scale)
     if rope_finetuned is not None:
         w.add_rope_scaling_finetuned(rope_finetuned)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
-    d_xbc = d_inner + 2 * n_group * d_state
     for i, recurrent in enumerate(pattern):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         if recurrent:
-            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
-            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
-            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
-            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
-            # ssm_a and ssm_d are {1, n_head} and have no ".weight" suffix
-            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
-            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
-            sink.types[p + "ssm_a"] = sink.types[p + "ssm_d"] = "F32"
-            w.add_tensor(p + "ssm_norm.weight",
-                         np.ones((n_group, d_inner // n_group), dtype=np.float32))
-            sink.types[p + "ssm_norm.weight"] = "F32"
-            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+            _mamba2(sink, p, n_embd, d_inner, d_state, n_group, n_ssm_head, d_conv)
         else:
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
             if biases:
-                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+                bias(sink, p + "attn_output.bias", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert:
-            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
+            moe(sink, p, n_embd, n_ff, n_expert, router_scale=0.05)
             if n_ff_shexp:
-                sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
-                sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
-                sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+                ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
             continue
-        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        if biases:
-            sink.vector(p + "ffn_gate.bias", n_ff, center=0.0, spread=0.02)
-            sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
-            sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
-    _finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie_embeddings,
-                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+        ffn(sink, p, n_embd, n_ff, biases=biases, order=GATE_DOWN_UP)
+    finish(w)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=tie_embeddings)
 
 
 def write_qwen3next(
@@ -273,43 +226,23 @@ def write_qwen3next(
     interval = 4 if full_attention_interval is None else full_attention_interval
     pattern = [(i + 1) % interval != 0 for i in range(n_layer)]
     d_inner = d_state * n_v_heads
-    moe = arch != "qwen35"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff_exp if moe else n_ff)
+    has_experts = arch != "qwen35"
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+               n_ff=n_ff_exp if has_experts else n_ff, n_layer=n_layer, n_vocab=n_vocab,
+               context_length=context_length, rms_eps=rms_eps, rope_freq_base=rope_freq_base,
+               head_dim=head_dim)
     if arch != "qwen3next":
         w.add_rope_dimension_sections(list(rope_sections))
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
-    if moe:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(n_expert_used)
+    if has_experts:
+        expert_counts(w, arch, n_expert, n_expert_used)
         w.add_expert_feed_forward_length(n_ff_exp)
         w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    w.add_ssm_conv_kernel(d_conv)
-    w.add_ssm_inner_size(d_inner)
-    w.add_ssm_state_size(d_state)
-    w.add_ssm_time_step_rank(n_v_heads)
-    w.add_ssm_group_count(n_k_heads)
+    ssm_keys(w, d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_rank=n_v_heads,
+             n_group=n_k_heads)
     if full_attention_interval is not None:
         w.add_uint32(gguf.Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=arch), full_attention_interval)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
     conv_dim = 2 * key_dim + value_dim
     for i, recurrent in enumerate(pattern):
@@ -321,8 +254,7 @@ def write_qwen3next(
             sink.matrix("attn_gate", p + "attn_gate.weight", n_embd, value_dim)
             sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, conv_dim, scale=0.3)
             sink.vector(p + "ssm_dt.bias", n_v_heads, center=0.0, spread=0.1)
-            w.add_tensor(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
-            sink.types[p + "ssm_a"] = "F32"
+            sink.array(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
             if arch == "qwen3next":
                 sink.matrix("ssm_ba", p + "ssm_ba.weight", n_embd, 2 * n_v_heads)
             else:
@@ -331,31 +263,20 @@ def write_qwen3next(
             sink.vector(p + "ssm_norm.weight", d_state)
             sink.matrix("ssm_out", p + "ssm_out.weight", value_dim, n_embd)
         else:
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, 2 * head_dim * n_head)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, head_dim * n_head_kv)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, head_dim * n_head_kv)
+            qkv(sink, p, n_embd, 2 * head_dim * n_head, head_dim * n_head_kv)
             sink.matrix("attn_output", p + "attn_output.weight", head_dim * n_head, n_embd)
             sink.vector(p + "attn_q_norm.weight", head_dim)
             sink.vector(p + "attn_k_norm.weight", head_dim)
-        if not moe:
-            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+        if not has_experts:
+            ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
             continue
-        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+        moe(sink, p, n_embd, n_ff_exp, n_expert, router_scale=0.05, order=("down", "gate", "up"))
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
-        sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
-        sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
-        sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
-    _finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if moe else n_ff,
-                       n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie_embeddings,
-                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+        ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
+    finish(w)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if has_experts else n_ff, n_layer=n_layer,
+                context_length=context_length, tie=tie_embeddings)
 
 
 def write_nemotron_h(
@@ -379,64 +300,34 @@ def write_nemotron_h(
     n_layer = len(pattern)
     hd = n_embd // n_head
     arch = "nemotron_h"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length([n_ff if c == "-" else 0 for c in pattern])
-    w.add_head_count(n_head)
-    w.add_head_count_kv([n_head_kv if c == "*" else 0 for c in pattern])
-    w.add_key_length(hd)
-    w.add_value_length(hd)
+    w = header(path, arch, n_embd=n_embd, n_head=n_head,
+               n_head_kv=[n_head_kv if c == "*" else 0 for c in pattern],
+               n_ff=[n_ff if c == "-" else 0 for c in pattern], n_layer=n_layer,
+               n_vocab=n_vocab, context_length=context_length, rms_eps=norm_eps,
+               rope_freq_base=None, head_dim=hd)
     w.add_layer_norm_eps(norm_eps)
-    w.add_layer_norm_rms_eps(norm_eps)
-    w.add_vocab_size(n_vocab)
-    w.add_ssm_conv_kernel(d_conv)
-    w.add_ssm_inner_size(d_inner)
-    w.add_ssm_state_size(d_state)
-    w.add_ssm_time_step_rank(n_ssm_head)
-    w.add_ssm_group_count(n_group)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    ssm_keys(w, d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_rank=n_ssm_head,
+             n_group=n_group)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
-    d_xbc = d_inner + 2 * n_group * d_state
     for i, c in enumerate(pattern):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         if c == "M":
-            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
-            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
-            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
-            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
-            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
-            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
-            w.add_tensor(p + "ssm_norm.weight", np.ones((n_group, d_inner // n_group), dtype=np.float32))
-            for t in ("ssm_a", "ssm_d", "ssm_norm.weight"):
-                sink.types[p + t] = "F32"
-            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+            _mamba2(sink, p, n_embd, d_inner, d_state, n_group, n_ssm_head, d_conv)
         elif c == "*":
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_head * hd)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            qkv(sink, p, n_embd, n_head * hd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
             if biases:
-                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+                bias(sink, p + "attn_output.bias", n_embd)
         else:
             sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
             sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
             if biases:
-                sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
-                sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
-    _finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie_embeddings,
-                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+                bias(sink, p + "ffn_up.bias", n_ff)
+                bias(sink, p + "ffn_down.bias", n_embd)
+    finish(w)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=tie_embeddings)
