@@ -219,6 +219,8 @@ def memory(
     cpu_features: Annotated[Optional[str], typer.Option(
         "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 "
                                "[default: this machine's]")] = None,
+    max_ctx: Annotated[bool, typer.Option(
+        "--max-ctx", help="the largest context whose every device fits its MEM")] = False,
 ) -> None:
     """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers;
     with --device (or any placement flag), per device as llama.cpp places them."""
@@ -235,7 +237,7 @@ def memory(
     placing = (bool(device) or n_gpu_layers != "auto" or tensor_split is not None
                or split_mode != "layer" or main_gpu != 0 or bool(override_tensor) or n_cpu_moe
                or cpu_moe or no_kv_offload or no_repack or no_host or load_mode is not None
-               or mmap is not None or cpu_features is not None or format == "json")
+               or mmap is not None or cpu_features is not None or format == "json" or max_ctx)
     if placing:
         if sweep is not None or fuse is not None or format == "html":
             _fail("--device and the placement flags go with --format text or json, "
@@ -248,7 +250,7 @@ def memory(
                         RunSettings(ctx_size=ctx_size, batch_size=batch_size,
                                     ubatch_size=ubatch_size, flash_attn=flash_attn,
                                     cache_type_k=cache_type_k, cache_type_v=cache_type_v,
-                                    swa_full=swa_full))
+                                    swa_full=swa_full), max_ctx=max_ctx)
         return
     if format == "html" and fuse is not None:
         _fail("--fuse is shown by --format text only")
@@ -285,15 +287,98 @@ def memory(
         sys.stdout.write(f"plot written to {output}\n")
 
 
-def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe,
-                    nkvo, no_repack, no_host, load_mode, mmap, cpu_features, settings) -> None:
-    """memory --device ...: parse llama.cpp's placement flags and print the device rows."""
+@app.command()
+def fit(
+    model: ModelArg = None,
+    device: Annotated[Optional[list[str]], typer.Option(
+        "--device", help="KIND:MEM, repeatable: a device and the free memory it reports, "
+                         "e.g. cuda:24GiB")] = None,
+    fit_target: Annotated[Optional[str], typer.Option(
+        "--fit-target", "-fitt", help="MiB to leave free per device: one value or MiB0,MiB1,... "
+                                      "[default: 1024]")] = None,
+    fit_ctx: Annotated[Optional[int], typer.Option(
+        "--fit-ctx", "-fitc", help="smallest context the fit may set [default: 4096]")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="text|json")] = "text",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write to FILE")] = None,
+    ctx_size: Annotated[Optional[int], typer.Option(
+        "--ctx-size", "-c", help="context size; unset: the fit may reduce the model's")] = None,
+    batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
+    flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
+    swa_full: SwaOpt = False,
+    n_gpu_layers: Annotated[str, typer.Option(
+        "--n-gpu-layers", "-ngl", "--gpu-layers", help="N, auto or all (set: the fit may not "
+                                                       "change it)")] = "auto",
+    tensor_split: Annotated[Optional[str], typer.Option("--tensor-split", "-ts")] = None,
+    split_mode: Annotated[str, typer.Option("--split-mode", "-sm")] = "layer",
+    main_gpu: Annotated[int, typer.Option("--main-gpu", "-mg")] = 0,
+    override_tensor: Annotated[Optional[list[str]], typer.Option("--override-tensor", "-ot")] = None,
+    n_cpu_moe: Annotated[int, typer.Option("--n-cpu-moe", "-ncmoe")] = 0,
+    cpu_moe: Annotated[bool, typer.Option("--cpu-moe", "-cmoe")] = False,
+    no_kv_offload: Annotated[bool, typer.Option("--no-kv-offload", "-nkvo")] = False,
+    no_repack: Annotated[bool, typer.Option("--no-repack", "-nr")] = False,
+    no_host: Annotated[bool, typer.Option("--no-host")] = False,
+    load_mode: Annotated[Optional[str], typer.Option(
+        "--load-mode", "-lm", help="accepted; the fit measures without mmap whatever is given")] = None,
+    mmap: Annotated[Optional[bool], typer.Option("--mmap/--no-mmap", help="as -lm")] = None,
+    cpu_features: Annotated[Optional[str], typer.Option("--cpu-features")] = None,
+) -> None:
+    """What llama.cpp's --fit (llama-fit-params) chooses for these devices' free memory:
+    context, -ngl, -ts and -ot. The last line is the argument line llama-fit-params prints.
+    Exit 1: llama.cpp's fit gives up; 4: a figure it needs is not modelled."""
     import json
 
-    from graphcost.memory.backends import host_cpu_features
     from graphcost.graph.build import load_model
-    from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides, parse_device, parse_gpu_layers, parse_overrides, parse_tensor_split, plan_devices)
-    from graphcost.report.memory import devices_json, render_devices
+    from graphcost.graph.settings import RunSettings
+    from graphcost.memory.fit import (DEFAULT_MIN_CTX, UINT32_MAX, Undecided, fit as run_fit, fit_inputs, graphcost_measure, parse_fit_target)
+    from graphcost.report.fit import render_fit
+
+    if format not in ("text", "json"):
+        _fail(f"--format {format!r}: use text or json")
+    if ctx_size is not None and ctx_size < 0:
+        _fail(f"--ctx-size {ctx_size}: must be >= 0")
+    if fit_ctx is not None and fit_ctx < 0:
+        _fail(f"--fit-ctx {fit_ctx}: must be >= 0")
+    if output is not None:
+        from graphcost.files import check_output
+        check_output(output, [_model_path(model)])
+    margins = parse_fit_target(fit_target)
+    # common/arg.cpp: -c 0 asks for the full context (fit_params_min_ctx = UINT32_MAX);
+    # an -fitc given as well wins (as when llama.cpp parses it after -c)
+    n_ctx_min = fit_ctx if fit_ctx is not None else (
+        UINT32_MAX if ctx_size == 0 else DEFAULT_MIN_CTX)
+    flags, args = _placement(device or [], n_gpu_layers, tensor_split, split_mode, main_gpu,
+                             override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload, no_repack,
+                             no_host, load_mode, mmap, cpu_features)
+    if not args:
+        _fail("fit: give the devices, e.g. --device cuda:24GiB --device cuda:24GiB")
+    info = load_model(_model_path(model))
+    settings = RunSettings(ctx_size=ctx_size or 0, batch_size=batch_size, ubatch_size=ubatch_size,
+                           flash_attn=flash_attn, cache_type_k=cache_type_k,
+                           cache_type_v=cache_type_v, swa_full=swa_full)
+    inputs = fit_inputs(info, args, flags, n_ctx=ctx_size or 0, margins=margins,
+                        n_ctx_min=n_ctx_min)
+    try:
+        r = run_fit(inputs, graphcost_measure(info, settings, args, flags))
+    except Undecided as e:
+        if format == "json":
+            from graphcost.document import SCHEMA
+            _emit(json.dumps({"schema": SCHEMA, "fit": {"status": "undecided",
+                                                        "reason": str(e)}}) + "\n", output)
+        _fail(str(e), 4)
+    if format == "json":
+        from graphcost.document import SCHEMA
+        _emit(json.dumps({"schema": SCHEMA, "fit": r.as_dict()}, indent=2) + "\n", output)
+    elif r.status == "fit":
+        _emit(render_fit(r, info.name), output)
+    if r.status != "fit":
+        _fail(f"llama.cpp's fit gives up: {r.reason} (llama-fit-params exits 1)", 1)
+
+
+def _placement(devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host,
+               load_mode, mmap, cpu_features):
+    """llama.cpp's placement flags -> (PlacementFlags, [DeviceArg]); bad flags raise."""
+    from graphcost.memory.backends import host_cpu_features
+    from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides, parse_device, parse_gpu_layers, parse_overrides, parse_tensor_split)
 
     if n_cpu_moe < 0:
         _fail(f"--n-cpu-moe {n_cpu_moe}: must be >= 0")
@@ -312,8 +397,41 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
                            split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
                            no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
                            load_mode=mode, cpu_features=feats)
-    args = [parse_device(d) for d in devices]
+    return flags, [parse_device(d) for d in devices]
+
+
+def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe,
+                    nkvo, no_repack, no_host, load_mode, mmap, cpu_features, settings,
+                    max_ctx: bool = False) -> None:
+    """memory --device ...: parse llama.cpp's placement flags and print the device rows
+    (with --max-ctx: the largest context that fits)."""
+    import json
+
+    from graphcost.graph.build import load_model
+    from graphcost.memory.placement import plan_devices
+    from graphcost.report.memory import devices_json, render_devices
+
+    flags, args = _placement(devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack,
+                             no_host, load_mode, mmap, cpu_features)
     info = load_model(_model_path(model))
+    if max_ctx:
+        from graphcost.memory.fit import Undecided, device_fits, largest_context
+        from graphcost.report.fit import render_max_ctx
+        try:
+            m = largest_context(info.n_ctx_train, device_fits(info, settings, args, flags))
+        except Undecided as e:
+            if format == "json":
+                from graphcost.document import SCHEMA
+                _emit(json.dumps({"schema": SCHEMA, "max_ctx": {"status": "undecided",
+                                                                "reason": str(e)}}) + "\n", output)
+            _fail(str(e), 4)
+        if format == "json":
+            from graphcost.document import SCHEMA
+            _emit(json.dumps({"schema": SCHEMA, "max_ctx": {"status": "decided", **m.as_dict()}},
+                             indent=2) + "\n", output)
+        else:
+            _emit(render_max_ctx(m), output)
+        return
     dp = plan_devices(info, settings, args, flags)
     if format == "json":
         from graphcost.document import SCHEMA

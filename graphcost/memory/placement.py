@@ -640,8 +640,17 @@ class DevicePlan:
 
 
 def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
-                 flags: PlacementFlags) -> DevicePlan:
-    """Place the model for these devices and flags; KV and output from the memory plan."""
+                 flags: PlacementFlags, *, no_alloc: bool = False) -> DevicePlan:
+    """Place the model for these devices and flags; KV and output from the memory plan.
+
+    ``no_alloc``: the compute buffers as llama.cpp's fit measures them (a model loaded with
+    ``no_alloc``, common/fit.cpp): only the first prompt graph is sized (llama-context.cpp
+    ``sched_reserve``: the generation and second prompt reserves are split-only), and
+    ``ggml_backend_sched_reserve_size`` resets the scheduler after the graph callback
+    (``graph_get_cb``) pinned each layer's ``norm``/``l_last``, so those pins are lost.
+    With devices the compute buffers are not modelled here yet (None either way); the
+    scheduler simulation must honour this flag (seen on two RPC devices: without the pins
+    layer 3's norm runs on RPC0 and RPC1's buffer is 137.55 MiB, not a real run's 135.55)."""
     from graphcost.memory.plan import output_buffer_bytes, plan_memory
     plan = plan_memory(model, settings)
     p = place(model, args, flags)
