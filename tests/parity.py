@@ -1,9 +1,21 @@
-"""Compare graphcost's graph with the nodes llama.cpp reports through cb_eval."""
+"""Compare graphcost's graph with the nodes llama.cpp reports through cb_eval, and the
+marks every parity test shares (skip without llama.cpp; cases with flash attention off
+and on)."""
 from __future__ import annotations
+
+import pytest
 
 from graphcost.graph.build import build_graph, load_model
 from graphcost.graph.settings import RunSettings
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.judge.verify import first_difference, graph_records
+
+#: skips a test (``pytestmark = needs_llama_cpp``: a module) where llama.cpp, the judge,
+#: cannot run
+needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
+                                     reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+#: a test run with flash attention off and on (argument ``fa``)
+fa_off_on = pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
 
 
 def our_records(model_path, **kw) -> list[dict]:
@@ -24,12 +36,19 @@ def case_ids(cases: list[tuple[str, dict]]) -> list[str]:
     return [f"{m}-" + "-".join(f"{k}{v}" for k, v in s.items()) for m, s in cases]
 
 
+def graph_cases(cases: list[tuple[str, dict]]):
+    """A graph-parity test's cases: each ``(model, settings)`` (arguments ``model``,
+    ``settings``) with flash attention off and on (``fa``)."""
+    def mark(test):
+        return fa_off_on(pytest.mark.parametrize("model,settings", cases,
+                                                 ids=case_ids(cases))(test))
+    return mark
+
+
 def assert_same_graph(model_path, settings: dict, fa: bool) -> None:
     """Capture llama.cpp's graph and build ours for ``settings`` (n_ctx/n_ubatch default
     512; ``fa=True`` in settings marks a case that needs flash attention, e.g. a quantized
     V cache, which llama.cpp refuses otherwise) and assert they are equal."""
-    import pytest
-
     from graphcost.judge.oracle import capture_graph
 
     s = dict(settings)

@@ -31,10 +31,10 @@ from graphcost.cost.analysis import analyze_graph
 from graphcost.graph.build import build_graph, load_model
 from graphcost.document import document
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import capture_log
+from parity import needs_llama_cpp
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 MiB = 1024 * 1024
 

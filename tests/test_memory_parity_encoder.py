@@ -17,10 +17,10 @@ import fixtures_encoder as E
 from graphcost.graph.build import load_model
 from graphcost.memory.plan import plan_memory
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import capture_log
+from parity import needs_llama_cpp
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 MiB = 1024 * 1024
 

@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import fixtures_simple as S
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import capture_log
+from parity import needs_llama_cpp
 from test_memory_parity import MiB, _document, _id, mib2
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 # (model, n_ctx, n_ubatch, flash_attn, type_k, type_v, swa_full)
 CASES = [

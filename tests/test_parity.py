@@ -9,11 +9,11 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
-from graphcost.judge.oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, case_ids, first_difference, our_records
+from graphcost.judge.oracle import capture_graph
+from parity import (assert_same_graph, fa_off_on, first_difference, graph_cases, needs_llama_cpp,
+                    our_records)
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +58,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
+@graph_cases(CASES)
 def test_fixture_graph_matches_llama_cpp(models, model, settings, fa):
     assert_same_graph(models[model], settings, fa)
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
+@fa_off_on
 @pytest.mark.parametrize("tokens,past", [(1, 0), (1, 37), (16, 0), (5, 700)],
                          ids=["decode0", "decode37", "prefill16", "prefill5_past700"])
 def test_real_gemma3_graph_matches_llama_cpp(gemma3_270m, fa, tokens, past):
