@@ -3,11 +3,15 @@ marks every parity test shares (skip without llama.cpp; cases with flash attenti
 and on)."""
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
 import pytest
 
 from graphcost.graph.build import build_graph, load_model
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.judge.verify import first_difference, graph_records
 
 #: skips a test (``pytestmark = needs_llama_cpp``: a module) where llama.cpp, the judge,
@@ -57,3 +61,26 @@ def assert_same_graph(model_path, settings: dict, fa: bool) -> None:
     kw = {"n_ctx": 512, "n_ubatch": 512, "flash_attn": fa, **s}
     diff = first_difference(our_records(model_path, **kw), capture_graph(model_path, **kw))
     assert diff is None, diff
+
+
+def memory_case_id(case: tuple) -> str:
+    """Test id of a memory case ``(model, n_ctx, n_ubatch, fa, type_k, type_v, swa_full)``."""
+    m, ctx, ub, fa, tk, tv, swa = case
+    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}{'-swafull' if swa else ''}"
+
+
+def memory_case_settings(case: tuple) -> dict:
+    """capture_log's settings of a memory case (see :func:`memory_case_id`)."""
+    m, ctx, ub, fa, tk, tv, swa = case
+    return dict(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk, type_v=tv, swa_full=swa)
+
+
+def capture_logs(paths: dict, cases: list[tuple],
+                 settings: Callable[[tuple], dict] = memory_case_settings,
+                 case_id: Callable[[tuple], str] = memory_case_id) -> dict[str, dict]:
+    """llama.cpp's parsed log (capture_log) of every case, by case id, captured in
+    parallel subprocesses; a case's first item names its model in ``paths``."""
+    def one(case):
+        return capture_log(paths[case[0]], **settings(case))
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
+        return dict(zip(map(case_id, cases), ex.map(one, cases)))

@@ -6,9 +6,6 @@ parts (gemma4: sliding layers have smaller heads, but a transposed V cache is as
 the widest layer); the compute buffer to the 4-decimal DEBUG line; the output buffer."""
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 import fixtures_gemma3n as G
@@ -16,8 +13,7 @@ import fixtures_gemma4 as G4
 from graphcost.graph.build import load_model
 from graphcost.memory.plan import plan_memory
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log
-from parity import needs_llama_cpp
+from parity import capture_logs, memory_case_id, needs_llama_cpp
 
 pytestmark = needs_llama_cpp
 
@@ -36,11 +32,6 @@ CASES = [
     ("gemma4", 16384, 512, False, "q8_0", "f16", True),
     ("gemma4_fused", 1024, 1, True, "f16", "f16", False),
 ]
-
-
-def _id(c) -> str:
-    m, ctx, ub, fa, tk, tv, swa = c
-    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}{'-swafull' if swa else ''}"
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +53,8 @@ def paths(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def logs(paths):
-    def one(c):
-        m, ctx, ub, fa, tk, tv, swa = c
-        return capture_log(paths[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk,
-                           type_v=tv, swa_full=swa)
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_id, CASES), ex.map(one, CASES)))
+    """llama.cpp's parsed log for every case."""
+    return capture_logs(paths, CASES)
 
 
 def mib2(n: int) -> float:
@@ -75,10 +62,10 @@ def mib2(n: int) -> float:
     return float(f"{n / MiB:.2f}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[memory_case_id(c) for c in CASES])
 def test_gemma_memory_matches_llama_cpp_log(paths, logs, case):
     m, ctx, ub, fa, tk, tv, swa = case
-    log = logs[_id(case)]
+    log = logs[memory_case_id(case)]
     plan = plan_memory(load_model(paths[m]), RunSettings(
         ctx_size=ctx, ubatch_size=ub, batch_size=ub, flash_attn="on" if fa else "off",
         cache_type_k=tk, cache_type_v=tv, swa_full=swa))
