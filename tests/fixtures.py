@@ -50,23 +50,13 @@ GEMMA3_DEFAULT_TYPES: dict[str, QT] = {
     "ffn_down": QT.Q5_0,
 }
 
+
 def write_llama(
-    path: str | Path,
-    *,
-    n_embd: int = 256,
-    n_head: int = 8,
-    n_head_kv: int = 2,
-    n_ff: int = 768,
-    n_layer: int = 3,
-    n_vocab: int = 300,
-    head_dim: int | None = None,
-    weight_types: Mapping[str, QT] | None = None,
-    tie_embeddings: bool = False,
-    context_length: int = 2048,
-    rope_freqs: bool = False,
-    rope_freq_base: float = 10000.0,
-    rms_eps: float = 1e-5,
-    seed: int = 0,
+    path: str | Path, *, n_embd: int = 256, n_head: int = 8, n_head_kv: int = 2,
+    n_ff: int = 768, n_layer: int = 3, n_vocab: int = 300, head_dim: int | None = None,
+    weight_types: Mapping[str, QT] | None = None, tie_embeddings: bool = False,
+    context_length: int = 2048, rope_freqs: bool = False, rope_freq_base: float = 10000.0,
+    rms_eps: float = 1e-5, seed: int = 0,
 ) -> FixtureInfo:
     """Write a tiny arch-``llama`` GGUF and return a :class:`FixtureInfo` (os.PathLike).
 
@@ -98,24 +88,12 @@ def write_llama(
 
 
 def write_gemma3(
-    path: str | Path,
-    *,
-    n_embd: int = 320,
-    n_head: int = 4,
-    n_head_kv: int = 2,
-    head_dim: int = 64,
-    n_ff: int = 640,
-    n_layer: int = 7,
-    n_vocab: int = 300,
-    sliding_window: int = 64,
-    swa_pattern: int | Sequence[bool] | None = None,
-    weight_types: Mapping[str, QT] | None = None,
-    tie_embeddings: bool = True,
-    context_length: int = 4096,
-    rope_freq_base: float = 1_000_000.0,
-    rope_freq_base_swa: float | None = 10_000.0,
-    rms_eps: float = 1e-6,
-    seed: int = 0,
+    path: str | Path, *, n_embd: int = 320, n_head: int = 4, n_head_kv: int = 2,
+    head_dim: int = 64, n_ff: int = 640, n_layer: int = 7, n_vocab: int = 300,
+    sliding_window: int = 64, swa_pattern: int | Sequence[bool] | None = None,
+    weight_types: Mapping[str, QT] | None = None, tie_embeddings: bool = True,
+    context_length: int = 4096, rope_freq_base: float = 1_000_000.0,
+    rope_freq_base_swa: float | None = 10_000.0, rms_eps: float = 1e-6, seed: int = 0,
 ) -> FixtureInfo:
     """Write a tiny arch-``gemma3`` GGUF and return a :class:`FixtureInfo` (os.PathLike).
 

@@ -17,7 +17,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from gguf_writer import (QT, FixtureInfo, TensorSink, attention, bias, embeddings, ffn, finish,
-                         header, info, qkv, rope_freqs_tensor, sliding_window_keys, swa_layers)
+                         granite_keys, header, info, qkv, rope_freqs_tensor, sliding_window_keys,
+                         swa_layers)
 
 __all__ = ["write_qwen2", "write_qwen3", "write_olmo2", "write_granite"]
 
@@ -166,16 +167,9 @@ def write_granite(
     w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
                rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=None)
-    if logit_scale is not None:
-        w.add_logit_scale(logit_scale)
-    if embedding_scale is not None:
-        w.add_embedding_scale(embedding_scale)
-    if residual_scale is not None:
-        w.add_residual_scale(residual_scale)
-    if attention_scale is not None:
-        w.add_attention_scale(attention_scale)
-    if rope_finetuned is not None:
-        w.add_rope_scaling_finetuned(rope_finetuned)
+    granite_keys(w, logit_scale=logit_scale, embedding_scale=embedding_scale,
+                 residual_scale=residual_scale, attention_scale=attention_scale,
+                 rope_finetuned=rope_finetuned)
     sink = TensorSink(w, np.random.default_rng(seed), weight_types, DENSE_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:

@@ -16,7 +16,8 @@ import numpy as np
 
 import gguf
 from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, bias, embeddings,
-                         expert_counts, ffn, finish, header, info, moe, qkv, ssm_keys)
+                         expert_counts, ffn, finish, granite_keys, header, info, moe, qkv,
+                         ssm_keys)
 
 __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
            "write_qwen3next", "write_nemotron_h"]
@@ -161,16 +162,9 @@ def write_granitehybrid(
         expert_counts(w, arch, n_expert, n_expert_used)
         if n_ff_shexp:
             w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    if logit_scale is not None:
-        w.add_logit_scale(logit_scale)
-    if embedding_scale is not None:
-        w.add_embedding_scale(embedding_scale)
-    if residual_scale is not None:
-        w.add_residual_scale(residual_scale)
-    if attention_scale is not None:
-        w.add_attention_scale(attention_scale)
-    if rope_finetuned is not None:
-        w.add_rope_scaling_finetuned(rope_finetuned)
+    granite_keys(w, logit_scale=logit_scale, embedding_scale=embedding_scale,
+                 residual_scale=residual_scale, attention_scale=attention_scale,
+                 rope_finetuned=rope_finetuned)
     sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd

@@ -291,6 +291,23 @@ def sliding_window_keys(w: gguf.GGUFWriter, arch: str, sliding_window: int | Non
         w.add_array(key, [bool(x) for x in swa_pattern])
 
 
+def granite_keys(w: gguf.GGUFWriter, *, logit_scale: float | None,
+                 embedding_scale: float | None, residual_scale: float | None,
+                 attention_scale: float | None, rope_finetuned: bool | None) -> None:
+    """The Granite multipliers (granite, granitehybrid) and ``rope.scaling.finetuned``
+    (``None``: left out)."""
+    if logit_scale is not None:
+        w.add_logit_scale(logit_scale)
+    if embedding_scale is not None:
+        w.add_embedding_scale(embedding_scale)
+    if residual_scale is not None:
+        w.add_residual_scale(residual_scale)
+    if attention_scale is not None:
+        w.add_attention_scale(attention_scale)
+    if rope_finetuned is not None:
+        w.add_rope_scaling_finetuned(rope_finetuned)
+
+
 def ssm_keys(w: gguf.GGUFWriter, *, d_conv: int, d_inner: int, d_state: int, n_rank: int,
              n_group: int) -> None:
     """The ``ssm.*`` keys of the Mamba-2 and delta-net layers: conv kernel, inner size,
