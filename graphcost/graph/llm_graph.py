@@ -46,14 +46,15 @@ class KVCache:
 
 @dataclass
 class AttnInputs:
-    """llm_graph_input_attn_kv (one per cache): index inputs, mask, Hadamard matrices."""
+    """llm_graph_input_attn_kv (one per cache): index inputs, mask, Hadamard matrices (the
+    builder makes the object first and its inputs after, each tied to it)."""
 
     cache: KVCache
-    k_idxs: Tensor
-    v_idxs: Tensor | None  # None: K-only (MLA) cache
-    kq_mask: Tensor
-    k_rot: Tensor | None
-    v_rot: Tensor | None
+    k_idxs: Tensor | None = None
+    v_idxs: Tensor | None = None  # None: K-only (MLA) cache
+    kq_mask: Tensor | None = None
+    k_rot: Tensor | None = None
+    v_rot: Tensor | None = None
 
 
 class InputKind(enum.Enum):
@@ -207,7 +208,7 @@ class LlmGraph:
     def build_attn_inputs(self, cache: KVCache) -> AttnInputs:
         """build_input_k_idxs / v_idxs, build_attn_inp_kq_mask, build_input_k_rot / v_rot."""
         m, T = self.model, self.n_tokens
-        inp = AttnInputs(cache, None, None, None, None, None)
+        inp = AttnInputs(cache)
         inp.k_idxs = self.new_input(InputKind.K_IDXS, gt.I64, [T], name="attn_inp_k_idxs",
                                     attn=inp)
         # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
@@ -221,7 +222,7 @@ class LlmGraph:
     def build_attn_inputs_k(self, cache: KVCache) -> AttnInputs:
         """build_attn_inp_k_impl (MLA, K-only cache): build_input_k_idxs and
         build_attn_inp_kq_mask; no V indices, no rotation inputs."""
-        inp = AttnInputs(cache, None, None, None, None, None)
+        inp = AttnInputs(cache)
         inp.k_idxs = self.new_input(InputKind.K_IDXS, gt.I64, [self.n_tokens],
                                     name="attn_inp_k_idxs", attn=inp)
         inp.kq_mask = self._kq_mask(inp)
