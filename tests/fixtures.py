@@ -21,7 +21,8 @@ import numpy as np
 from gguf_writer import (QT, FixtureInfo, TensorSink, attention, embeddings, ffn, finish, header,
                          info, qkv, rope_freqs_tensor, sliding_window_keys, swa_layers)
 
-__all__ = ["LLAMA_DEFAULT_TYPES", "GEMMA3_DEFAULT_TYPES", "write_llama", "write_gemma3"]
+__all__ = ["LLAMA_DEFAULT_TYPES", "GEMMA3_DEFAULT_TYPES", "LLAMA64", "write_llama",
+           "write_gemma3"]
 
 # defaults for the llama fixture (n_embd=256, n_ff=768, q/o width 256):
 # every row length is a multiple of 256, so k-quants fit everywhere.
@@ -49,6 +50,15 @@ GEMMA3_DEFAULT_TYPES: dict[str, QT] = {
     "ffn_up": QT.Q8_0,
     "ffn_down": QT.Q5_0,
 }
+
+
+#: write_llama's head_dim-64 variant shared by the parity and numerics tests: 6 heads of 64
+#: over 3 KV heads (quantized caches get the Hadamard rotation), tied embeddings, llama-3
+#: rope_freqs, odd vocabulary, mixed weight types
+LLAMA64: dict = dict(n_embd=384, n_head=6, n_head_kv=3, head_dim=64, n_ff=1024, n_layer=2,
+                     n_vocab=333, tie_embeddings=True, rope_freqs=True,
+                     weight_types={"attn_q": QT.Q4_0, "ffn_down": QT.Q4_K, "attn_v": QT.F16,
+                                   "ffn_up": QT.Q8_0})
 
 
 def write_llama(
