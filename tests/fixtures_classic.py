@@ -22,7 +22,8 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, bias, finish, header, info, layer_norm, qkv
+from gguf_writer import (QT, FixtureInfo, TensorSink, bias, ffn, finish, header, info, layer_norm,
+                         qkv)
 
 __all__ = ["write_gpt2", "write_starcoder2", "write_falcon", "write_phi3"]
 
@@ -164,8 +165,7 @@ def write_falcon(path: str | Path, *, n_embd: int = 320, n_head: int = 5, n_head
             layer_norm(sink, p + "attn_norm_2", n_embd)
         sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, n_embd + 2 * n_head_kv * hd)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        ffn(sink, p, n_embd, n_ff, order=("up", "down"))
     finish(w)
     return _info(path, "falcon", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,

@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, bias, finish, header, info, layer_norm
+from gguf_writer import QT, FixtureInfo, TensorSink, bias, ffn, finish, header, info, layer_norm
 
 __all__ = ["write_bert"]
 
@@ -87,11 +87,7 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
         if out_bias:
             bias(sink, p + "attn_output.bias", n_embd)
         layer_norm(sink, p + "attn_output_norm", n_embd)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-        if ffn_bias:
-            bias(sink, p + "ffn_up.bias", n_ff)
-            bias(sink, p + "ffn_down.bias", n_embd)
+        ffn(sink, p, n_embd, n_ff, biases=ffn_bias, order=("up", "down"))
         layer_norm(sink, p + "layer_output_norm", n_embd)
     finish(w)
     return info(path, "bert", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,

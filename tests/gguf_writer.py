@@ -296,16 +296,12 @@ def granite_keys(w: gguf.GGUFWriter, *, logit_scale: float | None,
                  attention_scale: float | None, rope_finetuned: bool | None) -> None:
     """The Granite multipliers (granite, granitehybrid) and ``rope.scaling.finetuned``
     (``None``: left out)."""
-    if logit_scale is not None:
-        w.add_logit_scale(logit_scale)
-    if embedding_scale is not None:
-        w.add_embedding_scale(embedding_scale)
-    if residual_scale is not None:
-        w.add_residual_scale(residual_scale)
-    if attention_scale is not None:
-        w.add_attention_scale(attention_scale)
-    if rope_finetuned is not None:
-        w.add_rope_scaling_finetuned(rope_finetuned)
+    for value, add in ((logit_scale, w.add_logit_scale), (embedding_scale, w.add_embedding_scale),
+                       (residual_scale, w.add_residual_scale),
+                       (attention_scale, w.add_attention_scale),
+                       (rope_finetuned, w.add_rope_scaling_finetuned)):
+        if value is not None:
+            add(value)
 
 
 def ssm_keys(w: gguf.GGUFWriter, *, d_conv: int, d_inner: int, d_state: int, n_rank: int,
@@ -387,7 +383,8 @@ def qkv(sink: TensorSink, p: str, n_embd: int, q_dim: int, kv_dim: int,
 
 
 #: the order most families write their FFN matrices in; lfm2, granitehybrid and the MoE
-#: families' dense layers write gate, down, up (the order decides the random draws)
+#: families' dense layers write gate, down, up, the GELU MLPs (bert, falcon) up, down (the
+#: order decides the random draws)
 GATE_UP_DOWN = ("gate", "up", "down")
 GATE_DOWN_UP = ("gate", "down", "up")
 
