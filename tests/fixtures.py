@@ -18,8 +18,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from gguf_writer import (QT, FixtureInfo, TensorSink, attention, embeddings, ffn, finish, header,
-                         info, qkv, rope_freqs_tensor, sliding_window_keys, swa_layers)
+from gguf_writer import (QT, FixtureInfo, TensorSink, attention, done, embeddings, ffn, finish,
+                         header, info, qkv, rope_freqs_tensor, sliding_window_keys, swa_layers)
 
 __all__ = ["LLAMA_DEFAULT_TYPES", "GEMMA3_DEFAULT_TYPES", "LLAMA64", "write_llama",
            "write_gemma3"]
@@ -91,8 +91,7 @@ def write_llama(
         attention(sink, p, n_embd, q_dim, n_head_kv * hd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)
 

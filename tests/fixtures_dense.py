@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from gguf_writer import (QT, FixtureInfo, TensorSink, attention, bias, embeddings, ffn, finish,
-                         granite_keys, header, info, qkv, rope_freqs_tensor, sliding_window_keys,
+from gguf_writer import (QT, FixtureInfo, TensorSink, attention, bias, done, embeddings, ffn,
+                         granite_keys, header, qkv, rope_freqs_tensor, sliding_window_keys,
                          swa_layers)
 
 __all__ = ["write_qwen2", "write_qwen3", "write_olmo2", "write_granite"]
@@ -60,8 +60,7 @@ def write_qwen2(
         attention(sink, p, n_embd, n_embd, n_head_kv * hd, biases=True)
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
-    finish(w)
-    return info(path, "qwen2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, "qwen2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)
 
@@ -91,8 +90,7 @@ def write_qwen3(
         sink.vector(p + "attn_q_norm.weight", head_dim)
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
-    finish(w)
-    return info(path, "qwen3", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, "qwen3", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)
 
@@ -138,8 +136,7 @@ def write_olmo2(
         sink.vector(p + "post_attention_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
-    finish(w)
-    return info(path, "olmo2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, "olmo2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=False, sliding_window=sliding_window,
                 layers_swa=layers)
@@ -182,7 +179,6 @@ def write_granite(
             bias(sink, p + "attn_output.bias", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff, biases=biases)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)

@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, bias, ffn, finish, header, info, layer_norm
+from gguf_writer import QT, FixtureInfo, TensorSink, bias, done, ffn, header, layer_norm
 
 __all__ = ["write_bert"]
 
@@ -89,7 +89,6 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
         layer_norm(sink, p + "attn_output_norm", n_embd)
         ffn(sink, p, n_embd, n_ff, biases=ffn_bias, order=("up", "down"))
         layer_norm(sink, p + "layer_output_norm", n_embd)
-    finish(w)
-    return info(path, "bert", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, "bert", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=False)

@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from gguf_writer import (QT, FixtureInfo, TensorSink, ffn, finish, header, info, make_weight,
+from gguf_writer import (QT, FixtureInfo, TensorSink, done, ffn, header, make_weight,
                          per_layer_inputs, qkv, swa_layers)
 
 __all__ = ["write_gemma3n", "N_ALTUP", "N_EMBD_ALTUP", "LAUREL_RANK"]
@@ -88,8 +88,7 @@ def write_gemma3n(path: str | Path, *, n_embd: int = 160, n_head: int = 3, n_hea
         sink.matrix("laurel_l", p + "laurel_l.weight", n_embd, LAUREL_RANK)
         sink.matrix("laurel_r", p + "laurel_r.weight", LAUREL_RANK, n_embd)
         sink.vector(p + "laurel_post_norm.weight", n_embd)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings,
                 sliding_window=sliding_window or 0, layers_swa=swa_layers(n_layer, 5))

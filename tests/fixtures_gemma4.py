@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, ffn, finish, header, info, per_layer_inputs
+from gguf_writer import QT, FixtureInfo, TensorSink, done, ffn, header, per_layer_inputs
 
 __all__ = ["write_gemma4"]
 
@@ -105,8 +105,7 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
             sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_embd_per_layer)
             sink.matrix("proj", p + "proj.weight", n_embd_per_layer, n_embd)
             sink.vector(p + "post_norm.weight", n_embd)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings,
                 sliding_window=sliding_window, layers_swa=list(swa_pattern))

@@ -15,9 +15,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, bias, embeddings,
-                         expert_counts, ffn, finish, granite_keys, header, info, moe, qkv,
-                         ssm_keys)
+from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, bias, done, embeddings,
+                         expert_counts, ffn, granite_keys, header, moe, qkv, ssm_keys)
 
 __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
            "write_qwen3next", "write_nemotron_h"]
@@ -118,8 +117,7 @@ def write_lfm2(
             sink.vector(p + "attn_k_norm.weight", hd)
             qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)
 
@@ -185,8 +183,7 @@ def write_granitehybrid(
                 ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
             continue
         ffn(sink, p, n_embd, n_ff, biases=biases, order=GATE_DOWN_UP)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)
 
@@ -267,8 +264,7 @@ def write_qwen3next(
         moe(sink, p, n_embd, n_ff_exp, n_expert, router_scale=0.05, order=("down", "gate", "up"))
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
         ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if has_experts else n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)
 
@@ -321,7 +317,6 @@ def write_nemotron_h(
             if biases:
                 bias(sink, p + "ffn_up.bias", n_ff)
                 bias(sink, p + "ffn_down.bias", n_embd)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)

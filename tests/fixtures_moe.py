@@ -19,8 +19,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from gguf_writer import (QT, FixtureInfo, TensorSink, attention, embeddings, expert_counts, ffn,
-                         finish, header, info, moe, sliding_window_keys, swa_layers)
+from gguf_writer import (QT, FixtureInfo, TensorSink, attention, done, embeddings, expert_counts,
+                         ffn, finish, header, info, moe, sliding_window_keys, swa_layers)
 
 __all__ = ["write_mixtral", "write_qwen3moe", "write_gemma2", "MIXTRAL_DEFAULT_TYPES",
            "QWEN3MOE_DEFAULT_TYPES", "GEMMA2_DEFAULT_TYPES"]
@@ -91,8 +91,7 @@ def write_mixtral(
         attention(sink, p, n_embd, n_embd, n_head_kv * hd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         moe(sink, p, n_embd, n_ff, n_expert, gate_exps)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)
 
@@ -126,8 +125,7 @@ def write_qwen3moe(
         sink.vector(p + "attn_q_norm.weight", head_dim)
         sink.vector(p + "ffn_norm.weight", n_embd)
         moe(sink, p, n_embd, n_ff_exp, n_expert)
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
                 context_length=context_length, tie=tie_embeddings)
 

@@ -16,9 +16,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, attention, embeddings,
-                         expert_counts, ffn, finish, header, info, moe, qkv, rope_freqs_tensor,
-                         swa_layers)
+from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, attention, done, embeddings,
+                         expert_counts, ffn, header, moe, qkv, rope_freqs_tensor, swa_layers)
 from fixtures_dense import DENSE_DEFAULT_TYPES
 
 __all__ = ["write_qwen2moe", "write_olmoe", "write_smollm3", "write_seed_oss", "write_glm4",
@@ -53,8 +52,7 @@ def _start(path: Path, arch: str, *, n_embd, n_head, n_head_kv, n_ff, n_layer, n
 
 def _done(w, path, arch, sink, *, n_vocab, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer,
           tie, context_length=4096, sliding_window=0, layers_swa=None) -> FixtureInfo:
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                 context_length=context_length, tie=tie, sliding_window=sliding_window,
                 layers_swa=layers_swa)

@@ -437,3 +437,9 @@ def info(path: Path, arch: str, sink: TensorSink, *, n_vocab, n_embd, n_head, n_
                        context_length=context_length, tie_embeddings=tie,
                        sliding_window=sliding_window,
                        swa_layers=layers_swa or [False] * n_layer, tensor_types=sink.types)
+
+
+def done(w: gguf.GGUFWriter, path: Path, arch: str, sink: TensorSink, **kw) -> FixtureInfo:
+    """Write the file (:func:`finish`) and return its :func:`info`."""
+    finish(w)
+    return info(path, arch, sink, **kw)
