@@ -57,7 +57,8 @@ def attn_temp_input(sb: SpecBuilder, a: dict) -> None:
     attention.temperature_length, which llama.cpp does not check at load)."""
     m = sb.m
     if a.get("always"):  # llama4 builds it unconditionally (its scale is hard-coded)
-        t = sb.b.new_input(InputKind.ATTN_SCALE, gt.F32, [1, 1, sb.b.n_tokens], name="inp_attn_scale")
+        t = sb.b.new_input(InputKind.ATTN_SCALE, gt.F32, [1, 1, sb.b.n_tokens],
+                           name="inp_attn_scale")
         sb.vars[a.get("out", "inp_attn_scale")] = t
         return
     if m.attn_temp_scale == 0.0:
@@ -66,7 +67,8 @@ def attn_temp_input(sb: SpecBuilder, a: dict) -> None:
         raise GraphcostError(f"{m.header.path}: {m.arch}.attention.temperature_scale needs "
                              f"{m.arch}.context_length (n_ctx_orig_yarn, the temperature "
                              f"floor scale); llama.cpp refuses the model")
-    t = sb.b.new_input(InputKind.ATTN_SCALE, gt.F32, [1, 1, sb.b.n_tokens], name="inp_attn_scale")
+    t = sb.b.new_input(InputKind.ATTN_SCALE, gt.F32, [1, 1, sb.b.n_tokens],
+                       name="inp_attn_scale")
     sb.vars[a.get("out", "inp_attn_scale")] = t
 
 
