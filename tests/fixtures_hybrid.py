@@ -51,7 +51,8 @@ def _mamba2(sink: TensorSink, p: str, n_embd: int, d_inner: int, d_state: int, n
     kernel and bias over x, B and C, ``ssm_dt.bias``, ``ssm_a`` and ``ssm_d`` ({1, n_head},
     no ".weight" suffix), the grouped ``ssm_norm``, ``ssm_out``."""
     d_xbc = d_inner + 2 * n_group * d_state
-    sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_head)
+    sink.matrix("ssm_in", p + "ssm_in.weight", n_embd,
+                2 * d_inner + 2 * n_group * d_state + n_head)
     sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
     bias(sink, p + "ssm_conv1d.bias", d_xbc)
     sink.vector(p + "ssm_dt.bias", n_head, center=0.0, spread=0.1)
