@@ -573,6 +573,63 @@ def hwprobe(
         typer.echo(f"note: {note}")
 
 
+@app.command(context_settings={"help_option_names": ["--help", "-h"]})
+def speed(
+    model: ModelArg = None,
+    hardware: Annotated[Optional[str], typer.Option(
+        "--hardware", help="hardware profile (name or .yaml); calibrated by "
+        "benchmarks/bench_speed.py")] = None,
+    n_prompt: Annotated[str, typer.Option("-p", "--n-prompt", help="prompt tokens, list")] = "512",
+    n_gen: Annotated[str, typer.Option("-n", "--n-gen", help="generated tokens, list")] = "128",
+    n_depth: Annotated[str, typer.Option("-d", "--n-depth", help="context depth, list")] = "0",
+    batch: Annotated[Optional[str], typer.Option("-b", "--batch-size", help="list")] = None,
+    ubatch: Annotated[Optional[str], typer.Option("-ub", "--ubatch-size", help="list")] = None,
+    fa: Annotated[Optional[str], typer.Option("-fa", "--flash-attn", help="on|off|auto, list")] = None,
+    threads: Annotated[Optional[str], typer.Option("-t", "--threads", help="list [default: the "
+                                                   "profile's]")] = None,
+    ctk: Annotated[Optional[str], typer.Option("-ctk", "--cache-type-k", help="list")] = None,
+    ctv: Annotated[Optional[str], typer.Option("-ctv", "--cache-type-v", help="list")] = None,
+    reps: Annotated[str, typer.Option("-r", "--repetitions", help="accepted; a prediction "
+                                      "has no repetitions")] = "5",
+    fmt: Annotated[str, typer.Option("-o", "--format", help="md | json")] = "md",
+) -> None:
+    """Predict what llama-bench prints (pp and tg tokens/s) for a model on a hardware profile."""
+    from graphcost.cost.hardware import load as load_hardware
+    from graphcost.report.speed import (FORMATS, describe, footer, render_json, render_md,
+                                        shown_fields)
+    from graphcost.speed import DEFAULTS, instances, model_description, parse_list, predict_all
+
+    if fmt not in FORMATS:
+        _fail(f"-o/--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if hardware is None:
+        _fail("--hardware is required: a profile name or a .yaml (graphcost hwprobe, then "
+              "benchmarks/bench_speed.py --profile NAME to calibrate it)")
+    hw = load_hardware(hardware)
+    given = {"n_batch": None if batch is None else parse_list("-b", batch, "int"),
+             "n_ubatch": None if ubatch is None else parse_list("-ub", ubatch, "int"),
+             "flash_attn": None if fa is None else parse_list("-fa", fa, "fa"),
+             "type_k": None if ctk is None else parse_list("-ctk", ctk, "cache"),
+             "type_v": None if ctv is None else parse_list("-ctv", ctv, "cache")}
+    parse_list("-r", reps, "int")
+    t_list = parse_list("-t", threads, "int") if threads else [hw.threads or os.cpu_count() or 1]
+    tests = instances(parse_list("-p", n_prompt, "int"), parse_list("-n", n_gen, "int"),
+                      parse_list("-d", n_depth, "int"),
+                      *(given[k] or DEFAULTS[k] for k in ("n_batch", "n_ubatch", "flash_attn",
+                                                          "type_k", "type_v")), t_list)
+    if not tests:
+        _fail("-p and -n are both 0: no test to predict")
+    path = _model_path(model)
+    info, sm, preds = predict_all(path, hw, tests)
+    desc = model_description(info)
+    note = describe(sm, hw)
+    missing = sorted({k for p in preds for k in sm.missing(p.counts)})
+    if fmt == "json":
+        sys.stdout.write(render_json(preds, desc, info, str(path), hw.name, note))
+        return
+    sys.stdout.write(render_md(preds, shown_fields(given), desc, info))
+    sys.stdout.write(footer(note, hw, missing, set(t_list)))
+
+
 @app.command()
 def verify(
     model: Annotated[Path, typer.Argument(help="GGUF file (header-only and partial files are padded)")],

@@ -123,6 +123,8 @@ def document(a: Analysis, hardware=None) -> dict:
         from graphcost.cost.roofline import estimate
         est = estimate(a, hardware)
         doc["roofline"] = est.to_dict(run.n_tokens)
+        from graphcost.cost.speed_model import step_estimate
+        doc["llama_cpp_cpu"] = step_estimate(a, hardware)
         for nd, sec in zip(doc["nodes"], est.per_node):
             nd["roofline_seconds"] = sec
     return doc

@@ -19,6 +19,11 @@ matrix-vector kernel streams for each weight type). They are not part of the roo
 which is the machine's limit; :func:`executor_seconds` adds them to it to model the
 executor itself, and ``graphcost profile`` reports how close both come to the measured
 node times.
+
+A profile may also hold ``llama_cpp``: the coefficients of llama.cpp's CPU execution
+model (:mod:`graphcost.cost.speed_model`) fitted against llama-bench on that machine by
+``benchmarks/bench_speed.py``, with the error band measured on held-out cases;
+``graphcost speed`` and ``analyze --hardware`` use it (docs/speed.md).
 """
 from __future__ import annotations
 
@@ -152,6 +157,18 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         overhead = float(field(ov, "seconds", "nonneg", "op_overhead", where))
         if ov.get("by_op") is not None:
             mapping_of(ov["by_op"], "nonneg", "op_overhead.by_op", where)
+    if doc.get("llama_cpp") is not None:     # graphcost speed's calibration (docs/speed.md)
+        lc = need(doc["llama_cpp"], "dict", "llama_cpp", where)
+        mapping_of(need(lc.get("coefficients"), "dict", "llama_cpp.coefficients", where),
+                   "nonneg", "llama_cpp.coefficients", where)
+        t = lc.get("threads")
+        if t is not None and (not _is_int(t) or t < 1):
+            raise GraphcostError(f"{where}: llama_cpp.threads must be an integer >= 1 or null, "
+                                 f"got {_show(t)}")
+        if lc.get("error_band") is not None:
+            band = need(lc["error_band"], "dict", "llama_cpp.error_band", where)
+            for k in ("median", "worst", "cases"):
+                field(band, k, "nonneg", "llama_cpp.error_band", where)
     return Hardware(name=str(doc.get("name") or (path.stem if path else "this machine")),
                     bandwidth=bandwidth, peak_flops=peak, kind=kind,
                     description=str(doc.get("description") or ""), threads=threads, path=path,

@@ -99,6 +99,7 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
 
     if hardware is not None:
         con.print(_roofline_table(a, hardware))
+        con.print(_llama_cpp_line(a, hardware))
 
     if a.unmodelled:
         ops = sorted({nc.node.op for nc in a.unmodelled})
@@ -126,6 +127,24 @@ def _experts_table(ew) -> Table:
     t.add_row(f"read, expected, uniform routing ({float(ew.expected_experts):.2f} of "
               f"{ew.n_expert})", human_bytes(exp), f"{exp:,}")
     return t
+
+
+def _llama_cpp_line(a: Analysis, hw) -> str:
+    """--hardware: the step's predicted time on llama.cpp's CPU backend (graphcost speed's
+    model, graphcost.cost.speed_model), with its error band or UNVERIFIED."""
+    from graphcost.cost.speed_model import step_estimate
+
+    e = step_estimate(a, hw)
+    tps = e["tokens_per_second"]
+    line = (f"llama.cpp CPU, predicted: {e['seconds'] * 1e3:.3f} ms per step"
+            + (f", {tps:.1f} tokens/s" if tps else ""))
+    if "error_band" in e:
+        b = e["error_band"]
+        line += (f"\n  error band (held-out llama-bench cases): median {100 * b['median']:.1f}%, "
+                 f"worst {100 * b['worst']:.1f}%")
+    if "warning" in e:
+        line += f"\nUNVERIFIED: {e['warning']}"
+    return line + "\n"
 
 
 def _roofline_table(a: Analysis, hw) -> Table:

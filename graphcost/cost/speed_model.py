@@ -1,0 +1,290 @@
+"""Time of one graph evaluation on llama.cpp's CPU backend, as a sum of counted quantities.
+
+How llama.cpp's CPU backend runs a graph (ggml/src/ggml-cpu/ggml-cpu.c,
+``ggml_graph_compute_thread``): every thread walks all nodes; empty ops (NONE, VIEW,
+RESHAPE, PERMUTE, TRANSPOSE: ``ggml_op_is_empty``) are skipped; every other node is split
+over the threads and followed by a barrier (``ggml_barrier``), except that an RMS_NORM
+followed by the MUL that uses it runs as one fused node (``ggml_cpu_try_fuse_ops``). A
+MUL_MAT first converts its activations to the weight type's ``vec_dot_type``
+(``ggml_compute_forward_mul_mat``: ``from_float`` into the work buffer), then runs
+``vec_dot`` over chunks of rows; a weight held in ``CPU_REPACK``
+(ggml-cpu/repack.cpp ``forward_mul_mat``) runs ``gemm`` on groups of 4 activation rows
+and ``gemv`` on the rest. FLASH_ATTN_EXT (ops.cpp ``ggml_compute_forward_flash_attn_ext_f16``)
+walks every KV cell for every query row and head: K·q, online softmax, V accumulation.
+
+So one graph takes, in seconds, ``sum_k coef[k] * count[k]`` over these counts (each a
+plain integer from the graph and the cost model, :func:`counts`):
+
+========================  ==========================================================
+``steps``                 graph evaluations (llama_decode's per-ubatch work outside the
+                          graph: building it, allocating, setting inputs, reading logits)
+``barriers``              nodes that end in a barrier (non-empty nodes, fused pairs once)
+``weight_bytes``          bytes of matmul weights read (each weight once per graph)
+``mac:T:vec`` / ``mat``   multiply-accumulates of matmuls whose ``src0`` has type ``T``
+                          and is not repacked: one activation row (vec_dot) or more
+                          (llamafile_sgemm where it has a kernel for T, else vec_dot per
+                          row); KV-cache matmuls are ``f16``
+``mac:T:gemv`` / ``gemm`` the same for a repacked weight: activation rows outside groups
+                          of 4 (gemv) and inside them (gemm)
+``convert``               activation values converted to a ``vec_dot_type``
+``fa_mac``, ``:tiled``,   flash attention: query rows x heads x KV cells x (Dk + Dv), by
+``:split``                kernel (one row at a time, tiles of 64 query rows, or one row
+                          with its >= 512 KV cells split over the threads)
+``other_bytes``           bytes read + written by every other non-empty node (cost model)
+========================  ==========================================================
+
+Nodes that get no rows (a ubatch with no output: everything that follows the
+``inp_out_ids`` GET_ROWS) still end in a barrier but do no work. The coefficients are
+seconds per unit at one thread count; they come from a hardware profile's ``llama_cpp``
+section (fitted by ``benchmarks/bench_speed.py`` against llama-bench on that machine, see
+docs/speed.md) or, for a profile without one, from its bandwidth and peak FLOP rate alone
+(:func:`roofline_coefficients`: unverified).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from graphcost.format import ggml_types as gt
+from graphcost.graph import ops
+
+#: MUL_MAT activation rows a repacked kernel takes at once (repack.cpp forward_mul_mat:
+#: ``ne11 - ne11 % 4`` rows by gemm, the rest by gemv)
+REPACK_GEMM_ROWS = 4
+#: ggml-cpu/common.h GGML_FA_TILE_Q: query rows of one flash-attention tile
+FA_TILE_Q = 64
+#: ops.cpp use_split_kv_path: KV cells from which one query row's cells are split
+FA_SPLIT_KV = 512
+#: names of the output-row index input (llm_graph_input_out_ids; ``out_ids`` in
+#: llama.cpp's graph callbacks)
+OUT_IDS = ("out_ids", "inp_out_ids")
+
+
+def _storage(t):
+    while t.view_src is not None:
+        t = t.view_src
+    return t
+
+
+def _fused_with_next(nodes, i: int) -> bool:
+    """ggml_cpu_try_fuse_ops: RMS_NORM then a MUL that reads it (F32 operands)."""
+    n = nodes[i]
+    if n.op != "RMS_NORM" or i + 1 >= len(nodes):
+        return False
+    m = nodes[i + 1]
+    return (m.op == "MUL" and n in m.src and m.type == gt.F32
+            and all(s.type == gt.F32 for s in m.src))
+
+
+def counts(analysis, repacked: Iterable[str] = (), *, outputs: bool = True) -> Counter:
+    """The counts of one evaluation of ``analysis``'s graph (see the module docstring).
+
+    ``repacked``: names of weights llama.cpp holds in ``CPU_REPACK`` on this CPU
+    (:func:`repacked_weights`). ``outputs=False``: the ubatch has no output row, so the
+    nodes after the ``inp_out_ids`` GET_ROWS do no work (they still end in a barrier)."""
+    rep = set(repacked)
+    c: Counter = Counter(steps=1)
+    nodes = [nc.node for nc in analysis.nodes]
+    empty: set[int] = set()                 # ids of tensors with no rows
+    skip_barrier = False
+    for i, nc in enumerate(analysis.nodes):
+        n = nc.node
+        if n.op in ops.EMPTY:
+            if any(id(s) in empty for s in n.src):
+                empty.add(id(n))
+            continue
+        if skip_barrier:
+            skip_barrier = False
+        else:
+            c["barriers"] += 1
+            skip_barrier = _fused_with_next(nodes, i)
+        if not outputs and (any(id(s) in empty for s in n.src) or (
+                n.op == "GET_ROWS" and len(n.src) > 1 and n.src[1].name in OUT_IDS)):
+            empty.add(id(n))
+            continue
+        if n.op in ops.MATMUL:
+            _matmul_counts(c, n, rep)
+        elif n.op == "FLASH_ATTN_EXT":
+            c["barriers"] += 1          # the op's own ggml_barrier after setting up chunks
+            c[_fa_key(n)] += _fa_macs(n)
+        elif nc.cost is not None:
+            c["other_bytes"] += nc.cost.bytes_read + nc.cost.bytes_written
+    return c
+
+
+def _fa_macs(n) -> int:
+    # q: [Dk, n_q, H, 1]; k: [Dk, n_kv, Hkv, 1]; v: [Dv, n_kv, Hkv, 1]
+    q, k, v = n.src[0], n.src[1], n.src[2]
+    return q.ne[1] * q.ne[2] * q.ne[3] * k.ne[1] * (k.ne[0] + v.ne[0])
+
+
+def _fa_key(n) -> str:
+    """ops.cpp ggml_compute_forward_flash_attn_ext_f16's three kernels: one query row with
+    at least 512 KV cells (``use_split_kv_path``: the cells split over the threads, partial
+    results reduced), ``:split``; chunks of at least GGML_FA_TILE_Q (64) query rows with
+    F32/F16 K and V of one type (``use_tiled``), ``:tiled``; otherwise one query row at a
+    time over all cells (``one_chunk``)."""
+    q, k, v = n.src[0], n.src[1], n.src[2]
+    kv_float = k.type in (gt.F32, gt.F16) and k.type == v.type and q.type == gt.F32
+    if kv_float and q.ne[1] == 1 and q.ne[3] == 1 and k.ne[1] >= FA_SPLIT_KV:
+        return "fa_mac:split"
+    return "fa_mac:tiled" if kv_float and q.ne[1] >= FA_TILE_Q else "fa_mac"
+
+
+def _matmul_counts(c: Counter, n, rep: set[str]) -> None:
+    # W:[K, M, ...] x A:[K, N, ...] -> [M, N, ...]  (MUL_MAT_ID: experts used, cost model)
+    w, a = n.src[0], n.src[1]
+    store = _storage(w)
+    K = w.ne[0]
+    if n.op == "MUL_MAT_ID":
+        rows = n.ne[1] * n.ne[2]            # expert slots x tokens, one weight row set each
+        macs = K * n.ne[0] * rows
+        n_rows = rows
+    else:
+        n_rows = a.ne[1] * a.ne[2] * a.ne[3]
+        macs = K * n.ne[0] * n.ne[1] * n.ne[2] * n.ne[3]
+    name = gt.type_name(store.type)
+    if store.role == "weight":
+        c["weight_bytes"] += w.data_bytes
+    if gt.vec_dot_type(store.type) != a.type:
+        c["convert"] += K * n_rows
+    if store.role == "weight" and store.name in rep:
+        gemm_rows = n_rows - n_rows % REPACK_GEMM_ROWS
+        per_row = macs // max(n_rows, 1)
+        if gemm_rows:
+            c[f"mac:{name}:gemm"] += per_row * gemm_rows
+        if n_rows - gemm_rows:
+            c[f"mac:{name}:gemv"] += per_row * (n_rows - gemm_rows)
+    else:
+        # llamafile_sgemm (GGML_LLAMAFILE, on by default) takes ne11 >= 2 for the types it
+        # has kernels for; ne11 == 1 is always ggml's vec_dot: two paths, two rates
+        c[f"mac:{name}:{'vec' if a.ne[1] == 1 else 'mat'}"] += macs
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    """Seconds per unit of each count, at ``threads`` threads; ``source`` says where the
+    coefficients come from and ``verified`` whether they were checked against llama.cpp."""
+
+    coef: Mapping[str, float]
+    threads: int | None
+    source: str
+    verified: bool
+    band: Mapping[str, float] | None = None      # error band measured by the calibration
+
+    def seconds(self, c: Mapping[str, int], threads: int | None = None) -> float:
+        """Modelled seconds for counts ``c`` (:func:`counts`). With ``threads`` other than
+        the model's, compute terms scale by threads/this (memory, barrier and step terms do
+        not): an extrapolation the calibration did not check."""
+        scale = 1.0
+        if threads and self.threads and threads != self.threads:
+            scale = self.threads / threads
+        total = 0.0
+        for k, v in c.items():
+            x = self.coefficient(k)
+            if k not in ("steps", "barriers", "weight_bytes"):
+                x *= scale
+            total += x * v
+        return total
+
+    def coefficient(self, key: str) -> float:
+        """``key``'s coefficient; a MAC count of a type the calibration never saw takes the
+        mean of the known MAC coefficients of its path (named by :meth:`missing`)."""
+        if key in self.coef:
+            return float(self.coef[key])
+        if key.startswith("mac:"):
+            path = key.rsplit(":", 1)[-1]
+            same = [v for k, v in self.coef.items() if k.startswith("mac:")
+                    and k.rsplit(":", 1)[-1] == path]
+            same = same or [v for k, v in self.coef.items() if k.startswith("mac:")]
+            return float(sum(same) / len(same)) if same else 0.0
+        return 0.0
+
+    def missing(self, c: Mapping[str, int]) -> list[str]:
+        """Counts in ``c`` without a coefficient of their own."""
+        return sorted(k for k, v in c.items() if v and k not in self.coef)
+
+
+def roofline_coefficients(bandwidth: float, peak_flops: float) -> dict[str, float]:
+    """Coefficients from a bandwidth (bytes/s) and a peak FLOP rate (FLOP/s, FMA = 2) alone:
+    every byte at the bandwidth, every MAC at two FLOPs of peak, no barrier or step cost.
+    What a profile without a ``llama_cpp`` calibration predicts with (unverified)."""
+    mac = 2.0 / peak_flops
+    return {"steps": 0.0, "barriers": 0.0, "weight_bytes": 1.0 / bandwidth, "convert": 0.0,
+            "fa_mac": mac, "fa_mac:tiled": mac, "fa_mac:split": mac,
+            "other_bytes": 1.0 / bandwidth,
+            "mac:f32:vec": mac}
+
+
+def from_profile(hw) -> SpeedModel:
+    """The profile's calibrated model (its ``llama_cpp`` section), else the roofline form."""
+    sec = (hw.extra or {}).get("llama_cpp")
+    if sec:
+        return SpeedModel(dict(sec["coefficients"]), sec.get("threads"),
+                          sec.get("how", "calibrated against llama-bench"),
+                          hw.kind == "measured", sec.get("error_band"))
+    why = ("datasheet profile" if hw.kind == "theoretical"
+           else "no llama_cpp calibration in this profile")
+    return SpeedModel(roofline_coefficients(hw.bandwidth, hw.peak_flops), hw.threads,
+                      f"bandwidth and peak FLOP rate only ({why})", False)
+
+
+def fit(rows: list[Mapping[str, float]], seconds: list[float], keys: list[str],
+        iters: int = 20000) -> dict[str, float]:
+    """Non-negative coefficients minimising the squared relative error
+    ``sum_i (pred_i / seconds_i - 1)^2`` (pred linear in the coefficients): Lawson-Hanson
+    would do; a projected coordinate descent is short and enough for a dozen unknowns."""
+    import numpy as np
+
+    A = np.array([[float(r.get(k, 0)) for k in keys] for r in rows]) / np.array(seconds)[:, None]
+    b = np.ones(len(rows))
+    scale = A.max(axis=0)
+    scale[scale == 0] = 1.0
+    A = A / scale
+    x = np.zeros(len(keys))
+    col = (A * A).sum(axis=0)
+    r = b - A @ x
+    for _ in range(iters):
+        moved = 0.0
+        for j in range(len(keys)):
+            if col[j] == 0:
+                continue
+            new = max(0.0, x[j] + A[:, j] @ r / col[j])
+            d = new - x[j]
+            if d:
+                r -= d * A[:, j]
+                x[j] = new
+                moved = max(moved, abs(d))
+        if moved < 1e-12:
+            break
+    return {k: float(v / s) for k, v, s in zip(keys, x, scale)}
+
+
+def repacked_weights(model, features=None) -> list[str]:
+    """Weights llama.cpp puts in ``CPU_REPACK`` on a CPU with ``features`` (this machine's
+    by default), by graphcost.memory.placement's rules."""
+    from graphcost.memory.backends import host_cpu_features
+    from graphcost.memory.placement import PlacementFlags, place
+
+    feats = host_cpu_features() if features is None else frozenset(features)
+    return list(place(model, [], PlacementFlags(cpu_features=feats)).repacked)
+
+
+def step_estimate(analysis, hw, threads: int | None = None) -> dict:
+    """``analyze --hardware``: the modelled seconds of this one graph on llama.cpp's CPU
+    backend (the same model as ``graphcost speed``), with where the figure comes from.
+    The step is taken to have its outputs (as ``--outputs`` says)."""
+    sm = from_profile(hw)
+    c = counts(analysis, repacked_weights(analysis.graph.model))
+    sec = sm.seconds(c, threads)
+    n = analysis.graph.run.n_tokens
+    out = {"seconds": sec, "tokens_per_second": n / sec if sec > 0 else None,
+           "verified": sm.verified and bool(sm.band), "how": sm.source,
+           "counts": dict(sorted(c.items()))}
+    if sm.band:
+        out["error_band"] = dict(sm.band)
+    if not out["verified"]:
+        out["warning"] = ("datasheet profile: unverified" if hw.kind == "theoretical" else
+                          "no llama-bench calibration in this profile: unverified")
+    return out

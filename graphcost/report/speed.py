@@ -1,0 +1,117 @@
+"""``graphcost speed`` output in llama-bench's layouts (tools/llama-bench/llama-bench.cpp:
+``markdown_printer`` and ``json_printer``), then graphcost's note on where the figures
+come from and the error band the calibration measured."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from graphcost.speed import DEFAULTS, Prediction
+
+FORMATS = ("md", "json")
+
+#: markdown_printer::get_field_width (negative: left-aligned)
+_WIDTH = {"model": -30, "size": 10, "params": 10, "backend": -10, "n_threads": 7,
+          "n_batch": 7, "n_ubatch": 8, "type_k": 6, "type_v": 6, "flash_attn": 3,
+          "test": 15, "t/s": 20}
+#: markdown_printer::get_field_display_name
+_DISPLAY = {"n_threads": "threads", "flash_attn": "fa"}
+_FA_INT = {"auto": -1, "off": 0, "on": 1}
+
+
+def shown_fields(given: dict) -> list[str]:
+    """markdown_printer::print_header: the fixed columns, threads (always on the CPU
+    backend), and each list flag given other than its default."""
+    fields = ["model", "size", "params", "backend", "n_threads"]
+    for f in ("n_batch", "n_ubatch", "type_k", "type_v", "flash_attn"):
+        if given.get(f) is not None and given[f] != DEFAULTS[f]:
+            fields.append(f)
+    return fields + ["test", "t/s"]
+
+
+def _size(nbytes: int) -> str:
+    return (f"{nbytes / 1024 / 1024:.2f} MiB" if nbytes < 1024 ** 3
+            else f"{nbytes / 1024 ** 3:.2f} GiB")
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e6:.2f} M" if n < 1e9 else f"{n / 1e9:.2f} B"
+
+
+def _value(field: str, p: Prediction, desc: str, model) -> str:
+    t = p.test
+    return {"model": desc, "size": _size(model.weights_bytes), "params": _params(model.n_params),
+            "backend": "CPU", "n_threads": str(t.threads), "n_batch": str(t.n_batch),
+            "n_ubatch": str(t.n_ubatch), "type_k": t.type_k, "type_v": t.type_v,
+            "flash_attn": str(_FA_INT[t.flash_attn]), "test": t.name,
+            "t/s": f"{p.tokens_per_second:.2f} ± 0.00"}[field]
+
+
+def render_md(preds: list[Prediction], fields: list[str], desc: str, model) -> str:
+    head = "|" + "".join(f" {_DISPLAY.get(f, f):>{abs(_WIDTH[f])}} |" if _WIDTH[f] > 0 else
+                         f" {_DISPLAY.get(f, f):<{abs(_WIDTH[f])}} |" for f in fields)
+    rule = "|" + "".join(f" {'-' * (abs(_WIDTH[f]) - 1)}{':' if _WIDTH[f] > 0 else '-'} |"
+                         for f in fields)
+    lines = [head, rule]
+    for p in preds:
+        cells = []
+        for f in fields:
+            w = _WIDTH[f]
+            v = _value(f, p, desc, model)
+            # llama-bench's HACK: '±' is two bytes, so its column is one wider in bytes
+            cells.append(f" {v:>{w}} |" if w > 0 else f" {v:<{-w}} |")
+        lines.append("|" + "".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+def render_json(preds: list[Prediction], desc: str, model, path: str, hw_name: str,
+                note: dict) -> str:
+    """llama-bench's JSON rows (the fields a prediction has), plus ``graphcost``: how."""
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rows = []
+    for p in preds:
+        t = p.test
+        rows.append({
+            "backends": "CPU", "model_filename": path, "model_type": desc,
+            "model_size": model.weights_bytes, "model_n_params": model.n_params,
+            "n_batch": t.n_batch, "n_ubatch": t.n_ubatch, "n_threads": t.threads,
+            "type_k": t.type_k, "type_v": t.type_v, "flash_attn": _FA_INT[t.flash_attn],
+            "n_prompt": t.n_prompt, "n_gen": t.n_gen, "n_depth": t.n_depth,
+            "test_time": now, "avg_ns": round(p.seconds * 1e9), "stddev_ns": 0,
+            "avg_ts": round(p.tokens_per_second, 6), "stddev_ts": 0.0,
+            "graphcost": {"predicted": True, "hardware": hw_name, **note},
+        })
+    return json.dumps(rows, indent=2) + "\n"
+
+
+def describe(sm, hw) -> dict:
+    """Where the figures come from: the profile, whether they were checked, the band."""
+    out = {"verified": sm.verified, "how": sm.source, "threads_calibrated": sm.threads}
+    if sm.band:
+        out["error_band"] = dict(sm.band)
+    if hw.kind == "theoretical":
+        out["warning"] = "datasheet profile: unverified, not checked against llama.cpp"
+    elif not sm.verified or not sm.band:
+        out["warning"] = ("no llama-bench calibration in this profile: bandwidth and peak "
+                          "FLOP rate only, unverified")
+    return out
+
+
+def footer(note: dict, hw, missing: list[str], threads: set[int]) -> str:
+    """The lines under the table (graphcost's, not llama-bench's)."""
+    lines = [f"\npredicted by graphcost for --hardware {hw.name} ({hw.kind} profile)"]
+    if "error_band" in note:
+        b = note["error_band"]
+        lines.append(f"error band (held-out llama-bench cases of the calibration): median "
+                     f"{100 * b['median']:.1f}%, worst {100 * b['worst']:.1f}% over "
+                     f"{b['cases']} cases")
+    if "warning" in note:
+        lines.append(f"UNVERIFIED: {note['warning']}")
+    cal = note.get("threads_calibrated")
+    if cal and any(t != cal for t in threads):
+        lines.append(f"note: calibrated at {cal} threads; other thread counts scale the "
+                     f"compute terms (not checked)")
+    if missing:
+        lines.append(f"note: no coefficient of their own (mean of the others used): "
+                     f"{', '.join(missing)}")
+    return "\n".join(lines) + "\n"

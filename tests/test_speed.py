@@ -1,0 +1,278 @@
+"""graphcost speed: the CPU-execution counts on tiny graphs (exact numbers), the pricing
+arithmetic, the fit, llama-bench's test schedule, and the command line (llama-bench's
+layouts, bad flags one line exit 2). No timed assertions."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graphcost.cost.analysis import analyze_graph
+from graphcost.cost.speed_model import SpeedModel, counts, fit, roofline_coefficients
+from graphcost.format import ggml_types as gt
+from graphcost.graph.build import BuiltGraph
+from graphcost.graph.ggml_graph import Graph
+from graphcost.speed import BenchTest, instances, steps
+
+from fixtures import write_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+Q8, Q4K = gt.GGMLType.Q8_0, gt.GGMLType.Q4_K
+
+
+def _analysis(g: Graph):
+    return analyze_graph(BuiltGraph(None, None, g.nodes, g.leafs, [], []))
+
+
+def _mlp(n_tokens: int, wtype=Q8, k: int = 256, m: int = 16):
+    """x:[k, n] -> rms_norm -> mul(norm weight) -> mul_mat(W:[k, m]) -> add(bias)."""
+    g = Graph()
+    x = g.new_tensor(gt.F32, [k, n_tokens])
+    nw = g.new_tensor(gt.F32, [k], role="weight")
+    w = g.new_tensor(wtype, [k, m], role="weight", name="blk.0.ffn_up.weight")
+    b = g.new_tensor(gt.F32, [m, n_tokens])
+    h = g.mul(g.rms_norm(x, 1e-6), nw)
+    g.expand(g.add(g.mul_mat(w, h), b))
+    return g
+
+
+def test_counts_exact_on_a_tiny_graph():
+    a = _analysis(_mlp(3))
+    c = counts(a)
+    # RMS_NORM + MUL fuse (ggml_cpu_try_fuse_ops): one barrier; MUL_MAT and ADD one each
+    assert c["barriers"] == 3
+    assert c["steps"] == 1
+    # Q8_0 [256, 16]: 16 rows x (256 / 32 blocks x 34 bytes) = 16 x 272 = 4352 bytes
+    assert c["weight_bytes"] == 4352
+    # 256 x 16 x 3 multiply-accumulates on the vec_dot path (not repacked)
+    assert c["mac:q8_0:mat"] == 12288
+    # activations 256 x 3 converted F32 -> Q8_0 (vec_dot_type of Q8_0)
+    assert c["convert"] == 768
+    # every other node's bytes: the cost model's (rms_norm, mul, add)
+    others = [nc for nc in a.nodes if nc.node.op in ("RMS_NORM", "MUL", "ADD")]
+    assert c["other_bytes"] == sum(nc.cost.bytes_read + nc.cost.bytes_written for nc in others)
+
+
+def test_repacked_weights_split_gemm_and_gemv_rows():
+    a = _analysis(_mlp(6, Q4K, k=256, m=8))
+    c = counts(a, repacked=["blk.0.ffn_up.weight"])
+    # 6 rows: 4 by gemm (repack.cpp forward_mul_mat: ne11 - ne11 % 4), 2 by gemv
+    assert c["mac:q4_K:gemm"] == 256 * 8 * 4 == 8192
+    assert c["mac:q4_K:gemv"] == 256 * 8 * 2 == 4096
+    assert not any(k.startswith("mac:q4_K:") and k[-3:] in ("vec", "mat") for k in c)
+    # Q4_K: 144 bytes per 256 values, 8 rows
+    assert c["weight_bytes"] == 8 * 144
+
+
+def test_no_output_rows_do_no_work_but_keep_their_barriers():
+    g = Graph()
+    x = g.new_tensor(gt.F32, [64, 4])
+    ids = g.new_tensor(gt.I32, [1], role="input", name="out_ids")
+    w = g.new_tensor(Q8, [64, 32], role="weight")
+    g.expand(g.mul_mat(w, g.get_rows(g.scale(x, 2.0), ids)))
+    a = _analysis(g)
+    full, none = counts(a), counts(a, outputs=False)
+    assert full["barriers"] == none["barriers"] == 3
+    assert full["mac:q8_0:vec"] == 64 * 32 * 1 and none["mac:q8_0:vec"] == 0
+    assert none["weight_bytes"] == 0
+    # the SCALE before the GET_ROWS still runs
+    assert none["other_bytes"] == a.nodes[0].cost.bytes_read + a.nodes[0].cost.bytes_written
+
+
+def test_seconds_is_the_priced_sum_and_threads_scale_compute_only():
+    sm = SpeedModel({"steps": 1e-3, "barriers": 1e-6, "weight_bytes": 1e-10,
+                     "mac:q8_0:vec": 1e-11},
+                    threads=2, source="test", verified=True)
+    c = {"steps": 2, "barriers": 100, "weight_bytes": 10**9, "mac:q8_0:vec": 10**9}
+    # 2e-3 + 1e-4 + 0.1 + 0.01
+    assert sm.seconds(c) == pytest.approx(0.1121, rel=1e-12)
+    # 4 threads: only the MAC term halves: 2e-3 + 1e-4 + 0.1 + 0.005
+    assert sm.seconds(c, threads=4) == pytest.approx(0.1071, rel=1e-12)
+    # a type without its own coefficient takes the mean of its path's (named by missing)
+    assert sm.coefficient("mac:q6_K:vec") == 1e-11
+    assert sm.missing({"mac:q6_K:vec": 5}) == ["mac:q6_K:vec"]
+
+
+def test_roofline_coefficients_price_bytes_at_bandwidth_and_macs_at_peak():
+    co = roofline_coefficients(bandwidth=1e10, peak_flops=1e11)
+    assert co["weight_bytes"] == 1e-10 and co["mac:f32:vec"] == 2e-11
+
+
+def test_fit_recovers_known_coefficients():
+    true = {"a": 2e-3, "b": 5e-9, "c": 0.0}
+    rows = [{"a": 1, "b": 10**6, "c": 7}, {"a": 3, "b": 10**5, "c": 1},
+            {"a": 2, "b": 4 * 10**6, "c": 3}, {"a": 5, "b": 10**7, "c": 2}]
+    secs = [sum(true[k] * r[k] for k in true) for r in rows]
+    got = fit(rows, secs, ["a", "b", "c"])
+    assert got["a"] == pytest.approx(2e-3, rel=1e-6)
+    assert got["b"] == pytest.approx(5e-9, rel=1e-6)
+    assert got["c"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_llama_bench_schedule():
+    pp = BenchTest(512, 0, 100, 2048, 32, "on", "f16", "f16", 2)
+    s = steps(pp)
+    # 16 ubatches of 32, past 100, 132, ...; only the batch's last token is an output
+    assert len(s) == 16 and s[0] == (32, 100, False) and s[-1] == (32, 580, True)
+    assert sum(1 for x in s if x[2]) == 1
+    # -b 100 -ub 64: batches 100, 100, 56 -> ubatches 64+36, 64+36, 56; one output per batch
+    s = steps(BenchTest(256, 0, 0, 100, 64, "on", "f16", "f16", 2))
+    assert [x[0] for x in s] == [64, 36, 64, 36, 56] and [x[2] for x in s].count(True) == 3
+    tg = steps(BenchTest(0, 3, 7, 2048, 512, "off", "f16", "f16", 2))
+    assert tg == [(1, 7, True), (1, 8, True), (1, 9, True)]
+    assert pp.name == "pp512 @ d100" and BenchTest(0, 3, 0, 1, 1, "on", "f16", "f16", 1).name == "tg3"
+
+
+def test_instances_follow_llama_bench_order():
+    ts = instances([64], [16], [0, 8], [2048], [32, 512], ["off", "on"], ["f16"], ["f16"], [2])
+    assert [(t.n_ubatch, t.flash_attn, t.n_depth, t.name) for t in ts[:4]] == [
+        (32, "off", 0, "pp64"), (32, "off", 0, "tg16"),
+        (32, "off", 8, "pp64 @ d8"), (32, "off", 8, "tg16 @ d8")]
+    assert len(ts) == 16
+
+
+# ---------------------------------------------------------------------------- CLI
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("speed")
+    m = write_llama(d / "tiny.gguf", n_embd=256, n_ff=512, n_layer=2, n_vocab=300)
+    prof = d / "cal.yaml"
+    prof.write_text(yaml.safe_dump({
+        "name": "cal", "kind": "measured", "threads": 2,
+        "memory_bandwidth": {"bytes_per_second": 2e10}, "peak_flops": {"flops_per_second": 1e11},
+        "llama_cpp": {"threads": 2, "how": "test calibration",
+                      "coefficients": {"steps": 1e-4, "barriers": 2e-6, "weight_bytes": 5e-11,
+                                       "mac:f32:vec": 1e-11, "mac:f32:mat": 1e-11,
+                                       "mac:f16:vec": 1e-11, "mac:f16:mat": 1e-11,
+                                       "other_bytes": 1e-10, "fa_mac": 1e-11,
+                                       "fa_mac:tiled": 1e-11, "convert": 1e-9},
+                      "error_band": {"cases": 7, "median": 0.061, "worst": 0.183}}}))
+    return Path(m), prof
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """Run ``graphcost ARGS`` in this process (graphcost.cli.main: its exit code, stdout,
+    stderr), as the installed command does."""
+    from graphcost.cli import main
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["graphcost", *map(str, args)])
+        with pytest.raises(SystemExit) as e:
+            main()
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, e.value.code, out.out, out.err)
+    return run
+
+
+def test_cli_markdown_layout(tiny, cli):
+    model, prof = tiny
+    r = cli("speed", model, "--hardware", prof, "-p", "64", "-n", "16", "-fa", "0,1", "-ub", "32")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    # llama-bench's header: fixed columns, threads, then the list flags given (ub, fa)
+    assert lines[0] == ("| model                          |       size |     params | backend    "
+                        "| threads | n_ubatch |  fa |            test |                  t/s |")
+    assert lines[1] == ("| ------------------------------ | ---------: | ---------: | ---------- "
+                        "| ------: | -------: | --: | --------------: | -------------------: |")
+    rows = [ln for ln in lines[2:] if ln.startswith("|")]
+    assert [ln.split("|")[8].strip() for ln in rows] == ["pp64", "tg16", "pp64", "tg16"]
+    assert [ln.split("|")[7].strip() for ln in rows] == ["0", "0", "1", "1"]
+    assert all(ln.split("|")[9].strip().endswith("± 0.00") for ln in rows)
+    assert all(len(ln) == len(lines[0]) for ln in rows)
+    assert "median 6.1%, worst 18.3% over 7 cases" in r.stdout
+
+
+def test_cli_json_rows(tiny, cli):
+    model, prof = tiny
+    r = cli("speed", model, "--hardware", prof, "-p", "32", "-n", "8", "-d", "0,40", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["n_prompt"], x["n_gen"], x["n_depth"]) for x in rows] == [
+        (32, 0, 0), (0, 8, 0), (32, 0, 40), (0, 8, 40)]
+    for x in rows:
+        assert {"n_ubatch", "flash_attn", "avg_ts", "avg_ns", "n_threads"} <= set(x)
+        assert x["avg_ts"] > 0 and x["graphcost"]["error_band"]["median"] == 0.061
+    # deeper context costs more: the same test at depth 40 is not faster
+    assert rows[2]["avg_ts"] <= rows[0]["avg_ts"] and rows[3]["avg_ts"] <= rows[1]["avg_ts"]
+    r2 = cli("speed", model, "--hardware", prof, "-p", "32", "-n", "8", "-d", "0,40",
+             "--format", "json")
+    assert [x["avg_ts"] for x in json.loads(r2.stdout)] == [x["avg_ts"] for x in rows]
+
+
+def test_cli_datasheet_profile_is_labelled_unverified(tiny, cli):
+    model, _ = tiny
+    r = cli("speed", model, "--hardware", "apple-m2", "-p", "16", "-n", "4")
+    assert r.returncode == 0, r.stderr
+    assert "UNVERIFIED: datasheet profile" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-fa", "maybe"], "-fa 'maybe'"),
+    (["-p", "x"], "-p 'x'"),
+    (["-ub", "0"], "-ub '0'"),
+    (["-ctk", "q9"], "-ctk 'q9'"),
+    (["-o", "xml"], "-o/--format 'xml'"),
+    (["-p", "0", "-n", "0"], "no test"),
+    (["--hardware", "no-such-profile"], "no such profile"),
+], ids=["fa", "p", "ub", "ctk", "format", "nothing", "profile"])
+def test_cli_bad_flags_one_line_exit_2(tiny, cli, args, needle):
+    model, prof = tiny
+    base = ["speed", model] + ([] if "--hardware" in args else ["--hardware", prof])
+    r = cli(*base, *args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_analyze_hardware_gains_the_predicted_step(tiny, cli):
+    model, prof = tiny
+    r = cli("analyze", model, "--hardware", prof, "--tokens", "4", "--past", "8")
+    assert r.returncode == 0, r.stderr
+    assert "llama.cpp CPU, predicted:" in r.stdout and "median 6.1%, worst 18.3%" in r.stdout
+    r = cli("analyze", model, "--hardware", prof, "--tokens", "4", "--past", "8", "-f", "json")
+    est = json.loads(r.stdout)["llama_cpp_cpu"]
+    # the same model as graphcost speed: the priced sum of the step's counts
+    from graphcost.cost.hardware import load
+    from graphcost.cost.speed_model import from_profile
+    assert est["seconds"] == pytest.approx(from_profile(load(str(prof))).seconds(est["counts"]),
+                                           rel=1e-12)
+    assert est["verified"] is True and est["counts"]["steps"] == 1
+
+
+@pytest.mark.parametrize("n_q,n_kv,key", [(1, 512, "fa_mac:split"), (1, 256, "fa_mac"),
+                                          (32, 512, "fa_mac"), (64, 256, "fa_mac:tiled")],
+                         ids=["split", "one-row", "short-chunk", "tiled"])
+def test_flash_attention_kernel_and_macs(n_q, n_kv, key):
+    g = Graph()
+    q = g.new_tensor(gt.F32, [64, n_q, 4, 1])              # [D, n_q, H]: 4 heads
+    k = g.new_tensor(gt.F16, [64, n_kv, 2, 1], role="kv")  # 2 KV heads
+    v = g.new_tensor(gt.F16, [64, n_kv, 2, 1], role="kv")
+    mask = g.new_tensor(gt.F16, [n_kv, n_q])
+    g.expand(g.flash_attn_ext(q, k, v, mask, 0.125, 0.0, 0.0))
+    c = counts(_analysis(g))
+    # ops.cpp: use_split_kv_path (1 row, >= 512 cells), use_tiled (>= 64 rows), else one_chunk;
+    # MACs: n_q x 4 heads x n_kv x (64 + 64); one barrier after the node + one inside it
+    assert c[key] == n_q * 4 * n_kv * 128
+    assert c["barriers"] == 2
+
+
+@pytest.mark.parametrize("section,needle", [
+    ({"threads": 2, "coefficients": {"steps": "abc"}}, "llama_cpp.coefficients.steps"),
+    ({"threads": 0, "coefficients": {"steps": 1e-5}}, "llama_cpp.threads"),
+    ({"coefficients": {"steps": 1e-5}, "error_band": {"median": float("nan"), "worst": 0.1,
+                                                      "cases": 3}}, "llama_cpp.error_band.median"),
+    ("x", "llama_cpp"),
+], ids=["coefficient", "threads", "band-nan", "not-a-mapping"])
+def test_bad_calibration_section_is_one_line_exit_2(tiny, cli, tmp_path, section, needle):
+    model, _ = tiny
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump({"name": "bad", "kind": "measured",
+                                 "memory_bandwidth": {"bytes_per_second": 1e10},
+                                 "peak_flops": {"flops_per_second": 1e11}, "llama_cpp": section}))
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-n", "0")
+    assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
