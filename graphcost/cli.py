@@ -28,6 +28,60 @@ TokOpt = Annotated[int, typer.Option("--tokens", help="tokens in this ubatch")]
 PastOpt = Annotated[int, typer.Option("--past", help="KV cells already filled")]
 OutOpt = Annotated[int, typer.Option("--outputs", help="tokens whose logits are computed")]
 FlavourOpt = Annotated[str, typer.Option("--llama-cpp", help="graph flavour: head | 2024-08")]
+
+# ---- placement options for analyze (llama.cpp flag names; memory spells the same) -----
+DeviceOpt = Annotated[Optional[list[str]], typer.Option(
+    "--device", help="KIND[:MEM], repeatable: a device (cuda, rocm, sycl, metal, vulkan, rpc)")]
+NglOpt = Annotated[str, typer.Option(
+    "--n-gpu-layers", "-ngl", "--gpu-layers", help="layers on the devices: N, auto or all")]
+TsOpt = Annotated[Optional[str], typer.Option("--tensor-split", "-ts", help="proportions per device, e.g. 3,1")]
+SmOpt = Annotated[str, typer.Option("--split-mode", "-sm", help="none|layer|row|tensor")]
+MgOpt = Annotated[int, typer.Option("--main-gpu", "-mg", help="the device with -sm none")]
+OtOpt = Annotated[Optional[list[str]], typer.Option(
+    "--override-tensor", "-ot", help="PATTERN=BUFFER_TYPE[,...], e.g. exps=CPU")]
+NcmoeOpt = Annotated[int, typer.Option("--n-cpu-moe", "-ncmoe", help="experts of the first N layers on the CPU")]
+CmoeOpt = Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts on the CPU")]
+NkvoOpt = Annotated[bool, typer.Option("--no-kv-offload", "-nkvo", help="KV cache on the CPU")]
+NoRepackOpt = Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")]
+NoHostOpt = Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")]
+DevOpt = Annotated[Optional[str], typer.Option(
+    "-dev", help="llama.cpp's -dev: use only these devices, in this order (e.g. RPC1,RPC0; none)")]
+NoOpOffloadOpt = Annotated[bool, typer.Option(
+    "--no-op-offload", help="no offloading of host-weight ops to a device (cparams.op_offload)")]
+CpuFeatOpt = Annotated[Optional[str], typer.Option(
+    "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 [default: this machine's]")]
+
+
+def _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host, mode,
+                     cpu_features, dev=None, no_op_offload=False):
+    """llama.cpp's placement flags as graphcost.memory.placement.PlacementFlags."""
+    from graphcost.memory.backends import host_cpu_features
+    from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides,
+                                            parse_gpu_layers, parse_overrides, parse_tensor_split)
+    if n_cpu_moe < 0:
+        _fail(f"--n-cpu-moe {n_cpu_moe}: must be >= 0")
+    # -ot, --cpu-moe and --n-cpu-moe append to one override list, in this order of parsing
+    overrides = parse_overrides(ot)
+    if cpu_moe:
+        overrides.append(cpu_moe_override())
+    overrides += n_cpu_moe_overrides(n_cpu_moe)
+    feats = host_cpu_features() if cpu_features is None else frozenset(
+        f.strip().lower() for f in cpu_features.split(",") if f.strip())
+    return PlacementFlags(n_gpu_layers=parse_gpu_layers(ngl), tensor_split=parse_tensor_split(ts),
+                          split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
+                          no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
+                          load_mode=mode, cpu_features=feats,
+                          select_devices=_parse_dev(dev), op_offload=not no_op_offload)
+
+
+def _parse_dev(dev: str | None) -> tuple[str, ...] | None:
+    """-dev NAME,NAME | none (common/arg.cpp parse_device_list)."""
+    if dev is None:
+        return None
+    names = tuple(x.strip() for x in dev.split(",") if x.strip())
+    if not names:
+        _fail("-dev: no devices specified")
+    return () if names == ("none",) else names
 EmbdOpt = Annotated[bool, typer.Option("--embeddings", help="llama.cpp --embeddings: pooled "
                                        "embeddings (the GGUF's pooling type)")]
 
@@ -108,8 +162,14 @@ def analyze(
     llama_cpp: FlavourOpt = "head", embeddings: EmbdOpt = False,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
+    device: DeviceOpt = None, n_gpu_layers: NglOpt = "auto", tensor_split: TsOpt = None,
+    split_mode: SmOpt = "layer", main_gpu: MgOpt = 0, override_tensor: OtOpt = None,
+    n_cpu_moe: NcmoeOpt = 0, cpu_moe: CmoeOpt = False, no_kv_offload: NkvoOpt = False,
+    no_repack: NoRepackOpt = False, no_host: NoHostOpt = False, cpu_features: CpuFeatOpt = None,
+    dev: DevOpt = None, no_op_offload: NoOpOffloadOpt = False,
 ) -> None:
-    """Rebuild llama.cpp's graph for one ubatch and report its cost."""
+    """Rebuild llama.cpp's graph for one ubatch and report its cost; with --device, also
+    each node's device and the bytes copied between devices (ggml's backend scheduler)."""
     from graphcost.cost.analysis import analyze_graph
     from graphcost.graph.build import build_graph, load_model
     from graphcost.files import check_output
@@ -137,7 +197,27 @@ def analyze(
     info = load_model(path)
     # the ranges are checked against the model's layers before a set is built
     opts = replace(opts, layers=_parse_layers(layers, info.n_layer))
-    a = analyze_graph(build_graph(info, settings))
+    if device:
+        from graphcost.memory.placement import parse_device, place
+        from graphcost.memory.sched import flash_attn_auto_fails, schedule_step
+        flags = _placement_flags(n_gpu_layers, tensor_split, split_mode, main_gpu,
+                                 override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload,
+                                 no_repack, no_host, "auto", cpu_features, dev, no_op_offload)
+        dargs = [parse_device(d) for d in device]
+        if flash_attn_auto_fails(info, settings, place(info, dargs, flags), flags):
+            # llama.cpp's -fa auto does too, the cache already made for it (V not transposed)
+            settings = replace(settings, flash_attn="off", v_trans=False)
+        a = analyze_graph(build_graph(info, settings), memory=RENDERERS[fmt].memory)
+        a.schedule = schedule_step(a.graph, dargs, flags)
+        if a.schedule is None:
+            _fail("--device: the scheduler is modelled for rpc devices only (the others' "
+                  "supported ops and graph optimisation are not in specs/backends)")
+    elif (n_gpu_layers != "auto" or tensor_split is not None or split_mode != "layer"
+          or main_gpu or override_tensor or n_cpu_moe or cpu_moe or no_kv_offload or no_repack
+          or no_host or cpu_features is not None or dev is not None or no_op_offload):
+        _fail("the placement flags (-ngl, -ts, -sm, -mg, -ot, -dev, ...) go with --device")
+    else:
+        a = analyze_graph(build_graph(info, settings), memory=RENDERERS[fmt].memory)
     _emit(render(RENDERERS, fmt, a, opts), output)
 
 
@@ -221,12 +301,14 @@ def memory(
                                "[default: this machine's]")] = None,
     max_ctx: Annotated[bool, typer.Option(
         "--max-ctx", help="the largest context whose every device fits its MEM")] = False,
+    dev: DevOpt = None, no_op_offload: NoOpOffloadOpt = False,
 ) -> None:
     """What llama.cpp allocates at start-up: weights, KV cache, compute and output buffers;
     with --device (or any placement flag), per device as llama.cpp places them."""
     from graphcost.graph.build import load_model
     from graphcost.files import check_output
-    from graphcost.memory.plan import fuse_plan, plan_memory, sweep as run_sweep
+    from graphcost.memory.fusion import fuse_plan
+    from graphcost.memory.plan import plan_memory, sweep as run_sweep
     from graphcost.report.memory import render_memory, render_sweep, write_plot
     from graphcost.graph.settings import RunSettings
 
@@ -237,7 +319,8 @@ def memory(
     placing = (bool(device) or n_gpu_layers != "auto" or tensor_split is not None
                or split_mode != "layer" or main_gpu != 0 or bool(override_tensor) or n_cpu_moe
                or cpu_moe or no_kv_offload or no_repack or no_host or load_mode is not None
-               or mmap is not None or cpu_features is not None or format == "json" or max_ctx)
+               or mmap is not None or cpu_features is not None or format == "json" or max_ctx
+               or dev is not None or no_op_offload)
     if placing:
         if sweep is not None or fuse is not None or format == "html":
             _fail("--device and the placement flags go with --format text or json, "
@@ -250,7 +333,8 @@ def memory(
                         RunSettings(ctx_size=ctx_size, batch_size=batch_size,
                                     ubatch_size=ubatch_size, flash_attn=flash_attn,
                                     cache_type_k=cache_type_k, cache_type_v=cache_type_v,
-                                    swa_full=swa_full), max_ctx=max_ctx)
+                                    swa_full=swa_full), max_ctx=max_ctx,
+                        dev=dev, no_op_offload=no_op_offload)
         return
     if format == "html" and fuse is not None:
         _fail("--fuse is shown by --format text only")
@@ -375,34 +459,22 @@ def fit(
 
 
 def _placement(devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host,
-               load_mode, mmap, cpu_features):
+               load_mode, mmap, cpu_features, dev=None, no_op_offload=False):
     """llama.cpp's placement flags -> (PlacementFlags, [DeviceArg]); bad flags raise."""
-    from graphcost.memory.backends import host_cpu_features
-    from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides, parse_device, parse_gpu_layers, parse_overrides, parse_tensor_split)
+    from graphcost.memory.placement import parse_device
 
-    if n_cpu_moe < 0:
-        _fail(f"--n-cpu-moe {n_cpu_moe}: must be >= 0")
     if load_mode is not None and mmap is not None:
         _fail("give -lm/--load-mode or --mmap/--no-mmap, not both")
     mode = load_mode if load_mode is not None else (
         "auto" if mmap is None else ("mmap" if mmap else "none"))
-    # -ot, --cpu-moe and --n-cpu-moe append to one override list, in this order of parsing
-    overrides = parse_overrides(ot)
-    if cpu_moe:
-        overrides.append(cpu_moe_override())
-    overrides += n_cpu_moe_overrides(n_cpu_moe)
-    feats = host_cpu_features() if cpu_features is None else frozenset(
-        f.strip().lower() for f in cpu_features.split(",") if f.strip())
-    flags = PlacementFlags(n_gpu_layers=parse_gpu_layers(ngl), tensor_split=parse_tensor_split(ts),
-                           split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
-                           no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
-                           load_mode=mode, cpu_features=feats)
+    flags = _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host,
+                             mode, cpu_features, dev, no_op_offload)
     return flags, [parse_device(d) for d in devices]
 
 
 def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe,
                     nkvo, no_repack, no_host, load_mode, mmap, cpu_features, settings,
-                    max_ctx: bool = False) -> None:
+                    max_ctx: bool = False, dev=None, no_op_offload=False) -> None:
     """memory --device ...: parse llama.cpp's placement flags and print the device rows
     (with --max-ctx: the largest context that fits)."""
     import json
@@ -412,7 +484,7 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
     from graphcost.report.memory import devices_json, render_devices
 
     flags, args = _placement(devices, ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack,
-                             no_host, load_mode, mmap, cpu_features)
+                             no_host, load_mode, mmap, cpu_features, dev, no_op_offload)
     info = load_model(_model_path(model))
     if max_ctx:
         from graphcost.memory.fit import Undecided, device_fits, largest_context

@@ -51,7 +51,7 @@ def document(a: Analysis, hardware=None) -> dict:
     by_layer = [{"layer": k, **a.by_layer[k].to_dict()} for k in layers]
     if None in a.by_layer:
         by_layer.append({"layer": None, **a.by_layer[None].to_dict()})
-    mem = a.memory
+    mem = a.require_memory()
     step = mem.step
     doc = {
         "schema": SCHEMA,
@@ -119,6 +119,13 @@ def document(a: Analysis, hardware=None) -> dict:
                        for nc in a.unmodelled],
         "nodes": [node_dict(nc, live) for nc, live in zip(a.nodes, step.live)],
     }
+    if a.schedule is not None:
+        # analyze --device: the backend scheduler's splits, the bytes copied between
+        # devices in this step, and each node's device (graphcost.memory.sched)
+        from graphcost.memory.sched import schedule_dict
+        doc["devices"] = schedule_dict(a.schedule)
+        for nd, i in zip(doc["nodes"], range(len(doc["nodes"]))):
+            nd["device"] = a.schedule.device_of(i)
     if hardware is not None:
         from graphcost.cost.roofline import estimate
         est = estimate(a, hardware)
@@ -139,7 +146,7 @@ def memory_document(plan, sweep: tuple[str, list[int], list] | None = None) -> d
     """``graphcost memory`` as plain data (the HTML report's): the start-up breakdown,
     each reserve graph with its live bytes per node, the tensors live at the peak, and
     the sweep rows when ``sweep`` = (key, values, plans) is given. Bytes throughout."""
-    from graphcost.memory.plan import describe_tensor
+    from graphcost.report.memory import describe_tensor
     m, run = plan.model, plan.run
     w = plan.worst
     doc = {

@@ -5,6 +5,8 @@
   post-FFN LayerNorms, GELU FFN with biases, a pooling type, optional classification
   heads (``cls``, ``cls.output``) for RANK pooling.
 
+* ``write_bert(..., arch="nomic-bert")`` -- nomic-bert (``src/models/nomic-bert.cpp``): no
+  position embeddings (NEOX RoPE instead), a gated FFN without biases, token types required.
 The writer mirrors ``llama_model_bert::load_arch_tensors`` (src/models/bert.cpp in the
 llama.cpp vendored by llama-cpp-python 0.3.36): llama.cpp refuses a missing required
 tensor and any tensor it did not ask for. Shared machinery (vocabulary, weight makers,
@@ -18,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, bias, done, ffn, header, layer_norm
+from gguf_writer import QT, FixtureInfo, TensorSink, add_spm_vocab, bias, finish, layer_norm
 
 __all__ = ["write_bert"]
 
@@ -30,6 +32,10 @@ BERT_DEFAULT_TYPES: dict[str, QT] = {
 }
 
 
+
+
+
+
 def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: int = 416,
                n_layer: int = 2, n_vocab: int = 301, context_length: int = 512,
                pooling: gguf.PoolingType | None = gguf.PoolingType.MEAN,
@@ -37,7 +43,7 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
                out_bias: bool = True, ffn_bias: bool = True, cls: bool = False,
                cls_out: int = 0, causal: bool | None = False,
                weight_types: Mapping[str, QT] | None = None,
-               norm_eps: float | None = 1e-12,
+               norm_eps: float | None = 1e-12, arch: str = "bert",
                seed: int = 0) -> FixtureInfo:
     """Arch ``bert``. Default: 5 heads of 32 (n_embd 160), n_ff 416, 2 layers, two token
     types, MEAN pooling, separate Q/K/V with biases. ``pooling=None`` writes no
@@ -47,24 +53,36 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
     ``bert.attention.causal``. ``context_length`` rows of position embeddings must cover
     every position a test encodes."""
     path = Path(path)
-    w = header(path, "bert", n_embd=n_embd, n_head=n_head, n_head_kv=None, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=None, rope_freq_base=None)
+    nomic = arch == "nomic-bert"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    if nomic:
+        w.add_rope_freq_base(1000.0)
     if norm_eps is not None:  # required by llama.cpp: None writes a file it refuses
         w.add_layer_norm_eps(norm_eps)
     if causal is not None:
         w.add_causal_attention(causal)
     if pooling is not None:
         w.add_pooling_type(pooling)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_spm_vocab(w, n_vocab)
     w.add_token_type_count(max(token_types, 1))
     if cls_out:
-        w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch="bert"),
+        w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch),
                     [f"label{i}" for i in range(cls_out)])
     sink = TensorSink(w, np.random.default_rng(seed), weight_types, BERT_DEFAULT_TYPES)
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.5)
     if token_types:
         sink.matrix("token_types", "token_types.weight", n_embd, token_types, scale=0.1)
-    sink.matrix("position_embd", "position_embd.weight", n_embd, context_length, scale=0.1)
+    if not nomic:
+        sink.matrix("position_embd", "position_embd.weight", n_embd, context_length, scale=0.1)
     if cls:
         sink.matrix("cls", "cls.weight", n_embd, n_embd)
         bias(sink, "cls.bias", n_embd)
@@ -87,8 +105,16 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
         if out_bias:
             bias(sink, p + "attn_output.bias", n_embd)
         layer_norm(sink, p + "attn_output_norm", n_embd)
-        ffn(sink, p, n_embd, n_ff, biases=ffn_bias, order=("up", "down"))
+        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        if nomic:
+            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
+        elif ffn_bias:
+            bias(sink, p + "ffn_up.bias", n_ff)
+            bias(sink, p + "ffn_down.bias", n_embd)
         layer_norm(sink, p + "layer_output_norm", n_embd)
-    return done(w, path, "bert", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=False)
+    finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff,
+                       n_layer=n_layer, context_length=context_length, tie_embeddings=False,
+                       tensor_types=sink.types)

@@ -6,7 +6,11 @@ pattern (required array), head size and rotated dims of sliding layers given apa
 (``key_length_swa``, ``rope.dimension_count_swa``), ``rope_freqs`` for the full layers,
 optional per-layer embeddings (``embedding_length_per_layer_input`` is required; 0 means
 none), the last ``shared_kv_layers`` layers without K/V of their own, optional
-``layer_output_scale``, optional ``attn_v`` (V is K without it).
+``layer_output_scale``, optional ``attn_v`` (V is K without it); the 26B-A4B mixture of
+experts: on ``moe_layers`` a router ``ffn_gate_inp`` (+ ``.scale``), its norms
+``pre_ffw_norm_2``/``post_ffw_norm_1``/``post_ffw_norm_2``, experts as separate
+``ffn_gate_exps``/``ffn_up_exps`` or merged ``ffn_gate_up_exps``, ``ffn_down_exps`` and
+its optional per-expert ``.scale``; the dense FFN stays as the shared expert.
 
 Shared machinery (vocabulary, weight makers, type choice) comes from ``fixtures.py``.
 """
@@ -18,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, done, ffn, header, per_layer_inputs
+from gguf_writer import QT, FixtureInfo, TensorSink, add_spm_vocab, ffn, finish
 
 __all__ = ["write_gemma4"]
 
@@ -27,6 +31,8 @@ GEMMA4_DEFAULT_TYPES: dict[str, QT] = {
     "attn_q": QT.Q4_0, "attn_k": QT.F16, "attn_v": QT.Q8_0, "attn_qkv": QT.Q8_0,
     "attn_output": QT.Q4_K, "ffn_gate": QT.Q4_0, "ffn_up": QT.Q8_0, "ffn_down": QT.Q4_K,
     "inp_gate": QT.F16, "proj": QT.Q8_0,
+    "ffn_gate_inp": QT.F16, "ffn_gate_exps": QT.Q8_0, "ffn_up_exps": QT.Q4_0,
+    "ffn_gate_up_exps": QT.Q8_0, "ffn_down_exps": QT.Q4_1,
 }
 
 
@@ -38,40 +44,63 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
                  fused_qkv: bool = False, tie_embeddings: bool = True,
                  no_v_layers: Sequence[int] = (1,), out_scale_layers: Sequence[int] = (0, 6),
                  final_logit_softcap: float | None = None, write_pattern: bool = True,
-                 moe_router: bool = False,
+                 moe_layers: Sequence[int] = (), n_expert: int = 5, n_expert_used: int = 3,
+                 n_ff_exp: int = 96, gate_up_merged: bool = False, down_scale: bool = True,
+                 extra_scales: Sequence[str] = (),
                  weight_types: Mapping[str, QT] | None = None, rms_eps: float = 1e-6,
                  seed: int = 0) -> FixtureInfo:
     """Arch ``gemma4``. Default: 7 layers (full: 3 and 6), layers 4..6 share KV (4, 5 read
     layer 2's sliding cache, 6 layer 3's), 2 heads over 1 KV head of 128 on full layers and
     64 on sliding ones, per-layer embeddings of 48, no ``attn_v`` on layer 1, output scales
     on layers 0 and 6. Shared layers carry no ``attn_k``/``attn_v``/``attn_k_norm``.
-    ``write_pattern=False`` / ``moe_router=True`` write files to be refused."""
+    ``write_pattern=False`` writes a file to be refused. ``moe_layers``: layers with a
+    router and ``n_expert`` experts of ``n_ff_exp`` (``n_expert_used`` per token).
+    ``extra_scales``: per-tensor weight scales ``blk.0.<name>.scale`` [1] (NVFP4
+    conversions' ``wq_s`` ...), which graphcost's gemma4 does not model."""
     path = Path(path)
     n_layer = len(swa_pattern)
-    arch = "gemma4"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=1_000_000.0, head_dim=head_dim, n_rot=head_dim)
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_name("graphcost-fixture-gemma4")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_key_length_swa(head_dim_swa)
     w.add_value_length_swa(head_dim_swa)
-    w.add_uint32(gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch=arch), head_dim_swa)
+    w.add_rope_dimension_count(head_dim)
+    w.add_uint32(gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch="gemma4"), head_dim_swa)
+    w.add_layer_norm_rms_eps(rms_eps)
     w.add_sliding_window(sliding_window)
     if write_pattern:  # required: False writes a file llama.cpp refuses
         w.add_sliding_window_pattern(list(swa_pattern))
     w.add_shared_kv_layers(shared_kv_layers)
     w.add_embedding_length_per_layer_input(n_embd_per_layer)
+    w.add_rope_freq_base(1_000_000.0)
     if final_logit_softcap is not None:
         w.add_final_logit_softcapping(final_logit_softcap)
-    if moe_router:  # counts consistent with the router below (4 experts, 2 used)
-        w.add_expert_count(4)
-        w.add_expert_used_count(2)
+    if moe_layers:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_spm_vocab(w, n_vocab)
     sink = TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA4_DEFAULT_TYPES)
 
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
     if not tie_embeddings:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
     if n_embd_per_layer:
-        per_layer_inputs(sink, n_embd, n_vocab, n_embd_per_layer, n_layer)
+        sink.matrix("per_layer_token_embd", "per_layer_token_embd.weight",
+                    n_embd_per_layer * n_layer, n_vocab, scale=0.5)
+        sink.matrix("per_layer_model_proj", "per_layer_model_proj.weight", n_embd,
+                    n_embd_per_layer * n_layer)
+        sink.vector("per_layer_proj_norm.weight", n_embd_per_layer)
     sink.vector("output_norm.weight", n_embd)
     sink.vector("rope_freqs.weight", head_dim // 2, center=1.0, spread=0.0)
     n_kv_from = n_layer - shared_kv_layers
@@ -99,13 +128,33 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
-        if moe_router and i == 0:  # only the router: a header graphcost must refuse
-            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, 4)
+        if i == 0:
+            for name in extra_scales:
+                sink.vector(p + name + ".scale", 1, center=0.5, spread=0.0)
+        if i in moe_layers:
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            sink.vector(p + "ffn_gate_inp.scale", n_embd)
+            for norm in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"):
+                sink.vector(p + norm + ".weight", n_embd)
+            if gate_up_merged:
+                sink.experts("ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
+                         2 * n_ff_exp, n_expert)
+            else:
+                sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd,
+                         n_ff_exp, n_expert)
+                sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd,
+                         n_ff_exp, n_expert)
+            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd,
+                     n_expert)
+            if down_scale:
+                sink.vector(p + "ffn_down_exps.scale", n_expert, center=0.8, spread=0.2)
         if n_embd_per_layer:
             sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_embd_per_layer)
             sink.matrix("proj", p + "proj.weight", n_embd_per_layer, n_embd)
             sink.vector(p + "post_norm.weight", n_embd)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings,
-                sliding_window=sliding_window, layers_swa=list(swa_pattern))
+    finish(w)
+    return FixtureInfo(path=path, arch="gemma4", n_vocab=n_vocab, n_embd=n_embd,
+                       n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff,
+                       n_layer=n_layer, context_length=context_length,
+                       tie_embeddings=tie_embeddings, sliding_window=sliding_window,
+                       swa_layers=list(swa_pattern), tensor_types=sink.types)

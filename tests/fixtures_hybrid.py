@@ -5,7 +5,7 @@ Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in th
 llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
 refuses a file with a missing required tensor or with a tensor it did not ask for.
 Sizes are odd on purpose; the per-layer pattern of recurrent and attention layers is an
-argument. See :mod:`gguf_writer` for ``weight_types`` and the type fallbacks.
+argument. See :mod:`fixtures` for ``weight_types`` and the type fallbacks.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, bias, done, embeddings,
-                         expert_counts, ffn, granite_keys, header, moe, qkv, ssm_keys)
+from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, add_spm_vocab, embeddings, ffn,
+                         finish, qkv)
 
 __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
            "write_qwen3next", "write_nemotron_h"]
@@ -45,23 +45,6 @@ HYBRID_DEFAULT_TYPES: dict[str, QT] = {
 LFM2_PATTERN = (True, True, False, True, False)
 
 
-def _mamba2(sink: TensorSink, p: str, n_embd: int, d_inner: int, d_state: int, n_group: int,
-            n_head: int, d_conv: int) -> None:
-    """A Mamba-2 layer's tensors (llama.cpp's LLM_ARCH_MAMBA2 layout): ``ssm_in``, the conv
-    kernel and bias over x, B and C, ``ssm_dt.bias``, ``ssm_a`` and ``ssm_d`` ({1, n_head},
-    no ".weight" suffix), the grouped ``ssm_norm``, ``ssm_out``."""
-    d_xbc = d_inner + 2 * n_group * d_state
-    sink.matrix("ssm_in", p + "ssm_in.weight", n_embd,
-                2 * d_inner + 2 * n_group * d_state + n_head)
-    sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
-    bias(sink, p + "ssm_conv1d.bias", d_xbc)
-    sink.vector(p + "ssm_dt.bias", n_head, center=0.0, spread=0.1)
-    sink.array(p + "ssm_a", -np.linspace(1.0, 4.0, n_head, dtype=np.float32).reshape(n_head, 1))
-    sink.array(p + "ssm_d", np.ones((n_head, 1), dtype=np.float32))
-    sink.array(p + "ssm_norm.weight", np.ones((n_group, d_inner // n_group), dtype=np.float32))
-    sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
-
-
 def write_lfm2(
     path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_head_kv: int = 1,
     n_ff: int = 416, pattern: Sequence[bool] = LFM2_PATTERN, l_cache: int = 3,
@@ -83,16 +66,27 @@ def write_lfm2(
     n_layer = len(pattern)
     hd = n_embd // n_head
     arch = "lfm2moe" if n_expert else "lfm2"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head,
-               n_head_kv=[0 if r else n_head_kv for r in pattern], n_ff=n_ff, n_layer=n_layer,
-               n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
-               rope_freq_base=rope_freq_base)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
     w.add_uint32(gguf.Keys.ShortConv.L_CACHE.format(arch=arch), l_cache)
     if n_expert:
-        expert_counts(w, arch, n_expert, n_expert_used)
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
         w.add_expert_feed_forward_length(n_ff_exp)
         w.add_leading_dense_block_count(dense_lead)
         w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_spm_vocab(w, n_vocab)
     sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
                 scale=0.05 if tie_embeddings else 0.5)
@@ -104,7 +98,10 @@ def write_lfm2(
         p = f"blk.{i}."
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert and i >= dense_lead:
-            moe(sink, p, n_embd, n_ff_exp, n_expert, router_scale=0.05)
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
+            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
             sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
         else:
             ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
@@ -118,9 +115,11 @@ def write_lfm2(
             sink.vector(p + "attn_k_norm.weight", hd)
             qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
 
 
 #: a granitehybrid layout in small: mamba2, attention, mamba2, mamba2 (True = recurrent)
@@ -151,42 +150,84 @@ def write_granitehybrid(
     hd = n_embd // n_head
     d_inner = 2 * n_embd
     arch = "granitehybrid"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head,
-               n_head_kv=[0 if r else n_head_kv for r in pattern], n_ff=n_ff, n_layer=n_layer,
-               n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
-               rope_freq_base=rope_freq_base)
-    ssm_keys(w, d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_rank=n_ssm_head,
-             n_group=n_group)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_ssm_head)
+    w.add_ssm_group_count(n_group)
     if n_expert:
-        expert_counts(w, arch, n_expert, n_expert_used)
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
         if n_ff_shexp:
             w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    granite_keys(w, logit_scale=logit_scale, embedding_scale=embedding_scale,
-                 residual_scale=residual_scale, attention_scale=attention_scale,
-                 rope_finetuned=rope_finetuned)
+    if logit_scale is not None:
+        w.add_logit_scale(logit_scale)
+    if embedding_scale is not None:
+        w.add_embedding_scale(embedding_scale)
+    if residual_scale is not None:
+        w.add_residual_scale(residual_scale)
+    if attention_scale is not None:
+        w.add_attention_scale(attention_scale)
+    if rope_finetuned is not None:
+        w.add_rope_scaling_finetuned(rope_finetuned)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_spm_vocab(w, n_vocab)
     sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
+    d_xbc = d_inner + 2 * n_group * d_state
     for i, recurrent in enumerate(pattern):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         if recurrent:
-            _mamba2(sink, p, n_embd, d_inner, d_state, n_group, n_ssm_head, d_conv)
+            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
+            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
+            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
+            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
+            # ssm_a and ssm_d are {1, n_head} and have no ".weight" suffix
+            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
+            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
+            sink.types[p + "ssm_a"] = sink.types[p + "ssm_d"] = "F32"
+            w.add_tensor(p + "ssm_norm.weight",
+                         np.ones((n_group, d_inner // n_group), dtype=np.float32))
+            sink.types[p + "ssm_norm.weight"] = "F32"
+            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
         else:
             qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
             if biases:
-                bias(sink, p + "attn_output.bias", n_embd)
+                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert:
-            moe(sink, p, n_embd, n_ff, n_expert, router_scale=0.05)
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
+            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
+            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
             if n_ff_shexp:
                 ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
             continue
-        ffn(sink, p, n_embd, n_ff, biases=biases, order=GATE_DOWN_UP)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+        ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
+        if biases:
+            sink.vector(p + "ffn_gate.bias", n_ff, center=0.0, spread=0.02)
+            sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
+            sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
+    finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
 
 
 def write_qwen3next(
@@ -197,7 +238,8 @@ def write_qwen3next(
     n_vocab: int = 293, tie_embeddings: bool = False, arch: str = "qwen3next",
     n_ff: int = 224, rope_sections: Sequence[int] = (4, 6, 6, 0),
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
-    rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, seed: int = 0,
+    rope_freq_base: float = 10_000_000.0, rms_eps: float = 1e-6, n_nextn: int = 0,
+    gate_up_merged: bool = False, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``qwen3next`` (also ``qwen35``, ``qwen35moe``: see below): layers ``il`` with ``(il + 1) % interval != 0`` are gated delta
     net layers (``attn_qkv``, ``attn_gate``, ``ssm_ba``, ``ssm_conv1d``, ``ssm_dt.bias``,
@@ -211,28 +253,52 @@ def write_qwen3next(
 
     ``arch="qwen35"``/``"qwen35moe"``: beta and alpha projections ``ssm_beta``/``ssm_alpha``
     instead of ``ssm_ba``, ``rope.dimension_sections`` (``rope_sections``, IMRoPE); qwen35
-    has a dense FFN of ``n_ff`` instead of experts."""
+    has a dense FFN of ``n_ff`` instead of experts.
+
+    ``n_nextn`` MTP blocks follow the ``n_layer`` trunk layers: a full-attention layer's
+    tensors plus ``nextn.eh_proj/enorm/hnorm/shared_head_norm`` (``load_block_mtp``; never
+    recurrent: ``is_recr_impl[i] = i < n_layer() && ...``). ``gate_up_merged``: the
+    experts' gate and up as one ``ffn_gate_up_exps`` [n_embd, 2 n_ff_exp, n_expert]
+    (``create_tensor_gate_up_exps``; the converter's ``--fuse-gate-up-exps``)."""
     path = Path(path)
     if arch not in ("qwen3next", "qwen35", "qwen35moe"):
         raise ValueError(f"arch {arch!r}")
     interval = 4 if full_attention_interval is None else full_attention_interval
-    pattern = [(i + 1) % interval != 0 for i in range(n_layer)]
+    pattern = [(i + 1) % interval != 0 for i in range(n_layer)] + [False] * n_nextn
     d_inner = d_state * n_v_heads
-    has_experts = arch != "qwen35"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-               n_ff=n_ff_exp if has_experts else n_ff, n_layer=n_layer, n_vocab=n_vocab,
-               context_length=context_length, rms_eps=rms_eps, rope_freq_base=rope_freq_base,
-               head_dim=head_dim)
+    moe = arch != "qwen35"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer + n_nextn)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
+    w.add_feed_forward_length(n_ff_exp if moe else n_ff)
     if arch != "qwen3next":
         w.add_rope_dimension_sections(list(rope_sections))
-    if has_experts:
-        expert_counts(w, arch, n_expert, n_expert_used)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    w.add_vocab_size(n_vocab)
+    if moe:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
         w.add_expert_feed_forward_length(n_ff_exp)
         w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    ssm_keys(w, d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_rank=n_v_heads,
-             n_group=n_k_heads)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_v_heads)
+    w.add_ssm_group_count(n_k_heads)
     if full_attention_interval is not None:
         w.add_uint32(gguf.Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=arch), full_attention_interval)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_spm_vocab(w, n_vocab)
     sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
@@ -246,7 +312,8 @@ def write_qwen3next(
             sink.matrix("attn_gate", p + "attn_gate.weight", n_embd, value_dim)
             sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, conv_dim, scale=0.3)
             sink.vector(p + "ssm_dt.bias", n_v_heads, center=0.0, spread=0.1)
-            sink.array(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
+            w.add_tensor(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
+            sink.types[p + "ssm_a"] = "F32"
             if arch == "qwen3next":
                 sink.matrix("ssm_ba", p + "ssm_ba.weight", n_embd, 2 * n_v_heads)
             else:
@@ -259,15 +326,30 @@ def write_qwen3next(
             sink.matrix("attn_output", p + "attn_output.weight", head_dim * n_head, n_embd)
             sink.vector(p + "attn_q_norm.weight", head_dim)
             sink.vector(p + "attn_k_norm.weight", head_dim)
-        if not has_experts:
+        if i >= n_layer:  # the MTP block's own tensors
+            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+            for t in ("enorm", "hnorm", "shared_head_norm"):
+                sink.vector(p + f"nextn.{t}.weight", n_embd)
+        if not moe:
             ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
             continue
-        moe(sink, p, n_embd, n_ff_exp, n_expert, router_scale=0.05, order=("down", "gate", "up"))
+        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+        sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+        if gate_up_merged:
+            sink.experts("ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
+                     2 * n_ff_exp, n_expert)
+        else:
+            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
+                     n_expert)
+            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
         ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if has_experts else n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if moe else n_ff,
+                       n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)
 
 
 def write_nemotron_h(
@@ -276,48 +358,117 @@ def write_nemotron_h(
     d_state: int = 16, n_ssm_head: int = 4, n_group: int = 2, n_vocab: int = 281,
     tie_embeddings: bool = False, biases: bool = False,
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
-    norm_eps: float = 1e-5, seed: int = 0,
+    norm_eps: float = 1e-5, arch: str = "nemotron_h", n_expert: int = 6,
+    n_expert_used: int | Sequence[int] = 2, n_ff_exp: int = 64, n_ff_shexp: int = 96,
+    latent: int = 0, expert_weights_norm: bool = True, expert_weights_scale: float = 2.5,
+    n_nextn: int = 0, seed: int = 0,
 ) -> FixtureInfo:
-    """Arch ``nemotron_h``: ``pattern`` as in the checkpoints' hybrid_override_pattern, one
-    character per layer: ``M`` Mamba-2 (head_count_kv 0, feed_forward_length 0), ``*``
-    attention (feed_forward_length 0, no rope), ``-`` a squared-ReLU MLP (head_count_kv 0,
-    ``ffn_up``/``ffn_down``). ``biases`` adds the optional attention-output and MLP biases.
+    """Arch ``nemotron_h`` (or ``nemotron_h_moe``, the same tensors): ``pattern`` as in the
+    checkpoints' hybrid_override_pattern, one character per layer: ``M`` Mamba-2
+    (head_count_kv 0, feed_forward_length 0), ``*`` attention (feed_forward_length 0, no
+    rope), ``-`` a squared-ReLU MLP (head_count_kv 0, ``ffn_up``/``ffn_down``), ``E`` a MoE
+    layer (``ffn_gate_inp``, ``exp_probs_b``, ``ffn_up_exps``/``ffn_down_exps`` of
+    ``n_ff_exp``, shared expert ``ffn_up_shexp``/``ffn_down_shexp`` of ``n_ff_shexp``; with
+    ``latent`` the experts work in a ``moe_latent_size`` space between ``ffn_latent_down``
+    and ``ffn_latent_up``). ``biases`` adds the optional attention-output and MLP biases.
+    ``n_nextn`` MTP blocks (MoE files) follow: attention + MoE sub-layers and the ``nextn.*``
+    tensors, with head_count_kv and feed_forward_length non-zero, as the converter writes
+    them (``_attn_layers`` and ``_mlp_layers`` both list the MTP block).
 
     Default: M - M * - M; n_embd 96, d_inner 128 in 4 SSM heads of 32, 2 groups, d_state
     16, kernel 4; 3 attention heads of 32 over 1 KV head; n_ff 160 (5 * 32)."""
     path = Path(path)
-    if set(pattern) - set("M*-"):
-        raise ValueError("pattern: M (mamba2), * (attention), - (MLP)")
+    if set(pattern) - set("M*-E"):
+        raise ValueError("pattern: M (mamba2), * (attention), - (MLP), E (MoE)")
     n_layer = len(pattern)
     hd = n_embd // n_head
-    arch = "nemotron_h"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head,
-               n_head_kv=[n_head_kv if c == "*" else 0 for c in pattern],
-               n_ff=[n_ff if c == "-" else 0 for c in pattern], n_layer=n_layer,
-               n_vocab=n_vocab, context_length=context_length, rms_eps=norm_eps,
-               rope_freq_base=None, head_dim=hd)
+    if n_nextn and "E" not in pattern:
+        raise ValueError("MTP blocks belong to MoE files (pattern with E)")
+    pattern = pattern + "T" * n_nextn  # T: an MTP block (attention + MoE)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"graphcost-fixture-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer + n_nextn)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
+    w.add_feed_forward_length([n_ff if c in "-ET" else 0 for c in pattern])
+    if "E" in pattern:
+        w.add_expert_count(n_expert)
+        if isinstance(n_expert_used, int):
+            w.add_expert_used_count(n_expert_used)
+        else:
+            w.add_array(gguf.Keys.LLM.EXPERT_USED_COUNT.format(arch=arch), list(n_expert_used))
+        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_expert_shared_feed_forward_length(n_ff_shexp)
+        w.add_expert_weights_norm(expert_weights_norm)
+        w.add_expert_weights_scale(expert_weights_scale)
+        if latent:
+            w.add_uint32(gguf.Keys.LLM.MOE_LATENT_SIZE.format(arch=arch), latent)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([n_head_kv if c in "*T" else 0 for c in pattern])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
     w.add_layer_norm_eps(norm_eps)
-    ssm_keys(w, d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_rank=n_ssm_head,
-             n_group=n_group)
+    w.add_layer_norm_rms_eps(norm_eps)
+    w.add_vocab_size(n_vocab)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_ssm_head)
+    w.add_ssm_group_count(n_group)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_spm_vocab(w, n_vocab)
     sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
+    d_xbc = d_inner + 2 * n_group * d_state
     for i, c in enumerate(pattern):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         if c == "M":
-            _mamba2(sink, p, n_embd, d_inner, d_state, n_group, n_ssm_head, d_conv)
-        elif c == "*":
+            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
+            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
+            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
+            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
+            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
+            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
+            w.add_tensor(p + "ssm_norm.weight", np.ones((n_group, d_inner // n_group), dtype=np.float32))
+            for t in ("ssm_a", "ssm_d", "ssm_norm.weight"):
+                sink.types[p + t] = "F32"
+            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+        if c == "T":
+            for t in ("enorm", "hnorm", "shared_head_norm"):
+                sink.vector(p + f"nextn.{t}.weight", n_embd)
+            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+            sink.vector(p + "post_attention_norm.weight", n_embd)
+        if c in "*T":
             qkv(sink, p, n_embd, n_head * hd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
             if biases:
-                bias(sink, p + "attn_output.bias", n_embd)
-        else:
+                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+        if c in "ET":
+            moe_embd = latent or n_embd
+            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
+            sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
+            if latent:
+                sink.matrix("ffn_latent_down", p + "ffn_latent_down.weight", n_embd, latent)
+                sink.matrix("ffn_latent_up", p + "ffn_latent_up.weight", latent, n_embd)
+            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, moe_embd,
+                     n_expert)
+            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", moe_embd, n_ff_exp,
+                     n_expert)
+            sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+            sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
+        if c == "-":
             sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
             sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
             if biases:
-                bias(sink, p + "ffn_up.bias", n_ff)
-                bias(sink, p + "ffn_down.bias", n_embd)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+                sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
+                sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
+    finish(w)
+    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                       context_length=context_length, tie_embeddings=tie_embeddings,
+                       swa_layers=[False] * n_layer, tensor_types=sink.types)

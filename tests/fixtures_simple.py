@@ -6,7 +6,7 @@ llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``; llama.
 refuses a missing required tensor and any tensor it did not ask for). Sizes are odd on
 purpose (7 or 6 heads over fewer KV heads, head_dim != n_embd / n_head where the family
 allows it, expert widths of 96 or 160) and weight types are mixed; the helpers come from
-:mod:`gguf_writer` (the type defaults from :mod:`fixtures_dense`).
+:mod:`fixtures_dense` and :mod:`fixtures_moe`.
 """
 from __future__ import annotations
 
@@ -16,15 +16,16 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, attention, done, embeddings,
-                         expert_counts, ffn, header, moe, qkv, rope_freqs_tensor, swa_layers)
+from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, attention, embeddings,
+                         expert_counts, ffn, finish, header, info, moe, qkv, rope_freqs_tensor,
+                         swa_layers)
 from fixtures_dense import DENSE_DEFAULT_TYPES
 
 __all__ = ["write_qwen2moe", "write_olmoe", "write_smollm3", "write_seed_oss", "write_glm4",
            "write_exaone4", "write_cohere2", "write_mistral3", "write_qwen3vl",
            "write_qwen3vlmoe", "write_llama4"]
 
-#: dense defaults plus the router and experts (fallbacks as in gguf_writer.pick_type)
+#: dense defaults plus the router and experts (fallbacks as in fixtures.pick_type)
 TYPES: dict[str, QT] = {
     **DENSE_DEFAULT_TYPES,
     "ffn_gate_inp": QT.F16,
@@ -41,21 +42,34 @@ def _key(arch: str, template: str) -> str:
     return template.format(arch=arch)
 
 
+def _nextn_extras(sink: TensorSink, p: str, n_embd: int, shared_head_norm: bool = True) -> None:
+    """A NextN/MTP block's own tensors (``load_arch_tensors``: ``nextn.eh_proj`` [2 n_embd,
+    n_embd], ``enorm``, ``hnorm``, optional ``shared_head_norm``), after the layer's."""
+    sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+    sink.vector(p + "nextn.enorm.weight", n_embd)
+    sink.vector(p + "nextn.hnorm.weight", n_embd)
+    if shared_head_norm:
+        sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
+
+
+
+
 def _start(path: Path, arch: str, *, n_embd, n_head, n_head_kv, n_ff, n_layer, n_vocab,
            head_dim, context_length=4096, rope_freq_base=1_000_000.0, rms_eps=1e-6,
            weight_types=None, seed=0) -> tuple[gguf.GGUFWriter, TensorSink]:
     w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
+                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
     return w, TensorSink(w, np.random.default_rng(seed), weight_types, TYPES)
 
 
 def _done(w, path, arch, sink, *, n_vocab, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer,
           tie, context_length=4096, sliding_window=0, layers_swa=None) -> FixtureInfo:
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie, sliding_window=sliding_window,
-                layers_swa=layers_swa)
+    finish(w)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
+                 context_length=context_length, tie=tie, sliding_window=sliding_window,
+                 layers_swa=layers_swa)
 
 
 def write_qwen2moe(
@@ -165,17 +179,20 @@ def write_glm4(
     head_dim: int = 64, n_rot: int = 32, n_ff: int = 320, n_layer: int = 3,
     n_vocab: int = 309, rope_sections: Sequence[int] | None = None,
     qkv_biases: bool = True, tie_embeddings: bool = False,
-    extra_kv: Mapping[str, int] | None = None,
+    extra_kv: Mapping[str, int] | None = None, n_nextn: int = 0,
     weight_types: Mapping[str, QT] | None = None, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``glm4``: Q/K/V biases, partial rotary (``n_rot`` < head_dim), post-attention
     and post-MLP norms, single-input SwiGLU FFN (``ffn_up`` is [2 * n_ff]).
     ``rope_sections`` makes it multi-section rope (GLM-4.1V's MROPE); ``extra_kv`` adds
-    uint32 keys (``{arch}`` templates from ``gguf.Keys``)."""
+    uint32 keys (``{arch}`` templates from ``gguf.Keys``); ``n_nextn`` NextN/MTP blocks
+    (a layer's tensors plus ``nextn.*``) follow the ``n_layer`` trunk layers."""
     path, arch = Path(path), "glm4"
     w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
+                     n_layer=n_layer + n_nextn, n_vocab=n_vocab, head_dim=head_dim,
                      weight_types=weight_types, seed=seed)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
     w.add_rope_dimension_count(n_rot)
     if rope_sections is not None:
         w.add_array(_key(arch, gguf.Keys.Rope.DIMENSION_SECTIONS), list(rope_sections))
@@ -183,7 +200,7 @@ def write_glm4(
         w.add_uint32(_key(arch, k), v)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
-    for i in range(n_layer):
+    for i in range(n_layer + n_nextn):
         p = f"blk.{i}."
         attention(sink, p, n_embd, q_dim, kv_dim, biases=qkv_biases)
         sink.vector(p + "post_attention_norm.weight", n_embd)
@@ -191,6 +208,8 @@ def write_glm4(
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, 2 * n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
+        if i >= n_layer:
+            _nextn_extras(sink, p, n_embd)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                  tie=tie_embeddings)
@@ -200,16 +219,20 @@ def write_exaone4(
     path: str | Path, *, n_embd: int = 192, n_head: int = 3, n_head_kv: int = 1,
     n_ff: int = 224, n_layer: int = 3, n_vocab: int = 301, sliding_window: int | None = None,
     swa_pattern: int | None = None, rope_freqs: bool = False, tie_embeddings: bool = True,
-    weight_types: Mapping[str, QT] | None = None, seed: int = 0,
+    n_nextn: int = 0, weight_types: Mapping[str, QT] | None = None, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``exaone4``: no pre-norms; per-head Q/K norms, post-attention and post-FFN norms.
     llama.cpp builds sliding-window attention only for 64 layers (EXAONE 4.0 32B): window
-    4096 unless ``sliding_window``, pattern 4; RoPE then only on the sliding layers."""
+    4096 unless ``sliding_window``, pattern 4; RoPE then only on the sliding layers.
+    ``n_nextn`` NextN/MTP blocks follow the ``n_layer`` trunk layers (the 64 that decide
+    the sliding window are the trunk's: ``hparams.n_layer()``)."""
     path, arch = Path(path), "exaone4"
     hd = n_embd // n_head
     w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
+                     n_layer=n_layer + n_nextn, n_vocab=n_vocab, head_dim=None,
                      weight_types=weight_types, seed=seed)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
     if sliding_window is not None:
         w.add_sliding_window(sliding_window)
     if swa_pattern is not None:
@@ -217,7 +240,7 @@ def write_exaone4(
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2, top=4.0)
-    for i in range(n_layer):
+    for i in range(n_layer + n_nextn):
         p = f"blk.{i}."
         qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=False)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
@@ -226,6 +249,8 @@ def write_exaone4(
         sink.vector(p + "attn_k_norm.weight", hd)
         ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
+        if i >= n_layer:
+            _nextn_extras(sink, p, n_embd, shared_head_norm=False)
     swa = n_layer == 64
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,

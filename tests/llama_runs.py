@@ -45,9 +45,16 @@ class RpcServer:
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def alloc_sizes(self) -> list[int]:
-        """Bytes of every buffer the server allocated (GGML_RPC_DEBUG's alloc_buffer lines)."""
-        text = self.log.read_text(errors="replace")
+    def mark(self) -> int:
+        """The log's length now: :meth:`alloc_sizes` from here covers one run."""
+        return self.log.stat().st_size
+
+    def alloc_sizes(self, since: int = 0) -> list[int]:
+        """Bytes of every buffer the server allocated (GGML_RPC_DEBUG's alloc_buffer
+        lines), from byte ``since`` of its log on."""
+        with open(self.log, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
         return [int(m) for m in re.findall(r"\[alloc_buffer\] device: \d+, size: (\d+) ->", text)]
 
 
@@ -99,6 +106,10 @@ class Buffers:
     kv: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     output: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     compute: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: ~llama_context (debug): "NAME compute buffer size is X MiB" (four decimals)
+    compute4: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: sched_reserve: "graph: nodes = A, splits = B" or "... splits = Bpp / Btg"
+    splits: tuple[int, int] | None = None
     layers: dict[int, str] = field(default_factory=dict)  # layer (n_layer = output) -> device
     log: str = ""
 
@@ -108,6 +119,7 @@ _LINES = {
     "kv": re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB"),
     "output": re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB"),
     "compute": re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB"),
+    "compute4": re.compile(r"~llama_context:\s+(\S+) compute buffer size is\s+([\d.]+) MiB"),
 }
 
 
@@ -117,6 +129,9 @@ def parse_buffers(log: str) -> Buffers:
     for kind, rx in _LINES.items():
         for name, mib in rx.findall(log):
             getattr(b, kind)[name].append(float(mib))
+    m = re.search(r"sched_reserve: graph.*?: nodes = [\d /]+, splits = (\d+)(?: / (\d+))?", log)
+    if m:
+        b.splits = (int(m.group(1)), int(m.group(2) or m.group(1)))
     # load_tensors (debug, -lv 5): "layer   3 assigned to device RPC0, is_swa = 0"
     for il, dev in re.findall(r"layer\s+(\d+) assigned to device (\S+),", log):
         b.layers[int(il)] = dev
@@ -132,10 +147,15 @@ def run_completion(model: Path, servers: list[RpcServer], args: list[str]) -> Bu
            "-lv", "5"]  # buffer lines: verbosity 4 (info); layer devices: 5 (debug)
     if servers:
         cmd += ["--rpc", ",".join(s.endpoint for s in servers)]
-    # the one generated token of a random model may be any bytes: decode leniently
-    r = subprocess.run(cmd + args, capture_output=True, text=True, encoding="utf-8",
-                       errors="replace", timeout=RUN_S, stdin=subprocess.DEVNULL)
-    log = r.stdout + r.stderr
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd + args)} failed ({r.returncode}):\n{log[-3000:]}")
+    for _ in range(3):
+        # the one generated token of a random model may be any bytes: decode leniently
+        r = subprocess.run(cmd + args, capture_output=True, text=True, encoding="utf-8",
+                           errors="replace", timeout=RUN_S, stdin=subprocess.DEVNULL)
+        log = r.stdout + r.stderr
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd + args)} failed ({r.returncode}):\n{log[-3000:]}")
+        # on a loaded machine llama.cpp's log (common_log's worker thread) now and then
+        # comes back without lines a complete run prints: run it again
+        if "sched_reserve: graph" in log and "load_tensors:" in log:
+            break
     return parse_buffers(log)

@@ -116,7 +116,7 @@ def test_reports_give_expected_beside_worst_case(model):
     assert ew.worst_case_experts == 5 and ew.read_bytes == 9 * 5 * EXPERT        # 1,101,600
     assert ew.expected_experts == Fraction(98, 25)
     assert ew.expected_read_bytes == 9 * EXPERT * Fraction(98, 25)              # 863,654.4
-    d = document(a)["experts"]
+    d = document(analyze_graph(a.graph, memory=True))["experts"]
     assert d["read_bytes"] == 1_101_600 and d["read_assumption"] == "worst case"
     assert d["expected_experts_uniform_routing"] == 3.92
     assert d["expected_read_bytes_uniform_routing"] == 863_654

@@ -203,7 +203,7 @@ def models(tmp_path_factory):
     (["--device", "rpc:1GiB", "--format", "html"], "--format 'html': use text or json"),
     (["--device", "rpc:1GiB", "--fit-ctx", "-5"], "--fit-ctx -5: must be >= 0"),
     (["--device", "rpc:1GiB", "-lm", "bogus"], "--load-mode 'bogus': use one of"),
-    (["--device", "rpc:1GiB", "-sm", "row"], "-sm row: split buffers"),
+    (["--device", "rpc:1GiB", "-sm", "row"], "does not support split buffers"),
 ], ids=["fitt", "no-mem", "no-device", "format", "fitc", "load-mode", "sm-row"])
 def test_bad_flags_one_line(models, cli, args, message):
     r = cli("fit", str(models["llama"]), *args)

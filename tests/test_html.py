@@ -49,7 +49,7 @@ def hostile_model(tmp_path_factory):
 
 
 def _analysis(path, **kw):
-    return analyze_graph(build_graph(load_model(path), RunSettings(**kw)))
+    return analyze_graph(build_graph(load_model(path), RunSettings(**kw)), memory=True)
 
 
 def _data(page: str) -> dict:

@@ -14,7 +14,8 @@ import pytest
 from fixtures import write_gemma3, write_llama
 from graphcost.cost.analysis import analyze_graph
 from graphcost.graph.build import build_graph, load_model
-from graphcost.memory.plan import fuse_plan, plan_memory, sweep
+from graphcost.memory.fusion import fuse_plan
+from graphcost.memory.plan import plan_memory, sweep
 from graphcost.document import document
 from graphcost.report.memory import render_memory, render_sweep
 from graphcost.graph.settings import RunSettings
@@ -89,7 +90,7 @@ def test_kv_split_per_cache_and_swa_full(gemma3):
 
 def test_json_memory_fields_and_live_bytes(gemma3):
     bg = build_graph(gemma3, RunSettings(ctx_size=1024, tokens=7, past=20, outputs=2))
-    doc = document(analyze_graph(bg))
+    doc = document(analyze_graph(bg, memory=True))
     mem = doc["memory"]
     plan = plan_memory(gemma3, RunSettings(ctx_size=1024))
     assert mem["compute_buffer_bytes"] == plan.compute_buffer_bytes

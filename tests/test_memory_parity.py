@@ -133,7 +133,7 @@ def _document(path, c) -> dict:
     m, ctx, ub, fa, tk, tv, swa = c
     s = RunSettings(ctx_size=ctx, ubatch_size=ub, batch_size=ub, flash_attn="on" if fa else "off",
                     cache_type_k=tk, cache_type_v=tv, swa_full=swa)
-    return document(analyze_graph(build_graph(load_model(path), s)))
+    return document(analyze_graph(build_graph(load_model(path), s), memory=True))
 
 
 def mib2(n: int) -> float:

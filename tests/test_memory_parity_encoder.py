@@ -1,4 +1,4 @@
-"""bert's memory plan equals what llama.cpp allocates, read from llama.cpp's own log (as
+"""bert's and nomic-bert's memory plans equal what llama.cpp allocates, read from llama.cpp's own log (as
 tests/test_memory_parity.py does for the causal families): no KV cache at all (llama.cpp
 creates no memory module for bert and logs no KV buffer), the compute buffer to the 4 decimals
 (the 4-decimal DEBUG line printed on free) for the prompt and generation reserve graphs,
@@ -30,6 +30,8 @@ CASES = [
     ("bert_cls", 512, 128, False, True),
     ("bert_cls", 1024, 512, True, True),
     ("bert_rank", 512, 200, False, True),
+    ("nomic", 2048, 512, False, True),
+    ("nomic", 512, 64, True, False),
 ]
 
 
@@ -48,6 +50,9 @@ def paths(tmp_path_factory):
                                  fused_qkv=True, context_length=1024).path,
         "bert_rank": E.write_bert(d / "bert_rank.gguf", pooling=PT.RANK, cls=True,
                                   cls_out=3, n_layer=1).path,
+        # nomic-bert: RoPE (rope inputs are the positions already there), SwiGLU FFN
+        "nomic": E.write_bert(d / "nomic.gguf", arch="nomic-bert", fused_qkv=True,
+                              qkv_bias=False, out_bias=False, ffn_bias=False, n_layer=3).path,
     }
 
 

@@ -31,6 +31,8 @@ CASES = [
     ("gemma4", 4096, 128, True, "q8_0", "q8_0", False),
     ("gemma4", 16384, 512, False, "q8_0", "f16", True),
     ("gemma4_fused", 1024, 1, True, "f16", "f16", False),
+    ("gemma4_moe", 512, 512, False, "f16", "f16", False),
+    ("gemma4_moe", 2048, 96, True, "q8_0", "q8_0", False),
 ]
 
 
@@ -48,6 +50,9 @@ def paths(tmp_path_factory):
                                         n_embd_per_layer=0, shared_kv_layers=0,
                                         n_head=4, n_head_kv=2,
                                         swa_pattern=(False, True, True, True)).path,
+        # 26B-A4B style: MoE (5 experts, 3 used) on layers 0, 2, 3, 5
+        "gemma4_moe": G4.write_gemma4(d / "gemma4_moe.gguf", n_embd_per_layer=0,
+                                      moe_layers=(0, 2, 3, 5)).path,
     }
 
 
@@ -81,5 +86,5 @@ def test_gemma_memory_matches_llama_cpp_log(paths, logs, case):
     assert mib2(plan.output_buffer_bytes) == log["output_buffer_mib"]
     if m == "shared":  # 20 layers with KV: 4 global in the base cache, 16 sliding
         assert [c.layers for c in plan.caches] == [4, 16]
-    if m == "gemma4":  # layer 3 in the base cache, 0..2 sliding; 4..6 reuse them
+    if m.startswith("gemma4") and m != "gemma4_fused":  # layer 3 in the base cache, 0..2 sliding; 4..6 reuse them
         assert [c.layers for c in plan.caches] == [1, 3]

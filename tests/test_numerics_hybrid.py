@@ -214,21 +214,3 @@ def test_timing_reruns_do_not_advance_the_recurrent_state(tmp_path):
         np.testing.assert_array_equal(x.logits, y.logits)
     for k in once.kv:
         np.testing.assert_array_equal(once.kv[k], timed.kv[k])
-
-
-def test_qwen35_is_refused_in_one_line_naming_its_rope(tmp_path):
-    """qwen35's attention layers use IMRoPE (rope mode 40), which the rope kernel does not
-    run yet: profile says so in one line, exit 2, before any step."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from fixtures_hybrid import write_qwen3next
-    info = write_qwen3next(tmp_path / "q35.gguf", arch="qwen35")
-    r = subprocess.run([sys.executable, "-m", "graphcost", "profile", str(info.path),
-                        "--token-ids", "3,10", "--hardware", "apple-m2", "-c", "256"],
-                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "rope mode 40" in lines[0], r.stderr

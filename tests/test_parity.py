@@ -44,7 +44,7 @@ CASES = [
     ("llama64", dict(tokens=6, past=0, type_k="q8_0", type_v="q8_0", fa=True)),
     ("llama64", dict(tokens=2, past=1, type_k="q4_0")),
     ("gemma3", dict(tokens=1, past=3)),
-    ("gemma3", dict(tokens=9, past=0)),
+    ("gemma3", dict(tokens=9, past=0, n_outputs=4)),
     ("gemma3", dict(tokens=4, past=100, n_ubatch=64, n_ctx=600)),
     ("gemma3", dict(tokens=3, past=2, swa_full=True)),
     ("gemma3", dict(tokens=2, past=0, type_k="q8_0", type_v="q8_0", fa=True)),

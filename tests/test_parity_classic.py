@@ -54,7 +54,7 @@ CASES = [
     ("gpt2", dict(tokens=2, past=1, type_k="q8_0", type_v="q8_0", fa=True)),
     ("gpt2_odd", dict(tokens=4, past=2, type_k="q4_0")),
     ("starcoder2", dict(tokens=1, past=3)),
-    ("starcoder2", dict(tokens=6, past=0)),
+    ("starcoder2", dict(tokens=6, past=0, n_outputs=3)),
     ("starcoder2", dict(tokens=3, past=2, type_k="q8_0", type_v="q4_0", fa=True)),
     ("starcoder2_fused", dict(tokens=2, past=1)),
     ("falcon", dict(tokens=1, past=3)),
@@ -63,7 +63,7 @@ CASES = [
     ("falcon", dict(tokens=2, past=1, type_k="q8_0", type_v="q8_0", fa=True)),
     ("falcon40", dict(tokens=3, past=1)),
     ("phi3", dict(tokens=1, past=3)),
-    ("phi3", dict(tokens=6, past=0)),
+    ("phi3", dict(tokens=6, past=0, n_outputs=2)),
     # n_ctx 256 is not above the original context: the short factors
     ("phi3", dict(tokens=3, past=2, n_ctx=256)),
     ("phi3", dict(tokens=2, past=1, type_k="q8_0", type_v="q8_0", fa=True)),

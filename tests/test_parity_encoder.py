@@ -1,7 +1,8 @@
-"""The bert graph equals llama.cpp's, node for node (order, name, op, type, ne, sources):
+"""The bert and nomic-bert graphs equal llama.cpp's, node for node (order, name, op, type, ne, sources):
 no KV cache (llama.cpp encodes: every token is an output), flash attention off and on
 (on casts the F32 K and V to F16), embeddings on (each pooling type the GGUF can name:
-NONE, MEAN, CLS, LAST, RANK with and without classification heads) and off (no pooling).
+NONE, MEAN, CLS, LAST, RANK with and without classification heads) and off (no pooling);
+nomic-bert: RoPE on Q and K, no position embeddings, SwiGLU FFN, fused or separate QKV.
 Fixtures: tests/fixtures_encoder.py; comparison: tests/parity.py."""
 from __future__ import annotations
 
@@ -38,6 +39,13 @@ def models(tmp_path_factory):
         # RANK with only cls.output (1 label: a reranker score)
         "bert_rank_out": E.write_bert(d / "bert_rank_out.gguf", pooling=PT.RANK, cls_out=1,
                                       n_layer=1),
+        # nomic-bert: 5 heads of 32, fused QKV without bias (as nomic-embed-text), MEAN
+        "nomic": E.write_bert(d / "nomic.gguf", arch="nomic-bert", fused_qkv=True,
+                              qkv_bias=False, out_bias=False, ffn_bias=False, n_layer=3),
+        # separate Q/K/V with biases, output bias, no token_types tensor, CLS pooling
+        "nomic_sep": E.write_bert(d / "nomic_sep.gguf", arch="nomic-bert", n_embd=192,
+                                  n_head=3, n_ff=352, token_types=0, pooling=PT.CLS,
+                                  ffn_bias=False),
     }
 
 
@@ -55,6 +63,10 @@ CASES = [
     ("bert_none", dict(tokens=2, embeddings=False)),
     ("bert_rank", dict(tokens=5, embeddings=True)),
     ("bert_rank_out", dict(tokens=3, embeddings=True)),
+    ("nomic", dict(tokens=1, embeddings=True)),
+    ("nomic", dict(tokens=9, embeddings=True)),
+    ("nomic", dict(tokens=4, embeddings=False)),
+    ("nomic_sep", dict(tokens=6, embeddings=True)),
 ]
 
 

@@ -2,8 +2,10 @@
 sources): sliding and full layers with different head sizes (the transposed V cache is as
 wide as the widest layer, narrower V rows are PADded), proportional RoPE factors on full
 layers, per-layer embeddings, KV sharing of the last layers, V = K without ``attn_v``,
-output scales; decode and prefill, flash attention off and on, quantized KV caches
-(Hadamard rotations), several outputs. Fixtures: tests/fixtures_gemma4.py; comparison:
+output scales; the 26B-A4B mixture of experts (router on attn_out with its own norm and
+scale, shared dense MLP, separate or merged gate/up experts, per-expert output scales);
+decode and prefill, flash attention off and on, quantized KV caches (Hadamard rotations),
+several outputs. Fixtures: tests/fixtures_gemma4.py; comparison:
 tests/parity.py."""
 from __future__ import annotations
 
@@ -31,6 +33,16 @@ def models(tmp_path_factory):
                                        tie_embeddings=False, final_logit_softcap=20.0,
                                        n_head=4, n_head_kv=2, out_scale_layers=(),
                                        swa_pattern=(False, True, True, True)),
+        # 26B-A4B style: MoE on layers 0, 2, 3, 5 (5 experts of 96, 3 used, per-expert
+        # down scales), dense MLP alone on 1, 4, 6; layers 4..6 share KV
+        "gemma4_moe": G.write_gemma4(d / "gemma4_moe.gguf", n_embd_per_layer=0,
+                                     moe_layers=(0, 2, 3, 5)),
+        # every layer MoE with merged gate_up experts, no down scales, 7 experts, 1 used
+        "gemma4_moe_merged": G.write_gemma4(d / "gemma4_moe_merged.gguf", fused_qkv=True,
+                                            n_embd_per_layer=0, shared_kv_layers=0,
+                                            swa_pattern=(True, False, True, True, False),
+                                            moe_layers=range(5), gate_up_merged=True,
+                                            down_scale=False, n_expert=7, n_expert_used=1),
     }
 
 
@@ -45,6 +57,11 @@ CASES = [
     ("gemma4_fused", dict(tokens=1, past=2)),
     ("gemma4_fused", dict(tokens=6, past=0, n_outputs=3)),
     ("gemma4_fused", dict(tokens=2, past=3, type_k="q4_0", type_v="q8_0", fa=True)),
+    ("gemma4_moe", dict(tokens=1, past=3)),
+    ("gemma4_moe", dict(tokens=7, past=0, n_outputs=3)),
+    ("gemma4_moe", dict(tokens=3, past=60, type_k="q8_0", type_v="q8_0", fa=True)),
+    ("gemma4_moe_merged", dict(tokens=1, past=2)),
+    ("gemma4_moe_merged", dict(tokens=5, past=0, n_outputs=2)),
 ]
 
 
@@ -68,11 +85,24 @@ def test_gemma4_caches_and_head_sizes(tmp_path):
     assert {t.ne[0] for t in swa.k.values()} == {64}
 
 
-def test_gemma4_moe_is_refused(tmp_path):
-    # a router on layer 0 marks the 26B-A4B mixture of experts, which is not modelled
-    fx = G.write_gemma4(tmp_path / "g.gguf", n_embd_per_layer=0, shared_kv_layers=0,
-                        moe_router=True)
-    with pytest.raises(UnsupportedError, match="mixture-of-experts layers"):
+def test_gemma4_moe_layers(models):
+    # build_lora_mm_id's per-expert scale on ffn_moe_down: RESHAPE [1, 5, 1], REPEAT
+    # [1, 5, T], GET_ROWS by the 3 chosen experts [1, 3, T], MUL; on MoE layers only
+    recs = {r["name"]: r for r in our_records(models["gemma4_moe"], tokens=4)}
+    assert recs["ffn_moe_down_scaled-0"]["op"] == "MUL"
+    assert recs["ffn_moe_down_scaled-0"]["ne"][:3] == [160, 3, 4]
+    assert recs["ffn_moe_logits-2"]["ne"][:2] == [5, 4]
+    assert "ffn_moe_combined-5" in recs and "ffn_moe_combined-4" not in recs
+    assert "ffn_out-4" in recs and "ffn_out-5" not in recs
+    merged = {r["name"] for r in our_records(models["gemma4_moe_merged"], tokens=4)}
+    assert "ffn_moe_gate_up-0" in merged and not any(n.startswith("ffn_moe_down_scaled") for n in merged)
+
+
+def test_unmodelled_weight_scale_is_refused(tmp_path):
+    # llama.cpp multiplies blk.0.attn_q.scale into Q (build_lora_mm's w_s); graphcost's
+    # gemma4 reads only the router's and the experts' scales, so it refuses the file
+    fx = G.write_gemma4(tmp_path / "g.gguf", n_embd_per_layer=0, extra_scales=("attn_q",))
+    with pytest.raises(UnsupportedError, match=r"weight scale 'blk\.0\.attn_q\.scale'"):
         our_records(fx, tokens=1)
 
 

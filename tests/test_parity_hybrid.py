@@ -76,6 +76,13 @@ def models(tmp_path_factory):
         # over 4 V heads broadcast by the fused op (no REPEAT); 5 layers, attention at 3
         "qwen35": H.write_qwen3next(d / "qwen35.gguf", arch="qwen35", n_layer=5),
         # qwen35moe: head_dim 64, sections (8, 12, 12, 0), tied output, interval 2
+        # merged gate/up experts (ffn_gate_up_exps: one MUL_MAT_ID, two views), 7 of 3
+        "qwen35moe_gate_up": H.write_qwen3next(d / "qwen35moe_gate_up.gguf", arch="qwen35moe",
+                                               n_expert=7, n_expert_used=3,
+                                               gate_up_merged=True),
+        "qwen3next_gate_up": H.write_qwen3next(d / "qwen3next_gate_up.gguf", n_layer=2,
+                                               full_attention_interval=2,
+                                               gate_up_merged=True),
         "qwen35moe": H.write_qwen3next(d / "qwen35moe.gguf", arch="qwen35moe", head_dim=64,
                                        n_head=2, n_head_kv=1, rope_sections=(8, 12, 12, 0),
                                        full_attention_interval=2, tie_embeddings=True),
@@ -105,7 +112,7 @@ CASES = [
     ("lfm2_hd64", dict(tokens=2, past=5, type_k="q8_0", type_v="q8_0", fa=True)),
     ("lfm2moe", dict(tokens=1, past=3)),
     ("lfm2moe", dict(tokens=7, past=0, n_outputs=3)),
-    ("lfm2moe_softmax", dict(tokens=4, past=2)),
+    ("lfm2moe_softmax", dict(tokens=4, past=2, type_k="q8_0")),
     ("granitehybrid", dict(tokens=1, past=3)),
     ("granitehybrid", dict(tokens=1, past=0)),
     ("granitehybrid", dict(tokens=7, past=0)),
@@ -131,6 +138,9 @@ CASES = [
     ("qwen35moe", dict(tokens=1, past=0)),
     ("qwen35moe", dict(tokens=5, past=300, n_outputs=5)),
     ("qwen35moe", dict(tokens=3, past=2, type_k="q8_0")),
+    ("qwen35moe_gate_up", dict(tokens=1, past=2)),
+    ("qwen35moe_gate_up", dict(tokens=6, past=0, n_outputs=2)),
+    ("qwen3next_gate_up", dict(tokens=4, past=1, type_k="q8_0", type_v="q8_0", fa=True)),
     ("nemotron_h", dict(tokens=1, past=3)),
     ("nemotron_h", dict(tokens=1, past=0)),
     ("nemotron_h", dict(tokens=7, past=0)),
@@ -167,6 +177,7 @@ MEM_CASES = [
     ("qwen3next_i3", 2048, 1, False, "q8_0", "f16"),
     ("qwen35", 1000, 100, True, "f16", "f16"),
     ("qwen35moe", 4096, 512, False, "q8_0", "f16"),
+    ("qwen35moe_gate_up", 2048, 256, True, "f16", "f16"),
     ("nemotron_h", 512, 512, False, "f16", "f16"),
     ("nemotron_h_b", 4096, 64, True, "q8_0", "q8_0"),
 ]
@@ -203,7 +214,7 @@ def mib2(n: int) -> float:
 @pytest.mark.parametrize("case", MEM_CASES, ids=[_mid(c) for c in MEM_CASES])
 def test_hybrid_memory_matches_llama_cpp_log(models, logs, case):
     log = logs[_mid(case)]
-    mem = document(analyze_graph(build_graph(load_model(models[case[0]]), _settings(case))))["memory"]
+    mem = document(analyze_graph(build_graph(load_model(models[case[0]]), _settings(case)), memory=True))["memory"]
     assert mib2(mem["compute_buffer_bytes"]) == log["compute_buffer_mib"]
     (exact,) = log["compute_buffer_exact"]
     assert f"{mem['compute_buffer_bytes'] / MiB:.4f}" == f"{exact['mib']:.4f}"

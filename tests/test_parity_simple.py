@@ -117,7 +117,7 @@ CASES = [
     ("qwen3vl", dict(tokens=6, past=0, n_outputs=6)),
     ("qwen3vl", dict(tokens=2, past=1, type_k="q8_0", type_v="q8_0", fa=True)),
     ("qwen3vl_nods", dict(tokens=4, past=0)),
-    ("qwen3vlmoe", dict(tokens=1, past=1)),
+    ("qwen3vlmoe", dict(tokens=1, past=1, type_k="q8_0")),
     ("qwen3vlmoe", dict(tokens=5, past=0, n_outputs=2)),
     ("llama4", dict(tokens=1, past=3)),
     ("llama4", dict(tokens=7, past=0, n_outputs=3)),

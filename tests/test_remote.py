@@ -229,8 +229,8 @@ def test_https_url_gives_the_same_analysis(endpoint, tiny):
     from graphcost.graph.settings import RunSettings
     endpoint.files["/files/tiny.gguf"] = tiny
     s = RunSettings(ctx_size=256, tokens=3, past=5)
-    local = document(analyze_graph(build_graph(load_model(tiny), s)))
-    remote = document(analyze_graph(build_graph(load_model(endpoint.url + "/files/tiny.gguf"), s)))
+    local = document(analyze_graph(build_graph(load_model(tiny), s), memory=True))
+    remote = document(analyze_graph(build_graph(load_model(endpoint.url + "/files/tiny.gguf"), s), memory=True))
     assert local.pop("model")["path"] == str(tiny)
     assert remote.pop("model")["path"] == endpoint.url + "/files/tiny.gguf"
     assert remote == local

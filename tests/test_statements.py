@@ -43,6 +43,9 @@ def test_core_statements_are_registered_from_core():
                          ids=lambda p: p.stem)
 def test_every_statement_a_spec_uses_is_registered(path):
     doc = yaml.safe_load(path.read_text())
+    if "graph_of" in doc:   # builds another family's graph: its statements are checked there
+        assert (path.parent / f"{doc['graph_of']}.yaml").is_file(), doc["graph_of"]
+        return
     used = set().union(*(_used(doc.get(k, [])) for k in ("prologue", "layer", "epilogue")))
     assert used and used <= set(STATEMENTS), used - set(STATEMENTS)
 

@@ -35,7 +35,7 @@ RUN = RunSettings(ctx_size=256, tokens=2, past=3, flash_attn="off")
 
 
 def _analysis(path, run: RunSettings = RUN) -> Analysis:
-    return analyze_graph(build_graph(load_model(path), run))
+    return analyze_graph(build_graph(load_model(path), run), memory=True)
 
 
 @pytest.fixture(scope="module")

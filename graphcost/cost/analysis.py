@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from graphcost.graph.build import BuiltGraph
 from graphcost.cost.costs import FLOP_KINDS, Unmodelled, op_cost
 from graphcost.graph.ggml_graph import Tensor
-from graphcost.memory.plan import MemoryPlan, plan_for
+from graphcost.memory.plan import MemoryPlan, plan_for, state_memory
 
 READ_KINDS = ("weights", "kv", "inputs", "act")
 _ROLE_TO_READ = {"weight": "weights", "kv": "kv", "input": "inputs", "activation": "act"}
@@ -83,6 +82,13 @@ class Analysis:
     by_layer: dict[int | None, Cost]
     by_block: dict[str, Cost]
     unmodelled: list[NodeCost]
+    #: start-up buffers and this graph's live bytes per node (graphcost.memory.plan);
+    #: present only when asked for (``analyze_graph(bg, memory=True)``: it builds and
+    #: allocates the flavour's reserve graphs)
+    memory: MemoryPlan | None = None
+    #: with devices (``analyze --device``): the scheduler's splits and each node's
+    #: backend (graphcost.memory.sched.Schedule); None on one CPU
+    schedule: object | None = None
 
     @property
     def weights_bytes(self) -> int:
@@ -94,18 +100,21 @@ class Analysis:
 
     @property
     def recurrent_state_bytes(self) -> int:
-        """Bytes of the recurrent states' R and S buffers (hybrid/recurrent models)."""
-        return sum(st.buffer_bytes for st in self.graph.states)
+        """Bytes of the recurrent states' R and S buffers (hybrid/recurrent models), as
+        llama.cpp logs its ``RS buffer size`` (graphcost.memory.plan.state_memory)."""
+        return sum(r.bytes for r in state_memory(self.graph))
 
-    @cached_property
-    def memory(self) -> MemoryPlan:
-        """Start-up buffers for these settings and the live bytes of this graph's nodes
-        (graphcost.memory.plan); built on first use (it allocates two more graphs)."""
-        return plan_for(self.graph)
+    def require_memory(self) -> MemoryPlan:
+        """:attr:`memory`, or ValueError when the analysis was made without it."""
+        if self.memory is None:
+            raise ValueError("this analysis has no memory plan: use analyze_graph(bg, memory=True)")
+        return self.memory
 
 
-def analyze_graph(bg: BuiltGraph) -> Analysis:
-    """Cost every node; inputs count at first use; unmodelled ops are listed, not zeroed."""
+def analyze_graph(bg: BuiltGraph, *, memory: bool = False) -> Analysis:
+    """Cost every node; inputs count at first use; unmodelled ops are listed, not zeroed.
+    With ``memory``, also plan the start-up memory (:func:`graphcost.memory.plan.plan_for`,
+    which builds and allocates the flavour's reserve graphs)."""
     seen_inputs: set[int] = set()
     out: list[NodeCost] = []
     total = ZERO
@@ -137,4 +146,5 @@ def analyze_graph(bg: BuiltGraph) -> Analysis:
         by_op[node.op] = by_op.get(node.op, ZERO) + c
         by_layer[node.layer] = by_layer.get(node.layer, ZERO) + c
         by_block[node.block] = by_block.get(node.block, ZERO) + c
-    return Analysis(bg, out, total, by_op, by_layer, by_block, unmodelled)
+    return Analysis(bg, out, total, by_op, by_layer, by_block, unmodelled,
+                    memory=plan_for(bg) if memory else None)

@@ -285,10 +285,14 @@ def _v_inside_k(k: Tensor, v: Tensor) -> bool:
             and v.ne[1:] == k.ne[1:] and v.nb[1:] == k.nb[1:])
 
 
-def silu(t: Tensor) -> OpCost:
-    # x / (1 + exp(-x)): 1 exp, 1 add, 1 div per element
+def _exp_add_div(t: Tensor) -> OpCost:
+    # silu x / (1 + exp(-x)) and sigmoid 1 / (1 + exp(-x)) (ggml_vec_sigmoid_f32):
+    # 1 exp, 1 add, 1 div per element
     n = t.n_elements
     return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
+
+
+silu = sigmoid = _exp_add_div
 
 
 def gelu(t: Tensor) -> OpCost:
@@ -400,12 +404,6 @@ def clamp(t: Tensor) -> OpCost:
     # y = MAX(MIN(x, hi), lo): 2 compare-selects ("max") per element
     n = t.n_elements
     return OpCost(_ops(max=2 * n), tuple(_plain(t)), t.data_bytes)
-
-
-def sigmoid(t: Tensor) -> OpCost:
-    # 1 / (1 + exp(-x)): 1 exp, 1 add, 1 div per element (ggml_vec_sigmoid_f32)
-    n = t.n_elements
-    return OpCost(_ops(exp=n, add=n, div=n), tuple(_plain(t)), t.data_bytes)
 
 
 def fill(t: Tensor) -> OpCost:

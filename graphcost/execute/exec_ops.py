@@ -34,7 +34,8 @@ Everything else is the same in both modes and follows ggml-cpu: GELU through ggm
 table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
 SUM_ROWS, CLAMP, SIGMOID, FILL: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP;
-SOFTPLUS, REPEAT: qwen3next's gates and head repeat, deepseek2's legacy k_pe) run in numpy,
+SOFTPLUS, REPEAT: qwen3next's gates and head repeat, deepseek2's legacy k_pe; PAD: qwen3vl's
+deepstack; MEAN, SQRT: gemma3n's altup) run in numpy,
 as does SET_ROWS into an F32 tensor with batched rows (DeepSeek V3's expert-group mask);
 :data:`NUMPY_OPS` names them so reports can say so.
 """
@@ -59,10 +60,8 @@ DTYPES = {gt.F32: np.float32, gt.F16: np.float16, gt.I32: np.int32, gt.I64: np.i
 
 #: ops run in numpy rather than a Numba kernel (small bookkeeping ops, no kernel exists)
 NUMPY_OPS = frozenset({Op.CONCAT, Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.SIGMOID, Op.RELU,
-                       Op.SQR, Op.SOFTPLUS, Op.REPEAT, Op.FILL})
+                       Op.SQR, Op.SOFTPLUS, Op.REPEAT, Op.FILL, Op.PAD, Op.MEAN, Op.SQRT})
 
-#: rope modes the kernel implements (ggml.h GGML_ROPE_TYPE_NORMAL / _NEOX)
-ROPE_MODES = (0, 2)
 #: node outputs up to this size are allocated once per plan (larger ones per run, so a
 #: long prompt's activations are not kept between steps)
 PREALLOC_MAX_BYTES = 1 << 20
@@ -446,6 +445,16 @@ def _concat(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av, bv: np.ascontiguousarray(np.concatenate([av, bv], axis=axis))
 
 
+@op(Op.PAD)
+def _pad(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_compute_forward_pad_f32: the source at the start of each dim, zeros after
+    # (ggml_pad: right padding p[i] of dim i; qwen3vl's deepstack embeddings)
+    if node.type != gt.F32 or node.src[0].type != gt.F32:
+        raise UnsupportedError(f"PAD of {gt.type_name(node.src[0].type)} ({node.name})")
+    widths = [(0, p) for p in reversed(node.params["pad"])]
+    return lambda av: np.pad(av, widths)
+
+
 # ---------------------------------------------------------------------------- element-wise
 
 
@@ -687,6 +696,20 @@ def _sum_rows(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: av.astype(np.float64).sum(-1, keepdims=True).astype(np.float32)
 
 
+@op(Op.MEAN)
+def _mean(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_compute_forward_mean_f32: ggml_vec_sum_f32 (double sum, stored as float), then
+    # divided by (float) ne00 (gemma3n's altup magnitudes)
+    n = np.float32(node.src[0].ne[0])
+    return lambda av: av.astype(np.float64).sum(-1, keepdims=True).astype(np.float32) / n
+
+
+@op(Op.SQRT)
+def _sqrt(node: Tensor, ctx: Ctx) -> OpFn:
+    # ggml_vec_sqrt_f32: sqrtf per element
+    return lambda av: np.sqrt(_f32(av))
+
+
 @op(Op.ARGSORT)
 def _argsort(node: Tensor, ctx: Ctx) -> OpFn:
     desc = node.params.get("order", "desc") == "desc"
@@ -695,38 +718,46 @@ def _argsort(node: Tensor, ctx: Ctx) -> OpFn:
 
 @op(Op.ROPE)
 def _rope(node: Tensor, ctx: Ctx) -> OpFn:
-    # x:[D, H, T] -> numpy [T, H, D]; pos:[T]; optional freq_factors:[D/2]
+    # x:[D, H, T] -> numpy [T, H, D]; pos:[T] ([4T] for MROPE/IMROPE: ggml_rope_multi);
+    # optional freq_factors:[D/2]
     p = node.params
-    if p["mode"] not in ROPE_MODES:
+    R = ctx.K.rope
+    if p["mode"] not in R.MODES:
         raise UnsupportedError(f"rope mode {p['mode']} ({node.name}): the kernel does "
-                               "NORMAL (0) and NEOX (2)")
+                               "NORMAL (0), NEOX (2), MROPE (8) and IMROPE (40)")
     if node.ne[3] != 1:
         raise UnsupportedError(f"rope over 4-D tensors ({node.name})")
-    rope = ctx.K.rope.rope
+    rope = R.rope
     kw = dict(n_dims=p["n_dims"], mode=p["mode"], freq_base=p["freq_base"],
               freq_scale=p["freq_scale"], n_ctx_orig=p.get("n_ctx_orig", 0),
               # llama_context: yarn_ext_factor -1 -> 0 unless the model uses YaRN
               ext_factor=p.get("ext_factor", 0.0), attn_factor=p.get("attn_factor", 1.0),
-              beta_fast=p.get("beta_fast", 32.0), beta_slow=p.get("beta_slow", 1.0))
+              beta_fast=p.get("beta_fast", 32.0), beta_slow=p.get("beta_slow", 1.0),
+              sections=tuple(p.get("sections", (0, 0, 0, 0))))
+    mode = p["mode"]
 
     x, pos = node.src[:2]
     ff = node.src[2] if len(node.src) > 2 else None
+    n_track = 4 if mode in R.MULTI else 1
+    if pos.n_elements != n_track * x.ne[2]:
+        raise UnsupportedError(f"{node.name}: {pos.n_elements} positions for {x.ne[2]} "
+                               f"tokens in rope mode {mode}")
     offs = p.get("n_offs", 0)
     if offs:
         return _rope_offset(node, offs, rope, kw)
     if _plain_f32(x) and pos.type == gt.I32 and is_contiguous(pos) and \
             (ff is None or _plain_f32(ff)) and x.ne[0] >= p["n_dims"] and p["n_dims"] % 2 == 0:
-        R = ctx.K.rope
         base = R.params(**kw)
         if ff is not None and ff.n_elements < p["n_dims"] // 2:
             raise UnsupportedError(f"{node.name}: freq_factors has {ff.n_elements} values, "
                                    f"rope needs {p['n_dims'] // 2}")
         kern = R.kernel(x.n_elements)
         if ff is None:
-            return KernelNode(kern, lambda xv, pv, out: (xv[0], pv[0, 0, 0]) + base + (out[0],),
-                              shape_strides(node)[0])
-        return KernelNode(kern, lambda xv, pv, fv, out: (xv[0], pv[0, 0, 0]) + base[:4]
-                          + (fv.reshape(-1), True) + base[6:] + (out[0],), shape_strides(node)[0])
+            return KernelNode(kern, lambda xv, pv, out: (xv[0], pv[0, 0, 0].reshape(n_track, -1))
+                              + base + (out[0],), shape_strides(node)[0])
+        return KernelNode(kern, lambda xv, pv, fv, out: (xv[0], pv[0, 0, 0].reshape(n_track, -1))
+                          + base[:5] + (fv.reshape(-1), True) + base[7:] + (out[0],),
+                          shape_strides(node)[0])
     if len(node.src) == 2:
         return lambda xv, pv: rope(xv[0], pv[0, 0, 0], **kw)[None]
     return lambda xv, pv, fv: rope(xv[0], pv[0, 0, 0], freq_factors=fv.reshape(-1), **kw)[None]

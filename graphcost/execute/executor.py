@@ -23,7 +23,7 @@ Kernels run on the executor's thread count only inside :meth:`Executor.step`
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
@@ -37,8 +37,9 @@ from graphcost.execute.threads import check_threads, kernel_threads
 from graphcost.execute.weights import (RandomWeights, available_memory, mapped_weights,
                                        random_weights, refuse_unsupported_weights)
 from graphcost.format.model import YARN_UNREAD_KEYS, ModelInfo
-from graphcost.graph.build import BuiltGraph, build_graph, load_model
-from graphcost.graph.settings import RunSettings, resolve
+from graphcost.graph.build import BuiltGraph, build_graph, load_model, resolve_for
+from graphcost.graph.flavour import flavour
+from graphcost.graph.settings import RunSettings
 
 #: numerics modes (see graphcost.execute.exec_ops)
 NUMERICS = ("ggml", "fast")
@@ -90,7 +91,7 @@ class Executor:
 
         if numerics not in NUMERICS:
             raise SettingsError(f"numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
-        if settings.llama_cpp != "head":
+        if not flavour(settings.llama_cpp).executable:
             raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
                                    f"{settings.llama_cpp}")
         self.model = model if isinstance(model, ModelInfo) else load_model(model)
@@ -106,6 +107,8 @@ class Executor:
         refuse_unsupported_weights(self.model, weight_types(self.K))
         self.ctx = Ctx(self.K, numerics)
         check_runnable(self.model, settings)
+        #: the context, resolved once; each step is a ubatch of it (Resolved.step)
+        self.run = resolve_for(self.model, settings)
         self.weights = (mapped_weights(self.model) if self.model.header.has_data
                         else random_weights(self.model, seed))
         self.kv: dict[str, np.ndarray] = {}          # cache tensor name -> bytes
@@ -128,11 +131,10 @@ class Executor:
     def plan(self, n_tokens: int, n_outputs: int = 1) -> Plan:
         """The compiled graph for a ubatch of ``n_tokens`` at the current ``past``; graphs
         differ only by their shape (tokens, outputs, attended cells), so plans are cached."""
-        rs = replace(self.settings, tokens=n_tokens, past=self.past, outputs=n_outputs)
-        run = resolve(rs, self.model.n_ctx_train, self.model.n_swa)
+        run = self.run.step(n_tokens, self.past, n_outputs)
         key = (n_tokens, n_outputs, run.n_kv, run.n_kv_swa)
         if key not in self._plans:
-            self._plans[key] = compile_plan(build_graph(self.model, rs), self.ctx,
+            self._plans[key] = compile_plan(build_graph(self.model, run), self.ctx,
                                             self.weights, self.kv)
         return self._plans[key]
 

@@ -31,13 +31,25 @@ def attn_temp(positions: np.ndarray, scale: float, length: int,
               offset: float = 0.0) -> np.ndarray:
     """``inp_attn_scale`` per token (llm_graph_input_attn_temp::set_input,
     src/llama-graph.cpp): ``log(floor((pos + offset) / length) + 1) * scale + 1``, the
-    division in float32 and the rest in double, as there (deepseek2 sets offset 0)."""
+    division in float32 and the rest in double, as there (llama4 sets offset 1, the others
+    0)."""
     if scale == 0.0 or length == 0:
         raise UnsupportedError("inp_attn_scale needs attention.temperature_scale and "
                                "attention.temperature_length (llama.cpp asserts both non-zero)")
     q = (positions.astype(np.float32) + np.float32(offset)) / np.float32(length)
     return (np.log(np.floor(q).astype(np.float64) + 1.0) * np.float64(np.float32(scale))
             + 1.0).astype(np.float32)
+
+
+def pos_input(positions: np.ndarray, size: int) -> np.ndarray:
+    """``inp_pos`` for text tokens (llm_graph_input_pos::set_input): the positions, or
+    with 4 per token (n_pos_per_embd 4: MROPE/IMROPE) the tracks ``(p, p, p, 0)`` one
+    after another."""
+    if size == len(positions):
+        return positions
+    if size != 4 * len(positions):
+        raise AssertionError(f"inp_pos has {size} values for {len(positions)} tokens")
+    return np.concatenate([positions] * 3 + [np.zeros_like(positions)])
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,11 @@ def _rot(gi: GraphInput, arr: np.ndarray, ub: Ubatch) -> None:
     arr[0, 0] = hadamard(gi.tensor.ne[0])
 
 
+def _pos(arr: np.ndarray, ub: Ubatch) -> None:
+    flat = arr.reshape(-1)
+    flat[:] = pos_input(ub.positions, flat.size)
+
+
 def _s_copy(gi: GraphInput, arr: np.ndarray, ub: Ubatch) -> None:
     # llama_memory_recurrent_context::s_copy: the cell each used cell's state comes from
     # (src0); one sequence in cell 0 reads cell 0
@@ -92,7 +109,7 @@ def _s_copy(gi: GraphInput, arr: np.ndarray, ub: Ubatch) -> None:
 FILLERS: dict[InputKind, Callable[[GraphInput, np.ndarray, Ubatch], None]] = {
     InputKind.TOKENS: _flat(lambda gi, ub: ub.tokens),
     InputKind.EMBD: lambda gi, arr, ub: None,          # the token path computes; left zero
-    InputKind.POS: _flat(lambda gi, ub: ub.positions),
+    InputKind.POS: lambda gi, arr, ub: _pos(arr, ub),
     InputKind.OUT_IDS: _flat(lambda gi, ub: ub.out_ids),
     InputKind.K_IDXS: _flat(lambda gi, ub: ub.slots[gi.attn.cache.name]),
     InputKind.V_IDXS: _v_idxs,
@@ -100,8 +117,10 @@ FILLERS: dict[InputKind, Callable[[GraphInput, np.ndarray, Ubatch], None]] = {
     InputKind.K_ROT: _rot,
     InputKind.V_ROT: _rot,
     InputKind.S_COPY: _s_copy,
+    # the hparams the spec's attn_temp_input gives the input (temp_scale, floor, offset)
     InputKind.ATTN_SCALE: _flat(lambda gi, ub: attn_temp(
-        ub.positions, ub.model.attn_temp_scale, ub.model.attn_temp_length)),
+        ub.positions, gi.tensor.params["temp_scale"], gi.tensor.params["temp_floor"],
+        gi.tensor.params["temp_offset"])),
 }
 
 #: kinds whose filler reads the cells of the cache the builder tied the input to
@@ -118,13 +137,12 @@ def graph_inputs(bg: BuiltGraph) -> list[GraphInput]:
         if leaf.role != "input":
             continue
         gi = by_tensor.get(id(leaf))
+        if gi is not None and gi.kind == InputKind.NO_CACHE_MASK:
+            raise UnsupportedError(f"{bg.model.header.path}: {bg.model.arch}'s attention "
+                                   "without a KV cache (self_kq_mask: an encoder's "
+                                   "non-causal attention, pooling) is not executed")
         if gi is None or gi.kind not in FILLERS or (gi.kind in _PER_CACHE and gi.attn is None):
             raise UnsupportedError(_no_filler(leaf))
-        if gi.kind == InputKind.ATTN_SCALE and bg.model.arch != "deepseek2":
-            # llama4 (offset 1, floor 8192) and mistral3 (floor n_ctx_orig_yarn) set the
-            # temperature's hparams in their own load_hparams: not mirrored here
-            raise UnsupportedError(f"graph input 'inp_attn_scale' of {bg.model.arch}: the "
-                                   "executor fills it for deepseek2 only")
         out.append(gi)
     return out
 

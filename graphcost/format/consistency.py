@@ -146,6 +146,10 @@ def _check_layer_tensor(m: ModelInfo, t: TensorInfo, il: int, kind: str, expect)
     elif kind == "ffn_gate_inp":
         expect(t, (E, m.n_expert), f"n_embd {E}, expert_count {m.n_expert}")
     elif kind in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+        # nemotron_h: experts work in a moe_latent_size space when the file has one
+        latent = m.header.metadata.get(Keys.LLM.MOE_LATENT_SIZE.format(arch=m.arch))
+        ee, what = ((latent, f"moe_latent_size {latent}") if isinstance(latent, int) and latent > 0
+                    else (E, f"n_embd {E}"))
         n_ff_exp = t.ne[1] if kind != "ffn_down_exps" else t.ne[0]
-        want = (n_ff_exp, E, m.n_expert) if kind == "ffn_down_exps" else (E, n_ff_exp, m.n_expert)
-        expect(t, want, f"n_embd {E}, expert_count {m.n_expert}")
+        want = (n_ff_exp, ee, m.n_expert) if kind == "ffn_down_exps" else (ee, n_ff_exp, m.n_expert)
+        expect(t, want, f"{what}, expert_count {m.n_expert}")

@@ -100,6 +100,12 @@ def is_quantized(t: GGMLType) -> bool:
     return block(t)[0] > 1
 
 
+def ggml_pad(x: int, n: int) -> int:
+    """GGML_PAD (ggml.h): round ``x`` up to a multiple of ``n`` (cells, tokens or bytes:
+    llama.cpp's n_ctx and n_kv padding, and every buffer's alignment)."""
+    return (x + n - 1) // n * n
+
+
 def row_size(t: GGMLType, n: int) -> int:
     """Bytes of ``n`` consecutive elements of type ``t`` (ggml_row_size); n must fill blocks."""
     blk, size = block(t)

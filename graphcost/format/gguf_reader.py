@@ -429,7 +429,7 @@ def _parse(buf, p: Path, size: int, src: HeaderSource | None = None) -> GGUFHead
             cur.fail(f"tensor {label} data offset {offset} is not aligned to {alignment}", at=at)
         tensors[name] = TensorInfo(name, ne, ttype, offset)
 
-    data_offset = -(-cur.pos // alignment) * alignment
+    data_offset = ggml_types.ggml_pad(cur.pos, alignment)
     end, last = data_offset, None
     for t in tensors.values():
         if data_offset + t.offset + t.nbytes > end:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gguf import Keys
 
-from graphcost.graph.arch_spec import evaluate
+from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.format.gguf_reader import GGUFHeader, LazyArray, TensorInfo
 

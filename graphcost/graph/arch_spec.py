@@ -7,10 +7,7 @@ Statement reference: ``docs/architectures.md``.
 """
 from __future__ import annotations
 
-import ast
-import math
-import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -60,16 +57,17 @@ def rope_mode(spec: ArchSpec, name: str | None = None) -> int | None:
     return _ROPE_MODES[name]
 
 
-def _stmt_list(doc: dict, key: str, path: Path) -> list[dict]:
-    v = doc.get(key, [])
+def statement_list(v: Any, what: str, where: Any) -> list[dict]:
+    """``v`` (None: empty) checked as a list of statements, each a mapping with one key
+    (a spec's prologue, layer and epilogue, and every branch of if/when/kv_layer/...);
+    ``where`` (the spec's path) starts the one-line error."""
+    v = [] if v is None else v
     if not isinstance(v, list):
-        raise GraphcostError(f"{path}: {key!r} must be a list of statements")
-    out = []
+        raise GraphcostError(f"{where}: {what} must be a list of statements")
     for i, s in enumerate(v):
         if not isinstance(s, dict) or len(s) != 1:
-            raise GraphcostError(f"{path}: {key}[{i}] must be a mapping with one statement")
-        out.append(s)
-    return out
+            raise GraphcostError(f"{where}: {what}[{i}] must be a mapping with one statement")
+    return v
 
 
 def parse_spec(path: Path) -> ArchSpec:
@@ -88,11 +86,20 @@ def parse_spec(path: Path) -> ArchSpec:
     proven = doc.get("proven") or {}
     if not isinstance(proven, dict) or not set(proven) <= set(PROVEN_ASPECTS):
         raise GraphcostError(f"{path}: 'proven' must map {', '.join(PROVEN_ASPECTS)} to a test file")
+    if "graph_of" in doc:  # another architecture's graph (nemotron_h_moe: nemotron_h's)
+        base = str(doc["graph_of"])
+        if set(doc) - {"architecture", "source", "proven", "graph_of"} or "/" in base:
+            raise GraphcostError(f"{path}: a 'graph_of' spec names only architecture, source, "
+                                 "proven and the architecture whose graph it uses")
+        b = parse_spec(path.parent / f"{base}.yaml")
+        return replace(b, name=str(doc["architecture"]), source=str(doc.get("source", b.source)),
+                       proven={k: str(v) for k, v in proven.items()}, path=path)
     return ArchSpec(
         name=str(doc["architecture"]), source=str(doc.get("source", "")), rope=rope,
         hparams=dict(doc.get("hparams") or {}),
-        prologue=_stmt_list(doc, "prologue", path), layer=_stmt_list(doc, "layer", path),
-        epilogue=_stmt_list(doc, "epilogue", path),
+        prologue=statement_list(doc.get("prologue"), "prologue", path),
+        layer=statement_list(doc.get("layer"), "layer", path),
+        epilogue=statement_list(doc.get("epilogue"), "epilogue", path),
         unsupported_tensors=dict(doc.get("unsupported_tensors") or {}),
         proven={k: str(v) for k, v in proven.items()}, path=path, memory=memory)
 
@@ -106,56 +113,3 @@ def load_specs() -> dict[str, ArchSpec]:
         s = parse_spec(p)
         specs[s.name] = s
     return specs
-
-
-# ---- expressions ---------------------------------------------------------------------
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod}
-_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Gt: operator.gt,
-        ast.LtE: operator.le, ast.GtE: operator.ge}
-_FUNCS = {"sqrt": math.sqrt}
-
-
-def evaluate(expr: Any, names: dict[str, float], where: str) -> float:
-    """A number, or an arithmetic expression over hyperparameter names (``1/sqrt(head_dim)``,
-    ``a if n_layer == 62 else b``, ``(il + 1) % step == 0``, ``is_swa or n_swa == 0``). No other
-    Python is accepted."""
-    if isinstance(expr, (int, float)) and not isinstance(expr, bool):
-        return float(expr)
-    try:
-        tree = ast.parse(str(expr), mode="eval")
-    except SyntaxError:
-        raise GraphcostError(f"{where}: cannot parse expression {expr!r}") from None
-
-    def ev(n: ast.AST) -> float:
-        if isinstance(n, ast.Expression):
-            return ev(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)):
-            return n.value
-        if isinstance(n, ast.Name):
-            if n.id not in names:
-                raise GraphcostError(f"{where}: unknown name {n.id!r} in {expr!r}")
-            return names[n.id]
-        if isinstance(n, ast.BinOp) and type(n.op) in _BIN:
-            return _BIN[type(n.op)](ev(n.left), ev(n.right))
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
-            return -ev(n.operand)
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
-            return float(not ev(n.operand))
-        if isinstance(n, ast.BoolOp):  # and / or, over truth values (non-zero is true)
-            vals = [bool(ev(v)) for v in n.values]
-            return float(all(vals) if isinstance(n.op, ast.And) else any(vals))
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUNCS \
-                and len(n.args) == 1:
-            return _FUNCS[n.func.id](ev(n.args[0]))
-        if isinstance(n, ast.IfExp):
-            return ev(n.body) if ev(n.test) else ev(n.orelse)
-        if isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in _CMP:
-            return _CMP[type(n.ops[0])](ev(n.left), ev(n.comparators[0]))
-        raise GraphcostError(f"{where}: unsupported expression {expr!r}")
-
-    try:
-        return float(ev(tree))
-    except ZeroDivisionError:
-        raise GraphcostError(f"{where}: {expr!r} divides by zero with this model's "
-                             f"hyperparameters") from None

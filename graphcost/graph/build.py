@@ -12,6 +12,7 @@ from graphcost.format.gguf_reader import read_model
 from graphcost.graph.llm_graph import AttnInputs, GraphInput, KVCache, LlmGraph
 from graphcost.graph.llm_recurrent import RecurrentState
 from graphcost.format.model import ModelInfo, model_info
+from graphcost.graph.flavour import flavour
 from graphcost.graph.settings import Resolved, RunSettings, refuse_cache_types, resolve
 from graphcost.graph.spec_builder import build_from_spec
 
@@ -46,29 +47,29 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     return m
 
 
-def _spec_key(model: ModelInfo, settings: RunSettings) -> str:
-    return model.arch if settings.llama_cpp == "head" else f"{model.arch}@{settings.llama_cpp}"
-
-
 def resolve_for(model: ModelInfo, settings: RunSettings) -> Resolved:
     """``settings`` resolved for this model: an architecture without a KV cache (spec
     ``memory: none``) outputs every token (llama_context::encode)."""
-    spec = load_specs().get(_spec_key(model, settings))
+    spec = load_specs().get(flavour(settings.llama_cpp).spec_key(model.arch))
     return resolve(settings, model.n_ctx_train, model.n_swa,
                    memory=spec is None or spec.memory != "none")
 
 
-def build_graph(model: ModelInfo, settings: RunSettings) -> BuiltGraph:
-    """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``)."""
-    run = resolve_for(model, settings)
+def build_graph(model: ModelInfo, settings: RunSettings | Resolved) -> BuiltGraph:
+    """Rebuild llama.cpp's graph for ``settings`` (one ubatch of ``settings.tokens``);
+    settings already resolved for ``model`` (:func:`resolve_for`, :meth:`Resolved.step`)
+    are used as they are."""
+    run = settings if isinstance(settings, Resolved) else resolve_for(model, settings)
     # per-layer head sizes (gemma4's sliding layers differ: llama_hparams::n_embd_head_k(il))
     refuse_cache_types(run, [model.head_k(il) for il in range(model.n_layer)],
                        [model.head_v(il) for il in range(model.n_layer)], str(model.header.path))
     specs = load_specs()
-    key = _spec_key(model, settings)
+    fl = run.flavour
+    key = fl.spec_key(model.arch)
     if key not in specs:
-        have = sorted(k.split("@")[0] for k in specs if k.endswith(f"@{settings.llama_cpp}"))
-        raise UnsupportedError(f"{model.header.path}: --llama-cpp {settings.llama_cpp} has no "
+        have = sorted(k.removesuffix(fl.spec_suffix) for k in specs
+                      if fl.spec_suffix and k.endswith(fl.spec_suffix))
+        raise UnsupportedError(f"{model.header.path}: --llama-cpp {fl.name} has no "
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])

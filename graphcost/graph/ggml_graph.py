@@ -56,7 +56,10 @@ class Tensor:
         blk = gt.block(self.type)[0]
         if any(n == 0 for n in self.ne):
             return 0
-        total = gt.row_size(self.type, self.ne[0]) if blk > 1 else self.ne[0] * self.nb[0]
+        if blk > 1:
+            total = gt.row_size(self.type, self.ne[0])
+        else:  # ggml_nbytes: one element plus the strides (a transposed view spans less)
+            total = gt.type_size(self.type) + (self.ne[0] - 1) * self.nb[0]
         for i in range(1, 4):
             total += (self.ne[i] - 1) * self.nb[i]
         return total

@@ -117,6 +117,11 @@ class LlmGraph:
         return t
 
     # ---- weights -------------------------------------------------------------------
+    @property
+    def weights_read(self) -> frozenset[str]:
+        """The GGUF tensor names the graph has read so far."""
+        return frozenset(self._weights)
+
     def weight(self, name: str, required: bool = True) -> Tensor | None:
         """A GGUF tensor as a graph leaf (one object per name, so it is read once)."""
         if name in self._weights:
@@ -167,29 +172,41 @@ class LlmGraph:
         return self.g.cb(self.new_input(InputKind.POS, gt.I32, [self.n_tokens * n_pos_per_embd]),
                          "inp_pos")
 
+    def build_inp_attn_scale(self) -> Tensor:
+        """build_inp_attn_scale: F32 [1, 1, n_tokens] ``inp_attn_scale``, the per-token
+        query temperature (llm_graph_input_attn_temp)."""
+        return self.new_input(InputKind.ATTN_SCALE, gt.F32, [1, 1, self.n_tokens],
+                              name="inp_attn_scale")
+
     def build_inp_out_ids(self) -> Tensor:
         return self.new_input(InputKind.OUT_IDS, gt.I32, [self.n_outputs], name="out_ids")
 
     def make_cache(self, name: str, layers: list[int], size: int, n_kv: int,
-                   reuse: dict[int, int] | None = None) -> KVCache:
+                   reuse: dict[int, int] | None = None, *, flat: bool = False) -> KVCache:
         """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]; layers in
         ``reuse`` get none and read the buffers of the layer they map to. With MLA
         (``hparams.is_mla()``) K only: it holds the compressed KV and the rope part, and V
-        is read as a view of it (``has_v = !is_mla``)."""
+        is read as a view of it (``has_v = !is_mla``). ``flat``: 1-D [n_embd_gqa * size]
+        buffers and no rotation, as llama_kv_cache_init made them in 2024-08."""
         m, run, g = self.model, self.run, self.g
-        v_trans = not run.flash_attn
+        v_trans = not run.flash_attn if run.settings.v_trans is None else run.settings.v_trans
         has_v = not m.is_mla
         k, v = {}, {}
         for il in layers:
-            k[il] = g.new_tensor(run.type_k, [m.n_embd_k_gqa(il), size, 1],
-                                 name=f"cache_k_l{il}", role="kv")
+            shape_k = [m.n_embd_k_gqa(il) * size] if flat else [m.n_embd_k_gqa(il), size, 1]
+            k[il] = g.new_tensor(run.type_k, shape_k, name=f"cache_k_l{il}", role="kv")
             k[il].layer = il
             if has_v:
-                # [TAG_V_CACHE_VARIABLE]: a transposed V cache has the widest row on every layer
-                n_v = m.n_embd_v_gqa(il) if not v_trans else m.n_embd_v_gqa_max()
-                v[il] = g.new_tensor(run.type_v, [n_v, size, 1], name=f"cache_v_l{il}",
-                                     role="kv")
+                # [TAG_V_CACHE_VARIABLE]: a transposed V cache has the widest row on every
+                # layer (not in 2024-08's flat caches)
+                n_v = m.n_embd_v_gqa(il) if not v_trans or flat else m.n_embd_v_gqa_max()
+                v[il] = g.new_tensor(run.type_v, [n_v * size] if flat else [n_v, size, 1],
+                                     name=f"cache_v_l{il}", role="kv")
                 v[il].layer = il
+        if flat:
+            cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, False, False)
+            self.caches.append(cache)
+            return cache
         # llama_kv_cache ctor: attn_rot_k/v (Hadamard rotation for quantized caches), only
         # when the cache's layers share one head size (n_embd_head_k_all > 0); the % 64
         # test is on the full layers' head size (hparams.n_embd_head_k()). With MLA
@@ -207,24 +224,23 @@ class LlmGraph:
 
     def build_attn_inputs(self, cache: KVCache) -> AttnInputs:
         """build_input_k_idxs / v_idxs, build_attn_inp_kq_mask, build_input_k_rot / v_rot."""
-        m, T = self.model, self.n_tokens
-        inp = AttnInputs(cache)
-        inp.k_idxs = self.new_input(InputKind.K_IDXS, gt.I64, [T], name="attn_inp_k_idxs",
-                                    attn=inp)
-        # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
-        n_v = T if not cache.v_trans else T * m.n_embd_v_gqa_max()
-        inp.v_idxs = self.new_input(InputKind.V_IDXS, gt.I64, [n_v], name="attn_inp_v_idxs",
-                                    attn=inp)
-        inp.kq_mask = self._kq_mask(inp)
-        self.attn_inputs.append(inp)
-        return inp
+        return self._attn_inputs(cache, with_v=True)
 
     def build_attn_inputs_k(self, cache: KVCache) -> AttnInputs:
         """build_attn_inp_k_impl (MLA, K-only cache): build_input_k_idxs and
         build_attn_inp_kq_mask; no V indices, no rotation inputs."""
+        return self._attn_inputs(cache, with_v=False)
+
+    def _attn_inputs(self, cache: KVCache, with_v: bool) -> AttnInputs:
+        m, T = self.model, self.n_tokens
         inp = AttnInputs(cache)
-        inp.k_idxs = self.new_input(InputKind.K_IDXS, gt.I64, [self.n_tokens],
-                                    name="attn_inp_k_idxs", attn=inp)
+        inp.k_idxs = self.new_input(InputKind.K_IDXS, gt.I64, [T], name="attn_inp_k_idxs",
+                                    attn=inp)
+        if with_v:
+            # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
+            n_v = T if not cache.v_trans else T * m.n_embd_v_gqa_max()
+            inp.v_idxs = self.new_input(InputKind.V_IDXS, gt.I64, [n_v],
+                                        name="attn_inp_v_idxs", attn=inp)
         inp.kq_mask = self._kq_mask(inp)
         self.attn_inputs.append(inp)
         return inp
@@ -283,10 +299,19 @@ class LlmGraph:
         return q, k, v
 
     def build_qkv_fused(self, il: int, cur: Tensor, wqkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """build_qkv's fused path: one MUL_MAT ``wqkv`` (+ ``attn_qkv.bias``, or the three
-        separate Q/K/V biases CONCATenated), then Q/K/V as strided 3-D views of its rows
-        (no copy; V is non-contiguous, so the non-FA V store CONTs it)."""
-        g, m, T = self.g, self.model, self.n_tokens
+        """build_qkv's fused path: :meth:`fused_qkv`, then Q/K/V as strided 3-D views of
+        its rows (no copy; V is non-contiguous, so the non-FA V store CONTs it)."""
+        g = self.g
+        q, k, v = self.split_qkv(il, self.fused_qkv(il, cur, wqkv), per_head=True)
+        g.cb(q, "Qcur", il)
+        g.cb(k, "Kcur", il)
+        g.cb(v, "Vcur", il)
+        return q, k, v
+
+    def fused_qkv(self, il: int, cur: Tensor, wqkv: Tensor) -> Tensor:
+        """build_qkv with a fused weight: one MUL_MAT named ``wqkv`` (+ ``attn_qkv.bias``,
+        or the three separate Q/K/V biases CONCATenated, named ``wqkv_b``)."""
+        g = self.g
         qkv = g.cb(self.mm(wqkv, cur), "wqkv", il)
         b = self.lw(il, "attn_qkv.bias", required=False)
         if b is None:
@@ -296,18 +321,24 @@ class LlmGraph:
                 b = g.concat(g.concat(bq, bk, 0), bv, 0)
         if b is not None:
             qkv = g.cb(g.add(qkv, b), "wqkv_b", il)
-        rs = gt.row_size
-        hq, hk, hv = m.head_k(il), m.head_k(il), m.head_v(il)
-        n_q, n_k = hq * m.n_head[il], hk * m.n_head_kv[il]
-        q = g.view(qkv, [hq, m.n_head[il], T], [rs(qkv.type, hq), qkv.nb[1]], 0)
-        k = g.view(qkv, [hk, m.n_head_kv[il], T], [rs(qkv.type, hk), qkv.nb[1]],
-                   rs(qkv.type, n_q))
-        v = g.view(qkv, [hv, m.n_head_kv[il], T], [rs(qkv.type, hv), qkv.nb[1]],
-                   rs(qkv.type, n_q + n_k))
-        g.cb(q, "Qcur", il)
-        g.cb(k, "Kcur", il)
-        g.cb(v, "Vcur", il)
-        return q, k, v
+        return qkv
+
+    def split_qkv(self, il: int, qkv: Tensor, per_head: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V as views of the fused projection's rows (Q, K, V in that order):
+        ``per_head`` 3-D [head_dim, heads, T] (build_qkv), else 2-D [heads * head_dim, T]
+        (build_qkv with ``reshape = false``)."""
+        g, m, rs = self.g, self.model, gt.row_size
+        T = qkv.ne[1]
+        out, offs = [], 0
+        for hd, heads in ((m.head_k(il), m.n_head[il]), (m.head_k(il), m.n_head_kv[il]),
+                          (m.head_v(il), m.n_head_kv[il])):
+            if per_head:
+                out.append(g.view(qkv, [hd, heads, T], [rs(qkv.type, hd), qkv.nb[1]],
+                                  rs(qkv.type, offs)))
+            else:
+                out.append(g.view(qkv, [hd * heads, T], [qkv.nb[1]], rs(qkv.type, offs)))
+            offs += hd * heads
+        return out[0], out[1], out[2]
 
     def rope(self, x: Tensor, pos: Tensor, factors: Tensor | None, il: int, mode: int,
              freq_base: float, freq_scale: float) -> Tensor:
@@ -355,15 +386,18 @@ class LlmGraph:
     FFN_SEQ_ACT = {"gelu": ("GELU", "ffn_gelu"), "silu": ("SILU", "ffn_silu"),
                    "swiglu": ("SWIGLU", "ffn_swiglu"), "geglu": ("GEGLU", "ffn_geglu")}
 
-    def build_ffn_seq(self, il: int, cur: Tensor, act: str) -> Tensor:
+    def build_ffn_seq(self, il: int, cur: Tensor, act: str, suffix: str = "") -> Tensor:
         """build_ffn without a gate (LLM_FFN_SEQ): up (+ bias), activation, down (+ bias).
-        ``swiglu``/``geglu`` are the one-input GLUs (up is [2F]: act(first half) * second)."""
+        ``swiglu``/``geglu`` are the one-input GLUs (up is [2F]: act(first half) * second).
+        ``suffix`` picks other weights (``_shexp``: nemotron_h's shared expert)."""
         g = self.g
         if act == "relu_sqr":  # LLM_FFN_RELU_SQR: RELU (ffn_relu), then SQR (ffn_sqr(relu))
-            cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")
+            cur = self.proj(il, f"ffn_up{suffix}", cur, "ffn_up", "ffn_up_b")
             cur = g.cb(g.unary("RELU", cur), "ffn_relu", il)
             cur = g.cb(g.sqr(cur), "ffn_sqr(relu)", il)
-            return self.ffn_down(il, cur)
+            return self.ffn_down(il, cur, suffix)
+        if suffix:
+            raise UnsupportedError(f"sequential ffn {act!r} with {suffix!r} weights is not implemented")
         if act not in self.FFN_SEQ_ACT:
             raise UnsupportedError(f"sequential ffn activation {act!r} is not implemented")
         cur = self.proj(il, "ffn_up", cur, "ffn_up", "ffn_up_b")

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from graphcost.format import ggml_types as gt
-from graphcost.memory.alloc import CPU_ALIGNMENT, align
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import InputKind
 
@@ -49,12 +48,6 @@ class RecurrentState:
     @property
     def s_bytes(self) -> int:
         return sum(t.nbytes for t in self.s.values())
-
-    @property
-    def buffer_bytes(self) -> int:
-        """The ``RS buffer size`` llama.cpp logs: ggml_backend_alloc_ctx_tensors_from_buft
-        places every r and s tensor at a CPU_ALIGNMENT boundary."""
-        return sum(align(t.nbytes, CPU_ALIGNMENT) for t in (*self.r.values(), *self.s.values()))
 
 
 @dataclass

@@ -6,44 +6,16 @@ clamped), ``src/llama-kv-cache.cpp`` (``get_n_kv``: cells attended) and
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from graphcost.format import ggml_types as gt
 from graphcost.errors import SettingsError
+from graphcost.graph.flavour import KV_PAD, Flavour, flavour
 
 #: cache types llama.cpp's ``-ctk/-ctv`` accept (common/arg.cpp kv_cache_types)
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-#: llama.cpp pads n_ctx and the attended KV length to this many cells
-KV_PAD = 256
-
-#: graph flavours: which llama.cpp the graph mirrors (``--llama-cpp``)
-FLAVOURS = {
-    "head": "llama.cpp as vendored by llama-cpp-python 0.3.36 (2026): SET_ROWS KV store, "
-            "n_ctx and n_kv padded to 256",
-    "2024-08": "llama.cpp of August 2024 (6e02327e8): KV stored by CPY into cache views, 1-D "
-               "caches, n_ctx and n_kv padded to 32 without flash attention (256 with), mask "
-               "rows padded to 32, names of that time (inp_embd, k_cache_view, kq_soft_max_ext)",
-}
-
-
-#: what ``-fa`` means when it is not given, per flavour: ``auto`` since 2025-08-30
-#: (e81b8e4b7); before that flash attention was a switch, off unless ``-fa`` was passed
-FLASH_ATTN_DEFAULT = {"head": "auto", "2024-08": "off"}
-
-
-def kv_pad(flavour: str, flash_attn: bool) -> int:
-    """Cells n_ctx and n_kv are padded to (llama_kv_cache_get_padding in 2024-08)."""
-    if flavour == "2024-08":
-        return 256 if flash_attn else 32
-    return KV_PAD
-
-
-def pad(x: int, n: int) -> int:
-    """GGML_PAD: round ``x`` up to a multiple of ``n``."""
-    return (x + n - 1) // n * n
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """What the user asked for, with llama-cli's defaults."""
@@ -52,7 +24,7 @@ class RunSettings:
     batch_size: int = 2048  # -b
     ubatch_size: int = 512  # -ub
     flash_attn: str | None = None  # -fa on|off|auto; None: the flavour's default
-    # (FLASH_ATTN_DEFAULT; auto is on for the CPU backend)
+    # (Flavour.flash_attn_default; auto is on for the CPU backend)
     cache_type_k: str = "f16"  # -ctk
     cache_type_v: str = "f16"  # -ctv
     swa_full: bool = False  # --swa-full
@@ -65,16 +37,26 @@ class RunSettings:
     #: sched_reserve does (a recurrent state then zeroes cell 0 and copies all rs_size
     #: cells: llama_memory_recurrent_context::get_rs_z / get_n_rs with is_full)
     memory_full: bool = False
+    #: internal, not a flag: the V cache layout when it differs from what flash attention
+    #: implies (llama.cpp creates the cache with ``-fa auto`` as on, ``v_trans = false``, and
+    #: resolve_fused_ops may turn flash attention off afterwards: graphcost.memory.sched)
+    v_trans: bool | None = None
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "memory_full"}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__
+                if k not in ("memory_full", "v_trans")}
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """Settings after llama.cpp's own adjustments; all sizes in cells or tokens."""
+    """Settings after llama.cpp's own adjustments; all sizes in cells or tokens.
+
+    The context (n_ctx, batch sizes, flash attention, cache types and sizes) is resolved
+    once; :meth:`step` derives another ubatch (tokens, past, outputs) of the same context
+    (the reserve graphs of graphcost.memory.plan, the executor's steps)."""
 
     settings: RunSettings
+    flavour: Flavour
     n_ctx: int
     n_batch: int
     n_ubatch: int
@@ -89,6 +71,15 @@ class Resolved:
     n_kv: int
     n_kv_swa: int | None
     notes: list[str] = field(default_factory=list)
+    #: the architecture keeps a memory (KV cache or recurrent state) between ubatches
+    memory: bool = True
+
+    def step(self, tokens: int, past: int, outputs: int, memory_full: bool = False) -> "Resolved":
+        """The same context for a ubatch of ``tokens`` after ``past`` filled cells, of which
+        ``outputs`` are outputs; ``memory_full``: built against the memory's full state."""
+        s = dataclasses.replace(self.settings, tokens=tokens, past=past, outputs=outputs,
+                                memory_full=memory_full)
+        return dataclasses.replace(self, settings=s, **_ubatch(s, self))
 
     def to_dict(self) -> dict:
         return {
@@ -109,7 +100,7 @@ def _cache_type(flag: str, value: str) -> gt.GGMLType:
 
 def n_kv_for(used: int, size: int, p: int = KV_PAD) -> int:
     """llama_kv_cache::get_n_kv: attended cells for ``used`` filled cells in a cache of ``size``."""
-    return min(size, max(p, pad(used, p)))
+    return min(size, max(p, gt.ggml_pad(used, p)))
 
 
 #: llama.cpp parses -c, -b, -ub as C ``int`` (common/arg.cpp: the handler takes ``int
@@ -137,13 +128,11 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
         raise SettingsError(f"--ctx-size {s.ctx_size} must be >= 0")
     if s.batch_size < 1 or s.ubatch_size < 1:
         raise SettingsError("--batch-size and --ubatch-size must be >= 1")
-    if s.llama_cpp not in FLAVOURS:
-        raise SettingsError(f"--llama-cpp {s.llama_cpp!r}: known flavours are "
-                            f"{', '.join(FLAVOURS)}")
-    fa = (s.flash_attn or FLASH_ATTN_DEFAULT[s.llama_cpp]).lower()
+    fl = flavour(s.llama_cpp)
+    fa = (s.flash_attn or fl.flash_attn_default).lower()
     if fa not in ("on", "off", "auto", "true", "false", "1", "0"):
         raise SettingsError(f"--flash-attn {s.flash_attn!r}: use on, off or auto")
-    if fa == "auto" and FLASH_ATTN_DEFAULT[s.llama_cpp] != "auto":
+    if fa == "auto" and not fl.has_fa_auto:
         raise SettingsError(f"--flash-attn auto: llama.cpp {s.llama_cpp} has no 'auto' (flash "
                             "attention was a switch, off unless -fa was given): use on or off")
     flash = fa in ("on", "auto", "true", "1")
@@ -155,26 +144,11 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
     ctx = s.ctx_size or n_ctx_train
     if ctx <= 0:
         raise SettingsError("--ctx-size 0 needs the model's context_length, which is missing")
-    p = kv_pad(s.llama_cpp, flash)
-    n_ctx = pad(ctx, p)
+    n_ctx = gt.ggml_pad(ctx, fl.kv_pad(flash))
     n_batch = min(n_ctx, s.batch_size)
     n_ubatch = min(n_batch, s.ubatch_size)
-    if s.tokens < 1:
-        raise SettingsError(f"--tokens {s.tokens} must be >= 1")
-    if s.tokens > n_ubatch:
-        raise SettingsError(f"--tokens {s.tokens} is more than one ubatch holds (-ub {n_ubatch})")
-    if s.past < 0:
-        raise SettingsError(f"--past {s.past} must be >= 0")
-    if s.past + s.tokens > n_ctx:
-        raise SettingsError(f"--past {s.past} + --tokens {s.tokens} exceed the context of "
-                            f"{n_ctx} cells")
-    outputs = s.outputs if memory else s.tokens
-    if not 1 <= outputs <= s.tokens:
-        raise SettingsError(f"--outputs {s.outputs} must be between 1 and --tokens {s.tokens}")
-    used = s.past + s.tokens
     kv_size = n_ctx
     kv_size_swa = None
-    n_kv_swa = None
     notes = []
     if fa == "auto":
         notes.append("flash attention 'auto' resolves to on for the CPU backend")
@@ -182,10 +156,34 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
         notes.append("no KV cache (encoder): every token is an output, --past and "
                      "--outputs have no effect")
     if n_swa > 0:
-        kv_size_swa = kv_size if s.swa_full else pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
-        n_kv_swa = n_kv_for(min(used, kv_size_swa), kv_size_swa)
-    return Resolved(s, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, s.tokens, outputs,
-                    s.past, kv_size, kv_size_swa, n_kv_for(used, kv_size, p), n_kv_swa, notes)
+        kv_size_swa = kv_size if s.swa_full else gt.ggml_pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
+    context = Resolved(s, fl, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, 0, 0, 0, kv_size,
+                       kv_size_swa, 0, None, notes, memory)
+    return dataclasses.replace(context, **_ubatch(s, context))
+
+
+def _ubatch(s: RunSettings, ctx: Resolved) -> dict:
+    """The ubatch fields of a :class:`Resolved` for ``s.tokens`` after ``s.past`` cells in
+    the context ``ctx``; refuses a ubatch that does not fit (as llama_decode would)."""
+    if s.tokens < 1:
+        raise SettingsError(f"--tokens {s.tokens} must be >= 1")
+    if s.tokens > ctx.n_ubatch:
+        raise SettingsError(f"--tokens {s.tokens} is more than one ubatch holds "
+                            f"(-ub {ctx.n_ubatch})")
+    if s.past < 0:
+        raise SettingsError(f"--past {s.past} must be >= 0")
+    if s.past + s.tokens > ctx.n_ctx:
+        raise SettingsError(f"--past {s.past} + --tokens {s.tokens} exceed the context of "
+                            f"{ctx.n_ctx} cells")
+    outputs = s.outputs if ctx.memory else s.tokens
+    if not 1 <= outputs <= s.tokens:
+        raise SettingsError(f"--outputs {s.outputs} must be between 1 and --tokens {s.tokens}")
+    used = s.past + s.tokens
+    n_kv_swa = None
+    if ctx.kv_size_swa is not None:
+        n_kv_swa = n_kv_for(min(used, ctx.kv_size_swa), ctx.kv_size_swa)
+    return dict(n_tokens=s.tokens, n_outputs=outputs, past=s.past, n_kv_swa=n_kv_swa,
+                n_kv=n_kv_for(used, ctx.kv_size, ctx.flavour.kv_pad(ctx.flash_attn)))
 
 
 def refuse_cache_types(run: Resolved, head_dims_k: Sequence[int], head_dims_v: Sequence[int],

@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from graphcost.graph.arch_spec import ArchSpec, evaluate, rope_mode
+from graphcost.format.hparam_expr import evaluate
+from graphcost.graph.arch_spec import ArchSpec, rope_mode, statement_list
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import AttnInputs, LlmGraph
@@ -84,8 +85,10 @@ class SpecBuilder:
             return None
         optional = short.endswith("?")
         short = short.rstrip("?")
-        suffix = "bias" if short.endswith(".bias") else "weight"
-        base = short[: -len(".bias")] if suffix == "bias" else short
+        # ``x.bias`` / ``x.scale`` (a per-tensor or per-expert weight scale, gemma4's
+        # ``ffn_gate_inp.scale``, ``ffn_down_exps.scale``) name the other parts of a weight
+        suffix = next((s for s in ("bias", "scale") if short.endswith("." + s)), "weight")
+        base = short[: -len(suffix) - 1] if suffix != "weight" else short
         if base.startswith("/") or self.il is None:
             full = f"{base.lstrip('/')}.{suffix}"
         else:
@@ -101,6 +104,32 @@ class SpecBuilder:
     def expr(self, e: Any) -> float:
         return evaluate(e, self.names, str(self.spec.path))
 
+    def sizes(self, exprs: list, what: str, minimum: int = 1) -> list[int]:
+        """Integer sizes (elements, strides, offsets) from expressions over the
+        hyperparameters, ``n_tokens`` (the ubatch's) and, in a layer, its ``n_head`` and
+        ``n_head_kv``; each must be an integer >= ``minimum``."""
+        names = {**self.names, "n_tokens": self.b.n_tokens}
+        if self.il is not None:  # per-layer head counts
+            names.update(n_head=self.m.n_head[self.il], n_head_kv=self.m.n_head_kv[self.il])
+        out = []
+        for e in exprs:
+            v = evaluate(e, names, str(self.spec.path))
+            if v != int(v) or v < minimum:
+                raise GraphcostError(self.where(f"{what} {e!r} is {v}, not an integer >= {minimum}"))
+            out.append(int(v))
+        return out
+
+    def shape_op(self, a: dict, what: str, op: Callable[[Tensor, list[int]], Tensor]) -> None:
+        """``{x, ne: [...], cb, out}``: ``op(x, ne)`` (a reshape, a repeat) with sizes from
+        :meth:`sizes`; a shape ``op`` refuses is one line naming the statement."""
+        ne = self.sizes(a["ne"], f"{what} size")
+        x = self.var(a["x"])
+        try:
+            t = op(x, ne)
+        except ValueError as err:
+            raise GraphcostError(self.where(f"{what} of {a['x']} to {ne}: {err}")) from None
+        self.vars[a.get("out", a["x"])] = self.cb(t, a.get("cb"))
+
     def kv_reuse(self) -> dict[int, int]:
         """Layers without KV and the layer whose cache each reads: with hparams
         ``n_layer_kv_from_start`` N (an expression; gemma3n: 20, gemma4: n_layer -
@@ -113,6 +142,11 @@ class SpecBuilder:
         return {il: n - (2 if m.is_swa[il] else 1) for il in range(n, m.n_layer)}
 
     # ---- driver ------------------------------------------------------------------------
+    def run_branch(self, what: str, stmts: Any) -> None:
+        """Run a branch of a control statement (``if: then``, ``when: else`` ...), checked
+        as a list of statements first."""
+        self.run(statement_list(stmts, what, self.spec.path))
+
     def run(self, stmts: list[dict]) -> None:
         for s in stmts:
             (key, args), = s.items()
@@ -139,6 +173,23 @@ class SpecBuilder:
         g.layer = None
         g.block = "other"
         self.run(self.spec.epilogue)
+        self.refuse_unread_scales()
+
+    def refuse_unread_scales(self) -> None:
+        """llama.cpp multiplies every weight scale a file carries (``<weight>.scale``: NVFP4
+        conversions; llama_model_base's generic ``*_s`` tensors, build_lora_mm's and
+        build_lora_mm_id's ``w_s``) into its product. A trunk scale this family's statements
+        did not read would leave a MUL out of the graph: refuse the file in one line."""
+        m, read = self.m, self.b.weights_read
+        for name in m.header.tensors:
+            if not name.endswith(".scale") or name in read:
+                continue
+            parts = name.split(".")
+            if parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) >= m.n_layer:
+                continue  # a NextN/MTP block's: outside the trunk graph
+            raise UnsupportedError(f"{m.header.path}: {m.arch} with the weight scale "
+                                   f"{name!r} is not modelled (graphcost's {m.arch} graph "
+                                   "does not multiply it in)")
 
 
 def build_from_spec(b: LlmGraph, spec: ArchSpec) -> None:

@@ -20,9 +20,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from graphcost.errors import GraphcostError
+from graphcost.format.ggml_types import ggml_pad
+
+if TYPE_CHECKING:
+    from graphcost.graph.llm_graph import KVCache
+    from graphcost.memory.plan import MemoryPlan
 
 MiB = 1024 * 1024
 
@@ -91,30 +96,30 @@ def first_difference(ours: list[dict], theirs: list[dict]) -> str | None:
     return diffs[0] if diffs else None
 
 
-def buffer_rows(memory: dict, log: dict) -> list[BufferRow]:
-    """graphcost's ``memory`` section (the JSON report's) against llama.cpp's parsed log."""
+def buffer_rows(plan: MemoryPlan, caches: list[KVCache], log: dict) -> list[BufferRow]:
+    """graphcost's memory plan and KV caches against llama.cpp's parsed log."""
     def mib(n: int, digits: int) -> str:
         return f"{n / MiB:.{digits}f}"
 
     rows = []
     exact = log.get("compute_buffer_exact") or []
     if exact:
-        rows.append(BufferRow("CPU compute buffer (MiB)", mib(memory["compute_buffer_bytes"], 4),
+        rows.append(BufferRow("CPU compute buffer (MiB)", mib(plan.compute_buffer_bytes, 4),
                               f"{exact[-1]['mib']:.4f}"))
     else:
-        rows.append(BufferRow("CPU compute buffer (MiB)", mib(memory["compute_buffer_bytes"], 2),
+        rows.append(BufferRow("CPU compute buffer (MiB)", mib(plan.compute_buffer_bytes, 2),
                               f"{log['compute_buffer_mib']:.2f}"))
-    ours_kv, theirs_kv = memory.get("kv_caches", []), log.get("kv_caches", [])
+    ours_kv, theirs_kv = caches, log.get("kv_caches", [])
     for i in range(max(len(ours_kv), len(theirs_kv))):
         a = ours_kv[i] if i < len(ours_kv) else None
         b = theirs_kv[i] if i < len(theirs_kv) else None
         label = f"KV cache {i}" + (f" ({b['which']})" if b and b.get("which") else "")
-        rows.append(BufferRow(f"{label} cells", str(a["cells"]) if a else "-",
+        rows.append(BufferRow(f"{label} cells", str(a.size) if a else "-",
                               str(b["cells"]) if b else "-"))
-        rows.append(BufferRow(f"{label} buffer (MiB)", mib(a["bytes"], 2) if a else "-",
+        rows.append(BufferRow(f"{label} buffer (MiB)", mib(a.bytes(), 2) if a else "-",
                               f"{b['buffer_mib']:.2f}" if b else "-"))
     if "output_buffer_mib" in log:
-        rows.append(BufferRow("output buffer (MiB)", mib(memory["output_buffer_bytes"], 2),
+        rows.append(BufferRow("output buffer (MiB)", mib(plan.output_buffer_bytes, 2),
                               f"{log['output_buffer_mib']:.2f}"))
     return rows
 
@@ -153,7 +158,7 @@ def _with_token_list(src: Path, dest: Path, n_vocab: int) -> None:
     w.write_ti_data_to_file()
     w.close()
     size = dest.stat().st_size
-    data = -(-size // w.data_alignment) * w.data_alignment
+    data = ggml_pad(size, w.data_alignment)
     with open(dest, "r+b") as out:
         out.truncate(data + end)
 
@@ -189,17 +194,16 @@ def verify(model_path: str | os.PathLike, settings, *, timeout: float = 900.0) -
     graph and buffers with the same settings (flash attention as ``settings`` resolves
     it); raises :class:`GraphcostError` when llama-cpp-python is missing or llama.cpp
     cannot run the model."""
-    from graphcost.cost.analysis import analyze_graph
     from graphcost.graph.build import build_graph, load_model
+    from graphcost.memory.plan import plan_for
     from graphcost.judge.oracle import (OracleError, capture_graph, capture_log, llama_cpp_available, llama_cpp_unavailable_reason)
-    from graphcost.document import document
 
     if not llama_cpp_available():
         raise GraphcostError("verify needs llama-cpp-python (pip install llama-cpp-python): "
                              + llama_cpp_unavailable_reason())
     model = load_model(model_path)
     bg = build_graph(model, settings)
-    memory = document(analyze_graph(bg))["memory"]
+    plan = plan_for(bg)
     run = bg.run
     kw = dict(n_ctx=run.n_ctx, n_ubatch=run.n_ubatch, n_batch=run.n_batch,
               flash_attn=run.flash_attn, type_k=settings.cache_type_k.lower(),
@@ -215,7 +219,7 @@ def verify(model_path: str | os.PathLike, settings, *, timeout: float = 900.0) -
             raise GraphcostError(f"{model_path}: llama.cpp could not run it: {first}") from None
     ours = graph_records(bg)
     return Verification(len(ours), len(theirs), graph_differences(ours, theirs),
-                        buffer_rows(memory, log))
+                        buffer_rows(plan, bg.caches, log))
 
 
 def render_verification(v: Verification, limit: int = 40) -> str:

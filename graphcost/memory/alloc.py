@@ -31,12 +31,19 @@ or inserts it into the address-sorted free list. Graph outputs are never freed.
 All sizes are bytes. ``live`` per node is the bytes the allocator holds (aligned blocks of
 every allocated, not yet freed tensor, inputs included) at the moment the node runs:
 after its result is allocated and before its dying sources are freed.
+
+Several buffer types (``ggml_gallocr_new_n``, as the backend scheduler uses it): each node
+and leaf names the buffer it is allocated in (``node_buffer_ids`` / ``leaf_buffer_ids``),
+each buffer has its own dynamic allocator and alignment, and a node that runs in place
+takes over its source's block in the source's buffer. :mod:`graphcost.memory.sched`
+passes these; with one buffer everything above is unchanged.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from graphcost.format.ggml_types import ggml_pad
 from graphcost.graph import ops
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.ops import Op
@@ -49,11 +56,6 @@ CPU_ALIGNMENT = 32
 def can_inplace(t: Tensor) -> bool:
     """ggml_op_can_inplace(t->op) (:data:`graphcost.graph.ops.INPLACE`)."""
     return t.op in ops.INPLACE
-
-
-def align(n: int, alignment: int) -> int:
-    """aligned_offset(NULL, n, alignment): round up to a multiple of ``alignment``."""
-    return (n + alignment - 1) // alignment * alignment
 
 
 def ggml_nbytes(t: Tensor) -> int:
@@ -84,7 +86,7 @@ class DynAllocator:
 
     def alloc(self, size: int) -> int:
         """ggml_dyn_tallocr_alloc: the offset of a new block of ``size`` bytes."""
-        size = align(size, self.alignment)
+        size = ggml_pad(size, self.alignment)
         best, best_size = -1, None
         for i, (_, bsize) in enumerate(self.blocks[:-1]):
             if bsize >= size and (best_size is None or bsize <= best_size):
@@ -103,7 +105,7 @@ class DynAllocator:
 
     def free(self, offset: int, size: int) -> None:
         """ggml_dyn_tallocr_free_bytes: give a block back, merging with its neighbours."""
-        size = align(size, self.alignment)
+        size = ggml_pad(size, self.alignment)
         self.in_use -= size
         for i, block in enumerate(self.blocks):
             if block[0] + block[1] == offset:  # the freed bytes follow this block
@@ -149,6 +151,8 @@ class Allocation:
     peak_tensors: list[tuple[Tensor, int]]
     inplace: dict[int, Tensor]
     high_water: Tensor | None
+    #: per buffer (``alignments``' order): its size, the high-water mark of its allocator
+    buffer_sizes: tuple[int, ...] = ()
 
     @property
     def peak_bytes(self) -> int:
@@ -158,7 +162,7 @@ class Allocation:
 class _Hash:
     """hash_node: per-tensor allocator state."""
 
-    __slots__ = ("n_children", "n_views", "allocated", "offset", "size")
+    __slots__ = ("n_children", "n_views", "allocated", "offset", "size", "buffer")
 
     def __init__(self) -> None:
         self.n_children = 0
@@ -166,19 +170,25 @@ class _Hash:
         self.allocated = False
         self.offset = 0
         self.size = 0  # aligned bytes this tensor's block spans (for live accounting)
+        self.buffer = 0  # hash_node.buffer_id
 
 
 def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
              outputs: Iterable[Tensor] = (),
              inputs: Iterable[Tensor] | None = None,
              external: Callable[[Tensor], bool] | None = None,
-             alignment: int = CPU_ALIGNMENT) -> Allocation:
+             alignment: int = CPU_ALIGNMENT,
+             node_buffers: Sequence[int] | None = None,
+             leaf_buffers: Sequence[int] | None = None,
+             alignments: Sequence[int] | None = None) -> Allocation:
     """Run ggml_gallocr_alloc_graph_impl over ``nodes`` (execution order) and ``leafs``.
 
     ``outputs``: tensors flagged GGML_TENSOR_FLAG_OUTPUT (never freed, never reused in
     place); ``inputs``: tensors flagged GGML_TENSOR_FLAG_INPUT (default: leaves with role
     ``input``); ``external``: tensors whose memory exists already (``t->data`` set:
-    default, weights and KV cache buffers).
+    default, weights and KV cache buffers). Several buffers: ``alignments`` (one per
+    buffer) and the buffer of each node and leaf (``node_buffers``, ``leaf_buffers``,
+    parallel to ``nodes`` and ``leafs``; default: buffer 0).
     """
     out_ids = {id(t) for t in outputs}
     if inputs is None:
@@ -189,7 +199,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         def external(t: Tensor) -> bool:
             return t.role in ("weight", "kv")
 
-    dyn = DynAllocator(alignment)
+    dyns = [DynAllocator(a) for a in (alignments or (alignment,))]
     state: dict[int, _Hash] = {}
     owner: dict[int, Tensor] = {}  # id -> tensor for every allocated block (live set)
     offsets: dict[int, int] = {}
@@ -213,14 +223,15 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
 
     def free_extra_space(node: Tensor, parent: Tensor) -> None:
         hp = h(parent)
-        psize = align(ggml_nbytes(parent), alignment)
-        nsize = align(ggml_nbytes(node), alignment)
+        dyn = dyns[hp.buffer]  # the parent's allocator and its alignment
+        psize = ggml_pad(ggml_nbytes(parent), dyn.alignment)
+        nsize = ggml_pad(ggml_nbytes(node), dyn.alignment)
         assert psize >= nsize
         if psize > nsize:
             dyn.free(hp.offset + nsize, psize - nsize)
         h(node).size = nsize
 
-    def allocate_node(node: Tensor) -> None:
+    def allocate_node(node: Tensor, buffer: int = 0) -> None:
         hn = h(node)
         if is_allocated(node) or node.is_view:
             return
@@ -239,6 +250,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
                         vs = h(parent.view_src)
                         if vs.n_views == 1 and vs.n_children == 0:
                             hn.offset = hp.offset
+                            hn.buffer = hp.buffer
                             hp.allocated = False
                             vs.allocated = False
                             _take(node, parent.view_src)
@@ -246,14 +258,17 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
                             return
                     else:
                         hn.offset = hp.offset
+                        hn.buffer = hp.buffer
                         hp.allocated = False
                         _take(node, parent)
                         free_extra_space(node, parent)
                         return
         size = ggml_nbytes(node)
+        dyn = dyns[buffer]
         before = dyn.max_size
+        hn.buffer = buffer
         hn.offset = dyn.alloc(size)
-        hn.size = align(size, alignment)
+        hn.size = ggml_pad(size, dyn.alignment)
         owner[id(node)] = node
         offsets[id(node)] = hn.offset
         if dyn.max_size > before:
@@ -269,33 +284,37 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         if is_output(node):
             return
         hn = h(node)
-        dyn.free(hn.offset, ggml_nbytes(node))
+        dyns[hn.buffer].free(hn.offset, ggml_nbytes(node))
         hn.allocated = False
         owner.pop(id(node), None)
 
+    def node_buffer(i: int) -> int:  # get_node_buffer_id
+        return node_buffers[i] if node_buffers is not None else 0
+
     # 1. leaves
-    for leaf in leafs:
-        allocate_node(leaf)
+    for i, leaf in enumerate(leafs):
+        allocate_node(leaf, leaf_buffers[i] if leaf_buffers is not None else 0)
     # 2. count children and views; allocate flagged inputs
-    for node in nodes:
+    for i, node in enumerate(nodes):
         if node.is_view and node.op != Op.NONE:
             h(node.view_src).n_views += 1
         if id(node) in in_ids:
-            allocate_node(node)
+            allocate_node(node, node_buffer(i))
         for src in node.src:
             h(src).n_children += 1
             if id(src) in in_ids:
-                allocate_node(src)
+                allocate_node(src, node_buffer(i))
     # 3. allocate and free in execution order
     live: list[int] = []
     peak_index, peak, peak_tensors = 0, -1, []
     for i, node in enumerate(nodes):
         for parent in node.src:
-            allocate_node(parent)
-        allocate_node(node)
-        live.append(dyn.in_use)
-        if dyn.in_use > peak:
-            peak, peak_index = dyn.in_use, i
+            allocate_node(parent, node_buffer(i))
+        allocate_node(node, node_buffer(i))
+        in_use = sum(d.in_use for d in dyns)
+        live.append(in_use)
+        if in_use > peak:
+            peak, peak_index = in_use, i
             peak_tensors = [(t, h(t).size) for t in owner.values()]
         for parent in node.src:
             hp = h(parent)
@@ -309,4 +328,6 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
                 elif hp.allocated:
                     free_node(parent)
     peak_tensors.sort(key=lambda ts: -ts[1])
-    return Allocation(offsets, dyn.max_size, live, peak_index, peak_tensors, inplace, high[0])
+    sizes = tuple(d.max_size for d in dyns)
+    return Allocation(offsets, sum(sizes), live, peak_index, peak_tensors, inplace, high[0],
+                      sizes)

@@ -66,6 +66,12 @@ class Backend:
     mmap_support: bool
     extra_buffer_types: tuple[ExtraBufferType, ...]
     sources: dict[str, str]
+    #: what the backend scheduler needs (graphcost.memory.sched): ``async_events``
+    #: (pipeline parallelism possible), ``offload_min_batch`` (offload_op), and that every
+    #: op is supported; None: not read from the source, compute buffers not modelled
+    scheduler: dict | None = None
+    #: the split buffer type -sm row uses (ggml_backend_split_buffer_type), if any
+    split_buffer: str | None = None
 
 
 def _fact(doc: dict, key: str, path: str) -> tuple[Any, str]:
@@ -96,6 +102,13 @@ def parse(doc: dict, path: str) -> Backend:
                     "buffer_from_host_ptr", "mmap_support"):
             vals[key], sources[key] = _fact(doc, key, path)
         mapped = None
+        sched = split = None
+        if "split_buffer_type" in doc:
+            split, sources["split_buffer_type"] = _fact(doc, "split_buffer_type", path)
+        if "scheduler" in doc:
+            sched, sources["scheduler"] = _fact(doc, "scheduler", path)
+            if not isinstance(sched, dict):
+                raise GraphcostError(f"{path}: 'scheduler' value must be a mapping")
         if "mapped_buffer_name" in doc:
             mapped, sources["mapped_buffer_name"] = _fact(doc, "mapped_buffer_name", path)
         pad = doc["alloc_padding"]
@@ -107,7 +120,7 @@ def parse(doc: dict, path: str) -> Backend:
             host_buffer=vals["host_buffer"], buffer_from_host_ptr=bool(vals["buffer_from_host_ptr"]),
             mapped_buffer_name=mapped, mmap_support=bool(vals["mmap_support"]),
             extra_buffer_types=tuple(_extra(e, path) for e in doc.get("extra_buffer_types", ())),
-            sources=sources)
+            sources=sources, scheduler=sched, split_buffer=split)
     except (KeyError, TypeError, ValueError) as e:
         raise GraphcostError(f"{path}: bad backend spec ({type(e).__name__}: {e})") from None
 

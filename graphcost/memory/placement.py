@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import gguf
 import numpy as np
 
 from graphcost.format import ggml_types as gt
@@ -43,12 +44,24 @@ from graphcost.format.model import ModelInfo
 
 if TYPE_CHECKING:
     from graphcost.memory.plan import MemoryPlan
+    from graphcost.memory.sched import ComputeBuffers
 
 #: common/common.h: LLM_FFN_EXPS_REGEX (--cpu-moe, --n-cpu-moe)
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
-#: tensors llama.cpp loads in the input layer (llama-arch.cpp: LLM_TENSOR_LAYER_INPUT)
-INPUT_TENSORS = ("token_embd.weight", "pos_embd.weight", "token_types.weight",
-                 "per_layer_token_embd.weight")
+#: tensors llama.cpp loads in the input layer (llama-arch.cpp: LLM_TENSOR_LAYER_INPUT:
+#: TOKEN_EMBD, POS_EMBD, TOKEN_TYPES, PER_LAYER_TOKEN_EMBD), named as gguf names them
+INPUT_TENSORS = tuple(f"{gguf.TENSOR_NAMES[t]}.weight" for t in (
+    gguf.MODEL_TENSOR.TOKEN_EMBD, gguf.MODEL_TENSOR.POS_EMBD, gguf.MODEL_TENSOR.TOKEN_TYPES,
+    gguf.MODEL_TENSOR.PER_LAYER_TOKEN_EMBD))
+#: tensors without a block number that llama-arch.cpp files under LLM_TENSOR_LAYER_REPEATING
+#: (created with bid 0: "do the norms on the first layer (not the input layer)"): layer 0's
+LAYER0_TENSORS = tuple(f"{gguf.TENSOR_NAMES[t]}.weight" for t in (
+    gguf.MODEL_TENSOR.TOKEN_EMBD_NORM, gguf.MODEL_TENSOR.PER_LAYER_MODEL_PROJ,
+    gguf.MODEL_TENSOR.PER_LAYER_PROJ_NORM)) + (
+    f"{gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.TOKEN_EMBD_NORM]}.bias",)
+#: architectures whose ``token_embd_norm`` is the output norm (LLM_TENSOR_OUTPUT_NORM_LFM2,
+#: "fix for wrong tensor name": src/models/lfm2.cpp, lfm2moe.cpp)
+TOKEN_EMBD_NORM_IS_OUTPUT = frozenset({"lfm2", "lfm2moe"})
 #: per-layer rope factor tensors created for every layer with TENSOR_DUPLICATED
 #: (src/models/llama.cpp: ``layer.rope_freqs``; phi3: rope_factors_long/short)
 ROPE_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
@@ -97,6 +110,10 @@ class PlacementFlags:
     no_host: bool = False  # --no-host
     load_mode: str = "auto"  # -lm / --mmap (mmap) / --no-mmap (none)
     cpu_features: frozenset[str] = frozenset()  # ggml CPU features: avx2, avx512, neon, ...
+    #: -dev NAME,NAME (common/arg.cpp parse_device_list): exactly these devices, in this
+    #: order (names as graphcost lists them: RPC0, CUDA1); () = -dev none; None = all
+    select_devices: tuple[str, ...] | None = None
+    op_offload: bool = True  # --no-op-offload: False (cparams.op_offload)
 
 
 @dataclass(frozen=True)
@@ -176,6 +193,9 @@ class Placement:
     repacked: list[str]  # weights in CPU_REPACK
     cpu_features: frozenset[str]
     notes: list[str] = field(default_factory=list)
+    #: the buffer type of every tensor llama.cpp creates, by (name, layer, il): a
+    #: duplicated tensor (tied output, per-layer rope factors) once per creation
+    tensor_bufts: dict[tuple[str, str, int | None], Buft] = field(default_factory=dict)
 
 
 # ---- devices -------------------------------------------------------------------------------
@@ -186,9 +206,6 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
     (RPC across all servers). ``-sm none`` keeps only ``devices[-mg]``."""
     if flags.split_mode not in SPLIT_MODES:
         raise GraphcostError(f"-sm {flags.split_mode!r}: use one of {', '.join(SPLIT_MODES)}")
-    if flags.split_mode == "row":
-        raise GraphcostError("-sm row: split buffers (weights split by rows across devices) "
-                             "are not modelled; use -sm layer or none")
     if flags.split_mode == "tensor":
         raise GraphcostError("-sm tensor: the meta device of tensor parallelism is not modelled")
     specs = [(load_backend(a.kind), a) for a in args]
@@ -202,6 +219,24 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
         i = counters.get(b.name, 0)
         counters[b.name] = i + 1
         out.append(Device(b.device_name.format(i=i), b, a.free_bytes))
+    if flags.select_devices is not None:
+        # -dev: llama_prepare_model_devices takes params.devices as given (no RPC-first order)
+        by_name = {d.name: d for d in out}
+        if len(set(flags.select_devices)) != len(flags.select_devices):
+            raise GraphcostError(f"-dev {','.join(flags.select_devices)}: a device is listed twice")
+        for n in flags.select_devices:
+            if n not in by_name:
+                raise GraphcostError(f"-dev {n}: invalid device; use "
+                                     f"{', '.join(by_name) or 'none'} (as --device lists them)")
+        out = [by_name[n] for n in flags.select_devices]
+    if flags.split_mode == "row":
+        for d in out:
+            if not d.backend.split_buffer:
+                # llama-model.cpp make_gpu_buft_list: "device %s does not support split buffers"
+                raise GraphcostError(f"-sm row: device {d.name} does not support split buffers "
+                                     "(llama.cpp refuses it too); use -sm layer or none")
+        raise GraphcostError("-sm row: split buffers (weights split by rows across devices) "
+                             "are not modelled; use -sm layer or none")
     if flags.split_mode == "none" and out:
         if flags.main_gpu < 0:
             return []
@@ -236,8 +271,9 @@ def split_points(devices: list[Device], tensor_split: tuple[float, ...]) -> list
 def layer_devices(model: ModelInfo, devices: list[Device],
                   flags: PlacementFlags) -> tuple[list[str], str]:
     """(device of each repeating layer, device of the output layer): load_tensors's
-    ``get_layer_buft_list``; "CPU" where the layer stays on the CPU."""
-    n_layer = model.n_layer
+    ``get_layer_buft_list``; "CPU" where the layer stays on the CPU. The layers are
+    ``n_layer_all`` (NextN/MTP blocks included), the output is layer ``n_layer_all``."""
+    n_layer = model.n_layer + model.n_layer_nextn
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
     i_gpu_start = max(n_layer + 1 - n_gpu, 0)
     act = 0 if not devices else min(n_gpu, n_layer + 1)
@@ -322,18 +358,17 @@ def _index(device_name: str) -> int:
     return int(digits) if digits else 0
 
 
-def _pad(n: int, align: int) -> int:
-    return (n + align - 1) // align * align
-
-
 # ---- weights ---------------------------------------------------------------------------------
 
-def _layer_of(name: str) -> tuple[str, int | None]:
+def _layer_of(name: str, arch: str = "") -> tuple[str, int | None]:
     m = re.match(r"blk\.(\d+)\.", name)
     if m:
         return "repeating", int(m.group(1))
     if name in INPUT_TENSORS:
         return "input", None
+    if name in LAYER0_TENSORS and not (arch in TOKEN_EMBD_NORM_IS_OUTPUT
+                                       and name.startswith("token_embd_norm.")):
+        return "repeating", 0
     return "output", None
 
 
@@ -371,6 +406,13 @@ def _override_buft(target: str, devices: list[Device]) -> Buft | str:
             return device_buft(d)
     names = ["CPU"] + [d.name for d in devices]
     raise GraphcostError(f"-ot ...={target}: unknown buffer type; use one of {', '.join(names)}")
+
+
+def _has_output_head(arch: str) -> bool:
+    """Whether the architecture has an LM head (gguf's MODEL_TENSORS lists OUTPUT): encoders
+    such as bert have none, so no tied copy of token_embd is created for them."""
+    key = next((k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), None)
+    return key is None or gguf.MODEL_TENSOR.OUTPUT in gguf.MODEL_TENSORS.get(key, ())
 
 
 def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Placement:
@@ -417,20 +459,27 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
     created: list[tuple[str, object, str, int | None, str, bool]] = []  # + duplicated flag
     for name, t in tensors.items():
         if name in ROPE_FACTORS:
-            for il in range(model.n_layer):
+            for il in range(len(dev_layer)):
                 created.append((name, t, "repeating", il, "ROPE", il != 0))
             continue
-        layer, il = _layer_of(name)
+        layer, il = _layer_of(name, model.arch)
+        if il is not None and il >= model.n_layer:
+            # a NextN/MTP block: created with TENSOR_SKIP unless the MTP head is loaded
+            # (src/models/glm4-moe.cpp, deepseek2.cpp, ...: ``if (!ml.load_mtp)``)
+            continue
         created.append((name, t, layer, il, weight_op(name, t.ne, layer), False))
-    if "output.weight" not in tensors and "token_embd.weight" in tensors:
+    if ("output.weight" not in tensors and "token_embd.weight" in tensors
+            and _has_output_head(model.arch)):
         # tied embeddings: token_embd created again as the output (TENSOR_DUPLICATED)
         created.append(("token_embd.weight", tensors["token_embd.weight"], "output", None,
                         "MUL_MAT", True))
 
     weights: list[WeightPlacement] = []
     seen: set[tuple[str, str]] = set()  # (buft name, tensor name): one copy per buffer type
+    tensor_bufts: dict[tuple[str, str, int | None], Buft] = {}
     for name, t, layer, il, op, dup in created:
         b = select(name, t, layer, il, op)
+        tensor_bufts[(name, layer, il)] = b
         if (b.name, name) in seen:
             continue  # a duplicated tensor already in this buffer type's context is reused
         seen.add((b.name, name))
@@ -438,7 +487,7 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
         if mapped or b.alignment is None:
             nb = 0
         else:
-            nb = _pad(alloc_size(b.backend, t.type, t.ne, t.nbytes), b.alignment)
+            nb = gt.ggml_pad(alloc_size(b.backend, t.type, t.ne, t.nbytes), b.alignment)
         weights.append(WeightPlacement(name, layer, il, op, b, nb))
 
     buffers: list[ModelBuffer] = []
@@ -474,7 +523,7 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
     if any(b.bytes is None for b in buffers):
         notes.append("a device with a device-dependent alignment: its model bytes are not modelled")
     return Placement(devices, dev_layer, dev_output, weights, buffers, use_mmap, repacked,
-                     flags.cpu_features, notes)
+                     flags.cpu_features, notes, tensor_bufts)
 
 
 @dataclass(frozen=True)
@@ -505,7 +554,7 @@ def kv_buffers(placement: Placement, caches, no_kv_offload: bool) -> list[KVBuff
                 if backend.alignment is None or sizes.get(row, 0) is None:
                     sizes[row] = None
                     continue
-                sizes[row] = sizes.get(row, 0) + _pad(alloc_size(backend, t.type, t.ne, t.nbytes),
+                sizes[row] = sizes.get(row, 0) + gt.ggml_pad(alloc_size(backend, t.type, t.ne, t.nbytes),
                                                       backend.alignment)
         out += [KVBuffer(c.name, row, n) for row, n in sizes.items()]
     return out
@@ -530,15 +579,17 @@ def output_row(placement: Placement) -> str:
 
 
 def device_memory(placement: Placement, kv: list[KVBuffer], *, output_bytes: int,
-                  cpu_compute_bytes: int) -> list[DeviceMemory]:
+                  cpu_compute_bytes: int,
+                  compute: dict[str, int] | None = None) -> list[DeviceMemory]:
     """One row per device (llama.cpp's order), then CPU, then CPU extra and host buffer
-    types that hold something. ``cpu_compute_bytes`` (the single-CPU plan's compute buffer)
-    is used only when there is no device; otherwise compute buffers are not modelled
-    (the scheduler's splits and per-backend allocations are not simulated)."""
+    types that hold something. ``compute``: each compute buffer by buffer type name
+    (:func:`graphcost.memory.sched.compute_buffers`); without it, ``cpu_compute_bytes``
+    (the single-CPU plan's compute buffer) is used when there is no device, and compute
+    buffers with devices are not modelled (None)."""
     kv = kv_bytes_per_row(kv)
     out_row = output_row(placement)
     rows = [d.name for d in placement.devices] + ["CPU"]
-    for name in [b.row for b in placement.model_buffers] + list(kv) + [out_row]:
+    for name in [b.row for b in placement.model_buffers] + list(kv) + [out_row] + list(compute or ()):
         if name not in rows:
             rows.append(name)
     free = {d.name: d.free_bytes for d in placement.devices}
@@ -548,13 +599,15 @@ def device_memory(placement: Placement, kv: list[KVBuffer], *, output_bytes: int
     for r in rows:
         bufs = [b.bytes for b in placement.model_buffers if b.row == r]
         model = None if any(x is None for x in bufs) else sum(bufs)
-        if not placement.devices and r == "CPU":
-            compute = cpu_compute_bytes
+        if compute is not None:
+            comp = compute.get(r, 0)
+        elif not placement.devices and r == "CPU":
+            comp = cpu_compute_bytes
         elif r in extra_rows:
-            compute = 0  # extra buffer types hold weights only
+            comp = 0  # extra buffer types hold weights only
         else:
-            compute = None
-        result.append(DeviceMemory(r, model, kv.get(r, 0), 0, compute,
+            comp = None
+        result.append(DeviceMemory(r, model, kv.get(r, 0), 0, comp,
                                    output_bytes if r == out_row else 0, free.get(r)))
     return result
 
@@ -634,6 +687,8 @@ class DevicePlan:
     flags: PlacementFlags
     kv_buffers: list[KVBuffer]
     rows: list[DeviceMemory]
+    #: the scheduler's splits and compute buffers (None: a device's not modelled)
+    compute: "ComputeBuffers | None" = None
 
     def as_dict(self) -> list[dict]:
         return [r.as_dict() for r in self.rows]
@@ -641,20 +696,31 @@ class DevicePlan:
 
 def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
                  flags: PlacementFlags, *, no_alloc: bool = False) -> DevicePlan:
-    """Place the model for these devices and flags; KV and output from the memory plan.
+    """Place the model for these devices and flags; KV and output from the memory plan;
+    compute buffers from the scheduler simulation (graphcost.memory.sched).
 
     ``no_alloc``: the compute buffers as llama.cpp's fit measures them (a model loaded with
     ``no_alloc``, common/fit.cpp): only the first prompt graph is sized (llama-context.cpp
     ``sched_reserve``: the generation and second prompt reserves are split-only), and
     ``ggml_backend_sched_reserve_size`` resets the scheduler after the graph callback
-    (``graph_get_cb``) pinned each layer's ``norm``/``l_last``, so those pins are lost.
-    With devices the compute buffers are not modelled here yet (None either way); the
-    scheduler simulation must honour this flag (seen on two RPC devices: without the pins
-    layer 3's norm runs on RPC0 and RPC1's buffer is 137.55 MiB, not a real run's 135.55)."""
+    (``graph_get_cb``) pinned each layer's ``norm``/``l_last``, so those pins are lost
+    (seen on two RPC devices: without the pins layer 3's norm runs on RPC0 and RPC1's
+    buffer is 137.55 MiB, not a real run's 135.55)."""
+    import dataclasses
+
     from graphcost.memory.plan import output_buffer_bytes, plan_memory
-    plan = plan_memory(model, settings)
+    from graphcost.memory.sched import compute_buffers, flash_attn_auto_fails
     p = place(model, args, flags)
+    fa_note = flash_attn_auto_fails(model, settings, p, flags)
+    if fa_note:
+        # the cache was created for flash attention (V not transposed)
+        settings = dataclasses.replace(settings, flash_attn="off", v_trans=False)
+        p.notes.append(fa_note)
+    plan = plan_memory(model, settings)
     kv = kv_buffers(p, plan.reserves[0].graph.caches, flags.no_kv_offload)
+    comp = (compute_buffers(plan.reserves, p, flags, model.n_layer, no_alloc=no_alloc)
+            if p.devices else None)
     rows = device_memory(p, kv, output_bytes=output_buffer_bytes(model),
-                         cpu_compute_bytes=plan.compute_buffer_bytes)
-    return DevicePlan(plan, p, flags, kv, rows)
+                         cpu_compute_bytes=plan.compute_buffer_bytes,
+                         compute=comp.bytes_by_buft if comp is not None else None)
+    return DevicePlan(plan, p, flags, kv, rows, comp)

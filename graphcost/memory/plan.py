@@ -26,11 +26,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from graphcost.format import ggml_types as gt
-from graphcost.memory.alloc import CPU_ALIGNMENT, Allocation, align, allocate, ggml_nbytes
+from graphcost.memory.alloc import CPU_ALIGNMENT, Allocation, allocate
 from graphcost.graph.build import BuiltGraph, build_graph, resolve_for
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.model import ModelInfo
-from graphcost.graph.ops import Op
 from graphcost.graph.settings import Resolved, RunSettings
 
 #: llm_graph_result::set_outputs flags t_logits, t_embd and t_h_nextn as graph outputs
@@ -76,23 +75,15 @@ class ReserveGraph:
         return self.graph.nodes[self.alloc.peak_index]
 
 
-#: the worst-case graphs each graph flavour reserves: HEAD's sched_reserve allocates a
-#: prompt and a generation graph; llama_new_context_with_model of 2024-08 only the prompt
-#: graph (``llama_build_graph(..., worst_case = true)``; not checked against that llama.cpp)
-RESERVE_GRAPHS = {"head": ("prompt", "generation"), "2024-08": ("prompt",)}
-
-
-def reserve_settings(settings: RunSettings, run: Resolved) -> list[tuple[str, RunSettings]]:
-    """The settings of the graphs llama.cpp allocates at start-up: prompt (n_ubatch
-    tokens, all outputs) and generation (one token), every KV cell attended."""
+def reserve_runs(run: Resolved) -> list[tuple[str, Resolved]]:
+    """The graphs llama.cpp allocates at start-up (``run.flavour.reserve_graphs``): prompt
+    (n_ubatch tokens, all outputs) and generation (one token), every KV cell attended,
+    built against the memory's full state."""
     out = []
-    labels = RESERVE_GRAPHS.get(settings.llama_cpp, RESERVE_GRAPHS["head"])
     for label, tokens in (("prompt", run.n_ubatch), ("generation", N_SEQ_MAX)):
-        if label not in labels:
-            continue
-        # past + tokens = n_ctx makes every cache attend all its cells (n_kv = size)
-        out.append((label, dataclasses.replace(settings, tokens=tokens, outputs=tokens,
-                                               past=run.n_ctx - tokens, memory_full=True)))
+        if label in run.flavour.reserve_graphs:
+            # past + tokens = n_ctx makes every cache attend all its cells (n_kv = size)
+            out.append((label, run.step(tokens, run.n_ctx - tokens, tokens, memory_full=True)))
     return out
 
 
@@ -126,46 +117,6 @@ class RecurrentMemory:
     @property
     def bytes(self) -> int:
         return self.r_bytes + self.s_bytes
-
-
-@dataclass(frozen=True)
-class LayerFusion:
-    """Fused-attention what-if for one layer: bytes of the attention block's results
-    (norm -> QKV -> rope -> attention -> output projection) before and after fusing."""
-
-    layer: int
-    first: int  # node index range of the block
-    last: int
-    nodes: int
-    before: int  # bytes of every non-view result in the block (aligned, as allocated)
-    after: int  # bytes of the results that leave the block (must still reach memory)
-
-    @property
-    def saved(self) -> int:
-        return self.before - self.after
-
-
-@dataclass(frozen=True)
-class FusionWhatIf:
-    """The what-if on one graph: per layer, and the compute buffer with fused blocks."""
-
-    graph_label: str
-    layers: list[LayerFusion]
-    unfused: list[tuple[int, str]]  # (layer, why) for layers left as they are
-    buffer_before: int
-    buffer_after: int
-
-    @property
-    def before(self) -> int:
-        return sum(f.before for f in self.layers)
-
-    @property
-    def after(self) -> int:
-        return sum(f.after for f in self.layers)
-
-    @property
-    def saved(self) -> int:
-        return self.before - self.after
 
 
 @dataclass(frozen=True)
@@ -221,38 +172,38 @@ def cache_memory(bg: BuiltGraph) -> list[CacheMemory]:
     for c in bg.caches:
         out.append(CacheMemory(c.name, c.size, len(c.layers), gt.type_name(bg.run.type_k),
                                gt.type_name(bg.run.type_v),
-                               sum(align(t.nbytes, CPU_ALIGNMENT) for t in c.k.values()),
-                               sum(align(t.nbytes, CPU_ALIGNMENT) for t in c.v.values())))
+                               sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in c.k.values()),
+                               sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in c.v.values())))
     return out
 
 
 def state_memory(bg: BuiltGraph) -> list[RecurrentMemory]:
     """Each recurrent state's R and S buffers, every tensor aligned as allocated."""
     return [RecurrentMemory(st.size, len(st.layers),
-                            sum(align(t.nbytes, CPU_ALIGNMENT) for t in st.r.values()),
-                            sum(align(t.nbytes, CPU_ALIGNMENT) for t in st.s.values()))
+                            sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in st.r.values()),
+                            sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in st.s.values()))
             for st in bg.states]
 
 
-def plan_memory(model: ModelInfo, settings: RunSettings,
+def plan_memory(model: ModelInfo, settings: RunSettings | Resolved,
                 analyzed: BuiltGraph | None = None) -> MemoryPlan:
     """Build the reserve graphs for ``settings`` and allocate them like sched_reserve;
     with ``analyzed`` (a graph built for the same model), also run the allocator over it
     for its live bytes per node."""
-    run = resolve_for(model, settings)
+    run = settings if isinstance(settings, Resolved) else resolve_for(model, settings)
     reserves = []
-    for label, s in reserve_settings(settings, run):
-        bg = build_graph(model, s)
+    for label, r in reserve_runs(run):
+        bg = build_graph(model, r)
         reserves.append(ReserveGraph(label, bg, simulate(bg)))
     step = simulate(analyzed) if analyzed is not None else None
     return MemoryPlan(model, run, model.weights_bytes, cache_memory(reserves[0].graph),
-                      output_buffer_bytes(model, settings.embeddings), reserves, step,
+                      output_buffer_bytes(model, run.settings.embeddings), reserves, step,
                       state_memory(reserves[0].graph))
 
 
 def plan_for(bg: BuiltGraph) -> MemoryPlan:
     """The memory plan for the settings ``bg`` was built with, with ``bg`` as the step."""
-    return plan_memory(bg.model, bg.run.settings, analyzed=bg)
+    return plan_memory(bg.model, bg.run, analyzed=bg)
 
 
 #: sweep keys: the RunSettings field each one sets
@@ -263,129 +214,3 @@ def sweep(model: ModelInfo, settings: RunSettings, key: str, values: list[int]) 
     """One plan per value of ``key`` (``ctx`` or ``ub``), other settings as given."""
     field_ = SWEEP_KEYS[key]
     return [plan_memory(model, dataclasses.replace(settings, **{field_: v})) for v in values]
-
-
-# ---- what-if: the attention block as one fused kernel ------------------------------------
-
-def _attention_blocks(nodes: list[Tensor]) -> dict[int, tuple[int, int] | str]:
-    """Per layer, the node index range norm .. output projection of its attention block
-    (block == "attention", up to the MUL_MAT with ``attn_output.weight``), or why not."""
-    spans: dict[int, tuple[int, int] | str] = {}
-    first: dict[int, int] = {}
-    for i, n in enumerate(nodes):
-        if n.layer is None or n.block != "attention":
-            continue
-        first.setdefault(n.layer, i)
-        if (n.op == Op.MUL_MAT and n.src and n.src[0].role == "weight"
-                and n.src[0].name == f"blk.{n.layer}.attn_output.weight"):
-            spans.setdefault(n.layer, (first[n.layer], i))
-    for il in first:
-        spans.setdefault(il, "no attention output projection found")
-    return spans
-
-
-def fuse_attention(bg: BuiltGraph, label: str = "analyzed") -> FusionWhatIf:
-    """Replace each layer's attention block by one node that reads the block's inputs and
-    writes only the results used after it; allocate both graphs and compare.
-
-    ``before`` per layer counts every non-view result of the block (aligned, as the
-    allocator sizes them), ``after`` only those read by later nodes (normally the output
-    projection). KV cache writes (SET_ROWS) are views of the cache and count in neither.
-    A real fused kernel needs some scratch of its own; that is not modelled.
-    """
-    nodes = bg.nodes
-    index_of = {id(n): i for i, n in enumerate(nodes)}
-    consumers: dict[int, list[int]] = {}
-    for j, n in enumerate(nodes):
-        for s in n.src:
-            consumers.setdefault(id(s), []).append(j)
-    outputs = {id(t) for t in graph_outputs(nodes)}
-    layers, unfused = [], []
-    replace: dict[int, Tensor] = {}  # id(original boundary) -> fused node
-    drop: set[int] = set()
-    for il, span in sorted(_attention_blocks(nodes).items()):
-        if isinstance(span, str):
-            unfused.append((il, span))
-            continue
-        lo, hi = span
-        inside = set(range(lo, hi + 1))
-        block = nodes[lo:hi + 1]
-        # results used outside the block (through views too) must still be written
-        leaving: list[Tensor] = []
-        for k in inside:
-            n = nodes[k]
-            used_outside = any(j not in inside for j in consumers.get(id(n), ())) or id(n) in outputs
-            if used_outside:
-                st = n.storage
-                if id(st) in {id(x) for x in leaving}:
-                    continue
-                if st.role in ("weight", "kv", "input"):
-                    continue  # a view of the cache / an input: not a result of the block
-                leaving.append(st)
-        results = [n for n in block if not n.is_view]
-        before = sum(align(ggml_nbytes(n), CPU_ALIGNMENT) for n in results)
-        after = sum(align(ggml_nbytes(n), CPU_ALIGNMENT) for n in leaving)
-        if len(leaving) != 1 or leaving[0] is not nodes[hi]:
-            unfused.append((il, "more than the output projection leaves the block"))
-            continue
-        # the fused node reads what the block reads from outside (by storage)
-        reads: list[Tensor] = []
-        seen: set[int] = set()
-        for n in block:
-            for s in n.src:
-                st = s.storage
-                if index_of.get(id(st), -1) in inside or id(st) in seen:
-                    continue
-                seen.add(id(st))
-                reads.append(st)
-        fused = dataclasses.replace(nodes[hi], op="FUSED_ATTENTION", src=reads, params={},
-                                    view_src=None, view_offs=0)
-        replace[id(nodes[hi])] = fused
-        drop.update(id(nodes[k]) for k in inside if k != hi)
-        layers.append(LayerFusion(il, lo, hi, len(block), before, after))
-    new_nodes: list[Tensor] = []
-    copies: dict[int, Tensor] = dict(replace)
-    for n in nodes:
-        if id(n) in drop:
-            continue
-        if id(n) in replace:
-            new_nodes.append(replace[id(n)])
-            continue
-        if any(id(s) in copies for s in n.src) or (n.view_src is not None and id(n.view_src) in copies):
-            c = dataclasses.replace(n, src=[copies.get(id(s), s) for s in n.src],
-                                    view_src=copies.get(id(n.view_src), n.view_src)
-                                    if n.view_src is not None else None)
-            copies[id(n)] = c
-            new_nodes.append(c)
-        else:
-            new_nodes.append(n)
-    new_outputs = [copies.get(id(t), t) for t in graph_outputs(nodes)]
-    fused_alloc = allocate(new_nodes, bg.leafs, outputs=new_outputs)
-    return FusionWhatIf(label, layers, unfused, simulate(bg).buffer_bytes, fused_alloc.buffer_bytes)
-
-
-def fuse_plan(plan: MemoryPlan) -> list[FusionWhatIf]:
-    """The what-if on every reserve graph, the one that sets the compute buffer first."""
-    order = [plan.worst] + [r for r in plan.reserves if r is not plan.worst]
-    return [fuse_attention(r.graph, r.label) for r in order]
-
-
-# ---- what sets the peak -------------------------------------------------------------------
-
-def describe_tensor(t: Tensor, run: Resolved) -> str:
-    """A short human label for a big tensor: what it is and what it grows with."""
-    base = t.name.rsplit("-", 1)[0] if t.layer is not None else t.name
-    if base in ("kq", "kq_soft_max"):
-        return "KQ scores (n_kv x tokens x heads; grows with context x ubatch)"
-    if base == "result_output":
-        return "logits (n_vocab x outputs; grows with ubatch)"
-    if base == "attn_inp_kq_mask":
-        return ("KQ mask (n_kv x tokens, " + ("F16" if run.flash_attn else "F32")
-                + "; grows with context x ubatch)")
-    if t.op == Op.FLASH_ATTN_EXT:
-        return "flash-attention output (head_dim x heads x tokens)"
-    if t.role == "input":
-        return "graph input"
-    if base == "result_norm":
-        return "final norm (graph output, kept to the end)"
-    return f"{t.op} result (grows with ubatch)"

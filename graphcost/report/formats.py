@@ -33,6 +33,7 @@ class Tree(Renderer):
     """Every node with its sources and cost; ``--layers`` narrows the node blocks."""
 
     uses = frozenset({"layers"})
+    memory = True
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
         from graphcost.report.tree import render_tree
@@ -43,6 +44,7 @@ class Json(Renderer):
     """The document (graphcost.document); ``--hardware`` adds the roofline."""
 
     uses = frozenset({"hardware"})
+    memory = True
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
         return to_json(document(a, hardware=opts.hardware))
@@ -52,6 +54,7 @@ class Yaml(Renderer):
     """The document as YAML (what ``graphcost check --baseline`` reads)."""
 
     uses = frozenset({"hardware"})
+    memory = True
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
         return yaml.safe_dump(document(a, hardware=opts.hardware), sort_keys=False, width=100)
@@ -62,6 +65,7 @@ class Html(Renderer):
     ``--hardware`` adds the roofline times."""
 
     uses = frozenset({"hardware"})
+    memory = True
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
         from graphcost.report.html import render_analysis

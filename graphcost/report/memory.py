@@ -11,10 +11,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphcost.format.ggml_types import type_name
-from graphcost.memory.plan import FusionWhatIf, MemoryPlan, describe_tensor
+from graphcost.graph.ggml_graph import Tensor
+from graphcost.graph.ops import Op
+from graphcost.graph.settings import Resolved
+from graphcost.memory.fusion import FusionWhatIf
+from graphcost.memory.plan import MemoryPlan
 from graphcost.report.units import literal
 
 MiB = 1024 * 1024
+
+
+def describe_tensor(t: Tensor, run: Resolved) -> str:
+    """A short human label for a big tensor: what it is and what it grows with."""
+    base = t.name.rsplit("-", 1)[0] if t.layer is not None else t.name
+    if base in ("kq", "kq_soft_max"):
+        return "KQ scores (n_kv x tokens x heads; grows with context x ubatch)"
+    if base == "result_output":
+        return "logits (n_vocab x outputs; grows with ubatch)"
+    if base == "attn_inp_kq_mask":
+        return ("KQ mask (n_kv x tokens, " + ("F16" if run.flash_attn else "F32")
+                + "; grows with context x ubatch)")
+    if t.op == Op.FLASH_ATTN_EXT:
+        return "flash-attention output (head_dim x heads x tokens)"
+    if t.role == "input":
+        return "graph input"
+    if base == "result_norm":
+        return "final norm (graph output, kept to the end)"
+    return f"{t.op} result (grows with ubatch)"
 
 
 def mib(n: int) -> str:
@@ -230,8 +253,15 @@ def render_devices(dp) -> str:
                      f"{'' if left is None else mib(left):>10}")
     lines.append("  (MiB; n/m = not modelled)")
     if any(r.compute_bytes is None for r in dp.rows):
-        lines.append("  compute buffers with devices are not modelled (the scheduler's graph "
-                     "splits and per-backend allocations are not simulated yet)")
+        lines.append("  compute buffers are not modelled for these devices (their scheduler "
+                     "facts - supported ops, offload, graph optimisation - are not in "
+                     "specs/backends)")
+    if dp.compute is not None:
+        c = dp.compute
+        per = ", ".join(f"{lab} {len(s.splits)} splits, {mib(s.copy_bytes)} MiB copied"
+                        for lab, s in c.schedules)
+        lines.append(f"scheduler: {per}; input copies x{c.n_copies}"
+                     + (" (pipeline parallelism)" if c.n_copies > 1 else ""))
     lines += ["", "model buffers (as llama.cpp logs them: load_tensors: NAME model buffer size):"]
     for b in p.model_buffers:
         lines.append(f"  {b.name:<14} {_cell(b.bytes):>10} MiB  "
@@ -260,4 +290,15 @@ def devices_json(dp) -> dict:
                            for b in dp.kv_buffers],
             "layers": dp.placement.dev_layer, "output_layer": dp.placement.dev_output,
             "repacked": dp.placement.repacked, "use_mmap": dp.placement.use_mmap,
-            "cpu_features": sorted(dp.placement.cpu_features)}
+            "cpu_features": sorted(dp.placement.cpu_features),
+            "scheduler": None if dp.compute is None else sched_json(dp.compute)}
+
+
+def sched_json(c) -> dict:
+    """The scheduler's view of each reserve graph: splits (backend, first and last node,
+    inputs copied in) and the bytes copied between backends; n_copies (4: pipeline
+    parallelism)."""
+    from graphcost.memory.sched import schedule_dict
+    return {"n_copies": c.n_copies,
+            "compute_buffers": c.bytes_by_buft,
+            "graphs": [{"graph": lab, **schedule_dict(s)} for lab, s in c.schedules]}

@@ -37,6 +37,9 @@ class Renderer(ABC):
     uses: frozenset[str] = frozenset()
     #: True if the format draws colour on a terminal
     colour: bool = False
+    #: True if the format shows the memory plan (the caller then analyzes with it:
+    #: ``analyze_graph(bg, memory=True)``)
+    memory: bool = False
 
     @abstractmethod
     def render(self, data: Any, opts: RenderOptions) -> str:

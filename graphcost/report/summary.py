@@ -43,7 +43,7 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
     con.print(f"run: -c {run.n_ctx} -ub {run.n_ubatch} -fa {'on' if run.flash_attn else 'off'} "
               f"-ctk {type_name(run.type_k)} -ctv {type_name(run.type_v)}"
               f"{' --swa-full' if run.settings.swa_full else ''}"
-              f"{'' if run.settings.llama_cpp == 'head' else f' --llama-cpp {run.settings.llama_cpp}'}")
+              f"{run.flavour.cli_flag()}")
     con.print(f"step: --tokens {run.n_tokens} --past {run.past} --outputs {run.n_outputs}")
     if a.graph.caches:
         con.print(f"attends n_kv = {run.n_kv} cells"
@@ -92,6 +92,16 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
         mt.add_row("recurrent state (R + S)", human_bytes(a.recurrent_state_bytes),
                    f"{a.recurrent_state_bytes:,}")
     con.print(mt)
+
+    if a.schedule is not None:
+        sc = a.schedule
+        count: dict[str, int] = {}
+        for i, nc in enumerate(a.nodes):
+            if not nc.node.is_view:
+                count[sc.device_of(i)] = count.get(sc.device_of(i), 0) + 1
+        con.print(f"devices: {', '.join(f'{d} {n} nodes' for d, n in count.items())}; "
+                  f"{len(sc.splits)} splits; {human_bytes(sc.copy_bytes)} "
+                  f"({sc.copy_bytes:,} bytes) copied between devices per step")
 
     ew = expert_weights(a)
     if ew is not None:

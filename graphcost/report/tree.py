@@ -30,7 +30,7 @@ from graphcost.cost.analysis import READ_KINDS, Analysis, Cost, NodeCost
 from graphcost.cost.costs import FLOP_KINDS
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.ggml_types import type_name
-from graphcost.report.units import literal
+from graphcost.report.units import human_bytes, human_count, literal
 
 #: most wire columns drawn; a value that finds no free column is drawn without a wire
 #: (the examples need 5 columns, see tests/test_tree.py)
@@ -156,18 +156,6 @@ class _Gutter:
 
 # ---- totals -----------------------------------------------------------------------------
 
-def _human_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
-
-
-def _human_count(n: int) -> str:
-    for unit, scale in (("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return str(n)
 
 
 def _ranges(values: set[int]) -> str:
@@ -224,21 +212,21 @@ def _totals(a: Analysis, shown: list[int], layers: set[int] | None, wires: _Wire
 
     lines.append("")
     lines.append("totals for the whole graph (bytes, FLOPs):")
-    rows: list[tuple[str, int, str]] = [("bytes read", t.bytes_read, _human_bytes(t.bytes_read))]
-    rows += [(f"  {k}", t.read.get(k, 0), _human_bytes(t.read.get(k, 0))) for k in READ_KINDS]
-    rows.append(("  work", t.work, "work buffer read back; " + _human_bytes(t.work)))
-    rows.append(("bytes written", t.bytes_written, _human_bytes(t.bytes_written)))
-    rows.append(("  results", t.write, _human_bytes(t.write)))
-    rows.append(("  work", t.work, "work buffer; " + _human_bytes(t.work)))
-    rows.append(("flops", t.flops, _human_count(t.flops)))
+    rows: list[tuple[str, int, str]] = [("bytes read", t.bytes_read, human_bytes(t.bytes_read))]
+    rows += [(f"  {k}", t.read.get(k, 0), human_bytes(t.read.get(k, 0))) for k in READ_KINDS]
+    rows.append(("  work", t.work, "work buffer read back; " + human_bytes(t.work)))
+    rows.append(("bytes written", t.bytes_written, human_bytes(t.bytes_written)))
+    rows.append(("  results", t.write, human_bytes(t.write)))
+    rows.append(("  work", t.work, "work buffer; " + human_bytes(t.work)))
+    rows.append(("flops", t.flops, human_count(t.flops)))
     rows += [(f"  {k}", t.ops.get(k, 0), "") for k in FLOP_KINDS]
     rows.append(("cvt", t.ops.get("cvt", 0), "elements converted, not in flops"))
     rows += [(k, v, "") for k, v in sorted(t.ops.items()) if k not in FLOP_KINDS and k != "cvt"]
-    rows.append(("weights", a.weights_bytes, "model tensors; " + _human_bytes(a.weights_bytes)))
-    rows.append(("KV cache", a.kv_cache_bytes, "all K and V buffers; " + _human_bytes(a.kv_cache_bytes)))
-    step = a.memory.step
+    rows.append(("weights", a.weights_bytes, "model tensors; " + human_bytes(a.weights_bytes)))
+    rows.append(("KV cache", a.kv_cache_bytes, "all K and V buffers; " + human_bytes(a.kv_cache_bytes)))
+    step = a.require_memory().step
     rows.append(("peak live", step.peak_bytes, f"compute buffer, at #{step.peak_index} "
-                 f"{a.graph.nodes[step.peak_index].name}; " + _human_bytes(step.peak_bytes)))
+                 f"{a.graph.nodes[step.peak_index].name}; " + human_bytes(step.peak_bytes)))
     lines += ["  " + r for r in _table(rows)]
     lines.append("  " + _unmodelled(a))
     return lines
@@ -302,7 +290,7 @@ def _node_blocks(a: Analysis, shown: list[int], index_of: dict[int, int], wires:
                 consumers.setdefault(i, []).append(j)
 
     g = _Gutter(wires.width)
-    live = a.memory.step.live
+    live = a.require_memory().step.live
     out: list[str] = []
     prev: int | None = None
     layer: int | None = None  # nodes before the first layer (the prologue) get no title

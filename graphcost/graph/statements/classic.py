@@ -30,12 +30,8 @@ def when(sb: SpecBuilder, a: dict) -> None:
     if "tensor" not in a:
         raise GraphcostError(sb.where("when needs a 'tensor' to test"))
     name = str(a["tensor"]).rstrip("?") + "?"
-    branch = a.get("then") if sb.weight(name) is not None else a.get("else")
-    for i, s in enumerate(branch or []):
-        if not isinstance(s, dict) or len(s) != 1:
-            raise GraphcostError(sb.where(f"when: branch statement {i} must be a mapping "
-                                          "with one statement"))
-    sb.run(branch or [])
+    taken = "then" if sb.weight(name) is not None else "else"
+    sb.run_branch(f"when: {taken}", a.get(taken))
 
 
 @statement("rope_factors")

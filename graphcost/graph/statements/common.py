@@ -15,10 +15,8 @@ attention temperature input and qwen3vl's deepstack addition.
 """
 from __future__ import annotations
 
-from graphcost.format import ggml_types as gt
 from graphcost.graph import ops
 from graphcost.errors import GraphcostError, UnsupportedError
-from graphcost.graph.llm_graph import InputKind
 from graphcost.graph.spec_builder import SpecBuilder, statement
 
 
@@ -49,26 +47,33 @@ def div(sb: SpecBuilder, a: dict) -> None:
 
 @statement("attn_temp_input")
 def attn_temp_input(sb: SpecBuilder, a: dict) -> None:
-    """``{out: inp_attn_scale}``: llm_graph_context::build_inp_attn_scale when
-    ``hparams.f_attn_temp_scale != 0`` (else the variable is not set). llama.cpp refuses a
-    file with a temperature scale but no original context length (mistral3's
-    load_arch_hparams); so do we. ``always: 1`` builds it whatever the file says (llama4;
-    deepseek2 under its own ``attn_temp_scale != 0`` test: its floor scale is
-    attention.temperature_length, which llama.cpp does not check at load)."""
+    """``{out: inp_attn_scale, always?, scale?, floor?, offset?}``:
+    llm_graph_context::build_inp_attn_scale when ``hparams.f_attn_temp_scale != 0`` (else
+    the variable is not set). llama.cpp refuses a file with a temperature scale but no
+    original context length (mistral3's load_arch_hparams); so do we. ``always: 1``
+    builds it whatever the file says (llama4; deepseek2 under its own
+    ``attn_temp_scale != 0`` test: its floor scale is attention.temperature_length, which
+    llama.cpp does not check at load).
+
+    The input carries the hparams llm_graph_input_attn_temp::set_input fills it with, as
+    ``params`` ``temp_scale`` / ``temp_floor`` / ``temp_offset`` (f_attn_temp_scale,
+    n_attn_temp_floor_scale, f_attn_temp_offset): ``scale`` (default the file's
+    attention.temperature_scale), ``floor`` (a number, or the ModelInfo field holding it;
+    default ``n_ctx_orig_yarn``, mistral3's), ``offset`` (default 0); llama4.cpp
+    hard-codes 0.1, 8192 and 1."""
     m = sb.m
-    if a.get("always"):  # llama4 builds it unconditionally (its scale is hard-coded)
-        t = sb.b.new_input(InputKind.ATTN_SCALE, gt.F32, [1, 1, sb.b.n_tokens],
-                           name="inp_attn_scale")
-        sb.vars[a.get("out", "inp_attn_scale")] = t
-        return
-    if m.attn_temp_scale == 0.0:
-        return
-    if m.n_ctx_orig_yarn == 0:
-        raise GraphcostError(f"{m.header.path}: {m.arch}.attention.temperature_scale needs "
-                             f"{m.arch}.context_length (n_ctx_orig_yarn, the temperature "
-                             f"floor scale); llama.cpp refuses the model")
-    t = sb.b.new_input(InputKind.ATTN_SCALE, gt.F32, [1, 1, sb.b.n_tokens],
-                       name="inp_attn_scale")
+    if not a.get("always"):
+        if m.attn_temp_scale == 0.0:
+            return
+        if m.n_ctx_orig_yarn == 0:
+            raise GraphcostError(f"{m.header.path}: {m.arch}.attention.temperature_scale "
+                                 f"needs {m.arch}.context_length (n_ctx_orig_yarn, the "
+                                 f"temperature floor scale); llama.cpp refuses the model")
+    floor = a.get("floor", "n_ctx_orig_yarn")
+    t = sb.b.build_inp_attn_scale()
+    t.params = {"temp_scale": float(a.get("scale", m.attn_temp_scale)),
+                "temp_floor": int(getattr(m, floor) if isinstance(floor, str) else floor),
+                "temp_offset": float(a.get("offset", 0.0))}
     sb.vars[a.get("out", "inp_attn_scale")] = t
 
 

@@ -155,7 +155,8 @@ def s_mul(sb: SpecBuilder, a: dict) -> None:
 def s_ffn(sb: SpecBuilder, a: dict) -> None:
     kind = a.get("kind", "par")
     if kind == "seq":  # no gate: up (+b), act, down (+b)
-        t = sb.b.build_ffn_seq(sb.il, sb.var(a.get("x", "cur")), a.get("act", "gelu"))
+        t = sb.b.build_ffn_seq(sb.il, sb.var(a.get("x", "cur")), a.get("act", "gelu"),
+                               a.get("suffix", ""))
     elif kind != "par":
         raise UnsupportedError(sb.where(f"ffn kind {kind!r} is not implemented yet"))
     else:

@@ -17,23 +17,10 @@ qwen2 and qwen3 need nothing beyond the core. What the others add:
 """
 from __future__ import annotations
 
-from typing import Any
 
-from graphcost.format import ggml_types as gt
-from graphcost.graph.arch_spec import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.spec_builder import SpecBuilder, statement
-
-
-def _branch(sb: SpecBuilder, what: str, stmts: Any) -> list[dict]:
-    stmts = stmts or []
-    if not isinstance(stmts, list):
-        raise GraphcostError(sb.where(f"{what} must be a list of statements"))
-    for i, s in enumerate(stmts):
-        if not isinstance(s, dict) or len(s) != 1:
-            raise GraphcostError(sb.where(f"{what}[{i}] must be a mapping with one statement"))
-    return stmts
 
 
 def _key(sb: SpecBuilder, short: str) -> str:
@@ -69,7 +56,7 @@ def if_(sb: SpecBuilder, a: dict) -> None:
     if "test" not in a:
         raise GraphcostError(sb.where("if needs a 'test' expression"))
     taken = "then" if sb.expr(a["test"]) else "else"
-    sb.run(_branch(sb, f"if: {taken}", a.get(taken)))
+    sb.run_branch(f"if: {taken}", a.get(taken))
 
 
 @statement("qkv_flat")
@@ -86,7 +73,7 @@ def build_qkv_flat(sb: SpecBuilder, cur: Tensor) -> tuple[Tensor, Tensor, Tensor
     Separate weights: MUL_MAT (+ ADD bias) each, unnamed. Fused ``attn_qkv``: one MUL_MAT
     named ``wqkv`` (+ bias ``wqkv_b``), then 2-D row views of it made contiguous (CONT),
     Q, K, V in that order."""
-    b, g, m, il = sb.b, sb.g, sb.m, sb.il
+    b, g, il = sb.b, sb.g, sb.il
     wqkv = sb.weight("attn_qkv?")
     if wqkv is None:
         out = []
@@ -95,22 +82,7 @@ def build_qkv_flat(sb: SpecBuilder, cur: Tensor) -> tuple[Tensor, Tensor, Tensor
             bias = sb.weight(f"{short}.bias?")
             out.append(g.add(t, bias) if bias is not None else t)
         return out[0], out[1], out[2]
-    qkv = g.cb(b.mm(wqkv, cur), "wqkv", il)
-    bias = sb.weight("attn_qkv.bias?")
-    if bias is None:
-        # create_tensor_qkv loads separate biases only when there is no fused one
-        bq, bk, bv = (sb.weight(f"attn_{x}.bias?") for x in "qkv")
-        if bq is not None and bk is not None and bv is not None:
-            bias = g.concat(g.concat(bq, bk, 0), bv, 0)
-    if bias is not None:
-        qkv = g.cb(g.add(qkv, bias), "wqkv_b", il)
-    n_q = m.head_k(il) * m.n_head[il]
-    n_k = m.head_k(il) * m.n_head_kv[il]
-    n_v = m.head_v(il) * m.n_head_kv[il]
-    T, rs = qkv.ne[1], gt.row_size
-    q = g.view(qkv, [n_q, T], [qkv.nb[1]], 0)
-    k = g.view(qkv, [n_k, T], [qkv.nb[1]], rs(qkv.type, n_q))
-    v = g.view(qkv, [n_v, T], [qkv.nb[1]], rs(qkv.type, n_q + n_k))
+    q, k, v = b.split_qkv(il, b.fused_qkv(il, cur, wqkv), per_head=False)
     return g.cont(q), g.cont(k), g.cont(v)
 
 
@@ -118,21 +90,7 @@ def build_qkv_flat(sb: SpecBuilder, cur: Tensor) -> tuple[Tensor, Tensor, Tensor
 def reshape(sb: SpecBuilder, a: dict) -> None:
     """``{x: Qcur, ne: [head_dim, n_head, n_tokens], cb: name, out: var}``: ggml_reshape_Nd;
     each size is an expression (``n_tokens`` is the ubatch's token count)."""
-    names = {**sb.names, "n_tokens": sb.b.n_tokens}
-    if sb.il is not None:  # per-layer head counts
-        names.update(n_head=sb.m.n_head[sb.il], n_head_kv=sb.m.n_head_kv[sb.il])
-    ne = []
-    for e in a["ne"]:
-        v = evaluate(e, names, str(sb.spec.path))
-        if v != int(v) or v <= 0:
-            raise GraphcostError(sb.where(f"reshape size {e!r} is {v}, not a positive integer"))
-        ne.append(int(v))
-    x = sb.var(a["x"])
-    try:
-        t = sb.g.reshape(x, ne)
-    except ValueError as err:
-        raise GraphcostError(sb.where(f"reshape of {a['x']} to {ne}: {err}")) from None
-    sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
+    sb.shape_op(a, "reshape", sb.g.reshape)
 
 
 @statement("rope_ctx")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from graphcost.format import ggml_types as gt
 from graphcost.graph.llm_graph import InputKind, KVCache
-from graphcost.graph.settings import pad
 from graphcost.graph.spec_builder import SpecBuilder, statement
 from graphcost.graph.statements.core import s_rope
 
@@ -32,19 +31,10 @@ def embed(sb: SpecBuilder, a: dict) -> None:
 def attention_inputs(sb: SpecBuilder, a: dict) -> None:
     """llama_kv_cache_init (1-D caches) and build_inp_KQ_mask."""
     g, b, m, run = sb.g, sb.b, sb.m, sb.b.run
-    k, v = {}, {}
-    for il in range(m.n_layer):
-        k[il] = g.new_tensor(run.type_k, [m.n_embd_k_gqa(il) * run.kv_size], name=f"cache_k_l{il}",
-                             role="kv")
-        v[il] = g.new_tensor(run.type_v, [m.n_embd_v_gqa(il) * run.kv_size], name=f"cache_v_l{il}",
-                             role="kv")
-        k[il].layer = v[il].layer = il
-    cache = KVCache("base", run.kv_size, run.n_kv, tuple(range(m.n_layer)), not run.flash_attn,
-                    k, v, False, False)
-    b.caches.append(cache)
+    cache = b.make_cache("base", list(range(m.n_layer)), run.kv_size, run.n_kv, flat=True)
     sb.vars["kv_cache"] = cache
-    mask = g.cb(b.new_input(InputKind.KQ_MASK, gt.F32, [run.n_kv, pad(b.n_tokens, KQ_MASK_PAD)]),
-                "KQ_mask")
+    mask = g.cb(b.new_input(InputKind.KQ_MASK, gt.F32,
+                           [run.n_kv, gt.ggml_pad(b.n_tokens, KQ_MASK_PAD)]), "KQ_mask")
     sb.vars["KQ_mask"] = g.cast(mask, gt.F16) if run.flash_attn else mask
 
 

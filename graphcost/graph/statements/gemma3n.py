@@ -144,12 +144,8 @@ def has_kv(sb: SpecBuilder, il: int) -> bool:
 @statement("kv_layer")
 def kv_layer(sb: SpecBuilder, a: dict) -> None:
     """``{then: [...], else: [...]}``: ``if (hparams.has_kv(il))``."""
-    branch = a.get("then") if has_kv(sb, sb.il) else a.get("else")
-    for i, s in enumerate(branch or []):
-        if not isinstance(s, dict) or len(s) != 1:
-            raise GraphcostError(sb.where(f"kv_layer: branch statement {i} must be a mapping "
-                                          "with one statement"))
-    sb.run(branch or [])
+    taken = "then" if has_kv(sb, sb.il) else "else"
+    sb.run_branch(f"kv_layer: {taken}", a.get(taken))
 
 
 @statement("q_only")

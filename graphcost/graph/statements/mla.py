@@ -27,22 +27,8 @@ Sizes are expressions over the hyperparameter names (``kv_lora_rank``, ``head_di
 from __future__ import annotations
 
 from graphcost.format import ggml_types as gt
-from graphcost.graph.arch_spec import evaluate
 from graphcost.errors import GraphcostError, SettingsError
 from graphcost.graph.spec_builder import SpecBuilder, statement
-
-
-def _sizes(sb: SpecBuilder, exprs: list, what: str, minimum: int = 1) -> list[int]:
-    names = {**sb.names, "n_tokens": sb.b.n_tokens}
-    if sb.il is not None:  # per-layer head counts
-        names.update(n_head=sb.m.n_head[sb.il], n_head_kv=sb.m.n_head_kv[sb.il])
-    out = []
-    for e in exprs:
-        v = evaluate(e, names, str(sb.spec.path))
-        if v != int(v) or v < minimum:
-            raise GraphcostError(sb.where(f"{what} {e!r} is {v}, not an integer >= {minimum}"))
-        out.append(int(v))
-    return out
 
 
 @statement("attention_inputs_k")
@@ -67,9 +53,9 @@ def view(sb: SpecBuilder, a: dict) -> None:
     """``{x, ne: [...], nb: [...], offset: e, cb, out}``: ggml_view_Nd; ``nb`` are
     nb[1..] and ``offset`` the byte offset, both given in elements of ``x``'s type."""
     x = sb.var(a["x"])
-    ne = _sizes(sb, a["ne"], "view size")
-    nb = [gt.row_size(x.type, n) for n in _sizes(sb, a.get("nb", []), "view stride")]
-    (off,) = _sizes(sb, [a.get("offset", 0)], "view offset", minimum=0)
+    ne = sb.sizes(a["ne"], "view size")
+    nb = [gt.row_size(x.type, n) for n in sb.sizes(a.get("nb", []), "view stride")]
+    (off,) = sb.sizes([a.get("offset", 0)], "view offset", minimum=0)
     t = sb.g.view(x, ne, nb, gt.row_size(x.type, off))
     sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
 
@@ -110,13 +96,7 @@ def attention_k(sb: SpecBuilder, a: dict) -> None:
 @statement("repeat")
 def repeat(sb: SpecBuilder, a: dict) -> None:
     """``{x, ne: [...], cb, out}``: ggml_repeat_4d(x, ne...)."""
-    x = sb.var(a["x"])
-    ne = _sizes(sb, a["ne"], "repeat size")
-    try:
-        t = sb.g.repeat_4d(x, ne)
-    except ValueError as err:
-        raise GraphcostError(sb.where(f"repeat of {a['x']}: {err}")) from None
-    sb.vars[a.get("out", a["x"])] = sb.cb(t, a.get("cb"))
+    sb.shape_op(a, "repeat", sb.g.repeat_4d)
 
 
 @statement("rope_offset")
@@ -126,7 +106,7 @@ def rope_offset(sb: SpecBuilder, a: dict) -> None:
     x = sb.var(a["x"])
     if x.op != "ROPE":
         raise GraphcostError(sb.where(f"rope_offset of {a['x']}, which is a {x.op}, not a ROPE"))
-    (x.params["n_offs"],) = _sizes(sb, [a["offset"]], "rope offset", minimum=0)
+    (x.params["n_offs"],) = sb.sizes([a["offset"]], "rope offset", minimum=0)
 
 
 @statement("cont")

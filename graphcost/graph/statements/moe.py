@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphcost.graph.arch_spec import evaluate
+from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import LlmGraph
@@ -32,27 +32,35 @@ SWIGLU_OAI_ALPHA = 1.702
 SWIGLU_OAI_LIMIT = 7.0
 
 
-def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor | None,
+def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor | None, gate_inp_b: Tensor | None,
                   up_exps: Tensor, gate_exps: Tensor | None, down_exps: Tensor,
                   exp_probs_b: Tensor | None, n_expert: int, n_expert_used: int,
                   n_expert_used_il: int, act: str, norm_w: bool, w_scale: float, gating: int,
                   il: int, n_expert_groups: int = 0, n_group_used: int = 0,
                   gate_up_exps: Tensor | None = None, up_b: Tensor | None = None,
                   gate_b: Tensor | None = None, down_b: Tensor | None = None,
-                  llama4: bool = False) -> Tensor:
-    """build_moe_ffn without adapters or per-expert scales; with DeepSeek V3's grouped
+                  llama4: bool = False, probs_in: Tensor | None = None,
+                  up_s: Tensor | None = None, gate_s: Tensor | None = None,
+                  down_s: Tensor | None = None) -> Tensor:
+    """build_moe_ffn without adapters; with DeepSeek V3's grouped
     routing when ``n_expert_groups > 1`` (:func:`mask_expert_groups`) and the merged
     ``gate_up_exps`` path (one MUL_MAT_ID, gate and up as views) when given. ``up_b``,
     ``gate_b``, ``down_b``: per-expert biases [n, n_expert] (gpt-oss), each an ADD_ID of
     the rows the selected experts pick. ``act`` ``swiglu_oai``: LLM_FFN_SWIGLU_OAI_MOE.
     ``llama4``: its ``arch == LLM_ARCH_LLAMA4`` branches: experts chosen by the raw logits,
     and the input scaled by the weights before the experts (REPEAT, MUL
-    ``ffn_moe_weighted``), not their outputs after."""
+    ``ffn_moe_weighted``), not their outputs after. ``probs_in``: router logits the
+    family computed itself (gemma4; ``gate_inp`` is then unused). ``up_s``, ``gate_s``,
+    ``down_s``: per-expert weight scales [n_expert] (:func:`mm_id`; ``up_s`` scales the
+    merged ``gate_up`` product too, as build_moe_ffn passes it there)."""
     g = b.g
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     cb = g.cb
 
-    logits = cb(b.mm(gate_inp, cur), "ffn_moe_logits", il)  # [n_expert, n_tokens]
+    if probs_in is None:
+        logits = cb(b.mm(gate_inp, cur), "ffn_moe_logits", il)  # [n_expert, n_tokens]
+    else:
+        logits = probs_in
     if gate_inp_b is not None:
         logits = cb(g.add(logits, gate_inp_b), "ffn_moe_logits_biased", il)
 
@@ -108,25 +116,35 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
         cur = cb(g.mul(repeated, weights), "ffn_moe_weighted", il)
     if gate_up_exps is not None:
         # one MUL_MAT_ID [2*n_ff, k, n_tokens]; gate is the first n_ff rows, up the rest
-        gate_up = cb(g.mul_mat_id(gate_up_exps, cur, selected), "ffn_moe_gate_up", il)
+        gate_up = cb(mm_id(g, gate_up_exps, cur, selected, up_s), "ffn_moe_gate_up", il)
+        if up_s is not None:
+            cb(gate_up, "ffn_moe_gate_up_scaled", il)
         n_ff = gate_up.ne[0] // 2
         shape, nb = [n_ff, gate_up.ne[1], gate_up.ne[2]], [gate_up.nb[1], gate_up.nb[2]]
         cur = cb(g.view(gate_up, shape, nb, 0), "ffn_moe_gate", il)
         up = cb(g.view(gate_up, shape, nb, n_ff * gate_up.nb[0]), "ffn_moe_up", il)
     else:
-        up = cb(g.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)  # [n_ff, k, n_tokens]
+        up = cb(mm_id(g, up_exps, cur, selected, up_s), "ffn_moe_up", il)  # [n_ff, k, T]
+        if up_s is not None:
+            cb(up, "ffn_moe_up_scaled", il)
         if up_b is not None:
             up = cb(g.add_id(up, up_b, selected), "ffn_moe_up_biased", il)
         if gate_exps is not None:
-            cur = cb(g.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
+            cur = cb(mm_id(g, gate_exps, cur, selected, gate_s), "ffn_moe_gate", il)
         else:
             cur = up
+        if gate_s is not None:
+            cb(cur, "ffn_moe_gate_scaled", il)
         if gate_b is not None:
             cur = cb(g.add_id(cur, gate_b, selected), "ffn_moe_gate_biased", il)
 
     if act == "swiglu_oai":  # alpha and limit are constexpr in build_moe_ffn
         cur = cb(g.swiglu_oai(cur, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT),
                  "ffn_moe_swiglu_oai", il)
+    elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: no gated form ("not implemented": aborts)
+        if gate_exps is not None or gate_up_exps is not None:
+            raise UnsupportedError("gated squared-ReLU experts (llama.cpp aborts on them)")
+        cur = cb(g.sqr(g.unary("RELU", cur)), "ffn_moe_relu_sqr", il)
     elif act not in _ACT:
         raise UnsupportedError(f"mixture-of-experts activation {act!r} is not modelled")
     else:
@@ -136,7 +154,9 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
         else:
             cur = cb(g.unary(op, cur), name, il)
 
-    experts = cb(g.mul_mat_id(down_exps, cur, selected), "ffn_moe_down", il)  # [n_embd, k, T]
+    experts = cb(mm_id(g, down_exps, cur, selected, down_s), "ffn_moe_down", il)  # [n_embd, k, T]
+    if down_s is not None:
+        cb(experts, "ffn_moe_down_scaled", il)
     if down_b is not None:
         experts = cb(g.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
     if not llama4:
@@ -156,6 +176,18 @@ def build_moe_ffn(b: LlmGraph, cur: Tensor, gate_inp: Tensor, gate_inp_b: Tensor
     if n_expert_used_il == 1:
         moe_out = g.cont(moe_out)  # avoid returning a non-contiguous tensor
     return cb(moe_out, "ffn_moe_out", il)
+
+
+def mm_id(g, w: Tensor, cur: Tensor, ids: Tensor, w_s: Tensor | None) -> Tensor:
+    """build_lora_mm_id without adapters: MUL_MAT_ID, then with a per-expert scale ``w_s``
+    [n_expert] each selected expert's rows times its scale: RESHAPE [1, n_expert, 1],
+    REPEAT [1, n_expert, n_tokens], GET_ROWS by ``ids`` [1, k, n_tokens], MUL."""
+    res = g.mul_mat_id(w, cur, ids)
+    if w_s is None:
+        return res
+    n_expert, n_tokens = w_s.ne[0], cur.ne[2]
+    s = g.repeat_4d(g.reshape(w_s, [1, n_expert, 1]), [1, n_expert, n_tokens, 1])
+    return g.mul(res, g.get_rows(s, ids))
 
 
 def mask_expert_groups(b: LlmGraph, selection_probs: Tensor, n_expert: int, n_groups: int,
@@ -205,8 +237,13 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
     """``moe_ffn: {x, gate_inp, gate_inp_bias, up, gate, gate_up, down, up_bias, gate_bias,
     down_bias, probs_bias, act, gating, norm_w, w_scale, llama4, cb, out}``; tensors default
     to ``ffn_gate_inp``, ``ffn_up_exps``, ``ffn_gate_exps?`` (optional, as in llama),
-    ``ffn_down_exps``; no expert biases unless named; ``gate_up`` (e.g.
-    ``ffn_gate_up_exps?``) takes the merged path when the file has it."""
+    ``ffn_down_exps``; no expert biases unless named; ``used: layer`` routes each layer's
+    own ``expert_used_count`` (nemotron_h passes ``n_expert_used(il)``), not layer 0's;
+    ``gate_up`` (e.g.
+    ``ffn_gate_up_exps?``) takes the merged path when the file has it. ``logits``: a
+    variable holding router logits computed by the family (gemma4), instead of
+    ``gate_inp``; ``up_scale``, ``gate_scale``, ``down_scale``: per-expert weight scales
+    (e.g. ``ffn_down_exps.scale?``)."""
     m, il = sb.m, sb.il
     if il is None:
         raise GraphcostError(sb.where("moe_ffn outside the layer statements"))
@@ -224,14 +261,19 @@ def s_moe_ffn(sb: SpecBuilder, a: dict) -> None:
                              f"{m.arch}.expert_count says {m.n_expert}")
     names = _names(sb)
     where = str(sb.spec.path)
+    probs_in = sb.var(a["logits"]) if "logits" in a else None
+    gate_inp = sb.weight(a.get("gate_inp", "ffn_gate_inp")) if probs_in is None else None
     t = build_moe_ffn(
-        sb.b, sb.var(a.get("x", "cur")), sb.weight(a.get("gate_inp", "ffn_gate_inp")),
+        sb.b, sb.var(a.get("x", "cur")), gate_inp,
         sb.weight(a.get("gate_inp_bias")), up, gate,
         sb.weight(a.get("down", "ffn_down_exps")), sb.weight(a.get("probs_bias")),
-        m.n_expert, m.n_expert_used[0], m.n_expert_used[il], a.get("act", "silu"),
+        m.n_expert, m.n_expert_used[il if a.get("used") == "layer" else 0],
+        m.n_expert_used[il], a.get("act", "silu"),
         bool(evaluate(a.get("norm_w", 0), names, where)),
         evaluate(a.get("w_scale", 0), names, where), _gating(sb, a.get("gating", "softmax")), il,
         m.n_expert_groups, m.n_group_used, gate_up,
         up_b=sb.weight(a.get("up_bias")), gate_b=sb.weight(a.get("gate_bias")),
-        down_b=sb.weight(a.get("down_bias")), llama4=bool(a.get("llama4", False)))
+        down_b=sb.weight(a.get("down_bias")), llama4=bool(a.get("llama4", False)),
+        probs_in=probs_in, up_s=sb.weight(a.get("up_scale")),
+        gate_s=sb.weight(a.get("gate_scale")), down_s=sb.weight(a.get("down_scale")))
     sb.vars[a.get("out", "cur")] = sb.cb(t, a.get("cb"))

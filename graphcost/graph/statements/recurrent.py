@@ -14,13 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from graphcost.format import ggml_types as gt
-from graphcost.graph.arch_spec import evaluate
+from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import InputKind
 from graphcost.graph.llm_recurrent import N_RS_SEQ, build_rs, build_rs_inputs, make_state
 from graphcost.graph.spec_builder import SpecBuilder, statement
-from graphcost.graph.statements.dense import _branch
 
 
 @statement("hybrid_inputs")
@@ -51,7 +50,7 @@ def recurrent_layer(sb: SpecBuilder, a: dict) -> None:
     if sb.il is None:
         raise GraphcostError(sb.where("recurrent_layer outside a layer"))
     taken = "then" if sb.m.recurrent(sb.il) else "else"
-    sb.run(_branch(sb, f"recurrent_layer: {taken}", a.get(taken)))
+    sb.run_branch(f"recurrent_layer: {taken}", a.get(taken))
 
 
 def _chunk(g, bcx: Tensor, k: int, chunk: int) -> Tensor:
@@ -209,16 +208,14 @@ def positions_multi(sb: SpecBuilder, a: dict) -> None:
 
 
 def _rope_sections(sb: SpecBuilder) -> list[int]:
-    """hparams.rope_sections: ``<arch>.rope.dimension_sections`` (4 integers)."""
+    """hparams.rope_sections (read and checked by :mod:`graphcost.format.model`), which
+    this graph requires: ``<arch>.rope.dimension_sections`` must be in the file."""
     from gguf import Keys
     key = Keys.Rope.DIMENSION_SECTIONS.format(arch=sb.m.arch)
-    v = sb.m.header.metadata.get(key)
-    if hasattr(v, "load"):
-        v = v.load()
-    if not isinstance(v, list) or len(v) > 4 or not all(isinstance(x, int) for x in v):
-        raise GraphcostError(f"{sb.m.header.path}: metadata key {key!r} must hold up to 4 "
-                             "integers (llama.cpp requires it)")
-    return list(v) + [0] * (4 - len(v))
+    if key not in sb.m.header.metadata:
+        raise GraphcostError(f"{sb.m.header.path}: metadata key {key!r} is missing "
+                             "(llama.cpp requires it)")
+    return list(sb.m.rope_sections)
 
 
 @statement("gated_attention")
