@@ -643,6 +643,72 @@ def hwprobe(
     typer.echo(f"wrote {path}")
     if note:
         typer.echo(f"note: {note}")
+    from graphcost.calibrate import find_llama_bench
+    try:
+        bench = find_llama_bench()
+        typer.echo(f"llama.cpp's own rates (graphcost speed): graphcost calibrate -o {name} "
+                   f"(llama-bench found: {bench})")
+    except GraphcostError:
+        typer.echo(f"llama.cpp's own rates (graphcost speed): graphcost calibrate -o {name} "
+                   "--llama-bench PATH (no llama-bench found)")
+
+
+@app.command()
+def calibrate(
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="profile NAME (user's config dir; default: host name) or PATH; "
+        "an existing profile (graphcost hwprobe's) keeps its other fields")] = None,
+    llama_bench: Annotated[Optional[str], typer.Option(
+        "--llama-bench", help="llama-bench executable or its directory [default: PATH, "
+        "then graphcost's llama.cpp tools cache]")] = None,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="small generated models only (minutes, not the full set's ~10)")] = False,
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", "-t", help="llama-bench -t [default: the profile's, else all cores]")] = None,
+    save_runs: Annotated[Optional[Path], typer.Option(
+        "--save", help="also write llama-bench's measurements (JSON) here")] = None,
+) -> None:
+    """Fit graphcost speed's coefficients against llama-bench on this machine; store them
+    and the held-out error band in a hardware profile (docs/speed.md)."""
+    import json
+
+    from graphcost.calibrate import calibrate as run_calibration
+    from graphcost.calibrate import find_llama_bench, section, store
+    from graphcost.cost.hardware import find, is_path, load, user_dir
+    from graphcost.execute.hwprobe import default_name
+    from graphcost.files import check_output
+
+    if threads is not None and threads < 1:
+        _fail(f"--threads {threads}: use 1 or more")
+    bench = find_llama_bench(llama_bench)
+    name = output or default_name()
+    for target in ([Path(name).expanduser()] if is_path(name) else []) + \
+            ([save_runs] if save_runs is not None else []):
+        check_output(target)         # before minutes of measuring, not after
+        if not target.parent.is_dir():
+            _fail(f"{target}: directory {target.parent} does not exist")
+    if not is_path(name):
+        check_output(user_dir() / f"{name}.yaml")
+    if threads is None:
+        existing = find(name)
+        threads = (load(name).threads if existing is not None and existing.exists() else None) \
+            or os.cpu_count() or 1
+    typer.echo(f"llama-bench: {bench}; threads {threads}; "
+               f"{'quick (small models)' if quick else 'full'} calibration", err=True)
+    cal = run_calibration(bench, threads, quick, log=lambda s: typer.echo(s, err=True))
+    if save_runs is not None:
+        keep = ("counts", "pred_ts", "ratio", "meas_ts", "seconds", "cal")
+        save_runs.write_text(json.dumps([{k: v for k, v in r.items() if k not in keep}
+                                         for r in cal.rows], indent=1))
+    for r in cal.rows:
+        typer.echo(f"{r['model']:14s} {r['test']:14s} ub {r['n_ubatch']:4d} fa {r['flash_attn']} "
+                   f"{'cal ' if r['cal'] else 'held'} predicted {r['pred_ts']:9.2f} measured "
+                   f"{r['meas_ts']:9.2f} tok/s  pred/meas {r['ratio']:.3f}")
+    for k, b in cal.band.items():
+        typer.echo(f"{k}: {b['cases']} cases, median |pred/meas - 1| {100 * b['median']:.1f}%, "
+                   f"worst {100 * b['worst']:.1f}%")
+    path, note = store(name, section(cal, bench, quick))
+    typer.echo(f"wrote {path}" + (f" ({note})" if note else ""))
 
 
 @app.command(context_settings={"help_option_names": ["--help", "-h"]})
@@ -650,7 +716,7 @@ def speed(
     model: ModelArg = None,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", help="hardware profile (name or .yaml); calibrated by "
-        "benchmarks/bench_speed.py")] = None,
+        "graphcost calibrate")] = None,
     n_prompt: Annotated[str, typer.Option("-p", "--n-prompt", help="prompt tokens, list")] = "512",
     n_gen: Annotated[str, typer.Option("-n", "--n-gen", help="generated tokens, list")] = "128",
     n_depth: Annotated[str, typer.Option("-d", "--n-depth", help="context depth, list")] = "0",
@@ -675,7 +741,7 @@ def speed(
         _fail(f"-o/--format {fmt!r}: use one of {', '.join(FORMATS)}")
     if hardware is None:
         _fail("--hardware is required: a profile name or a .yaml (graphcost hwprobe, then "
-              "benchmarks/bench_speed.py --profile NAME to calibrate it)")
+              "graphcost calibrate -o NAME to calibrate it against llama-bench)")
     hw = load_hardware(hardware)
     given = {"n_batch": None if batch is None else parse_list("-b", batch, "int"),
              "n_ubatch": None if ubatch is None else parse_list("-ub", ubatch, "int"),

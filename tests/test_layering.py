@@ -1,5 +1,5 @@
 """Data flows one way: format -> graph -> memory, cost -> execute -> judge, with cli, check,
-report, document, archs and pipeline on top (docs/ and /work/shared/STYLE.md rule 1).
+report, document, archs, pipeline, speed, calibrate and bench_models on top (docs/ and /work/shared/STYLE.md rule 1).
 
 Every module's imports (top-level and inside functions) are read with :mod:`ast`; a module
 of an earlier stage that imports one of a later stage fails the test. ``errors``,
@@ -21,6 +21,8 @@ STAGES = {"format": 0, "graph": 1, "memory": 2, "cost": 2, "execute": 3, "judge"
           "cli": 5, "check": 5, "report": 5, "document": 5, "archs": 5, "pipeline": 5, "speed": 5,
           "__main__": 5, "__init__": 5}
 SHARED = {"errors", "files", "schema", "resources"}
+#: graphcost calibrate runs llama-bench (judge's tools) on models it writes: on top
+STAGES.update({"calibrate": 5, "bench_models": 5})
 
 
 def _top(module: str) -> str:

@@ -131,7 +131,7 @@ def _memory(path, c) -> dict:
     m, ctx, ub, fa, tk, tv = c
     s = RunSettings(ctx_size=ctx, ubatch_size=ub, batch_size=ub,
                     flash_attn="on" if fa else "off", cache_type_k=tk, cache_type_v=tv)
-    return document(analyze_graph(build_graph(load_model(path), s)))["memory"]
+    return document(analyze_graph(build_graph(load_model(path), s), memory=True))["memory"]
 
 
 @pytest.mark.parametrize("case", MEM_CASES, ids=[_mid(c) for c in MEM_CASES])

@@ -22,7 +22,7 @@ node times.
 
 A profile may also hold ``llama_cpp``: the coefficients of llama.cpp's CPU execution
 model (:mod:`graphcost.cost.speed_model`) fitted against llama-bench on that machine by
-``benchmarks/bench_speed.py``, with the error band measured on held-out cases;
+``graphcost calibrate`` (graphcost/calibrate.py), with the error band measured on held-out cases;
 ``graphcost speed`` and ``analyze --hardware`` use it (docs/speed.md).
 """
 from __future__ import annotations

@@ -36,7 +36,7 @@ plain integer from the graph and the cost model, :func:`counts`):
 Nodes that get no rows (a ubatch with no output: everything that follows the
 ``inp_out_ids`` GET_ROWS) still end in a barrier but do no work. The coefficients are
 seconds per unit at one thread count; they come from a hardware profile's ``llama_cpp``
-section (fitted by ``benchmarks/bench_speed.py`` against llama-bench on that machine, see
+section (fitted by ``graphcost calibrate`` against llama-bench on that machine, see
 docs/speed.md) or, for a profile without one, from its bandwidth and peak FLOP rate alone
 (:func:`roofline_coefficients`: unverified).
 """

@@ -93,7 +93,7 @@ def describe(sm, hw) -> dict:
         out["warning"] = "datasheet profile: unverified, not checked against llama.cpp"
     elif not sm.verified or not sm.band:
         out["warning"] = ("no llama-bench calibration in this profile: bandwidth and peak "
-                          "FLOP rate only, unverified")
+                          "FLOP rate only, unverified (graphcost calibrate -o NAME measures one)")
     return out
 
 

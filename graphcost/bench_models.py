@@ -1,0 +1,126 @@
+"""Models for timing llama.cpp: tiny llama GGUFs and header-only GGUFs made whole.
+
+Speed does not need trained weights, only files llama.cpp loads and runs, so both kinds
+hold zero tensor data (the kernels involved have no value-dependent branches; docs/speed.md
+says what was measured about that) and no real vocabulary: ``tokenizer.ggml.model`` is
+``"none"``, for which llama.cpp's vocabulary loader (src/llama-vocab.cpp,
+``llama_vocab::impl::load``) adds ``<arch>.vocab_size`` dummy tokens -- all llama-bench
+needs, as it feeds random token ids. Write them in a temporary directory and delete them
+after (graphcost.calibrate does).
+"""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from graphcost.format.gguf_reader import read_header
+
+_KEY = b"tokenizer.ggml.model"
+
+
+def make_whole(src: str | Path, dst: str | Path, *, vocab_none: bool = True) -> Path:
+    """Write ``dst``: ``src``'s header (tokenizer model ``"none"`` if ``vocab_none``) and
+    zero (sparse: no disk blocks) tensor data of the size its tensor infos give. Tensor
+    offsets are relative to the data section, so they stay valid; the header is padded to
+    the file's alignment again. Returns ``dst``."""
+    import gguf
+
+    string = int(gguf.GGUFValueType.STRING)
+    h = read_header(src)
+    with open(src, "rb") as f:
+        head = f.read(h.data_offset)
+    data_size = max((t.offset + t.nbytes for t in h.tensors.values()), default=0)
+    if vocab_none:
+        key = struct.pack("<Q", len(_KEY)) + _KEY
+        at = head.index(key) + len(key)
+        vtype, n = struct.unpack_from("<IQ", head, at)
+        if vtype != string:
+            raise ValueError(f"{src}: tokenizer.ggml.model is not a string")
+        end = at + 12 + n
+        body = head[:at] + struct.pack("<IQ", string, 4) + b"none" + head[end:]
+        # the old padding is still at the end of body; cut it at the tensor-info end
+        ti_end = len(body) - (h.data_offset - _tensor_info_end(head, h))
+        body = body[:ti_end]
+        head = body + b"\0" * ((-len(body)) % h.alignment)
+    dst = Path(dst)
+    with open(dst, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + data_size)
+    return dst
+
+
+def _tensor_info_end(head: bytes, h) -> int:
+    """Offset where the tensor-info section ends (before the alignment padding): the
+    furthest end of any tensor info (u64 name length, name, u32 n_dims, u64 ne[n_dims],
+    u32 type, u64 offset)."""
+    ends = []
+    for t in h.tensors.values():
+        nm = struct.pack("<Q", len(t.name)) + t.name.encode()
+        j = head.rfind(nm) + len(nm)
+        nd = struct.unpack_from("<I", head, j)[0]
+        ends.append(j + 4 + 8 * nd + 4 + 8)
+    return max(ends)
+
+
+def write_tiny_llama(path: str | Path, *, n_layer: int, n_embd: int = 64, n_head: int = 4,
+                     n_head_kv: int = 2, n_ff: int = 128, n_vocab: int = 300,
+                     weight_type: str = "Q8_0", types: dict[str, str] | None = None) -> Path:
+    """A llama-architecture GGUF with zero weights of ``weight_type`` (``types``: by tensor
+    kind, e.g. ``{"attn_k": "F16"}``; F32 norms), a ``"none"`` tokenizer and ``n_vocab``
+    dummy tokens, written with gguf.GGUFWriter. Matmul rows (``n_embd``, ``n_ff``) must be
+    multiples of the types' block sizes."""
+    import gguf
+    import numpy as np
+
+    types = dict(types or {})
+    hd = n_embd // n_head
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(f"graphcost-calibration-llama-{n_layer}x{n_embd}")
+    w.add_context_length(8192)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(hd)
+    w.add_vocab_size(n_vocab)
+    w.add_tokenizer_model("none")
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    def matrix(name: str, ne0: int, ne1: int) -> None:
+        kind = name.split(".")[-2]                       # blk.0.attn_k.weight -> attn_k
+        tname = types.get(kind, weight_type)
+        qt = gguf.GGMLQuantizationType[tname]
+        if qt in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            w.add_tensor(name, np.zeros((ne1, ne0), np.float32 if tname == "F32" else np.float16))
+            return
+        blck, tsize = gguf.GGML_QUANT_SIZES[qt]
+        if ne0 % blck:
+            raise ValueError(f"{name}: row length {ne0} is not a multiple of {tname}'s "
+                             f"block of {blck}")
+        w.add_tensor(name, np.zeros((ne1, ne0 // blck * tsize), np.uint8), raw_dtype=qt)
+
+    def vector(name: str, n: int) -> None:
+        w.add_tensor(name, np.ones(n, np.float32))
+
+    matrix("token_embd.weight", n_embd, n_vocab)
+    vector("output_norm.weight", n_embd)
+    matrix("output.weight", n_embd, n_vocab)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        vector(p + "attn_norm.weight", n_embd)
+        matrix(p + "attn_q.weight", n_embd, n_head * hd)
+        matrix(p + "attn_k.weight", n_embd, n_head_kv * hd)
+        matrix(p + "attn_v.weight", n_embd, n_head_kv * hd)
+        matrix(p + "attn_output.weight", n_head * hd, n_embd)
+        vector(p + "ffn_norm.weight", n_embd)
+        matrix(p + "ffn_gate.weight", n_embd, n_ff)
+        matrix(p + "ffn_up.weight", n_embd, n_ff)
+        matrix(p + "ffn_down.weight", n_ff, n_embd)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)

@@ -1,0 +1,245 @@
+"""graphcost calibrate: finding llama-bench, the calibration models, the fit and its
+error bands on synthetic measurements (exact numbers, no timing), the profile section it
+writes, bad flags (one line, exit 2), and -- only where llama-bench is built -- the real
+quick calibration end to end."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from graphcost import calibrate as C
+from graphcost.bench_models import make_whole, write_tiny_llama
+from graphcost.cost.hardware import load
+from graphcost.cost.speed_model import from_profile
+from graphcost.format.gguf_reader import read_header
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """Run ``graphcost ARGS`` in this process (graphcost.cli.main)."""
+    from graphcost.cli import main
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["graphcost", *map(str, args)])
+        with pytest.raises(SystemExit) as e:
+            main()
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, e.value.code, out.out, out.err)
+    return run
+
+
+def _fake_bench(d: Path) -> Path:
+    p = d / "llama-bench"
+    p.write_text("#!/bin/sh\nexit 0\n")
+    p.chmod(0o755)
+    return p
+
+
+# ------------------------------------------------------------------ finding llama-bench
+
+def test_find_llama_bench_flag_path_cache(tmp_path, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    fa, fb = _fake_bench(a), _fake_bench(b)
+    assert C.find_llama_bench(fa) == fa                 # the flag: the file
+    assert C.find_llama_bench(a) == fa                  # or its directory
+    monkeypatch.setenv("PATH", str(b))
+    assert C.find_llama_bench() == fb                   # then PATH
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("GRAPHCOST_LLAMA_TOOLS", str(a))
+    assert C.find_llama_bench() == fa                   # then the tools cache
+    monkeypatch.setenv("GRAPHCOST_LLAMA_TOOLS", str(tmp_path / "none"))
+    with pytest.raises(C.GraphcostError, match="llama-bench not found on PATH nor in"):
+        C.find_llama_bench()
+    with pytest.raises(C.GraphcostError, match="not an executable llama-bench"):
+        C.find_llama_bench(tmp_path / "none")
+
+
+# ------------------------------------------------------------------ calibration models
+
+def test_tiny_llama_loads(tmp_path):
+    from graphcost.graph.build import load_model
+
+    p = write_tiny_llama(tmp_path / "s.gguf", **C.SMALL)
+    h = read_header(p)
+    # token_embd, output_norm, output + 9 tensors per layer
+    assert len(h.tensors) == 3 + 9 * C.SMALL["n_layer"]
+    assert h.metadata["tokenizer.ggml.model"] == "none"
+    assert h.tensors["blk.0.ffn_down.weight"].ne == (1536, 512)
+    # Q4_K: 144 bytes per 256 values; ffn_down 1536 x 512 -> 6 * 512 blocks
+    assert h.tensors["blk.0.ffn_down.weight"].nbytes == 6 * 512 * 144
+    m = load_model(p)
+    assert m.arch == "llama" and m.n_layer == 8
+    with pytest.raises(ValueError, match="not a multiple of Q4_K's block of 256"):
+        write_tiny_llama(tmp_path / "bad.gguf", n_layer=1, weight_type="Q4_K")
+
+
+def test_tiny_types(tmp_path):
+    import gguf
+
+    h = read_header(write_tiny_llama(tmp_path / "t.gguf", n_layer=1, types=C.TINY_TYPES))
+    T = gguf.GGMLQuantizationType
+    assert {k: T(v.type).name for k, v in h.tensors.items() if k.startswith("blk.0.attn")
+            or k.startswith("blk.0.ffn_")} == {
+        "blk.0.attn_norm.weight": "F32", "blk.0.attn_q.weight": "Q4_0",
+        "blk.0.attn_k.weight": "F16", "blk.0.attn_v.weight": "Q8_0",
+        "blk.0.attn_output.weight": "Q8_0", "blk.0.ffn_norm.weight": "F32",
+        "blk.0.ffn_gate.weight": "Q4_0", "blk.0.ffn_up.weight": "Q8_0",
+        "blk.0.ffn_down.weight": "Q8_0"}
+    # F16 attn_k: [64, 2 heads x 16] -> 64 * 32 * 2 bytes
+    assert h.tensors["blk.0.attn_k.weight"].nbytes == 64 * 32 * 2
+
+
+def test_make_whole_example(tmp_path):
+    src = ROOT / "examples" / "llama-3.1-8b-instruct-q4_k_m.gguf"
+    dst = make_whole(src, tmp_path / "w.gguf")
+    h0, h = read_header(src), read_header(dst)
+    assert h.metadata["tokenizer.ggml.model"] == "none"
+    assert h.tensors.keys() == h0.tensors.keys()
+    size = max(t.offset + t.nbytes for t in h0.tensors.values())
+    assert dst.stat().st_size == h.data_offset + size
+    assert h.data_offset % h.alignment == 0
+
+
+# ------------------------------------------------------------------ fit and bands
+
+COEF = {"steps": 1e-5, "barriers": 2e-6}
+
+
+def _row(model, test, steps, barriers, factor=1.0, ub=512, fa=0, tokens=10):
+    """A measured case whose true seconds are COEF . counts, measured ``factor`` times
+    slower."""
+    sec = factor * (COEF["steps"] * steps + COEF["barriers"] * barriers)
+    r = {"model": model, "test": test, "n_prompt": 0, "n_gen": tokens, "n_ubatch": ub,
+         "flash_attn": fa, "n_threads": 2, "counts": {"steps": steps, "barriers": barriers},
+         "meas_ts": tokens / sec, "seconds": sec, "build": "abc (1)"}
+    r["cal"] = C.is_calibration(r)
+    return r
+
+
+def _rows():
+    return [_row("tiny-1", "tg10", 10, 100),              # 1e-4 + 2e-4 s
+            _row("tiny-12", "tg10", 10, 1000),            # 1e-4 + 2e-3 s
+            _row("small", "tg32", 32, 200),                # CAL: exact
+            _row("small", "tg32", 32, 900, fa=1, factor=1.25),    # held out: 25% slower
+            _row("small", "pp128", 4, 300, ub=32, fa=1, factor=0.8)]   # held: 20% faster
+
+
+def test_calibration_split():
+    rows = _rows()
+    assert [r["cal"] for r in rows] == [True, True, True, False, False]
+
+
+def test_evaluate_exact():
+    c = C.evaluate(_rows(), threads=2)
+    # three consistent calibration cases recover the coefficients
+    assert c.coef["steps"] == pytest.approx(1e-5, rel=1e-6)
+    assert c.coef["barriers"] == pytest.approx(2e-6, rel=1e-6)
+    assert c.band["calibration"]["cases"] == 3
+    assert c.band["calibration"]["worst"] < 1e-6
+    # predicted/measured tok/s = measured/predicted seconds = the factor: 1.25 and 0.8
+    assert [round(r["ratio"], 6) for r in c.rows[3:]] == [1.25, 0.8]
+    # held-out |ratio - 1|: 0.25 and 0.2 -> median 0.225, worst 0.25
+    assert c.band["held-out"] == {"cases": 2, "median": pytest.approx(0.225, rel=1e-6),
+                                  "worst": pytest.approx(0.25, rel=1e-6)}
+    h = c.band["held-out"]
+    assert c.target_met == (h["median"] <= 0.10 and h["worst"] <= 0.25)
+
+
+def test_evaluate_without_calibration_cases():
+    rows = [r for r in _rows() if not r["cal"]]
+    with pytest.raises(C.GraphcostError, match="no calibration case was measured"):
+        C.evaluate(rows, threads=2)
+
+
+# ------------------------------------------------------------------ profile section
+
+def test_store_new_then_existing_profile(tmp_path):
+    c = C.evaluate(_rows(), threads=2)
+    bench = Path("/opt/llama/llama-bench")
+    sec = C.section(c, bench, quick=True)
+    assert sec["how"].startswith("graphcost calibrate --quick: llama.cpp measured with "
+                                 "llama-bench on this machine (5 cases")
+    assert "3 calibration cases, checked on 2 held-out cases" in sec["how"]
+    assert sec["source"] == "llama-bench /opt/llama/llama-bench, build abc (1)"
+    prof = tmp_path / "m.yaml"
+    path, _ = C.store(str(prof), sec)
+    hw = load(str(path))
+    assert hw.kind == "measured" and hw.threads == 2
+    sm = from_profile(hw)
+    assert sm.verified and sm.threads == 2 and sm.source == sec["how"]
+    assert sm.band["median"] == pytest.approx(0.225, rel=1e-6)
+    assert sm.coefficient("barriers") == pytest.approx(2e-6, rel=1e-6)
+    # no weight_bytes / MAC coefficient fitted: the minimal profile's figures say 1
+    assert hw.bandwidth == 1 and hw.peak_flops == 1
+    # a second calibration into the existing profile keeps its other fields
+    import yaml
+    doc = yaml.safe_load(path.read_text())
+    doc["description"] = "kept"
+    path.write_text(yaml.safe_dump(doc))
+    sec2 = dict(sec, coefficients={"steps": 3e-5})
+    C.store(str(prof), sec2)
+    doc2 = yaml.safe_load(path.read_text())
+    assert doc2["description"] == "kept"
+    assert doc2["llama_cpp"]["coefficients"] == {"steps": 3e-5}
+
+
+# ------------------------------------------------------------------ command line
+
+@pytest.mark.parametrize("args, msg", [
+    (("--llama-bench", "/nonexistent/llama-bench"), "not an executable llama-bench"),
+    (("--threads", "0"), "--threads 0: use 1 or more"),
+    (("--bogus",), "No such option"),
+])
+def test_cli_bad_flags(cli, args, msg):
+    r = cli("calibrate", "--quick", "-o", "/nonexistent-dir/x.yaml", *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("where, msg", [("dir", "is a directory"),
+                                         ("missing", "does not exist")])
+def test_cli_bad_output(cli, tmp_path, where, msg):
+    out = tmp_path if where == "dir" else tmp_path / "no-dir" / "x.yaml"
+    r = cli("calibrate", "--quick", "--llama-bench", _fake_bench(tmp_path), "-o", out)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and msg in lines[0], r.stderr
+
+
+# ------------------------------------------------------------------ end to end
+
+def _no_bench() -> str | None:
+    try:
+        C.find_llama_bench()
+    except C.GraphcostError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.skipif(_no_bench() is not None, reason=_no_bench() or "")
+@pytest.mark.skipif(not os.environ.get("GRAPHCOST_SLOW"),
+                    reason="runs llama-bench 40-110 s (more under load): set GRAPHCOST_SLOW=1")
+def test_quick_calibration_end_to_end(cli, tmp_path):
+    t0 = time.perf_counter()
+    prof = tmp_path / "p.yaml"
+    r = cli("calibrate", "--quick", "-o", prof, "--save", tmp_path / "runs.json")
+    assert r.returncode == 0, r.stderr
+    hw = load(str(prof))
+    sec = hw.extra["llama_cpp"]
+    n_cases = 2 + 8 + 6 + 2          # tiny 1 + 1, small pp ub x fa, tg depth x fa, pp @ d512
+    assert len(sec["cases"]) == n_cases
+    assert sec["error_band"]["cases"] + sec["calibration_band"]["cases"] == n_cases
+    assert sec["calibration_band"]["cases"] == 2 + 11
+    assert "llama-bench" in sec["source"] and sec["how"].startswith("graphcost calibrate --quick")
+    assert all(v >= 0 for v in sec["coefficients"].values())
+    assert f"wrote {prof}" in r.stdout and "held-out: 5 cases" in r.stdout
+    print(f"quick calibration: {time.perf_counter() - t0:.0f} s")
