@@ -18,7 +18,7 @@ Two paths, side by side (``kernels/matmul.py``):
 For each weight type (K = 4096 columns, rows chosen so the matrix is >= --mib MiB,
 well past the caches: a 64 MiB read already runs at DRAM speed here):
 
-1. build the weight: 64 valid rows from ``tests/fixtures.make_weight`` (gguf-py
+1. build the weight: 64 valid rows from ``tests/gguf_writer.make_weight`` (gguf-py
    quantizer, or random k-quant blocks with sane scales), tiled to size;
 2. compile: time each path's first call on a small matrix (numba's cache is sent to
    a fresh temporary directory unless ``--use-cache``, so this is a real compile);
@@ -70,7 +70,7 @@ def main() -> None:
     import numba
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from fixtures import make_weight
+    from gguf_writer import make_weight
     from gguf import GGMLQuantizationType as QT
 
     from graphcost.execute.kernels_loader import load_kernels

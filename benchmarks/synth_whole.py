@@ -17,17 +17,17 @@ __all__ = ["make_whole", "fill_random"]
 
 def fill_random(path: str | Path, seed: int = 0) -> Path:
     """Overwrite every tensor of the whole file ``path`` with small finite random values
-    (graphcost.execute.executor._random_raw: the executor's random weights), in place."""
+    (graphcost.execute.weights.random_raw: the executor's random weights), in place."""
     import numpy as np
 
-    from graphcost.execute.executor import _random_raw
+    from graphcost.execute.weights import random_raw
 
     h = read_header(path)
     rng = np.random.default_rng(seed)
     with open(path, "r+b") as f:
         for t in h.tensors.values():
             f.seek(h.data_offset + t.offset)
-            f.write(_random_raw(t.type, t.ne, rng).tobytes())
+            f.write(random_raw(t.type, t.ne, rng).tobytes())
     return Path(path)
 
 

@@ -616,9 +616,9 @@ def hwprobe(
 
     if mib < 16:
         _fail(f"--mib {mib}: use at least 16 (the matrix must be larger than the caches)")
-    from graphcost.execute.executor import _available_memory
-    if mib << 20 > _available_memory() // 4:  # the probe holds a few matrices of this size
-        _fail(f"--mib {mib}: more than a quarter of the {_available_memory() >> 20} MiB "
+    from graphcost.execute.weights import available_memory
+    if mib << 20 > available_memory() // 4:  # the probe holds a few matrices of this size
+        _fail(f"--mib {mib}: more than a quarter of the {available_memory() >> 20} MiB "
               "of memory available")
     if repeat < 1:
         _fail(f"--repeat {repeat} must be >= 1")

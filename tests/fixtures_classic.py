@@ -22,7 +22,8 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
+from gguf_writer import (QT, FixtureInfo, TensorSink, bias, ffn, finish, header, info, layer_norm,
+                         qkv)
 
 __all__ = ["write_gpt2", "write_starcoder2", "write_falcon", "write_phi3"]
 
@@ -47,49 +48,34 @@ PHI3_DEFAULT_TYPES: dict[str, QT] = {
 
 def _begin(path: Path, arch: str, *, n_embd: int, n_head: int, n_head_kv: int | None,
            n_ff: int, n_layer: int, n_vocab: int, context_length: int) -> gguf.GGUFWriter:
-    if n_head_kv is not None and n_head % n_head_kv:
-        raise ValueError("n_head must be a multiple of n_head_kv")
-    w = gguf.GGUFWriter(str(path), arch)
     # not "phi3": llama-vocab.cpp gives models named phi-3/phi3 special tokens our tiny
     # vocabulary lacks (<|endoftext|>) and then fails to load
-    w.add_name(f"graphcost-fixture-{arch.replace('phi3', 'p3')}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    if n_head_kv is not None:
-        w.add_head_count_kv(n_head_kv)
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    return w
+    return header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                  rms_eps=None, rope_freq_base=None,
+                  name=f"graphcost-fixture-{arch.replace('phi3', 'p3')}")
 
 
-def _bias(sink: _TensorSink, name: str, n: int) -> None:
-    sink.vector(name, n, center=0.0, spread=0.02)
-
-
-def _layer_norm(sink: _TensorSink, name: str, n: int, bias: bool = True) -> None:
-    sink.vector(f"{name}.weight", n)
-    if bias:
-        _bias(sink, f"{name}.bias", n)
-
-
-def _head(sink: _TensorSink, n_embd: int, n_vocab: int, tie: bool, norm_bias: bool) -> None:
+def _head(sink: TensorSink, n_embd: int, n_vocab: int, tie: bool, norm_bias: bool) -> None:
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05 if tie else 0.5)
-    _layer_norm(sink, "output_norm", n_embd, norm_bias)
+    layer_norm(sink, "output_norm", n_embd, norm_bias)
     if not tie:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
 
 
-def _info(path: Path, arch: str, sink: _TensorSink, *, n_vocab, n_embd, n_head, n_head_kv,
+def _mlp(sink: TensorSink, p: str, n_embd: int, n_ff: int) -> None:
+    """The GELU MLP of gpt2 and starcoder2: ``ffn_up`` and ``ffn_down``, each with its bias."""
+    sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+    bias(sink, p + "ffn_up.bias", n_ff)
+    sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+    bias(sink, p + "ffn_down.bias", n_embd)
+
+
+def _info(path: Path, arch: str, sink: TensorSink, *, n_vocab, n_embd, n_head, n_head_kv,
           n_ff, n_layer, context_length, tie) -> FixtureInfo:
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=n_embd // n_head, n_ff=n_ff,
-                       n_layer=n_layer, context_length=context_length, tie_embeddings=tie,
-                       tensor_types=sink.types)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=n_embd // n_head, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=tie)
 
 
 def write_gpt2(path: str | Path, *, n_embd: int = 192, n_head: int = 3, n_ff: int = 512,
@@ -102,22 +88,19 @@ def write_gpt2(path: str | Path, *, n_embd: int = 192, n_head: int = 3, n_ff: in
     w = _begin(path, "gpt2", n_embd=n_embd, n_head=n_head, n_head_kv=None, n_ff=n_ff,
                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length)
     w.add_layer_norm_eps(norm_eps)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, GPT2_DEFAULT_TYPES)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GPT2_DEFAULT_TYPES)
     _head(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
     sink.matrix("position_embd", "position_embd.weight", n_embd, context_length, scale=0.1)
     for i in range(n_layer):
         p = f"blk.{i}."
-        _layer_norm(sink, p + "attn_norm", n_embd)
+        layer_norm(sink, p + "attn_norm", n_embd)
         sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, 3 * n_embd)
-        _bias(sink, p + "attn_qkv.bias", 3 * n_embd)
+        bias(sink, p + "attn_qkv.bias", 3 * n_embd)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-        _bias(sink, p + "attn_output.bias", n_embd)
-        _layer_norm(sink, p + "ffn_norm", n_embd)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        _bias(sink, p + "ffn_up.bias", n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-        _bias(sink, p + "ffn_down.bias", n_embd)
-    _finish(w)
+        bias(sink, p + "attn_output.bias", n_embd)
+        layer_norm(sink, p + "ffn_norm", n_embd)
+        _mlp(sink, p, n_embd, n_ff)
+    finish(w)
     return _info(path, "gpt2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head, n_ff=n_ff, n_layer=n_layer, context_length=context_length,
                  tie=tie_embeddings)
@@ -136,29 +119,26 @@ def write_starcoder2(path: str | Path, *, n_embd: int = 256, n_head: int = 8, n_
                n_ff=n_ff, n_layer=n_layer, n_vocab=n_vocab, context_length=context_length)
     w.add_layer_norm_eps(norm_eps)
     w.add_rope_freq_base(100000.0)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, STARCODER2_DEFAULT_TYPES)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, STARCODER2_DEFAULT_TYPES)
     _head(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
     kv = n_head_kv * hd
     for i in range(n_layer):
         p = f"blk.{i}."
-        _layer_norm(sink, p + "attn_norm", n_embd)
+        layer_norm(sink, p + "attn_norm", n_embd)
         if fused_qkv:
             sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, n_embd + 2 * kv)
             if qkv_bias:
-                _bias(sink, p + "attn_qkv.bias", n_embd + 2 * kv)
+                bias(sink, p + "attn_qkv.bias", n_embd + 2 * kv)
         else:
             for x, n in (("q", n_embd), ("k", kv), ("v", kv)):
                 sink.matrix(f"attn_{x}", f"{p}attn_{x}.weight", n_embd, n)
                 if qkv_bias:
-                    _bias(sink, f"{p}attn_{x}.bias", n)
+                    bias(sink, f"{p}attn_{x}.bias", n)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-        _bias(sink, p + "attn_output.bias", n_embd)
-        _layer_norm(sink, p + "ffn_norm", n_embd)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        _bias(sink, p + "ffn_up.bias", n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-        _bias(sink, p + "ffn_down.bias", n_embd)
-    _finish(w)
+        bias(sink, p + "attn_output.bias", n_embd)
+        layer_norm(sink, p + "ffn_norm", n_embd)
+        _mlp(sink, p, n_embd, n_ff)
+    finish(w)
     return _info(path, "starcoder2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
                  context_length=context_length, tie=tie_embeddings)
@@ -176,18 +156,17 @@ def write_falcon(path: str | Path, *, n_embd: int = 320, n_head: int = 5, n_head
     w = _begin(path, "falcon", n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length)
     w.add_layer_norm_eps(norm_eps)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, FALCON_DEFAULT_TYPES)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, FALCON_DEFAULT_TYPES)
     _head(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
     for i in range(n_layer):
         p = f"blk.{i}."
-        _layer_norm(sink, p + "attn_norm", n_embd)
+        layer_norm(sink, p + "attn_norm", n_embd)
         if attn_norm_2:
-            _layer_norm(sink, p + "attn_norm_2", n_embd)
+            layer_norm(sink, p + "attn_norm_2", n_embd)
         sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, n_embd + 2 * n_head_kv * hd)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-    _finish(w)
+        ffn(sink, p, n_embd, n_ff, order=("up", "down"))
+    finish(w)
     return _info(path, "falcon", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
                  context_length=context_length, tie=tie_embeddings)
@@ -212,13 +191,11 @@ def write_phi3(path: str | Path, *, n_embd: int = 288, n_head: int = 3, n_head_k
     if original_context_length is not None:
         w.add_rope_scaling_orig_ctx_len(original_context_length)
         w.add_rope_scaling_attn_factors(1.19)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, PHI3_DEFAULT_TYPES)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, PHI3_DEFAULT_TYPES)
     _head(sink, n_embd, n_vocab, tie_embeddings, norm_bias=False)
     if rope_factors:
         for which, hi in (("long", 8.0), ("short", 1.5)):
-            f = np.linspace(1.0, hi, hd // 2).astype(np.float32)
-            w.add_tensor(f"rope_factors_{which}.weight", f)
-            sink.types[f"rope_factors_{which}.weight"] = "F32"
+            sink.array(f"rope_factors_{which}.weight", np.linspace(1.0, hi, hd // 2))
     kv = n_head_kv * hd
     for i in range(n_layer):
         p = f"blk.{i}."
@@ -230,12 +207,12 @@ def write_phi3(path: str | Path, *, n_embd: int = 288, n_head: int = 3, n_head_k
                 sink.matrix(f"attn_{x}", f"{p}attn_{x}.weight", n_embd, n)
         if qkv == "fused_split_bias":
             for x, n in (("q", n_embd), ("k", kv), ("v", kv)):
-                _bias(sink, f"{p}attn_{x}.bias", n)
+                bias(sink, f"{p}attn_{x}.bias", n)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, 2 * n_ff)
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-    _finish(w)
+    finish(w)
     return _info(path, "phi3", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
                  context_length=context_length, tie=tie_embeddings)

@@ -26,8 +26,8 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from fixtures import QT, _add_spm_vocab, _finish, _TensorSink
-from fixtures_moe import _experts
+from gguf_writer import (QT, GATE_DOWN_UP, TensorSink, attention, embeddings, expert_counts, ffn,
+                         finish, header, moe, qkv)
 
 __all__ = ["write_deepseek2", "write_glm4moe", "write_ernie4_5_moe", "write_minimax_m2",
            "DeepseekInfo", "DEEPSEEK2_DEFAULT_TYPES", "GLM4MOE_DEFAULT_TYPES",
@@ -97,19 +97,13 @@ def write_deepseek2(
     path = Path(path)
     arch = "deepseek2"
     n_all = n_layer + n_nextn
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_all)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head if legacy_kv_b else 1,
+               n_ff=n_ff, n_layer=n_all, n_vocab=n_vocab, context_length=context_length,
+               rms_eps=rms_eps, rope_freq_base=rope_freq_base, n_rot=n_rot)
     if legacy_kv_b:
-        w.add_head_count_kv(n_head)
         w.add_key_length(qk_nope + n_rot)
         w.add_value_length(v_head)
     else:
-        w.add_head_count_kv(1)
         w.add_key_length(kv_lora_rank + n_rot)
         w.add_value_length(kv_lora_rank)
         w.add_key_length_mla(qk_nope + n_rot)
@@ -119,36 +113,15 @@ def write_deepseek2(
     if attn_temp_scale is not None:  # Mistral Large 3's query temperature tuning
         w.add_attn_temperature_scale(attn_temp_scale)
         w.add_attn_temperature_length(16)
-    w.add_rope_dimension_count(n_rot)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
     w.add_q_lora_rank(q_lora_rank)
     w.add_kv_lora_rank(kv_lora_rank)
-    w.add_leading_dense_block_count(n_layer_dense_lead)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_expert_used)
-    w.add_expert_shared_count(n_expert_shared)
-    w.add_expert_feed_forward_length(n_ff_exp)
+    _moe_keys(w, arch, n_layer_dense_lead, n_expert, n_expert_used, n_expert_shared, n_ff_exp,
+              gating, weights_norm, weights_scale)
     if expert_groups is not None:
         w.add_expert_group_count(expert_groups[0])
         w.add_expert_group_used_count(expert_groups[1])
-    if gating is not None:
-        w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
-    if weights_norm is not None:
-        w.add_expert_weights_norm(weights_norm)
-    if weights_scale is not None:
-        w.add_expert_weights_scale(weights_scale)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, DEEPSEEK2_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, DEEPSEEK2_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     k_mla = qk_nope + n_rot
     for i in range(n_all):
         p = f"blk.{i}."
@@ -167,38 +140,26 @@ def write_deepseek2(
                         n_head * (qk_nope + v_head))
         else:
             # per-head 3-D weights: ne [qk_nope, kv_lora, n_head], [kv_lora, v_head, n_head]
-            _experts(sink, "attn_k_b", p + "attn_k_b.weight", qk_nope, kv_lora_rank, n_head)
-            _experts(sink, "attn_v_b", p + "attn_v_b.weight", kv_lora_rank, v_head, n_head)
+            sink.experts("attn_k_b", p + "attn_k_b.weight", qk_nope, kv_lora_rank, n_head)
+            sink.experts("attn_v_b", p + "attn_v_b.weight", kv_lora_rank, v_head, n_head)
         sink.matrix("attn_output", p + "attn_output.weight", n_head * v_head, n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if i < n_layer_dense_lead:
-            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
         else:
-            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-            if probs_bias:
-                sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd,
-                     n_expert)
             if merged_gate_up:  # one tensor: gate rows, then up rows
-                _experts(sink, "ffn_gate_exps", p + "ffn_gate_up_exps.weight", n_embd,
-                         2 * n_ff_exp, n_expert)
+                moe(sink, p, n_embd, n_ff_exp, n_expert, gate_exps=False, probs_bias=probs_bias,
+                    order=("down",))
+                sink.experts("ffn_gate_exps", p + "ffn_gate_up_exps.weight", n_embd,
+                             2 * n_ff_exp, n_expert)
             else:
-                _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
-                         n_expert)
-                _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp,
-                         n_expert)
+                moe(sink, p, n_embd, n_ff_exp, n_expert, probs_bias=probs_bias,
+                    order=("down", "gate", "up"))
             shared = n_ff_exp * n_expert_shared
-            sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, shared)
-            sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", shared, n_embd)
-            sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, shared)
-        if i >= n_layer:  # NextN/MTP block
-            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
-            sink.vector(p + "nextn.enorm.weight", n_embd)
-            sink.vector(p + "nextn.hnorm.weight", n_embd)
-            sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
-    _finish(w)
+            ffn(sink, p, n_embd, shared, suffix="_shexp", order=GATE_DOWN_UP)
+        if i >= n_layer:
+            _nextn(sink, p, n_embd)
+    finish(w)
     return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
                         kv_lora_rank=kv_lora_rank, n_rot=n_rot, n_vocab=n_vocab)
 
@@ -240,50 +201,20 @@ def write_glm4moe(
     path = Path(path)
     arch = "glm4moe"
     n_all = n_layer + n_nextn
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_all)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(n_rot)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
-    w.add_leading_dense_block_count(n_layer_dense_lead)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_expert_used)
-    w.add_expert_shared_count(n_expert_shared)
-    w.add_expert_feed_forward_length(n_ff_exp)
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+               n_layer=n_all, n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+               rope_freq_base=rope_freq_base, head_dim=head_dim, n_rot=n_rot)
+    _moe_keys(w, arch, n_layer_dense_lead, n_expert, n_expert_used, n_expert_shared, n_ff_exp,
+              gating, weights_norm, weights_scale)
     if n_nextn:
         w.add_nextn_predict_layers(n_nextn)
-    if gating is not None:
-        w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
-    if weights_norm is not None:
-        w.add_expert_weights_norm(weights_norm)
-    if weights_scale is not None:
-        w.add_expert_weights_scale(weights_scale)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, GLM4MOE_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GLM4MOE_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_all):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
-        sink.matrix("attn_q", p + "attn_q.weight", n_embd, q_dim)
-        sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-        sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+        qkv(sink, p, n_embd, q_dim, kv_dim)
         for x, n in (("q", q_dim), ("k", kv_dim), ("v", kv_dim)):
             sink.vector(p + f"attn_{x}.bias", n, center=0.0)
         sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
@@ -292,26 +223,15 @@ def write_glm4moe(
             sink.vector(p + "attn_k_norm.weight", head_dim)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         if i < n_layer_dense_lead:
-            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
         else:
-            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-            sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
-            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            moe(sink, p, n_embd, n_ff_exp, n_expert, probs_bias=True)
             if n_expert_shared > 0:
                 shared = n_ff_exp * n_expert_shared
-                sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, shared)
-                sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", shared, n_embd)
-                sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, shared)
-        if i >= n_layer:  # NextN/MTP block
-            sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
-            sink.vector(p + "nextn.enorm.weight", n_embd)
-            sink.vector(p + "nextn.hnorm.weight", n_embd)
-            sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
-    _finish(w)
+                ffn(sink, p, n_embd, shared, suffix="_shexp", order=GATE_DOWN_UP)
+        if i >= n_layer:
+            _nextn(sink, p, n_embd)
+    finish(w)
     return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
                         kv_lora_rank=0, n_rot=n_rot, n_vocab=n_vocab)
 
@@ -333,29 +253,38 @@ ERNIE_MINIMAX_DEFAULT_TYPES: dict[str, QT] = {
 }
 
 
+def _moe_keys(w: gguf.GGUFWriter, arch: str, n_dense_lead: int, n_expert: int,
+              n_expert_used: int, n_expert_shared: int, n_ff_exp: int, gating: int | None,
+              weights_norm: bool | None, weights_scale: float | None) -> None:
+    """The MoE keys of the DeepSeek-style families (``None``: left out)."""
+    w.add_leading_dense_block_count(n_dense_lead)
+    expert_counts(w, arch, n_expert, n_expert_used)
+    w.add_expert_shared_count(n_expert_shared)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    if gating is not None:
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
+    if weights_norm is not None:
+        w.add_expert_weights_norm(weights_norm)
+    if weights_scale is not None:
+        w.add_expert_weights_scale(weights_scale)
+
+
+def _nextn(sink: TensorSink, p: str, n_embd: int) -> None:
+    """A NextN/MTP block's own tensors (beside a full layer's)."""
+    sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
+    sink.vector(p + "nextn.enorm.weight", n_embd)
+    sink.vector(p + "nextn.hnorm.weight", n_embd)
+    sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
+
+
 def _plain_header(path: Path, arch: str, *, n_embd, n_head, n_head_kv, head_dim, n_rot,
                   n_layer, n_ff, n_vocab, context_length, rope_freq_base, rms_eps,
                   n_expert, n_expert_used, n_ff_exp) -> gguf.GGUFWriter:
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(n_rot)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_expert_used)
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim, n_rot=n_rot)
+    expert_counts(w, arch, n_expert, n_expert_used)
     w.add_expert_feed_forward_length(n_ff_exp)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
     return w
 
 
@@ -386,42 +315,23 @@ def write_ernie4_5_moe(
         w.add_expert_shared_feed_forward_length(n_ff_shexp)
     if weights_scale is not None:
         w.add_expert_weights_scale(weights_scale)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types,
-                       ERNIE_MINIMAX_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types,
+                      ERNIE_MINIMAX_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        sink.matrix("attn_q", p + "attn_q.weight", n_embd, q_dim)
-        sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-        sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
-        sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
+        attention(sink, p, n_embd, q_dim, kv_dim)
         if out_bias:
             sink.vector(p + "attn_output.bias", n_embd, center=0.0)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if i >= n_layer_dense_lead:
-            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-            if probs_bias:
-                sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
-            if gate_exps:
-                _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
-                         n_expert)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            moe(sink, p, n_embd, n_ff_exp, n_expert, gate_exps=gate_exps, probs_bias=probs_bias)
             if n_ff_shexp:
-                sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
-                sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
-                sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
+                ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp", order=GATE_DOWN_UP)
         else:
-            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-    _finish(w)
+            ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
+    finish(w)
     return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
                         kv_lora_rank=0, n_rot=head_dim, n_vocab=n_vocab)
 
@@ -449,27 +359,20 @@ def write_minimax_m2(
         w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
     if weights_scale is not None:
         w.add_expert_weights_scale(weights_scale)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types,
-                       ERNIE_MINIMAX_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.5)
-    sink.vector("output_norm.weight", n_embd)
-    sink.matrix("output", "output.weight", n_embd, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types,
+                      ERNIE_MINIMAX_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie=False)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.matrix("attn_q", p + "attn_q.weight", n_embd, q_dim)
-        sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-        sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+        qkv(sink, p, n_embd, q_dim, kv_dim)
         sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
         sink.vector(p + "attn_norm.weight", n_embd)
         sink.vector(p + "attn_q_norm.weight", q_dim)
         sink.vector(p + "attn_k_norm.weight", kv_dim)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
-        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
-        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
+        moe(sink, p, n_embd, n_ff, n_expert)
         sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
-    _finish(w)
+    finish(w)
     return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
                         kv_lora_rank=0, n_rot=n_rot, n_vocab=n_vocab)

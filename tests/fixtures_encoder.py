@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
+from gguf_writer import QT, FixtureInfo, TensorSink, add_spm_vocab, bias, finish, layer_norm
 
 __all__ = ["write_bert"]
 
@@ -32,13 +32,8 @@ BERT_DEFAULT_TYPES: dict[str, QT] = {
 }
 
 
-def _bias(sink: _TensorSink, name: str, n: int) -> None:
-    sink.vector(name, n, center=0.0, spread=0.02)
 
 
-def _layer_norm(sink: _TensorSink, name: str, n: int) -> None:
-    sink.vector(f"{name}.weight", n)
-    _bias(sink, f"{name}.bias", n)
 
 
 def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: int = 416,
@@ -77,12 +72,12 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
     w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
+    add_spm_vocab(w, n_vocab)
     w.add_token_type_count(max(token_types, 1))
     if cls_out:
         w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch),
                     [f"label{i}" for i in range(cls_out)])
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, BERT_DEFAULT_TYPES)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, BERT_DEFAULT_TYPES)
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.5)
     if token_types:
         sink.matrix("token_types", "token_types.weight", n_embd, token_types, scale=0.1)
@@ -90,35 +85,35 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
         sink.matrix("position_embd", "position_embd.weight", n_embd, context_length, scale=0.1)
     if cls:
         sink.matrix("cls", "cls.weight", n_embd, n_embd)
-        _bias(sink, "cls.bias", n_embd)
+        bias(sink, "cls.bias", n_embd)
     if cls_out:
         sink.matrix("cls.output", "cls.output.weight", n_embd, cls_out)
-        _bias(sink, "cls.output.bias", cls_out)
-    _layer_norm(sink, "token_embd_norm", n_embd)
+        bias(sink, "cls.output.bias", cls_out)
+    layer_norm(sink, "token_embd_norm", n_embd)
     for i in range(n_layer):
         p = f"blk.{i}."
         if fused_qkv:
             sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, 3 * n_embd)
             if qkv_bias:
-                _bias(sink, p + "attn_qkv.bias", 3 * n_embd)
+                bias(sink, p + "attn_qkv.bias", 3 * n_embd)
         else:
             for x in "qkv":
                 sink.matrix(f"attn_{x}", p + f"attn_{x}.weight", n_embd, n_embd)
                 if qkv_bias:
-                    _bias(sink, p + f"attn_{x}.bias", n_embd)
+                    bias(sink, p + f"attn_{x}.bias", n_embd)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
         if out_bias:
-            _bias(sink, p + "attn_output.bias", n_embd)
-        _layer_norm(sink, p + "attn_output_norm", n_embd)
+            bias(sink, p + "attn_output.bias", n_embd)
+        layer_norm(sink, p + "attn_output_norm", n_embd)
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
         if nomic:
             sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
         elif ffn_bias:
-            _bias(sink, p + "ffn_up.bias", n_ff)
-            _bias(sink, p + "ffn_down.bias", n_embd)
-        _layer_norm(sink, p + "layer_output_norm", n_embd)
-    _finish(w)
+            bias(sink, p + "ffn_up.bias", n_ff)
+            bias(sink, p + "ffn_down.bias", n_embd)
+        layer_norm(sink, p + "layer_output_norm", n_embd)
+    finish(w)
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff,
                        n_layer=n_layer, context_length=context_length, tie_embeddings=False,

@@ -18,7 +18,8 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink, make_weight, swa_layers
+from gguf_writer import (QT, FixtureInfo, TensorSink, done, ffn, header, make_weight,
+                         per_layer_inputs, qkv, swa_layers)
 
 __all__ = ["write_gemma3n", "N_ALTUP", "N_EMBD_ALTUP", "LAUREL_RANK"]
 
@@ -43,28 +44,14 @@ def write_gemma3n(path: str | Path, *, n_embd: int = 160, n_head: int = 3, n_hea
     """Arch ``gemma3n``. Default: 6 layers (pattern 5: layer 4 global, the others sliding), 3 heads of 64 over 1
     KV head (q width 192 != n_embd 160), n_ff 288, tied output, separate Q/K/V."""
     path = Path(path)
-    if n_head % n_head_kv:
-        raise ValueError("n_head must be a multiple of n_head_kv")
-    w = gguf.GGUFWriter(str(path), "gemma3n")
-    w.add_name("graphcost-fixture-gemma3n")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(rms_eps)
+    arch = "gemma3n"
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+               rms_eps=rms_eps, rope_freq_base=1_000_000.0, head_dim=head_dim)
     if sliding_window is not None:  # required: None writes a file llama.cpp refuses
         w.add_sliding_window(sliding_window)
-    w.add_rope_freq_base(1_000_000.0)
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
     rng = np.random.default_rng(seed)
-    sink = _TensorSink(w, rng, weight_types, GEMMA3N_DEFAULT_TYPES)
+    sink = TensorSink(w, rng, weight_types, GEMMA3N_DEFAULT_TYPES)
     q_dim, kv_dim = head_dim * n_head, head_dim * n_head_kv
 
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
@@ -73,11 +60,7 @@ def write_gemma3n(path: str | Path, *, n_embd: int = 160, n_head: int = 3, n_hea
     for name in ("altup_proj", "altup_unembd_proj"):  # [n_embd, n_embd, n_altup - 1]
         sink._add(f"{name}.weight", make_weight(rng, (N_ALTUP - 1, n_embd, n_embd), QT.F16),
                   QT.F16)
-    sink.matrix("per_layer_token_embd", "per_layer_token_embd.weight",
-                N_EMBD_ALTUP * n_layer, n_vocab, scale=0.5)
-    sink.matrix("per_layer_model_proj", "per_layer_model_proj.weight", n_embd,
-                N_EMBD_ALTUP * n_layer)
-    sink.vector("per_layer_proj_norm.weight", N_EMBD_ALTUP)
+    per_layer_inputs(sink, n_embd, n_vocab, N_EMBD_ALTUP, n_layer)
     sink.vector("output_norm.weight", n_embd)
     for i in range(n_layer):
         p = f"blk.{i}."
@@ -85,17 +68,13 @@ def write_gemma3n(path: str | Path, *, n_embd: int = 160, n_head: int = 3, n_hea
         if fused_qkv:
             sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, q_dim + 2 * kv_dim)
         else:
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, q_dim)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            qkv(sink, p, n_embd, q_dim, kv_dim)
         sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
         sink.vector(p + "attn_q_norm.weight", head_dim)
         sink.vector(p + "attn_k_norm.weight", head_dim)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
         sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, N_EMBD_ALTUP)
         sink.matrix("proj", p + "proj.weight", N_EMBD_ALTUP, n_embd)
@@ -109,9 +88,7 @@ def write_gemma3n(path: str | Path, *, n_embd: int = 160, n_head: int = 3, n_hea
         sink.matrix("laurel_l", p + "laurel_l.weight", n_embd, LAUREL_RANK)
         sink.matrix("laurel_r", p + "laurel_r.weight", LAUREL_RANK, n_embd)
         sink.vector(p + "laurel_post_norm.weight", n_embd)
-    _finish(w)
-    return FixtureInfo(path=path, arch="gemma3n", n_vocab=n_vocab, n_embd=n_embd,
-                       n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff,
-                       n_layer=n_layer, context_length=context_length,
-                       tie_embeddings=tie_embeddings, sliding_window=sliding_window or 0,
-                       swa_layers=swa_layers(n_layer, 5), tensor_types=sink.types)
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=tie_embeddings,
+                sliding_window=sliding_window or 0, layers_swa=swa_layers(n_layer, 5))

@@ -22,8 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
-from fixtures_moe import _experts
+from gguf_writer import QT, FixtureInfo, TensorSink, add_spm_vocab, ffn, finish
 
 __all__ = ["write_gemma4"]
 
@@ -90,8 +89,8 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
     w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA4_DEFAULT_TYPES)
+    add_spm_vocab(w, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA4_DEFAULT_TYPES)
 
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
     if not tie_embeddings:
@@ -127,9 +126,7 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
         if i in out_scale_layers:
             sink.vector(p + "layer_output_scale.weight", 1, center=0.9, spread=0.0)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
         if i == 0:
             for name in extra_scales:
@@ -140,14 +137,14 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
             for norm in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"):
                 sink.vector(p + norm + ".weight", n_embd)
             if gate_up_merged:
-                _experts(sink, "ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
+                sink.experts("ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
                          2 * n_ff_exp, n_expert)
             else:
-                _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd,
+                sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd,
                          n_ff_exp, n_expert)
-                _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd,
+                sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd,
                          n_ff_exp, n_expert)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd,
+            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd,
                      n_expert)
             if down_scale:
                 sink.vector(p + "ffn_down_exps.scale", n_expert, center=0.8, spread=0.2)
@@ -155,7 +152,7 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
             sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_embd_per_layer)
             sink.matrix("proj", p + "proj.weight", n_embd_per_layer, n_embd)
             sink.vector(p + "post_norm.weight", n_embd)
-    _finish(w)
+    finish(w)
     return FixtureInfo(path=path, arch="gemma4", n_vocab=n_vocab, n_embd=n_embd,
                        n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff,
                        n_layer=n_layer, context_length=context_length,

@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _finish, _TensorSink, swa_layers
-from fixtures_moe import _expert_counts, _experts, _header, _info
+from gguf_writer import (QT, FixtureInfo, TensorSink, embeddings, expert_counts, finish, header,
+                         info, moe, qkv, sliding_window_keys, swa_layers)
 
 __all__ = ["write_gptoss", "GPTOSS_DEFAULT_TYPES"]
 
@@ -49,31 +49,24 @@ def write_gptoss(
     YaRN rope scaling the released files carry (factor 32 over 4096 trained positions)."""
     path = Path(path)
     arch = "gpt-oss"
-    w = _header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff_exp,
-                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-                rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
-    w.add_rope_dimension_count(head_dim)
-    if sliding_window is not None:  # None: leave the required key out (bad-input tests)
-        w.add_sliding_window(sliding_window)
-    key = gguf.Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch)
-    if isinstance(swa_pattern, int):
-        w.add_uint32(key, swa_pattern)
-    elif swa_pattern is not None:
-        w.add_array(key, [bool(x) for x in swa_pattern])
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff_exp,
+               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim,
+               n_rot=head_dim)
+    # sliding_window None: leave the required key out (bad-input tests)
+    sliding_window_keys(w, arch, sliding_window, swa_pattern)
     if yarn:
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(32.0)
         w.add_rope_scaling_orig_ctx_len(4096)
-    _expert_counts(w, arch, n_expert, n_expert_used)
+    expert_counts(w, arch, n_expert, n_expert_used)
     w.add_expert_feed_forward_length(n_ff_exp)
     rng = np.random.default_rng(seed)
-    sink = _TensorSink(w, rng, weight_types, GPTOSS_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.5)
-    sink.vector("output_norm.weight", n_embd)
-    sink.matrix("output", "output.weight", n_embd, n_vocab)
+    sink = TensorSink(w, rng, weight_types, GPTOSS_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie=False)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
 
-    def bias(name: str, *shape: int, scale: float = 0.02) -> None:
+    def f32(name: str, *shape: int, scale: float = 0.02) -> None:
         # ggml ne = shape; numpy rows last
         arr = (scale * rng.standard_normal(tuple(reversed(shape)))).astype(np.float32)
         sink._add(name, arr, QT.F32)
@@ -82,26 +75,21 @@ def write_gptoss(
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         sink.vector(p + "post_attention_norm.weight", n_embd)
-        sink.matrix("attn_q", p + "attn_q.weight", n_embd, q_dim)
-        sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-        sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
-        bias(p + "attn_q.bias", q_dim)
-        bias(p + "attn_k.bias", kv_dim)
-        bias(p + "attn_v.bias", kv_dim)
+        qkv(sink, p, n_embd, q_dim, kv_dim)
+        f32(p + "attn_q.bias", q_dim)
+        f32(p + "attn_k.bias", kv_dim)
+        f32(p + "attn_v.bias", kv_dim)
         sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
         sink.vector(p + "attn_sinks.weight", n_head, center=0.0, spread=1.0)
-        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
-        bias(p + "attn_output.bias", n_embd)
-        bias(p + "ffn_gate_inp.bias", n_expert, scale=0.5)
-        bias(p + "ffn_gate_exps.bias", n_ff_exp, n_expert)
-        bias(p + "ffn_down_exps.bias", n_embd, n_expert)
-        bias(p + "ffn_up_exps.bias", n_ff_exp, n_expert)
-    _finish(w)
+        moe(sink, p, n_embd, n_ff_exp, n_expert)
+        f32(p + "attn_output.bias", n_embd)
+        f32(p + "ffn_gate_inp.bias", n_expert, scale=0.5)
+        f32(p + "ffn_gate_exps.bias", n_ff_exp, n_expert)
+        f32(p + "ffn_down_exps.bias", n_embd, n_expert)
+        f32(p + "ffn_up_exps.bias", n_ff_exp, n_expert)
+    finish(w)
     layers = swa_layers(n_layer, 2 if swa_pattern is None else swa_pattern)
-    return _info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
-                 context_length=context_length, tie=False, sliding_window=sliding_window or 0,
-                 layers_swa=layers)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
+                context_length=context_length, tie=False, sliding_window=sliding_window or 0,
+                layers_swa=layers)

@@ -15,8 +15,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _add_spm_vocab, _finish, _TensorSink
-from fixtures_moe import _experts
+from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, add_spm_vocab, embeddings, ffn,
+                         finish, qkv)
 
 __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
            "write_qwen3next", "write_nemotron_h"]
@@ -86,8 +86,8 @@ def write_lfm2(
         w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    add_spm_vocab(w, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
                 scale=0.05 if tie_embeddings else 0.5)
     sink.vector("token_embd_norm.weight", n_embd)
@@ -99,14 +99,12 @@ def write_lfm2(
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert and i >= dense_lead:
             sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
+            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
             sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
         else:
-            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
         sink.vector(p + "attn_norm.weight", n_embd)
         if recurrent:
             sink.matrix("shortconv.conv", p + "shortconv.conv.weight", l_cache, n_embd, scale=0.3)
@@ -115,11 +113,9 @@ def write_lfm2(
         else:
             sink.vector(p + "attn_q_norm.weight", hd)
             sink.vector(p + "attn_k_norm.weight", hd)
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-    _finish(w)
+    finish(w)
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                        context_length=context_length, tie_embeddings=tie_embeddings,
@@ -187,13 +183,9 @@ def write_granitehybrid(
         w.add_rope_scaling_finetuned(rope_finetuned)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    add_spm_vocab(w, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
     d_xbc = d_inner + 2 * n_group * d_state
     for i, recurrent in enumerate(pattern):
@@ -213,31 +205,25 @@ def write_granitehybrid(
             sink.types[p + "ssm_norm.weight"] = "F32"
             sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
         else:
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
             if biases:
                 sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert:
             sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
+            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
+            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
+            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
             if n_ff_shexp:
-                sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
-                sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
-                sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
+                ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
             continue
-        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+        ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
         if biases:
             sink.vector(p + "ffn_gate.bias", n_ff, center=0.0, spread=0.02)
             sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
             sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
-    _finish(w)
+    finish(w)
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                        context_length=context_length, tie_embeddings=tie_embeddings,
@@ -312,13 +298,9 @@ def write_qwen3next(
         w.add_uint32(gguf.Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=arch), full_attention_interval)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    add_spm_vocab(w, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
     conv_dim = 2 * key_dim + value_dim
     for i, recurrent in enumerate(pattern):
@@ -340,9 +322,7 @@ def write_qwen3next(
             sink.vector(p + "ssm_norm.weight", d_state)
             sink.matrix("ssm_out", p + "ssm_out.weight", value_dim, n_embd)
         else:
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, 2 * head_dim * n_head)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, head_dim * n_head_kv)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, head_dim * n_head_kv)
+            qkv(sink, p, n_embd, 2 * head_dim * n_head, head_dim * n_head_kv)
             sink.matrix("attn_output", p + "attn_output.weight", head_dim * n_head, n_embd)
             sink.vector(p + "attn_q_norm.weight", head_dim)
             sink.vector(p + "attn_k_norm.weight", head_dim)
@@ -351,24 +331,20 @@ def write_qwen3next(
             for t in ("enorm", "hnorm", "shared_head_norm"):
                 sink.vector(p + f"nextn.{t}.weight", n_embd)
         if not moe:
-            sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
+            ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
             continue
         sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
+        sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
         if gate_up_merged:
-            _experts(sink, "ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
+            sink.experts("ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
                      2 * n_ff_exp, n_expert)
         else:
-            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
+            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
                      n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
-        sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
-        sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
-        sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
-    _finish(w)
+        ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
+    finish(w)
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if moe else n_ff,
                        n_layer=n_layer,
@@ -443,13 +419,9 @@ def write_nemotron_h(
     w.add_ssm_group_count(n_group)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+    add_spm_vocab(w, n_vocab)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
     d_xbc = d_inner + 2 * n_group * d_state
     for i, c in enumerate(pattern):
@@ -472,9 +444,7 @@ def write_nemotron_h(
             sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
             sink.vector(p + "post_attention_norm.weight", n_embd)
         if c in "*T":
-            sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_head * hd)
-            sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-            sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
+            qkv(sink, p, n_embd, n_head * hd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
             if biases:
                 sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
@@ -485,9 +455,9 @@ def write_nemotron_h(
             if latent:
                 sink.matrix("ffn_latent_down", p + "ffn_latent_down.weight", n_embd, latent)
                 sink.matrix("ffn_latent_up", p + "ffn_latent_up.weight", latent, n_embd)
-            _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, moe_embd,
+            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, moe_embd,
                      n_expert)
-            _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", moe_embd, n_ff_exp,
+            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", moe_embd, n_ff_exp,
                      n_expert)
             sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
             sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
@@ -497,7 +467,7 @@ def write_nemotron_h(
             if biases:
                 sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
                 sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
-    _finish(w)
+    finish(w)
     return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                        n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
                        context_length=context_length, tie_embeddings=tie_embeddings,

@@ -10,7 +10,7 @@
 Each writes exactly the tensors the family's ``load_arch_tensors`` creates in the llama.cpp
 vendored by llama-cpp-python 0.3.36 (it refuses missing and unexpected tensors). Sizes are
 odd on purpose (6 or 4 experts, 2 used; expert widths of 352 or 96) and weight types are
-mixed; the vocabulary, weight makers and type fallbacks come from :mod:`fixtures`.
+mixed; the vocabulary, weight makers and type fallbacks come from :mod:`gguf_writer`.
 """
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-import gguf
-from fixtures import (QT, FixtureInfo, _add_spm_vocab, _finish, _pick_type, _TensorSink,
-                      make_weight, swa_layers)
+from gguf_writer import (QT, FixtureInfo, TensorSink, attention, done, embeddings, expert_counts,
+                         ffn, finish, header, info, moe, sliding_window_keys, swa_layers)
 
 __all__ = ["write_mixtral", "write_qwen3moe", "write_gemma2", "MIXTRAL_DEFAULT_TYPES",
            "QWEN3MOE_DEFAULT_TYPES", "GEMMA2_DEFAULT_TYPES"]
@@ -66,57 +65,6 @@ GEMMA2_DEFAULT_TYPES: dict[str, QT] = {
 }
 
 
-def _experts(sink: _TensorSink, kind: str, name: str, ne0: int, ne1: int, n_expert: int,
-             scale: float = 0.05) -> None:
-    """A stacked expert tensor with ggml ne = [ne0, ne1, n_expert]."""
-    qt = _pick_type(kind, name, ne0, sink.explicit, sink.defaults)
-    sink._add(name, make_weight(sink.rng, (n_expert, ne1, ne0), qt, scale=scale), qt)
-
-
-def _header(path: Path, arch: str, *, n_embd: int, n_head: int, n_head_kv: int, n_ff: int,
-            n_layer: int, n_vocab: int, context_length: int, rms_eps: float,
-            rope_freq_base: float, head_dim: int | None) -> gguf.GGUFWriter:
-    if n_head % n_head_kv:
-        raise ValueError("n_head must be a multiple of n_head_kv")
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    if head_dim is not None:
-        w.add_key_length(head_dim)
-        w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_spm_vocab(w, n_vocab)
-    return w
-
-
-def _expert_counts(w: gguf.GGUFWriter, arch: str, n_expert: int,
-                   n_expert_used: int | Sequence[int]) -> None:
-    w.add_expert_count(n_expert)
-    if isinstance(n_expert_used, int):
-        w.add_expert_used_count(n_expert_used)
-    else:  # per layer (llama.cpp reads it with get_key_or_arr)
-        w.add_array(gguf.Keys.LLM.EXPERT_USED_COUNT.format(arch=arch), list(n_expert_used))
-
-
-def _info(path: Path, arch: str, sink: _TensorSink, *, n_vocab, n_embd, n_head, n_head_kv,
-          head_dim, n_ff, n_layer, context_length, tie, sliding_window=0,
-          layers_swa=None) -> FixtureInfo:
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie,
-                       sliding_window=sliding_window,
-                       swa_layers=layers_swa or [False] * n_layer, tensor_types=sink.types)
-
-
 def write_mixtral(
     path: str | Path, *, n_embd: int = 256, n_head: int = 8, n_head_kv: int = 2,
     n_ff: int = 352, n_layer: int = 3, n_vocab: int = 311, n_expert: int = 6,
@@ -132,35 +80,20 @@ def write_mixtral(
     path = Path(path)
     hd = n_embd // n_head
     arch = "llama"
-    w = _header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-                rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=None)
-    w.add_rope_dimension_count(hd)
-    _expert_counts(w, arch, n_expert, n_expert_used)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, MIXTRAL_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
-    kv_dim = n_head_kv * hd
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+               rms_eps=rms_eps, rope_freq_base=rope_freq_base, n_rot=hd)
+    expert_counts(w, arch, n_expert, n_expert_used)
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, MIXTRAL_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        sink.matrix("attn_q", p + "attn_q.weight", n_embd, n_embd)
-        sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-        sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
-        sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+        attention(sink, p, n_embd, n_embd, n_head_kv * hd)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-        if gate_exps:
-            _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
-        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
-        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
-    _finish(w)
-    return _info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                 context_length=context_length, tie=tie_embeddings)
+        moe(sink, p, n_embd, n_ff, n_expert, gate_exps)
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=tie_embeddings)
 
 
 def write_qwen3moe(
@@ -177,36 +110,24 @@ def write_qwen3moe(
     KV), 4 experts of width 96, 2 used, tied embeddings."""
     path = Path(path)
     arch = "qwen3moe"
-    w = _header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-                rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
-    _expert_counts(w, arch, n_expert, n_expert_used)
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
+    expert_counts(w, arch, n_expert, n_expert_used)
     w.add_expert_feed_forward_length(n_ff_exp)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, QWEN3MOE_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("output_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
-    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, QWEN3MOE_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
+    q_dim = n_head * head_dim
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        sink.matrix("attn_q", p + "attn_q.weight", n_embd, q_dim)
-        sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-        sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
-        sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
+        attention(sink, p, n_embd, q_dim, n_head_kv * head_dim)
         sink.vector(p + "attn_k_norm.weight", head_dim)
         sink.vector(p + "attn_q_norm.weight", head_dim)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-        _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-        _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
-    _finish(w)
-    return _info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
-                 context_length=context_length, tie=tie_embeddings)
+        moe(sink, p, n_embd, n_ff_exp, n_expert)
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
+                context_length=context_length, tie=tie_embeddings)
 
 
 def write_gemma2(
@@ -223,41 +144,28 @@ def write_gemma2(
     llama.cpp's default 4096, the soft-caps 50 and 30."""
     path = Path(path)
     arch = "gemma2"
-    w = _header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-                rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
-    if sliding_window is not None:
-        w.add_sliding_window(sliding_window)
-    key = gguf.Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch)
-    if isinstance(swa_pattern, int):
-        w.add_uint32(key, swa_pattern)
-    elif swa_pattern is not None:
-        w.add_array(key, [bool(x) for x in swa_pattern])
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
+    sliding_window_keys(w, arch, sliding_window, swa_pattern)
     if attn_softcap is not None:
         w.add_attn_logit_softcapping(attn_softcap)
     if final_softcap is not None:
         w.add_final_logit_softcapping(final_softcap)
-    sink = _TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA2_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
-    sink.vector("output_norm.weight", n_embd)
-    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
+    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA2_DEFAULT_TYPES)
+    embeddings(sink, n_embd, n_vocab, tie=True)
+    q_dim = n_head * head_dim
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        sink.matrix("attn_q", p + "attn_q.weight", n_embd, q_dim)
-        sink.matrix("attn_k", p + "attn_k.weight", n_embd, kv_dim)
-        sink.matrix("attn_v", p + "attn_v.weight", n_embd, kv_dim)
-        sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
+        attention(sink, p, n_embd, q_dim, n_head_kv * head_dim)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        sink.matrix("ffn_gate", p + "ffn_gate.weight", n_embd, n_ff)
-        sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-        sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
+        ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
-    _finish(w)
+    finish(w)
     layers = swa_layers(n_layer, 2 if swa_pattern is None else swa_pattern)
-    return _info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                 context_length=context_length, tie=True,
-                 sliding_window=4096 if sliding_window is None else sliding_window,
-                 layers_swa=layers)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=True,
+                sliding_window=4096 if sliding_window is None else sliding_window,
+                layers_swa=layers)

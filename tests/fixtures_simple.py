@@ -16,15 +16,16 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from fixtures import QT, FixtureInfo, _finish, _TensorSink, swa_layers
-from fixtures_dense import DENSE_DEFAULT_TYPES, _embeddings, _ffn, _header, _info, _qkv
-from fixtures_moe import _expert_counts, _experts
+from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, attention, embeddings,
+                         expert_counts, ffn, finish, header, info, moe, qkv, rope_freqs_tensor,
+                         swa_layers)
+from fixtures_dense import DENSE_DEFAULT_TYPES
 
 __all__ = ["write_qwen2moe", "write_olmoe", "write_smollm3", "write_seed_oss", "write_glm4",
            "write_exaone4", "write_cohere2", "write_mistral3", "write_qwen3vl",
            "write_qwen3vlmoe", "write_llama4"]
 
-#: dense defaults plus the router and experts (fallbacks as in fixtures._pick_type)
+#: dense defaults plus the router and experts (fallbacks as in fixtures.pick_type)
 TYPES: dict[str, QT] = {
     **DENSE_DEFAULT_TYPES,
     "ffn_gate_inp": QT.F16,
@@ -41,7 +42,7 @@ def _key(arch: str, template: str) -> str:
     return template.format(arch=arch)
 
 
-def _nextn_extras(sink: _TensorSink, p: str, n_embd: int, shared_head_norm: bool = True) -> None:
+def _nextn_extras(sink: TensorSink, p: str, n_embd: int, shared_head_norm: bool = True) -> None:
     """A NextN/MTP block's own tensors (``load_arch_tensors``: ``nextn.eh_proj`` [2 n_embd,
     n_embd], ``enorm``, ``hnorm``, optional ``shared_head_norm``), after the layer's."""
     sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
@@ -51,28 +52,21 @@ def _nextn_extras(sink: _TensorSink, p: str, n_embd: int, shared_head_norm: bool
         sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
 
 
-def _moe(sink: _TensorSink, p: str, n_embd: int, n_ff_exp: int, n_expert: int,
-         gate: bool = True) -> None:
-    sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert, scale=0.5)
-    if gate:
-        _experts(sink, "ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-    _experts(sink, "ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-    _experts(sink, "ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
 
 
 def _start(path: Path, arch: str, *, n_embd, n_head, n_head_kv, n_ff, n_layer, n_vocab,
            head_dim, context_length=4096, rope_freq_base=1_000_000.0, rms_eps=1e-6,
-           weight_types=None, seed=0) -> tuple[gguf.GGUFWriter, _TensorSink]:
-    w = _header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+           weight_types=None, seed=0) -> tuple[gguf.GGUFWriter, TensorSink]:
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
-    return w, _TensorSink(w, np.random.default_rng(seed), weight_types, TYPES)
+    return w, TensorSink(w, np.random.default_rng(seed), weight_types, TYPES)
 
 
 def _done(w, path, arch, sink, *, n_vocab, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer,
           tie, context_length=4096, sliding_window=0, layers_swa=None) -> FixtureInfo:
-    _finish(w)
-    return _info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+    finish(w)
+    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                  context_length=context_length, tie=tie, sliding_window=sliding_window,
                  layers_swa=layers_swa)
@@ -92,23 +86,19 @@ def write_qwen2moe(
     w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
                      n_ff=n_ff_shexp, n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
                      weight_types=weight_types, seed=seed)
-    _expert_counts(w, arch, n_expert, n_expert_used)
+    expert_counts(w, arch, n_expert, n_expert_used)
     w.add_expert_feed_forward_length(n_ff_exp)
     w.add_uint32(_key(arch, gguf.Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH), n_ff_shexp)
     if expert_weights_scale is not None:
         w.add_expert_weights_scale(expert_weights_scale)
-    _embeddings(sink, n_embd, n_vocab, tie=False)
+    embeddings(sink, n_embd, n_vocab, tie=False)
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        _qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=True)
-        sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+        attention(sink, p, n_embd, n_embd, n_head_kv * hd, biases=True)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        _moe(sink, p, n_embd, n_ff_exp, n_expert)
+        moe(sink, p, n_embd, n_ff_exp, n_expert)
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
-        sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_shexp)
-        sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
-        sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
+        ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp", order=GATE_DOWN_UP)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff_exp, n_layer=n_layer, tie=False)
 
@@ -125,17 +115,15 @@ def write_olmoe(
     w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head, n_ff=n_ff,
                      n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
                      weight_types=weight_types, seed=seed)
-    _expert_counts(w, arch, n_expert, n_expert_used)
-    _embeddings(sink, n_embd, n_vocab, tie=False)
+    expert_counts(w, arch, n_expert, n_expert_used)
+    embeddings(sink, n_embd, n_vocab, tie=False)
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        _qkv(sink, p, n_embd, n_embd, n_embd, biases=False)
-        sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+        attention(sink, p, n_embd, n_embd, n_embd)
         sink.vector(p + "attn_q_norm.weight", n_embd)
         sink.vector(p + "attn_k_norm.weight", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        _moe(sink, p, n_embd, n_ff, n_expert)
+        moe(sink, p, n_embd, n_ff, n_expert)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head, head_dim=hd, n_ff=n_ff, n_layer=n_layer, tie=False)
 
@@ -150,14 +138,12 @@ def write_smollm3(
     w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
                      n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
                      weight_types=weight_types, seed=seed)
-    _embeddings(sink, n_embd, n_vocab, tie_embeddings)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        _qkv(sink, p, n_embd, n_head * head_dim, n_head_kv * head_dim, biases=False)
-        sink.matrix("attn_output", p + "attn_output.weight", n_head * head_dim, n_embd)
+        attention(sink, p, n_embd, n_head * head_dim, n_head_kv * head_dim)
         sink.vector(p + "ffn_norm.weight", n_embd)
-        _ffn(sink, p, n_embd, n_ff)
+        ffn(sink, p, n_embd, n_ff)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                  tie=tie_embeddings)
@@ -175,14 +161,14 @@ def write_seed_oss(
     w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
                      n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
                      weight_types=weight_types, seed=seed)
-    _embeddings(sink, n_embd, n_vocab, tie_embeddings)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     for i in range(n_layer):
         p = f"blk.{i}."
-        _qkv(sink, p, n_embd, n_head * head_dim, n_head_kv * head_dim, biases=qkv_biases)
+        qkv(sink, p, n_embd, n_head * head_dim, n_head_kv * head_dim, biases=qkv_biases)
         sink.matrix("attn_output", p + "attn_output.weight", n_head * head_dim, n_embd)
         sink.vector(p + "attn_norm.weight", n_embd)
         sink.vector(p + "post_attention_norm.weight", n_embd)
-        _ffn(sink, p, n_embd, n_ff)
+        ffn(sink, p, n_embd, n_ff)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                  tie=tie_embeddings)
@@ -212,13 +198,11 @@ def write_glm4(
         w.add_array(_key(arch, gguf.Keys.Rope.DIMENSION_SECTIONS), list(rope_sections))
     for k, v in (extra_kv or {}).items():  # e.g. {Keys.LLM.NEXTN_PREDICT_LAYERS: 1}
         w.add_uint32(_key(arch, k), v)
-    _embeddings(sink, n_embd, n_vocab, tie_embeddings)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer + n_nextn):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        _qkv(sink, p, n_embd, q_dim, kv_dim, biases=qkv_biases)
-        sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
+        attention(sink, p, n_embd, q_dim, kv_dim, biases=qkv_biases)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
@@ -253,18 +237,17 @@ def write_exaone4(
         w.add_sliding_window(sliding_window)
     if swa_pattern is not None:
         w.add_uint32(_key(arch, gguf.Keys.Attention.SLIDING_WINDOW_PATTERN), swa_pattern)
-    _embeddings(sink, n_embd, n_vocab, tie_embeddings)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
-        w.add_tensor("rope_freqs.weight", np.linspace(1.0, 4.0, hd // 2).astype(np.float32))
-        sink.types["rope_freqs.weight"] = "F32"
+        rope_freqs_tensor(sink, hd // 2, top=4.0)
     for i in range(n_layer + n_nextn):
         p = f"blk.{i}."
-        _qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=False)
+        qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=False)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         sink.vector(p + "attn_q_norm.weight", hd)
         sink.vector(p + "attn_k_norm.weight", hd)
-        _ffn(sink, p, n_embd, n_ff)
+        ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
         if i >= n_layer:
             _nextn_extras(sink, p, n_embd, shared_head_norm=False)
@@ -299,10 +282,8 @@ def write_cohere2(
     sink.vector("output_norm.weight", n_embd)
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        _qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=False)
-        sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-        _ffn(sink, p, n_embd, n_ff)
+        attention(sink, p, n_embd, n_embd, n_head_kv * hd)
+        ffn(sink, p, n_embd, n_ff)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer, tie=True,
                  sliding_window=sliding_window, layers_swa=swa_layers(n_layer, swa_pattern or 4))
@@ -328,22 +309,19 @@ def write_mistral3(
         w.add_float32(_key(arch, gguf.Keys.Attention.TEMPERATURE_SCALE), temperature_scale)
         w.add_rope_scaling_orig_ctx_len(original_context)
     if n_expert:
-        _expert_counts(w, arch, n_expert, n_expert_used)
-    _embeddings(sink, n_embd, n_vocab, tie_embeddings)
+        expert_counts(w, arch, n_expert, n_expert_used)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
-        w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32))
-        sink.types["rope_freqs.weight"] = "F32"
+        rope_freqs_tensor(sink, head_dim // 2)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        _qkv(sink, p, n_embd, q_dim, kv_dim, biases=False)
-        sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
+        attention(sink, p, n_embd, q_dim, kv_dim)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert:
-            _moe(sink, p, n_embd, n_ff, n_expert)
+            moe(sink, p, n_embd, n_ff, n_expert)
         else:
-            _ffn(sink, p, n_embd, n_ff)
+            ffn(sink, p, n_embd, n_ff)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                  tie=tie_embeddings)
@@ -359,22 +337,20 @@ def _qwen3vl(path: Path, arch: str, *, n_embd, n_head, n_head_kv, head_dim, n_ff
     if n_deepstack:
         w.add_uint32(_key(arch, gguf.Keys.LLM.NUM_DEEPSTACK_LAYERS), n_deepstack)
     if n_expert:
-        _expert_counts(w, arch, n_expert, n_expert_used)
+        expert_counts(w, arch, n_expert, n_expert_used)
         w.add_expert_feed_forward_length(n_ff)
-    _embeddings(sink, n_embd, n_vocab, tie_embeddings)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        _qkv(sink, p, n_embd, q_dim, kv_dim, biases=False)
-        sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
+        attention(sink, p, n_embd, q_dim, kv_dim)
         sink.vector(p + "attn_k_norm.weight", head_dim)
         sink.vector(p + "attn_q_norm.weight", head_dim)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert:
-            _moe(sink, p, n_embd, n_ff, n_expert)
+            moe(sink, p, n_embd, n_ff, n_expert)
         else:
-            _ffn(sink, p, n_embd, n_ff)
+            ffn(sink, p, n_embd, n_ff)
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
                  tie=tie_embeddings)
@@ -427,28 +403,23 @@ def write_llama4(
                      n_layer=n_layer, n_vocab=n_vocab, head_dim=None, rms_eps=1e-5,
                      weight_types=weight_types, seed=seed)
     w.add_rope_dimension_count(hd)
-    _expert_counts(w, arch, n_expert, n_expert_used)
+    expert_counts(w, arch, n_expert, n_expert_used)
     w.add_expert_feed_forward_length(n_ff_exp)
     w.add_uint32(_key(arch, gguf.Keys.LLM.INTERLEAVE_MOE_LAYER_STEP), moe_step)
     if sliding_window is not None:
         w.add_sliding_window(sliding_window)
-    _embeddings(sink, n_embd, n_vocab, tie_embeddings)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
-        w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, hd // 2).astype(np.float32))
-        sink.types["rope_freqs.weight"] = "F32"
+        rope_freqs_tensor(sink, hd // 2)
     for i in range(n_layer):
         p = f"blk.{i}."
-        sink.vector(p + "attn_norm.weight", n_embd)
-        _qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=False)
-        sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
+        attention(sink, p, n_embd, n_embd, n_head_kv * hd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if moe_step > 0 and (i + 1) % moe_step == 0:
-            _moe(sink, p, n_embd, n_ff_exp, n_expert)
-            sink.matrix("ffn_gate_shexp", p + "ffn_gate_shexp.weight", n_embd, n_ff_exp)
-            sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_exp, n_embd)
-            sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_exp)
+            moe(sink, p, n_embd, n_ff_exp, n_expert)
+            ffn(sink, p, n_embd, n_ff_exp, suffix="_shexp", order=GATE_DOWN_UP)
         else:
-            _ffn(sink, p, n_embd, n_ff)
+            ffn(sink, p, n_embd, n_ff)
     chunked = sliding_window != 0
     return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
                  n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,

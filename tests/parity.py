@@ -1,9 +1,25 @@
-"""Compare graphcost's graph with the nodes llama.cpp reports through cb_eval."""
+"""Compare graphcost's graph with the nodes llama.cpp reports through cb_eval, and the
+marks every parity test shares (skip without llama.cpp; cases with flash attention off
+and on)."""
 from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import pytest
 
 from graphcost.graph.build import build_graph, load_model
 from graphcost.graph.settings import RunSettings
+from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.judge.verify import first_difference, graph_records
+
+#: skips a test (``pytestmark = needs_llama_cpp``: a module) where llama.cpp, the judge,
+#: cannot run
+needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
+                                     reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+#: a test run with flash attention off and on (argument ``fa``)
+fa_off_on = pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
 
 
 def our_records(model_path, **kw) -> list[dict]:
@@ -24,12 +40,19 @@ def case_ids(cases: list[tuple[str, dict]]) -> list[str]:
     return [f"{m}-" + "-".join(f"{k}{v}" for k, v in s.items()) for m, s in cases]
 
 
+def graph_cases(cases: list[tuple[str, dict]]):
+    """A graph-parity test's cases: each ``(model, settings)`` (arguments ``model``,
+    ``settings``) with flash attention off and on (``fa``)."""
+    def mark(test):
+        return fa_off_on(pytest.mark.parametrize("model,settings", cases,
+                                                 ids=case_ids(cases))(test))
+    return mark
+
+
 def assert_same_graph(model_path, settings: dict, fa: bool) -> None:
     """Capture llama.cpp's graph and build ours for ``settings`` (n_ctx/n_ubatch default
     512; ``fa=True`` in settings marks a case that needs flash attention, e.g. a quantized
     V cache, which llama.cpp refuses otherwise) and assert they are equal."""
-    import pytest
-
     from graphcost.judge.oracle import capture_graph
 
     s = dict(settings)
@@ -38,3 +61,26 @@ def assert_same_graph(model_path, settings: dict, fa: bool) -> None:
     kw = {"n_ctx": 512, "n_ubatch": 512, "flash_attn": fa, **s}
     diff = first_difference(our_records(model_path, **kw), capture_graph(model_path, **kw))
     assert diff is None, diff
+
+
+def memory_case_id(case: tuple) -> str:
+    """Test id of a memory case ``(model, n_ctx, n_ubatch, fa, type_k, type_v, swa_full)``."""
+    m, ctx, ub, fa, tk, tv, swa = case
+    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}{'-swafull' if swa else ''}"
+
+
+def memory_case_settings(case: tuple) -> dict:
+    """capture_log's settings of a memory case (see :func:`memory_case_id`)."""
+    m, ctx, ub, fa, tk, tv, swa = case
+    return dict(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk, type_v=tv, swa_full=swa)
+
+
+def capture_logs(paths: dict, cases: list[tuple],
+                 settings: Callable[[tuple], dict] = memory_case_settings,
+                 case_id: Callable[[tuple], str] = memory_case_id) -> dict[str, dict]:
+    """llama.cpp's parsed log (capture_log) of every case, by case id, captured in
+    parallel subprocesses; a case's first item names its model in ``paths``."""
+    def one(case):
+        return capture_log(paths[case[0]], **settings(case))
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
+        return dict(zip(map(case_id, cases), ex.map(one, cases)))

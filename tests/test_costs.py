@@ -6,11 +6,10 @@ from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
 from graphcost.cost import costs
-from graphcost.cost.analysis import analyze_graph
-from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.build import load_model
 from graphcost.graph.ggml_graph import Graph
 from graphcost.graph.ops import VIEWS, Op
-from graphcost.graph.settings import RunSettings
+from costing import node, run
 
 # llama fixture: n_embd 256, 8 heads of 32, 2 KV heads, n_ff 768, 3 layers, vocab 300
 TYPES = {"attn_q": QT.Q4_0, "attn_k": QT.Q8_0, "attn_v": QT.F16, "attn_output": QT.Q4_K,
@@ -22,18 +21,6 @@ TYPES = {"attn_q": QT.Q4_0, "attn_k": QT.Q8_0, "attn_v": QT.F16, "attn_output": 
 def model(tmp_path_factory):
     path = F.write_llama(tmp_path_factory.mktemp("costs") / "llama.gguf", weight_types=TYPES)
     return load_model(path)
-
-
-def run(model, **kw):
-    kw.setdefault("flash_attn", "off")
-    return analyze_graph(build_graph(model, RunSettings(ctx_size=512, **kw)))
-
-
-def node(a, name, op=None):
-    for nc in a.nodes:
-        if nc.node.name == name and (op is None or nc.node.op == op):
-            return nc
-    raise KeyError(name)
 
 
 def test_quantized_matmul_counts_conversion_and_block_scales(model):

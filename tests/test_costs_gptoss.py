@@ -9,12 +9,12 @@ import pytest
 
 import fixtures_gptoss as G
 from graphcost.cost.analysis import analyze_graph
-from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.build import load_model
 from graphcost.cost.costs import experts_expected, experts_touched
 from graphcost.cost.experts import expert_weights
 from graphcost.document import document
 from graphcost.report.summary import render_summary
-from graphcost.graph.settings import RunSettings
+from costing import node, run
 
 # fixture: n_embd 288, 6 heads of 64 over 2 KV heads, 3 layers (0, 2 sliding), 5 MXFP4
 # experts of width 160, 2 used. One MXFP4 expert matrix: 32 values in 17 B, so
@@ -25,18 +25,6 @@ EXPERT = 24_480
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return load_model(G.write_gptoss(tmp_path_factory.mktemp("costs_gptoss") / "g.gguf"))
-
-
-def run(model, **kw):
-    kw.setdefault("flash_attn", "off")
-    return analyze_graph(build_graph(model, RunSettings(ctx_size=512, **kw)))
-
-
-def node(a, name, op=None):
-    for nc in a.nodes:
-        if nc.node.name == name and (op is None or nc.node.op == op):
-            return nc
-    raise KeyError(name)
 
 
 def test_add_id_reads_the_bias_rows_of_the_used_experts(model):

@@ -8,13 +8,13 @@ from gguf import GGMLQuantizationType as QT
 import fixtures_moe as M
 from graphcost.cost import costs
 from graphcost.cost.analysis import analyze_graph
-from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.build import load_model
 from graphcost.cost.costs import experts_touched
 from graphcost.cost.experts import expert_weights
 from graphcost.graph.ggml_graph import Graph
 from graphcost.document import document
 from graphcost.report.summary import render_summary
-from graphcost.graph.settings import RunSettings
+from costing import node, run
 
 # mixtral fixture: n_embd 256, 3 layers, 6 experts of width 352, 2 used per token.
 # Bytes of one expert's matrix (row size x rows):
@@ -26,18 +26,6 @@ DOWN_EXPERT = 352 // 32 * 22 * 256   # Q5_0 [352, 256]: 11 blocks of 22 B a row 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return load_model(M.write_mixtral(tmp_path_factory.mktemp("costs_moe") / "mixtral.gguf"))
-
-
-def run(model, **kw):
-    kw.setdefault("flash_attn", "off")
-    return analyze_graph(build_graph(model, RunSettings(ctx_size=512, **kw)))
-
-
-def node(a, name, op=None):
-    for nc in a.nodes:
-        if nc.node.name == name and (op is None or nc.node.op == op):
-            return nc
-    raise KeyError(name)
 
 
 @pytest.mark.parametrize("n,k,T,want", [

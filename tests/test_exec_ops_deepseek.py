@@ -7,7 +7,7 @@ import pytest
 
 from graphcost.errors import UnsupportedError
 from graphcost.execute.exec_ops import set_rows_batched
-from graphcost.execute.executor import attn_temp
+from graphcost.execute.inputs import attn_temp
 
 
 def ggml_set_rows(dst, rows, idx):

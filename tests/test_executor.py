@@ -12,7 +12,9 @@ import fixtures as F
 from graphcost.format import ggml_types as gt
 from graphcost.errors import GraphcostError, SettingsError, UnsupportedError
 from graphcost.execute.exec_ops import OPS, tensor_view, unsupported_ops
-from graphcost.execute.executor import CellState, Executor, hadamard, mapped_weights
+from graphcost.execute.executor import Executor
+from graphcost.execute.kv_cells import CellState, hadamard
+from graphcost.execute.weights import mapped_weights
 from graphcost.graph.ggml_graph import Graph
 from graphcost.format.gguf_reader import read_header
 from graphcost.graph.settings import RunSettings
@@ -164,7 +166,7 @@ def test_repeated_runs_of_a_step_are_idempotent(llama):
 
 
 def test_small_nodes_are_preallocated_bound_and_return_copies(llama):
-    from graphcost.execute.executor import BOUND, COMPUTE
+    from graphcost.execute.plan import BOUND, COMPUTE
     ex = Executor(llama, RunSettings(ctx_size=256))
     ex.step([1, 2, 3])
     a = ex.step([4])
@@ -237,9 +239,9 @@ def test_random_block_weights_put_small_scales_where_ggml_keeps_them(t):
     # random bytes with F16 scales written at gt.f16_scale_offsets: decoded by gguf-py,
     # finite and around 0.02 (a wrong offset leaves random F16 scales: inf, NaN, 1e4...)
     from gguf import quants as gq
-    from graphcost.execute.executor import _random_raw
+    from graphcost.execute.weights import random_raw
     blk = gt.block(t)[0]
-    raw = _random_raw(t, (blk * 64, 1), np.random.default_rng(0))
+    raw = random_raw(t, (blk * 64, 1), np.random.default_rng(0))
     x = gq.dequantize(raw.reshape(1, -1), t)
     assert np.isfinite(x).all() and 1e-3 < float(np.abs(x).mean()) < 0.2
 

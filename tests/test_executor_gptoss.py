@@ -12,7 +12,8 @@ from fixtures_gptoss import write_gptoss
 from graphcost.format import ggml_types as gt
 from graphcost.graph.build import load_model
 from graphcost.errors import UnsupportedError
-from graphcost.execute.executor import Executor, _random_raw
+from graphcost.execute.executor import Executor
+from graphcost.execute.weights import random_raw
 from graphcost.format.gguf_reader import read_header
 from graphcost.format.model import yarn_context
 from graphcost.graph.settings import RunSettings
@@ -50,7 +51,7 @@ def test_rope_nodes_carry_yarn_only_for_yarn_files(gptoss, tmp_path):
 
 
 def test_random_mxfp4_weights_are_small_and_finite():
-    raw = _random_raw(gt.GGMLType.MXFP4, (288, 160), np.random.default_rng(0))
+    raw = random_raw(gt.GGMLType.MXFP4, (288, 160), np.random.default_rng(0))
     assert raw.nbytes == 160 * 288 // 32 * 17
     w = gq.dequantize(raw.reshape(160, -1), QT.MXFP4)
     # scale bytes 118..120: 2^-10..2^-8 times doubled E2M1 codes up to 12 -> |w| <= 0.047

@@ -709,7 +709,7 @@ def test_random_weights_are_drawn_lazily_in_their_own_dtype(tmp_path):
     """An unused 64 MiB F32 tensor is never drawn (it used to be, in float64: 192 MiB);
     only the tensors asked for are."""
     from graphcost.graph.build import load_model
-    from graphcost.execute.executor import random_weights
+    from graphcost.execute.weights import random_weights
     p = header_only(tmp_path / "h.gguf", tensors={"unused.weight": ((4096, 4096), QT.F32)})
     m = load_model(p)
     w = random_weights(m)
@@ -727,7 +727,7 @@ def test_random_weights_peak_for_a_large_tensor(tmp_path):
     """The same bound on a 16 MiB tensor (64 x 65536 F32), where a float64 draw and its
     float32 copy would take 48 MiB."""
     from graphcost.graph.build import load_model
-    from graphcost.execute.executor import random_weights
+    from graphcost.execute.weights import random_weights
     w = random_weights(load_model(header_only(tmp_path / "h.gguf", n_vocab=65536)))
     w["output_norm.weight"]  # warm up the generator
     tracemalloc.start()

@@ -28,7 +28,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 from gguf import quants as gq
 
-import fixtures as F
+import gguf_writer as W
 from graphcost.format import ggml_types as gt
 from graphcost.execute.kernels_loader import load_kernels
 from graphcost.resources import bundled
@@ -49,7 +49,7 @@ def row_len(qt: QT) -> int:
 
 def weight(qt: QT, rows: int, seed: int = 0) -> np.ndarray:
     """Raw ``[rows, row_bytes]`` uint8 weight from the shared fixture maker."""
-    w = F.make_weight(np.random.default_rng(seed), (rows, row_len(qt)), qt)
+    w = W.make_weight(np.random.default_rng(seed), (rows, row_len(qt)), qt)
     return np.ascontiguousarray(w).view(np.uint8).reshape(rows, -1)
 
 
@@ -187,7 +187,7 @@ QUANT = [t for t in TYPES if t not in (QT.F32, QT.F16, QT.BF16)]
 QUANT_IDS = [t.name for t in QUANT]
 #: byte offsets of the f16 fields of the 32-blocks (the K-quants' are in fixtures)
 F16_FIELDS = {QT.Q4_0: (0,), QT.Q4_1: (0, 2), QT.Q5_0: (0,), QT.Q5_1: (0, 2), QT.Q8_0: (0,),
-              **F._KQUANT_F16_OFFSETS}
+              **W.KQUANT_F16_OFFSETS}
 
 
 def long_row(qt: QT) -> int:
@@ -199,7 +199,7 @@ def long_row(qt: QT) -> int:
 def arbitrary_weight(qt: QT, rows: int, k: int, seed: int = 5) -> np.ndarray:
     """Random bytes in every quant, scale and min field (extreme codes, Q8_0's -128,
     Q6_K scales of -128), finite f16 scales from the fixture maker."""
-    good = F.make_weight(np.random.default_rng(seed), (rows, k), qt)
+    good = W.make_weight(np.random.default_rng(seed), (rows, k), qt)
     good = np.ascontiguousarray(good).view(np.uint8).reshape(rows, -1)
     w = np.random.default_rng(seed + 1).integers(0, 256, good.shape, dtype=np.uint8)
     size = Q.row_bytes(qt, GGML_QUANT_SIZES[qt][0])         # one block
@@ -213,7 +213,7 @@ def arbitrary_weight(qt: QT, rows: int, k: int, seed: int = 5) -> np.ndarray:
 @pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
 def test_mul_mat_ggml_simd_is_bit_exact_on_long_rows(qt, n):
     k, m = long_row(qt), 13                      # 13 rows: three 4-row calls and one row
-    w = F.make_weight(np.random.default_rng(2), (m, k), qt)
+    w = W.make_weight(np.random.default_rng(2), (m, k), qt)
     w, x = np.ascontiguousarray(w).view(np.uint8).reshape(m, -1), rand((n, k), scale=3.0)
     for x86 in (True, False):
         assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x, x86),
@@ -266,7 +266,7 @@ ISA_SCRIPT = """
 import sys
 import numpy as np
 sys.path.insert(0, {tests!r})
-import fixtures as F
+import gguf_writer as W
 from gguf import GGMLQuantizationType as QT
 from graphcost.execute.kernels_loader import load_kernels
 K = load_kernels()
@@ -277,7 +277,7 @@ for name in ("Q4_K", "Q6_K", "Q3_K", "Q2_K", "Q8_0", "Q5_0", "Q4_1"):
     qt, code = QT[name], np.int64(int(QT[name]))
     k, m = (768 if name.endswith("_K") else 416), 13
     rng = np.random.default_rng(3)
-    w = np.ascontiguousarray(F.make_weight(rng, (m, k), qt)).view(np.uint8).reshape(m, -1)
+    w = np.ascontiguousarray(W.make_weight(rng, (m, k), qt)).view(np.uint8).reshape(m, -1)
     x = (rng.standard_normal((2, k)) * 3).astype(np.float32)
     want = MM.mul_mat_ggml_ref(w, qt, k, m, x)
     yq = Q.quantize_activations(x, Q.VEC_DOT_TYPE[qt], True)

@@ -18,9 +18,6 @@ captured in parallel once per module (each capture loads the model in a subproce
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 from gguf import GGMLQuantizationType as QT
 
@@ -31,10 +28,9 @@ from graphcost.cost.analysis import analyze_graph
 from graphcost.graph.build import build_graph, load_model
 from graphcost.document import document
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from parity import capture_logs, memory_case_id, needs_llama_cpp
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 MiB = 1024 * 1024
 
@@ -86,11 +82,6 @@ CASES = [
 ]
 
 
-def _id(c) -> str:
-    m, ctx, ub, fa, tk, tv, swa = c
-    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}{'-swafull' if swa else ''}"
-
-
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory, gemma3_270m):
     d = tmp_path_factory.mktemp("memparity")
@@ -134,13 +125,8 @@ def paths(tmp_path_factory, gemma3_270m):
 
 @pytest.fixture(scope="module")
 def logs(paths):
-    """llama.cpp's parsed log for every case, captured in parallel subprocesses."""
-    def one(c):
-        m, ctx, ub, fa, tk, tv, swa = c
-        return capture_log(paths[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk,
-                           type_v=tv, swa_full=swa)
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_id, CASES), ex.map(one, CASES)))
+    """llama.cpp's parsed log for every case."""
+    return capture_logs(paths, CASES)
 
 
 def _document(path, c) -> dict:
@@ -155,9 +141,9 @@ def mib2(n: int) -> float:
     return float(f"{n / MiB:.2f}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[memory_case_id(c) for c in CASES])
 def test_memory_matches_llama_cpp_log(paths, logs, case):
-    log = logs[_id(case)]
+    log = logs[memory_case_id(case)]
     mem = _document(paths[case[0]], case)["memory"]
     # compute buffer: the INFO line (2 decimals) and the DEBUG line at free (4 decimals)
     assert mib2(mem["compute_buffer_bytes"]) == log["compute_buffer_mib"]
@@ -184,9 +170,9 @@ def test_kv_split_matches_llama_cpp_k_and_v(paths, logs):
                         flash_attn="on" if fa else "off", cache_type_k=tk, cache_type_v=tv,
                         swa_full=swa)
         plan = plan_memory(load_model(paths[m]), s)
-        for ours, theirs in zip(plan.caches, logs[_id(c)]["kv_caches"]):
-            assert (ours.type_k, ours.type_v) == (theirs["type_k"], theirs["type_v"]), _id(c)
-            assert (mib2(ours.k_bytes), mib2(ours.v_bytes)) == (theirs["k_mib"], theirs["v_mib"]), _id(c)
+        for ours, theirs in zip(plan.caches, logs[memory_case_id(c)]["kv_caches"]):
+            assert (ours.type_k, ours.type_v) == (theirs["type_k"], theirs["type_v"]), memory_case_id(c)
+            assert (mib2(ours.k_bytes), mib2(ours.v_bytes)) == (theirs["k_mib"], theirs["v_mib"]), memory_case_id(c)
 
 
 def test_mla_cache_is_k_only(paths):

@@ -7,9 +7,6 @@ flash attention on and off, and the output buffer (logits plus, with embeddings,
 n_embd row per sequence)."""
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 from gguf import PoolingType as PT
 
@@ -17,10 +14,9 @@ import fixtures_encoder as E
 from graphcost.graph.build import load_model
 from graphcost.memory.plan import plan_memory
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from parity import capture_logs, needs_llama_cpp
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 MiB = 1024 * 1024
 
@@ -62,11 +58,9 @@ def paths(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def logs(paths):
-    def one(c):
-        m, ctx, ub, fa, emb = c
-        return capture_log(paths[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, embeddings=emb)
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_id, CASES), ex.map(one, CASES)))
+    """llama.cpp's parsed log for every case."""
+    return capture_logs(paths, CASES, lambda c: dict(n_ctx=c[1], n_ubatch=c[2], flash_attn=c[3],
+                                                     embeddings=c[4]), _id)
 
 
 def mib2(n: int) -> float:

@@ -6,9 +6,6 @@ parts (gemma4: sliding layers have smaller heads, but a transposed V cache is as
 the widest layer); the compute buffer to the 4-decimal DEBUG line; the output buffer."""
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 import fixtures_gemma3n as G
@@ -16,10 +13,9 @@ import fixtures_gemma4 as G4
 from graphcost.graph.build import load_model
 from graphcost.memory.plan import plan_memory
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from parity import capture_logs, memory_case_id, needs_llama_cpp
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 MiB = 1024 * 1024
 
@@ -38,11 +34,6 @@ CASES = [
     ("gemma4_moe", 512, 512, False, "f16", "f16", False),
     ("gemma4_moe", 2048, 96, True, "q8_0", "q8_0", False),
 ]
-
-
-def _id(c) -> str:
-    m, ctx, ub, fa, tk, tv, swa = c
-    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}{'-swafull' if swa else ''}"
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +58,8 @@ def paths(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def logs(paths):
-    def one(c):
-        m, ctx, ub, fa, tk, tv, swa = c
-        return capture_log(paths[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk,
-                           type_v=tv, swa_full=swa)
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_id, CASES), ex.map(one, CASES)))
+    """llama.cpp's parsed log for every case."""
+    return capture_logs(paths, CASES)
 
 
 def mib2(n: int) -> float:
@@ -80,10 +67,10 @@ def mib2(n: int) -> float:
     return float(f"{n / MiB:.2f}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[memory_case_id(c) for c in CASES])
 def test_gemma_memory_matches_llama_cpp_log(paths, logs, case):
     m, ctx, ub, fa, tk, tv, swa = case
-    log = logs[_id(case)]
+    log = logs[memory_case_id(case)]
     plan = plan_memory(load_model(paths[m]), RunSettings(
         ctx_size=ctx, ubatch_size=ub, batch_size=ub, flash_attn="on" if fa else "off",
         cache_type_k=tk, cache_type_v=tv, swa_full=swa))

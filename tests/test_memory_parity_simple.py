@@ -5,17 +5,13 @@ fixtures from tests/fixtures_simple.py). Logs are captured in parallel once per 
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 import fixtures_simple as S
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
-from test_memory_parity import MiB, _document, _id, mib2
+from parity import capture_logs, memory_case_id, needs_llama_cpp
+from test_memory_parity import MiB, _document, mib2
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 # (model, n_ctx, n_ubatch, flash_attn, type_k, type_v, swa_full)
 CASES = [
@@ -71,17 +67,13 @@ def paths(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def logs(paths):
-    def one(c):
-        m, ctx, ub, fa, tk, tv, swa = c
-        return capture_log(paths[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk,
-                           type_v=tv, swa_full=swa)
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_id, CASES), ex.map(one, CASES)))
+    """llama.cpp's parsed log for every case."""
+    return capture_logs(paths, CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[memory_case_id(c) for c in CASES])
 def test_memory_matches_llama_cpp_log(paths, logs, case):
-    log = logs[_id(case)]
+    log = logs[memory_case_id(case)]
     mem = _document(paths[case[0]], case)["memory"]
     assert mib2(mem["compute_buffer_bytes"]) == log["compute_buffer_mib"]
     (exact,) = log["compute_buffer_exact"]

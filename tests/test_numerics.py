@@ -138,11 +138,7 @@ def fixture_models(tmp_path_factory):
             "attn_v": QT.Q5_0, "attn_output": QT.Q2_K, "ffn_gate": QT.Q5_K, "ffn_up": QT.BF16,
             "ffn_down": QT.F32}),
         # head_dim 64: quantized caches get the Hadamard rotation; rope_freqs; tied output
-        "llama64": F.write_llama(d / "llama64.gguf", n_embd=384, n_head=6, n_head_kv=3,
-                                 head_dim=64, n_ff=1024, n_layer=2, n_vocab=333,
-                                 tie_embeddings=True, rope_freqs=True,
-                                 weight_types={"attn_q": QT.Q4_0, "ffn_down": QT.Q4_K,
-                                               "attn_v": QT.F16, "ffn_up": QT.Q8_0}),
+        "llama64": F.write_llama(d / "llama64.gguf", **F.LLAMA64),
         # sliding window 64 (6 of 7 layers), two caches
         "gemma3": F.write_gemma3(d / "gemma3.gguf"),
     }

@@ -235,11 +235,11 @@ def test_temperature_input_carries_the_hparams_of_its_family(family_models, case
     """inp_attn_scale is filled with the hparams the spec gives it: llama4.cpp hard-codes
     scale 0.1, floor 8192 and offset 1 (a floor the tiny runs never reach, so checked
     here), mistral3 reads the scale and floors by n_ctx_orig_yarn (4 in the fixture)."""
-    from graphcost.execute.executor import attn_temp
+    from graphcost.execute.inputs import attn_temp
     from graphcost.graph.build import build_graph
 
     ex = Executor(family_models[case].path, RunSettings(ctx_size=256))
-    leaf = next(t for t in build_graph(ex.model, ex.step_settings(3)).leafs
+    leaf = next(t for t in build_graph(ex.model, ex.run.step(3, 0, 1)).leafs
                 if t.name == "inp_attn_scale")
     p = leaf.params
     assert (p["temp_scale"], p["temp_floor"], p["temp_offset"]) == pytest.approx(want)

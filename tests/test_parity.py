@@ -6,14 +6,13 @@ see graphcost/judge/oracle.py. Fixtures are tiny GGUFs with odd sizes and mixed 
 from __future__ import annotations
 
 import pytest
-from gguf import GGMLQuantizationType as QT
 
 import fixtures as F
-from graphcost.judge.oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, case_ids, first_difference, our_records
+from graphcost.judge.oracle import capture_graph
+from parity import (assert_same_graph, fa_off_on, first_difference, graph_cases, needs_llama_cpp,
+                    our_records)
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +22,7 @@ def models(tmp_path_factory):
         # GQA 8/2, head_dim 32, mixed F16/Q8_0/Q4_0/Q4_K weights, untied output
         "llama": F.write_llama(d / "llama.gguf"),
         # head_dim 64 (Hadamard path for quantized KV), tied embeddings, llama3 rope_freqs, odd vocab
-        "llama64": F.write_llama(d / "llama64.gguf", n_embd=384, n_head=6, n_head_kv=3,
-                                 head_dim=64, n_ff=1024, n_layer=2, n_vocab=333,
-                                 tie_embeddings=True, rope_freqs=True,
-                                 weight_types={"attn_q": QT.Q4_0, "ffn_down": QT.Q4_K,
-                                               "attn_v": QT.F16, "ffn_up": QT.Q8_0}),
+        "llama64": F.write_llama(d / "llama64.gguf", **F.LLAMA64),
         # 7 layers, window 64, pattern 6: sliding and global layers, two caches
         "gemma3": F.write_gemma3(d / "gemma3.gguf"),
         # the sliding-window pattern as a per-layer array (irregular on purpose)
@@ -58,13 +53,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
+@graph_cases(CASES)
 def test_fixture_graph_matches_llama_cpp(models, model, settings, fa):
     assert_same_graph(models[model], settings, fa)
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
+@fa_off_on
 @pytest.mark.parametrize("tokens,past", [(1, 0), (1, 37), (16, 0), (5, 700)],
                          ids=["decode0", "decode37", "prefill16", "prefill5_past700"])
 def test_real_gemma3_graph_matches_llama_cpp(gemma3_270m, fa, tokens, past):

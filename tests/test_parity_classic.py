@@ -9,11 +9,10 @@ from gguf import GGMLQuantizationType as QT
 import fixtures_classic as C
 from graphcost.graph.build import build_graph, load_model
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_graph, llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, case_ids
+from graphcost.judge.oracle import capture_graph
+from parity import assert_same_graph, graph_cases, needs_llama_cpp
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +72,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
+@graph_cases(CASES)
 def test_fixture_graph_matches_llama_cpp(models, model, settings, fa):
     assert_same_graph(models[model], settings, fa)
 

@@ -15,11 +15,8 @@ import fixtures_gemma4 as G
 from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, case_ids, our_records
+from parity import assert_same_graph, graph_cases, needs_llama_cpp, our_records
 
-needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
-                                     reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +66,7 @@ CASES = [
 
 
 @needs_llama_cpp
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
+@graph_cases(CASES)
 def test_gemma4_graph_matches_llama_cpp(models, model, settings, fa):
     assert_same_graph(models[model], settings, fa)
 

@@ -12,11 +12,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import fixtures_gptoss as G
-from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, case_ids, our_records
+from parity import assert_same_graph, fa_off_on, graph_cases, needs_llama_cpp, our_records
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +55,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
+@graph_cases(CASES)
 def test_fixture_graph_matches_llama_cpp(models, model, settings, fa):
     assert_same_graph(models[model], settings, fa)
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
+@fa_off_on
 def test_gptoss_graph_has_its_ops(models, fa):
     # guard against a vacuous pass: sinks, expert biases and SWIGLU_OAI are really built
     recs = our_records(models["gptoss"], tokens=2, flash_attn=fa)

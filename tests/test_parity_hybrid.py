@@ -23,10 +23,8 @@ from graphcost.memory.plan import plan_memory
 from graphcost.document import document
 from graphcost.graph.settings import RunSettings
 from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, case_ids
+from parity import assert_same_graph, graph_cases, needs_llama_cpp
 
-needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
-                                     reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
 
 MiB = 1024 * 1024
 
@@ -155,8 +153,7 @@ CASES = [
 
 
 @needs_llama_cpp
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
+@graph_cases(CASES)
 def test_hybrid_graph_matches_llama_cpp(models, model, settings, fa):
     assert_same_graph(models[model], settings, fa)
 

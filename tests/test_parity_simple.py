@@ -12,11 +12,9 @@ from __future__ import annotations
 import pytest
 
 import fixtures_simple as S
-from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, case_ids, our_records
+from parity import assert_same_graph, graph_cases, needs_llama_cpp, our_records
 
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+pytestmark = needs_llama_cpp
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +131,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fa", [False, True], ids=["fa_off", "fa_on"])
-@pytest.mark.parametrize("model,settings", CASES, ids=case_ids(CASES))
+@graph_cases(CASES)
 def test_fixture_graph_matches_llama_cpp(models, model, settings, fa):
     assert_same_graph(models[model], settings, fa)
 

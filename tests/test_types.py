@@ -75,12 +75,12 @@ def test_type_is_read_and_matmul_costed_exactly(paths, qtype, blk, size, vdt):
 
 
 def test_executor_refuses_an_unsupported_weight_type_in_one_line(paths):
-    from graphcost.execute.executor import _refuse_unsupported_weights
+    from graphcost.execute.weights import refuse_unsupported_weights
     model = load_model(paths[QT.IQ2_XXS])
     supported = (QT.F32, QT.F16, QT.Q8_0, QT.Q4_0, QT.Q4_K, QT.Q6_K)   # the llama fixture's others
-    _refuse_unsupported_weights(load_model(paths[QT.BF16]), supported + (QT.BF16,))
+    refuse_unsupported_weights(load_model(paths[QT.BF16]), supported + (QT.BF16,))
     with pytest.raises(UnsupportedError) as e:
-        _refuse_unsupported_weights(model, supported)
+        refuse_unsupported_weights(model, supported)
     msg = str(e.value)
     assert "\n" not in msg and "'blk.0.attn_q.weight' is iq2_xxs" in msg
     assert str(paths[QT.IQ2_XXS].path) in msg

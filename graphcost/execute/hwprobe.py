@@ -65,15 +65,21 @@ def _median_seconds(fn: Callable[[], object], repeat: int) -> float:
 
 def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
           progress: Callable[[str], None] | None = None) -> dict:
-    """Measure and return the profile document (see :mod:`graphcost.cost.hardware`)."""
+    """Measure and return the profile document (see :mod:`graphcost.cost.hardware`), the
+    kernels on ``threads`` threads (default: Numba's now) for this call only."""
+    from graphcost.execute.threads import kernel_threads
+
+    with kernel_threads(threads):
+        return _probe(mib, repeat, progress)
+
+
+def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dict:
     import numba
 
     from graphcost.execute.exec_ops import Ctx, matmul_fn
-    from graphcost.execute.executor import _random_raw
     from graphcost.execute.kernels_loader import load_kernels
+    from graphcost.execute.weights import random_raw
 
-    if threads is not None:
-        numba.set_num_threads(threads)
     K_ = load_kernels()
     rng = np.random.default_rng(0)
     say = progress or (lambda s: None)
@@ -87,7 +93,7 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
         t = gt.GGMLType(int(t))
         rows = max(1, (mib << 20) // gt.row_size(t, K))
         say(f"matvec: {gt.type_name(t)} {rows} x {K}")
-        w = _random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K))
+        w = random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K))
         mv = matmul_fn(ctx, t, K, rows)
         mv(w, x)                                    # compile or load from cache
         runs = []
@@ -101,7 +107,7 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
 
     m, n = 1024, 256
     say(f"peak FLOP rate: f32 {m} x {K} times {n} rows")
-    w = _random_raw(gt.F32, (K, m), rng).reshape(m, gt.row_size(gt.F32, K))
+    w = random_raw(gt.F32, (K, m), rng).reshape(m, gt.row_size(gt.F32, K))
     xs = rng.standard_normal((n, K)).astype(np.float32)
     sec = _median_seconds(lambda: K_.matmul.mul_mat(w, gt.F32, K, m, xs), repeat)
     flops = 2.0 * m * n * K / sec
@@ -175,7 +181,7 @@ def _tiny_nodes():
 def op_overheads(K_, repeat: int) -> dict[str, float]:
     """Seconds per call of each op kind on tiny operands (see the module docstring)."""
     from graphcost.execute.exec_ops import Ctx, compile_node, resolve_entry, tensor_view
-    from graphcost.execute.executor import _random_raw
+    from graphcost.execute.weights import random_raw
 
     rng = np.random.default_rng(1)
     ctx = Ctx(K_, "fast")
@@ -187,7 +193,7 @@ def op_overheads(K_, repeat: int) -> dict[str, float]:
             if base.type in (gt.I32, gt.I64):
                 raw = np.zeros(base.nbytes, np.uint8)
             else:
-                raw = _random_raw(base.type, base.ne, rng)
+                raw = random_raw(base.type, base.ne, rng)
             store[id(base)] = raw
         return tensor_view(store[id(base)], t, t.view_offs if t.is_view else 0)
 

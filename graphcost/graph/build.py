@@ -9,7 +9,7 @@ from graphcost.format.consistency import check_model
 from graphcost.errors import UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.gguf_reader import read_model
-from graphcost.graph.llm_graph import AttnInputs, KVCache, LlmGraph
+from graphcost.graph.llm_graph import AttnInputs, GraphInput, KVCache, LlmGraph
 from graphcost.graph.llm_recurrent import RecurrentState
 from graphcost.format.model import ModelInfo, model_info
 from graphcost.graph.flavour import flavour
@@ -20,7 +20,8 @@ from graphcost.graph.spec_builder import build_from_spec
 @dataclass
 class BuiltGraph:
     """The nodes in execution order, the leaves they read, the KV caches, the attention
-    inputs of each cache (index, mask and rotation leaves) and the recurrent states."""
+    inputs of each cache (index, mask and rotation leaves), the recurrent states and every
+    input leaf with its kind (what fills it)."""
 
     model: ModelInfo
     run: Resolved
@@ -29,6 +30,7 @@ class BuiltGraph:
     caches: list[KVCache]
     attn_inputs: list[AttnInputs]
     states: list[RecurrentState] = field(default_factory=list)
+    inputs: list[GraphInput] = field(default_factory=list)
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
@@ -71,4 +73,5 @@ def build_graph(model: ModelInfo, settings: RunSettings | Resolved) -> BuiltGrap
                                f"{model.arch} graph (it has: {', '.join(have) or 'none'})")
     b = LlmGraph(model, run)
     build_from_spec(b, specs[key])
-    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs, b.states)
+    return BuiltGraph(model, run, b.g.nodes, b.g.leafs, b.caches, b.attn_inputs, b.states,
+                      b.inputs)

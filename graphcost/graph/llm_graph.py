@@ -7,6 +7,7 @@ node order.
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 
@@ -45,14 +46,46 @@ class KVCache:
 
 @dataclass
 class AttnInputs:
-    """llm_graph_input_attn_kv (one per cache): index inputs, mask, Hadamard matrices."""
+    """llm_graph_input_attn_kv (one per cache): index inputs, mask, Hadamard matrices (the
+    builder makes the object first and its inputs after, each tied to it)."""
 
     cache: KVCache
-    k_idxs: Tensor
-    v_idxs: Tensor | None  # None: K-only (MLA) cache
-    kq_mask: Tensor
-    k_rot: Tensor | None
-    v_rot: Tensor | None
+    k_idxs: Tensor | None = None
+    v_idxs: Tensor | None = None  # None: K-only (MLA) cache
+    kq_mask: Tensor | None = None
+    k_rot: Tensor | None = None
+    v_rot: Tensor | None = None
+
+
+class InputKind(enum.Enum):
+    """What a graph input holds: the ``llm_graph_input_*`` class whose ``set_input``
+    (``src/llama-graph.cpp``, ``src/llama-kv-cache.cpp``, ``src/llama-memory-recurrent.cpp``)
+    fills it."""
+
+    TOKENS = "tokens"            # llm_graph_input_embd: token ids (per-layer inputs too)
+    EMBD = "embd"                # llm_graph_input_embd: embeddings (the token path computes)
+    POS = "pos"                  # llm_graph_input_pos: positions, n_pos_per_embd per token
+    OUT_IDS = "out_ids"          # llm_graph_input_out_ids: rows whose logits are kept
+    K_IDXS = "k_idxs"            # llm_graph_input_attn_kv: cells the new K rows go to
+    V_IDXS = "v_idxs"            # ... the new V rows (element indices when V is transposed)
+    KQ_MASK = "kq_mask"          # ... causal (and sliding-window) mask over the cells
+    K_ROT = "k_rot"              # ... Hadamard matrix of a quantized K cache
+    V_ROT = "v_rot"              # ... Hadamard matrix of a quantized V cache
+    S_COPY = "s_copy"            # llm_graph_input_rs: the cell each state is read from
+    ATTN_SCALE = "attn_scale"    # llm_graph_input_attn_temp: query temperature per token
+    NO_CACHE_MASK = "no_cache_mask"  # llm_graph_input_attn_no_cache: encoder mask
+    MEAN = "mean"                # llm_graph_input_mean: mean pooling weights
+    CLS = "cls"                  # llm_graph_input_cls: rows pooled by CLS/last
+
+
+@dataclass(eq=False)
+class GraphInput:
+    """One input leaf the builder made, with what fills it; ``attn``: the attention inputs
+    (and so the KV cache) an index, mask or rotation input belongs to."""
+
+    kind: InputKind
+    tensor: Tensor
+    attn: AttnInputs | None = None
 
 
 class LlmGraph:
@@ -72,6 +105,16 @@ class LlmGraph:
         self.attn_inputs: list[AttnInputs] = []
         #: recurrent states (graphcost.graph.llm_recurrent.RecurrentState) of hybrid/recurrent models
         self.states: list = []
+        #: every input leaf, in creation order, with its kind (what the executor fills)
+        self.inputs: list[GraphInput] = []
+
+    def new_input(self, kind: InputKind, type_: gt.GGMLType, ne, *, name: str = "",
+                  attn: AttnInputs | None = None) -> Tensor:
+        """A graph input leaf (``ggml_new_tensor`` + ``ggml_set_input``), registered with
+        its kind."""
+        t = self.g.new_tensor(type_, ne, name=name)
+        self.inputs.append(GraphInput(kind, t, attn))
+        return t
 
     # ---- weights -------------------------------------------------------------------
     @property
@@ -105,8 +148,9 @@ class LlmGraph:
         g, n_embd = self.g, self.model.n_embd
         # hparams.n_embd_inp(): deepstack models (qwen3vl) take n_embd * (1 + n_deepstack)
         n_embd_inp = n_embd * (1 + self.model.n_deepstack_layers)
-        tokens = g.cb(g.new_tensor(gt.I32, [self.n_tokens]), "inp_tokens")
-        embd_in = g.cb(g.new_tensor(gt.F32, [n_embd_inp, self.n_tokens]), "inp_embd")
+        tokens = g.cb(self.new_input(InputKind.TOKENS, gt.I32, [self.n_tokens]), "inp_tokens")
+        embd_in = g.cb(self.new_input(InputKind.EMBD, gt.F32, [n_embd_inp, self.n_tokens]),
+                       "inp_embd")
         cur = g.get_rows(tok_embd, tokens)
         if n_embd_inp != n_embd:
             cur = g.pad(cur, [n_embd_inp - n_embd, 0, 0, 0])
@@ -125,15 +169,17 @@ class LlmGraph:
 
     def build_inp_pos(self, n_pos_per_embd: int = 1) -> Tensor:
         """build_inp_pos: I32 [n_tokens * n_pos_per_embd] (4 for multi-section rope)."""
-        return self.g.cb(self.g.new_tensor(gt.I32, [self.n_tokens * n_pos_per_embd]), "inp_pos")
+        return self.g.cb(self.new_input(InputKind.POS, gt.I32, [self.n_tokens * n_pos_per_embd]),
+                         "inp_pos")
 
     def build_inp_attn_scale(self) -> Tensor:
         """build_inp_attn_scale: F32 [1, 1, n_tokens] ``inp_attn_scale``, the per-token
         query temperature (llm_graph_input_attn_temp)."""
-        return self.g.new_tensor(gt.F32, [1, 1, self.n_tokens], name="inp_attn_scale")
+        return self.new_input(InputKind.ATTN_SCALE, gt.F32, [1, 1, self.n_tokens],
+                              name="inp_attn_scale")
 
     def build_inp_out_ids(self) -> Tensor:
-        return self.g.new_tensor(gt.I32, [self.n_outputs], name="out_ids")
+        return self.new_input(InputKind.OUT_IDS, gt.I32, [self.n_outputs], name="out_ids")
 
     def make_cache(self, name: str, layers: list[int], size: int, n_kv: int,
                    reuse: dict[int, int] | None = None, *, flat: bool = False) -> KVCache:
@@ -186,28 +232,35 @@ class LlmGraph:
         return self._attn_inputs(cache, with_v=False)
 
     def _attn_inputs(self, cache: KVCache, with_v: bool) -> AttnInputs:
-        g, m, T = self.g, self.model, self.n_tokens
-        k_idxs = g.new_tensor(gt.I64, [T], name="attn_inp_k_idxs")
-        v_idxs = None
+        m, T = self.model, self.n_tokens
+        inp = AttnInputs(cache)
+        inp.k_idxs = self.new_input(InputKind.K_IDXS, gt.I64, [T], name="attn_inp_k_idxs",
+                                    attn=inp)
         if with_v:
             # hparams.n_embd_v_gqa_max(): over every layer of the model, not only the cache's
             n_v = T if not cache.v_trans else T * m.n_embd_v_gqa_max()
-            v_idxs = g.new_tensor(gt.I64, [n_v], name="attn_inp_v_idxs")
-        mask_type = gt.F16 if self.run.flash_attn else gt.F32
-        mask = g.new_tensor(mask_type, [cache.n_kv, T, 1, 1], name="attn_inp_kq_mask")
-        inp = AttnInputs(cache, k_idxs, v_idxs, mask, None, None)
+            inp.v_idxs = self.new_input(InputKind.V_IDXS, gt.I64, [n_v],
+                                        name="attn_inp_v_idxs", attn=inp)
+        inp.kq_mask = self._kq_mask(inp)
         self.attn_inputs.append(inp)
         return inp
 
+    def _kq_mask(self, inp: AttnInputs) -> Tensor:
+        """build_attn_inp_kq_mask: [n_kv, n_tokens], F16 with flash attention."""
+        mask_type = gt.F16 if self.run.flash_attn else gt.F32
+        return self.new_input(InputKind.KQ_MASK, mask_type, [inp.cache.n_kv, self.n_tokens, 1, 1],
+                              name="attn_inp_kq_mask", attn=inp)
+
     def build_rot_inputs(self, inp: AttnInputs) -> None:
-        g = self.g
         if inp.cache.rot_k:
             nrot = 64
             while inp.cache.head_k_all % (nrot * 2) == 0:
                 nrot *= 2
-            inp.k_rot = g.new_tensor(gt.F32, [nrot, nrot], name="attn_inp_k_rot")
+            inp.k_rot = self.new_input(InputKind.K_ROT, gt.F32, [nrot, nrot],
+                                       name="attn_inp_k_rot", attn=inp)
         if inp.cache.rot_v:
-            inp.v_rot = g.new_tensor(gt.F32, [64, 64], name="attn_inp_v_rot")
+            inp.v_rot = self.new_input(InputKind.V_ROT, gt.F32, [64, 64],
+                                       name="attn_inp_v_rot", attn=inp)
 
     # ---- blocks --------------------------------------------------------------------
     def build_norm(self, cur: Tensor, mw: Tensor | None, mb: Tensor | None, il: int,
@@ -507,9 +560,9 @@ class LlmGraph:
         """build_attn_inp_no_cache: only a mask, [n_tokens, n_tokens, 1, 1] (no KV cells:
         keys are this ubatch's tokens), F16 with flash attention, named ``self_kq_mask``.
         (The sliding-window second mask is not modelled: no encoder here has one.)"""
-        g, T = self.g, self.n_tokens
+        T = self.n_tokens
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
-        return g.new_tensor(mask_type, [T, T, 1, 1], name="self_kq_mask")
+        return self.new_input(InputKind.NO_CACHE_MASK, mask_type, [T, T, 1, 1], name="self_kq_mask")
 
     def build_attn_no_cache(self, mask: Tensor, wo: Tensor, wo_b: Tensor | None, q: Tensor,
                             k: Tensor, v: Tensor, kq_scale: float, il: int) -> Tensor:
@@ -526,11 +579,11 @@ class LlmGraph:
 
     def build_inp_mean(self) -> Tensor:
         """build_inp_mean: F32 [n_tokens, n_seqs_unq] (one sequence per ubatch here)."""
-        return self.g.new_tensor(gt.F32, [self.n_tokens, 1], name="mean")
+        return self.new_input(InputKind.MEAN, gt.F32, [self.n_tokens, 1], name="mean")
 
     def build_inp_cls(self) -> Tensor:
         """build_inp_cls: I32 [n_seqs_unq], the row of each sequence's CLS/last token."""
-        return self.g.new_tensor(gt.I32, [1], name="cls")
+        return self.new_input(InputKind.CLS, gt.I32, [1], name="cls")
 
     def build_pooling(self, inp: Tensor, pooling: int, cls: Tensor | None = None,
                       cls_b: Tensor | None = None, cls_out: Tensor | None = None,

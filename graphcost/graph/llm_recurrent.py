@@ -17,6 +17,7 @@ from typing import Callable
 
 from graphcost.format import ggml_types as gt
 from graphcost.graph.ggml_graph import Tensor
+from graphcost.graph.llm_graph import InputKind
 
 #: llama_context default n_seq_max; rs_size = max(1, n_seq_max) cells
 N_SEQ_MAX = 1
@@ -84,7 +85,7 @@ def build_rs_inputs(b, st: RecurrentState) -> RsInputs:
     ``s_copy_extra`` [n_rs - n_seqs] (one sequence: n_seqs = 1)."""
     g = b.g
     n_seqs = 1
-    s_copy = g.new_tensor(gt.I32, [st.n_rs], name="rs_s_copy")
+    s_copy = b.new_input(InputKind.S_COPY, gt.I32, [st.n_rs], name="rs_s_copy")
     main = g.view(s_copy, [n_seqs], (), 0)
     extra = g.view(s_copy, [st.n_rs - n_seqs], (), n_seqs * s_copy.nb[0])
     return RsInputs(st, s_copy, main, extra)

@@ -11,7 +11,7 @@ a separate SILU and MUL, and ``inp_out_ids`` is created inside the last layer.
 from __future__ import annotations
 
 from graphcost.format import ggml_types as gt
-from graphcost.graph.llm_graph import KVCache
+from graphcost.graph.llm_graph import InputKind, KVCache
 from graphcost.graph.spec_builder import SpecBuilder, statement
 from graphcost.graph.statements.core import s_rope
 
@@ -23,7 +23,7 @@ KQ_MASK_PAD = 32
 def embed(sb: SpecBuilder, a: dict) -> None:
     """llm_build_inp_embd: GET_ROWS named ``inp_embd``."""
     g, b = sb.g, sb.b
-    tokens = g.cb(g.new_tensor(gt.I32, [b.n_tokens]), "inp_tokens")
+    tokens = g.cb(b.new_input(InputKind.TOKENS, gt.I32, [b.n_tokens]), "inp_tokens")
     sb.vars[a.get("out", "inpL")] = g.cb(g.get_rows(b.weight("token_embd.weight"), tokens), "inp_embd")
 
 
@@ -33,7 +33,8 @@ def attention_inputs(sb: SpecBuilder, a: dict) -> None:
     g, b, m, run = sb.g, sb.b, sb.m, sb.b.run
     cache = b.make_cache("base", list(range(m.n_layer)), run.kv_size, run.n_kv, flat=True)
     sb.vars["kv_cache"] = cache
-    mask = g.cb(g.new_tensor(gt.F32, [run.n_kv, gt.ggml_pad(b.n_tokens, KQ_MASK_PAD)]), "KQ_mask")
+    mask = g.cb(b.new_input(InputKind.KQ_MASK, gt.F32,
+                           [run.n_kv, gt.ggml_pad(b.n_tokens, KQ_MASK_PAD)]), "KQ_mask")
     sb.vars["KQ_mask"] = g.cast(mask, gt.F16) if run.flash_attn else mask
 
 
@@ -115,7 +116,7 @@ def select_rows(sb: SpecBuilder, a: list) -> None:
     if sb.il != sb.m.n_layer - 1:
         return
     g = sb.g
-    ids = g.cb(g.new_tensor(gt.I32, [sb.b.n_outputs]), "inp_out_ids")
+    ids = g.cb(sb.b.new_input(InputKind.OUT_IDS, gt.I32, [sb.b.n_outputs]), "inp_out_ids")
     for name in a:
         sb.vars[name] = g.get_rows(sb.var(name), ids)
 

@@ -16,6 +16,7 @@ import math
 from graphcost.format import ggml_types as gt
 from graphcost.errors import GraphcostError
 from graphcost.graph.ggml_graph import Tensor
+from graphcost.graph.llm_graph import InputKind
 from graphcost.graph.spec_builder import SpecBuilder, statement
 
 
@@ -63,8 +64,7 @@ def build_per_layer_inputs(sb: SpecBuilder, x: Tensor, ea: int) -> Tensor:
     per-layer inputs of ``ea`` values per layer."""
     b, g, m = sb.b, sb.g, sb.m
     T = b.n_tokens
-    tokens = g.new_tensor(gt.I32, [T])
-    tokens.params = {"input": "inp_tokens"}   # unnamed, filled with the ubatch's tokens
+    tokens = b.new_input(InputKind.TOKENS, gt.I32, [T])    # build_inp_per_layer: inp->tokens
     inp = g.get_rows(sb.weight("/per_layer_token_embd"), tokens)
     inp = g.reshape(inp, [ea, m.n_layer, T])
     inp = g.cb(g.scale(inp, math.sqrt(ea)), "inp_per_layer_selected", -1)

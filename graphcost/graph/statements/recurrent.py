@@ -17,6 +17,7 @@ from graphcost.format import ggml_types as gt
 from graphcost.format.hparam_expr import evaluate
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
+from graphcost.graph.llm_graph import InputKind
 from graphcost.graph.llm_recurrent import N_RS_SEQ, build_rs, build_rs_inputs, make_state
 from graphcost.graph.spec_builder import SpecBuilder, statement
 
@@ -203,7 +204,7 @@ ROPE_TYPE_IMROPE = 40
 def positions_multi(sb: SpecBuilder, a: dict) -> None:
     """``{out: inp_pos}``: build_inp_pos with hparams.n_pos_per_embd() = 4 (M-RoPE and
     IMRoPE take four position components per token): I32 [4 * n_tokens]."""
-    sb.vars[a.get("out", "inp_pos")] = sb.g.cb(sb.g.new_tensor(gt.I32, [4 * sb.b.n_tokens]), "inp_pos")
+    sb.vars[a.get("out", "inp_pos")] = sb.g.cb(sb.b.new_input(InputKind.POS, gt.I32, [4 * sb.b.n_tokens]), "inp_pos")
 
 
 def _rope_sections(sb: SpecBuilder) -> list[int]:
