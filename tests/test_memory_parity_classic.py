@@ -20,7 +20,8 @@ from graphcost.graph.build import load_model
 from graphcost.graph.settings import RunSettings
 from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.memory.plan import plan_memory
-from test_memory_parity import MiB, _id, mib2
+from parity import memory_case_id as _id
+from test_memory_parity import MiB, mib2
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
