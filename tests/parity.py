@@ -63,15 +63,24 @@ def assert_same_graph(model_path, settings: dict, fa: bool) -> None:
     assert diff is None, diff
 
 
+MiB = 1024 * 1024
+
+
+def mib2(n: int) -> float:
+    """llama.cpp's "%8.2f MiB" of n bytes."""
+    return float(f"{n / MiB:.2f}")
+
+
 def memory_case_id(case: tuple) -> str:
-    """Test id of a memory case ``(model, n_ctx, n_ubatch, fa, type_k, type_v, swa_full)``."""
-    m, ctx, ub, fa, tk, tv, swa = case
+    """Test id of a memory case ``(model, n_ctx, n_ubatch, fa, type_k, type_v[, swa_full])``
+    (without ``swa_full``: False)."""
+    m, ctx, ub, fa, tk, tv, swa = (*case, False)[:7]
     return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}{'-swafull' if swa else ''}"
 
 
 def memory_case_settings(case: tuple) -> dict:
     """capture_log's settings of a memory case (see :func:`memory_case_id`)."""
-    m, ctx, ub, fa, tk, tv, swa = case
+    m, ctx, ub, fa, tk, tv, swa = (*case, False)[:7]
     return dict(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk, type_v=tv, swa_full=swa)
 
 

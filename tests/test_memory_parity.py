@@ -28,11 +28,10 @@ from graphcost.cost.analysis import analyze_graph
 from graphcost.graph.build import build_graph, load_model
 from graphcost.document import document
 from graphcost.graph.settings import RunSettings
-from parity import capture_logs, memory_case_id, needs_llama_cpp
+from parity import MiB, mib2, capture_logs, memory_case_id, needs_llama_cpp
 
 pytestmark = needs_llama_cpp
 
-MiB = 1024 * 1024
 
 # (model, n_ctx, n_ubatch, flash_attn, type_k, type_v, swa_full)
 CASES = [
@@ -134,11 +133,6 @@ def _document(path, c) -> dict:
     s = RunSettings(ctx_size=ctx, ubatch_size=ub, batch_size=ub, flash_attn="on" if fa else "off",
                     cache_type_k=tk, cache_type_v=tv, swa_full=swa)
     return document(analyze_graph(build_graph(load_model(path), s), memory=True))
-
-
-def mib2(n: int) -> float:
-    """llama.cpp's "%8.2f MiB" of n bytes."""
-    return float(f"{n / MiB:.2f}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[memory_case_id(c) for c in CASES])

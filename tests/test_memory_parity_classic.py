@@ -21,7 +21,7 @@ from graphcost.graph.settings import RunSettings
 from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.memory.plan import plan_memory
 from parity import memory_case_id as _id
-from test_memory_parity import MiB, mib2
+from parity import MiB, mib2
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
                                 reason="llama-cpp-python: " + llama_cpp_unavailable_reason())

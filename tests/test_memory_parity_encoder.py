@@ -14,11 +14,10 @@ import fixtures_encoder as E
 from graphcost.graph.build import load_model
 from graphcost.memory.plan import plan_memory
 from graphcost.graph.settings import RunSettings
-from parity import capture_logs, needs_llama_cpp
+from parity import MiB, mib2, capture_logs, needs_llama_cpp
 
 pytestmark = needs_llama_cpp
 
-MiB = 1024 * 1024
 
 # (model, n_ctx, n_ubatch, flash_attn, embeddings)
 CASES = [
@@ -61,11 +60,6 @@ def logs(paths):
     """llama.cpp's parsed log for every case."""
     return capture_logs(paths, CASES, lambda c: dict(n_ctx=c[1], n_ubatch=c[2], flash_attn=c[3],
                                                      embeddings=c[4]), _id)
-
-
-def mib2(n: int) -> float:
-    """llama.cpp's "%8.2f MiB" of n bytes."""
-    return float(f"{n / MiB:.2f}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])

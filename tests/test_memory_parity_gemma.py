@@ -13,11 +13,10 @@ import fixtures_gemma4 as G4
 from graphcost.graph.build import load_model
 from graphcost.memory.plan import plan_memory
 from graphcost.graph.settings import RunSettings
-from parity import capture_logs, memory_case_id, needs_llama_cpp
+from parity import MiB, mib2, capture_logs, memory_case_id, needs_llama_cpp
 
 pytestmark = needs_llama_cpp
 
-MiB = 1024 * 1024
 
 # (model, n_ctx, n_ubatch, flash_attn, type_k, type_v, swa_full)
 CASES = [
@@ -60,11 +59,6 @@ def paths(tmp_path_factory):
 def logs(paths):
     """llama.cpp's parsed log for every case."""
     return capture_logs(paths, CASES)
-
-
-def mib2(n: int) -> float:
-    """llama.cpp's "%8.2f MiB" of n bytes."""
-    return float(f"{n / MiB:.2f}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[memory_case_id(c) for c in CASES])

@@ -9,7 +9,8 @@ import pytest
 
 import fixtures_simple as S
 from parity import capture_logs, memory_case_id, needs_llama_cpp
-from test_memory_parity import MiB, _document, mib2
+from parity import MiB, mib2
+from test_memory_parity import _document
 
 pytestmark = needs_llama_cpp
 

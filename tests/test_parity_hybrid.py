@@ -10,8 +10,6 @@ llama.cpp's log (graphcost/judge/oracle.py ``capture_log``), at the precision it
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from gguf import GGMLQuantizationType as QT
@@ -22,11 +20,10 @@ from graphcost.graph.build import build_graph, load_model
 from graphcost.memory.plan import plan_memory
 from graphcost.document import document
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, graph_cases, needs_llama_cpp
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from parity import MiB, capture_logs, memory_case_id, mib2, assert_same_graph, graph_cases, needs_llama_cpp
 
 
-MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -183,21 +180,12 @@ MEM_CASES = [
 ]
 
 
-def _mid(c) -> str:
-    m, ctx, ub, fa, tk, tv = c
-    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}"
-
 
 @pytest.fixture(scope="module")
 def logs(models):
     if not llama_cpp_available():
         pytest.skip("llama-cpp-python: " + llama_cpp_unavailable_reason())
-
-    def one(c):
-        m, ctx, ub, fa, tk, tv = c
-        return capture_log(models[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk, type_v=tv)
-    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_mid, MEM_CASES), ex.map(one, MEM_CASES)))
+    return capture_logs(models, MEM_CASES)
 
 
 def _settings(c) -> RunSettings:
@@ -206,14 +194,9 @@ def _settings(c) -> RunSettings:
                        flash_attn="on" if fa else "off", cache_type_k=tk, cache_type_v=tv)
 
 
-def mib2(n: int) -> float:
-    """llama.cpp's "%8.2f MiB" of n bytes."""
-    return float(f"{n / MiB:.2f}")
-
-
-@pytest.mark.parametrize("case", MEM_CASES, ids=[_mid(c) for c in MEM_CASES])
+@pytest.mark.parametrize("case", MEM_CASES, ids=[memory_case_id(c) for c in MEM_CASES])
 def test_hybrid_memory_matches_llama_cpp_log(models, logs, case):
-    log = logs[_mid(case)]
+    log = logs[memory_case_id(case)]
     mem = document(analyze_graph(build_graph(load_model(models[case[0]]), _settings(case)), memory=True))["memory"]
     assert mib2(mem["compute_buffer_bytes"]) == log["compute_buffer_mib"]
     (exact,) = log["compute_buffer_exact"]

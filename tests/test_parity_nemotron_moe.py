@@ -10,22 +10,19 @@ equals llama.cpp's log (graphcost/judge/oracle.py ``capture_log``), captured onc
 module. Fixtures: tests/fixtures_hybrid.py ``write_nemotron_h``."""
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import fixtures_hybrid as H
 from graphcost.graph.build import build_graph, load_model
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.memory.plan import plan_memory
-from parity import assert_same_graph, case_ids, our_records
+from parity import MiB, capture_logs, memory_case_id, mib2, assert_same_graph, case_ids, our_records
 
 needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
                                      reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
 
-MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -73,32 +70,18 @@ MEM_CASES = [
 ]
 
 
-def _mid(c) -> str:
-    m, ctx, ub, fa, tk, tv = c
-    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}"
-
 
 @pytest.fixture(scope="module")
 def logs(models):
     if not llama_cpp_available():
         pytest.skip("llama-cpp-python: " + llama_cpp_unavailable_reason())
-
-    def one(c):
-        m, ctx, ub, fa, tk, tv = c
-        return capture_log(models[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk, type_v=tv)
-    with ThreadPoolExecutor(max_workers=min(3, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_mid, MEM_CASES), ex.map(one, MEM_CASES)))
+    return capture_logs(models, MEM_CASES)
 
 
-def mib2(n: int) -> float:
-    """llama.cpp's "%8.2f MiB" of n bytes."""
-    return float(f"{n / MiB:.2f}")
-
-
-@pytest.mark.parametrize("case", MEM_CASES, ids=[_mid(c) for c in MEM_CASES])
+@pytest.mark.parametrize("case", MEM_CASES, ids=[memory_case_id(c) for c in MEM_CASES])
 def test_nemotron_moe_memory_matches_llama_cpp_log(models, logs, case):
     m, ctx, ub, fa, tk, tv = case
-    log = logs[_mid(case)]
+    log = logs[memory_case_id(case)]
     plan = plan_memory(load_model(models[m]), RunSettings(
         ctx_size=ctx, ubatch_size=ub, batch_size=ub, flash_attn="on" if fa else "off",
         cache_type_k=tk, cache_type_v=tv))

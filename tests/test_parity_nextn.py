@@ -19,8 +19,6 @@ recurrent state and the output buffer, from llama.cpp's log (graphcost/judge/ora
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -31,13 +29,12 @@ from graphcost.cost.analysis import analyze_graph
 from graphcost.document import document
 from graphcost.graph.build import build_graph, load_model
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
-from parity import assert_same_graph, case_ids
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from parity import MiB, capture_logs, memory_case_id, mib2, assert_same_graph, case_ids
 
 needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
                                      reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
 
-MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -105,26 +102,12 @@ MEM_CASES = [
 ]
 
 
-def _mid(c) -> str:
-    m, ctx, ub, fa, tk, tv = c
-    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}"
-
 
 @pytest.fixture(scope="module")
 def logs(models):
     if not llama_cpp_available():
         pytest.skip("llama-cpp-python: " + llama_cpp_unavailable_reason())
-
-    def one(c):
-        m, ctx, ub, fa, tk, tv = c
-        return capture_log(models[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk, type_v=tv)
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_mid, MEM_CASES), ex.map(one, MEM_CASES)))
-
-
-def mib2(n: int) -> float:
-    """llama.cpp's "%8.2f MiB" of n bytes."""
-    return float(f"{n / MiB:.2f}")
+    return capture_logs(models, MEM_CASES)
 
 
 def _memory(path, c) -> dict:
@@ -134,9 +117,9 @@ def _memory(path, c) -> dict:
     return document(analyze_graph(build_graph(load_model(path), s), memory=True))["memory"]
 
 
-@pytest.mark.parametrize("case", MEM_CASES, ids=[_mid(c) for c in MEM_CASES])
+@pytest.mark.parametrize("case", MEM_CASES, ids=[memory_case_id(c) for c in MEM_CASES])
 def test_nextn_memory_matches_llama_cpp_log(models, logs, case):
-    log = logs[_mid(case)]
+    log = logs[memory_case_id(case)]
     mem = _memory(models[case[0]], case)
     assert mib2(mem["compute_buffer_bytes"]) == log["compute_buffer_mib"]
     (exact,) = log["compute_buffer_exact"]
