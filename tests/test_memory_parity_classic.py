@@ -7,8 +7,6 @@ others. Logs are captured in parallel once per module.
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -18,9 +16,9 @@ import fixtures_moe as M
 from fixtures import QT
 from graphcost.graph.build import load_model
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.memory.plan import plan_memory
-from parity import memory_case_id as _id
+from parity import capture_logs, memory_case_id as _id
 from parity import MiB, mib2
 
 pytestmark = pytest.mark.skipif(not llama_cpp_available(),
@@ -77,12 +75,7 @@ def paths(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def logs(paths):
-    def one(c):
-        m, ctx, ub, fa, tk, tv, swa = c
-        return capture_log(paths[m], n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk,
-                           type_v=tv, swa_full=swa)
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(_id, CASES), ex.map(one, CASES)))
+    return capture_logs(paths, CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
