@@ -91,6 +91,18 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _undecided(key: str, e: Exception, format: str, output) -> None:
+    """graphcost cannot decide (a figure the answer needs is not modelled): with ``--format
+    json`` the document ``{schema, KEY: {status: undecided, reason}}``, then the one-line
+    reason and exit 4."""
+    if format == "json":
+        import json
+        from graphcost.document import SCHEMA
+        _emit(json.dumps({"schema": SCHEMA, key: {"status": "undecided",
+                                                   "reason": str(e)}}) + "\n", output)
+    _fail(str(e), 4)
+
+
 def _parse_layers(spec: str | None, n_layer: int) -> set[int] | None:
     """'0-1,5' -> {0, 1, 5}; every range is checked against ``n_layer`` before the set
     is built (a range like 0-30000000 would otherwise fill memory)."""
@@ -444,11 +456,7 @@ def fit(
     try:
         r = run_fit(inputs, graphcost_measure(info, settings, args, flags))
     except Undecided as e:
-        if format == "json":
-            from graphcost.document import SCHEMA
-            _emit(json.dumps({"schema": SCHEMA, "fit": {"status": "undecided",
-                                                        "reason": str(e)}}) + "\n", output)
-        _fail(str(e), 4)
+        _undecided("fit", e, format, output)
     if format == "json":
         from graphcost.document import SCHEMA
         _emit(json.dumps({"schema": SCHEMA, "fit": r.as_dict()}, indent=2) + "\n", output)
@@ -492,11 +500,7 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
         try:
             m = largest_context(info.n_ctx_train, device_fits(info, settings, args, flags))
         except Undecided as e:
-            if format == "json":
-                from graphcost.document import SCHEMA
-                _emit(json.dumps({"schema": SCHEMA, "max_ctx": {"status": "undecided",
-                                                                "reason": str(e)}}) + "\n", output)
-            _fail(str(e), 4)
+            _undecided("max_ctx", e, format, output)
         if format == "json":
             from graphcost.document import SCHEMA
             _emit(json.dumps({"schema": SCHEMA, "max_ctx": {"status": "decided", **m.as_dict()}},
