@@ -26,7 +26,7 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass
 
-from graphcost.cost.analysis import READ_KINDS, Analysis, Cost, NodeCost
+from graphcost.cost.analysis import READ_KINDS, Analysis, NodeCost
 from graphcost.cost.costs import FLOP_KINDS
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.ggml_types import type_name
