@@ -3,6 +3,7 @@ allocator, hardware model and executor share, so that a typo fails instead of ma
 op silently unmodelled."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -70,3 +71,47 @@ def test_unary_nodes_run_in_place_and_glu_nodes_do_not():
     x = g.new_tensor(gt.F32, [4, 3])
     assert can_inplace(g.unary("SILU", x))
     assert not can_inplace(g.glu_split("SWIGLU", x, x))
+
+
+def _op_set_literals(path: Path) -> list[tuple[int, frozenset[str]]]:
+    """(line, members) of every set literal in ``path`` made only of ``Op.X`` members."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Set) and len(node.elts) > 1 and all(
+                isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
+                and e.value.id == "Op" for e in node.elts):
+            out.append((node.lineno, frozenset(e.attr for e in node.elts)))
+    return out
+
+
+def test_no_module_keeps_its_own_copy_of_an_op_group():
+    # a group written again elsewhere (sched.py's VIEW_OPS was ops.VIEWS retyped) drifts
+    # from the one in graphcost/graph/ops.py when ggml adds an op
+    groups = {name: frozenset(o.value for o in grp) for name, grp in
+              [("VIEWS", ops.VIEWS), ("EMPTY", ops.EMPTY), ("UNARY", ops.UNARY),
+               ("GLU", ops.GLU), ("BINARY", ops.BINARY), ("INPLACE", ops.INPLACE),
+               ("MATMUL", ops.MATMUL)]}
+    root = Path(ops.__file__).parents[1]
+    copies = [f"{p.relative_to(root)}:{line} is ops.{name}"
+              for p in sorted(root.rglob("*.py")) if p != Path(ops.__file__)
+              for line, members in _op_set_literals(p)
+              for name, grp in groups.items() if members == grp]
+    assert not copies, copies
+
+
+@pytest.mark.parametrize("add, op, n_mask_src", [
+    ("soft_max_add_sinks", "SOFT_MAX", 2), ("flash_attn_ext_add_sinks", "FLASH_ATTN_EXT", 4)])
+def test_sinks_join_a_masked_attention_node_only(add, op, n_mask_src):
+    g = Graph()
+    x = g.new_tensor(gt.F32, [8, 3, 2])
+    sinks = g.new_tensor(gt.F32, [2])
+    with pytest.raises(ValueError, match=f"attention sinks need a {op} with a mask"):
+        getattr(g, add)(g.scale(x, 1.0), sinks)          # not the op
+    mask = g.new_tensor(gt.F16, [8, 3])
+    node = (g.soft_max_ext(x, mask, 1.0, 0.0) if op == "SOFT_MAX" else
+            g.flash_attn_ext(x, x, x, mask, 1.0, 0.0, 0.0))
+    assert len(node.src) == n_mask_src
+    getattr(g, add)(node, None)                           # no sinks: unchanged
+    assert len(node.src) == n_mask_src and "sinks" not in node.params
+    getattr(g, add)(node, sinks)
+    assert node.src[-1] is sinks and len(node.src) == n_mask_src + 1 and node.params["sinks"]

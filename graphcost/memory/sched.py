@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from graphcost.errors import GraphcostError
 from graphcost.graph.ggml_graph import Tensor
-from graphcost.graph.ops import Op
+from graphcost.graph.ops import VIEWS, Op
 from graphcost.memory.alloc import Allocation, allocate
 from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, PlacementFlags,
                                         _layer_of)
@@ -52,8 +52,8 @@ from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, Placement
 MAX_COPIES = 4
 #: llama-context.cpp graph_get_cb: below this many tokens, norms are pinned to their layer
 PIN_NORM_BELOW_TOKENS = 32
-#: ggml_is_view_op
-VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+#: ggml_is_view_op (ggml-backend.cpp): VIEW, RESHAPE, PERMUTE, TRANSPOSE
+VIEW_OPS = VIEWS
 #: ops not sent to their weight's backend (backend_id_from_cur: "the rope freqs / sinks
 #: tensor is too small to choose a backend based on it")
 _NOT_OFFLOADED = frozenset({Op.ROPE, Op.FLASH_ATTN_EXT})
