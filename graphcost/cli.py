@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from graphcost.errors import GraphcostError
-from graphcost.report.units import literal
+from graphcost.units import literal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="What one llama.cpp step costs, from a GGUF header alone.")

@@ -15,7 +15,7 @@ from graphcost.document import SCHEMA
 from graphcost.execute.profile import NodeRow, Profile, Rollup
 from graphcost.document import non_finite
 from graphcost.report.renderer import Renderer, RenderOptions
-from graphcost.report.units import human_bytes, human_count, literal
+from graphcost.units import human_bytes, human_count, literal
 
 
 class ProfileFormat(str, Enum):
