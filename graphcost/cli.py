@@ -345,7 +345,7 @@ def memory(
                         RunSettings(ctx_size=ctx_size, batch_size=batch_size,
                                     ubatch_size=ubatch_size, flash_attn=flash_attn,
                                     cache_type_k=cache_type_k, cache_type_v=cache_type_v,
-                                    swa_full=swa_full), max_ctx=max_ctx,
+                                    swa_full=swa_full, embeddings=embeddings), max_ctx=max_ctx,
                         dev=dev, no_op_offload=no_op_offload)
         return
     if format == "html" and fuse is not None:
