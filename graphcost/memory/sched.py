@@ -554,19 +554,18 @@ def flash_attn_auto_fails(model, settings, placement: Placement, flags: Placemen
     """``-fa auto`` with devices (llama_context::resolve_fused_ops): a one-token probe graph
     with flash attention is scheduled, and if any layer's FLASH_ATTN_EXT runs on another
     device than the layer's, llama.cpp turns flash attention off. Returns that warning (the
-    first mismatch), or None when flash attention stays on (or was not auto)."""
+    first mismatch), or None when flash attention stays on (or was not auto). ``settings``:
+    RunSettings, or already resolved for ``model``."""
     from graphcost.graph.build import build_graph, resolve_for
-    from graphcost.graph.flavour import flavour
-    fa = (settings.flash_attn or flavour(settings.llama_cpp).flash_attn_default).lower()
-    if fa != "auto" or not placement.devices:
+    from graphcost.graph.settings import Resolved
+    run = settings if isinstance(settings, Resolved) else resolve_for(model, settings)
+    if not run.flash_attn_auto or not placement.devices:
         return None
     backends = backends_for(placement)
     if backends is None:
         return None
-    run = resolve_for(model, settings)
-    probe = dataclasses.replace(settings, flash_attn="on", tokens=1, outputs=1,
-                                past=run.n_ctx - 1, memory_full=True)
-    bg = build_graph(model, probe)
+    # auto is on (run.flash_attn): the probe is one token with every cell attended
+    bg = build_graph(model, run.step(1, run.n_ctx - 1, 1, memory_full=True))
     n_copies = MAX_COPIES if pipeline_parallel(placement, flags, model.n_layer) else 1
     s = schedule(bg, placement, flags, backends, n_copies)
     for i, n in enumerate(s.nodes):
