@@ -48,8 +48,7 @@ def _rollup_table(title: str, key: str, rows: list[Rollup]) -> RichTable:
     for r in rows:
         t.add_row("-" if r.key is None else str(r.key), str(r.count), _ms(r.seconds),
                   human_bytes(r.bytes), human_count(r.flops),
-                  _rate(r.bytes / r.seconds / 1e9 if r.seconds else None),
-                  _rate(r.flops / r.seconds / 1e9 if r.seconds else None),
+                  _rate(r.gbps), _rate(r.gflops),
                   _ms(r.predicted), _ratio(r.ratio))
     return t
 
