@@ -115,3 +115,32 @@ def test_sinks_join_a_masked_attention_node_only(add, op, n_mask_src):
     assert len(node.src) == n_mask_src and "sinks" not in node.params
     getattr(g, add)(node, sinks)
     assert node.src[-1] is sinks and len(node.src) == n_mask_src + 1 and node.params["sinks"]
+
+
+def _op_literals(path: Path) -> list[tuple[int, str]]:
+    """(line, string) of every string literal compared with a node's ``.op``
+    (``n.op == "X"``, ``n.op in ("X", ...)``) or passed as the op of a graph builder call
+    (``g.unary("X", ...)``, ``g.glu_split("X", ...)``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(s, ast.Attribute) and s.attr == "op" for s in [node.left, *node.comparators]):
+            for c in [node.left, *node.comparators]:
+                elts = c.elts if isinstance(c, (ast.Tuple, ast.Set, ast.List)) else [c]
+                out += [(e.lineno, e.value) for e in elts
+                        if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("unary", "glu_split", "glu") and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def test_every_op_name_written_as_a_string_is_a_ggml_op():
+    # a string compared with a node's op bypasses ops.check: a typo would never match
+    root = Path(ops.__file__).parents[1]
+    names = {o.value for o in Op}
+    found = [(p, line, s) for p in sorted(root.rglob("*.py")) for line, s in _op_literals(p)]
+    assert len(found) > 5                            # the scan sees the code's comparisons
+    bad = [f"{p.relative_to(root)}:{line}: {s!r}" for p, line, s in found if s not in names]
+    assert not bad, bad
