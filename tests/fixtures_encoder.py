@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, add_spm_vocab, bias, finish, layer_norm
+from gguf_writer import QT, FixtureInfo, TensorSink, bias, done, header, layer_norm
 
 __all__ = ["write_bert"]
 
@@ -54,25 +54,18 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
     every position a test encodes."""
     path = Path(path)
     nomic = arch == "nomic-bert"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    if nomic:
-        w.add_rope_freq_base(1000.0)
-    if norm_eps is not None:  # required by llama.cpp: None writes a file it refuses
-        w.add_layer_norm_eps(norm_eps)
-    if causal is not None:
-        w.add_causal_attention(causal)
-    if pooling is not None:
-        w.add_pooling_type(pooling)
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_spm_vocab(w, n_vocab)
+
+    def encoder_keys(w: gguf.GGUFWriter) -> None:
+        if norm_eps is not None:  # required by llama.cpp: None writes a file it refuses
+            w.add_layer_norm_eps(norm_eps)
+        if causal is not None:
+            w.add_causal_attention(causal)
+        if pooling is not None:
+            w.add_pooling_type(pooling)
+
+    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=None, n_ff=n_ff,
+               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length, rms_eps=None,
+               rope_freq_base=1000.0 if nomic else None, after={"rope.freq_base": encoder_keys})
     w.add_token_type_count(max(token_types, 1))
     if cls_out:
         w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch),
@@ -113,8 +106,6 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
             bias(sink, p + "ffn_up.bias", n_ff)
             bias(sink, p + "ffn_down.bias", n_embd)
         layer_norm(sink, p + "layer_output_norm", n_embd)
-    finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff,
-                       n_layer=n_layer, context_length=context_length, tie_embeddings=False,
-                       tensor_types=sink.types)
+    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff, n_layer=n_layer,
+                context_length=context_length, tie=False)

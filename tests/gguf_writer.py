@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -245,33 +245,46 @@ def header(path: Path, arch: str, *, n_embd: int, n_head: int,
            n_head_kv: int | Sequence[int] | None, n_ff: int | Sequence[int], n_layer: int,
            n_vocab: int, context_length: int, rms_eps: float | None,
            rope_freq_base: float | None, head_dim: int | None = None, n_rot: int | None = None,
-           name: str | None = None) -> gguf.GGUFWriter:
+           name: str | None = None,
+           after: Mapping[str, Callable[[gguf.GGUFWriter], None]] | None = None,
+           ) -> gguf.GGUFWriter:
     """A writer with the keys every family here reads: name, context, sizes, heads (a
     per-layer ``n_ff`` or ``n_head_kv`` as an array), ``key_length = value_length = head_dim`` and
     ``rope.dimension_count = n_rot`` when given, RMS epsilon and rope base (``None``:
-    left out, as ``n_head_kv``), file type, and the vocabulary. Family keys are added
-    after it. ``name`` replaces ``graphcost-fixture-<arch>``."""
+    left out, as ``n_head_kv``), file type, and the vocabulary. ``name`` replaces
+    ``graphcost-fixture-<arch>``.
+
+    Family keys go after it, or, where a family's files have them in the middle,
+    ``after[step]`` writes them right after the standard key ``step`` (its name without
+    ``<arch>.``: ``"block_count"``, ``"value_length"``, ``"rope.freq_base"``, ...; run
+    whether or not that key was written)."""
     if isinstance(n_head_kv, int) and n_head_kv and n_head % n_head_kv:
         raise ValueError("n_head must be a multiple of n_head_kv")
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(name or f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff if isinstance(n_ff, int) else list(n_ff))
-    w.add_head_count(n_head)
-    if n_head_kv is not None:
-        w.add_head_count_kv(n_head_kv if isinstance(n_head_kv, int) else list(n_head_kv))
-    if head_dim is not None:
-        w.add_key_length(head_dim)
-        w.add_value_length(head_dim)
-    if n_rot is not None:
-        w.add_rope_dimension_count(n_rot)
-    if rms_eps is not None:
-        w.add_layer_norm_rms_eps(rms_eps)
-    if rope_freq_base is not None:
-        w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
+    kv = n_head_kv if isinstance(n_head_kv, int) or n_head_kv is None else list(n_head_kv)
+    keys = (("name", w.add_name, name or f"graphcost-fixture-{arch}"),
+            ("context_length", w.add_context_length, context_length),
+            ("embedding_length", w.add_embedding_length, n_embd),
+            ("block_count", w.add_block_count, n_layer),
+            ("feed_forward_length", w.add_feed_forward_length,
+             n_ff if isinstance(n_ff, int) else list(n_ff)),
+            ("head_count", w.add_head_count, n_head),
+            ("head_count_kv", w.add_head_count_kv, kv),
+            ("key_length", w.add_key_length, head_dim),
+            ("value_length", w.add_value_length, head_dim),
+            ("rope.dimension_count", w.add_rope_dimension_count, n_rot),
+            ("layer_norm_rms_epsilon", w.add_layer_norm_rms_eps, rms_eps),
+            ("rope.freq_base", w.add_rope_freq_base, rope_freq_base),
+            ("vocab_size", w.add_vocab_size, n_vocab))
+    after = dict(after or {})
+    unknown = set(after) - {step for step, _, _ in keys}
+    if unknown:
+        raise ValueError(f"header: no step {sorted(unknown)} to write keys after")
+    for step, add, value in keys:
+        if value is not None:
+            add(value)
+        if step in after:
+            after[step](w)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     add_spm_vocab(w, n_vocab)
@@ -341,14 +354,16 @@ def layer_norm(sink: TensorSink, name: str, n: int, with_bias: bool = True) -> N
 
 
 def embeddings(sink: TensorSink, n_embd: int, n_vocab: int, tie: bool,
-               output_bias: bool = False, scale: float | None = None) -> None:
-    """``token_embd``, ``output_norm`` and, untied, ``output`` (and its bias). Tied, the
-    embedding is also the output matrix, so it is kept small (logits O(1)); untied it is
-    larger (``scale`` overrides), which gives the residual stream some signal."""
+               output_bias: bool = False, scale: float | None = None,
+               norm: str = "output_norm", norm_bias: bool = False) -> None:
+    """``token_embd``, the output norm ``norm`` (with a bias: a LayerNorm) and, untied,
+    ``output`` (and its bias). Tied, the embedding is also the output matrix, so it is
+    kept small (logits O(1)); untied it is larger (``scale`` overrides), which gives the
+    residual stream some signal."""
     if scale is None:
         scale = 0.05 if tie else 0.5
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=scale)
-    sink.vector("output_norm.weight", n_embd)
+    layer_norm(sink, norm, n_embd, norm_bias)
     if not tie:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
     if output_bias:
@@ -406,12 +421,14 @@ def moe(sink: TensorSink, p: str, n_embd: int, n_ff_exp: int, n_expert: int,
         order: Sequence[str] = GATE_DOWN_UP) -> None:
     """The router ``ffn_gate_inp``, the expert-selection bias ``exp_probs_b`` when
     ``probs_bias``, and the stacked experts in ``order`` (``gate_exps`` False: no gate
-    experts)."""
+    experts; ``"gate_up"``: gate and up merged in one ``ffn_gate_up_exps`` of twice the
+    width)."""
     sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert,
                 scale=router_scale)
     if probs_bias:
         sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
-    ne = {"gate": (n_embd, n_ff_exp), "up": (n_embd, n_ff_exp), "down": (n_ff_exp, n_embd)}
+    ne = {"gate": (n_embd, n_ff_exp), "up": (n_embd, n_ff_exp), "down": (n_ff_exp, n_embd),
+          "gate_up": (n_embd, 2 * n_ff_exp)}
     for part in order:
         if part != "gate" or gate_exps:
             sink.experts(f"ffn_{part}_exps", p + f"ffn_{part}_exps.weight", *ne[part], n_expert)
