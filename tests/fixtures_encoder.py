@@ -17,10 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
-
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, bias, done, header, layer_norm
+from gguf_writer import QT, FixtureInfo, bias, done, layer_norm, start
 
 __all__ = ["write_bert"]
 
@@ -30,10 +28,6 @@ BERT_DEFAULT_TYPES: dict[str, QT] = {
     "attn_output": QT.Q8_0, "ffn_up": QT.Q4_0, "ffn_down": QT.Q4_K, "cls": QT.F16,
     "cls.output": QT.F16,
 }
-
-
-
-
 
 
 def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: int = 416,
@@ -52,7 +46,6 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
     ``cls_out`` (labels) add RANK's classification heads; ``causal=None`` leaves out
     ``bert.attention.causal``. ``context_length`` rows of position embeddings must cover
     every position a test encodes."""
-    path = Path(path)
     nomic = arch == "nomic-bert"
 
     def encoder_keys(w: gguf.GGUFWriter) -> None:
@@ -63,14 +56,14 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
         if pooling is not None:
             w.add_pooling_type(pooling)
 
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=None, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length, rms_eps=None,
-               rope_freq_base=1000.0 if nomic else None, after={"rope.freq_base": encoder_keys})
-    w.add_token_type_count(max(token_types, 1))
+    sink = start(path, arch, BERT_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=None, n_ff=n_ff, n_layer=n_layer,
+                 n_vocab=n_vocab, context_length=context_length, rms_eps=None,
+                 rope_freq_base=1000.0 if nomic else None, after={"rope.freq_base": encoder_keys})
+    sink.w.add_token_type_count(max(token_types, 1))
     if cls_out:
-        w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch),
-                    [f"label{i}" for i in range(cls_out)])
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, BERT_DEFAULT_TYPES)
+        sink.w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch),
+                         [f"label{i}" for i in range(cls_out)])
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.5)
     if token_types:
         sink.matrix("token_types", "token_types.weight", n_embd, token_types, scale=0.1)
@@ -106,6 +99,4 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
             bias(sink, p + "ffn_up.bias", n_ff)
             bias(sink, p + "ffn_down.bias", n_embd)
         layer_norm(sink, p + "layer_output_norm", n_embd)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=False)
+    return done(sink, tie=False, n_head_kv=n_head)

@@ -19,11 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import numpy as np
-
 import gguf
-from gguf_writer import (QT, FixtureInfo, TensorSink, done, expert_counts, ffn, header,
-                         per_layer_inputs)
+from gguf_writer import (QT, FixtureInfo, done, expert_counts, ffn, per_layer_block,
+                         per_layer_inputs, start)
 
 __all__ = ["write_gemma4"]
 
@@ -58,7 +56,6 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
     router and ``n_expert`` experts of ``n_ff_exp`` (``n_expert_used`` per token).
     ``extra_scales``: per-tensor weight scales ``blk.0.<name>.scale`` [1] (NVFP4
     conversions' ``wq_s`` ...), which graphcost's gemma4 does not model."""
-    path = Path(path)
     n_layer = len(swa_pattern)
     arch = "gemma4"
 
@@ -80,15 +77,14 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
             expert_counts(w, arch, n_expert, n_expert_used)
             w.add_expert_feed_forward_length(n_ff_exp)
 
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=1_000_000.0, head_dim=head_dim, n_rot=head_dim,
-               after={"value_length": swa_sizes,
-                      "rope.dimension_count": lambda w: w.add_uint32(
-                          gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch=arch), head_dim_swa),
-                      "layer_norm_rms_epsilon": sliding, "rope.freq_base": softcap_experts})
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA4_DEFAULT_TYPES)
-
+    sink = start(path, arch, GEMMA4_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
+                 n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+                 rope_freq_base=1_000_000.0, head_dim=head_dim, n_rot=head_dim,
+                 after={"value_length": swa_sizes,
+                        "rope.dimension_count": lambda w: w.add_uint32(
+                            gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch=arch), head_dim_swa),
+                        "layer_norm_rms_epsilon": sliding, "rope.freq_base": softcap_experts})
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
     if not tie_embeddings:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
@@ -142,10 +138,6 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
             if down_scale:
                 sink.vector(p + "ffn_down_exps.scale", n_expert, center=0.8, spread=0.2)
         if n_embd_per_layer:
-            sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_embd_per_layer)
-            sink.matrix("proj", p + "proj.weight", n_embd_per_layer, n_embd)
-            sink.vector(p + "post_norm.weight", n_embd)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings,
-                sliding_window=sliding_window, layers_swa=list(swa_pattern))
+            per_layer_block(sink, p, n_embd, n_embd_per_layer)
+    return done(sink, tie=tie_embeddings, sliding_window=sliding_window,
+                layers_swa=list(swa_pattern))

@@ -16,7 +16,7 @@ import numpy as np
 
 import gguf
 from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, bias, done, embeddings,
-                         expert_counts, ffn, granite_keys, header, moe, qkv, ssm_keys)
+                         expert_counts, ffn, granite_keys, moe, qkv, ssm_keys, start)
 
 __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
            "write_qwen3next", "write_nemotron_h"]
@@ -87,7 +87,6 @@ def write_lfm2(
 
     Default: n_embd 160, 5 heads of 32 over 1 KV head, n_ff 416 (13 * 32), kernel 3, the
     output norm ``token_embd_norm`` (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2), tied output."""
-    path = Path(path)
     n_layer = len(pattern)
     hd = n_embd // n_head
     arch = "lfm2moe" if n_expert else "lfm2"
@@ -100,10 +99,10 @@ def write_lfm2(
             w.add_leading_dense_block_count(dense_lead)
             w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
 
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=_kv_heads(pattern, n_head_kv),
-               n_ff=n_ff, n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, after={"vocab_size": family_keys})
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink = start(path, arch, HYBRID_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=_kv_heads(pattern, n_head_kv), n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+                 rope_freq_base=rope_freq_base, after={"vocab_size": family_keys})
     embeddings(sink, n_embd, n_vocab, tie_embeddings, norm="token_embd_norm")
     kv_dim = n_head_kv * hd
     for i, recurrent in enumerate(pattern):
@@ -124,9 +123,7 @@ def write_lfm2(
             sink.vector(p + "attn_k_norm.weight", hd)
             qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings, n_head_kv=n_head_kv)
 
 
 #: a granitehybrid layout in small: mamba2, attention, mamba2, mamba2 (True = recurrent)
@@ -152,7 +149,6 @@ def write_granitehybrid(
 
     Default: n_embd 96, d_inner 192 in 6 SSM heads of 32, 2 groups, d_state 16, kernel 4;
     3 attention heads of 32 over 1 KV head; n_ff 224 (7 * 32); Granite multipliers."""
-    path = Path(path)
     n_layer = len(pattern)
     hd = n_embd // n_head
     d_inner = 2 * n_embd
@@ -169,10 +165,10 @@ def write_granitehybrid(
                      residual_scale=residual_scale, attention_scale=attention_scale,
                      rope_finetuned=rope_finetuned)
 
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=_kv_heads(pattern, n_head_kv),
-               n_ff=n_ff, n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, after={"vocab_size": family_keys})
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink = start(path, arch, HYBRID_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=_kv_heads(pattern, n_head_kv), n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+                 rope_freq_base=rope_freq_base, after={"vocab_size": family_keys})
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
     for i, recurrent in enumerate(pattern):
@@ -192,9 +188,7 @@ def write_granitehybrid(
                 ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
         else:
             ffn(sink, p, n_embd, n_ff, biases=biases, order=GATE_DOWN_UP)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings, n_head_kv=n_head_kv)
 
 
 def write_qwen3next(
@@ -227,7 +221,6 @@ def write_qwen3next(
     recurrent: ``is_recr_impl[i] = i < n_layer() && ...``). ``gate_up_merged``: the
     experts' gate and up as one ``ffn_gate_up_exps`` [n_embd, 2 n_ff_exp, n_expert]
     (``create_tensor_gate_up_exps``; the converter's ``--fuse-gate-up-exps``)."""
-    path = Path(path)
     if arch not in ("qwen3next", "qwen35", "qwen35moe"):
         raise ValueError(f"arch {arch!r}")
     interval = 4 if full_attention_interval is None else full_attention_interval
@@ -251,11 +244,11 @@ def write_qwen3next(
         after["block_count"] = lambda w: w.add_nextn_predict_layers(n_nextn)
     if arch != "qwen3next":
         after["feed_forward_length"] = lambda w: w.add_rope_dimension_sections(list(rope_sections))
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-               n_ff=n_ff_exp if moe_ffn else n_ff, n_layer=n_layer + n_nextn, n_vocab=n_vocab,
-               context_length=context_length, rms_eps=rms_eps, rope_freq_base=rope_freq_base,
-               head_dim=head_dim, after=after)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink = start(path, arch, HYBRID_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+                 n_ff=n_ff_exp if moe_ffn else n_ff, n_layer=n_layer + n_nextn, n_vocab=n_vocab,
+                 context_length=context_length, rms_eps=rms_eps, rope_freq_base=rope_freq_base,
+                 head_dim=head_dim, after=after)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
     conv_dim = 2 * key_dim + value_dim
@@ -268,8 +261,7 @@ def write_qwen3next(
             sink.matrix("attn_gate", p + "attn_gate.weight", n_embd, value_dim)
             sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, conv_dim, scale=0.3)
             sink.vector(p + "ssm_dt.bias", n_v_heads, center=0.0, spread=0.1)
-            w.add_tensor(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
-            sink.types[p + "ssm_a"] = "F32"
+            sink.array(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads))
             if arch == "qwen3next":
                 sink.matrix("ssm_ba", p + "ssm_ba.weight", n_embd, 2 * n_v_heads)
             else:
@@ -293,9 +285,7 @@ def write_qwen3next(
             order=("down", "gate_up") if gate_up_merged else ("down", "gate", "up"))
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
         ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if moe_ffn else n_ff,
-                n_layer=n_layer, context_length=context_length, tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings, n_layer=n_layer)
 
 
 def write_nemotron_h(
@@ -323,7 +313,6 @@ def write_nemotron_h(
 
     Default: M - M * - M; n_embd 96, d_inner 128 in 4 SSM heads of 32, 2 groups, d_state
     16, kernel 4; 3 attention heads of 32 over 1 KV head; n_ff 160 (5 * 32)."""
-    path = Path(path)
     if set(pattern) - set("M*-E"):
         raise ValueError("pattern: M (mamba2), * (attention), - (MLP), E (MoE)")
     n_layer = len(pattern)
@@ -350,12 +339,12 @@ def write_nemotron_h(
                                               n_group=n_group)}
     if n_nextn:
         after["block_count"] = lambda w: w.add_nextn_predict_layers(n_nextn)
-    w = header(path, arch, n_embd=n_embd, n_head=n_head,
-               n_head_kv=[n_head_kv if c in "*T" else 0 for c in pattern],
-               n_ff=[n_ff if c in "-ET" else 0 for c in pattern], n_layer=n_layer + n_nextn,
-               n_vocab=n_vocab, context_length=context_length, rms_eps=norm_eps,
-               rope_freq_base=None, head_dim=hd, after=after)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+    sink = start(path, arch, HYBRID_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head,
+                 n_head_kv=[n_head_kv if c in "*T" else 0 for c in pattern],
+                 n_ff=[n_ff if c in "-ET" else 0 for c in pattern], n_layer=n_layer + n_nextn,
+                 n_vocab=n_vocab, context_length=context_length, rms_eps=norm_eps,
+                 rope_freq_base=None, head_dim=hd, after=after)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
     for i, c in enumerate(pattern):
@@ -388,6 +377,4 @@ def write_nemotron_h(
             sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
         if c == "-":
             ffn(sink, p, n_embd, n_ff, biases=biases, order=("up", "down"))
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings, n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer)

@@ -143,12 +143,15 @@ class TensorSink:
     :attr:`types` records what was written (name -> type name)."""
 
     def __init__(self, writer: gguf.GGUFWriter, rng: np.random.Generator,
-                 explicit: Mapping[str, QT] | None, defaults: Mapping[str, QT]):
+                 explicit: Mapping[str, QT] | None, defaults: Mapping[str, QT],
+                 sizes: Mapping[str, object] | None = None):
         self.w = writer
         self.rng = rng
         self.explicit = dict(explicit or {})
         self.defaults = defaults
         self.types: dict[str, str] = {}
+        #: path, arch and the header's sizes, for :func:`done`
+        self.sizes = dict(sizes or {})
 
     def matrix(self, kind: str, name: str, ne0: int, ne1: int, scale: float = 0.05) -> None:
         """A 2-D weight with ggml ne = [ne0, ne1] (rows of length ne0)."""
@@ -397,6 +400,16 @@ def qkv(sink: TensorSink, p: str, n_embd: int, q_dim: int, kv_dim: int,
         bias(sink, p + "attn_v.bias", kv_dim)
 
 
+def qk_norms(sink: TensorSink, p: str, q_width: int, k_width: int,
+             k_first: bool = False) -> None:
+    """``attn_q_norm`` [q_width] and ``attn_k_norm`` [k_width] of layer prefix ``p`` (per
+    head: both the head size; over the whole projection: the Q and K widths), K's first
+    where the family's loader creates it first."""
+    norms = [("attn_q_norm", q_width), ("attn_k_norm", k_width)]
+    for kind, n in (norms[::-1] if k_first else norms):
+        sink.vector(f"{p}{kind}.weight", n)
+
+
 #: the order most families write their FFN matrices in; lfm2, granitehybrid and the MoE
 #: families' dense layers write gate, down, up, the GELU MLPs (bert, falcon) up, down (the
 #: order decides the random draws)
@@ -445,18 +458,37 @@ def per_layer_inputs(sink: TensorSink, n_embd: int, n_vocab: int, n_per_layer: i
     sink.vector("per_layer_proj_norm.weight", n_per_layer)
 
 
-def info(path: Path, arch: str, sink: TensorSink, *, n_vocab, n_embd, n_head, n_head_kv,
-         head_dim, n_ff, n_layer, context_length, tie, sliding_window=0,
-         layers_swa=None) -> FixtureInfo:
-    """The :class:`FixtureInfo` of a written file (no sliding layers unless given)."""
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie,
-                       sliding_window=sliding_window,
-                       swa_layers=layers_swa or [False] * n_layer, tensor_types=sink.types)
+def per_layer_block(sink: TensorSink, p: str, n_embd: int, n_per_layer: int) -> None:
+    """A layer's use of its per-layer input (gemma3n, gemma4): ``inp_gate``, ``proj``,
+    ``post_norm``."""
+    sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_per_layer)
+    sink.matrix("proj", p + "proj.weight", n_per_layer, n_embd)
+    sink.vector(p + "post_norm.weight", n_embd)
 
 
-def done(w: gguf.GGUFWriter, path: Path, arch: str, sink: TensorSink, **kw) -> FixtureInfo:
-    """Write the file (:func:`finish`) and return its :func:`info`."""
-    finish(w)
-    return info(path, arch, sink, **kw)
+def start(path: str | Path, arch: str, defaults: Mapping[str, QT], *,
+          weight_types: Mapping[str, QT] | None, seed: int, **header_kw) -> TensorSink:
+    """The file's :func:`header` (``header_kw``) and a :class:`TensorSink` on it: weights
+    drawn from ``default_rng(seed)``, types from ``weight_types`` over ``defaults``. The
+    sink keeps the path, arch and the header's sizes (``head_dim`` defaulting to
+    ``n_embd // n_head``) for :func:`done`."""
+    path = Path(path)
+    w = header(path, arch, **header_kw)
+    sizes = {k: header_kw[k] for k in ("n_vocab", "n_embd", "n_head", "n_head_kv", "n_ff",
+                                        "n_layer", "context_length")}
+    sizes["head_dim"] = header_kw.get("head_dim") or sizes["n_embd"] // sizes["n_head"]
+    return TensorSink(w, np.random.default_rng(seed), weight_types, defaults,
+                      dict(path=path, arch=arch, **sizes))
+
+
+def done(sink: TensorSink, *, tie: bool, sliding_window: int = 0,
+         layers_swa: Sequence[bool] | None = None, **sizes) -> FixtureInfo:
+    """Write the file (:func:`finish`) and return its :class:`FixtureInfo`: the sizes
+    :func:`start` kept, ``sizes`` overriding them (where the header's differ from what
+    tests expect: a per-layer ``n_head_kv``, expert widths, NextN layers ...); no sliding
+    layers unless given."""
+    finish(sink.w)
+    info = {**sink.sizes, **sizes}
+    return FixtureInfo(**info, tie_embeddings=tie, sliding_window=sliding_window,
+                       swa_layers=list(layers_swa or [False] * info["n_layer"]),
+                       tensor_types=sink.types)
