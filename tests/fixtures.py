@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from gguf_writer import (QT, FixtureInfo, attention, done, embeddings, ffn, qkv, rope_freqs_tensor,
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, done, embeddings, ffn, ffn_types, qkv, rope_freqs_tensor,
                          sliding_window_keys, start, swa_layers)
 
 __all__ = ["LLAMA_DEFAULT_TYPES", "GEMMA3_DEFAULT_TYPES", "LLAMA64", "write_llama",
@@ -24,30 +24,13 @@ __all__ = ["LLAMA_DEFAULT_TYPES", "GEMMA3_DEFAULT_TYPES", "LLAMA64", "write_llam
 
 # defaults for the llama fixture (n_embd=256, n_ff=768, q/o width 256):
 # every row length is a multiple of 256, so k-quants fit everywhere.
-LLAMA_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q6_K,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_0,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q4_K,
-}
+LLAMA_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "output": QT.Q6_K, "attn_output": QT.Q4_K,
+                                       **ffn_types(QT.Q4_0, QT.Q8_0, QT.Q4_K)}
 
 # defaults for the gemma3 fixture (n_embd=320, q/o width n_head*head_dim=256,
 # n_ff=640): only attn_output has a row length that is a multiple of 256.
-GEMMA3_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_0,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q5_0,
-}
+GEMMA3_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "attn_output": QT.Q4_K,
+                                        **ffn_types(QT.Q4_0, QT.Q8_0, QT.Q5_0)}
 
 
 #: write_llama's head_dim-64 variant shared by the parity and numerics tests: 6 heads of 64

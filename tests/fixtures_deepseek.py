@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Mapping
 
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, TensorSink, attention, embeddings, expert_counts, ffn,
-                         finish, moe, qk_norms, qkv, start)
+from gguf_writer import (ATTN_TYPES, QT, GATE_DOWN_UP, TensorSink, attention, embeddings,
+                         expert_counts, ffn, ffn_types, finish, moe, qk_norms, qkv, start)
 
 __all__ = ["write_deepseek2", "write_glm4moe", "write_ernie4_5_moe", "write_minimax_m2",
            "DeepseekInfo", "DEEPSEEK2_DEFAULT_TYPES", "GLM4MOE_DEFAULT_TYPES",
@@ -33,24 +33,11 @@ __all__ = ["write_deepseek2", "write_glm4moe", "write_ernie4_5_moe", "write_mini
 
 # n_embd 224 (7 * 32), q_lora 160, kv_lora 96, nope 48 (F16: not a multiple of 32)
 DEEPSEEK2_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q8_0,
-    "attn_q_a": QT.Q4_0,
-    "attn_q_b": QT.Q8_0,
-    "attn_q": QT.Q5_0,
-    "attn_kv_a_mqa": QT.Q8_0,
-    "attn_k_b": QT.F16,
-    "attn_kv_b": QT.Q8_0,
-    "nextn.eh_proj": QT.Q8_0,
-    "attn_v_b": QT.Q8_0,
-    "attn_output": QT.Q4_1,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.Q4_0,
-    "ffn_up_exps": QT.Q8_0,
-    "ffn_down_exps": QT.Q5_0,
-    "ffn_gate_shexp": QT.Q8_0,
-    "ffn_up_shexp": QT.Q4_0,
-    "ffn_down_shexp": QT.F16,
+    "token_embd": QT.Q8_0, "output": QT.Q8_0, "attn_q_a": QT.Q4_0, "attn_q_b": QT.Q8_0,
+    "attn_q": QT.Q5_0, "attn_kv_a_mqa": QT.Q8_0, "attn_k_b": QT.F16, "attn_kv_b": QT.Q8_0,
+    "attn_v_b": QT.Q8_0, "attn_output": QT.Q4_1, "nextn.eh_proj": QT.Q8_0,
+    "ffn_gate_inp": QT.F32, **ffn_types(QT.Q4_0, QT.Q8_0, QT.Q5_0, "_exps"),
+    **ffn_types(QT.Q8_0, QT.Q4_0, QT.F16, "_shexp"),
 }
 
 
@@ -161,20 +148,9 @@ def write_deepseek2(
 
 
 GLM4MOE_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q5_1,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.Q8_0,
-    "ffn_up_exps": QT.Q4_0,
-    "ffn_down_exps": QT.Q4_1,
-    "ffn_gate_shexp": QT.Q8_0,
-    "ffn_up_shexp": QT.Q8_0,
-    "ffn_down_shexp": QT.Q8_0,
-    "nextn.eh_proj": QT.Q8_0,
+    **ATTN_TYPES, "output": QT.Q8_0, "attn_output": QT.Q5_1, "nextn.eh_proj": QT.Q8_0,
+    "ffn_gate_inp": QT.F32, **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q4_1, "_exps"),
+    **ffn_types(QT.Q8_0, QT.Q8_0, QT.Q8_0, "_shexp"),
 }
 
 
@@ -229,19 +205,10 @@ def write_glm4moe(
 
 
 ERNIE_MINIMAX_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.Q8_0,
-    "attn_v": QT.F16,
-    "attn_output": QT.Q5_0,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.Q4_1,
-    "ffn_up_exps": QT.Q8_0,
-    "ffn_down_exps": QT.Q4_0,
-    "ffn_gate_shexp": QT.Q8_0,
-    "ffn_up_shexp": QT.Q4_0,
-    "ffn_down_shexp": QT.Q8_0,
+    "token_embd": QT.Q8_0, "output": QT.Q8_0, "attn_q": QT.Q4_0, "attn_k": QT.Q8_0,
+    "attn_v": QT.F16, "attn_output": QT.Q5_0, "ffn_gate_inp": QT.F32,
+    **ffn_types(QT.Q4_1, QT.Q8_0, QT.Q4_0, "_exps"),
+    **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q8_0, "_shexp"),
 }
 
 

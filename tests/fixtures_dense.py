@@ -14,24 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from gguf_writer import (QT, FixtureInfo, attention, bias, done, embeddings, ffn, granite_keys,
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, bias, done, embeddings, ffn,
+                         ffn_types, granite_keys,
                          qk_norms, qkv, rope_freqs_tensor, sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_qwen2", "write_qwen3", "write_olmo2", "write_granite"]
 
 # defaults per tensor kind; a type whose block does not divide the row length falls
 # back (k-quant -> Q8_0 -> F16), so every fixture below still mixes four types
-DENSE_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q4_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_K,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q4_K,
-}
+DENSE_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "output": QT.Q4_0, "attn_output": QT.Q4_K,
+                                       **ffn_types(QT.Q4_K, QT.Q8_0, QT.Q4_K)}
 
 
 def write_qwen2(

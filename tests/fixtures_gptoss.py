@@ -14,23 +14,16 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import gguf
-from gguf_writer import (QT, FixtureInfo, done, embeddings, expert_counts, moe, qkv,
+from gguf_writer import (QT, FixtureInfo, done, embeddings, expert_counts, ffn_types, moe, qkv,
                          sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_gptoss", "GPTOSS_DEFAULT_TYPES"]
 
 # n_embd 288 (9 * 32), q width 384, expert width 160 (5 * 32): no k-quant fits the experts
 GPTOSS_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q8_0,
-    "attn_q": QT.Q8_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_0,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.MXFP4,
-    "ffn_up_exps": QT.MXFP4,
-    "ffn_down_exps": QT.MXFP4,
+    "token_embd": QT.Q8_0, "output": QT.Q8_0, "attn_q": QT.Q8_0, "attn_k": QT.F16,
+    "attn_v": QT.Q8_0, "attn_output": QT.Q4_0, "ffn_gate_inp": QT.F32,
+    **ffn_types(QT.MXFP4, QT.MXFP4, QT.MXFP4, "_exps"),
 }
 
 

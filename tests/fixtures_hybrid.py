@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
+from fixtures_dense import DENSE_DEFAULT_TYPES
 from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, bias, done, embeddings,
                          expert_counts, ffn, granite_keys, moe, qkv, ssm_keys, start)
 
@@ -22,23 +23,11 @@ __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_
            "write_qwen3next", "write_nemotron_h"]
 
 HYBRID_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q4_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_K,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q4_0,
-    "shortconv.in_proj": QT.Q8_0,
-    "shortconv.out_proj": QT.Q4_0,
-    # ggml_compute_forward_ssm_conv reads the kernel as F32
-    "shortconv.conv": QT.F32,
-    "ssm_in": QT.Q8_0,
+    **DENSE_DEFAULT_TYPES, "ffn_down": QT.Q4_0,
+    "shortconv.in_proj": QT.Q8_0, "shortconv.out_proj": QT.Q4_0, "ssm_in": QT.Q8_0,
     "ssm_out": QT.Q4_K,
     # ggml_compute_forward_ssm_conv reads the kernel as F32
-    "ssm_conv1d": QT.F32,
+    "shortconv.conv": QT.F32, "ssm_conv1d": QT.F32,
 }
 
 #: the routers' weight scale here (the MoE families elsewhere use gguf_writer.moe's 0.5)

@@ -17,50 +17,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from gguf_writer import (QT, FixtureInfo, attention, done, embeddings, expert_counts, ffn, moe,
+from fixtures import GEMMA3_DEFAULT_TYPES
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, done, embeddings, expert_counts, ffn, ffn_types, moe,
                          qk_norms, sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_mixtral", "write_qwen3moe", "write_gemma2", "MIXTRAL_DEFAULT_TYPES",
            "QWEN3MOE_DEFAULT_TYPES", "GEMMA2_DEFAULT_TYPES"]
 
 # n_embd 256, expert width 352 (11 * 32): k-quants fit rows of 256 only
-MIXTRAL_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q6_K,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.Q4_0,
-    "ffn_up_exps": QT.Q8_0,
-    "ffn_down_exps": QT.Q5_0,
-}
+MIXTRAL_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "output": QT.Q6_K, "attn_output": QT.Q4_K,
+                                         "ffn_gate_inp": QT.F32,
+                                         **ffn_types(QT.Q4_0, QT.Q8_0, QT.Q5_0, "_exps")}
 
 # n_embd 320, q width 320, expert width 96 (3 * 32)
-QWEN3MOE_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q5_1,
-    "ffn_gate_inp": QT.F16,
-    "ffn_gate_exps": QT.Q8_0,
-    "ffn_up_exps": QT.Q4_0,
-    "ffn_down_exps": QT.Q4_1,
-}
+QWEN3MOE_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "attn_output": QT.Q5_1,
+                                          "ffn_gate_inp": QT.F16,
+                                          **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q4_1, "_exps")}
 
-# n_embd 288, q width 256, n_ff 608 (19 * 32)
-GEMMA2_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_0,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q5_0,
-}
+# n_embd 288, q width 256, n_ff 608 (19 * 32): gemma3's types
+GEMMA2_DEFAULT_TYPES: dict[str, QT] = GEMMA3_DEFAULT_TYPES
 
 
 def write_mixtral(

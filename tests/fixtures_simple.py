@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import gguf
 from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, attention, done, embeddings,
-                         expert_counts, ffn, moe, qk_norms, qkv, rope_freqs_tensor, start,
+                         expert_counts, ffn, ffn_types, moe, qk_norms, qkv, rope_freqs_tensor, start,
                          swa_layers)
 from fixtures_dense import DENSE_DEFAULT_TYPES
 
@@ -24,16 +24,9 @@ __all__ = ["write_qwen2moe", "write_olmoe", "write_smollm3", "write_seed_oss", "
            "write_qwen3vlmoe", "write_llama4"]
 
 #: dense defaults plus the router and experts (fallbacks as in fixtures.pick_type)
-TYPES: dict[str, QT] = {
-    **DENSE_DEFAULT_TYPES,
-    "ffn_gate_inp": QT.F16,
-    "ffn_gate_exps": QT.Q8_0,
-    "ffn_up_exps": QT.Q4_0,
-    "ffn_down_exps": QT.Q4_1,
-    "ffn_gate_shexp": QT.Q5_0,
-    "ffn_up_shexp": QT.Q8_0,
-    "ffn_down_shexp": QT.Q4_0,
-}
+TYPES: dict[str, QT] = {**DENSE_DEFAULT_TYPES, "ffn_gate_inp": QT.F16,
+                        **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q4_1, "_exps"),
+                        **ffn_types(QT.Q5_0, QT.Q8_0, QT.Q4_0, "_shexp")}
 
 
 def _key(arch: str, template: str) -> str:

@@ -137,6 +137,18 @@ def pick_type(kind: str, name: str, row_len: int, explicit: Mapping[str, QT],
     return qt
 
 
+#: the types of the token embedding and the Q/K/V inputs that most fixtures share (each
+#: family's default table adds its own)
+ATTN_TYPES: dict[str, QT] = {"token_embd": QT.Q8_0, "attn_q": QT.Q4_0, "attn_k": QT.F16,
+                             "attn_v": QT.Q8_0}
+
+
+def ffn_types(gate: QT, up: QT, down: QT, suffix: str = "") -> dict[str, QT]:
+    """A default-types entry for ``ffn_gate``, ``ffn_up``, ``ffn_down`` (``suffix``
+    ``_exps``: the stacked experts, ``_shexp``: the shared expert)."""
+    return {f"ffn_gate{suffix}": gate, f"ffn_up{suffix}": up, f"ffn_down{suffix}": down}
+
+
 class TensorSink:
     """Adds tensors to a writer: weights drawn from ``rng`` in call order, each of the type
     ``explicit`` (by full name or kind) or ``defaults`` (by kind, with fallbacks) gives it;
