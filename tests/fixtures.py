@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, done, embeddings, ffn, ffn_types, qkv, rope_freqs_tensor,
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, done, embeddings, ffn, ffn_types, llama_layers, qkv, rope_freqs_tensor,
                          sliding_window_keys, start, swa_layers)
 
 __all__ = ["LLAMA_DEFAULT_TYPES", "GEMMA3_DEFAULT_TYPES", "LLAMA64", "write_llama",
@@ -64,11 +64,7 @@ def write_llama(
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_head * hd, n_head_kv * hd)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        ffn(sink, p, n_embd, n_ff)
+    llama_layers(sink, n_layer, n_embd, n_head * hd, n_head_kv * hd, n_ff)
     return done(sink, tie=tie_embeddings)
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, bias, done, embeddings, ffn,
-                         ffn_types, granite_keys,
-                         qk_norms, qkv, rope_freqs_tensor, sliding_window_keys, start, swa_layers)
+                         ffn_types, granite_keys, llama_layers, qk_norms, qkv, rope_freqs_tensor,
+                         sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_qwen2", "write_qwen3", "write_olmo2", "write_granite"]
 
@@ -42,11 +42,8 @@ def write_qwen2(
                  n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
                  rms_eps=rms_eps, rope_freq_base=rope_freq_base)
     embeddings(sink, n_embd, n_vocab, tie_embeddings, output_bias)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_embd, n_head_kv * (n_embd // n_head), biases=True)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        ffn(sink, p, n_embd, n_ff)
+    llama_layers(sink, n_layer, n_embd, n_embd, n_head_kv * (n_embd // n_head), n_ff,
+                 qkv_bias=True)
     return done(sink, tie=tie_embeddings)
 
 
@@ -66,12 +63,8 @@ def write_qwen3(
                  n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
                  rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_head * head_dim, n_head_kv * head_dim)
-        qk_norms(sink, p, head_dim, head_dim, k_first=True)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        ffn(sink, p, n_embd, n_ff)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff,
+                 qk_norm=head_dim)
     return done(sink, tie=tie_embeddings)
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from fixtures import GEMMA3_DEFAULT_TYPES
-from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, done, embeddings, expert_counts, ffn, ffn_types, moe,
-                         qk_norms, sliding_window_keys, start, swa_layers)
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, done, embeddings, expert_counts,
+                         ffn, ffn_types, llama_layers, moe, sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_mixtral", "write_qwen3moe", "write_gemma2", "MIXTRAL_DEFAULT_TYPES",
            "QWEN3MOE_DEFAULT_TYPES", "GEMMA2_DEFAULT_TYPES"]
@@ -57,11 +57,8 @@ def write_mixtral(
                  rms_eps=rms_eps, rope_freq_base=rope_freq_base, n_rot=hd)
     expert_counts(sink.w, "llama", n_expert, n_expert_used)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_embd, n_head_kv * hd)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        moe(sink, p, n_embd, n_ff, n_expert, gate_exps)
+    llama_layers(sink, n_layer, n_embd, n_embd, n_head_kv * hd, n_ff,
+                 mlp=lambda il, p: moe(sink, p, n_embd, n_ff, n_expert, gate_exps))
     return done(sink, tie=tie_embeddings)
 
 
@@ -84,12 +81,8 @@ def write_qwen3moe(
     expert_counts(sink.w, "qwen3moe", n_expert, n_expert_used)
     sink.w.add_expert_feed_forward_length(n_ff_exp)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_head * head_dim, n_head_kv * head_dim)
-        qk_norms(sink, p, head_dim, head_dim, k_first=True)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        moe(sink, p, n_embd, n_ff_exp, n_expert)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff,
+                 qk_norm=head_dim, mlp=lambda il, p: moe(sink, p, n_embd, n_ff_exp, n_expert))
     return done(sink, tie=tie_embeddings, n_ff=n_ff_exp)
 
 

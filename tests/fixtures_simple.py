@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, attention, done, embeddings,
-                         expert_counts, ffn, ffn_types, moe, qk_norms, qkv, rope_freqs_tensor, start,
-                         swa_layers)
+from gguf_writer import (GATE_DOWN_UP, QT, FixtureInfo, TensorSink, attention, done, embeddings,
+                         expert_counts, ffn, ffn_types, llama_layers, moe, qk_norms, qkv,
+                         rope_freqs_tensor, start, swa_layers)
 from fixtures_dense import DENSE_DEFAULT_TYPES
 
 __all__ = ["write_qwen2moe", "write_olmoe", "write_smollm3", "write_seed_oss", "write_glm4",
@@ -50,6 +50,13 @@ def _start(path: str | Path, arch: str, **kw) -> TensorSink:
                                        "rms_eps": 1e-6, **kw})
 
 
+def _moe_mlp(sink: TensorSink, n_embd: int, n_ff: int, n_expert: int):
+    """For :func:`llama_layers`: ``n_expert`` experts of ``n_ff`` (none: the dense FFN)."""
+    if not n_expert:
+        return None
+    return lambda il, p: moe(sink, p, n_embd, n_ff, n_expert)
+
+
 def write_qwen2moe(
     path: str | Path, *, n_embd: int = 224, n_head: int = 7, n_head_kv: int = 1,
     n_layer: int = 3, n_vocab: int = 301, n_expert: int = 5,
@@ -70,13 +77,13 @@ def write_qwen2moe(
     if expert_weights_scale is not None:
         sink.w.add_expert_weights_scale(expert_weights_scale)
     embeddings(sink, n_embd, n_vocab, tie=False)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_embd, n_head_kv * hd, biases=True)
-        sink.vector(p + "ffn_norm.weight", n_embd)
+
+    def mlp(il: int, p: str) -> None:
         moe(sink, p, n_embd, n_ff_exp, n_expert)
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
         ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp", order=GATE_DOWN_UP)
+
+    llama_layers(sink, n_layer, n_embd, n_embd, n_head_kv * hd, n_ff_shexp, qkv_bias=True, mlp=mlp)
     return done(sink, tie=False, n_ff=n_ff_exp)
 
 
@@ -113,11 +120,7 @@ def write_smollm3(
                   n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
                   weight_types=weight_types, seed=seed)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_head * head_dim, n_head_kv * head_dim)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        ffn(sink, p, n_embd, n_ff)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff)
     return done(sink, tie=tie_embeddings)
 
 
@@ -277,15 +280,8 @@ def write_mistral3(
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, head_dim // 2)
-    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, q_dim, kv_dim)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        if n_expert:
-            moe(sink, p, n_embd, n_ff, n_expert)
-        else:
-            ffn(sink, p, n_embd, n_ff)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff,
+                 mlp=_moe_mlp(sink, n_embd, n_ff, n_expert))
     return done(sink, tie=tie_embeddings)
 
 
@@ -302,16 +298,8 @@ def _qwen3vl(path: Path, arch: str, *, n_embd, n_head, n_head_kv, head_dim, n_ff
         expert_counts(sink.w, arch, n_expert, n_expert_used)
         sink.w.add_expert_feed_forward_length(n_ff)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, q_dim, kv_dim)
-        qk_norms(sink, p, head_dim, head_dim, k_first=True)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        if n_expert:
-            moe(sink, p, n_embd, n_ff, n_expert)
-        else:
-            ffn(sink, p, n_embd, n_ff)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff,
+                 qk_norm=head_dim, mlp=_moe_mlp(sink, n_embd, n_ff, n_expert))
     return done(sink, tie=tie_embeddings)
 
 
@@ -370,15 +358,15 @@ def write_llama4(
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_embd, n_head_kv * hd)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        if moe_step > 0 and (i + 1) % moe_step == 0:
+
+    def mlp(il: int, p: str) -> None:
+        if moe_step > 0 and (il + 1) % moe_step == 0:
             moe(sink, p, n_embd, n_ff_exp, n_expert)
             ffn(sink, p, n_embd, n_ff_exp, suffix="_shexp", order=GATE_DOWN_UP)
         else:
             ffn(sink, p, n_embd, n_ff)
+
+    llama_layers(sink, n_layer, n_embd, n_embd, n_head_kv * hd, n_ff, mlp=mlp)
     chunked = sliding_window != 0
     return done(sink, tie=tie_embeddings, sliding_window=8192 if chunked else 0,
                 layers_swa=swa_layers(n_layer, 4) if chunked else None)

@@ -459,6 +459,25 @@ def moe(sink: TensorSink, p: str, n_embd: int, n_ff_exp: int, n_expert: int,
             sink.experts(f"ffn_{part}_exps", p + f"ffn_{part}_exps.weight", *ne[part], n_expert)
 
 
+def llama_layers(sink: TensorSink, n_layer: int, n_embd: int, q_dim: int, kv_dim: int,
+                 n_ff: int, *, qkv_bias: bool = False, qk_norm: int = 0,
+                 mlp: Callable[[int, str], None] | None = None) -> None:
+    """``n_layer`` layers of llama's shape (llama, qwen2, qwen3, smollm3, mistral3, mixtral,
+    ...): :func:`attention` (``qkv_bias``: with Q/K/V biases), per-head ``attn_k_norm`` and
+    ``attn_q_norm`` of ``qk_norm`` when non-zero (in the qwen3 loaders' order),
+    ``ffn_norm``, then ``mlp(il, prefix)`` or else the gated FFN of ``n_ff``."""
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        attention(sink, p, n_embd, q_dim, kv_dim, biases=qkv_bias)
+        if qk_norm:
+            qk_norms(sink, p, qk_norm, qk_norm, k_first=True)
+        sink.vector(p + "ffn_norm.weight", n_embd)
+        if mlp is None:
+            ffn(sink, p, n_embd, n_ff)
+        else:
+            mlp(il, p)
+
+
 def per_layer_inputs(sink: TensorSink, n_embd: int, n_vocab: int, n_per_layer: int,
                      n_layer: int) -> None:
     """The per-layer input embeddings of gemma3n and gemma4 (build_inp_per_layer):
