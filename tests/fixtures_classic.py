@@ -9,7 +9,7 @@
 * :func:`write_phi3`       -- fused (or separate) QKV, RMS norms, [2F] SWIGLU FFN,
   LongRoPE factors with an original context length.
 
-Shared machinery (vocabulary, weight makers, type choice) comes from ``fixtures.py``;
+Shared machinery (vocabulary, weight makers, type choice) comes from :mod:`gguf_writer`;
 ``weight_types`` works the same way (a tensor kind such as ``"attn_qkv"`` or a full
 name). Default types mix F16/Q8_0/Q4_0/Q4_K and fall back (k-quant -> Q8_0 -> F16) where a
 row length does not fit the block size; norm weights, biases and RoPE factors are F32.

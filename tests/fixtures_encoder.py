@@ -10,7 +10,7 @@
 The writer mirrors ``llama_model_bert::load_arch_tensors`` (src/models/bert.cpp in the
 llama.cpp vendored by llama-cpp-python 0.3.36): llama.cpp refuses a missing required
 tensor and any tensor it did not ask for. Shared machinery (vocabulary, weight makers,
-type choice) comes from ``fixtures.py``; ``weight_types`` works the same way.
+type choice) comes from :mod:`gguf_writer`; ``weight_types`` works the same way.
 """
 from __future__ import annotations
 

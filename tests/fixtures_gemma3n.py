@@ -7,7 +7,7 @@ inputs of 256 per layer, LAuReL rank 64 (the tensors' shapes follow them). Layer
 on have no KV cache of their own (they reuse layer 18's or 19's), so a fixture needs more
 than 20 layers to show KV sharing; the first 10 layers use activation sparsity.
 
-Shared machinery (vocabulary, weight makers, type choice) comes from ``fixtures.py``;
+Shared machinery (vocabulary, weight makers, type choice) comes from :mod:`gguf_writer`;
 ``weight_types`` works the same way.
 """
 from __future__ import annotations

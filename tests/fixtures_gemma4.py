@@ -12,7 +12,7 @@ experts: on ``moe_layers`` a router ``ffn_gate_inp`` (+ ``.scale``), its norms
 ``ffn_gate_exps``/``ffn_up_exps`` or merged ``ffn_gate_up_exps``, ``ffn_down_exps`` and
 its optional per-expert ``.scale``; the dense FFN stays as the shared expert.
 
-Shared machinery (vocabulary, weight makers, type choice) comes from ``fixtures.py``.
+Shared machinery (vocabulary, weight makers, type choice) comes from :mod:`gguf_writer`.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in th
 llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
 refuses a file with a missing required tensor or with a tensor it did not ask for.
 Sizes are odd on purpose; the per-layer pattern of recurrent and attention layers is an
-argument. See :mod:`fixtures` for ``weight_types`` and the type fallbacks.
+argument. See :mod:`gguf_writer` for ``weight_types`` and the type fallbacks.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``; llama.
 refuses a missing required tensor and any tensor it did not ask for). Sizes are odd on
 purpose (7 or 6 heads over fewer KV heads, head_dim != n_embd / n_head where the family
 allows it, expert widths of 96 or 160) and weight types are mixed; the helpers come from
-:mod:`fixtures_dense` and :mod:`fixtures_moe`.
+:mod:`gguf_writer`, the dense default types from :mod:`fixtures_dense`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ __all__ = ["write_qwen2moe", "write_olmoe", "write_smollm3", "write_seed_oss", "
            "write_exaone4", "write_cohere2", "write_mistral3", "write_qwen3vl",
            "write_qwen3vlmoe", "write_llama4"]
 
-#: dense defaults plus the router and experts (fallbacks as in fixtures.pick_type)
+#: dense defaults plus the router and experts (fallbacks as in gguf_writer.pick_type)
 TYPES: dict[str, QT] = {**DENSE_DEFAULT_TYPES, "ffn_gate_inp": QT.F16,
                         **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q4_1, "_exps"),
                         **ffn_types(QT.Q5_0, QT.Q8_0, QT.Q4_0, "_shexp")}

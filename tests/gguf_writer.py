@@ -1,7 +1,9 @@
 """The one GGUF-writing toolkit of the test fixtures (tests/fixtures*.py): weights of any
 type, the tensor sink with its type choice and fallbacks, the SentencePiece vocabulary,
-the header keys every family writes, the tensor groups most families share (embeddings,
-Q/K/V, FFN, experts) and the :class:`FixtureInfo` a writer returns.
+the header keys every family writes (family keys after it or, with ``after=``, between
+them), the tensor groups most families share (embeddings, Q/K/V, Q/K norms, FFN, experts,
+llama's layer), the default-type building blocks, and the :class:`FixtureInfo` a writer
+returns. A writer is ``sink = start(...)``, its tensors, ``return done(sink, tie=...)``.
 
 Weights are deterministic (``numpy`` seed) and small so the logits are finite. Types
 gguf-py can quantize (F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) go through
