@@ -196,15 +196,16 @@ def test_kv_follows_its_layer_unless_nkvo(llama5):
     assert sum(kv.values()) == dp.plan.kv_cache_bytes
 
 
-def test_compute_is_the_plan_without_devices_and_not_modelled_for_cuda(llama5):
+def test_compute_is_the_plan_without_devices_and_not_modelled_for_metal(llama5):
     s = RunSettings(ctx_size=512)
     alone = plan_devices(llama5, s, [], PlacementFlags(cpu_features=frozenset()))
     assert [r.compute_bytes for r in alone.rows] == [alone.plan.compute_buffer_bytes]
     assert alone.rows[0].output_bytes == 300 * 4  # n_vocab floats
-    # CUDA's supported ops and graph optimisation are not in specs/backends/cuda.yaml
-    dp = plan_devices(llama5, s, [DeviceArg("cuda")], PlacementFlags())
+    # Metal's graph_optimize reorders nodes before allocation (not simulated)
+    dp = plan_devices(llama5, s, [DeviceArg("metal")], PlacementFlags())
     assert dp.compute is None
     assert all(r.compute_bytes is None for r in dp.rows if r.device != "CPU_REPACK")
+    assert any(n.startswith("compute buffers not modelled: MTL0") for n in dp.placement.notes)
 
 
 # ---- overrides -------------------------------------------------------------------------------
