@@ -130,13 +130,21 @@ def parse(doc: dict, path: str) -> Backend:
             if not isinstance(entry, dict) or "source" not in entry:
                 raise GraphcostError(f"{path}: {key!r} needs a mapping with a 'source'")
             sources[key] = str(entry["source"])
+            base: dict = {}
+            if "from" in entry:  # another backend's entry (HIP: CUDA's), these ops replaced
+                other = load(str(entry["from"]))
+                base = (other.supports_op if key == "supports_op" else other.compute_alloc_size) or {}
+            if not isinstance(entry.get("ops", {}), dict):
+                raise GraphcostError(f"{path}: {key!r} needs 'ops', a mapping of op to rule")
+            ops = {**base.get("ops", {}), **(entry.get("ops") or {})}
             if key == "supports_op":
-                if not isinstance(entry.get("ops"), dict):
+                if not ops:
                     raise GraphcostError(f"{path}: 'supports_op' needs 'ops', a mapping of op to rule")
-                supports = {"default": bool(entry.get("default", False)), "ops": entry["ops"]}
+                supports = {"default": bool(entry.get("default", base.get("default", False))),
+                            "ops": ops}
             else:
-                alloc = {"row_padding": int(entry.get("row_padding", 0)),
-                         "ops": dict(entry.get("ops") or {})}
+                alloc = {"row_padding": int(entry.get("row_padding", base.get("row_padding", 0))),
+                         "ops": ops}
         options = {str(k): str(v) for k, v in (doc.get("device_options") or {}).items()}
         pad = doc["alloc_padding"]
         return Backend(

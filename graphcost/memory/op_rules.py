@@ -337,13 +337,18 @@ def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) ->
     """A buffer type's get_alloc_size for a compute tensor, from its spec's
     ``compute_alloc_size``: ``quantized_row_padding`` (quantized tensors whose ``ne0`` is not
     a multiple of ``row_padding`` get ``ggml_row_size(type, row_padding - ne0 % row_padding)``
-    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``)."""
+    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``, ``hip_fattn``)."""
     if not rule:
         return t.nbytes
     per_op = rule.get("ops") or {}
     fn = per_op.get(str(t.op))
     if fn == "cuda_fattn":
         size = cuda_fattn_alloc_size(t, options)
+    elif fn == "hip_fattn":
+        if type_name(t.src[1]) != "F16" or type_name(t.src[2]) != "F16":
+            raise Unmodelled("the ROCm flash-attention kernel choice for a non-F16 KV cache "
+                             "(the AMD branches of ggml_cuda_get_best_fattn_kernel) is not transcribed")
+        size = t.nbytes
     elif fn is None:
         size = t.nbytes
     else:
