@@ -284,10 +284,10 @@ def test_memory_json_devices(tmp_path):
 
 def test_memory_text_shows_not_modelled(tmp_path):
     f = write_llama(tmp_path / "m.gguf", n_layer=5)
-    r = cli("memory", f.path, "--device", "cuda:8GiB", "-ngl", "all", "-c", "512",
+    r = cli("memory", f.path, "--device", "metal:8GiB", "-ngl", "all", "-c", "512",
             "--no-repack")
     assert r.returncode == 0, r.stderr
-    assert "CUDA0" in r.stdout and "n/m" in r.stdout and "layers: 0-4 CUDA0" in r.stdout
+    assert "MTL0" in r.stdout and "n/m" in r.stdout and "layers: 0-4 MTL0" in r.stdout
 
 
 @pytest.mark.parametrize("args, msg", [
