@@ -292,6 +292,7 @@ def devices_json(dp) -> dict:
             "layers": dp.placement.dev_layer, "output_layer": dp.placement.dev_output,
             "repacked": dp.placement.repacked, "use_mmap": dp.placement.use_mmap,
             "cpu_features": sorted(dp.placement.cpu_features),
+            "notes": list(dp.placement.notes),
             "scheduler": None if dp.compute is None else sched_json(dp.compute)}
 
 
