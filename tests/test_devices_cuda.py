@@ -45,10 +45,14 @@ def llama5(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def llama_hd128(tmp_path_factory):
+def hd128_path(tmp_path_factory):
     # heads of 128 (a size CUDA's flash attention has kernels for): 8 heads, 2 KV heads
-    return load_model(write_llama(tmp_path_factory.mktemp("cu") / "hd128.gguf", n_layer=3,
-                                  head_dim=128).path)
+    return write_llama(tmp_path_factory.mktemp("cu") / "hd128.gguf", n_layer=3, head_dim=128).path
+
+
+@pytest.fixture(scope="module")
+def llama_hd128(hd128_path):
+    return load_model(hd128_path)
 
 
 # ---- supports_op rules ---------------------------------------------------------------------------
@@ -278,3 +282,45 @@ def test_memory_json_carries_cuda_figures(tmp_path):
     r = cli("memory", f.path, "--device", "metal:8GiB", "-c", "512", "--format", "json")
     devs = {d["device"]: d for d in json.loads(r.stdout)["memory"]["devices"]}
     assert devs["MTL0"]["compute_bytes"] is None
+
+
+# ---- benchmarks/check_cuda.py: its comparison, on a log written in llama.cpp's format --------
+
+def test_check_cuda_compares_logged_lines(hd128_path):
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from graphcost.cli import app
+    from llama_runs import parse_buffers
+    spec = importlib.util.spec_from_file_location("check_cuda", ROOT / "benchmarks" / "check_cuda.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    r = CliRunner().invoke(app, ["memory", str(hd128_path), "-c", "512", "-ngl", "2",
+                                 "--device", "cuda:8GiB,cc=8.9", "--cpu-features", "avx2",
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    mem = json.loads(r.stdout)["memory"]
+    mib = lambda n: f"{n / (1 << 20):8.2f} MiB"  # noqa: E731  llama.cpp's "%8.2f MiB"
+    lines = [f"load_tensors: {b['name']:>12} model buffer size = {mib(b['bytes'])}"
+             for b in mem["model_buffers"]]
+    lines += [f"llama_kv_cache: {b['device']:>10} KV buffer size = {mib(b['bytes'])}"
+              for b in mem["kv_buffers"]]
+    for d in mem["devices"]:
+        if d["output_bytes"]:
+            lines.append(f"llama_context: {d['device']:>10}  output buffer size = {mib(d['output_bytes'])}")
+        if d["compute_bytes"] > 1:
+            lines.append(f"sched_reserve: {d['device']:>10} compute buffer size = {mib(d['compute_bytes'])}")
+    g = {x["graph"]: x["n_splits"] for x in mem["scheduler"]["graphs"]}
+    # llama-context.cpp sched_reserve: "graph%s: nodes = %s, splits = %s, ..."
+    lines.append(f"sched_reserve: graph: nodes = 100 / 90, splits = {g['prompt']} / "
+                 f"{g['generation']}, input objects = 1")
+    rows = check.compare("case", mem, parse_buffers("\n".join(lines)))
+    assert rows and all(r[5] == "equal" for r in rows), rows
+    assert {r[2] for r in rows if r[1] == "compute"} == {"CUDA0", "CUDA_Host"}
+    # one compute line off by 0.01 MiB: that row differs
+    cuda0 = next(d for d in mem["devices"] if d["device"] == "CUDA0")["compute_bytes"]
+    lines = [ln.replace(mib(cuda0), mib(cuda0 + (1 << 20) // 100 + 1))
+             if "CUDA0 compute" in ln else ln for ln in lines]
+    rows = check.compare("case", mem, parse_buffers("\n".join(lines)))
+    assert [r[2] for r in rows if r[5] == "DIFFERS"] == ["CUDA0"]
