@@ -86,6 +86,8 @@ class SchedBackend:
     own_device_sources: bool = False  # ops reading another device's buffer are unsupported
     #: graph_optimize adds allocation dependencies to splits holding these ops (not simulated)
     alloc_deps_ops: frozenset = frozenset()
+    #: offload_op takes only these ops (Metal: MUL_MAT, MUL_MAT_ID); None: any op
+    offload_ops: frozenset | None = None
 
     def alloc_size(self, t: Tensor) -> int:
         """ggml_backend_buft_get_alloc_size of this backend's compute buffer type."""
@@ -167,7 +169,9 @@ def backends_for(placement: Placement) -> list[SchedBackend] | None:
                                 supports=None if s.get("all_ops") else d.backend.supports_op,
                                 alloc_rule=d.backend.compute_alloc_size, options=dict(d.options),
                                 own_device_sources=bool(s.get("own_device_sources")),
-                                alloc_deps_ops=frozenset(s.get("alloc_deps_with_ops") or ())))
+                                alloc_deps_ops=frozenset(s.get("alloc_deps_with_ops") or ()),
+                                offload_ops=(frozenset(s["offload_ops"]) if s.get("offload_ops")
+                                             else None)))
     host = placement.devices[0].backend.host_buffer if placement.devices else None
     from graphcost.memory.backends import load as load_backend
     out.append(SchedBackend("CPU", host or "CPU", load_backend("cpu").alignment, True))
@@ -223,9 +227,12 @@ class _Scheduler:
         return ok
 
     def offload_op(self, b: int, t: Tensor) -> bool:
-        """ggml_backend_dev_offload_op (CUDA: get_op_batch_size >= its minimum)."""
+        """ggml_backend_dev_offload_op: get_op_batch_size >= the device's minimum (CUDA,
+        ROCm, Vulkan, SYCL; Metal only for the ops its spec lists)."""
         m = self.backends[b].offload_min_batch
         if m is None:
+            return False
+        if self.backends[b].offload_ops is not None and t.op not in self.backends[b].offload_ops:
             return False
         if t.op == Op.GET_ROWS:
             batch = 0
