@@ -251,6 +251,24 @@ def test_device_options_parse_and_refuse_in_one_line():
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_integrated_cuda_gpu(llama5):
+    """integrated=1: caps.mmap_support is false (so -lm auto loads without mmap and the
+    CPU layers' weights go to the pinned CUDA_Host buffer), and the GPU reads CUDA_Host
+    buffers (ggml_backend_cuda_device_supports_buft): the scheduler runs layer 0's matrix
+    products on CUDA0 even for one token, where a discrete GPU leaves them on the CPU."""
+    s = RunSettings(ctx_size=512)
+    flags = PlacementFlags(n_gpu_layers=3, cpu_features=AVX2)
+    plans = {k: plan_devices(llama5, s, [parse_device(k)], flags)
+             for k in ("cuda", "cuda,integrated=1")}
+    assert [b.name for b in plans["cuda"].placement.model_buffers] == ["CPU_Mapped", "CUDA0"]
+    assert [b.name for b in plans["cuda,integrated=1"].placement.model_buffers] == ["CUDA_Host", "CUDA0"]
+    dev = {}
+    for k, dp in plans.items():
+        tg = dict(dp.compute.schedules)["generation"]
+        dev[k] = next(tg.device_of(i) for i, n in enumerate(tg.nodes) if n.name == "Qcur-0")
+    assert dev == {"cuda": "CPU", "cuda,integrated=1": "CUDA0"}
+
+
 def test_vulkan_alignment_from_its_option(llama5):
     s = RunSettings(ctx_size=512)
     unknown = plan_devices(llama5, s, [DeviceArg("vulkan")], PlacementFlags(cpu_features=AVX2))

@@ -253,7 +253,8 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
 
 def _with_options(b: Backend, a: DeviceArg) -> Backend:
     """The backend's facts with the device's options applied: ``align`` gives a
-    device-dependent alignment (Vulkan's minStorageBufferOffsetAlignment)."""
+    device-dependent alignment (Vulkan's minStorageBufferOffsetAlignment); ``integrated=1``
+    an integrated GPU (CUDA/ROCm: no mmap by default)."""
     import dataclasses
     for k, v in a.options:
         if k not in b.options:
@@ -269,7 +270,14 @@ def _with_options(b: Backend, a: DeviceArg) -> Backend:
         if align <= 0 or align & (align - 1):
             raise GraphcostError(f"--device {a.kind},align={opts['align']}: use a power of 2 in bytes")
         b = dataclasses.replace(b, alignment=align)
+    if _truthy(opts.get("integrated")):
+        # ggml_backend_cuda_device_get_props: caps.mmap_support = type != IGPU
+        b = dataclasses.replace(b, mmap_support=False)
     return b
+
+
+def _truthy(v: str | None) -> bool:
+    return v is not None and v.strip().lower() in ("1", "true", "yes", "on")
 
 
 def split_points(devices: list[Device], tensor_split: tuple[float, ...]) -> list[float]:

@@ -88,6 +88,8 @@ class SchedBackend:
     alloc_deps_ops: frozenset = frozenset()
     #: offload_op takes only these ops (Metal: MUL_MAT, MUL_MAT_ID); None: any op
     offload_ops: frozenset | None = None
+    #: a host buffer type this device also reads (an integrated CUDA GPU: CUDA_Host)
+    reads_host: str | None = None
 
     def alloc_size(self, t: Tensor) -> int:
         """ggml_backend_buft_get_alloc_size of this backend's compute buffer type."""
@@ -171,7 +173,10 @@ def backends_for(placement: Placement) -> list[SchedBackend] | None:
                                 own_device_sources=bool(s.get("own_device_sources")),
                                 alloc_deps_ops=frozenset(s.get("alloc_deps_with_ops") or ()),
                                 offload_ops=(frozenset(s["offload_ops"]) if s.get("offload_ops")
-                                             else None)))
+                                             else None),
+                                reads_host=(d.backend.host_buffer if s.get("integrated_reads_host")
+                                            and str(d.options.get("integrated", "")).lower()
+                                            in ("1", "true", "yes", "on") else None)))
     host = placement.devices[0].backend.host_buffer if placement.devices else None
     from graphcost.memory.backends import load as load_backend
     out.append(SchedBackend("CPU", host or "CPU", load_backend("cpu").alignment, True))
@@ -194,12 +199,13 @@ class _Scheduler:
 
     # ---- backend facts ----
     def supports_buft(self, b: int, buft: str) -> bool:
-        """ggml_backend_supports_buft: a device its own buffer type; the CPU every host
-        buffer type (ggml_backend_cpu_device_supports_buft)."""
+        """ggml_backend_supports_buft: a device its own buffer type (an integrated CUDA GPU
+        also the pinned host type); the CPU every host buffer type
+        (ggml_backend_cpu_device_supports_buft)."""
         be = self.backends[b]
         if be.is_cpu:
             return buft not in self._device_bufts
-        return buft == be.buft
+        return buft == be.buft or (be.reads_host is not None and buft == be.reads_host)
 
     def supports_op(self, b: int, t: Tensor) -> bool:
         """ggml_backend_supports_op: the device's rules (specs/backends ``supports_op``); RPC:
@@ -429,8 +435,9 @@ def _weight_key(w: Tensor, consumer: Tensor, arch: str) -> tuple[str, str, int |
 
 
 def _buft_key(b: Buft) -> str:
-    """The buffer type a scheduler sees: a device's, or a host one (CPU_REPACK apart)."""
-    if b.kind == "device":
+    """The buffer type a scheduler sees: a device's, a pinned host type's (CUDA_Host), or
+    the CPU's (CPU_REPACK apart)."""
+    if b.kind in ("device", "host"):
         return b.name
     return "CPU_REPACK" if b.kind == "extra" else "CPU"
 
