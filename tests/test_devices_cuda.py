@@ -1,5 +1,5 @@
-"""CUDA and ROCm devices without a GPU: the backend facts of specs/backends/cuda.yaml and
-rocm.yaml (each cited from ggml-cuda) applied to model, KV and compute buffers, with the
+"""CUDA, ROCm and SYCL devices without a GPU: the backend facts of specs/backends/cuda.yaml,
+rocm.yaml and sycl.yaml (each cited from ggml-cuda / ggml-sycl) applied to model, KV and compute buffers, with the
 numbers worked out by hand from the ggml rules. The scheduler mechanism itself is proven
 against real llama.cpp runs on RPC devices (tests/test_devices_rpc.py); the check against
 a CUDA build is benchmarks/check_cuda.py (needs an NVIDIA GPU)."""
@@ -239,6 +239,26 @@ def test_moe_on_cuda_is_not_modelled(tmp_path):
                       PlacementFlags(cpu_features=AVX2))
     assert dp.compute is None
     assert any("graph_optimize" in n and "CUDA0" in n for n in dp.placement.notes)
+
+
+def test_sycl_rules_and_flash_attention_not_modelled(llama_hd128):
+    sycl = load("sycl").supports_op
+
+    def mm(a_type, a_ne, b_ne):
+        a, b = tensor(a_type, a_ne), tensor(T.F32, b_ne)
+        node = tensor(T.F32, (a_ne[1],) + tuple(b_ne[1:]), "MUL_MAT", [a, b])
+        return evaluate(sycl["ops"]["MUL_MAT"], node, {}, "t")
+    assert mm(T.Q4_K, (256, 64), (256, 7))
+    assert not mm(T.TQ1_0, (256, 64), (256, 7))                 # ternary types refused
+    assert not mm(T.F16, (64, 8, 2, 1), (64, 7, 2, 3))          # a.ne[3] != b.ne[3]
+    flags = PlacementFlags(n_gpu_layers=2, cpu_features=AVX2)
+    off = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="off"),
+                       [DeviceArg("sycl")], flags)
+    rows = {r.device: r.compute_bytes for r in off.rows}
+    assert rows["SYCL0"] > 0 and rows["SYCL_Host"] > 0     # the CPU's compute type: SYCL_Host
+    on = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
+                      [DeviceArg("sycl")], flags)
+    assert on.compute is None and any("use -fa off" in n for n in on.placement.notes)
 
 
 # ---- device options and the JSON ---------------------------------------------------------------

@@ -15,7 +15,7 @@ The expression language (a safe evaluator over :mod:`ast`, nothing else of Pytho
 * a tensor's fields: ``type``, ``ne0`` ... ``ne3``, ``nb0`` ... ``nb3``;
 * functions mirroring ggml.c: ``contiguous(t)`` (ggml_is_contiguous), ``contiguous_1``,
   ``contiguous_2``, ``contiguous_rows``, ``quantized(t)`` (ggml_is_quantized),
-  ``esize(t)`` (ggml_element_size), ``nrows(t)``, ``blck(t)`` (ggml_blck_size), ``pow2ceil(x)``,
+  ``esize(t)`` (ggml_element_size), ``nrows(t)``, ``blck(t)`` (ggml_blck_size), ``permuted(t)`` (ggml_is_permuted), ``pow2ceil(x)``,
   ``tsize(t)`` (ggml_type_size), ``param(name, default)`` (the node's op parameter),
   ``opt(name, default)`` (the device option given with ``--device KIND,name=value``);
 * backend functions that are too long for one expression, written here and named after
@@ -102,6 +102,7 @@ _TENSOR_FUNCS: dict[str, Callable[..., Any]] = {
     "tsize": _tensor_fn(lambda t: gt.type_size(t.type)),
     "blck": _tensor_fn(lambda t: gt.block(t.type)[0]),
     "nrows": _tensor_fn(_nrows),
+    "permuted": _tensor_fn(lambda t: t.nb[0] > t.nb[1] or t.nb[1] > t.nb[2] or t.nb[2] > t.nb[3]),
     "pow2ceil": lambda x: 1 << max(0, int(x) - 1).bit_length(),  # smallest power of 2 >= x
 }
 
@@ -109,7 +110,7 @@ _TENSOR_FUNCS: dict[str, Callable[..., Any]] = {
 @lru_cache(maxsize=None)
 def _parse(expr: str, where: str) -> ast.Expression:
     try:
-        return ast.parse(expr, mode="eval")
+        return ast.parse(f"({expr})", mode="eval")  # a rule may span lines (YAML folding)
     except SyntaxError:
         raise GraphcostError(f"{where}: cannot parse rule {expr!r}") from None
 
@@ -132,6 +133,9 @@ def evaluate(expr: Any, node: Tensor, options: dict[str, Any], where: str) -> bo
             return options.get(args[0], args[1] if len(args) > 1 else None)
         if fn == "cuda_fattn_supported":
             return cuda_fattn_kernel(node, options, choose=False) != "none"
+        if fn == "sycl_fattn_supported":
+            raise Unmodelled("the SYCL flash-attention kernel choice (ggml-sycl/fattn.cpp "
+                             "ggml_sycl_get_best_fattn_kernel) is not transcribed: use -fa off")
         f = _TENSOR_FUNCS.get(fn)
         if f is None:
             raise GraphcostError(f"{where}: unknown function {fn!r} in {expr!r}")
@@ -344,6 +348,9 @@ def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) ->
     fn = per_op.get(str(t.op))
     if fn == "cuda_fattn":
         size = cuda_fattn_alloc_size(t, options)
+    elif fn == "sycl_fattn":
+        raise Unmodelled("the SYCL flash-attention allocation (ggml_sycl_fattn_get_extra: "
+                         "oneDNN staging buffers) is not transcribed: use -fa off")
     elif fn == "hip_fattn":
         if type_name(t.src[1]) != "F16" or type_name(t.src[2]) != "F16":
             raise Unmodelled("the ROCm flash-attention kernel choice for a non-F16 KV cache "
