@@ -87,6 +87,12 @@ def test_cuda_rules_for_rows_unary_and_unlisted_ops():
     assert not _cuda(tensor(T.F32, (8, 16), "SILU", [v]))
     # an op the switch does not list: default false
     assert not _cuda(tensor(T.F32, (4,), "WIN_PART", [x]))
+    # CONCAT: F32 along any dim is supported; a quantized one is a case not transcribed
+    a, b = tensor(T.F32, (64, 4)), tensor(T.F32, (64, 3))
+    assert _cuda(tensor(T.F32, (64, 7), "CONCAT", [a, b], dim=1))
+    qa, qb = tensor(T.Q8_0, (64, 4)), tensor(T.Q8_0, (64, 3))
+    with pytest.raises(Unmodelled, match="CONCAT of quantized"):
+        _cuda(tensor(T.Q8_0, (64, 7), "CONCAT", [qa, qb], dim=1))
 
 
 def test_rocm_takes_cudas_rules_with_its_own_argsort():

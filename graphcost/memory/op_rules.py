@@ -17,7 +17,8 @@ The expression language (a safe evaluator over :mod:`ast`, nothing else of Pytho
   ``contiguous_2``, ``contiguous_rows``, ``quantized(t)`` (ggml_is_quantized),
   ``esize(t)`` (ggml_element_size), ``nrows(t)``, ``blck(t)`` (ggml_blck_size), ``permuted(t)`` (ggml_is_permuted), ``pow2ceil(x)``,
   ``tsize(t)`` (ggml_type_size), ``param(name, default)`` (the node's op parameter),
-  ``opt(name, default)`` (the device option given with ``--device KIND,name=value``);
+  ``opt(name, default)`` (the device option given with ``--device KIND,name=value``),
+  ``unmodelled('what')`` (a case not transcribed: raises :class:`Unmodelled`);
 * backend functions that are too long for one expression, written here and named after
   the ggml function they mirror: ``cuda_fattn_supported(dst)``
   (ggml-cuda/fattn.cu ``ggml_cuda_flash_attn_ext_supported``: a kernel other than
@@ -133,6 +134,8 @@ def evaluate(expr: Any, node: Tensor, options: dict[str, Any], where: str) -> bo
             return options.get(args[0], args[1] if len(args) > 1 else None)
         if fn == "cuda_fattn_supported":
             return cuda_fattn_kernel(node, options, choose=False) != "none"
+        if fn == "unmodelled":  # a case of the switch not transcribed
+            raise Unmodelled(f"{where}: {args[0]} is not transcribed")
         if fn == "sycl_fattn_supported":
             raise Unmodelled("the SYCL flash-attention kernel choice (ggml-sycl/fattn.cpp "
                              "ggml_sycl_get_best_fattn_kernel) is not transcribed: use -fa off")
