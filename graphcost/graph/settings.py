@@ -210,7 +210,7 @@ def refuse_cache_types(run: Resolved, head_dims_k: Sequence[int], head_dims_v: S
     measured with llama-cpp-python 0.3.36, it aborts (a view past its source) reserving
     the graph or in the first decode, or every logit is NaN (tests/test_refusals.py). Both are refused. ``head_dims_*`` are per layer, in
     elements."""
-    fa_disabled = not run.flash_attn and (run.settings.flash_attn or "").lower() != "auto"
+    fa_disabled = not run.flash_attn and not run.flash_attn_auto
     where = f"{path}: " if path else ""
     for flag, t, dims, kind in (("--cache-type-k", run.type_k, head_dims_k, "k"),
                                 ("--cache-type-v", run.type_v, head_dims_v, "v")):
