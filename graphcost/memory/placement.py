@@ -788,19 +788,21 @@ def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
     buffer is 137.55 MiB, not a real run's 135.55)."""
     import dataclasses
 
-    from graphcost.memory.plan import output_buffer_bytes, plan_memory
+    from graphcost.graph.build import resolve_for
+    from graphcost.memory.plan import plan_memory
     from graphcost.memory.sched import compute_buffers, flash_attn_auto_fails
     p = place(model, args, flags)
-    fa_note = flash_attn_auto_fails(model, settings, p, flags)
+    run = resolve_for(model, settings)
+    fa_note = flash_attn_auto_fails(model, run, p, flags)
     if fa_note:
         # the cache was created for flash attention (V not transposed)
-        settings = dataclasses.replace(settings, flash_attn="off", v_trans=False)
+        run = resolve_for(model, dataclasses.replace(settings, flash_attn="off", v_trans=False))
         p.notes.append(fa_note)
-    plan = plan_memory(model, settings)
+    plan = plan_memory(model, run)
     kv = kv_buffers(p, plan.reserves[0].graph.caches, flags.no_kv_offload)
     comp = (compute_buffers(plan.reserves, p, flags, model.n_layer, no_alloc=no_alloc)
             if p.devices else None)
-    rows = device_memory(p, kv, output_bytes=output_buffer_bytes(model),
+    rows = device_memory(p, kv, output_bytes=plan.output_buffer_bytes,
                          cpu_compute_bytes=plan.compute_buffer_bytes,
                          compute=comp.bytes_by_buft if comp is not None else None)
     return DevicePlan(plan, p, flags, kv, rows, comp)

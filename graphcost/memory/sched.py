@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 from graphcost.errors import GraphcostError
 from graphcost.graph.ggml_graph import Tensor
-from graphcost.graph.ops import Op
+from graphcost.graph.ops import VIEWS, Op
 from graphcost.memory.alloc import Allocation, allocate
 from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, evaluate
 from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, PlacementFlags,
@@ -61,8 +61,8 @@ from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, Placement
 MAX_COPIES = 4
 #: llama-context.cpp graph_get_cb: below this many tokens, norms are pinned to their layer
 PIN_NORM_BELOW_TOKENS = 32
-#: ggml_is_view_op
-VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+#: ggml_is_view_op (ggml-backend.cpp): VIEW, RESHAPE, PERMUTE, TRANSPOSE
+VIEW_OPS = VIEWS
 #: ops not sent to their weight's backend (backend_id_from_cur: "the rope freqs / sinks
 #: tensor is too small to choose a backend based on it")
 _NOT_OFFLOADED = frozenset({Op.ROPE, Op.FLASH_ATTN_EXT})
@@ -657,19 +657,18 @@ def flash_attn_auto_fails(model, settings, placement: Placement, flags: Placemen
     """``-fa auto`` with devices (llama_context::resolve_fused_ops): a one-token probe graph
     with flash attention is scheduled, and if any layer's FLASH_ATTN_EXT runs on another
     device than the layer's, llama.cpp turns flash attention off. Returns that warning (the
-    first mismatch), or None when flash attention stays on (or was not auto)."""
+    first mismatch), or None when flash attention stays on (or was not auto). ``settings``:
+    RunSettings, or already resolved for ``model``."""
     from graphcost.graph.build import build_graph, resolve_for
-    from graphcost.graph.flavour import flavour
-    fa = (settings.flash_attn or flavour(settings.llama_cpp).flash_attn_default).lower()
-    if fa != "auto" or not placement.devices:
+    from graphcost.graph.settings import Resolved
+    run = settings if isinstance(settings, Resolved) else resolve_for(model, settings)
+    if not run.flash_attn_auto or not placement.devices:
         return None
     backends = backends_for(placement)
     if backends is None:
         return None
-    run = resolve_for(model, settings)
-    probe = dataclasses.replace(settings, flash_attn="on", tokens=1, outputs=1,
-                                past=run.n_ctx - 1, memory_full=True)
-    bg = build_graph(model, probe)
+    # auto is on (run.flash_attn): the probe is one token with every cell attended
+    bg = build_graph(model, run.step(1, run.n_ctx - 1, 1, memory_full=True))
     n_copies = MAX_COPIES if pipeline_parallel(placement, flags, model.n_layer) else 1
     try:
         s = schedule(bg, placement, flags, backends, n_copies)

@@ -2,9 +2,9 @@
 fused-attention what-if, as plain text (fixed width, no colour); the sweep plot is
 drawn by :mod:`graphcost.report.plot`.
 
-Sizes are printed the way llama.cpp logs them (MiB with two decimals, ``%8.2f`` of
-bytes / 1024 / 1024) beside the exact byte counts, so a line can be checked against a
-llama.cpp log by eye.
+Sizes are printed the way llama.cpp logs them (MiB with two decimals:
+:func:`graphcost.units.mib`) beside the exact byte counts, so a line can be checked
+against a llama.cpp log by eye.
 """
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ from graphcost.graph.ops import Op
 from graphcost.graph.settings import Resolved
 from graphcost.memory.fusion import FusionWhatIf
 from graphcost.memory.plan import MemoryPlan
-from graphcost.report.units import literal
-
-MiB = 1024 * 1024
+from graphcost.units import literal, mib
 
 
 def describe_tensor(t: Tensor, run: Resolved) -> str:
@@ -38,11 +36,6 @@ def describe_tensor(t: Tensor, run: Resolved) -> str:
     if base == "result_norm":
         return "final norm (graph output, kept to the end)"
     return f"{t.op} result (grows with ubatch)"
-
-
-def mib(n: int) -> str:
-    """Bytes as llama.cpp prints them: MiB with two decimals."""
-    return f"{n / MiB:.2f}"
 
 
 def _settings_line(plan: MemoryPlan, swept: str | None = None) -> str:
