@@ -1,6 +1,7 @@
-"""Compare graphcost's graph with the nodes llama.cpp reports through cb_eval, and the
-marks every parity test shares (skip without llama.cpp; cases with flash attention off
-and on)."""
+"""What every parity test shares: graphcost's graph compared with the nodes llama.cpp
+reports through cb_eval, llama.cpp's logs of memory cases captured in one parallel batch,
+the case notation, the marks (skip without llama.cpp; flash attention off and on) and the
+tiny models of tests/parity_models.py by name (:class:`Models`)."""
 from __future__ import annotations
 
 import os
@@ -15,6 +16,7 @@ from graphcost.graph.build import build_graph, load_model
 from graphcost.graph.settings import RunSettings
 from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.judge.verify import first_difference, graph_records
+from parity_models import MODELS
 
 #: skips a test (``pytestmark = needs_llama_cpp``: a module) where llama.cpp, the judge,
 #: cannot run
@@ -98,18 +100,15 @@ class Models(Mapping):
         self._dir, self._built = Path(directory), {}
 
     def __getitem__(self, name: str):
-        from parity_models import MODELS
         if name not in self._built:
             writer, kw = MODELS[name]
             self._built[name] = writer(self._dir / f"{name}.gguf", **kw)
         return self._built[name]
 
     def __iter__(self):
-        from parity_models import MODELS
         return iter(MODELS)
 
     def __len__(self) -> int:
-        from parity_models import MODELS
         return len(MODELS)
 
 
