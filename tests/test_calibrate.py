@@ -5,8 +5,6 @@ quick calibration end to end."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,20 +17,6 @@ from graphcost.cost.speed_model import from_profile
 from graphcost.format.gguf_reader import read_header
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """Run ``graphcost ARGS`` in this process (graphcost.cli.main)."""
-    from graphcost.cli import main
-
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["graphcost", *map(str, args)])
-        with pytest.raises(SystemExit) as e:
-            main()
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, e.value.code, out.out, out.err)
-    return run
 
 
 def _fake_bench(d: Path) -> Path:
