@@ -244,13 +244,21 @@ def _done(sink: TensorSink, *, n_layer: int, n_rot: int, kv_lora_rank: int = 0) 
                         n_vocab=sink.sizes["n_vocab"])
 
 
-def _plain_start(path: str | Path, arch: str, *, n_expert: int, n_expert_used: int,
-                 n_ff_exp: int, **kw) -> TensorSink:
-    """:func:`start` with :data:`ERNIE_MINIMAX_DEFAULT_TYPES`, then the expert counts and
-    width."""
-    sink = start(path, arch, ERNIE_MINIMAX_DEFAULT_TYPES, **kw)
-    expert_counts(sink.w, arch, n_expert, n_expert_used)
+_PLAIN_KEYS = ("weight_types", "seed", "n_embd", "n_head", "n_head_kv", "head_dim", "n_layer",
+               "n_ff", "n_vocab", "context_length", "rope_freq_base", "rms_eps")
+
+
+def _plain_start(path: str | Path, arch: str, args: Mapping, *, n_rot: int,
+                 n_ff_exp: int) -> TensorSink:
+    """:func:`start` with :data:`ERNIE_MINIMAX_DEFAULT_TYPES` and the writer's own
+    arguments named in ``_PLAIN_KEYS`` (``args``: the writer's ``locals()``), then the
+    expert counts and width and the optional expert weights scale."""
+    sink = start(path, arch, ERNIE_MINIMAX_DEFAULT_TYPES, n_rot=n_rot,
+                 **{k: args[k] for k in _PLAIN_KEYS})
+    expert_counts(sink.w, arch, args["n_expert"], args["n_expert_used"])
     sink.w.add_expert_feed_forward_length(n_ff_exp)
+    if args["weights_scale"] is not None:
+        sink.w.add_expert_weights_scale(args["weights_scale"])
     return sink
 
 
@@ -268,19 +276,12 @@ def write_ernie4_5_moe(
     layers below ``n_layer_dense_lead`` dense, the others MoE (llama.cpp loads expert
     tensors for every layer from the dense lead on: real files use step 1); optional
     selection bias, ``ffn_gate_exps`` and shared expert (``n_ff_shexp=0``: none)."""
-    sink = _plain_start(path, "ernie4_5-moe", weight_types=weight_types, seed=seed,
-                        n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
-                        n_rot=head_dim, n_layer=n_layer, n_ff=n_ff, n_vocab=n_vocab,
-                        context_length=context_length, rope_freq_base=rope_freq_base,
-                        rms_eps=rms_eps, n_expert=n_expert, n_expert_used=n_expert_used,
-                        n_ff_exp=n_ff_exp)
+    sink = _plain_start(path, "ernie4_5-moe", locals(), n_rot=head_dim, n_ff_exp=n_ff_exp)
     w = sink.w
     w.add_interleave_moe_layer_step(moe_step)
     w.add_leading_dense_block_count(n_layer_dense_lead)
     if n_ff_shexp:
         w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    if weights_scale is not None:
-        w.add_expert_weights_scale(weights_scale)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
@@ -310,16 +311,9 @@ def write_minimax_m2(
     ``head_dim``), ``n_expert`` experts of ``n_ff`` (feed_forward_length; llama.cpp sizes
     the experts by it) in every layer with the required ``exp_probs_b`` and the GGUF's
     gating function (``None`` leaves it out: llama.cpp aborts); untied output."""
-    sink = _plain_start(path, "minimax-m2", weight_types=weight_types, seed=seed,
-                        n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
-                        n_rot=n_rot, n_layer=n_layer, n_ff=n_ff, n_vocab=n_vocab,
-                        context_length=context_length, rope_freq_base=rope_freq_base,
-                        rms_eps=rms_eps, n_expert=n_expert, n_expert_used=n_expert_used,
-                        n_ff_exp=n_ff)
+    sink = _plain_start(path, "minimax-m2", locals(), n_rot=n_rot, n_ff_exp=n_ff)
     if gating is not None:
         sink.w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
-    if weights_scale is not None:
-        sink.w.add_expert_weights_scale(weights_scale)
     embeddings(sink, n_embd, n_vocab, tie=False)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
