@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from graphcost.errors import UnsupportedError
 from graphcost.format.gguf_reader import read_header
 
 _KEY = b"tokenizer.ggml.model"
@@ -69,8 +70,9 @@ def fill_tiled(path: str | Path, seed: int = 0) -> Path:
     POOL_BYTES (an odd number of blocks) is drawn and the tensors of that type repeat it,
     each starting where the previous one stopped: as a block's size has at most 2^4 in
     it, a 4 KiB page's content repeats only every lcm(pool, 4096) >= 256 pools (2 GiB),
-    and no page is all zeros. 1-D F32/F16
-    tensors (norms, biases) are drawn whole (random_raw: around 1)."""
+    and no page is all zeros. 1-D F32/F16 tensors (norms, biases) are drawn whole
+    (random_raw: around 1). A type random_raw cannot draw is an UnsupportedError naming
+    the file and the tensor."""
     import numpy as np
 
     from graphcost.execute.weights import random_raw
@@ -89,7 +91,10 @@ def fill_tiled(path: str | Path, seed: int = 0) -> Path:
             if t.type not in pools:
                 blk, size = gt.block(t.type)
                 n = (POOL_BYTES // size) | 1
-                pool = random_raw(t.type, (blk, n), rng).tobytes()
+                try:
+                    pool = random_raw(t.type, (blk, n), rng).tobytes()
+                except UnsupportedError as e:
+                    raise UnsupportedError(f"{path}: {t.name}: {e}") from None
                 pools[t.type] = memoryview(pool + pool)      # any window <= pool: one slice
                 cursor[t.type] = 0
             pool, left = pools[t.type], t.nbytes

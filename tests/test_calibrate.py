@@ -16,6 +16,7 @@ from graphcost import calibrate as C
 from graphcost.bench_models import make_whole, write_tiny_llama
 from graphcost.cost.hardware import load
 from graphcost.cost.speed_model import from_profile
+from graphcost.errors import UnsupportedError
 from graphcost.format.gguf_reader import read_header
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,6 +147,9 @@ def test_make_whole_random_tiles_a_pool_per_type(tmp_path, monkeypatch):
     assert pages.any(axis=1).all()                             # no all-zero page
     with pytest.raises(ValueError, match="'random' or 'zero'"):
         make_whole(src, tmp_path / "x.gguf", data="ones")
+    iq = write_tiny_llama(tmp_path / "iq.gguf", n_layer=1, weight_type="IQ4_NL")
+    with pytest.raises(UnsupportedError, match=r"iq-whole.gguf: token_embd.weight: .*iq4_nl"):
+        make_whole(iq, tmp_path / "iq-whole.gguf")
 
 
 # ------------------------------------------------------------------ fit and bands
