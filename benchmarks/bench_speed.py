@@ -139,9 +139,9 @@ def report(rows: list[dict], paths: dict, a, bench) -> None:
     for r in rows:
         z = synth.get((r["test"], r["n_ubatch"], r["flash_attn"]))
         if r["model"] == "gemma-3-270m" and z:
-            a, b = statistics.median(r["samples_ts"]), statistics.median(z["samples_ts"])
+            real, syn = statistics.median(r["samples_ts"]), statistics.median(z["samples_ts"])
             print(f"  {r['test']:14s} ub {r['n_ubatch']:3d} fa {r['flash_attn']}: real "
-                  f"{a:8.2f}  {z['model'][13:]} {b:8.2f} tok/s  ratio {b / a:.3f}")
+                  f"{real:8.2f}  {z['model'][13:]} {syn:8.2f} tok/s  ratio {syn / real:.3f}")
     cases = [r for r in rows if r["model"] not in (SYNTH, "gemma-3-270m-zero")]
 
     # 2. counts, fit on the calibration cases, predict all (the package's calibration)
