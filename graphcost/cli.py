@@ -220,10 +220,10 @@ def analyze(
             # llama.cpp's -fa auto does too, the cache already made for it (V not transposed)
             settings = replace(settings, flash_attn="off", v_trans=False)
         a = analyze_graph(build_graph(info, settings), memory=RENDERERS[fmt].memory)
-        a.schedule = schedule_step(a.graph, dargs, flags)
-        if a.schedule is None:
-            _fail("--device: the scheduler is modelled for rpc devices only (the others' "
-                  "supported ops and graph optimisation are not in specs/backends)")
+        step = schedule_step(a.graph, dargs, flags)
+        if isinstance(step, str):
+            _fail(f"--device: the scheduler is not modelled here: {step}")
+        a.schedule = step
     elif (n_gpu_layers != "auto" or tensor_split is not None or split_mode != "layer"
           or main_gpu or override_tensor or n_cpu_moe or cpu_moe or no_kv_offload or no_repack
           or no_host or cpu_features is not None or dev is not None or no_op_offload):

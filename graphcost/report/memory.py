@@ -252,7 +252,8 @@ def render_devices(dp) -> str:
                      f"{'' if r.free_bytes is None else mib(r.free_bytes):>10} "
                      f"{'' if left is None else mib(left):>10}")
     lines.append("  (MiB; n/m = not modelled)")
-    if any(r.compute_bytes is None for r in dp.rows):
+    if (any(r.compute_bytes is None for r in dp.rows)
+            and not any(n.startswith("compute buffers not modelled") for n in p.notes)):
         lines.append("  compute buffers are not modelled for these devices (their scheduler "
                      "facts - supported ops, offload, graph optimisation - are not in "
                      "specs/backends)")
@@ -291,6 +292,7 @@ def devices_json(dp) -> dict:
             "layers": dp.placement.dev_layer, "output_layer": dp.placement.dev_output,
             "repacked": dp.placement.repacked, "use_mmap": dp.placement.use_mmap,
             "cpu_features": sorted(dp.placement.cpu_features),
+            "notes": list(dp.placement.notes),
             "scheduler": None if dp.compute is None else sched_json(dp.compute)}
 
 
