@@ -22,8 +22,13 @@ are to ``--base``, paired by round. One llama-bench process per (round, mode,
 variant), as a user runs it (``-t`` threads, default environment, ``-o json``), the
 variants rotated each round (ABCD, BCDA, ...); before each ``mmap`` run the file is read
 once (warm page cache), ``none`` runs with ``-lm none`` (tensors read into anonymous
-memory). The load average is printed beside every figure. Run it in its own autogroup at
-nice -20 (docs/speed.md): ``setsid bash -c 'echo -20 > /proc/self/autogroup; exec ...'``.
+memory). Each process starts when no other session in a top-priority autogroup (nice
+< 0) is busy and is re-run (``--tries``) when one was (``--quiet-limit``); the load
+average and their CPU share are printed beside every figure. Run it in its own autogroup
+at nice -20 (docs/speed.md): ``setsid bash -c 'echo -20 > /proc/self/autogroup; exec ...'``;
+``--args "... --prio 1"`` (SCHED_FIFO threads) keeps nice-0 tasks from preempting them.
+The summary gives each variant's ratio to ``--base`` per round, from the median and from
+the best repetition.
 """
 from __future__ import annotations
 
