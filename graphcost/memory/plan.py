@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from graphcost.format import ggml_types as gt
 from graphcost.memory.alloc import CPU_ALIGNMENT, Allocation, allocate
@@ -96,9 +97,14 @@ class TwoPartMemory:
     cells: int
     layers: int
 
+    #: the names of the two part fields, in llama.cpp's log order (set by each subclass)
+    PART_FIELDS: ClassVar[tuple[str, str]]
+
     @property
     def parts(self) -> tuple[int, int]:
-        raise NotImplementedError
+        """The two parts' sizes (bytes), in llama.cpp's log order."""
+        first, second = self.PART_FIELDS
+        return getattr(self, first), getattr(self, second)
 
     @property
     def bytes(self) -> int:
@@ -116,9 +122,7 @@ class CacheMemory(TwoPartMemory):
     k_bytes: int
     v_bytes: int
 
-    @property
-    def parts(self) -> tuple[int, int]:
-        return self.k_bytes, self.v_bytes
+    PART_FIELDS = ("k_bytes", "v_bytes")
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,7 @@ class RecurrentMemory(TwoPartMemory):
     r_bytes: int
     s_bytes: int
 
-    @property
-    def parts(self) -> tuple[int, int]:
-        return self.r_bytes, self.s_bytes
+    PART_FIELDS = ("r_bytes", "s_bytes")
 
 
 @dataclass(frozen=True)
