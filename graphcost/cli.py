@@ -641,6 +641,8 @@ def hwprobe(
     typer.echo("matvec, % of it:  " + ", ".join(
         f"{k} {v / bw['bytes_per_second']:.0%}" for k, v in bw["by_type"].items()))
     typer.echo(f"peak FLOP rate:   {fl['flops_per_second'] / 1e9:.1f} GFLOP/s")
+    typer.echo("matmul peak per weight type (GFLOP/s): " + ", ".join(
+        f"{k} {v / 1e9:.1f}" for k, v in fl["by_type"].items()))
     ovh = doc["op_overhead"]
     typer.echo(f"per-op overhead:  {ovh['seconds'] * 1e6:.1f} us median over op kinds ("
                f"{min(ovh['by_op'].values()) * 1e6:.1f}-{max(ovh['by_op'].values()) * 1e6:.1f} us)")

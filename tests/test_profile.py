@@ -126,7 +126,13 @@ def test_profile_json_document(llama, tmp_path):
     assert sum(r["seconds"] for r in d["by_op"]) == pytest.approx(total)
     assert sum(r["seconds"] for r in d["by_layer"]) == pytest.approx(total)
     assert d["rollup_phase"] == "decode"
-    assert set(d["tokens_per_second"]) == {"prompt", "decode"}
+    assert set(d["tokens_per_second"]) == {"prompt", "decode", "prompt_untimed",
+                                           "decode_untimed"}
+    # the untimed replay: every step run again through Executor.step, timed from outside
+    assert all(s["untimed_seconds"] > 0 for s in steps)
+    assert d["tokens_per_second"]["decode_untimed"] == pytest.approx(
+        1 / float(np.median([s["untimed_seconds"] for s in steps[1:]])))
+    assert isinstance(d["node_timing_overhead"], float)
     assert set(d["compile"]) >= {"kernels_import_seconds", "first_run_overhead_seconds", "numba_cache"}
     acc = d["estimate_accuracy"]
     assert acc["min_seconds"] == 1e-5 and set(acc["by_op"]) <= {n["op"] for n in steps[1]["nodes"]}
@@ -198,6 +204,21 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert all(v > 0 for v in bw["by_type"].values())
     assert "matvec, % of it:" in r.output and str(target) in r.output
     assert doc["peak_flops"]["flops_per_second"] > 0 and doc["op_overhead"]["seconds"] > 0
+    # a peak FLOP rate and a matvec cost curve per weight type; a cost curve per op kind
+    from graphcost.execute.hwprobe import FA_CELLS, LADDER, LADDER_BYTES
+    assert set(doc["peak_flops"]["by_type"]) == set(bw["by_type"])
+    oc = doc["op_costs"]
+    assert set(oc["matvec"]) == set(bw["by_type"])
+    # 16 MiB: the 4 slice sizes (the largest, 4 MiB, fits twice) and the whole matrix
+    assert all(len(pts) == len(LADDER_BYTES) + 1 for pts in oc["matvec"].values())
+    assert set(oc["by_op"]) == {"ADD", "MUL", "SCALE", "RMS_NORM", "GELU", "SILU", "GEGLU",
+                                "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS", "CONT",
+                                "FLASH_ATTN_EXT"}
+    for op, pts in oc["by_op"].items():
+        assert len(pts) == (len(FA_CELLS) if op == "FLASH_ATTN_EXT" else len(LADDER)), op
+        assert [p[0] for p in pts] == sorted(p[0] for p in pts) and all(p[2] > 0 for p in pts)
+        assert doc["op_overhead"]["by_op"][op] == pts[0][2]
+    assert "matmul peak per weight type" in r.output
     hw = hwmod.load("probe-test")
     assert hw.kind == "measured" and hw.overhead == doc["op_overhead"]["seconds"]
     assert hw.path == target

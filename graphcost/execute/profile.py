@@ -8,12 +8,20 @@ the same values) and each node's time is the median over the repeats. The first 
 new graph shape is an untimed warm-up; its extra time over the median is reported as the
 first-run overhead (Numba compiling kernels, or loading them from its cache).
 
+Untimed rate: after the timed steps the executor is reset and the same tokens are replayed
+``repeat`` times through :meth:`Executor.step` as a caller runs it (one run per step,
+timed from outside with one clock read before and after); the median step time is the
+rate a user gets, printed beside the node-timed one, whose runs read the clock around
+every node.
+
 Per node: measured seconds, modelled bytes (read + written) and FLOPs
 (:mod:`graphcost.cost.analysis`), achieved GB/s and GFLOP/s, the roofline time on the
 hardware profile and ``ratio = predicted / measured`` (1 means the kernel runs at the
 profile's roofline; small means it is slower than the roofline predicts), and the executor
-model's time (:func:`graphcost.cost.hardware.executor_seconds`: the roofline with the probe's
-per-op overhead and per-type matvec rates; a measured profile's figures). Roll-ups per op
+model's time (:func:`graphcost.cost.hardware.executor_seconds`: the probe's measured cost
+curve of each op kind and weight type, never below the type's compute roof; a measured
+profile's figures). The roofline of a matmul uses its weight type's peak FLOP rate
+(:meth:`~graphcost.cost.hardware.Hardware.peak_for`). Roll-ups per op
 kind and per layer are sums over the decode steps, per token (or over the prompt step when
 there is no decode step).
 """
@@ -27,6 +35,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from graphcost.format import ggml_types as gt
+from graphcost.graph import ops
 from graphcost.cost.analysis import Analysis, analyze_graph
 from graphcost.graph.build import load_model
 from graphcost.errors import SettingsError
@@ -78,6 +87,7 @@ class StepRow:
     wall: float                         # median seconds of the whole graph (Python included)
     nodes: list[NodeRow]
     warmup: float | None = None         # seconds of the untimed first run, if there was one
+    untimed: float | None = None        # median seconds of Executor.step replayed, as a caller runs it
 
     @property
     def node_seconds(self) -> float:
@@ -92,10 +102,16 @@ class Rollup:
     bytes: int = 0
     flops: int = 0
     predicted: float = 0.0
+    modelled: float = 0.0               # executor model seconds
 
     @property
     def ratio(self) -> float | None:
         return self.predicted / self.seconds if self.seconds else None
+
+    @property
+    def model_ratio(self) -> float | None:
+        """executor model / measured."""
+        return self.modelled / self.seconds if self.seconds else None
 
 
 @dataclass
@@ -127,10 +143,25 @@ class Profile:
         return sum(max(0.0, s.warmup - s.wall) for s in self.steps if s.warmup is not None)
 
     def tokens_per_second(self) -> dict[str, float | None]:
+        """Timed per node (``prompt``, ``decode``: from the runs' wall times) and untimed
+        (``*_untimed``: :meth:`Executor.step` replayed, the rate a caller gets)."""
         p = self.prompt
         dec = [s.wall for s in self.decode]
+        und = [s.untimed for s in self.decode if s.untimed]
         return {"prompt": p.n_tokens / p.wall if p.wall else None,
-                "decode": 1.0 / float(np.median(dec)) if dec else None}
+                "decode": 1.0 / float(np.median(dec)) if dec else None,
+                "prompt_untimed": p.n_tokens / p.untimed if p.untimed else None,
+                "decode_untimed": 1.0 / float(np.median(und)) if und else None}
+
+    def timing_overhead(self) -> float | None:
+        """How much longer a step is with every node timed than untimed: median timed
+        wall / median untimed step - 1 over the phase's steps (negative: the untimed step,
+        which also fills the inputs, took longer)."""
+        _, steps = self.phase()
+        und = [s.untimed for s in steps if s.untimed]
+        if not und:
+            return None
+        return float(np.median([s.wall for s in steps]) / np.median(und) - 1)
 
     def phase(self) -> tuple[str, list[StepRow]]:
         """The steps the roll-ups sum over: the decode steps, else the prompt."""
@@ -151,6 +182,7 @@ class Profile:
                 r.bytes += n.bytes or 0
                 r.flops += n.flops or 0
                 r.predicted += n.predicted or 0.0
+                r.modelled += n.modelled or 0.0
         k = len(steps)
         for r in acc.values():
             r.count //= k
@@ -158,6 +190,7 @@ class Profile:
             r.bytes //= k
             r.flops //= k
             r.predicted /= k
+            r.modelled /= k
         return list(acc.values())
 
     def by_op(self) -> list[Rollup]:
@@ -204,8 +237,8 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware)
         flops = None if c is None else c.flops
         pred, bound, model = None, None, None
         if c is not None and ran:
-            pred, bound = roofline_seconds(nbytes, flops, hw)
-            wtype = gt.type_name(n.src[0].type) if n.src else None
+            wtype = gt.type_name(n.src[0].type) if n.src and n.op in ops.MATMUL else None
+            pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
             model = executor_seconds(n.op, nbytes, flops, hw, wtype)
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
                             float(sec) if ran else None, nbytes, flops, pred, bound, model,
@@ -262,7 +295,9 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, toke
     analyses: dict[int, Analysis] = {}
     steps: list[StepRow] = []
     tokens = list(token_ids)
+    fed: list[list[int]] = []
     for i in range(n_steps):
+        fed.append(list(tokens))
         plan = ex.plan(len(tokens))
         new = id(plan) not in analyses
         res = ex.step(tokens, repeat=repeat, warmup=new,
@@ -284,7 +319,24 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, toke
                              res.warmup_ns / 1e9 if res.warmup_ns is not None else None))
         if i + 1 < n_steps:
             tokens = [decode_ids[i]] if decode_ids else [int(top[0])]
+    # the same tokens again through Executor.step as a caller runs it: no warm-up, one
+    # run per step, one clock read around it (every shape is compiled by now)
+    clock = time.perf_counter_ns
+    untimed: list[list[int]] = [[] for _ in steps]
+    same = True
+    for r in range(repeat):
+        ex.reset()
+        for i, toks in enumerate(fed):
+            t0 = clock()
+            out = ex.step(toks)
+            untimed[i].append(clock() - t0)
+            same = same and int(np.argmax(out.logits[-1])) == steps[i].argmax
+        tick(f"untimed replay {r + 1}/{repeat}", 0)
+    for s, ns in zip(steps, untimed):
+        s.untimed = float(np.median(ns)) / 1e9
     notes = list(ex.notes)
+    if not same:
+        notes.append("the untimed replay's argmax differed from the timed run's at some step")
     if any(n.numpy for s in steps for n in s.nodes if not n.view):
         notes.append("ops " + ", ".join(sorted({n.op for s in steps for n in s.nodes
                                                if n.numpy and not n.view}))
