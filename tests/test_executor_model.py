@@ -59,6 +59,18 @@ def test_model_uses_the_curve_of_the_op_and_of_the_weight_type():
     assert executor_seconds("ADD", 2e6, 5e5, hw) == pytest.approx(1.05e-4)
 
 
+def test_model_picks_the_curve_for_what_ran_before():
+    hot = [[1000, 10, 1e-6], [7000, 70, 3e-6]]
+    hw = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_chained": {"RMS_NORM": hot}})
+    # right after a matmul: 4 us at 3000 B; after a small op: 1 + 2 * 2000 / 6000 us
+    assert executor_seconds("RMS_NORM", 3000, 0, hw) == pytest.approx(4e-6)
+    assert executor_seconds("RMS_NORM", 3000, 0, hw, after_matmul=False) == pytest.approx(
+        (1 + 2 * 2000 / 6000) * 1e-6)
+    # a profile with no chained curve uses the one it has
+    hw1 = measured(op_costs={"by_op": {"RMS_NORM": CURVE}})
+    assert executor_seconds("RMS_NORM", 3000, 0, hw1, after_matmul=False) == pytest.approx(4e-6)
+
+
 def test_peak_per_weight_type_sets_the_compute_roof():
     hw = measured()
     assert hw.peak_for("q4_K") == 40e9 and hw.peak_for("q8_0") == 100e9

@@ -214,6 +214,7 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert set(oc["by_op"]) == {"ADD", "MUL", "SCALE", "RMS_NORM", "GELU", "SILU", "GEGLU",
                                 "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS", "CONT",
                                 "FLASH_ATTN_EXT"}
+    assert set(oc["by_op_chained"]) == set(oc["by_op"])
     for op, pts in oc["by_op"].items():
         assert len(pts) == (len(FA_CELLS) if op == "FLASH_ATTN_EXT" else len(LADDER)), op
         assert [p[0] for p in pts] == sorted(p[0] for p in pts) and all(p[2] > 0 for p in pts)

@@ -17,7 +17,8 @@ A measured profile also holds what graphcost's own executor achieves on that mac
 dispatch, thread wake-up), ``memory_bandwidth.by_type`` (bytes/s the executor's
 matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP/s the
 executor's matmul reaches per weight type on many rows) and ``op_costs``: each op kind's
-measured time at a ladder of sizes (``by_op``; MUL_MAT per weight type in ``matvec``), as
+measured time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right
+after a small op; MUL_MAT per weight type in ``matvec``), as
 ``[bytes, flops, seconds]`` points. They are not part of the machine's roofline;
 :func:`executor_seconds` models the executor itself from them, and ``graphcost profile``
 reports how close both come to the measured node times.
@@ -76,12 +77,17 @@ class Hardware:
         by_type = (self.extra.get("peak_flops") or {}).get("by_type") or {}
         return float(by_type.get(type_name, self.peak_flops)) if type_name else self.peak_flops
 
-    def op_curve(self, op: str, type_name: str | None = None) -> list | None:
+    def op_curve(self, op: str, type_name: str | None = None,
+                 after_matmul: bool = True) -> list | None:
         """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
-        weight type), sorted by bytes; None when the profile did not measure it."""
+        weight type; another op: run right after a matmul, or with ``after_matmul`` False
+        right after a small op), sorted by bytes; None when the profile did not measure it."""
         oc = self.extra.get("op_costs") or {}
-        pts = (oc.get("matvec") or {}).get(type_name) if op in ops.MATMUL \
-            else (oc.get("by_op") or {}).get(op)
+        if op in ops.MATMUL:
+            pts = (oc.get("matvec") or {}).get(type_name)
+        else:
+            pts = (oc.get("by_op" if after_matmul else "by_op_chained") or {}).get(op) \
+                or (oc.get("by_op") or {}).get(op)
         return sorted(pts) if pts else None
 
     def to_dict(self) -> dict:
@@ -120,18 +126,20 @@ def curve_seconds(points: list, nbytes: float) -> float:
 
 
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
-                     weight_type: str | None = None) -> float:
+                     weight_type: str | None = None, after_matmul: bool = True) -> float:
     """Modelled seconds of one node on graphcost's executor.
 
-    With the probe's curve for ``op`` (a matmul: for ``weight_type``): the curve's time at
-    ``nbytes`` (:func:`curve_seconds`), never below the compute roof ``flops / peak``
-    (a matmul's peak is its weight type's). Without one (an op the probe did not time,
+    With the probe's curve for ``op`` (a matmul: for ``weight_type``; another op: the
+    curve measured right after a matmul, or with ``after_matmul`` False after a small op,
+    whose output it reads from the cache): the curve's time at ``nbytes``
+    (:func:`curve_seconds`), never below the compute roof ``flops / peak`` (a matmul's
+    peak is its weight type's). Without one (an op the probe did not time,
     an older or datasheet profile): the per-call overhead of ``op`` plus the roofline with
     the memory roof lowered to the matvec rate for ``weight_type`` (other ops stream at
     the bandwidth)."""
     mat = op in ops.MATMUL and weight_type is not None
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
-    curve = hw.op_curve(op, weight_type if mat else None)
+    curve = hw.op_curve(op, weight_type if mat else None, after_matmul)
     if curve:
         return max(curve_seconds(curve, nbytes), flops / peak)
     rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth
@@ -201,7 +209,7 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         mapping_of(pk["by_type"], "positive", "peak_flops.by_type", where)
     if doc.get("op_costs") is not None:
         oc = need(doc["op_costs"], "dict", "op_costs", where)
-        for part in ("by_op", "matvec"):
+        for part in ("by_op", "by_op_chained", "matvec"):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
                                        where).items():
                 _check_curve(pts, f"op_costs.{part}.{key}", where)

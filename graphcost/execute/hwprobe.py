@@ -25,7 +25,9 @@ the same Numba kernels the executor runs.
   then the next matvec, so every timed call follows a matvec over weights that are not in
   the caches (one 0.5 MiB slice of a pool larger than the last-level cache), and
   GET_ROWS, a step's first node, follows a matvec over the whole pool, as the token
-  embedding follows the previous step's output matmul. MUL_MAT is measured per weight
+  embedding follows the previous step's output matmul (``by_op``); each call is then
+  repeated at once, its operands just touched, as a node in a chain of small ops runs
+  (``by_op_chained``). MUL_MAT is measured per weight
   type (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's 256 MiB matrix (cold: each call a new slice), and the 256 MiB matvec itself.
   The smallest size's time of each op kind is its ``op_overhead.by_op``: what a node
@@ -130,7 +132,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     say("peak FLOP rate per weight type")
     peak_by_type = type_peaks(ctx, rng, repeat)
     say("op costs")
-    by_op = op_costs(ctx, rng, calls, mib)
+    by_op, chained = op_costs(ctx, rng, calls, mib)
     overheads = {op: pts[0][2] for op, pts in by_op.items()}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
     overhead = float(np.median(list(overheads.values())))
@@ -169,11 +171,13 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         },
         "op_costs": {
             "how": f"each op kind compiled and called as the executor does, at a ladder of "
-                   f"sizes, each call after a matvec over weights not in the caches; median "
+                   f"sizes: by_op called after a matvec over weights not in the caches, "
+                   f"by_op_chained called again at once (a node after a small op); median "
                    f"of {calls} calls; points are [bytes, flops, seconds] (cost model's "
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
                    f"matrix (a new slice each call), and the whole matrix",
             "by_op": by_op,
+            "by_op_chained": chained,
             "matvec": matvec,
             "source": "graphcost hwprobe on this machine",
         },
@@ -294,9 +298,10 @@ def _ladder_nodes():
     return [(node.op, node) for node in out]
 
 
-def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, list[list]]:
+def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], dict[str, list[list]]]:
     """Each op kind's ``[[bytes, flops, seconds], ...]`` over the ladder (see the module
-    docstring): every timed call follows a matvec over weights not in the caches."""
+    docstring), twice: called right after a matvec over weights not in the caches, and
+    called again at once (its operands just touched: a node in a chain of small ops)."""
     from graphcost.execute.exec_ops import compile_node, matmul_fn, resolve_entry, tensor_view
     from graphcost.execute.weights import random_raw
 
@@ -346,15 +351,20 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, list[list]]:
         if bound is not None:
             call = resolve_entry(bound)
         calls_by.append((op, node, call, after_pool if op == "GET_ROWS" else after_slice))
-    times: list[list[float]] = [[] for _ in calls_by]
+    cold: list[list[float]] = [[] for _ in calls_by]
+    hot: list[list[float]] = [[] for _ in calls_by]
     for _ in range(calls):
         for i, (_, _, call, before) in enumerate(calls_by):
             before()
-            times[i].append(_seconds(call))
-    out: dict[str, list[list]] = {}
-    for (op, node, _, _), v in zip(calls_by, times):
-        out.setdefault(op, []).append(_point(node, float(np.median(v))))
-    return {op: sorted(pts) for op, pts in out.items()}
+            cold[i].append(_seconds(call))
+            hot[i].append(_seconds(call))       # again: its operands just touched, as in a chain
+    after_mm: dict[str, list[list]] = {}
+    chained: dict[str, list[list]] = {}
+    for (op, node, _, _), c, h in zip(calls_by, cold, hot):
+        after_mm.setdefault(op, []).append(_point(node, float(np.median(c))))
+        chained.setdefault(op, []).append(_point(node, float(np.median(h))))
+    return ({op: sorted(pts) for op, pts in after_mm.items()},
+            {op: sorted(pts) for op, pts in chained.items()})
 
 
 def default_name() -> str:

@@ -230,6 +230,7 @@ class Profile:
 
 def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware) -> list[NodeRow]:
     rows = []
+    prev = None                    # the op of the node executed before (None: the step's first)
     for nc, sec, ran in zip(a.nodes, med, executed):
         n = nc.node
         c = nc.cost
@@ -239,7 +240,11 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware)
         if c is not None and ran:
             wtype = gt.type_name(n.src[0].type) if n.src and n.op in ops.MATMUL else None
             pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
-            model = executor_seconds(n.op, nbytes, flops, hw, wtype)
+            # a step's first node follows the previous step's last, the output matmul
+            model = executor_seconds(n.op, nbytes, flops, hw, wtype,
+                                     after_matmul=prev is None or prev in ops.MATMUL)
+        if ran:
+            prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
                             float(sec) if ran else None, nbytes, flops, pred, bound, model,
                             n.op in NUMPY_OPS))
