@@ -214,6 +214,14 @@ def main() -> None:
     print(f"  every op kind within 0.25 (issue 12's target): "
           f"{all(a['median_abs_error_model'] <= 0.25 for a in acc['by_op'].values())} "
           f"(worst {worst[0]} {worst[1]['median_abs_error_model']:.2f})")
+    every = prof.estimate_accuracy(0.0)
+    print(f"\n== the same over every executed decode node ({every['nodes']} nodes; a 10 us "
+          f"threshold keeps only the slowest calls of a kind that mostly runs under it): "
+          f"roofline {every['median_abs_error']:.2f}, executor model "
+          f"{every['median_abs_error_model']:.2f}")
+    for op, a in sorted(every["by_op"].items(), key=lambda kv: -kv[1]["nodes"]):
+        print(f"  {op:15s} {a['nodes']:5d} nodes  model/measured {a['median_model_ratio']:5.2f}"
+              f"  |err| {a['median_abs_error_model']:.2f}  (roofline {a['median_abs_error']:.2f})")
     print(f"\n{_load()}")
 
 

@@ -162,3 +162,19 @@ def test_table_prints_the_untimed_rate_beside_the_timed_one():
     # most nodes first, then by name
     assert "the model per op kind: GEGLU 0.25 (3), MUL_MAT 0.20 (3)" in flat
     assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def test_flash_attention_is_modelled_on_the_cells_it_attends():
+    from graphcost.execute.profile import attended_fraction
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+
+    g = Graph()
+    q = g.permute(g.reshape(g.new_tensor(gt.F32, [64 * 4, 1]), [64, 4, 1]), 0, 2, 1, 3)
+    k = g.permute(g.view(g.new_tensor(gt.F16, [64, 256], role="kv"), [64, 1, 256],
+                         [128, 128], 0), 0, 2, 1, 3)
+    fa = g.flash_attn_ext(q, k, k, g.new_tensor(gt.F16, [256, 1]), 0.125, 0.0, 0.0)
+    # decode at past 31: 32 of the 256 cells are unmasked -> 1/8 of the K and V rows
+    assert attended_fraction(fa, 31 + (1 + 1) / 2) == 32 / 256
+    assert attended_fraction(fa, 1000) == 1.0                  # never above all cells
+    assert attended_fraction(g.add(q, q), 32) == 1.0           # other ops: as costed

@@ -22,11 +22,12 @@ the same Numba kernels the executor runs.
   (64 to 65536 values a row; flash attention over 16 to 4096 cells, 4 query heads per KV
   head), each point ``[bytes, flops, seconds]`` with bytes and FLOPs from the cost model
   (:func:`graphcost.cost.costs.op_cost`). A decode runs a matvec, then a few small ops,
-  then the next matvec, so every timed call follows a matvec over weights that are not in
-  the caches (one 0.5 MiB slice of a pool larger than the last-level cache), and
-  GET_ROWS, a step's first node, follows a matvec over the whole pool, as the token
-  embedding follows the previous step's output matmul (``by_op``); each call is then
-  repeated at once, its operands just touched, as a node in a chain of small ops runs
+  then the next matvec. So each call is timed twice: right after matvecs over weights
+  that are not in the caches (about 0.5 MiB slices of a pool larger than the last-level
+  cache, run on the kernel threads) wrote its float inputs, as a node after a matmul
+  runs (``by_op``; GET_ROWS, a step's first node, after a matvec over the whole pool, as
+  the token embedding follows the previous step's output matmul), and right after the
+  op before it in the ladder's list, as a node in a chain of small ops runs
   (``by_op_chained``). MUL_MAT is measured per weight
   type (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's 256 MiB matrix (cold: each call a new slice), and the 256 MiB matvec itself.
@@ -268,6 +269,7 @@ def _ladder_nodes():
     out = []
     for n in LADDER:
         x = g.new_tensor(gt.F32, [n, 1])
+        x2 = g.new_tensor(gt.F32, [n, 1])
         w = g.new_tensor(gt.F32, [n])
         d = min(n, FA_D)
         h = g.reshape(x, [d, n // d, 1])
@@ -300,8 +302,9 @@ def _ladder_nodes():
 
 def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], dict[str, list[list]]]:
     """Each op kind's ``[[bytes, flops, seconds], ...]`` over the ladder (see the module
-    docstring), twice: called right after a matvec over weights not in the caches, and
-    called again at once (its operands just touched: a node in a chain of small ops)."""
+    docstring), twice: called right after matvecs over weights not in the caches wrote its
+    float inputs, and called right after the op before it in the ladder's list (a node in
+    a chain of small ops)."""
     from graphcost.execute.exec_ops import compile_node, matmul_fn, resolve_entry, tensor_view
     from graphcost.execute.weights import random_raw
 
@@ -320,25 +323,35 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], dic
     # the weights a decode's matvecs stream: a pool larger than the last-level cache
     q8 = gt.GGMLType.Q8_0
     rb = gt.row_size(q8, LADDER_K)
-    pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // rb)), rng) \
-        .reshape(-1, rb)
-    x = rng.standard_normal((1, LADDER_K)).astype(np.float32)
-    slice_rows = (512 << 10) // rb
-    mv_slice = matmul_fn(ctx, q8, LADDER_K, slice_rows)
-    mv_pool = matmul_fn(ctx, q8, LADDER_K, len(pool))
-    n_slices = len(pool) // slice_rows
+    pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // rb)), rng)
     turn = [0]
+    feeders: dict[tuple[int, int], Callable] = {}
 
-    def after_slice():
-        i = turn[0] % n_slices
-        turn[0] += 1
-        mv_slice(pool[i * slice_rows:(i + 1) * slice_rows], x)
+    def feeder(rows: int, k: int):
+        """A matvec of ``k`` columns and ``rows`` rows over the next slice of the pool (as
+        wide as fits 0.5 MiB), writing ``out``: the next node's input, as a decode's
+        matvec writes it from the kernel threads."""
+        if (rows, k) not in feeders:
+            w = pool[: (pool.nbytes // gt.row_size(q8, k)) * gt.row_size(q8, k)] \
+                .reshape(-1, gt.row_size(q8, k))
+            n_slices = max(1, len(w) // rows)
+            mv = matmul_fn(ctx, q8, k, rows)
+            xk = rng.standard_normal((1, k)).astype(np.float32)
 
-    def after_pool():
-        mv_pool(pool, x)
+            def run(out):
+                i = turn[0] % n_slices
+                turn[0] += 1
+                mv(w[i * rows:(i + 1) * rows], xk, out=out)
+            run(np.empty((1, rows), np.float32))        # compile or load from cache
+            feeders[rows, k] = run
+        return feeders[rows, k]
 
-    mv_slice(pool[:slice_rows], x)
-    mv_pool(pool, x)
+    def feed_width(n: int) -> int:
+        """Columns of a feeding matvec with ``n`` rows: about 0.5 MiB of Q8_0 weights."""
+        return int(max(32, min(LADDER_K, (1 << 19) // (n * 34 // 32) // 32 * 32)))
+
+    whole = feeder(len(pool) // rb, LADDER_K)
+    scratch = np.empty((1, len(pool) // rb), np.float32)
     calls_by = []
     for op, node in _ladder_nodes():
         fn = compile_node(node, ctx)
@@ -350,14 +363,27 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], dic
         call()
         if bound is not None:
             call = resolve_entry(bound)
-        calls_by.append((op, node, call, after_pool if op == "GET_ROWS" else after_slice))
+        # what the nodes before it do: a matvec writes each float input it reads whole
+        # (GET_ROWS: the output matmul streams the whole pool, writing elsewhere)
+        feeds = []
+        for src, v in zip(node.src, args):
+            if op != "GET_ROWS" and src.type == gt.F32 and v.flags.c_contiguous \
+                    and v.size >= 64:
+                feeds.append(partial(feeder(v.size, feed_width(v.size)), v.reshape(1, -1)))
+        if not feeds:
+            feeds = [partial(whole, scratch)] if op == "GET_ROWS" else \
+                [partial(feeder(1024, 512), scratch[:, :1024])]
+        calls_by.append((op, node, call, feeds))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
     for _ in range(calls):
-        for i, (_, _, call, before) in enumerate(calls_by):
-            before()
+        for i, (_, _, call, feeds) in enumerate(calls_by):
+            for f in feeds:
+                f()
             cold[i].append(_seconds(call))
-            hot[i].append(_seconds(call))       # again: its operands just touched, as in a chain
+        # then as a chain of small ops: each right after the one before it in the list
+        for i, (_, _, call, _) in enumerate(calls_by):
+            hot[i].append(_seconds(call))
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
     for (op, node, _, _), c, h in zip(calls_by, cold, hot):

@@ -167,6 +167,7 @@ def document(p: Profile) -> dict:
         "by_op": [_rollup_dict(r) for r in p.by_op()],
         "by_layer": [_rollup_dict(r) for r in p.by_layer()],
         "estimate_accuracy": p.estimate_accuracy(),
+        "estimate_accuracy_all_nodes": p.estimate_accuracy(0.0),
         "notes": p.notes,
         "steps": [{"n_tokens": s.n_tokens, "past": s.past, "argmax": s.argmax,
                    "top5": [[t, v] for t, v in s.top5], "wall_seconds": s.wall,
