@@ -178,3 +178,14 @@ def test_flash_attention_is_modelled_on_the_cells_it_attends():
     assert attended_fraction(fa, 31 + (1 + 1) / 2) == 32 / 256
     assert attended_fraction(fa, 1000) == 1.0                  # never above all cells
     assert attended_fraction(g.add(q, q), 32) == 1.0           # other ops: as costed
+
+
+def test_flash_attention_uses_the_nearest_head_size():
+    c64, c128, c256 = ([[1000, 0, t]] for t in (1e-6, 2e-6, 3e-6))
+    hw = measured(op_costs={"by_op": {"FLASH_ATTN_EXT": c128, "FLASH_ATTN_EXT@64": c64,
+                                      "FLASH_ATTN_EXT@256": c256}})
+    at = {d: executor_seconds("FLASH_ATTN_EXT", 500, 0, hw, head_size=d)
+          for d in (64, 80, 96, 128, 192, 256, 512)}
+    # nearest measured size; a tie (96: 64 or 128, 192: 128 or 256) takes the smaller
+    assert at == {64: 1e-6, 80: 1e-6, 96: 1e-6, 128: 2e-6, 192: 2e-6, 256: 3e-6, 512: 3e-6}
+    assert executor_seconds("FLASH_ATTN_EXT", 500, 0, hw) == 2e-6      # no head size: 128's

@@ -78,16 +78,25 @@ class Hardware:
         return float(by_type.get(type_name, self.peak_flops)) if type_name else self.peak_flops
 
     def op_curve(self, op: str, type_name: str | None = None,
-                 after_matmul: bool = True) -> list | None:
+                 after_matmul: bool = True, head_size: int | None = None) -> list | None:
         """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
         weight type; another op: run right after a matmul, or with ``after_matmul`` False
-        right after a small op), sorted by bytes; None when the profile did not measure it."""
+        right after a small op; flash attention: at the measured head size nearest
+        ``head_size``, keys ``FLASH_ATTN_EXT@D``), sorted by bytes; None when the profile
+        did not measure it."""
         oc = self.extra.get("op_costs") or {}
         if op in ops.MATMUL:
             pts = (oc.get("matvec") or {}).get(type_name)
-        else:
-            pts = (oc.get("by_op" if after_matmul else "by_op_chained") or {}).get(op) \
-                or (oc.get("by_op") or {}).get(op)
+            return sorted(pts) if pts else None
+        table = (oc.get("by_op" if after_matmul else "by_op_chained") or {}) \
+            or (oc.get("by_op") or {})
+        key = op
+        if head_size:
+            sizes = {int(k.split("@")[1]) if "@" in k else 128: k for k in table
+                     if k == op or k.startswith(op + "@")}
+            if sizes:
+                key = sizes[min(sizes, key=lambda d: (abs(d - head_size), d))]
+        pts = table.get(key)
         return sorted(pts) if pts else None
 
     def to_dict(self) -> dict:
@@ -126,20 +135,21 @@ def curve_seconds(points: list, nbytes: float) -> float:
 
 
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
-                     weight_type: str | None = None, after_matmul: bool = True) -> float:
+                     weight_type: str | None = None, after_matmul: bool = True,
+                     head_size: int | None = None) -> float:
     """Modelled seconds of one node on graphcost's executor.
 
     With the probe's curve for ``op`` (a matmul: for ``weight_type``; another op: the
     curve measured right after a matmul, or with ``after_matmul`` False after a small op,
     whose output it reads from the cache): the curve's time at ``nbytes``
     (:func:`curve_seconds`), never below the compute roof ``flops / peak`` (a matmul's
-    peak is its weight type's). Without one (an op the probe did not time,
+    peak is its weight type's; flash attention's curve is its ``head_size``'s). Without one (an op the probe did not time,
     an older or datasheet profile): the per-call overhead of ``op`` plus the roofline with
     the memory roof lowered to the matvec rate for ``weight_type`` (other ops stream at
     the bandwidth)."""
     mat = op in ops.MATMUL and weight_type is not None
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
-    curve = hw.op_curve(op, weight_type if mat else None, after_matmul)
+    curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size)
     if curve:
         return max(curve_seconds(curve, nbytes), flops / peak)
     rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth

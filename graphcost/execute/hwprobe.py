@@ -20,7 +20,8 @@ the same Numba kernels the executor runs.
   :mod:`graphcost.execute.exec_ops` exactly as for a graph node and called the way the
   executor calls it (bound to its arrays where the node allows), at a ladder of sizes
   (64 to 65536 values a row; flash attention over 16 to 4096 cells, 4 query heads per KV
-  head), each point ``[bytes, flops, seconds]`` with bytes and FLOPs from the cost model
+  head, head sizes 64, 128 and 256: ``FLASH_ATTN_EXT@64``, ``FLASH_ATTN_EXT``,
+  ``FLASH_ATTN_EXT@256``), each point ``[bytes, flops, seconds]`` with bytes and FLOPs from the cost model
   (:func:`graphcost.cost.costs.op_cost`). A decode runs a matvec, then a few small ops,
   then the next matvec. So each call is timed twice: right after matvecs over weights
   that are not in the caches (about 0.5 MiB slices of a pool larger than the last-level
@@ -134,7 +135,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     peak_by_type = type_peaks(ctx, rng, repeat)
     say("op costs")
     by_op, chained = op_costs(ctx, rng, calls, mib)
-    overheads = {op: pts[0][2] for op, pts in by_op.items()}
+    overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
     overhead = float(np.median(list(overheads.values())))
     n_threads = numba.get_num_threads()
@@ -256,7 +257,14 @@ def type_peaks(ctx, rng, repeat: int) -> dict[str, float]:
 #: sizes of the op-cost ladder: values a row (flash attention: KV cells)
 LADDER = tuple(64 << i for i in range(11))          # 64 .. 65536
 FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
-FA_D, FA_HEADS = 128, 4
+#: flash attention's head sizes: its cost is per cell and head more than per byte, so each
+#: head size has its own curve (``FLASH_ATTN_EXT`` is 128's, the others ``FLASH_ATTN_EXT@D``)
+FA_HEAD_SIZES, FA_HEADS = (64, 128, 256), 4
+
+
+def fa_key(d: int) -> str:
+    """The op_costs key of flash attention's curve at head size ``d``."""
+    return "FLASH_ATTN_EXT" if d == 128 else f"FLASH_ATTN_EXT@{d}"
 
 
 def _ladder_nodes():
@@ -271,7 +279,7 @@ def _ladder_nodes():
         x = g.new_tensor(gt.F32, [n, 1])
         x2 = g.new_tensor(gt.F32, [n, 1])
         w = g.new_tensor(gt.F32, [n])
-        d = min(n, FA_D)
+        d = min(n, 128)                     # rope: heads of 128 values
         h = g.reshape(x, [d, n // d, 1])
         pos = g.new_tensor(gt.I32, [1])
         idx = g.new_tensor(gt.I64, [1])
@@ -282,22 +290,25 @@ def _ladder_nodes():
         kq = g.new_tensor(gt.F32, [n // 4, 1, 4])
         out += [
             g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
-            g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x),
-            g.glu_split("SWIGLU", x, x),
+            g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
+            g.glu_split("SWIGLU", x, x2),
             g.soft_max_ext(kq, g.new_tensor(gt.F32, [n // 4, 1]), 1.0, 0.0),
             g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
                    n_ctx_orig=4096),
             g.set_rows(cache, x, idx), g.get_rows(table, rows),
             g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
         ]
-    for cells in FA_CELLS:
-        q = g.reshape(g.new_tensor(gt.F32, [FA_D * FA_HEADS, 1]), [FA_D, FA_HEADS, 1])
-        cache = g.new_tensor(gt.F16, [FA_D, cells], role="kv")
-        k = g.view(cache, [FA_D, 1, cells], [2 * FA_D, 2 * FA_D], 0)  # [D, Hkv, n_kv] as get_k
-        kp = g.permute(k, 0, 2, 1, 3)
-        out.append(g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kp, kp,
-                                    g.new_tensor(gt.F16, [cells, 1]), FA_D ** -0.5, 0.0, 0.0))
-    return [(node.op, node) for node in out]
+    fa = []
+    for d in FA_HEAD_SIZES:
+        for cells in FA_CELLS:
+            q = g.reshape(g.new_tensor(gt.F32, [d * FA_HEADS, 1]), [d, FA_HEADS, 1])
+            cache = g.new_tensor(gt.F16, [d, cells], role="kv")
+            k = g.view(cache, [d, 1, cells], [2 * d, 2 * d], 0)  # [D, Hkv, n_kv] as get_k
+            kp = g.permute(k, 0, 2, 1, 3)
+            fa.append((fa_key(d), g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kp, kp,
+                                                   g.new_tensor(gt.F16, [cells, 1]),
+                                                   d ** -0.5, 0.0, 0.0)))
+    return [(node.op, node) for node in out] + fa
 
 
 def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], dict[str, list[list]]]:

@@ -257,7 +257,9 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
             # a step's first node follows the previous step's last, the output matmul
             f = attended_fraction(n, attended)
             model = executor_seconds(n.op, nbytes * f, flops * f, hw, wtype,
-                                     after_matmul=prev is None or prev in ops.MATMUL)
+                                     after_matmul=prev is None or prev in ops.MATMUL,
+                                     head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
+                                     else None)
         if ran:
             prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
