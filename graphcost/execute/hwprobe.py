@@ -21,8 +21,8 @@ the same Numba kernels the executor runs.
   executor calls it (bound to its arrays where the node allows), at a ladder of sizes
   (64 to 65536 values a row; flash attention over 16 to 4096 cells, 4 query heads per KV
   head, head sizes 64, 128 and 256: ``FLASH_ATTN_EXT@64``, ``FLASH_ATTN_EXT``,
-  ``FLASH_ATTN_EXT@256``), each point ``[bytes, flops, seconds]`` with bytes and FLOPs from the cost model
-  (:func:`graphcost.cost.costs.op_cost`). A decode runs a matvec, then a few small ops,
+  ``FLASH_ATTN_EXT@256``), each point ``[bytes, flops, seconds]`` with bytes and FLOPs
+  from the cost model (:func:`graphcost.cost.costs.op_cost`). A decode runs a matvec, then a few small ops,
   then the next matvec. So each call is timed twice: right after matvecs over weights
   that are not in the caches (about 0.5 MiB slices of a pool larger than the last-level
   cache, run on the kernel threads) wrote its float inputs, as a node after a matmul
@@ -31,7 +31,8 @@ the same Numba kernels the executor runs.
   op before it in the ladder's list, as a node in a chain of small ops runs
   (``by_op_chained``). MUL_MAT is measured per weight
   type (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
-  type's 256 MiB matrix (cold: each call a new slice), and the 256 MiB matvec itself.
+  type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
+  last-level cache), and the whole matvec itself.
   The smallest size's time of each op kind is its ``op_overhead.by_op``: what a node
   costs end to end (Python call, Numba dispatch, waking the kernel threads) when it has
   almost no work.
