@@ -552,7 +552,7 @@ def profile(
     from graphcost.execute.executor import NUMERICS, check_runnable
     from graphcost.files import check_output
     from graphcost.cost.hardware import load as load_hardware
-    from graphcost.execute.profile import quick_hardware, run_profile
+    from graphcost.execute.profile import check_steps, quick_hardware, run_profile
     from graphcost.report.profile import RENDERERS, ProfileFormat
     from graphcost.report.renderer import RenderOptions, refuse_unused, render, wants_colour
     from graphcost.graph.settings import RunSettings
@@ -579,6 +579,7 @@ def profile(
     info = load_model(model)
     check_runnable(info, settings)  # before the probe: a partial file, a huge -c, at once
     decode = _parse_ids("--decode-ids", decode_ids)
+    check_steps(prompt, decode, greedy, repeat)  # before the probe (tens of seconds)
     for i in prompt + decode:  # before the probe, and before numpy sees a huge id
         if i >= info.n_vocab:
             _fail(f"token id {i} is not in the vocabulary [0, {info.n_vocab})")

@@ -107,7 +107,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     stream_runs: list[float] = []
     by_type = {}
     matvec = {}
-    calls = max(10, 4 * repeat)
+    calls = max(5, 4 * repeat)          # each op-cost and matvec-ladder point: median of calls
     for t in K_.quants.SUPPORTED:
         t = gt.GGMLType(int(t))
         rows = max(1, (mib << 20) // gt.row_size(t, K))

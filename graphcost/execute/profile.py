@@ -296,6 +296,16 @@ def numba_cache_stats(K) -> dict[str, int]:
     return {"hits": hits, "misses": misses}
 
 
+def check_steps(token_ids: list[int], decode_ids: list[int], greedy: int, repeat: int) -> None:
+    """The step flags, checked before anything is run or probed (one line each)."""
+    if not token_ids:
+        raise SettingsError("--token-ids needs at least one token id")
+    if decode_ids and greedy:
+        raise SettingsError("give --decode-ids or --greedy, not both")
+    if repeat < 1:
+        raise SettingsError(f"--repeat {repeat} must be >= 1")
+
+
 def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, token_ids: list[int], *,
                 decode_ids: Iterable[int] = (), greedy: int = 0, repeat: int = 3,
                 hardware: Hardware, numerics: str = "fast", threads: int | None = None,
@@ -303,12 +313,7 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, toke
     """Run and time the steps; ``progress(description, advance)`` is called after each run
     (``advance`` is 0 for a warm-up run, 1 for a timed one)."""
     decode_ids = list(decode_ids)
-    if not token_ids:
-        raise SettingsError("--token-ids needs at least one token id")
-    if decode_ids and greedy:
-        raise SettingsError("give --decode-ids or --greedy, not both")
-    if repeat < 1:
-        raise SettingsError(f"--repeat {repeat} must be >= 1")
+    check_steps(token_ids, decode_ids, greedy, repeat)
     model = path if isinstance(path, ModelInfo) else load_model(path)
     import_s = timed_kernel_import()
     ex = Executor(model, settings, numerics=numerics, threads=threads)
