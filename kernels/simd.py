@@ -489,7 +489,7 @@ def _madd_ir(context, builder, a, b, n):
     """n i16 x n i16 -> n/2 i32 pair sums (vpmaddwd). Emitted as the x86 intrinsic where
     available: from plain IR LLVM reasons about known-zero halves and widens instead."""
     feats = _target_features(context)
-    i16, i32 = ir.IntType(16), ir.IntType(32)
+    i32 = ir.IntType(32)
     if "avx512bw" in feats and n % 32 == 0:
         width, name = 32, "llvm.x86.avx512.pmaddw.d.512"
     elif "avx2" in feats and n % 16 == 0:

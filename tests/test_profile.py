@@ -38,6 +38,22 @@ def test_every_profile_format_has_a_renderer():
     assert set(RENDERERS) == set(ProfileFormat)
 
 
+def test_nodes_and_rollups_report_rates_the_same_way():
+    from graphcost.execute.profile import NodeRow, Rollup
+    # 3e6 bytes and 8e6 FLOPs in 2 ms: 1.5 GB/s, 4 GFLOP/s; roofline 1 ms: ratio 0.5
+    n = NodeRow(0, "kq-0", "MUL_MAT", 0, "attention", False, 2e-3, 3_000_000, 8_000_000, 1e-3,
+                "memory", None)
+    r = Rollup("MUL_MAT", 1, 2e-3, 3_000_000, 8_000_000, 1e-3)
+    for x in (n, r):
+        assert (x.gbps, x.gflops, x.ratio) == pytest.approx((1.5, 4.0, 0.5))
+    # nothing measured (a view), or a figure missing (unmodelled): no rate, not zero
+    view = NodeRow(1, "v", "VIEW", 0, "attention", True, None, 0, 0, 0.0, None, None)
+    unmod = NodeRow(2, "u", "CUSTOM", 0, "attention", False, 1e-3, None, None, None, None, None)
+    assert (view.gbps, view.gflops, view.ratio) == (None, None, None)
+    assert (unmod.gbps, unmod.gflops, unmod.ratio) == (None, None, None)
+    assert (Rollup("x").gbps, Rollup("x").ratio) == (None, None)
+
+
 def test_roofline_takes_the_larger_bound():
     hw = Hardware("t", bandwidth=10e9, peak_flops=100e9)
     # 1 MB at 10 GB/s = 100 us > 1 MFLOP at 100 GFLOP/s = 10 us

@@ -43,11 +43,47 @@ from graphcost.execute.exec_ops import NUMPY_OPS
 from graphcost.execute.executor import Executor
 from graphcost.cost.hardware import Hardware, executor_seconds, parse, roofline_seconds
 from graphcost.format.model import ModelInfo
-from graphcost.graph.settings import RunSettings
+from graphcost.graph.settings import Resolved, RunSettings
+
+
+class _Rates:
+    """What a measured span (one node, or a rollup of nodes) achieved: its ``bytes`` and
+    ``flops`` per measured ``seconds``, and roofline ``predicted`` and executor-model
+    ``modelled`` seconds per measured second; None where a figure is missing or nothing
+    was measured."""
+
+    seconds: float | None
+    bytes: int | None
+    flops: int | None
+    predicted: float | None
+    modelled: float | None
+
+    def _per_second(self, x: float | None) -> float | None:
+        return x / self.seconds if self.seconds and x is not None else None
+
+    @property
+    def gbps(self) -> float | None:
+        v = self._per_second(self.bytes)
+        return None if v is None else v / 1e9
+
+    @property
+    def gflops(self) -> float | None:
+        v = self._per_second(self.flops)
+        return None if v is None else v / 1e9
+
+    @property
+    def ratio(self) -> float | None:
+        """predicted / measured."""
+        return self._per_second(self.predicted)
+
+    @property
+    def model_ratio(self) -> float | None:
+        """executor model (``modelled`` seconds) / measured."""
+        return self._per_second(self.modelled)
 
 
 @dataclass
-class NodeRow:
+class NodeRow(_Rates):
     """One node of one step."""
 
     index: int
@@ -63,19 +99,6 @@ class NodeRow:
     bound: str | None               # memory | compute
     modelled: float | None          # executor model seconds (hardware.executor_seconds)
     numpy: bool = False             # ran in numpy, not a Numba kernel
-
-    @property
-    def gbps(self) -> float | None:
-        return self.bytes / self.seconds / 1e9 if self.seconds and self.bytes is not None else None
-
-    @property
-    def gflops(self) -> float | None:
-        return self.flops / self.seconds / 1e9 if self.seconds and self.flops is not None else None
-
-    @property
-    def ratio(self) -> float | None:
-        """predicted / measured."""
-        return self.predicted / self.seconds if self.seconds and self.predicted is not None else None
 
 
 @dataclass
@@ -95,7 +118,10 @@ class StepRow:
 
 
 @dataclass
-class Rollup:
+class Rollup(_Rates):
+    """The nodes of one op (or layer), summed per step: ``count`` nodes, measured
+    ``seconds``, modelled ``bytes`` and ``flops``, roofline ``predicted`` seconds."""
+
     key: object
     count: int = 0
     seconds: float = 0.0
@@ -103,15 +129,6 @@ class Rollup:
     flops: int = 0
     predicted: float = 0.0
     modelled: float = 0.0               # executor model seconds
-
-    @property
-    def ratio(self) -> float | None:
-        return self.predicted / self.seconds if self.seconds else None
-
-    @property
-    def model_ratio(self) -> float | None:
-        """executor model / measured."""
-        return self.modelled / self.seconds if self.seconds else None
 
 
 @dataclass
@@ -306,7 +323,8 @@ def check_steps(token_ids: list[int], decode_ids: list[int], greedy: int, repeat
         raise SettingsError(f"--repeat {repeat} must be >= 1")
 
 
-def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, token_ids: list[int], *,
+def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Resolved,
+                token_ids: list[int], *,
                 decode_ids: Iterable[int] = (), greedy: int = 0, repeat: int = 3,
                 hardware: Hardware, numerics: str = "fast", threads: int | None = None,
                 progress: Callable[[str, int], None] | None = None) -> Profile:

@@ -15,7 +15,7 @@ from graphcost.document import SCHEMA
 from graphcost.execute.profile import NodeRow, Profile, Rollup
 from graphcost.document import non_finite
 from graphcost.report.renderer import Renderer, RenderOptions
-from graphcost.report.units import human_bytes, human_count, literal
+from graphcost.units import human_bytes, human_count, literal
 
 
 class ProfileFormat(str, Enum):
@@ -53,9 +53,7 @@ def _rollup_table(title: str, key: str, rows: list[Rollup]) -> RichTable:
         t.add_column(col, justify=just, no_wrap=True)
     for r in rows:
         t.add_row("-" if r.key is None else str(r.key), str(r.count), _ms(r.seconds),
-                  human_bytes(r.bytes),
-                  _rate(r.bytes / r.seconds / 1e9 if r.seconds else None),
-                  _rate(r.flops / r.seconds / 1e9 if r.seconds else None),
+                  human_bytes(r.bytes), _rate(r.gbps), _rate(r.gflops),
                   _ms(r.predicted), _ratio(r.ratio), _ms(r.modelled), _ratio(r.model_ratio))
     return t
 
