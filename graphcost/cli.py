@@ -547,7 +547,7 @@ def profile(
     from graphcost.execute.executor import NUMERICS, check_runnable
     from graphcost.files import check_output
     from graphcost.cost.hardware import load as load_hardware
-    from graphcost.execute.profile import quick_hardware, run_profile
+    from graphcost.execute.profile import check_steps, quick_hardware, run_profile
     from graphcost.report.profile import RENDERERS, ProfileFormat
     from graphcost.report.renderer import RenderOptions, refuse_unused, render, wants_colour
     from graphcost.graph.settings import RunSettings
@@ -575,6 +575,7 @@ def profile(
     run = resolve_for(info, settings)   # once: the executor steps through this context
     check_runnable(info, run)  # before the probe: a partial file, a huge -c, at once
     decode = _parse_ids("--decode-ids", decode_ids)
+    check_steps(prompt, decode, greedy, repeat)  # before the probe (tens of seconds)
     for i in prompt + decode:  # before the probe, and before numpy sees a huge id
         if i >= info.n_vocab:
             _fail(f"token id {i} is not in the vocabulary [0, {info.n_vocab})")
@@ -637,6 +638,8 @@ def hwprobe(
     typer.echo("matvec, % of it:  " + ", ".join(
         f"{k} {v / bw['bytes_per_second']:.0%}" for k, v in bw["by_type"].items()))
     typer.echo(f"peak FLOP rate:   {fl['flops_per_second'] / 1e9:.1f} GFLOP/s")
+    typer.echo("matmul peak per weight type (GFLOP/s): " + ", ".join(
+        f"{k} {v / 1e9:.1f}" for k, v in fl["by_type"].items()))
     ovh = doc["op_overhead"]
     typer.echo(f"per-op overhead:  {ovh['seconds'] * 1e6:.1f} us median over op kinds ("
                f"{min(ovh['by_op'].values()) * 1e6:.1f}-{max(ovh['by_op'].values()) * 1e6:.1f} us)")
