@@ -417,9 +417,16 @@ def fit(
         "--load-mode", "-lm", help="accepted; the fit measures without mmap whatever is given")] = None,
     mmap: Annotated[Optional[bool], typer.Option("--mmap/--no-mmap", help="as -lm")] = None,
     cpu_features: Annotated[Optional[str], typer.Option("--cpu-features")] = None,
+    host_memory: Annotated[Optional[str], typer.Option(
+        "--host-memory", help="without --device: the host's total memory, e.g. 32GiB "
+                              "[default: this machine's]")] = None,
+    parallel: Annotated[int, typer.Option(
+        "--parallel", "-np", help="parallel sequences (KV streams; llama-fit-params' cache "
+                                  "is not unified)")] = 1,
 ) -> None:
     """What llama.cpp's --fit (llama-fit-params) chooses for these devices' free memory:
     context, -ngl, -ts and -ot. The last line is the argument line llama-fit-params prints.
+    Without --device: a CPU-only machine (the host's buffers against its total memory).
     Exit 1: llama.cpp's fit gives up; 4: a figure it needs is not modelled."""
     import json
 
@@ -445,16 +452,26 @@ def fit(
     flags, args = _placement(device or [], n_gpu_layers, tensor_split, split_mode, main_gpu,
                              override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload, no_repack,
                              no_host, load_mode, mmap, cpu_features)
-    if not args:
-        _fail("fit: give the devices, e.g. --device cuda:24GiB --device cuda:24GiB")
+    if parallel < 1:
+        _fail(f"-np {parallel}: must be >= 1")
+    host_total = None
+    if host_memory is not None:
+        from graphcost.memory.placement import parse_bytes
+        if args:
+            _fail("--host-memory goes without --device (llama.cpp fits the host only when "
+                  "it has no devices)")
+        host_total = parse_bytes(host_memory, "--host-memory")
+    elif not args:
+        from graphcost.memory.backends import host_total_memory
+        host_total = host_total_memory()
     info = load_model(_model_path(model))
     settings = RunSettings(ctx_size=ctx_size or 0, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full)
     inputs = fit_inputs(info, args, flags, n_ctx=ctx_size or 0, margins=margins,
-                        n_ctx_min=n_ctx_min)
+                        n_ctx_min=n_ctx_min, host_total=host_total, n_seq=parallel)
     try:
-        r = run_fit(inputs, graphcost_measure(info, settings, args, flags))
+        r = run_fit(inputs, graphcost_measure(info, settings, args, flags, n_seq=parallel))
     except Undecided as e:
         _undecided("fit", e, format, output)
     if format == "json":
