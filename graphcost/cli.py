@@ -41,13 +41,16 @@ OtOpt = Annotated[Optional[list[str]], typer.Option(
     "--override-tensor", "-ot", help="PATTERN=BUFFER_TYPE[,...], e.g. exps=CPU")]
 NcmoeOpt = Annotated[int, typer.Option("--n-cpu-moe", "-ncmoe", help="experts of the first N layers on the CPU")]
 CmoeOpt = Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts on the CPU")]
-NkvoOpt = Annotated[bool, typer.Option("--no-kv-offload", "-nkvo", help="KV cache on the CPU")]
-NoRepackOpt = Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")]
+NkvoOpt = Annotated[bool, typer.Option("--no-kv-offload/--kv-offload", "-nkvo/-kvo",
+                                       help="KV cache on the CPU (-kvo: offloaded, the default)")]
+NoRepackOpt = Annotated[bool, typer.Option("--no-repack/--repack", "-nr",
+                                           help="no CPU_REPACK weights")]
 NoHostOpt = Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")]
 DevOpt = Annotated[Optional[str], typer.Option(
     "-dev", help="llama.cpp's -dev: use only these devices, in this order (e.g. RPC1,RPC0; none)")]
 NoOpOffloadOpt = Annotated[bool, typer.Option(
-    "--no-op-offload", help="no offloading of host-weight ops to a device (cparams.op_offload)")]
+    "--no-op-offload/--op-offload",
+    help="no offloading of host-weight ops to a device (cparams.op_offload)")]
 CpuFeatOpt = Annotated[Optional[str], typer.Option(
     "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 [default: this machine's]")]
 
@@ -301,8 +304,9 @@ def memory(
         "--n-cpu-moe", "-ncmoe", help="experts of the first N layers on the CPU")] = 0,
     cpu_moe: Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts on the CPU")] = False,
     no_kv_offload: Annotated[bool, typer.Option(
-        "--no-kv-offload", "-nkvo", help="KV cache on the CPU")] = False,
-    no_repack: Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")] = False,
+        "--no-kv-offload/--kv-offload", "-nkvo/-kvo", help="KV cache on the CPU")] = False,
+    no_repack: Annotated[bool, typer.Option("--no-repack/--repack", "-nr",
+                                            help="no CPU_REPACK weights")] = False,
     no_host: Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")] = False,
     load_mode: Annotated[Optional[str], typer.Option(
         "--load-mode", "-lm", help="auto|none|mmap|mlock|mmap+mlock|dio")] = None,
@@ -410,8 +414,8 @@ def fit(
     override_tensor: Annotated[Optional[list[str]], typer.Option("--override-tensor", "-ot")] = None,
     n_cpu_moe: Annotated[int, typer.Option("--n-cpu-moe", "-ncmoe")] = 0,
     cpu_moe: Annotated[bool, typer.Option("--cpu-moe", "-cmoe")] = False,
-    no_kv_offload: Annotated[bool, typer.Option("--no-kv-offload", "-nkvo")] = False,
-    no_repack: Annotated[bool, typer.Option("--no-repack", "-nr")] = False,
+    no_kv_offload: Annotated[bool, typer.Option("--no-kv-offload/--kv-offload", "-nkvo/-kvo")] = False,
+    no_repack: Annotated[bool, typer.Option("--no-repack/--repack", "-nr")] = False,
     no_host: Annotated[bool, typer.Option("--no-host")] = False,
     load_mode: Annotated[Optional[str], typer.Option(
         "--load-mode", "-lm", help="accepted; the fit measures without mmap whatever is given")] = None,
