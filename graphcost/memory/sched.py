@@ -411,6 +411,10 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
                 srcs.append(remap.get(id(s), s))
         vs = remap.get(id(n.view_src), n.view_src) if n.view_src is not None else None
         c = dataclasses.replace(n, src=srcs, view_src=vs)
+        # ggml_cast's result is its own src[1] (ggml.c ggml_cast: ``result->src[1] =
+        # result``): the copy must name itself, not the node it copies (the allocator
+        # would see a second tensor and allocate it beside the cast)
+        c.src = [c if x is n else x for x in c.src]
         remap[id(n)] = c
         new_nodes.append(c)
     leafs = list(bg.leafs) + extra_leafs
