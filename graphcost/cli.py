@@ -427,6 +427,7 @@ def fit(
     parallel: Annotated[int, typer.Option(
         "--parallel", "-np", help="parallel sequences (KV streams; llama-fit-params' cache "
                                   "is not unified)")] = 1,
+    dev: DevOpt = None, no_op_offload: NoOpOffloadOpt = False,
 ) -> None:
     """What llama.cpp's --fit (llama-fit-params) chooses for these devices' free memory:
     context, -ngl, -ts and -ot. The last line is the argument line llama-fit-params prints.
@@ -455,19 +456,13 @@ def fit(
         UINT32_MAX if ctx_size == 0 else DEFAULT_MIN_CTX)
     flags, args = _placement(device or [], n_gpu_layers, tensor_split, split_mode, main_gpu,
                              override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload, no_repack,
-                             no_host, load_mode, mmap, cpu_features)
+                             no_host, load_mode, mmap, cpu_features, dev, no_op_offload)
     if parallel < 1:
         _fail(f"-np {parallel}: must be >= 1")
     host_total = None
     if host_memory is not None:
         from graphcost.memory.placement import parse_bytes
-        if args:
-            _fail("--host-memory goes without --device (llama.cpp fits the host only when "
-                  "it has no devices)")
         host_total = parse_bytes(host_memory, "--host-memory")
-    elif not args:
-        from graphcost.memory.backends import host_total_memory
-        host_total = host_total_memory()
     info = load_model(_model_path(model))
     settings = RunSettings(ctx_size=ctx_size or 0, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,

@@ -226,7 +226,7 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize("args, message", [
     (["--device", "rpc:1GiB", "-fitt", "abc"], "-fitt 'abc': use MiB per device"),
     (["--device", "rpc"], "fit: give the free memory of RPC0"),
-    (["--device", "rpc:1GiB", "--host-memory", "8GiB"], "--host-memory goes without --device"),
+    (["--device", "rpc:1GiB", "--host-memory", "8GiB"], "--host-memory goes without devices"),
     (["-np", "0"], "-np 0: must be >= 1"),
     (["--device", "rpc:1GiB", "--format", "html"], "--format 'html': use text or json"),
     (["--device", "rpc:1GiB", "--fit-ctx", "-5"], "--fit-ctx -5: must be >= 0"),
@@ -326,7 +326,7 @@ def _search(models, servers, name, nd, margin, n_seq=1):
     args = [DeviceArg("rpc", host_memory())] * nd
     flags = PlacementFlags(cpu_features=host_cpu_features())
     inp = fit_inputs(info, args, flags, n_ctx=0, margins=[margin * MiB] * max(nd, 1),
-                     n_ctx_min=4096, host_total=host_memory(), n_seq=n_seq)
+                     n_ctx_min=4096, host_total=None if nd else host_memory(), n_seq=n_seq)
     measure = graphcost_measure(info, RunSettings(ctx_size=0), args, flags,
                                 compute=llama_compute(models[name], used, extra), n_seq=n_seq)
     r = fit(inp, measure)
@@ -372,16 +372,16 @@ def test_graphcost_fit_equals_llama_fit_params(models, servers, cli, case):
 
 
 #: CPU-only (llama-fit-params without --rpc: fit.cpp's nd == 0): (model, MiB the buffers may
-#: use = the host's total memory - the margin, extra flags). -fitt is set from this machine's
-#: memory (the CPU device reports its total), so the cases run the same on any machine
+#: use = the host's total memory - the margin, flags; MARGIN: that margin, set from this
+#: machine's memory (the CPU device reports its total), so the cases run the same anywhere)
 CPU_CASES = {
-    "cpu-no-change": ("llama", 105, []),
-    "cpu-ctx": ("llama", 55, []),
-    "cpu-ctx-small": ("llama", 25, []),
-    "cpu-gives-up": ("llama", 16, []),
-    "cpu-moe-fitc": ("mixtral", 35, ["-fitc", "2048"]),
-    "cpu-moe-user-ctx": ("mixtral", 55, ["-c", "8192"]),
-    "cpu-moe-fitc-small": ("mixtral", 16, ["--fit-ctx", "512"]),
+    "cpu-no-change": ("llama", 105, ["-fitt", "MARGIN"]),
+    "cpu-ctx": ("llama", 55, ["--fit-target", "MARGIN"]),
+    "cpu-ctx-small": ("llama", 25, ["-fitt", "MARGIN"]),
+    "cpu-gives-up": ("llama", 16, ["-fitt", "MARGIN"]),
+    "cpu-moe-fitc": ("mixtral", 35, ["-fitt", "MARGIN", "-fitc", "2048"]),
+    "cpu-moe-user-ctx": ("mixtral", 55, ["--fit-target", "MARGIN", "-c", "8192"]),
+    "cpu-moe-fitc-small": ("mixtral", 16, ["-fitt", "MARGIN", "--fit-ctx", "512"]),
 }
 
 
@@ -394,16 +394,30 @@ def test_cpu_only_fit_equals_llama_fit_params(models, cli, case):
     from graphcost.memory.backends import host_cpu_features
     if _real_skip():
         pytest.skip(_real_skip())
-    name, budget, extra = CPU_CASES[case]
-    margin = str(host_memory() // MiB - budget)
+    name, budget, flags = CPU_CASES[case]
+    args = [str(host_memory() // MiB - budget) if a == "MARGIN" else a for a in flags]
     feats = ",".join(sorted(host_cpu_features())) or "none"
-    expected, _ = fit_params(models[name], [], ["-fitt", margin] + extra)
-    r = cli("fit", str(models[name]), "-fitt", margin, "--cpu-features", feats, *extra)
+    expected, _ = fit_params(models[name], [], args)
+    r = cli("fit", str(models[name]), "--cpu-features", feats, *args)
     if expected == "failed":
         assert r.returncode == 1 and "unable to fit model into system memory" in r.stderr
     else:
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip().splitlines()[-1] == expected
+
+
+def test_dev_none_is_the_cpu_only_fit(models, servers, cli):
+    """-dev none with two RPC devices: no device is used, so llama.cpp fits the host alone
+    (fit.cpp nd == 0), as without --rpc; graphcost likewise (its default host memory)."""
+    from fit_runs import fit_params, host_memory
+    from graphcost.memory.backends import host_cpu_features
+    margin = str(host_memory() // MiB - 55)
+    expected, _ = fit_params(models["llama"], servers, ["-dev", "none", "-fitt", margin])
+    assert expected == fit_params(models["llama"], [], ["-fitt", margin])[0]
+    feats = ",".join(sorted(host_cpu_features())) or "none"
+    r = cli("fit", str(models["llama"]), *(["--device", f"rpc:{host_memory()}"] * 2),
+            "-dev", "none", "-fitt", margin, "--cpu-features", feats)
+    assert (r.returncode, r.stdout.strip().splitlines()[-1]) == (0, expected)
 
 
 # ---- a MoE model, tensor by tensor -------------------------------------------------------------

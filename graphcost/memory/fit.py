@@ -561,12 +561,19 @@ def fit_inputs(model, args: list[DeviceArg], flags: PlacementFlags, *, n_ctx: in
                margins: Sequence[int], n_ctx_min: int, host_total: int | None = None,
                n_seq: int = 1) -> FitInputs:
     """The fit's inputs for these devices and flags (devices in llama.cpp's order).
-    Without devices: the host's total memory ``host_total`` (bytes) is the budget."""
+    Without devices (none given, or ``-dev none``): the host's total memory ``host_total``
+    (bytes; default: this machine's, as llama.cpp's CPU device reports it) is the budget."""
     from graphcost.memory.placement import LOAD_MODES, resolve_devices
     if flags.load_mode not in LOAD_MODES:  # checked here: the measurements use "none"
         raise GraphcostError(f"--load-mode {flags.load_mode!r}: use one of {', '.join(LOAD_MODES)}")
     devices = resolve_devices(args, flags)
+    if devices and host_total is not None:
+        raise GraphcostError("--host-memory goes without devices (llama.cpp fits the host's "
+                             "memory only when no device is used)")
     if not devices:
+        if host_total is None:
+            from graphcost.memory.backends import host_total_memory
+            host_total = host_total_memory()
         if host_total is None:
             raise GraphcostError("fit: without devices llama.cpp fits the host's buffers into "
                                  "its total memory: give --host-memory MEM")
