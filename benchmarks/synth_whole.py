@@ -1,35 +1,37 @@
-"""Header-only GGUFs made whole for llama-bench, and random tensor data for them.
+"""Make a header-only GGUF whole for llama-bench, from the command line.
 
-``make_whole`` is the package's (graphcost.bench_models: same header, tokenizer model
-``"none"``, zero sparse tensor data); ``fill_random`` (benchmarks only) overwrites the data
-with the executor's small random values, for checking that speed does not depend on them.
+    PYTHONPATH=. python benchmarks/synth_whole.py SRC DST [--zero] [--keep-vocab]
+
+graphcost.bench_models.make_whole: ``SRC``'s header (tokenizer model ``"none"`` unless
+``--keep-vocab``) and tiled random tensor data of every tensor's type (``fill_tiled``), or
+sparse zeros with ``--zero``. benchmarks/value_check.py measured which data gives a real
+file's speed (docs/speed.md, "Values").
 """
 from __future__ import annotations
 
+import argparse
 import sys
+import time
 from pathlib import Path
 
-from graphcost.bench_models import make_whole
-from graphcost.format.gguf_reader import read_header
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-__all__ = ["make_whole", "fill_random"]
+from graphcost.bench_models import make_whole  # noqa: E402
 
 
-def fill_random(path: str | Path, seed: int = 0) -> Path:
-    """Overwrite every tensor of the whole file ``path`` with small finite random values
-    (graphcost.execute.weights.random_raw: the executor's random weights), in place."""
-    import numpy as np
-
-    from graphcost.execute.weights import random_raw
-
-    h = read_header(path)
-    rng = np.random.default_rng(seed)
-    with open(path, "r+b") as f:
-        for t in h.tensors.values():
-            f.seek(h.data_offset + t.offset)
-            f.write(random_raw(t.type, t.ne, rng).tobytes())
-    return Path(path)
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("src", type=Path)
+    ap.add_argument("dst", type=Path)
+    ap.add_argument("--zero", action="store_true", help="sparse zero data")
+    ap.add_argument("--keep-vocab", action="store_true", help="keep the tokenizer")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    out = make_whole(a.src, a.dst, vocab_none=not a.keep_vocab,
+                     data="zero" if a.zero else "random")
+    print(f"{out}: {out.stat().st_size / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    print(make_whole(sys.argv[1], sys.argv[2]))
+    sys.exit(main())

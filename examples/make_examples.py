@@ -180,92 +180,113 @@ class Model:
     tensors: list[tuple[str, tuple[int, ...], T]] = field(default_factory=list)  # (name, ne, source type)
 
 
-def llama_tensors(hp: dict) -> list[tuple[str, tuple[int, ...], T]]:
-    # Tensor set and ggml ne shapes as llama.cpp's llama loader creates them
-    # (src/models/llama.cpp: tok_embd {n_embd, n_vocab}, wq {n_embd, n_head*hd},
-    # wk/wv {n_embd, n_head_kv*hd}, wo {n_head*hd, n_embd}, ffn_gate/up {n_embd, n_ff},
-    # ffn_down {n_ff, n_embd}); converter source types: 2-D BF16/F16, 1-D F32.
-    E, V, F, L = hp["n_embd"], hp["n_vocab"], hp["n_ff"], hp["n_layer"]
-    hd = hp["head_dim"]
+def _shapes(hp: dict) -> dict[str, tuple[int, ...]]:
+    """ggml ne of each tensor kind, as llama.cpp's loaders create them (src/models/llama.cpp,
+    gemma3.cpp: tok_embd {n_embd, n_vocab}, wq {n_embd, n_head*hd}, wk/wv {n_embd,
+    n_head_kv*hd}, wo {n_head*hd, n_embd}, ffn_gate/up {n_embd, n_ff}, ffn_down {n_ff,
+    n_embd}, norms {n_embd} or per head {hd}); convert_hf_to_gguf's llama3 rope scaling is
+    the F32 ``rope_freqs`` of head_dim/2 per-frequency factors."""
+    E, V, F, hd = hp["n_embd"], hp["n_vocab"], hp["n_ff"], hp["head_dim"]
     q, kv = hp["n_head"] * hd, hp["n_head_kv"] * hd
-    ts = [("token_embd.weight", (E, V), T.F16), ("output_norm.weight", (E,), T.F32),
-          ("output.weight", (E, V), T.F16)]
-    if hp.get("rope_freqs"):
-        # convert_hf_to_gguf LlamaModel.generate_extra_tensors(): llama3 rope scaling
-        # is written as a F32 tensor of head_dim/2 per-frequency factors
-        ts.append(("rope_freqs.weight", (hd // 2,), T.F32))
-    for i in range(L):
-        b = f"blk.{i}."
-        ts += [(b + "attn_norm.weight", (E,), T.F32),
-               (b + "attn_q.weight", (E, q), T.F16),
-               (b + "attn_k.weight", (E, kv), T.F16),
-               (b + "attn_v.weight", (E, kv), T.F16),
-               (b + "attn_output.weight", (q, E), T.F16),
-               (b + "ffn_norm.weight", (E,), T.F32),
-               (b + "ffn_gate.weight", (E, F), T.F16),
-               (b + "ffn_up.weight", (E, F), T.F16),
-               (b + "ffn_down.weight", (F, E), T.F16)]
-    return ts
+    return {"token_embd": (E, V), "output": (E, V), "rope_freqs": (hd // 2,),
+            "attn_q": (E, q), "attn_k": (E, kv), "attn_v": (E, kv), "attn_output": (q, E),
+            "ffn_gate": (E, F), "ffn_up": (E, F), "ffn_down": (F, E),
+            "attn_q_norm": (hd,), "attn_k_norm": (hd,), "output_norm": (E,), "attn_norm": (E,),
+            "post_attention_norm": (E,), "ffn_norm": (E,), "post_ffw_norm": (E,)}
+
+
+#: a block's tensors per family, in load_arch_tensors() order; gemma3's names checked
+#: against a real gemma3 GGUF (see README)
+LLAMA_BLOCK = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
+               "ffn_gate", "ffn_up", "ffn_down")
+GEMMA3_BLOCK = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm",
+                "attn_k_norm", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up",
+                "ffn_down", "post_ffw_norm")
+
+
+def model_tensors(hp: dict, top: tuple[str, ...], block: tuple[str, ...],
+                  ) -> list[tuple[str, tuple[int, ...], T]]:
+    """(name, ne, converter source type) of the non-block tensors ``top``, then
+    ``n_layer`` blocks of ``block``; the converter writes 2-D weights BF16/F16, 1-D F32."""
+    ne = _shapes(hp)
+
+    def entry(name: str, kind: str) -> tuple[str, tuple[int, ...], T]:
+        return f"{name}.weight", ne[kind], T.F16 if len(ne[kind]) == 2 else T.F32
+
+    return ([entry(kind, kind) for kind in top]
+            + [entry(f"blk.{i}.{kind}", kind) for i in range(hp["n_layer"]) for kind in block])
+
+
+def llama_tensors(hp: dict) -> list[tuple[str, tuple[int, ...], T]]:
+    """llama: untied output, ``rope_freqs`` where the model has llama3 rope scaling."""
+    top = ("token_embd", "output_norm", "output") + (("rope_freqs",) if hp.get("rope_freqs") else ())
+    return model_tensors(hp, top, LLAMA_BLOCK)
 
 
 def gemma3_tensors(hp: dict) -> list[tuple[str, tuple[int, ...], T]]:
-    # As src/models/gemma3.cpp load_arch_tensors() creates them; tied embeddings
-    # (no output.weight).  Names checked against a real gemma3 GGUF (see README).
-    E, V, F, L = hp["n_embd"], hp["n_vocab"], hp["n_ff"], hp["n_layer"]
-    hd = hp["head_dim"]
-    q, kv = hp["n_head"] * hd, hp["n_head_kv"] * hd
-    ts = [("token_embd.weight", (E, V), T.F16), ("output_norm.weight", (E,), T.F32)]
-    for i in range(L):
-        b = f"blk.{i}."
-        ts += [(b + "attn_norm.weight", (E,), T.F32),
-               (b + "attn_q.weight", (E, q), T.F16),
-               (b + "attn_k.weight", (E, kv), T.F16),
-               (b + "attn_v.weight", (E, kv), T.F16),
-               (b + "attn_output.weight", (q, E), T.F16),
-               (b + "attn_q_norm.weight", (hd,), T.F32),
-               (b + "attn_k_norm.weight", (hd,), T.F32),
-               (b + "post_attention_norm.weight", (E,), T.F32),
-               (b + "ffn_norm.weight", (E,), T.F32),
-               (b + "ffn_gate.weight", (E, F), T.F16),
-               (b + "ffn_up.weight", (E, F), T.F16),
-               (b + "ffn_down.weight", (F, E), T.F16),
-               (b + "post_ffw_norm.weight", (E,), T.F32)]
-    return ts
+    """gemma3: tied embeddings (no output.weight)."""
+    return model_tensors(hp, ("token_embd", "output_norm"), GEMMA3_BLOCK)
 
 
-def llama_arch_kv(hp: dict) -> list[tuple[str, str, object]]:
-    # Key order as convert_hf_to_gguf.py writes it for LlamaForCausalLM /
-    # MistralForCausalLM: TextModel.set_gguf_parameters() then LlamaModel's
-    # vocab_size and rope.dimension_count.
-    return [("block_count", "u32", hp["n_layer"]),
-            ("context_length", "u32", hp["n_ctx_train"]),
-            ("embedding_length", "u32", hp["n_embd"]),
-            ("feed_forward_length", "u32", hp["n_ff"]),
-            ("attention.head_count", "u32", hp["n_head"]),
-            ("attention.head_count_kv", "u32", hp["n_head_kv"]),
-            ("rope.freq_base", "f32", hp["rope_theta"]),
-            ("attention.layer_norm_rms_epsilon", "f32", hp["rms_eps"]),
-            ("vocab_size", "u32", hp["n_vocab"]),
-            ("rope.dimension_count", "u32", hp["head_dim"])]
+#: <arch>.<suffix> keys: (value kind, the hyperparameter written)
+ARCH_KEYS: dict[str, tuple[str, str]] = {
+    "block_count": ("u32", "n_layer"), "context_length": ("u32", "n_ctx_train"),
+    "embedding_length": ("u32", "n_embd"), "feed_forward_length": ("u32", "n_ff"),
+    "attention.head_count": ("u32", "n_head"), "attention.head_count_kv": ("u32", "n_head_kv"),
+    "attention.key_length": ("u32", "head_dim"), "attention.value_length": ("u32", "head_dim"),
+    "rope.dimension_count": ("u32", "head_dim"), "rope.freq_base": ("f32", "rope_theta"),
+    "attention.layer_norm_rms_epsilon": ("f32", "rms_eps"), "vocab_size": ("u32", "n_vocab"),
+    "attention.sliding_window": ("u32", "sliding_window"),
+    "rope.scaling.type": ("str", "rope_scaling_type"),
+    "rope.scaling.factor": ("f32", "rope_scaling_factor"),
+}
+
+#: key order as convert_hf_to_gguf.py writes it for LlamaForCausalLM / MistralForCausalLM:
+#: TextModel.set_gguf_parameters() then LlamaModel's vocab_size and rope.dimension_count
+LLAMA_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length",
+              "attention.head_count", "attention.head_count_kv", "rope.freq_base",
+              "attention.layer_norm_rms_epsilon", "vocab_size", "rope.dimension_count")
+#: key set and order as in a real gemma3 GGUF (Gemma3Model.set_gguf_parameters(); compared
+#: with gemma-3-270m-q4_k_m.gguf), plus the linear rope-scaling pair that the converter
+#: writes when config.json has rope_scaling
+GEMMA3_KEYS = ("context_length", "embedding_length", "block_count", "feed_forward_length",
+               "attention.head_count", "attention.layer_norm_rms_epsilon",
+               "attention.key_length", "attention.value_length", "rope.freq_base",
+               "attention.sliding_window", "attention.head_count_kv", "rope.scaling.type",
+               "rope.scaling.factor", "vocab_size")
+
+
+def arch_kv(hp: dict, keys: tuple[str, ...]) -> list[tuple[str, str, object]]:
+    """(suffix, value kind, value) of ``keys`` from the hyperparameters."""
+    return [(k, ARCH_KEYS[k][0], hp[ARCH_KEYS[k][1]]) for k in keys]
+
+
+#: our hyperparameter names <- config.json's (text_config's for gemma3); head_dim, where a
+#: config has none, is hidden_size / num_attention_heads
+CONFIG_NAMES = {"n_layer": "num_hidden_layers", "n_embd": "hidden_size",
+                "n_head": "num_attention_heads", "n_head_kv": "num_key_value_heads",
+                "head_dim": "head_dim", "n_ff": "intermediate_size", "n_vocab": "vocab_size",
+                "n_ctx_train": "max_position_embeddings", "rope_theta": "rope_theta",
+                "rms_eps": "rms_norm_eps", "sliding_window": "sliding_window"}
+
+
+def hparams(config: dict, **extra) -> dict:
+    """Our hyperparameters from a config.json excerpt (names as in :data:`CONFIG_NAMES`),
+    plus ``extra`` (what the converter derives from other config keys)."""
+    hp = {ours: config[theirs] for ours, theirs in CONFIG_NAMES.items() if theirs in config}
+    hp.setdefault("head_dim", hp["n_embd"] // hp["n_head"])
+    return {**hp, **extra}
 
 
 MODELS: list[Model] = []
 
 # a. Mistral-Large-Instruct-2407, Q4_0 -------------------------------------------------
 # Hyperparameters: https://huggingface.co/mistralai/Mistral-Large-Instruct-2407/blob/main/config.json
-#   (MistralForCausalLM; no head_dim key, so head dim = hidden_size / num_attention_heads).
-_hp = dict(
-    n_layer=88,             # config.json num_hidden_layers
-    n_embd=12288,           # config.json hidden_size
-    n_head=96,              # config.json num_attention_heads
-    n_head_kv=8,            # config.json num_key_value_heads
-    head_dim=128,           # 12288 / 96
-    n_ff=28672,             # config.json intermediate_size
-    n_vocab=32768,          # config.json vocab_size (Mistral v3 tokenizer)
-    n_ctx_train=131072,     # config.json max_position_embeddings
-    rope_theta=1000000.0,   # config.json rope_theta (no rope_scaling)
-    rms_eps=1e-5,           # config.json rms_norm_eps
-)
+#   (MistralForCausalLM; no head_dim key: 12288 / 96 = 128; vocab_size: the Mistral v3
+#   tokenizer; no rope_scaling).
+_hp = hparams({"num_hidden_layers": 88, "hidden_size": 12288, "num_attention_heads": 96,
+               "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 32768,
+               "max_position_embeddings": 131072, "rope_theta": 1000000.0, "rms_norm_eps": 1e-5})
 MODELS.append(Model(
     filename="mistral-large-2407-q4_0.gguf",
     arch="llama",           # convert_hf_to_gguf maps MistralForCausalLM to LlamaModel (arch "llama")
@@ -274,29 +295,20 @@ MODELS.append(Model(
              ("finetune", "Instruct"), ("basename", "Mistral-Large"), ("size_label", "123B"),
              ("license", "other")],
     hp=_hp,
-    arch_kv=llama_arch_kv(_hp),
+    arch_kv=arch_kv(_hp, LLAMA_KEYS),
     tokenizer_model="llama",  # SentencePiece tokenizer.model -> "llama"
     tensors=llama_tensors(_hp),
 ))
 
 # b. Meta-Llama-3.1-8B-Instruct, Q4_K_M ------------------------------------------------
 # Hyperparameters: https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/blob/main/config.json
-_hp = dict(
-    n_layer=32,             # config.json num_hidden_layers
-    n_embd=4096,            # config.json hidden_size
-    n_head=32,              # config.json num_attention_heads
-    n_head_kv=8,            # config.json num_key_value_heads
-    head_dim=128,           # 4096 / 32
-    n_ff=14336,             # config.json intermediate_size
-    n_vocab=128256,         # config.json vocab_size
-    n_ctx_train=131072,     # config.json max_position_embeddings
-    rope_theta=500000.0,    # config.json rope_theta
-    rms_eps=1e-5,           # config.json rms_norm_eps
-    # config.json rope_scaling = {rope_type: llama3, factor: 8.0, low_freq_factor: 1.0,
-    # high_freq_factor: 4.0, original_max_position_embeddings: 8192}.  The converter
-    # writes no rope.scaling.* keys for "llama3"; it emits rope_freqs.weight instead.
-    rope_freqs=True,
-)
+#   (no head_dim key: 4096 / 32 = 128).  rope_scaling = {rope_type: llama3, factor: 8.0,
+#   low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192}:
+#   the converter writes no rope.scaling.* keys for "llama3"; it emits rope_freqs.weight.
+_hp = hparams({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+               "max_position_embeddings": 131072, "rope_theta": 500000.0, "rms_norm_eps": 1e-5},
+              rope_freqs=True)
 MODELS.append(Model(
     filename="llama-3.1-8b-instruct-q4_k_m.gguf",
     arch="llama",
@@ -304,27 +316,21 @@ MODELS.append(Model(
     general=[("type", "model"), ("name", "Meta Llama 3.1 8B Instruct"), ("finetune", "Instruct"),
              ("basename", "Meta-Llama-3.1"), ("size_label", "8B"), ("license", "llama3.1")],
     hp=_hp,
-    arch_kv=llama_arch_kv(_hp),
+    arch_kv=arch_kv(_hp, LLAMA_KEYS),
     tokenizer_model="gpt2",  # tiktoken BPE -> "gpt2"
     tensors=llama_tensors(_hp),
 ))
 
 # c. gemma-3-4b-it, Q4_K_M (text model only; the vision tower goes to a separate mmproj) -
-# Hyperparameters: https://huggingface.co/google/gemma-3-4b-it/blob/main/config.json (text_config)
-_hp = dict(
-    n_layer=34,             # text_config.num_hidden_layers
-    n_embd=2560,            # text_config.hidden_size
-    n_head=8,               # text_config.num_attention_heads
-    n_head_kv=4,            # text_config.num_key_value_heads
-    head_dim=256,           # text_config.head_dim (8*256 = 2048 != 2560 -> key/value_length keys)
-    n_ff=10240,             # text_config.intermediate_size
-    n_vocab=262208,         # text_config.vocab_size
-    n_ctx_train=131072,     # text_config.max_position_embeddings
-    rope_theta=1000000.0,   # text_config.rope_theta (global layers; local layers use 10000)
-    rms_eps=1e-6,           # text_config.rms_norm_eps
-    sliding_window=1024,    # text_config.sliding_window
-    rope_scaling_factor=8.0,  # text_config.rope_scaling = {rope_type: linear, factor: 8.0}
-)
+# Hyperparameters: https://huggingface.co/google/gemma-3-4b-it/blob/main/config.json
+#   (text_config; head_dim 256: 8 * 256 = 2048 != 2560, hence the key/value_length keys;
+#   rope_theta is the global layers', local layers use 10000; rope_scaling = {rope_type:
+#   linear, factor: 8.0}).
+_hp = hparams({"num_hidden_layers": 34, "hidden_size": 2560, "num_attention_heads": 8,
+               "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 10240,
+               "vocab_size": 262208, "max_position_embeddings": 131072,
+               "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "sliding_window": 1024},
+              rope_scaling_type="linear", rope_scaling_factor=8.0)
 MODELS.append(Model(
     filename="gemma-3-4b-it-q4_k_m.gguf",
     arch="gemma3",
@@ -332,23 +338,7 @@ MODELS.append(Model(
     general=[("type", "model"), ("name", "Gemma 3 4b It"), ("finetune", "it"),
              ("basename", "gemma-3"), ("size_label", "4B"), ("license", "gemma")],
     hp=_hp,
-    # Key set and order as in a real gemma3 GGUF (Gemma3Model.set_gguf_parameters();
-    # compared with gemma-3-270m-q4_k_m.gguf), plus the linear rope-scaling pair that
-    # the converter writes when config.json has rope_scaling.
-    arch_kv=[("context_length", "u32", _hp["n_ctx_train"]),
-             ("embedding_length", "u32", _hp["n_embd"]),
-             ("block_count", "u32", _hp["n_layer"]),
-             ("feed_forward_length", "u32", _hp["n_ff"]),
-             ("attention.head_count", "u32", _hp["n_head"]),
-             ("attention.layer_norm_rms_epsilon", "f32", _hp["rms_eps"]),
-             ("attention.key_length", "u32", _hp["head_dim"]),
-             ("attention.value_length", "u32", _hp["head_dim"]),
-             ("rope.freq_base", "f32", _hp["rope_theta"]),
-             ("attention.sliding_window", "u32", _hp["sliding_window"]),
-             ("attention.head_count_kv", "u32", _hp["n_head_kv"]),
-             ("rope.scaling.type", "str", "linear"),
-             ("rope.scaling.factor", "f32", _hp["rope_scaling_factor"]),
-             ("vocab_size", "u32", _hp["n_vocab"])],
+    arch_kv=arch_kv(_hp, GEMMA3_KEYS),
     tokenizer_model="llama",
     tensors=gemma3_tensors(_hp),
 ))

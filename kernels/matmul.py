@@ -30,7 +30,7 @@ from numba import njit, prange
 
 from .bits import prefer_512bit
 from .quants import VEC_DOT_TYPE, check_weight, dequantize_ref, dequantize_row, \
-    quantize_activations, quantize_activations_ref
+    quantize_activations, quantize_activations_ref, quantize_row, row_bytes
 from .vec_dot import dot_row, x_sums16
 from .vec_dot_ggml import FLOAT_CODES as GGML_FLOAT_CODES
 from .vec_dot_ggml import dot_row_ggml, dot_rows_ggml_ref, matvec_ggml_float
@@ -49,6 +49,10 @@ GGML_SIMD = True
 GGML_FASTEST = frozenset(SIMD_CODES) if GGML_SIMD else frozenset()
 #: weight bytes a mul_mat_ggml task multiplies by every activation row before moving on
 GGML_TASK_BYTES = 64 * 1024
+#: weight bytes below which :func:`fused_matvec` runs on the calling thread (a parallel
+#: region costs ~5 us to wake idle workers, more on a loaded machine; 64 KB of weights
+#: take ~5 us on one core)
+SERIAL_BELOW = 64 * 1024
 
 
 # ---------------------------------------------------------------------------- reference
@@ -131,27 +135,76 @@ def _matmul_ggml(w, code, yq, y):
             y[n, r] = dot_row_ggml(code, row, yq[n])
 
 
+@njit(inline="always", cache=True)
+def _simd_task(w, code, yq, yp, y, r0, r1):
+    # weight rows r0..r1 times every activation row: the task's rows stay in cache across
+    # the N rows and go four at a time (dot_rows4_simd)
+    for n in range(yq.shape[0]):
+        yqn, ypn = yq[n], yp[n]
+        r = r0
+        while r + 4 <= r1:
+            y[n, r], y[n, r + 1], y[n, r + 2], y[n, r + 3] = dot_rows4_simd(
+                code, w[r], w[r + 1], w[r + 2], w[r + 3], yqn, ypn)
+            r += 4
+        while r < r1:
+            y[n, r] = dot_row_simd(code, w[r], yqn, ypn)
+            r += 1
+
+
 @njit(parallel=True, cache=True)
 def _matmul_ggml_simd(w, code, yq, prep, y, task_rows):
     # W:[M, row_bytes] yq:[N, .] -> y:[N, M]. Each activation row is rearranged once
-    # (prepare_row, prep bytes); a task's rows (a multiple of 4) stay in cache across the
-    # N rows and go four at a time (dot_rows4_simd)
+    # (prepare_row, prep bytes), then tasks of task_rows weight rows (a multiple of 4)
     yp = np.empty((yq.shape[0], prep), dtype=np.uint8)
     for n in range(yq.shape[0]):
         prepare_row(code, yq[n], yp[n])
     m = w.shape[0]
     for t in prange((m + task_rows - 1) // task_rows):
-        r0, r1 = t * task_rows, min(m, (t + 1) * task_rows)
-        for n in range(yq.shape[0]):
-            yqn, ypn = yq[n], yp[n]
-            r = r0
-            while r + 4 <= r1:
-                y[n, r], y[n, r + 1], y[n, r + 2], y[n, r + 3] = dot_rows4_simd(
-                    code, w[r], w[r + 1], w[r + 2], w[r + 3], yqn, ypn)
-                r += 4
-            while r < r1:
-                y[n, r] = dot_row_simd(code, w[r], yqn, ypn)
-                r += 1
+        _simd_task(w, code, yq, yp, y, t * task_rows, min(m, (t + 1) * task_rows))
+
+
+@njit(inline="always", cache=True)
+def _quantize_prepare(code, x, qcode, x86, yq, yp):
+    for n in range(x.shape[0]):
+        quantize_row(x[n], qcode, x86, yq[n])
+        prepare_row(code, yq[n], yp[n])
+
+
+@njit(parallel=True, cache=True)
+def _matvec_ggml_fused(w, code, x, qcode, x86, yq, yp, y):
+    # mul_mat_ggml for a few activation rows (N <= MATVEC_MAX_N) in one call: quantize x
+    # into yq, rearrange into yp (both preallocated), then the weight rows four at a
+    # time, one contiguous span per thread
+    _quantize_prepare(code, x, qcode, x86, yq, yp)
+    m = w.shape[0]
+    for g in prange((m + 3) // 4):          # numba hands each thread one even span
+        _simd_task(w, code, yq, yp, y, 4 * g, min(m, 4 * g + 4))
+
+
+@njit(cache=True)
+def _matvec_ggml_fused_serial(w, code, x, qcode, x86, yq, yp, y):
+    # _matvec_ggml_fused on the calling thread (small weights: no parallel region)
+    _quantize_prepare(code, x, qcode, x86, yq, yp)
+    _simd_task(w, code, yq, yp, y, 0, w.shape[0])
+
+
+def fused_matvec(w_type: QT, k: int, m: int, n: int, x86: bool = True):
+    """``(kernel, code, tail)`` running :func:`mul_mat_ggml` of ``n <= MATVEC_MAX_N``
+    activation rows as one numba call ``kernel(w, code, x, *tail, y)`` (w raw ``[m,
+    row_bytes]`` as :func:`.quants.check_weight` returns it, x C-contiguous float32 ``[n,
+    k]``, y ``[n, m]``), with the quantized and rearranged activation buffers (in
+    ``tail``) allocated here, once; serial below ``SERIAL_BELOW`` weight bytes. ``None``
+    where :func:`mul_mat_ggml` does not take the byte-SIMD path or n is larger. Same
+    results as :func:`mul_mat_ggml` (the same quantizer and dots)."""
+    code = np.int64(QT(w_type))
+    if not (GGML_SIMD and code in SIMD_CODES) or not 1 <= n <= MATVEC_MAX_N:
+        return None
+    qtype = VEC_DOT_TYPE[QT(w_type)]
+    yq = np.empty((n, row_bytes(qtype, k)), dtype=np.uint8)
+    yp = np.empty((n, prep_bytes(code, k)), dtype=np.uint8)
+    small = m * row_bytes(QT(w_type), k) < SERIAL_BELOW
+    kern = _matvec_ggml_fused_serial if small else _matvec_ggml_fused
+    return kern, code, (np.int64(qtype), x86, yq, yp)
 
 
 # ---------------------------------------------------------------------------- entry points

@@ -28,21 +28,22 @@ Both tables come from gguf-py (``gguf.quants.MXFP4``), never re-typed here.
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import MXFP4 as _GGUF_MXFP4
 from gguf.quants import dequantize as _gguf_dequantize
 from numba import njit, prange
 
-QK, BLOCK_BYTES = GGML_QUANT_SIZES[QT.MXFP4]          # 32 values in 17 bytes
-Q8_QK, Q8_BYTES = GGML_QUANT_SIZES[QT.Q8_0]           # 32 values in 34 bytes (f16 d + 32 int8)
+from graphcost.format import ggml_types as gt
+
+#: MXFP4's vec_dot_type in ggml-cpu (type_traits_cpu; graphcost.format.ggml_types): Q8_0
+VEC_DOT_TYPE = gt.vec_dot_type(QT.MXFP4)
+QK, BLOCK_BYTES = gt.block(QT.MXFP4)                 # 32 values in 17 bytes
+Q8_QK, Q8_BYTES = gt.block(VEC_DOT_TYPE)             # 32 values in 34 bytes (f16 d + 32 int8)
 #: ggml's kvalues_mxfp4: the E2M1 values doubled, as int8
 KVALUES = np.array(_GGUF_MXFP4.kvalues, dtype=np.int8)
 #: GGML_E8M0_TO_FP32_HALF of every scale byte
 E8M0_HALF = np.ascontiguousarray(
     _GGUF_MXFP4.e8m0_to_fp32_half(np.arange(256, dtype=np.uint32)), dtype=np.float32)
-#: MXFP4's vec_dot_type in ggml-cpu (type_traits_cpu)
-VEC_DOT_TYPE = QT.Q8_0
 F = np.float32
 
 

@@ -521,19 +521,26 @@ def quantize_q8_k_ref(x: np.ndarray) -> np.ndarray:
     return out.reshape(*x.shape[:-1], -1)
 
 
+@njit(cache=True)
+def quantize_row(x, code, x86, out):
+    """One float32 row -> raw bytes of the activation type ``code`` (Q8_0, Q8_1, Q8_K,
+    F16, BF16), serially: what matmul kernels call once per activation row."""
+    if code == Q8_0:
+        quantize_row_q8_0(x, out, x86)
+    elif code == Q8_1:
+        quantize_row_q8_1(x, out, x86)
+    elif code == Q8_K:
+        quantize_row_q8_k(x, out)
+    elif code == F16:
+        quantize_row_f16(x, out.view(np.uint16))
+    elif code == BF16:
+        quantize_row_bf16(x, out.view(np.uint16))
+
+
 @njit(parallel=True, cache=True)
 def _quantize_rows(x, code, x86, out):
     for r in prange(x.shape[0]):
-        if code == Q8_0:
-            quantize_row_q8_0(x[r], out[r], x86)
-        elif code == Q8_1:
-            quantize_row_q8_1(x[r], out[r], x86)
-        elif code == Q8_K:
-            quantize_row_q8_k(x[r], out[r])
-        elif code == F16:
-            quantize_row_f16(x[r], out[r].view(np.uint16))
-        elif code == BF16:
-            quantize_row_bf16(x[r], out[r].view(np.uint16))
+        quantize_row(x[r], code, x86, out[r])
 
 
 def quantize_activations(x: np.ndarray, qtype: QT, x86: bool = True) -> np.ndarray:

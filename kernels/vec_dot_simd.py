@@ -27,9 +27,12 @@ What ggml's generic order fixes, and how the vector code keeps it:
 Numbers are bounded so that no 16-bit pair sum saturates (see :mod:`.simd`): unsigned
 codes are at most 63 (Q6_K), ``|w| <= 128`` for Q8_0, activations in [-127, 127].
 
-Each weight row is streamed with a software prefetch ``PREFETCH`` bytes ahead: the
+Each weight row is streamed with a software prefetch into L2 ``PREFETCH`` bytes ahead
+(``PREFETCH4`` for the four-row kernels, every byte of the four rows covered): the
 kernels do ~15 GB/s per core from cache, and without the hint a core's misses and its
-arithmetic took turns (6.7 GB/s on Q4_K from memory, 12 GB/s with it).
+arithmetic took turns (6.7 GB/s on Q4_K from memory, 12 GB/s with it). A prefetch into
+L1 2-3 KB ahead held the Q8_0 output matvec of gemma3 270M (640 columns) at 6 GB/s per
+core; into L2 8 KB ahead, 14 GB/s (:func:`.simd.prefetch`).
 
 Activation layout (:func:`prepare_row`, ``prep_bytes(code, k)`` bytes per row; ``yq``
 itself is still read for the scales ``d`` and Q2_K's ``bsums``):
@@ -60,7 +63,9 @@ from .vec_dot_ggml import (blocks_q4_0, blocks_q4_1, blocks_q5_0, blocks_q5_1,
 F = np.float32
 
 #: bytes ahead of the current weight block that each kernel prefetches
-PREFETCH = 2048
+PREFETCH = 8192
+#: bytes ahead that the four-row kernels prefetch (:func:`_ahead4`)
+PREFETCH4 = 8192
 
 #: weight types with a kernel here (the others use :mod:`.vec_dot_ggml`)
 CODES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
@@ -210,6 +215,14 @@ def _prefetch(row, p, nbytes, ahead):
     will do next; weight rows are contiguous)."""
     for o in range(0, nbytes, 64):
         S.prefetch(row, p + ahead + o)
+
+
+@njit(inline="always", cache=True)
+def _ahead4(r0):
+    """Prefetch distance of the four-row kernels, in bytes past each row's current block
+    (rows are contiguous, so the four rows' prefetches cover the span ``PREFETCH4``
+    bytes ahead of the first): at least the next four rows."""
+    return max(4 * r0.shape[0], PREFETCH4)
 
 
 @njit(inline="always", cache=True)
@@ -420,7 +433,8 @@ def _terms8(sums4, flt, size, row, g, nb, yp, ahead):
 
 
 @njit(inline="always", cache=True)
-def _terms4(sums4, flt, row, b0, nb, yp):
+def _terms4(sums4, flt, size, row, b0, nb, yp, ahead):
+    _prefetch(row, size * b0, 4 * size, ahead)
     return flt(row, b0, 4, nb, yp, _sum4lanes(sums4(row, b0, yp)))
 
 
@@ -431,14 +445,14 @@ def _one32(sums4, flt, blocks, size, row, yq, yp):
     for g in range(nb // 8):
         sumf = S.add_in_order(sumf, _terms8(sums4, flt, size, row, g, nb, yp, PREFETCH))
     if nb % 8 >= 4:
-        sumf = S.add_in_order(sumf, _terms4(sums4, flt, row, nb // 8 * 8, nb, yp))
+        sumf = S.add_in_order(sumf, _terms4(sums4, flt, size, row, nb // 8 * 8, nb, yp, PREFETCH))
     return blocks(row, yq, nb // 4 * 4, nb, sumf)
 
 
 @njit(inline="always", cache=True)
 def _four32(sums4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
     """Four rows of a 32-block type, their terms added as 4-lane vectors."""
-    nb, s, ahead = r0.shape[0] // size, S.zeros(4, "f32"), 4 * r0.shape[0]
+    nb, s, ahead = r0.shape[0] // size, S.zeros(4, "f32"), _ahead4(r0)
     for g in range(nb // 8):
         s = _add_rows4(s, _terms8(sums4, flt, size, r0, g, nb, yp, ahead),
                        _terms8(sums4, flt, size, r1, g, nb, yp, ahead),
@@ -446,8 +460,10 @@ def _four32(sums4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
                        _terms8(sums4, flt, size, r3, g, nb, yp, ahead))
     if nb % 8 >= 4:
         b0 = nb // 8 * 8
-        s = _add_rows4x4(s, _terms4(sums4, flt, r0, b0, nb, yp), _terms4(sums4, flt, r1, b0, nb, yp),
-                         _terms4(sums4, flt, r2, b0, nb, yp), _terms4(sums4, flt, r3, b0, nb, yp))
+        s = _add_rows4x4(s, _terms4(sums4, flt, size, r0, b0, nb, yp, ahead),
+                         _terms4(sums4, flt, size, r1, b0, nb, yp, ahead),
+                         _terms4(sums4, flt, size, r2, b0, nb, yp, ahead),
+                         _terms4(sums4, flt, size, r3, b0, nb, yp, ahead))
     b = nb // 4 * 4
     return (blocks(r0, yq, b, nb, S.lane(s, 0)), blocks(r1, yq, b, nb, S.lane(s, 1)),
             blocks(r2, yq, b, nb, S.lane(s, 2)), blocks(r3, yq, b, nb, S.lane(s, 3)))
@@ -639,7 +655,7 @@ def _simd_q4_k(row, yq, yp):
 @njit(cache=True)
 def _simd4_q4_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = 4 * r0.shape[0]
+    ahead = _ahead4(r0)
     s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
     for i in range(r0.shape[0] // 144):
         p, pp = 144 * i, 272 * i
@@ -665,7 +681,7 @@ def _simd_q5_k(row, yq, yp):
 @njit(cache=True)
 def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = 4 * r0.shape[0]
+    ahead = _ahead4(r0)
     s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
     for i in range(r0.shape[0] // 176):
         p, pp = 176 * i, 272 * i
@@ -764,7 +780,7 @@ def _simd_q6_k(row, yq, yp):
 @njit(cache=True)
 def _simd4_q6_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = 4 * r0.shape[0]
+    ahead = _ahead4(r0)
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
     for i in range(r0.shape[0] // 210):
         p, pp = 210 * i, 512 * i
@@ -790,7 +806,7 @@ def _simd_q3_k(row, yq, yp):
 @njit(cache=True)
 def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = 4 * r0.shape[0]
+    ahead = _ahead4(r0)
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
     for i in range(r0.shape[0] // 110):
         p, pp = 110 * i, 512 * i
@@ -841,7 +857,7 @@ def _simd_q2_k(row, yq, yp):
 @njit(cache=True)
 def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = 4 * r0.shape[0]
+    ahead = _ahead4(r0)
     sumf = S.zeros(4, "f32")
     for i in range(r0.shape[0] // 84):
         p, py, pp = 84 * i, 292 * i, 256 * i

@@ -16,40 +16,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import numpy as np
-
-from gguf_writer import (QT, FixtureInfo, TensorSink, attention, done, embeddings, ffn, finish,
-                         header, info, qkv, rope_freqs_tensor, sliding_window_keys, swa_layers)
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, done, embeddings, ffn, ffn_types, llama_layers, qkv, rope_freqs_tensor,
+                         sliding_window_keys, start, swa_layers)
 
 __all__ = ["LLAMA_DEFAULT_TYPES", "GEMMA3_DEFAULT_TYPES", "LLAMA64", "write_llama",
            "write_gemma3"]
 
 # defaults for the llama fixture (n_embd=256, n_ff=768, q/o width 256):
 # every row length is a multiple of 256, so k-quants fit everywhere.
-LLAMA_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q6_K,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_0,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q4_K,
-}
+LLAMA_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "output": QT.Q6_K, "attn_output": QT.Q4_K,
+                                       **ffn_types(QT.Q4_0, QT.Q8_0, QT.Q4_K)}
 
 # defaults for the gemma3 fixture (n_embd=320, q/o width n_head*head_dim=256,
 # n_ff=640): only attn_output has a row length that is a multiple of 256.
-GEMMA3_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_0,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q5_0,
-}
+GEMMA3_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "attn_output": QT.Q4_K,
+                                        **ffn_types(QT.Q4_0, QT.Q8_0, QT.Q5_0)}
 
 
 #: write_llama's head_dim-64 variant shared by the parity and numerics tests: 6 heads of 64
@@ -75,25 +56,16 @@ def write_llama(
     n_rot == head_dim).  ``rope_freqs=True`` adds the optional ``rope_freqs.weight``
     tensor (n_rot/2 F32 factors, as llama-3.1 style models have).
     """
-    path = Path(path)
     hd = head_dim if head_dim is not None else n_embd // n_head
-    arch = "llama"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim, n_rot=hd)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, LLAMA_DEFAULT_TYPES)
-    q_dim = n_head * hd
+    sink = start(path, "llama", LLAMA_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim, n_rot=hd)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, q_dim, n_head_kv * hd)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        ffn(sink, p, n_embd, n_ff)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    llama_layers(sink, n_layer, n_embd, n_head * hd, n_head_kv * hd, n_ff)
+    return done(sink, tie=tie_embeddings)
 
 
 def write_gemma3(
@@ -112,16 +84,14 @@ def write_gemma3(
     bools -> the per-layer array form.  Tied embeddings by default (like the real
     gemma3 files, which have no output.weight).
     """
-    path = Path(path)
-    arch = "gemma3"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
+    sink = start(path, "gemma3", GEMMA3_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
     if sliding_window:
-        sliding_window_keys(w, arch, sliding_window, swa_pattern)
+        sliding_window_keys(sink.w, "gemma3", sliding_window, swa_pattern)
         if rope_freq_base_swa is not None:
-            w.add_rope_freq_base_swa(rope_freq_base_swa)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA3_DEFAULT_TYPES)
+            sink.w.add_rope_freq_base_swa(rope_freq_base_swa)
     q_dim = n_head * head_dim
     embeddings(sink, n_embd, n_vocab, tie_embeddings, scale=0.05)
     for i in range(n_layer):
@@ -135,9 +105,5 @@ def write_gemma3(
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
-    finish(w)
-    layers = swa_layers(n_layer, swa_pattern) if sliding_window else [False] * n_layer
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings,
-                sliding_window=sliding_window, layers_swa=layers)
+    return done(sink, tie=tie_embeddings, sliding_window=sliding_window,
+                layers_swa=swa_layers(n_layer, swa_pattern) if sliding_window else None)

@@ -9,7 +9,7 @@
 * :func:`write_phi3`       -- fused (or separate) QKV, RMS norms, [2F] SWIGLU FFN,
   LongRoPE factors with an original context length.
 
-Shared machinery (vocabulary, weight makers, type choice) comes from ``fixtures.py``;
+Shared machinery (vocabulary, weight makers, type choice) comes from :mod:`gguf_writer`;
 ``weight_types`` works the same way (a tensor kind such as ``"attn_qkv"`` or a full
 name). Default types mix F16/Q8_0/Q4_0/Q4_K and fall back (k-quant -> Q8_0 -> F16) where a
 row length does not fit the block size; norm weights, biases and RoPE factors are F32.
@@ -21,9 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
-import gguf
-from gguf_writer import (QT, FixtureInfo, TensorSink, bias, ffn, finish, header, info, layer_norm,
-                         qkv)
+from gguf_writer import QT, FixtureInfo, TensorSink, bias, done, embeddings, ffn, layer_norm, start
 
 __all__ = ["write_gpt2", "write_starcoder2", "write_falcon", "write_phi3"]
 
@@ -46,21 +44,13 @@ PHI3_DEFAULT_TYPES: dict[str, QT] = {
 }
 
 
-def _begin(path: Path, arch: str, *, n_embd: int, n_head: int, n_head_kv: int | None,
-           n_ff: int, n_layer: int, n_vocab: int, context_length: int) -> gguf.GGUFWriter:
-    # not "phi3": llama-vocab.cpp gives models named phi-3/phi3 special tokens our tiny
-    # vocabulary lacks (<|endoftext|>) and then fails to load
-    return header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                  n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-                  rms_eps=None, rope_freq_base=None,
-                  name=f"graphcost-fixture-{arch.replace('phi3', 'p3')}")
-
-
-def _head(sink: TensorSink, n_embd: int, n_vocab: int, tie: bool, norm_bias: bool) -> None:
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05 if tie else 0.5)
-    layer_norm(sink, "output_norm", n_embd, norm_bias)
-    if not tie:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+def _start(path: str | Path, arch: str, defaults: Mapping[str, QT], **kw) -> TensorSink:
+    """:func:`gguf_writer.start` without RMS epsilon and rope base (each family adds its
+    own), named ``graphcost-fixture-<arch>`` but not "phi3": llama-vocab.cpp gives models
+    named phi-3/phi3 special tokens our tiny vocabulary lacks (<|endoftext|>) and then
+    fails to load."""
+    return start(path, arch, defaults, rms_eps=None, rope_freq_base=None,
+                 name=f"graphcost-fixture-{arch.replace('phi3', 'p3')}", **kw)
 
 
 def _mlp(sink: TensorSink, p: str, n_embd: int, n_ff: int) -> None:
@@ -71,25 +61,17 @@ def _mlp(sink: TensorSink, p: str, n_embd: int, n_ff: int) -> None:
     bias(sink, p + "ffn_down.bias", n_embd)
 
 
-def _info(path: Path, arch: str, sink: TensorSink, *, n_vocab, n_embd, n_head, n_head_kv,
-          n_ff, n_layer, context_length, tie) -> FixtureInfo:
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=n_embd // n_head, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie)
-
-
 def write_gpt2(path: str | Path, *, n_embd: int = 192, n_head: int = 3, n_ff: int = 512,
                n_layer: int = 2, n_vocab: int = 301, context_length: int = 1024,
                tie_embeddings: bool = False, weight_types: Mapping[str, QT] | None = None,
                norm_eps: float = 1e-5, seed: int = 0) -> FixtureInfo:
     """Arch ``gpt2``. ``context_length`` is also the number of position embeddings: it must
     cover every position a test decodes (llama.cpp's GET_ROWS asserts on it)."""
-    path = Path(path)
-    w = _begin(path, "gpt2", n_embd=n_embd, n_head=n_head, n_head_kv=None, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length)
-    w.add_layer_norm_eps(norm_eps)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GPT2_DEFAULT_TYPES)
-    _head(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
+    sink = _start(path, "gpt2", GPT2_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                  n_embd=n_embd, n_head=n_head, n_head_kv=None, n_ff=n_ff, n_layer=n_layer,
+                  n_vocab=n_vocab, context_length=context_length)
+    sink.w.add_layer_norm_eps(norm_eps)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
     sink.matrix("position_embd", "position_embd.weight", n_embd, context_length, scale=0.1)
     for i in range(n_layer):
         p = f"blk.{i}."
@@ -100,10 +82,7 @@ def write_gpt2(path: str | Path, *, n_embd: int = 192, n_head: int = 3, n_ff: in
         bias(sink, p + "attn_output.bias", n_embd)
         layer_norm(sink, p + "ffn_norm", n_embd)
         _mlp(sink, p, n_embd, n_ff)
-    finish(w)
-    return _info(path, "gpt2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head, n_ff=n_ff, n_layer=n_layer, context_length=context_length,
-                 tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings, n_head_kv=n_head)
 
 
 def write_starcoder2(path: str | Path, *, n_embd: int = 256, n_head: int = 8, n_head_kv: int = 2,
@@ -113,14 +92,13 @@ def write_starcoder2(path: str | Path, *, n_embd: int = 256, n_head: int = 8, n_
                      weight_types: Mapping[str, QT] | None = None, norm_eps: float = 1e-5,
                      seed: int = 0) -> FixtureInfo:
     """Arch ``starcoder2`` (tied embeddings like the real 3B/7B files)."""
-    path = Path(path)
     hd = n_embd // n_head
-    w = _begin(path, "starcoder2", n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-               n_ff=n_ff, n_layer=n_layer, n_vocab=n_vocab, context_length=context_length)
-    w.add_layer_norm_eps(norm_eps)
-    w.add_rope_freq_base(100000.0)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, STARCODER2_DEFAULT_TYPES)
-    _head(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
+    sink = _start(path, "starcoder2", STARCODER2_DEFAULT_TYPES, weight_types=weight_types,
+                  seed=seed, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, context_length=context_length)
+    sink.w.add_layer_norm_eps(norm_eps)
+    sink.w.add_rope_freq_base(100000.0)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
     kv = n_head_kv * hd
     for i in range(n_layer):
         p = f"blk.{i}."
@@ -138,10 +116,7 @@ def write_starcoder2(path: str | Path, *, n_embd: int = 256, n_head: int = 8, n_
         bias(sink, p + "attn_output.bias", n_embd)
         layer_norm(sink, p + "ffn_norm", n_embd)
         _mlp(sink, p, n_embd, n_ff)
-    finish(w)
-    return _info(path, "starcoder2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
-                 context_length=context_length, tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings)
 
 
 def write_falcon(path: str | Path, *, n_embd: int = 320, n_head: int = 5, n_head_kv: int = 1,
@@ -151,13 +126,12 @@ def write_falcon(path: str | Path, *, n_embd: int = 320, n_head: int = 5, n_head
                  norm_eps: float = 1e-5, seed: int = 0) -> FixtureInfo:
     """Arch ``falcon``: 7B style (one norm, MQA) by default; ``attn_norm_2=True`` gives the
     40B style (attention and FFN each get their own LayerNorm)."""
-    path = Path(path)
     hd = n_embd // n_head
-    w = _begin(path, "falcon", n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length)
-    w.add_layer_norm_eps(norm_eps)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, FALCON_DEFAULT_TYPES)
-    _head(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
+    sink = _start(path, "falcon", FALCON_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                  n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
+                  n_vocab=n_vocab, context_length=context_length)
+    sink.w.add_layer_norm_eps(norm_eps)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings, norm_bias=True)
     for i in range(n_layer):
         p = f"blk.{i}."
         layer_norm(sink, p + "attn_norm", n_embd)
@@ -166,10 +140,7 @@ def write_falcon(path: str | Path, *, n_embd: int = 320, n_head: int = 5, n_head
         sink.matrix("attn_qkv", p + "attn_qkv.weight", n_embd, n_embd + 2 * n_head_kv * hd)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
         ffn(sink, p, n_embd, n_ff, order=("up", "down"))
-    finish(w)
-    return _info(path, "falcon", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
-                 context_length=context_length, tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings)
 
 
 def write_phi3(path: str | Path, *, n_embd: int = 288, n_head: int = 3, n_head_kv: int = 3,
@@ -182,17 +153,16 @@ def write_phi3(path: str | Path, *, n_embd: int = 288, n_head: int = 3, n_head_k
     separate Q/K/V biases: llama.cpp CONCATs them), ``"separate"`` (attn_q/k/v).
     ``rope_factors`` writes LongRoPE's ``rope_factors_long/short`` ([head_dim/2] each) and
     ``original_context_length`` the context above which llama.cpp uses the long ones."""
-    path = Path(path)
     hd = n_embd // n_head
-    w = _begin(path, "phi3", n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_dimension_count(hd)
+    sink = _start(path, "phi3", PHI3_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                  n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
+                  n_vocab=n_vocab, context_length=context_length)
+    sink.w.add_layer_norm_rms_eps(rms_eps)
+    sink.w.add_rope_dimension_count(hd)
     if original_context_length is not None:
-        w.add_rope_scaling_orig_ctx_len(original_context_length)
-        w.add_rope_scaling_attn_factors(1.19)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, PHI3_DEFAULT_TYPES)
-    _head(sink, n_embd, n_vocab, tie_embeddings, norm_bias=False)
+        sink.w.add_rope_scaling_orig_ctx_len(original_context_length)
+        sink.w.add_rope_scaling_attn_factors(1.19)
+    embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_factors:
         for which, hi in (("long", 8.0), ("short", 1.5)):
             sink.array(f"rope_factors_{which}.weight", np.linspace(1.0, hi, hd // 2))
@@ -212,7 +182,4 @@ def write_phi3(path: str | Path, *, n_embd: int = 288, n_head: int = 3, n_head_k
         sink.vector(p + "ffn_norm.weight", n_embd)
         sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, 2 * n_ff)
         sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-    finish(w)
-    return _info(path, "phi3", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
-                 context_length=context_length, tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings)

@@ -23,11 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
-
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, TensorSink, attention, embeddings, expert_counts, ffn,
-                         finish, header, moe, qkv)
+from gguf_writer import (ATTN_TYPES, QT, GATE_DOWN_UP, TensorSink, attention, embeddings,
+                         expert_counts, ffn, ffn_types, finish, moe, qk_norms, qkv, start)
 
 __all__ = ["write_deepseek2", "write_glm4moe", "write_ernie4_5_moe", "write_minimax_m2",
            "DeepseekInfo", "DEEPSEEK2_DEFAULT_TYPES", "GLM4MOE_DEFAULT_TYPES",
@@ -35,24 +33,11 @@ __all__ = ["write_deepseek2", "write_glm4moe", "write_ernie4_5_moe", "write_mini
 
 # n_embd 224 (7 * 32), q_lora 160, kv_lora 96, nope 48 (F16: not a multiple of 32)
 DEEPSEEK2_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q8_0,
-    "attn_q_a": QT.Q4_0,
-    "attn_q_b": QT.Q8_0,
-    "attn_q": QT.Q5_0,
-    "attn_kv_a_mqa": QT.Q8_0,
-    "attn_k_b": QT.F16,
-    "attn_kv_b": QT.Q8_0,
-    "nextn.eh_proj": QT.Q8_0,
-    "attn_v_b": QT.Q8_0,
-    "attn_output": QT.Q4_1,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.Q4_0,
-    "ffn_up_exps": QT.Q8_0,
-    "ffn_down_exps": QT.Q5_0,
-    "ffn_gate_shexp": QT.Q8_0,
-    "ffn_up_shexp": QT.Q4_0,
-    "ffn_down_shexp": QT.F16,
+    "token_embd": QT.Q8_0, "output": QT.Q8_0, "attn_q_a": QT.Q4_0, "attn_q_b": QT.Q8_0,
+    "attn_q": QT.Q5_0, "attn_kv_a_mqa": QT.Q8_0, "attn_k_b": QT.F16, "attn_kv_b": QT.Q8_0,
+    "attn_v_b": QT.Q8_0, "attn_output": QT.Q4_1, "nextn.eh_proj": QT.Q8_0,
+    "ffn_gate_inp": QT.F32, **ffn_types(QT.Q4_0, QT.Q8_0, QT.Q5_0, "_exps"),
+    **ffn_types(QT.Q8_0, QT.Q4_0, QT.F16, "_shexp"),
 }
 
 
@@ -94,12 +79,13 @@ def write_deepseek2(
     ``n_nextn`` NextN/MTP blocks follow the ``n_layer`` trunk layers (``block_count`` counts
     both). ``legacy_kv_b`` writes a pre-MLA file (no MLA head sizes, ``attn_kv_b``);
     ``merged_gate_up`` one ``ffn_gate_up_exps`` per MoE layer instead of gate and up."""
-    path = Path(path)
     arch = "deepseek2"
     n_all = n_layer + n_nextn
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head if legacy_kv_b else 1,
-               n_ff=n_ff, n_layer=n_all, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, n_rot=n_rot)
+    sink = start(path, arch, DEEPSEEK2_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head if legacy_kv_b else 1, n_ff=n_ff,
+                 n_layer=n_all, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, n_rot=n_rot)
+    w = sink.w
     if legacy_kv_b:
         w.add_key_length(qk_nope + n_rot)
         w.add_value_length(v_head)
@@ -120,7 +106,6 @@ def write_deepseek2(
     if expert_groups is not None:
         w.add_expert_group_count(expert_groups[0])
         w.add_expert_group_used_count(expert_groups[1])
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, DEEPSEEK2_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     k_mla = qk_nope + n_rot
     for i in range(n_all):
@@ -159,26 +144,13 @@ def write_deepseek2(
             ffn(sink, p, n_embd, shared, suffix="_shexp", order=GATE_DOWN_UP)
         if i >= n_layer:
             _nextn(sink, p, n_embd)
-    finish(w)
-    return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
-                        kv_lora_rank=kv_lora_rank, n_rot=n_rot, n_vocab=n_vocab)
+    return _done(sink, n_layer=n_layer, kv_lora_rank=kv_lora_rank, n_rot=n_rot)
 
 
 GLM4MOE_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q5_1,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.Q8_0,
-    "ffn_up_exps": QT.Q4_0,
-    "ffn_down_exps": QT.Q4_1,
-    "ffn_gate_shexp": QT.Q8_0,
-    "ffn_up_shexp": QT.Q8_0,
-    "ffn_down_shexp": QT.Q8_0,
-    "nextn.eh_proj": QT.Q8_0,
+    **ATTN_TYPES, "output": QT.Q8_0, "attn_output": QT.Q5_1, "nextn.eh_proj": QT.Q8_0,
+    "ffn_gate_inp": QT.F32, **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q4_1, "_exps"),
+    **ffn_types(QT.Q8_0, QT.Q8_0, QT.Q8_0, "_shexp"),
 }
 
 
@@ -198,17 +170,16 @@ def write_glm4moe(
     ``n_layer`` trunk layers plus ``n_nextn`` NextN/MTP blocks (``block_count`` counts both;
     each NextN block has a full MoE layer's tensors plus ``nextn.eh_proj/enorm/hnorm`` and
     ``nextn.shared_head_norm``). ``gating=None`` leaves the key out (llama.cpp: sigmoid)."""
-    path = Path(path)
     arch = "glm4moe"
     n_all = n_layer + n_nextn
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_all, n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
-               rope_freq_base=rope_freq_base, head_dim=head_dim, n_rot=n_rot)
-    _moe_keys(w, arch, n_layer_dense_lead, n_expert, n_expert_used, n_expert_shared, n_ff_exp,
+    sink = start(path, arch, GLM4MOE_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_all,
+                 n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+                 rope_freq_base=rope_freq_base, head_dim=head_dim, n_rot=n_rot)
+    _moe_keys(sink.w, arch, n_layer_dense_lead, n_expert, n_expert_used, n_expert_shared, n_ff_exp,
               gating, weights_norm, weights_scale)
     if n_nextn:
-        w.add_nextn_predict_layers(n_nextn)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GLM4MOE_DEFAULT_TYPES)
+        sink.w.add_nextn_predict_layers(n_nextn)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_all):
@@ -219,8 +190,7 @@ def write_glm4moe(
             sink.vector(p + f"attn_{x}.bias", n, center=0.0)
         sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
         if qk_norm:
-            sink.vector(p + "attn_q_norm.weight", head_dim)
-            sink.vector(p + "attn_k_norm.weight", head_dim)
+            qk_norms(sink, p, head_dim, head_dim)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         if i < n_layer_dense_lead:
             ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
@@ -231,25 +201,14 @@ def write_glm4moe(
                 ffn(sink, p, n_embd, shared, suffix="_shexp", order=GATE_DOWN_UP)
         if i >= n_layer:
             _nextn(sink, p, n_embd)
-    finish(w)
-    return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
-                        kv_lora_rank=0, n_rot=n_rot, n_vocab=n_vocab)
+    return _done(sink, n_layer=n_layer, n_rot=n_rot)
 
 
 ERNIE_MINIMAX_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.Q8_0,
-    "attn_v": QT.F16,
-    "attn_output": QT.Q5_0,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.Q4_1,
-    "ffn_up_exps": QT.Q8_0,
-    "ffn_down_exps": QT.Q4_0,
-    "ffn_gate_shexp": QT.Q8_0,
-    "ffn_up_shexp": QT.Q4_0,
-    "ffn_down_shexp": QT.Q8_0,
+    "token_embd": QT.Q8_0, "output": QT.Q8_0, "attn_q": QT.Q4_0, "attn_k": QT.Q8_0,
+    "attn_v": QT.F16, "attn_output": QT.Q5_0, "ffn_gate_inp": QT.F32,
+    **ffn_types(QT.Q4_1, QT.Q8_0, QT.Q4_0, "_exps"),
+    **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q8_0, "_shexp"),
 }
 
 
@@ -277,15 +236,30 @@ def _nextn(sink: TensorSink, p: str, n_embd: int) -> None:
     sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
 
 
-def _plain_header(path: Path, arch: str, *, n_embd, n_head, n_head_kv, head_dim, n_rot,
-                  n_layer, n_ff, n_vocab, context_length, rope_freq_base, rms_eps,
-                  n_expert, n_expert_used, n_ff_exp) -> gguf.GGUFWriter:
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim, n_rot=n_rot)
-    expert_counts(w, arch, n_expert, n_expert_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    return w
+def _done(sink: TensorSink, *, n_layer: int, n_rot: int, kv_lora_rank: int = 0) -> DeepseekInfo:
+    """Write the file; its :class:`DeepseekInfo` (``n_layer`` the trunk's)."""
+    finish(sink.w)
+    return DeepseekInfo(path=sink.sizes["path"], n_layer=n_layer, n_embd=sink.sizes["n_embd"],
+                        n_head=sink.sizes["n_head"], kv_lora_rank=kv_lora_rank, n_rot=n_rot,
+                        n_vocab=sink.sizes["n_vocab"])
+
+
+_PLAIN_KEYS = ("weight_types", "seed", "n_embd", "n_head", "n_head_kv", "head_dim", "n_layer",
+               "n_ff", "n_vocab", "context_length", "rope_freq_base", "rms_eps")
+
+
+def _plain_start(path: str | Path, arch: str, args: Mapping, *, n_rot: int,
+                 n_ff_exp: int) -> TensorSink:
+    """:func:`start` with :data:`ERNIE_MINIMAX_DEFAULT_TYPES` and the writer's own
+    arguments named in ``_PLAIN_KEYS`` (``args``: the writer's ``locals()``), then the
+    expert counts and width and the optional expert weights scale."""
+    sink = start(path, arch, ERNIE_MINIMAX_DEFAULT_TYPES, n_rot=n_rot,
+                 **{k: args[k] for k in _PLAIN_KEYS})
+    expert_counts(sink.w, arch, args["n_expert"], args["n_expert_used"])
+    sink.w.add_expert_feed_forward_length(n_ff_exp)
+    if args["weights_scale"] is not None:
+        sink.w.add_expert_weights_scale(args["weights_scale"])
+    return sink
 
 
 def write_ernie4_5_moe(
@@ -302,21 +276,12 @@ def write_ernie4_5_moe(
     layers below ``n_layer_dense_lead`` dense, the others MoE (llama.cpp loads expert
     tensors for every layer from the dense lead on: real files use step 1); optional
     selection bias, ``ffn_gate_exps`` and shared expert (``n_ff_shexp=0``: none)."""
-    path = Path(path)
-    arch = "ernie4_5-moe"
-    w = _plain_header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-                      head_dim=head_dim, n_rot=head_dim, n_layer=n_layer, n_ff=n_ff,
-                      n_vocab=n_vocab, context_length=context_length,
-                      rope_freq_base=rope_freq_base, rms_eps=rms_eps, n_expert=n_expert,
-                      n_expert_used=n_expert_used, n_ff_exp=n_ff_exp)
+    sink = _plain_start(path, "ernie4_5-moe", locals(), n_rot=head_dim, n_ff_exp=n_ff_exp)
+    w = sink.w
     w.add_interleave_moe_layer_step(moe_step)
     w.add_leading_dense_block_count(n_layer_dense_lead)
     if n_ff_shexp:
         w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    if weights_scale is not None:
-        w.add_expert_weights_scale(weights_scale)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types,
-                      ERNIE_MINIMAX_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
@@ -331,9 +296,7 @@ def write_ernie4_5_moe(
                 ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp", order=GATE_DOWN_UP)
         else:
             ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
-    finish(w)
-    return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
-                        kv_lora_rank=0, n_rot=head_dim, n_vocab=n_vocab)
+    return _done(sink, n_layer=n_layer, n_rot=head_dim)
 
 
 def write_minimax_m2(
@@ -348,19 +311,9 @@ def write_minimax_m2(
     ``head_dim``), ``n_expert`` experts of ``n_ff`` (feed_forward_length; llama.cpp sizes
     the experts by it) in every layer with the required ``exp_probs_b`` and the GGUF's
     gating function (``None`` leaves it out: llama.cpp aborts); untied output."""
-    path = Path(path)
-    arch = "minimax-m2"
-    w = _plain_header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-                      head_dim=head_dim, n_rot=n_rot, n_layer=n_layer, n_ff=n_ff,
-                      n_vocab=n_vocab, context_length=context_length,
-                      rope_freq_base=rope_freq_base, rms_eps=rms_eps, n_expert=n_expert,
-                      n_expert_used=n_expert_used, n_ff_exp=n_ff)
+    sink = _plain_start(path, "minimax-m2", locals(), n_rot=n_rot, n_ff_exp=n_ff)
     if gating is not None:
-        w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
-    if weights_scale is not None:
-        w.add_expert_weights_scale(weights_scale)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types,
-                      ERNIE_MINIMAX_DEFAULT_TYPES)
+        sink.w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
     embeddings(sink, n_embd, n_vocab, tie=False)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
@@ -368,11 +321,8 @@ def write_minimax_m2(
         qkv(sink, p, n_embd, q_dim, kv_dim)
         sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
         sink.vector(p + "attn_norm.weight", n_embd)
-        sink.vector(p + "attn_q_norm.weight", q_dim)
-        sink.vector(p + "attn_k_norm.weight", kv_dim)
+        qk_norms(sink, p, q_dim, kv_dim)
         sink.vector(p + "ffn_norm.weight", n_embd)
         moe(sink, p, n_embd, n_ff, n_expert)
         sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
-    finish(w)
-    return DeepseekInfo(path=path, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
-                        kv_lora_rank=0, n_rot=n_rot, n_vocab=n_vocab)
+    return _done(sink, n_layer=n_layer, n_rot=n_rot)

@@ -14,27 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import numpy as np
-
-from gguf_writer import (QT, FixtureInfo, TensorSink, attention, bias, done, embeddings, ffn,
-                         granite_keys, header, qkv, rope_freqs_tensor, sliding_window_keys,
-                         swa_layers)
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, bias, done, embeddings, ffn,
+                         ffn_types, granite_keys, llama_layers, qk_norms, qkv, rope_freqs_tensor,
+                         sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_qwen2", "write_qwen3", "write_olmo2", "write_granite"]
 
 # defaults per tensor kind; a type whose block does not divide the row length falls
 # back (k-quant -> Q8_0 -> F16), so every fixture below still mixes four types
-DENSE_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q4_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_K,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q4_K,
-}
+DENSE_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "output": QT.Q4_0, "attn_output": QT.Q4_K,
+                                       **ffn_types(QT.Q4_K, QT.Q8_0, QT.Q4_K)}
 
 
 def write_qwen2(
@@ -48,21 +37,14 @@ def write_qwen2(
 
     Default: 7 heads over 1 KV head of 32, n_ff 768 (Q4_K ffn_down), untied output
     with a bias."""
-    path = Path(path)
-    hd = n_embd // n_head
-    w = header(path, "qwen2", n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=None)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, DENSE_DEFAULT_TYPES)
+    sink = start(path, "qwen2", DENSE_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base)
     embeddings(sink, n_embd, n_vocab, tie_embeddings, output_bias)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_embd, n_head_kv * hd, biases=True)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        ffn(sink, p, n_embd, n_ff)
-    return done(w, path, "qwen2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    llama_layers(sink, n_layer, n_embd, n_embd, n_head_kv * (n_embd // n_head), n_ff,
+                 qkv_bias=True)
+    return done(sink, tie=tie_embeddings)
 
 
 def write_qwen3(
@@ -76,23 +58,14 @@ def write_qwen3(
 
     Default: 6 heads of 64 (q width 384 > n_embd 256; head_dim 64 takes the Hadamard
     path for quantized KV), 2 KV heads, n_ff 544 (17 * 32), tied embeddings."""
-    path = Path(path)
-    w = header(path, "qwen3", n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, DENSE_DEFAULT_TYPES)
+    sink = start(path, "qwen3", DENSE_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    q_dim = n_head * head_dim
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, q_dim, n_head_kv * head_dim)
-        sink.vector(p + "attn_k_norm.weight", head_dim)
-        sink.vector(p + "attn_q_norm.weight", head_dim)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        ffn(sink, p, n_embd, n_ff)
-    return done(w, path, "qwen3", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff,
+                 qk_norm=head_dim)
+    return done(sink, tie=tie_embeddings)
 
 
 def write_olmo2(
@@ -110,18 +83,16 @@ def write_olmo2(
     llama.cpp then builds the iSWA graph, pattern default 4: three sliding layers, then
     one global). ``fused_qkv`` writes one ``attn_qkv`` matrix instead of three;
     ``qkv_bias`` adds the optional Q/K/V biases (fused: one ``attn_qkv.bias``)."""
-    path = Path(path)
-    hd = n_embd // n_head
-    w = header(path, "olmo2", n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=None)
-    layers = [False] * n_layer
+    sink = start(path, "olmo2", DENSE_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base)
+    layers = None
     if sliding_window:
-        sliding_window_keys(w, "olmo2", sliding_window, swa_pattern)
+        sliding_window_keys(sink.w, "olmo2", sliding_window, swa_pattern)
         layers = swa_layers(n_layer, 4 if swa_pattern is None else swa_pattern)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, DENSE_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie=False)
-    kv_dim = n_head_kv * hd
+    kv_dim = n_head_kv * (n_embd // n_head)
     for i in range(n_layer):
         p = f"blk.{i}."
         if fused_qkv:
@@ -131,15 +102,11 @@ def write_olmo2(
         else:
             qkv(sink, p, n_embd, n_embd, kv_dim, biases=qkv_bias)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-        sink.vector(p + "attn_q_norm.weight", n_embd)
-        sink.vector(p + "attn_k_norm.weight", kv_dim)
+        qk_norms(sink, p, n_embd, kv_dim)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
-    return done(w, path, "olmo2", sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=False, sliding_window=sliding_window,
-                layers_swa=layers)
+    return done(sink, tie=False, sliding_window=sliding_window, layers_swa=layers)
 
 
 def write_granite(
@@ -158,16 +125,14 @@ def write_granite(
     biases; ``rope_finetuned=False`` writes ``rope.scaling.finetuned = false``, which
     granite uses to switch rope off; ``rope_freqs`` adds the optional
     ``rope_freqs.weight``."""
-    path = Path(path)
     hd = n_embd // n_head
-    arch = "granite"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=None)
-    granite_keys(w, logit_scale=logit_scale, embedding_scale=embedding_scale,
+    sink = start(path, "granite", DENSE_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base)
+    granite_keys(sink.w, logit_scale=logit_scale, embedding_scale=embedding_scale,
                  residual_scale=residual_scale, attention_scale=attention_scale,
                  rope_finetuned=rope_finetuned)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, DENSE_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2)
@@ -179,6 +144,4 @@ def write_granite(
             bias(sink, p + "attn_output.bias", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff, biases=biases)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings)

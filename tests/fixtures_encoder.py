@@ -10,17 +10,15 @@
 The writer mirrors ``llama_model_bert::load_arch_tensors`` (src/models/bert.cpp in the
 llama.cpp vendored by llama-cpp-python 0.3.36): llama.cpp refuses a missing required
 tensor and any tensor it did not ask for. Shared machinery (vocabulary, weight makers,
-type choice) comes from ``fixtures.py``; ``weight_types`` works the same way.
+type choice) comes from :mod:`gguf_writer`; ``weight_types`` works the same way.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
-
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, add_spm_vocab, bias, finish, layer_norm
+from gguf_writer import QT, FixtureInfo, bias, done, layer_norm, start
 
 __all__ = ["write_bert"]
 
@@ -30,10 +28,6 @@ BERT_DEFAULT_TYPES: dict[str, QT] = {
     "attn_output": QT.Q8_0, "ffn_up": QT.Q4_0, "ffn_down": QT.Q4_K, "cls": QT.F16,
     "cls.output": QT.F16,
 }
-
-
-
-
 
 
 def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: int = 416,
@@ -52,32 +46,24 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
     ``cls_out`` (labels) add RANK's classification heads; ``causal=None`` leaves out
     ``bert.attention.causal``. ``context_length`` rows of position embeddings must cover
     every position a test encodes."""
-    path = Path(path)
     nomic = arch == "nomic-bert"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    if nomic:
-        w.add_rope_freq_base(1000.0)
-    if norm_eps is not None:  # required by llama.cpp: None writes a file it refuses
-        w.add_layer_norm_eps(norm_eps)
-    if causal is not None:
-        w.add_causal_attention(causal)
-    if pooling is not None:
-        w.add_pooling_type(pooling)
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_spm_vocab(w, n_vocab)
-    w.add_token_type_count(max(token_types, 1))
+
+    def encoder_keys(w: gguf.GGUFWriter) -> None:
+        if norm_eps is not None:  # required by llama.cpp: None writes a file it refuses
+            w.add_layer_norm_eps(norm_eps)
+        if causal is not None:
+            w.add_causal_attention(causal)
+        if pooling is not None:
+            w.add_pooling_type(pooling)
+
+    sink = start(path, arch, BERT_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=None, n_ff=n_ff, n_layer=n_layer,
+                 n_vocab=n_vocab, context_length=context_length, rms_eps=None,
+                 rope_freq_base=1000.0 if nomic else None, after={"rope.freq_base": encoder_keys})
+    sink.w.add_token_type_count(max(token_types, 1))
     if cls_out:
-        w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch),
-                    [f"label{i}" for i in range(cls_out)])
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, BERT_DEFAULT_TYPES)
+        sink.w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch),
+                         [f"label{i}" for i in range(cls_out)])
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.5)
     if token_types:
         sink.matrix("token_types", "token_types.weight", n_embd, token_types, scale=0.1)
@@ -113,8 +99,4 @@ def write_bert(path: str | Path, *, n_embd: int = 160, n_head: int = 5, n_ff: in
             bias(sink, p + "ffn_up.bias", n_ff)
             bias(sink, p + "ffn_down.bias", n_embd)
         layer_norm(sink, p + "layer_output_norm", n_embd)
-    finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head, head_dim=n_embd // n_head, n_ff=n_ff,
-                       n_layer=n_layer, context_length=context_length, tie_embeddings=False,
-                       tensor_types=sink.types)
+    return done(sink, tie=False, n_head_kv=n_head)

@@ -7,7 +7,7 @@ inputs of 256 per layer, LAuReL rank 64 (the tensors' shapes follow them). Layer
 on have no KV cache of their own (they reuse layer 18's or 19's), so a fixture needs more
 than 20 layers to show KV sharing; the first 10 layers use activation sparsity.
 
-Shared machinery (vocabulary, weight makers, type choice) comes from ``fixtures.py``;
+Shared machinery (vocabulary, weight makers, type choice) comes from :mod:`gguf_writer`;
 ``weight_types`` works the same way.
 """
 from __future__ import annotations
@@ -15,11 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
-
-import gguf
-from gguf_writer import (QT, FixtureInfo, TensorSink, done, ffn, header, make_weight,
-                         per_layer_inputs, qkv, swa_layers)
+from gguf_writer import (QT, FixtureInfo, done, ffn, make_weight, per_layer_block, per_layer_inputs,
+                         qk_norms, qkv, start, swa_layers)
 
 __all__ = ["write_gemma3n", "N_ALTUP", "N_EMBD_ALTUP", "LAUREL_RANK"]
 
@@ -43,23 +40,20 @@ def write_gemma3n(path: str | Path, *, n_embd: int = 160, n_head: int = 3, n_hea
                   seed: int = 0) -> FixtureInfo:
     """Arch ``gemma3n``. Default: 6 layers (pattern 5: layer 4 global, the others sliding), 3 heads of 64 over 1
     KV head (q width 192 != n_embd 160), n_ff 288, tied output, separate Q/K/V."""
-    path = Path(path)
-    arch = "gemma3n"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=1_000_000.0, head_dim=head_dim)
+    sink = start(path, "gemma3n", GEMMA3N_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=1_000_000.0, head_dim=head_dim)
     if sliding_window is not None:  # required: None writes a file llama.cpp refuses
-        w.add_sliding_window(sliding_window)
-    rng = np.random.default_rng(seed)
-    sink = TensorSink(w, rng, weight_types, GEMMA3N_DEFAULT_TYPES)
+        sink.w.add_sliding_window(sliding_window)
     q_dim, kv_dim = head_dim * n_head, head_dim * n_head_kv
 
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
     if not tie_embeddings:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
     for name in ("altup_proj", "altup_unembd_proj"):  # [n_embd, n_embd, n_altup - 1]
-        sink._add(f"{name}.weight", make_weight(rng, (N_ALTUP - 1, n_embd, n_embd), QT.F16),
-                  QT.F16)
+        sink._add(f"{name}.weight",
+                  make_weight(sink.rng, (N_ALTUP - 1, n_embd, n_embd), QT.F16), QT.F16)
     per_layer_inputs(sink, n_embd, n_vocab, N_EMBD_ALTUP, n_layer)
     sink.vector("output_norm.weight", n_embd)
     for i in range(n_layer):
@@ -70,15 +64,12 @@ def write_gemma3n(path: str | Path, *, n_embd: int = 160, n_head: int = 3, n_hea
         else:
             qkv(sink, p, n_embd, q_dim, kv_dim)
         sink.matrix("attn_output", p + "attn_output.weight", q_dim, n_embd)
-        sink.vector(p + "attn_q_norm.weight", head_dim)
-        sink.vector(p + "attn_k_norm.weight", head_dim)
+        qk_norms(sink, p, head_dim, head_dim)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
-        sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, N_EMBD_ALTUP)
-        sink.matrix("proj", p + "proj.weight", N_EMBD_ALTUP, n_embd)
-        sink.vector(p + "post_norm.weight", n_embd)
+        per_layer_block(sink, p, n_embd, N_EMBD_ALTUP)
         sink.matrix("altup_correct_coef", p + "altup_correct_coef.weight", N_ALTUP, N_ALTUP)
         sink.vector(p + "altup_correct_scale.weight", n_embd)
         sink.matrix("altup_predict_coef", p + "altup_predict_coef.weight", N_ALTUP,
@@ -88,7 +79,5 @@ def write_gemma3n(path: str | Path, *, n_embd: int = 160, n_head: int = 3, n_hea
         sink.matrix("laurel_l", p + "laurel_l.weight", n_embd, LAUREL_RANK)
         sink.matrix("laurel_r", p + "laurel_r.weight", LAUREL_RANK, n_embd)
         sink.vector(p + "laurel_post_norm.weight", n_embd)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings,
-                sliding_window=sliding_window or 0, layers_swa=swa_layers(n_layer, 5))
+    return done(sink, tie=tie_embeddings, sliding_window=sliding_window or 0,
+                layers_swa=swa_layers(n_layer, 5))

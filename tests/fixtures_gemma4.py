@@ -12,17 +12,16 @@ experts: on ``moe_layers`` a router ``ffn_gate_inp`` (+ ``.scale``), its norms
 ``ffn_gate_exps``/``ffn_up_exps`` or merged ``ffn_gate_up_exps``, ``ffn_down_exps`` and
 its optional per-expert ``.scale``; the dense FFN stays as the shared expert.
 
-Shared machinery (vocabulary, weight makers, type choice) comes from ``fixtures.py``.
+Shared machinery (vocabulary, weight makers, type choice) comes from :mod:`gguf_writer`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import numpy as np
-
 import gguf
-from gguf_writer import QT, FixtureInfo, TensorSink, add_spm_vocab, ffn, finish
+from gguf_writer import (QT, FixtureInfo, done, expert_counts, ffn, per_layer_block,
+                         per_layer_inputs, start)
 
 __all__ = ["write_gemma4"]
 
@@ -57,50 +56,40 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
     router and ``n_expert`` experts of ``n_ff_exp`` (``n_expert_used`` per token).
     ``extra_scales``: per-tensor weight scales ``blk.0.<name>.scale`` [1] (NVFP4
     conversions' ``wq_s`` ...), which graphcost's gemma4 does not model."""
-    path = Path(path)
     n_layer = len(swa_pattern)
-    w = gguf.GGUFWriter(str(path), "gemma4")
-    w.add_name("graphcost-fixture-gemma4")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_key_length_swa(head_dim_swa)
-    w.add_value_length_swa(head_dim_swa)
-    w.add_rope_dimension_count(head_dim)
-    w.add_uint32(gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch="gemma4"), head_dim_swa)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_sliding_window(sliding_window)
-    if write_pattern:  # required: False writes a file llama.cpp refuses
-        w.add_sliding_window_pattern(list(swa_pattern))
-    w.add_shared_kv_layers(shared_kv_layers)
-    w.add_embedding_length_per_layer_input(n_embd_per_layer)
-    w.add_rope_freq_base(1_000_000.0)
-    if final_logit_softcap is not None:
-        w.add_final_logit_softcapping(final_logit_softcap)
-    if moe_layers:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(n_expert_used)
-        w.add_expert_feed_forward_length(n_ff_exp)
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_spm_vocab(w, n_vocab)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA4_DEFAULT_TYPES)
+    arch = "gemma4"
 
+    def swa_sizes(w: gguf.GGUFWriter) -> None:
+        w.add_key_length_swa(head_dim_swa)
+        w.add_value_length_swa(head_dim_swa)
+
+    def sliding(w: gguf.GGUFWriter) -> None:
+        w.add_sliding_window(sliding_window)
+        if write_pattern:  # required: False writes a file llama.cpp refuses
+            w.add_sliding_window_pattern(list(swa_pattern))
+        w.add_shared_kv_layers(shared_kv_layers)
+        w.add_embedding_length_per_layer_input(n_embd_per_layer)
+
+    def softcap_experts(w: gguf.GGUFWriter) -> None:
+        if final_logit_softcap is not None:
+            w.add_final_logit_softcapping(final_logit_softcap)
+        if moe_layers:
+            expert_counts(w, arch, n_expert, n_expert_used)
+            w.add_expert_feed_forward_length(n_ff_exp)
+
+    sink = start(path, arch, GEMMA4_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer,
+                 n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+                 rope_freq_base=1_000_000.0, head_dim=head_dim, n_rot=head_dim,
+                 after={"value_length": swa_sizes,
+                        "rope.dimension_count": lambda w: w.add_uint32(
+                            gguf.Keys.Rope.DIMENSION_COUNT_SWA.format(arch=arch), head_dim_swa),
+                        "layer_norm_rms_epsilon": sliding, "rope.freq_base": softcap_experts})
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
     if not tie_embeddings:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
     if n_embd_per_layer:
-        sink.matrix("per_layer_token_embd", "per_layer_token_embd.weight",
-                    n_embd_per_layer * n_layer, n_vocab, scale=0.5)
-        sink.matrix("per_layer_model_proj", "per_layer_model_proj.weight", n_embd,
-                    n_embd_per_layer * n_layer)
-        sink.vector("per_layer_proj_norm.weight", n_embd_per_layer)
+        per_layer_inputs(sink, n_embd, n_vocab, n_embd_per_layer, n_layer)
     sink.vector("output_norm.weight", n_embd)
     sink.vector("rope_freqs.weight", head_dim // 2, center=1.0, spread=0.0)
     n_kv_from = n_layer - shared_kv_layers
@@ -149,12 +138,6 @@ def write_gemma4(path: str | Path, *, n_embd: int = 160, n_head: int = 2, n_head
             if down_scale:
                 sink.vector(p + "ffn_down_exps.scale", n_expert, center=0.8, spread=0.2)
         if n_embd_per_layer:
-            sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_embd_per_layer)
-            sink.matrix("proj", p + "proj.weight", n_embd_per_layer, n_embd)
-            sink.vector(p + "post_norm.weight", n_embd)
-    finish(w)
-    return FixtureInfo(path=path, arch="gemma4", n_vocab=n_vocab, n_embd=n_embd,
-                       n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff,
-                       n_layer=n_layer, context_length=context_length,
-                       tie_embeddings=tie_embeddings, sliding_window=sliding_window,
-                       swa_layers=list(swa_pattern), tensor_types=sink.types)
+            per_layer_block(sink, p, n_embd, n_embd_per_layer)
+    return done(sink, tie=tie_embeddings, sliding_window=sliding_window,
+                layers_swa=list(swa_pattern))

@@ -13,26 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import numpy as np
-
 import gguf
-from gguf_writer import (QT, FixtureInfo, TensorSink, embeddings, expert_counts, finish, header,
-                         info, moe, qkv, sliding_window_keys, swa_layers)
+from gguf_writer import (QT, FixtureInfo, done, embeddings, expert_counts, ffn_types, moe, qkv,
+                         sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_gptoss", "GPTOSS_DEFAULT_TYPES"]
 
 # n_embd 288 (9 * 32), q width 384, expert width 160 (5 * 32): no k-quant fits the experts
 GPTOSS_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q8_0,
-    "attn_q": QT.Q8_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_0,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.MXFP4,
-    "ffn_up_exps": QT.MXFP4,
-    "ffn_down_exps": QT.MXFP4,
+    "token_embd": QT.Q8_0, "output": QT.Q8_0, "attn_q": QT.Q8_0, "attn_k": QT.F16,
+    "attn_v": QT.Q8_0, "attn_output": QT.Q4_0, "ffn_gate_inp": QT.F32,
+    **ffn_types(QT.MXFP4, QT.MXFP4, QT.MXFP4, "_exps"),
 }
 
 
@@ -47,12 +38,13 @@ def write_gptoss(
     """Arch ``gpt-oss``. ``swa_pattern``: None -> key absent (llama.cpp's default 2: even
     layers sliding), an int or a per-layer list of bools otherwise. ``yarn`` writes the
     YaRN rope scaling the released files carry (factor 32 over 4096 trained positions)."""
-    path = Path(path)
     arch = "gpt-oss"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff_exp,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim,
-               n_rot=head_dim)
+    sink = start(path, arch, GPTOSS_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff_exp,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim,
+                 n_rot=head_dim)
+    w = sink.w
     # sliding_window None: leave the required key out (bad-input tests)
     sliding_window_keys(w, arch, sliding_window, swa_pattern)
     if yarn:
@@ -61,15 +53,12 @@ def write_gptoss(
         w.add_rope_scaling_orig_ctx_len(4096)
     expert_counts(w, arch, n_expert, n_expert_used)
     w.add_expert_feed_forward_length(n_ff_exp)
-    rng = np.random.default_rng(seed)
-    sink = TensorSink(w, rng, weight_types, GPTOSS_DEFAULT_TYPES)
     embeddings(sink, n_embd, n_vocab, tie=False)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
 
     def f32(name: str, *shape: int, scale: float = 0.02) -> None:
         # ggml ne = shape; numpy rows last
-        arr = (scale * rng.standard_normal(tuple(reversed(shape)))).astype(np.float32)
-        sink._add(name, arr, QT.F32)
+        sink.array(name, scale * sink.rng.standard_normal(tuple(reversed(shape))))
 
     for i in range(n_layer):
         p = f"blk.{i}."
@@ -87,9 +76,5 @@ def write_gptoss(
         f32(p + "ffn_gate_exps.bias", n_ff_exp, n_expert)
         f32(p + "ffn_down_exps.bias", n_embd, n_expert)
         f32(p + "ffn_up_exps.bias", n_ff_exp, n_expert)
-    finish(w)
-    layers = swa_layers(n_layer, 2 if swa_pattern is None else swa_pattern)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
-                context_length=context_length, tie=False, sliding_window=sliding_window or 0,
-                layers_swa=layers)
+    return done(sink, tie=False, sliding_window=sliding_window or 0,
+                layers_swa=swa_layers(n_layer, 2 if swa_pattern is None else swa_pattern))

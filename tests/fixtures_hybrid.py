@@ -5,7 +5,7 @@ Each writer mirrors the tensors the family's ``load_arch_tensors`` creates in th
 llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``): llama.cpp
 refuses a file with a missing required tensor or with a tensor it did not ask for.
 Sizes are odd on purpose; the per-layer pattern of recurrent and attention layers is an
-argument. See :mod:`fixtures` for ``weight_types`` and the type fallbacks.
+argument. See :mod:`gguf_writer` for ``weight_types`` and the type fallbacks.
 """
 from __future__ import annotations
 
@@ -15,31 +15,45 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, add_spm_vocab, embeddings, ffn,
-                         finish, qkv)
+from fixtures_dense import DENSE_DEFAULT_TYPES
+from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, bias, done, embeddings,
+                         expert_counts, ffn, granite_keys, moe, qkv, ssm_keys, start)
 
 __all__ = ["write_lfm2", "LFM2_PATTERN", "write_granitehybrid", "GRANITE_HYBRID_PATTERN",
            "write_qwen3next", "write_nemotron_h"]
 
 HYBRID_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q4_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_K,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q4_0,
-    "shortconv.in_proj": QT.Q8_0,
-    "shortconv.out_proj": QT.Q4_0,
-    # ggml_compute_forward_ssm_conv reads the kernel as F32
-    "shortconv.conv": QT.F32,
-    "ssm_in": QT.Q8_0,
+    **DENSE_DEFAULT_TYPES, "ffn_down": QT.Q4_0,
+    "shortconv.in_proj": QT.Q8_0, "shortconv.out_proj": QT.Q4_0, "ssm_in": QT.Q8_0,
     "ssm_out": QT.Q4_K,
     # ggml_compute_forward_ssm_conv reads the kernel as F32
-    "ssm_conv1d": QT.F32,
+    "shortconv.conv": QT.F32, "ssm_conv1d": QT.F32,
 }
+
+#: the routers' weight scale here (the MoE families elsewhere use gguf_writer.moe's 0.5)
+ROUTER_SCALE = 0.05
+
+
+def _kv_heads(recurrent: Sequence[bool], n_head_kv: int) -> list[int]:
+    """``head_count_kv`` per layer: 0 on recurrent layers."""
+    return [0 if r else n_head_kv for r in recurrent]
+
+
+def _mamba2(sink: TensorSink, p: str, n_embd: int, d_conv: int, d_inner: int, d_state: int,
+            n_ssm_head: int, n_group: int) -> None:
+    """A Mamba-2 layer's tensors (granitehybrid, nemotron_h): ``ssm_in``, ``ssm_conv1d``
+    and its bias, ``ssm_dt.bias``, ``ssm_a`` and ``ssm_d`` ({1, n_head}, no ``.weight``
+    suffix), the grouped ``ssm_norm``, ``ssm_out``."""
+    d_xbc = d_inner + 2 * n_group * d_state
+    sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, d_inner + d_xbc + n_ssm_head)
+    sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
+    bias(sink, p + "ssm_conv1d.bias", d_xbc)
+    sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
+    sink.array(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head).reshape(n_ssm_head, 1))
+    sink.array(p + "ssm_d", np.ones((n_ssm_head, 1)))
+    sink.array(p + "ssm_norm.weight", np.ones((n_group, d_inner // n_group)))
+    sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+
 
 #: LFM2's layout in small: conv, conv, attention, conv, attention (True = recurrent)
 LFM2_PATTERN = (True, True, False, True, False)
@@ -62,46 +76,29 @@ def write_lfm2(
 
     Default: n_embd 160, 5 heads of 32 over 1 KV head, n_ff 416 (13 * 32), kernel 3, the
     output norm ``token_embd_norm`` (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2), tied output."""
-    path = Path(path)
     n_layer = len(pattern)
     hd = n_embd // n_head
     arch = "lfm2moe" if n_expert else "lfm2"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
-    w.add_uint32(gguf.Keys.ShortConv.L_CACHE.format(arch=arch), l_cache)
-    if n_expert:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(n_expert_used)
-        w.add_expert_feed_forward_length(n_ff_exp)
-        w.add_leading_dense_block_count(dense_lead)
-        w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_spm_vocab(w, n_vocab)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
-    sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab,
-                scale=0.05 if tie_embeddings else 0.5)
-    sink.vector("token_embd_norm.weight", n_embd)
-    if not tie_embeddings:
-        sink.matrix("output", "output.weight", n_embd, n_vocab)
+
+    def family_keys(w: gguf.GGUFWriter) -> None:
+        w.add_uint32(gguf.Keys.ShortConv.L_CACHE.format(arch=arch), l_cache)
+        if n_expert:
+            expert_counts(w, arch, n_expert, n_expert_used)
+            w.add_expert_feed_forward_length(n_ff_exp)
+            w.add_leading_dense_block_count(dense_lead)
+            w.add_expert_gating_func(gguf.ExpertGatingFuncType(gating))
+
+    sink = start(path, arch, HYBRID_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=_kv_heads(pattern, n_head_kv), n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+                 rope_freq_base=rope_freq_base, after={"vocab_size": family_keys})
+    embeddings(sink, n_embd, n_vocab, tie_embeddings, norm="token_embd_norm")
     kv_dim = n_head_kv * hd
     for i, recurrent in enumerate(pattern):
         p = f"blk.{i}."
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert and i >= dense_lead:
-            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp, n_expert)
-            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+            moe(sink, p, n_embd, n_ff_exp, n_expert, router_scale=ROUTER_SCALE)
             sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
         else:
             ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
@@ -115,11 +112,7 @@ def write_lfm2(
             sink.vector(p + "attn_k_norm.weight", hd)
             qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
-    finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie_embeddings,
-                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+    return done(sink, tie=tie_embeddings, n_head_kv=n_head_kv)
 
 
 #: a granitehybrid layout in small: mamba2, attention, mamba2, mamba2 (True = recurrent)
@@ -145,89 +138,46 @@ def write_granitehybrid(
 
     Default: n_embd 96, d_inner 192 in 6 SSM heads of 32, 2 groups, d_state 16, kernel 4;
     3 attention heads of 32 over 1 KV head; n_ff 224 (7 * 32); Granite multipliers."""
-    path = Path(path)
     n_layer = len(pattern)
     hd = n_embd // n_head
     d_inner = 2 * n_embd
     arch = "granitehybrid"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv([0 if r else n_head_kv for r in pattern])
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
-    w.add_ssm_conv_kernel(d_conv)
-    w.add_ssm_inner_size(d_inner)
-    w.add_ssm_state_size(d_state)
-    w.add_ssm_time_step_rank(n_ssm_head)
-    w.add_ssm_group_count(n_group)
-    if n_expert:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(n_expert_used)
-        if n_ff_shexp:
-            w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    if logit_scale is not None:
-        w.add_logit_scale(logit_scale)
-    if embedding_scale is not None:
-        w.add_embedding_scale(embedding_scale)
-    if residual_scale is not None:
-        w.add_residual_scale(residual_scale)
-    if attention_scale is not None:
-        w.add_attention_scale(attention_scale)
-    if rope_finetuned is not None:
-        w.add_rope_scaling_finetuned(rope_finetuned)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_spm_vocab(w, n_vocab)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+
+    def family_keys(w: gguf.GGUFWriter) -> None:
+        ssm_keys(w, d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_rank=n_ssm_head,
+                 n_group=n_group)
+        if n_expert:
+            expert_counts(w, arch, n_expert, n_expert_used)
+            if n_ff_shexp:
+                w.add_expert_shared_feed_forward_length(n_ff_shexp)
+        granite_keys(w, logit_scale=logit_scale, embedding_scale=embedding_scale,
+                     residual_scale=residual_scale, attention_scale=attention_scale,
+                     rope_finetuned=rope_finetuned)
+
+    sink = start(path, arch, HYBRID_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=_kv_heads(pattern, n_head_kv), n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length, rms_eps=rms_eps,
+                 rope_freq_base=rope_freq_base, after={"vocab_size": family_keys})
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
-    d_xbc = d_inner + 2 * n_group * d_state
     for i, recurrent in enumerate(pattern):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         if recurrent:
-            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
-            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
-            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
-            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
-            # ssm_a and ssm_d are {1, n_head} and have no ".weight" suffix
-            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
-            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
-            sink.types[p + "ssm_a"] = sink.types[p + "ssm_d"] = "F32"
-            w.add_tensor(p + "ssm_norm.weight",
-                         np.ones((n_group, d_inner // n_group), dtype=np.float32))
-            sink.types[p + "ssm_norm.weight"] = "F32"
-            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+            _mamba2(sink, p, n_embd, d_conv, d_inner, d_state, n_ssm_head, n_group)
         else:
             qkv(sink, p, n_embd, n_embd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
             if biases:
-                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+                bias(sink, p + "attn_output.bias", n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         if n_expert:
-            sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff, n_expert)
-            sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff, n_embd, n_expert)
-            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff, n_expert)
+            moe(sink, p, n_embd, n_ff, n_expert, router_scale=ROUTER_SCALE)
             if n_ff_shexp:
                 ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
-            continue
-        ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
-        if biases:
-            sink.vector(p + "ffn_gate.bias", n_ff, center=0.0, spread=0.02)
-            sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
-            sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
-    finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie_embeddings,
-                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+        else:
+            ffn(sink, p, n_embd, n_ff, biases=biases, order=GATE_DOWN_UP)
+    return done(sink, tie=tie_embeddings, n_head_kv=n_head_kv)
 
 
 def write_qwen3next(
@@ -260,46 +210,34 @@ def write_qwen3next(
     recurrent: ``is_recr_impl[i] = i < n_layer() && ...``). ``gate_up_merged``: the
     experts' gate and up as one ``ffn_gate_up_exps`` [n_embd, 2 n_ff_exp, n_expert]
     (``create_tensor_gate_up_exps``; the converter's ``--fuse-gate-up-exps``)."""
-    path = Path(path)
     if arch not in ("qwen3next", "qwen35", "qwen35moe"):
         raise ValueError(f"arch {arch!r}")
     interval = 4 if full_attention_interval is None else full_attention_interval
     pattern = [(i + 1) % interval != 0 for i in range(n_layer)] + [False] * n_nextn
     d_inner = d_state * n_v_heads
-    moe = arch != "qwen35"
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer + n_nextn)
+    moe_ffn = arch != "qwen35"
+
+    def family_keys(w: gguf.GGUFWriter) -> None:
+        if moe_ffn:
+            expert_counts(w, arch, n_expert, n_expert_used)
+            w.add_expert_feed_forward_length(n_ff_exp)
+            w.add_expert_shared_feed_forward_length(n_ff_shexp)
+        ssm_keys(w, d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_rank=n_v_heads,
+                 n_group=n_k_heads)
+        if full_attention_interval is not None:
+            w.add_uint32(gguf.Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=arch),
+                         full_attention_interval)
+
+    after = {"vocab_size": family_keys}
     if n_nextn:
-        w.add_nextn_predict_layers(n_nextn)
-    w.add_feed_forward_length(n_ff_exp if moe else n_ff)
+        after["block_count"] = lambda w: w.add_nextn_predict_layers(n_nextn)
     if arch != "qwen3next":
-        w.add_rope_dimension_sections(list(rope_sections))
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
-    if moe:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(n_expert_used)
-        w.add_expert_feed_forward_length(n_ff_exp)
-        w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    w.add_ssm_conv_kernel(d_conv)
-    w.add_ssm_inner_size(d_inner)
-    w.add_ssm_state_size(d_state)
-    w.add_ssm_time_step_rank(n_v_heads)
-    w.add_ssm_group_count(n_k_heads)
-    if full_attention_interval is not None:
-        w.add_uint32(gguf.Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=arch), full_attention_interval)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_spm_vocab(w, n_vocab)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+        after["feed_forward_length"] = lambda w: w.add_rope_dimension_sections(list(rope_sections))
+    sink = start(path, arch, HYBRID_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+                 n_ff=n_ff_exp if moe_ffn else n_ff, n_layer=n_layer + n_nextn, n_vocab=n_vocab,
+                 context_length=context_length, rms_eps=rms_eps, rope_freq_base=rope_freq_base,
+                 head_dim=head_dim, after=after)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
     conv_dim = 2 * key_dim + value_dim
@@ -312,8 +250,7 @@ def write_qwen3next(
             sink.matrix("attn_gate", p + "attn_gate.weight", n_embd, value_dim)
             sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, conv_dim, scale=0.3)
             sink.vector(p + "ssm_dt.bias", n_v_heads, center=0.0, spread=0.1)
-            w.add_tensor(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads, dtype=np.float32))
-            sink.types[p + "ssm_a"] = "F32"
+            sink.array(p + "ssm_a", -np.linspace(0.5, 2.0, n_v_heads))
             if arch == "qwen3next":
                 sink.matrix("ssm_ba", p + "ssm_ba.weight", n_embd, 2 * n_v_heads)
             else:
@@ -330,26 +267,14 @@ def write_qwen3next(
             sink.matrix("nextn.eh_proj", p + "nextn.eh_proj.weight", 2 * n_embd, n_embd)
             for t in ("enorm", "hnorm", "shared_head_norm"):
                 sink.vector(p + f"nextn.{t}.weight", n_embd)
-        if not moe:
+        if not moe_ffn:
             ffn(sink, p, n_embd, n_ff, order=GATE_DOWN_UP)
             continue
-        sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
-        sink.experts("ffn_down_exps", p + "ffn_down_exps.weight", n_ff_exp, n_embd, n_expert)
-        if gate_up_merged:
-            sink.experts("ffn_gate_up_exps", p + "ffn_gate_up_exps.weight", n_embd,
-                     2 * n_ff_exp, n_expert)
-        else:
-            sink.experts("ffn_gate_exps", p + "ffn_gate_exps.weight", n_embd, n_ff_exp,
-                     n_expert)
-            sink.experts("ffn_up_exps", p + "ffn_up_exps.weight", n_embd, n_ff_exp, n_expert)
+        moe(sink, p, n_embd, n_ff_exp, n_expert, router_scale=ROUTER_SCALE,
+            order=("down", "gate_up") if gate_up_merged else ("down", "gate", "up"))
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
         ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp")
-    finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp if moe else n_ff,
-                       n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie_embeddings,
-                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+    return done(sink, tie=tie_embeddings, n_layer=n_layer)
 
 
 def write_nemotron_h(
@@ -377,7 +302,6 @@ def write_nemotron_h(
 
     Default: M - M * - M; n_embd 96, d_inner 128 in 4 SSM heads of 32, 2 groups, d_state
     16, kernel 4; 3 attention heads of 32 over 1 KV head; n_ff 160 (5 * 32)."""
-    path = Path(path)
     if set(pattern) - set("M*-E"):
         raise ValueError("pattern: M (mamba2), * (attention), - (MLP), E (MoE)")
     n_layer = len(pattern)
@@ -385,59 +309,38 @@ def write_nemotron_h(
     if n_nextn and "E" not in pattern:
         raise ValueError("MTP blocks belong to MoE files (pattern with E)")
     pattern = pattern + "T" * n_nextn  # T: an MTP block (attention + MoE)
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer + n_nextn)
-    if n_nextn:
-        w.add_nextn_predict_layers(n_nextn)
-    w.add_feed_forward_length([n_ff if c in "-ET" else 0 for c in pattern])
-    if "E" in pattern:
-        w.add_expert_count(n_expert)
-        if isinstance(n_expert_used, int):
-            w.add_expert_used_count(n_expert_used)
-        else:
-            w.add_array(gguf.Keys.LLM.EXPERT_USED_COUNT.format(arch=arch), list(n_expert_used))
+
+    def expert_keys(w: gguf.GGUFWriter) -> None:
+        if "E" not in pattern:
+            return
+        expert_counts(w, arch, n_expert, n_expert_used)
         w.add_expert_feed_forward_length(n_ff_exp)
         w.add_expert_shared_feed_forward_length(n_ff_shexp)
         w.add_expert_weights_norm(expert_weights_norm)
         w.add_expert_weights_scale(expert_weights_scale)
         if latent:
             w.add_uint32(gguf.Keys.LLM.MOE_LATENT_SIZE.format(arch=arch), latent)
-    w.add_head_count(n_head)
-    w.add_head_count_kv([n_head_kv if c in "*T" else 0 for c in pattern])
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_layer_norm_eps(norm_eps)
-    w.add_layer_norm_rms_eps(norm_eps)
-    w.add_vocab_size(n_vocab)
-    w.add_ssm_conv_kernel(d_conv)
-    w.add_ssm_inner_size(d_inner)
-    w.add_ssm_state_size(d_state)
-    w.add_ssm_time_step_rank(n_ssm_head)
-    w.add_ssm_group_count(n_group)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_spm_vocab(w, n_vocab)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, HYBRID_DEFAULT_TYPES)
+
+    after = {"feed_forward_length": expert_keys,
+             "value_length": lambda w: w.add_layer_norm_eps(norm_eps),
+             "vocab_size": lambda w: ssm_keys(w, d_conv=d_conv, d_inner=d_inner,
+                                              d_state=d_state, n_rank=n_ssm_head,
+                                              n_group=n_group)}
+    if n_nextn:
+        after["block_count"] = lambda w: w.add_nextn_predict_layers(n_nextn)
+    sink = start(path, arch, HYBRID_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head,
+                 n_head_kv=[n_head_kv if c in "*T" else 0 for c in pattern],
+                 n_ff=[n_ff if c in "-ET" else 0 for c in pattern], n_layer=n_layer + n_nextn,
+                 n_vocab=n_vocab, context_length=context_length, rms_eps=norm_eps,
+                 rope_freq_base=None, head_dim=hd, after=after)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     kv_dim = n_head_kv * hd
-    d_xbc = d_inner + 2 * n_group * d_state
     for i, c in enumerate(pattern):
         p = f"blk.{i}."
         sink.vector(p + "attn_norm.weight", n_embd)
         if c == "M":
-            sink.matrix("ssm_in", p + "ssm_in.weight", n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)
-            sink.matrix("ssm_conv1d", p + "ssm_conv1d.weight", d_conv, d_xbc, scale=0.3)
-            sink.vector(p + "ssm_conv1d.bias", d_xbc, center=0.0, spread=0.02)
-            sink.vector(p + "ssm_dt.bias", n_ssm_head, center=0.0, spread=0.1)
-            w.add_tensor(p + "ssm_a", -np.linspace(1.0, 4.0, n_ssm_head, dtype=np.float32).reshape(n_ssm_head, 1))
-            w.add_tensor(p + "ssm_d", np.ones((n_ssm_head, 1), dtype=np.float32))
-            w.add_tensor(p + "ssm_norm.weight", np.ones((n_group, d_inner // n_group), dtype=np.float32))
-            for t in ("ssm_a", "ssm_d", "ssm_norm.weight"):
-                sink.types[p + t] = "F32"
-            sink.matrix("ssm_out", p + "ssm_out.weight", d_inner, n_embd)
+            _mamba2(sink, p, n_embd, d_conv, d_inner, d_state, n_ssm_head, n_group)
         if c == "T":
             for t in ("enorm", "hnorm", "shared_head_norm"):
                 sink.vector(p + f"nextn.{t}.weight", n_embd)
@@ -447,7 +350,7 @@ def write_nemotron_h(
             qkv(sink, p, n_embd, n_head * hd, kv_dim)
             sink.matrix("attn_output", p + "attn_output.weight", n_head * hd, n_embd)
             if biases:
-                sink.vector(p + "attn_output.bias", n_embd, center=0.0, spread=0.02)
+                bias(sink, p + "attn_output.bias", n_embd)
         if c in "ET":
             moe_embd = latent or n_embd
             sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert)
@@ -462,13 +365,5 @@ def write_nemotron_h(
             sink.matrix("ffn_down_shexp", p + "ffn_down_shexp.weight", n_ff_shexp, n_embd)
             sink.matrix("ffn_up_shexp", p + "ffn_up_shexp.weight", n_embd, n_ff_shexp)
         if c == "-":
-            sink.matrix("ffn_up", p + "ffn_up.weight", n_embd, n_ff)
-            sink.matrix("ffn_down", p + "ffn_down.weight", n_ff, n_embd)
-            if biases:
-                sink.vector(p + "ffn_up.bias", n_ff, center=0.0, spread=0.02)
-                sink.vector(p + "ffn_down.bias", n_embd, center=0.0, spread=0.02)
-    finish(w)
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie_embeddings,
-                       swa_layers=[False] * n_layer, tensor_types=sink.types)
+            ffn(sink, p, n_embd, n_ff, biases=biases, order=("up", "down"))
+    return done(sink, tie=tie_embeddings, n_head_kv=n_head_kv, n_ff=n_ff, n_layer=n_layer)

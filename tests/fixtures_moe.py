@@ -17,52 +17,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import numpy as np
-
-from gguf_writer import (QT, FixtureInfo, TensorSink, attention, done, embeddings, expert_counts,
-                         ffn, finish, header, info, moe, sliding_window_keys, swa_layers)
+from fixtures import GEMMA3_DEFAULT_TYPES
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, done, embeddings, expert_counts,
+                         ffn, ffn_types, llama_layers, moe, sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_mixtral", "write_qwen3moe", "write_gemma2", "MIXTRAL_DEFAULT_TYPES",
            "QWEN3MOE_DEFAULT_TYPES", "GEMMA2_DEFAULT_TYPES"]
 
 # n_embd 256, expert width 352 (11 * 32): k-quants fit rows of 256 only
-MIXTRAL_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "output": QT.Q6_K,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate_inp": QT.F32,
-    "ffn_gate_exps": QT.Q4_0,
-    "ffn_up_exps": QT.Q8_0,
-    "ffn_down_exps": QT.Q5_0,
-}
+MIXTRAL_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "output": QT.Q6_K, "attn_output": QT.Q4_K,
+                                         "ffn_gate_inp": QT.F32,
+                                         **ffn_types(QT.Q4_0, QT.Q8_0, QT.Q5_0, "_exps")}
 
 # n_embd 320, q width 320, expert width 96 (3 * 32)
-QWEN3MOE_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q5_1,
-    "ffn_gate_inp": QT.F16,
-    "ffn_gate_exps": QT.Q8_0,
-    "ffn_up_exps": QT.Q4_0,
-    "ffn_down_exps": QT.Q4_1,
-}
+QWEN3MOE_DEFAULT_TYPES: dict[str, QT] = {**ATTN_TYPES, "attn_output": QT.Q5_1,
+                                          "ffn_gate_inp": QT.F16,
+                                          **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q4_1, "_exps")}
 
-# n_embd 288, q width 256, n_ff 608 (19 * 32)
-GEMMA2_DEFAULT_TYPES: dict[str, QT] = {
-    "token_embd": QT.Q8_0,
-    "attn_q": QT.Q4_0,
-    "attn_k": QT.F16,
-    "attn_v": QT.Q8_0,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_0,
-    "ffn_up": QT.Q8_0,
-    "ffn_down": QT.Q5_0,
-}
+# n_embd 288, q width 256, n_ff 608 (19 * 32): gemma3's types
+GEMMA2_DEFAULT_TYPES: dict[str, QT] = GEMMA3_DEFAULT_TYPES
 
 
 def write_mixtral(
@@ -77,23 +50,16 @@ def write_mixtral(
 
     ``n_expert_used`` may be a per-layer list. ``gate_exps=False`` leaves out
     ``ffn_gate_exps`` (llama.cpp then applies SILU to the up projection alone)."""
-    path = Path(path)
     hd = n_embd // n_head
-    arch = "llama"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, n_rot=hd)
-    expert_counts(w, arch, n_expert, n_expert_used)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, MIXTRAL_DEFAULT_TYPES)
+    sink = start(path, "llama", MIXTRAL_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, n_rot=hd)
+    expert_counts(sink.w, "llama", n_expert, n_expert_used)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_embd, n_head_kv * hd)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        moe(sink, p, n_embd, n_ff, n_expert, gate_exps)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    llama_layers(sink, n_layer, n_embd, n_embd, n_head_kv * hd, n_ff,
+                 mlp=lambda il, p: moe(sink, p, n_embd, n_ff, n_expert, gate_exps))
+    return done(sink, tie=tie_embeddings)
 
 
 def write_qwen3moe(
@@ -108,26 +74,16 @@ def write_qwen3moe(
 
     Default: 5 heads of 64 over 1 KV head (head_dim 64: the Hadamard path for quantized
     KV), 4 experts of width 96, 2 used, tied embeddings."""
-    path = Path(path)
-    arch = "qwen3moe"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
-    expert_counts(w, arch, n_expert, n_expert_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, QWEN3MOE_DEFAULT_TYPES)
+    sink = start(path, "qwen3moe", QWEN3MOE_DEFAULT_TYPES, weight_types=weight_types,
+                 seed=seed, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
+    expert_counts(sink.w, "qwen3moe", n_expert, n_expert_used)
+    sink.w.add_expert_feed_forward_length(n_ff_exp)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    q_dim = n_head * head_dim
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, q_dim, n_head_kv * head_dim)
-        sink.vector(p + "attn_k_norm.weight", head_dim)
-        sink.vector(p + "attn_q_norm.weight", head_dim)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        moe(sink, p, n_embd, n_ff_exp, n_expert)
-    return done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff_exp, n_layer=n_layer,
-                context_length=context_length, tie=tie_embeddings)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff,
+                 qk_norm=head_dim, mlp=lambda il, p: moe(sink, p, n_embd, n_ff_exp, n_expert))
+    return done(sink, tie=tie_embeddings, n_ff=n_ff_exp)
 
 
 def write_gemma2(
@@ -142,17 +98,15 @@ def write_gemma2(
     attention and final logit soft-capping, post-attention and post-FFN norms, tied
     embeddings (gemma2 has no output matrix). ``None`` leaves a key out: the window is then
     llama.cpp's default 4096, the soft-caps 50 and 30."""
-    path = Path(path)
-    arch = "gemma2"
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-               n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-               rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
-    sliding_window_keys(w, arch, sliding_window, swa_pattern)
+    sink = start(path, "gemma2", GEMMA2_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
+                 n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                 n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
+                 rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
+    sliding_window_keys(sink.w, "gemma2", sliding_window, swa_pattern)
     if attn_softcap is not None:
-        w.add_attn_logit_softcapping(attn_softcap)
+        sink.w.add_attn_logit_softcapping(attn_softcap)
     if final_softcap is not None:
-        w.add_final_logit_softcapping(final_softcap)
-    sink = TensorSink(w, np.random.default_rng(seed), weight_types, GEMMA2_DEFAULT_TYPES)
+        sink.w.add_final_logit_softcapping(final_softcap)
     embeddings(sink, n_embd, n_vocab, tie=True)
     q_dim = n_head * head_dim
     for i in range(n_layer):
@@ -162,10 +116,5 @@ def write_gemma2(
         sink.vector(p + "ffn_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
-    finish(w)
-    layers = swa_layers(n_layer, 2 if swa_pattern is None else swa_pattern)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                context_length=context_length, tie=True,
-                sliding_window=4096 if sliding_window is None else sliding_window,
-                layers_swa=layers)
+    return done(sink, tie=True, sliding_window=4096 if sliding_window is None else sliding_window,
+                layers_swa=swa_layers(n_layer, 2 if swa_pattern is None else swa_pattern))

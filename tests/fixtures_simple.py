@@ -6,36 +6,27 @@ llama.cpp vendored by llama-cpp-python 0.3.36 (``src/models/<arch>.cpp``; llama.
 refuses a missing required tensor and any tensor it did not ask for). Sizes are odd on
 purpose (7 or 6 heads over fewer KV heads, head_dim != n_embd / n_head where the family
 allows it, expert widths of 96 or 160) and weight types are mixed; the helpers come from
-:mod:`fixtures_dense` and :mod:`fixtures_moe`.
+:mod:`gguf_writer`, the dense default types from :mod:`fixtures_dense`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import numpy as np
-
 import gguf
-from gguf_writer import (QT, GATE_DOWN_UP, FixtureInfo, TensorSink, attention, embeddings,
-                         expert_counts, ffn, finish, header, info, moe, qkv, rope_freqs_tensor,
-                         swa_layers)
+from gguf_writer import (GATE_DOWN_UP, QT, FixtureInfo, TensorSink, attention, done, embeddings,
+                         expert_counts, ffn, ffn_types, llama_layers, moe, qk_norms, qkv,
+                         rope_freqs_tensor, start, swa_layers)
 from fixtures_dense import DENSE_DEFAULT_TYPES
 
 __all__ = ["write_qwen2moe", "write_olmoe", "write_smollm3", "write_seed_oss", "write_glm4",
            "write_exaone4", "write_cohere2", "write_mistral3", "write_qwen3vl",
            "write_qwen3vlmoe", "write_llama4"]
 
-#: dense defaults plus the router and experts (fallbacks as in fixtures.pick_type)
-TYPES: dict[str, QT] = {
-    **DENSE_DEFAULT_TYPES,
-    "ffn_gate_inp": QT.F16,
-    "ffn_gate_exps": QT.Q8_0,
-    "ffn_up_exps": QT.Q4_0,
-    "ffn_down_exps": QT.Q4_1,
-    "ffn_gate_shexp": QT.Q5_0,
-    "ffn_up_shexp": QT.Q8_0,
-    "ffn_down_shexp": QT.Q4_0,
-}
+#: dense defaults plus the router and experts (fallbacks as in gguf_writer.pick_type)
+TYPES: dict[str, QT] = {**DENSE_DEFAULT_TYPES, "ffn_gate_inp": QT.F16,
+                        **ffn_types(QT.Q8_0, QT.Q4_0, QT.Q4_1, "_exps"),
+                        **ffn_types(QT.Q5_0, QT.Q8_0, QT.Q4_0, "_shexp")}
 
 
 def _key(arch: str, template: str) -> str:
@@ -52,24 +43,18 @@ def _nextn_extras(sink: TensorSink, p: str, n_embd: int, shared_head_norm: bool 
         sink.vector(p + "nextn.shared_head_norm.weight", n_embd)
 
 
+def _start(path: str | Path, arch: str, **kw) -> TensorSink:
+    """:func:`gguf_writer.start` with :data:`TYPES` and the header values these writers do
+    not take as arguments (context 4096, rope base 1e6, RMS epsilon 1e-6)."""
+    return start(path, arch, TYPES, **{"context_length": 4096, "rope_freq_base": 1_000_000.0,
+                                       "rms_eps": 1e-6, **kw})
 
 
-def _start(path: Path, arch: str, *, n_embd, n_head, n_head_kv, n_ff, n_layer, n_vocab,
-           head_dim, context_length=4096, rope_freq_base=1_000_000.0, rms_eps=1e-6,
-           weight_types=None, seed=0) -> tuple[gguf.GGUFWriter, TensorSink]:
-    w = header(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                n_layer=n_layer, n_vocab=n_vocab, context_length=context_length,
-                rms_eps=rms_eps, rope_freq_base=rope_freq_base, head_dim=head_dim)
-    return w, TensorSink(w, np.random.default_rng(seed), weight_types, TYPES)
-
-
-def _done(w, path, arch, sink, *, n_vocab, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer,
-          tie, context_length=4096, sliding_window=0, layers_swa=None) -> FixtureInfo:
-    finish(w)
-    return info(path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                 context_length=context_length, tie=tie, sliding_window=sliding_window,
-                 layers_swa=layers_swa)
+def _moe_mlp(sink: TensorSink, n_embd: int, n_ff: int, n_expert: int):
+    """For :func:`llama_layers`: ``n_expert`` experts of ``n_ff`` (none: the dense FFN)."""
+    if not n_expert:
+        return None
+    return lambda il, p: moe(sink, p, n_embd, n_ff, n_expert)
 
 
 def write_qwen2moe(
@@ -81,26 +66,25 @@ def write_qwen2moe(
 ) -> FixtureInfo:
     """Arch ``qwen2moe``: Q/K/V biases, ``n_expert`` experts of ``n_ff_exp`` and a shared
     expert of ``n_ff_shexp`` with its 1-D sigmoid gate ``ffn_gate_inp_shexp``."""
-    path, arch = Path(path), "qwen2moe"
+    arch = "qwen2moe"
     hd = n_embd // n_head
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-                     n_ff=n_ff_shexp, n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
-                     weight_types=weight_types, seed=seed)
-    expert_counts(w, arch, n_expert, n_expert_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    w.add_uint32(_key(arch, gguf.Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH), n_ff_shexp)
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+                  n_ff=n_ff_shexp, n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
+                  weight_types=weight_types, seed=seed)
+    expert_counts(sink.w, arch, n_expert, n_expert_used)
+    sink.w.add_expert_feed_forward_length(n_ff_exp)
+    sink.w.add_uint32(_key(arch, gguf.Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH), n_ff_shexp)
     if expert_weights_scale is not None:
-        w.add_expert_weights_scale(expert_weights_scale)
+        sink.w.add_expert_weights_scale(expert_weights_scale)
     embeddings(sink, n_embd, n_vocab, tie=False)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_embd, n_head_kv * hd, biases=True)
-        sink.vector(p + "ffn_norm.weight", n_embd)
+
+    def mlp(il: int, p: str) -> None:
         moe(sink, p, n_embd, n_ff_exp, n_expert)
         sink.vector(p + "ffn_gate_inp_shexp.weight", n_embd, center=0.0, spread=0.05)
         ffn(sink, p, n_embd, n_ff_shexp, suffix="_shexp", order=GATE_DOWN_UP)
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff_exp, n_layer=n_layer, tie=False)
+
+    llama_layers(sink, n_layer, n_embd, n_embd, n_head_kv * hd, n_ff_shexp, qkv_bias=True, mlp=mlp)
+    return done(sink, tie=False, n_ff=n_ff_exp)
 
 
 def write_olmoe(
@@ -110,22 +94,19 @@ def write_olmoe(
 ) -> FixtureInfo:
     """Arch ``olmoe``: Q and K RMS-normed over the whole projection (``attn_q_norm`` and
     ``attn_k_norm`` are [n_embd], so KV heads = heads, as in OLMoE), experts of ``n_ff``."""
-    path, arch = Path(path), "olmoe"
-    hd = n_embd // n_head
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
-                     weight_types=weight_types, seed=seed)
-    expert_counts(w, arch, n_expert, n_expert_used)
+    arch = "olmoe"
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
+                  weight_types=weight_types, seed=seed)
+    expert_counts(sink.w, arch, n_expert, n_expert_used)
     embeddings(sink, n_embd, n_vocab, tie=False)
     for i in range(n_layer):
         p = f"blk.{i}."
         attention(sink, p, n_embd, n_embd, n_embd)
-        sink.vector(p + "attn_q_norm.weight", n_embd)
-        sink.vector(p + "attn_k_norm.weight", n_embd)
+        qk_norms(sink, p, n_embd, n_embd)
         sink.vector(p + "ffn_norm.weight", n_embd)
         moe(sink, p, n_embd, n_ff, n_expert)
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head, head_dim=hd, n_ff=n_ff, n_layer=n_layer, tie=False)
+    return done(sink, tie=False)
 
 
 def write_smollm3(
@@ -134,19 +115,13 @@ def write_smollm3(
     tie_embeddings: bool = True, weight_types: Mapping[str, QT] | None = None, seed: int = 0,
 ) -> FixtureInfo:
     """Arch ``smollm3``: llama's layer where every 4th layer (il % 4 == 3) has no RoPE."""
-    path, arch = Path(path), "smollm3"
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
-                     weight_types=weight_types, seed=seed)
+    arch = "smollm3"
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
+                  weight_types=weight_types, seed=seed)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_head * head_dim, n_head_kv * head_dim)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        ffn(sink, p, n_embd, n_ff)
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                 tie=tie_embeddings)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff)
+    return done(sink, tie=tie_embeddings)
 
 
 def write_seed_oss(
@@ -157,10 +132,10 @@ def write_seed_oss(
 ) -> FixtureInfo:
     """Arch ``seed_oss``: Q/K/V biases (optional in create_tensor_qkv), the FFN normed by
     ``attn_post_norm`` (no ``ffn_norm``), optional output matrix."""
-    path, arch = Path(path), "seed_oss"
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
-                     weight_types=weight_types, seed=seed)
+    arch = "seed_oss"
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
+                  weight_types=weight_types, seed=seed)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     for i in range(n_layer):
         p = f"blk.{i}."
@@ -169,9 +144,7 @@ def write_seed_oss(
         sink.vector(p + "attn_norm.weight", n_embd)
         sink.vector(p + "post_attention_norm.weight", n_embd)
         ffn(sink, p, n_embd, n_ff)
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                 tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings)
 
 
 def write_glm4(
@@ -187,17 +160,17 @@ def write_glm4(
     ``rope_sections`` makes it multi-section rope (GLM-4.1V's MROPE); ``extra_kv`` adds
     uint32 keys (``{arch}`` templates from ``gguf.Keys``); ``n_nextn`` NextN/MTP blocks
     (a layer's tensors plus ``nextn.*``) follow the ``n_layer`` trunk layers."""
-    path, arch = Path(path), "glm4"
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer + n_nextn, n_vocab=n_vocab, head_dim=head_dim,
-                     weight_types=weight_types, seed=seed)
+    arch = "glm4"
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer + n_nextn, n_vocab=n_vocab, head_dim=head_dim,
+                  weight_types=weight_types, seed=seed)
     if n_nextn:
-        w.add_nextn_predict_layers(n_nextn)
-    w.add_rope_dimension_count(n_rot)
+        sink.w.add_nextn_predict_layers(n_nextn)
+    sink.w.add_rope_dimension_count(n_rot)
     if rope_sections is not None:
-        w.add_array(_key(arch, gguf.Keys.Rope.DIMENSION_SECTIONS), list(rope_sections))
+        sink.w.add_array(_key(arch, gguf.Keys.Rope.DIMENSION_SECTIONS), list(rope_sections))
     for k, v in (extra_kv or {}).items():  # e.g. {Keys.LLM.NEXTN_PREDICT_LAYERS: 1}
-        w.add_uint32(_key(arch, k), v)
+        sink.w.add_uint32(_key(arch, k), v)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer + n_nextn):
@@ -210,9 +183,7 @@ def write_glm4(
         sink.vector(p + "post_ffw_norm.weight", n_embd)
         if i >= n_layer:
             _nextn_extras(sink, p, n_embd)
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                 tie=tie_embeddings)
+    return done(sink, tie=tie_embeddings, n_layer=n_layer)
 
 
 def write_exaone4(
@@ -226,17 +197,17 @@ def write_exaone4(
     4096 unless ``sliding_window``, pattern 4; RoPE then only on the sliding layers.
     ``n_nextn`` NextN/MTP blocks follow the ``n_layer`` trunk layers (the 64 that decide
     the sliding window are the trunk's: ``hparams.n_layer()``)."""
-    path, arch = Path(path), "exaone4"
+    arch = "exaone4"
     hd = n_embd // n_head
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer + n_nextn, n_vocab=n_vocab, head_dim=None,
-                     weight_types=weight_types, seed=seed)
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer + n_nextn, n_vocab=n_vocab, head_dim=None,
+                  weight_types=weight_types, seed=seed)
     if n_nextn:
-        w.add_nextn_predict_layers(n_nextn)
+        sink.w.add_nextn_predict_layers(n_nextn)
     if sliding_window is not None:
-        w.add_sliding_window(sliding_window)
+        sink.w.add_sliding_window(sliding_window)
     if swa_pattern is not None:
-        w.add_uint32(_key(arch, gguf.Keys.Attention.SLIDING_WINDOW_PATTERN), swa_pattern)
+        sink.w.add_uint32(_key(arch, gguf.Keys.Attention.SLIDING_WINDOW_PATTERN), swa_pattern)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2, top=4.0)
@@ -245,18 +216,15 @@ def write_exaone4(
         qkv(sink, p, n_embd, n_embd, n_head_kv * hd, biases=False)
         sink.matrix("attn_output", p + "attn_output.weight", n_embd, n_embd)
         sink.vector(p + "post_attention_norm.weight", n_embd)
-        sink.vector(p + "attn_q_norm.weight", hd)
-        sink.vector(p + "attn_k_norm.weight", hd)
+        qk_norms(sink, p, hd, hd)
         ffn(sink, p, n_embd, n_ff)
         sink.vector(p + "post_ffw_norm.weight", n_embd)
         if i >= n_layer:
             _nextn_extras(sink, p, n_embd, shared_head_norm=False)
     swa = n_layer == 64
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                 tie=tie_embeddings,
-                 sliding_window=(sliding_window or 4096) if swa else 0,
-                 layers_swa=swa_layers(n_layer, swa_pattern or 4) if swa else None)
+    return done(sink, tie=tie_embeddings, n_layer=n_layer,
+                sliding_window=(sliding_window or 4096) if swa else 0,
+                layers_swa=swa_layers(n_layer, swa_pattern or 4) if swa else None)
 
 
 def write_cohere2(
@@ -268,25 +236,24 @@ def write_cohere2(
     """Arch ``cohere2`` (Command R7B, Command A): LayerNorm without bias, attention and FFN
     in parallel from the same norm, RoPE only on sliding-window layers (pattern 4: every
     4th layer global and NoPE), tied output scaled by ``logit_scale``."""
-    path, arch = Path(path), "cohere2"
+    arch = "cohere2"
     hd = n_embd // n_head
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
-                     weight_types=weight_types, seed=seed)
-    w.add_layer_norm_eps(1e-5)
-    w.add_sliding_window(sliding_window)
-    w.add_logit_scale(logit_scale)
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, head_dim=None,
+                  weight_types=weight_types, seed=seed)
+    sink.w.add_layer_norm_eps(1e-5)
+    sink.w.add_sliding_window(sliding_window)
+    sink.w.add_logit_scale(logit_scale)
     if swa_pattern is not None:
-        w.add_uint32(_key(arch, gguf.Keys.Attention.SLIDING_WINDOW_PATTERN), swa_pattern)
+        sink.w.add_uint32(_key(arch, gguf.Keys.Attention.SLIDING_WINDOW_PATTERN), swa_pattern)
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=0.05)
     sink.vector("output_norm.weight", n_embd)
     for i in range(n_layer):
         p = f"blk.{i}."
         attention(sink, p, n_embd, n_embd, n_head_kv * hd)
         ffn(sink, p, n_embd, n_ff)
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer, tie=True,
-                 sliding_window=sliding_window, layers_swa=swa_layers(n_layer, swa_pattern or 4))
+    return done(sink, tie=True, sliding_window=sliding_window,
+                layers_swa=swa_layers(n_layer, swa_pattern or 4))
 
 
 def write_mistral3(
@@ -300,60 +267,40 @@ def write_mistral3(
     optional query temperature tuning (``attention.temperature_scale``: the input
     ``inp_attn_scale`` multiplies Q), and with ``n_expert`` > 0 a MoE FFN (normalised
     top-k) in every layer."""
-    path, arch = Path(path), "mistral3"
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
-                     weight_types=weight_types, seed=seed)
-    w.add_rope_dimension_count(head_dim)
+    arch = "mistral3"
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
+                  weight_types=weight_types, seed=seed)
+    sink.w.add_rope_dimension_count(head_dim)
     if temperature_scale is not None:
-        w.add_float32(_key(arch, gguf.Keys.Attention.TEMPERATURE_SCALE), temperature_scale)
-        w.add_rope_scaling_orig_ctx_len(original_context)
+        sink.w.add_float32(_key(arch, gguf.Keys.Attention.TEMPERATURE_SCALE), temperature_scale)
+        sink.w.add_rope_scaling_orig_ctx_len(original_context)
     if n_expert:
-        expert_counts(w, arch, n_expert, n_expert_used)
+        expert_counts(sink.w, arch, n_expert, n_expert_used)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, head_dim // 2)
-    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, q_dim, kv_dim)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        if n_expert:
-            moe(sink, p, n_embd, n_ff, n_expert)
-        else:
-            ffn(sink, p, n_embd, n_ff)
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                 tie=tie_embeddings)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff,
+                 mlp=_moe_mlp(sink, n_embd, n_ff, n_expert))
+    return done(sink, tie=tie_embeddings)
 
 
 def _qwen3vl(path: Path, arch: str, *, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer,
              n_vocab, rope_sections, n_deepstack, tie_embeddings, weight_types, seed,
              n_expert=0, n_expert_used=0) -> FixtureInfo:
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
-                     weight_types=weight_types, seed=seed)
-    w.add_array(_key(arch, gguf.Keys.Rope.DIMENSION_SECTIONS), list(rope_sections))
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, head_dim=head_dim,
+                  weight_types=weight_types, seed=seed)
+    sink.w.add_array(_key(arch, gguf.Keys.Rope.DIMENSION_SECTIONS), list(rope_sections))
     if n_deepstack:
-        w.add_uint32(_key(arch, gguf.Keys.LLM.NUM_DEEPSTACK_LAYERS), n_deepstack)
+        sink.w.add_uint32(_key(arch, gguf.Keys.LLM.NUM_DEEPSTACK_LAYERS), n_deepstack)
     if n_expert:
-        expert_counts(w, arch, n_expert, n_expert_used)
-        w.add_expert_feed_forward_length(n_ff)
+        expert_counts(sink.w, arch, n_expert, n_expert_used)
+        sink.w.add_expert_feed_forward_length(n_ff)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
-    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, q_dim, kv_dim)
-        sink.vector(p + "attn_k_norm.weight", head_dim)
-        sink.vector(p + "attn_q_norm.weight", head_dim)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        if n_expert:
-            moe(sink, p, n_embd, n_ff, n_expert)
-        else:
-            ffn(sink, p, n_embd, n_ff)
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                 tie=tie_embeddings)
+    llama_layers(sink, n_layer, n_embd, n_head * head_dim, n_head_kv * head_dim, n_ff,
+                 qk_norm=head_dim, mlp=_moe_mlp(sink, n_embd, n_ff, n_expert))
+    return done(sink, tie=tie_embeddings)
 
 
 def write_qwen3vl(
@@ -397,31 +344,29 @@ def write_llama4(
     """Arch ``llama4``: chunked attention (pattern 4) unless ``sliding_window`` is 0, NoPE
     layers with temperature tuning, MoE layers every ``moe_step`` layers (``il + 1`` a
     multiple of it) with a shared expert of ``n_ff_exp``, dense layers of ``n_ff``."""
-    path, arch = Path(path), "llama4"
+    arch = "llama4"
     hd = n_embd // n_head
-    w, sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
-                     n_layer=n_layer, n_vocab=n_vocab, head_dim=None, rms_eps=1e-5,
-                     weight_types=weight_types, seed=seed)
-    w.add_rope_dimension_count(hd)
-    expert_counts(w, arch, n_expert, n_expert_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    w.add_uint32(_key(arch, gguf.Keys.LLM.INTERLEAVE_MOE_LAYER_STEP), moe_step)
+    sink = _start(path, arch, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                  n_layer=n_layer, n_vocab=n_vocab, head_dim=None, rms_eps=1e-5,
+                  weight_types=weight_types, seed=seed)
+    sink.w.add_rope_dimension_count(hd)
+    expert_counts(sink.w, arch, n_expert, n_expert_used)
+    sink.w.add_expert_feed_forward_length(n_ff_exp)
+    sink.w.add_uint32(_key(arch, gguf.Keys.LLM.INTERLEAVE_MOE_LAYER_STEP), moe_step)
     if sliding_window is not None:
-        w.add_sliding_window(sliding_window)
+        sink.w.add_sliding_window(sliding_window)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        attention(sink, p, n_embd, n_embd, n_head_kv * hd)
-        sink.vector(p + "ffn_norm.weight", n_embd)
-        if moe_step > 0 and (i + 1) % moe_step == 0:
+
+    def mlp(il: int, p: str) -> None:
+        if moe_step > 0 and (il + 1) % moe_step == 0:
             moe(sink, p, n_embd, n_ff_exp, n_expert)
             ffn(sink, p, n_embd, n_ff_exp, suffix="_shexp", order=GATE_DOWN_UP)
         else:
             ffn(sink, p, n_embd, n_ff)
+
+    llama_layers(sink, n_layer, n_embd, n_embd, n_head_kv * hd, n_ff, mlp=mlp)
     chunked = sliding_window != 0
-    return _done(w, path, arch, sink, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                 n_head_kv=n_head_kv, head_dim=hd, n_ff=n_ff, n_layer=n_layer,
-                 tie=tie_embeddings, sliding_window=8192 if chunked else 0,
-                 layers_swa=swa_layers(n_layer, 4) if chunked else None)
+    return done(sink, tie=tie_embeddings, sliding_window=8192 if chunked else 0,
+                layers_swa=swa_layers(n_layer, 4) if chunked else None)

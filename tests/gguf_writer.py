@@ -1,7 +1,9 @@
 """The one GGUF-writing toolkit of the test fixtures (tests/fixtures*.py): weights of any
 type, the tensor sink with its type choice and fallbacks, the SentencePiece vocabulary,
-the header keys every family writes, the tensor groups most families share (embeddings,
-Q/K/V, FFN, experts) and the :class:`FixtureInfo` a writer returns.
+the header keys every family writes (family keys after it or, with ``after=``, between
+them), the tensor groups most families share (embeddings, Q/K/V, Q/K norms, FFN, experts,
+llama's layer), the default-type building blocks, and the :class:`FixtureInfo` a writer
+returns. A writer is ``sink = start(...)``, its tensors, ``return done(sink, tie=...)``.
 
 Weights are deterministic (``numpy`` seed) and small so the logits are finite. Types
 gguf-py can quantize (F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) go through
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -137,18 +139,33 @@ def pick_type(kind: str, name: str, row_len: int, explicit: Mapping[str, QT],
     return qt
 
 
+#: the types of the token embedding and the Q/K/V inputs that most fixtures share (each
+#: family's default table adds its own)
+ATTN_TYPES: dict[str, QT] = {"token_embd": QT.Q8_0, "attn_q": QT.Q4_0, "attn_k": QT.F16,
+                             "attn_v": QT.Q8_0}
+
+
+def ffn_types(gate: QT, up: QT, down: QT, suffix: str = "") -> dict[str, QT]:
+    """A default-types entry for ``ffn_gate``, ``ffn_up``, ``ffn_down`` (``suffix``
+    ``_exps``: the stacked experts, ``_shexp``: the shared expert)."""
+    return {f"ffn_gate{suffix}": gate, f"ffn_up{suffix}": up, f"ffn_down{suffix}": down}
+
+
 class TensorSink:
     """Adds tensors to a writer: weights drawn from ``rng`` in call order, each of the type
     ``explicit`` (by full name or kind) or ``defaults`` (by kind, with fallbacks) gives it;
     :attr:`types` records what was written (name -> type name)."""
 
     def __init__(self, writer: gguf.GGUFWriter, rng: np.random.Generator,
-                 explicit: Mapping[str, QT] | None, defaults: Mapping[str, QT]):
+                 explicit: Mapping[str, QT] | None, defaults: Mapping[str, QT],
+                 sizes: Mapping[str, object] | None = None):
         self.w = writer
         self.rng = rng
         self.explicit = dict(explicit or {})
         self.defaults = defaults
         self.types: dict[str, str] = {}
+        #: path, arch and the header's sizes, for :func:`done`
+        self.sizes = dict(sizes or {})
 
     def matrix(self, kind: str, name: str, ne0: int, ne1: int, scale: float = 0.05) -> None:
         """A 2-D weight with ggml ne = [ne0, ne1] (rows of length ne0)."""
@@ -245,33 +262,46 @@ def header(path: Path, arch: str, *, n_embd: int, n_head: int,
            n_head_kv: int | Sequence[int] | None, n_ff: int | Sequence[int], n_layer: int,
            n_vocab: int, context_length: int, rms_eps: float | None,
            rope_freq_base: float | None, head_dim: int | None = None, n_rot: int | None = None,
-           name: str | None = None) -> gguf.GGUFWriter:
+           name: str | None = None,
+           after: Mapping[str, Callable[[gguf.GGUFWriter], None]] | None = None,
+           ) -> gguf.GGUFWriter:
     """A writer with the keys every family here reads: name, context, sizes, heads (a
     per-layer ``n_ff`` or ``n_head_kv`` as an array), ``key_length = value_length = head_dim`` and
     ``rope.dimension_count = n_rot`` when given, RMS epsilon and rope base (``None``:
-    left out, as ``n_head_kv``), file type, and the vocabulary. Family keys are added
-    after it. ``name`` replaces ``graphcost-fixture-<arch>``."""
+    left out, as ``n_head_kv``), file type, and the vocabulary. ``name`` replaces
+    ``graphcost-fixture-<arch>``.
+
+    Family keys go after it, or, where a family's files have them in the middle,
+    ``after[step]`` writes them right after the standard key ``step`` (its name without
+    ``<arch>.``: ``"block_count"``, ``"value_length"``, ``"rope.freq_base"``, ...; run
+    whether or not that key was written)."""
     if isinstance(n_head_kv, int) and n_head_kv and n_head % n_head_kv:
         raise ValueError("n_head must be a multiple of n_head_kv")
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(name or f"graphcost-fixture-{arch}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff if isinstance(n_ff, int) else list(n_ff))
-    w.add_head_count(n_head)
-    if n_head_kv is not None:
-        w.add_head_count_kv(n_head_kv if isinstance(n_head_kv, int) else list(n_head_kv))
-    if head_dim is not None:
-        w.add_key_length(head_dim)
-        w.add_value_length(head_dim)
-    if n_rot is not None:
-        w.add_rope_dimension_count(n_rot)
-    if rms_eps is not None:
-        w.add_layer_norm_rms_eps(rms_eps)
-    if rope_freq_base is not None:
-        w.add_rope_freq_base(rope_freq_base)
-    w.add_vocab_size(n_vocab)
+    kv = n_head_kv if isinstance(n_head_kv, int) or n_head_kv is None else list(n_head_kv)
+    keys = (("name", w.add_name, name or f"graphcost-fixture-{arch}"),
+            ("context_length", w.add_context_length, context_length),
+            ("embedding_length", w.add_embedding_length, n_embd),
+            ("block_count", w.add_block_count, n_layer),
+            ("feed_forward_length", w.add_feed_forward_length,
+             n_ff if isinstance(n_ff, int) else list(n_ff)),
+            ("head_count", w.add_head_count, n_head),
+            ("head_count_kv", w.add_head_count_kv, kv),
+            ("key_length", w.add_key_length, head_dim),
+            ("value_length", w.add_value_length, head_dim),
+            ("rope.dimension_count", w.add_rope_dimension_count, n_rot),
+            ("layer_norm_rms_epsilon", w.add_layer_norm_rms_eps, rms_eps),
+            ("rope.freq_base", w.add_rope_freq_base, rope_freq_base),
+            ("vocab_size", w.add_vocab_size, n_vocab))
+    after = dict(after or {})
+    unknown = set(after) - {step for step, _, _ in keys}
+    if unknown:
+        raise ValueError(f"header: no step {sorted(unknown)} to write keys after")
+    for step, add, value in keys:
+        if value is not None:
+            add(value)
+        if step in after:
+            after[step](w)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     add_spm_vocab(w, n_vocab)
@@ -341,14 +371,16 @@ def layer_norm(sink: TensorSink, name: str, n: int, with_bias: bool = True) -> N
 
 
 def embeddings(sink: TensorSink, n_embd: int, n_vocab: int, tie: bool,
-               output_bias: bool = False, scale: float | None = None) -> None:
-    """``token_embd``, ``output_norm`` and, untied, ``output`` (and its bias). Tied, the
-    embedding is also the output matrix, so it is kept small (logits O(1)); untied it is
-    larger (``scale`` overrides), which gives the residual stream some signal."""
+               output_bias: bool = False, scale: float | None = None,
+               norm: str = "output_norm", norm_bias: bool = False) -> None:
+    """``token_embd``, the output norm ``norm`` (with a bias: a LayerNorm) and, untied,
+    ``output`` (and its bias). Tied, the embedding is also the output matrix, so it is
+    kept small (logits O(1)); untied it is larger (``scale`` overrides), which gives the
+    residual stream some signal."""
     if scale is None:
         scale = 0.05 if tie else 0.5
     sink.matrix("token_embd", "token_embd.weight", n_embd, n_vocab, scale=scale)
-    sink.vector("output_norm.weight", n_embd)
+    layer_norm(sink, norm, n_embd, norm_bias)
     if not tie:
         sink.matrix("output", "output.weight", n_embd, n_vocab)
     if output_bias:
@@ -382,6 +414,16 @@ def qkv(sink: TensorSink, p: str, n_embd: int, q_dim: int, kv_dim: int,
         bias(sink, p + "attn_v.bias", kv_dim)
 
 
+def qk_norms(sink: TensorSink, p: str, q_width: int, k_width: int,
+             k_first: bool = False) -> None:
+    """``attn_q_norm`` [q_width] and ``attn_k_norm`` [k_width] of layer prefix ``p`` (per
+    head: both the head size; over the whole projection: the Q and K widths), K's first
+    where the family's loader creates it first."""
+    norms = [("attn_q_norm", q_width), ("attn_k_norm", k_width)]
+    for kind, n in (norms[::-1] if k_first else norms):
+        sink.vector(f"{p}{kind}.weight", n)
+
+
 #: the order most families write their FFN matrices in; lfm2, granitehybrid and the MoE
 #: families' dense layers write gate, down, up, the GELU MLPs (bert, falcon) up, down (the
 #: order decides the random draws)
@@ -406,15 +448,36 @@ def moe(sink: TensorSink, p: str, n_embd: int, n_ff_exp: int, n_expert: int,
         order: Sequence[str] = GATE_DOWN_UP) -> None:
     """The router ``ffn_gate_inp``, the expert-selection bias ``exp_probs_b`` when
     ``probs_bias``, and the stacked experts in ``order`` (``gate_exps`` False: no gate
-    experts)."""
+    experts; ``"gate_up"``: gate and up merged in one ``ffn_gate_up_exps`` of twice the
+    width)."""
     sink.matrix("ffn_gate_inp", p + "ffn_gate_inp.weight", n_embd, n_expert,
                 scale=router_scale)
     if probs_bias:
         sink.vector(p + "exp_probs_b.bias", n_expert, center=0.0, spread=0.1)
-    ne = {"gate": (n_embd, n_ff_exp), "up": (n_embd, n_ff_exp), "down": (n_ff_exp, n_embd)}
+    ne = {"gate": (n_embd, n_ff_exp), "up": (n_embd, n_ff_exp), "down": (n_ff_exp, n_embd),
+          "gate_up": (n_embd, 2 * n_ff_exp)}
     for part in order:
         if part != "gate" or gate_exps:
             sink.experts(f"ffn_{part}_exps", p + f"ffn_{part}_exps.weight", *ne[part], n_expert)
+
+
+def llama_layers(sink: TensorSink, n_layer: int, n_embd: int, q_dim: int, kv_dim: int,
+                 n_ff: int, *, qkv_bias: bool = False, qk_norm: int = 0,
+                 mlp: Callable[[int, str], None] | None = None) -> None:
+    """``n_layer`` layers of llama's shape (llama, qwen2, qwen3, smollm3, mistral3, mixtral,
+    ...): :func:`attention` (``qkv_bias``: with Q/K/V biases), per-head ``attn_k_norm`` and
+    ``attn_q_norm`` of ``qk_norm`` when non-zero (in the qwen3 loaders' order),
+    ``ffn_norm``, then ``mlp(il, prefix)`` or else the gated FFN of ``n_ff``."""
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        attention(sink, p, n_embd, q_dim, kv_dim, biases=qkv_bias)
+        if qk_norm:
+            qk_norms(sink, p, qk_norm, qk_norm, k_first=True)
+        sink.vector(p + "ffn_norm.weight", n_embd)
+        if mlp is None:
+            ffn(sink, p, n_embd, n_ff)
+        else:
+            mlp(il, p)
 
 
 def per_layer_inputs(sink: TensorSink, n_embd: int, n_vocab: int, n_per_layer: int,
@@ -428,18 +491,37 @@ def per_layer_inputs(sink: TensorSink, n_embd: int, n_vocab: int, n_per_layer: i
     sink.vector("per_layer_proj_norm.weight", n_per_layer)
 
 
-def info(path: Path, arch: str, sink: TensorSink, *, n_vocab, n_embd, n_head, n_head_kv,
-         head_dim, n_ff, n_layer, context_length, tie, sliding_window=0,
-         layers_swa=None) -> FixtureInfo:
-    """The :class:`FixtureInfo` of a written file (no sliding layers unless given)."""
-    return FixtureInfo(path=path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
-                       n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_layer=n_layer,
-                       context_length=context_length, tie_embeddings=tie,
-                       sliding_window=sliding_window,
-                       swa_layers=layers_swa or [False] * n_layer, tensor_types=sink.types)
+def per_layer_block(sink: TensorSink, p: str, n_embd: int, n_per_layer: int) -> None:
+    """A layer's use of its per-layer input (gemma3n, gemma4): ``inp_gate``, ``proj``,
+    ``post_norm``."""
+    sink.matrix("inp_gate", p + "inp_gate.weight", n_embd, n_per_layer)
+    sink.matrix("proj", p + "proj.weight", n_per_layer, n_embd)
+    sink.vector(p + "post_norm.weight", n_embd)
 
 
-def done(w: gguf.GGUFWriter, path: Path, arch: str, sink: TensorSink, **kw) -> FixtureInfo:
-    """Write the file (:func:`finish`) and return its :func:`info`."""
-    finish(w)
-    return info(path, arch, sink, **kw)
+def start(path: str | Path, arch: str, defaults: Mapping[str, QT], *,
+          weight_types: Mapping[str, QT] | None, seed: int, **header_kw) -> TensorSink:
+    """The file's :func:`header` (``header_kw``) and a :class:`TensorSink` on it: weights
+    drawn from ``default_rng(seed)``, types from ``weight_types`` over ``defaults``. The
+    sink keeps the path, arch and the header's sizes (``head_dim`` defaulting to
+    ``n_embd // n_head``) for :func:`done`."""
+    path = Path(path)
+    w = header(path, arch, **header_kw)
+    sizes = {k: header_kw[k] for k in ("n_vocab", "n_embd", "n_head", "n_head_kv", "n_ff",
+                                        "n_layer", "context_length")}
+    sizes["head_dim"] = header_kw.get("head_dim") or sizes["n_embd"] // sizes["n_head"]
+    return TensorSink(w, np.random.default_rng(seed), weight_types, defaults,
+                      dict(path=path, arch=arch, **sizes))
+
+
+def done(sink: TensorSink, *, tie: bool, sliding_window: int = 0,
+         layers_swa: Sequence[bool] | None = None, **sizes) -> FixtureInfo:
+    """Write the file (:func:`finish`) and return its :class:`FixtureInfo`: the sizes
+    :func:`start` kept, ``sizes`` overriding them (where the header's differ from what
+    tests expect: a per-layer ``n_head_kv``, expert widths, NextN layers ...); no sliding
+    layers unless given."""
+    finish(sink.w)
+    info = {**sink.sizes, **sizes}
+    return FixtureInfo(**info, tie_embeddings=tie, sliding_window=sliding_window,
+                       swa_layers=list(layers_swa or [False] * info["n_layer"]),
+                       tensor_types=sink.types)

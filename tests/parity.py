@@ -1,11 +1,14 @@
-"""Compare graphcost's graph with the nodes llama.cpp reports through cb_eval, and the
-marks every parity test shares (skip without llama.cpp; cases with flash attention off
-and on)."""
+"""What every parity test shares: graphcost's graph compared with the nodes llama.cpp
+reports through cb_eval, llama.cpp's logs of memory cases captured in one parallel batch,
+the case notation, the marks (skip without llama.cpp; flash attention off and on) and the
+tiny models of tests/parity_models.py by name (:class:`Models`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -13,6 +16,7 @@ from graphcost.graph.build import build_graph, load_model
 from graphcost.graph.settings import RunSettings
 from graphcost.judge.oracle import capture_log, llama_cpp_available, llama_cpp_unavailable_reason
 from graphcost.judge.verify import first_difference, graph_records
+from parity_models import MODELS
 
 #: skips a test (``pytestmark = needs_llama_cpp``: a module) where llama.cpp, the judge,
 #: cannot run
@@ -33,6 +37,22 @@ def our_records(model_path, **kw) -> list[dict]:
         past=kw.get("past", 0), outputs=kw.get("n_outputs", 1),
         embeddings=kw.get("embeddings", False))
     return graph_records(build_graph(load_model(model_path), s))
+
+
+def settings(text: str) -> dict:
+    """A case's settings (capture_graph's or capture_log's keywords) written as words:
+    ``key=123`` a number, ``key=q8_0`` a name, ``key=off`` False and a bare ``key`` True;
+    e.g. ``"tokens=5 past=300 type_k=q8_0 fa"``."""
+    out: dict = {}
+    for word in text.split():
+        key, eq, value = word.partition("=")
+        if not eq:
+            out[key] = True
+        elif value.isdigit():
+            out[key] = int(value)
+        else:
+            out[key] = False if value == "off" else value
+    return out
 
 
 def case_ids(cases: list[tuple[str, dict]]) -> list[str]:
@@ -71,25 +91,62 @@ def mib2(n: int) -> float:
     return float(f"{n / MiB:.2f}")
 
 
-def memory_case_id(case: tuple) -> str:
-    """Test id of a memory case ``(model, n_ctx, n_ubatch, fa, type_k, type_v[, swa_full])``
-    (without ``swa_full``: False)."""
-    m, ctx, ub, fa, tk, tv, swa = (*case, False)[:7]
-    return f"{m}-c{ctx}-ub{ub}-fa{'on' if fa else 'off'}-{tk}-{tv}{'-swafull' if swa else ''}"
+class Models(Mapping):
+    """The parity tests' tiny models (tests/parity_models.py ``MODELS``) by name, each
+    written into ``directory`` the first time it is asked for: a run that selects a few
+    cases writes only their models."""
+
+    def __init__(self, directory: Path):
+        self._dir, self._built = Path(directory), {}
+
+    def __getitem__(self, name: str):
+        if name not in self._built:
+            writer, kw = MODELS[name]
+            self._built[name] = writer(self._dir / f"{name}.gguf", **kw)
+        return self._built[name]
+
+    def __iter__(self):
+        return iter(MODELS)
+
+    def __len__(self) -> int:
+        return len(MODELS)
 
 
-def memory_case_settings(case: tuple) -> dict:
-    """capture_log's settings of a memory case (see :func:`memory_case_id`)."""
-    m, ctx, ub, fa, tk, tv, swa = (*case, False)[:7]
-    return dict(n_ctx=ctx, n_ubatch=ub, flash_attn=fa, type_k=tk, type_v=tv, swa_full=swa)
+class MemCase(NamedTuple):
+    """A memory-parity case: a model of tests/parity_models.py and the llama.cpp context
+    settings it is planned and logged with (``embeddings`` only for encoders: True/False)."""
+    model: str
+    n_ctx: int
+    n_ubatch: int
+    flash_attn: bool = False
+    type_k: str = "f16"
+    type_v: str = "f16"
+    swa_full: bool = False
+    embeddings: bool | None = None
+
+    def run_settings(self) -> RunSettings:
+        """graphcost's settings of the case (n_batch = n_ubatch, as capture_log runs it)."""
+        return RunSettings(ctx_size=self.n_ctx, ubatch_size=self.n_ubatch,
+                           batch_size=self.n_ubatch, flash_attn="on" if self.flash_attn else "off",
+                           cache_type_k=self.type_k, cache_type_v=self.type_v,
+                           swa_full=self.swa_full, embeddings=bool(self.embeddings))
 
 
-def capture_logs(paths: dict, cases: list[tuple],
-                 settings: Callable[[tuple], dict] = memory_case_settings,
-                 case_id: Callable[[tuple], str] = memory_case_id) -> dict[str, dict]:
+def memory_case_id(c: MemCase) -> str:
+    """Test id of a memory case: model, context, ubatch, flash attention, then the cache
+    types (and ``-swafull``), or for an encoder (no KV cache) ``-embon``/``-emboff``."""
+    head = f"{c.model}-c{c.n_ctx}-ub{c.n_ubatch}-fa{'on' if c.flash_attn else 'off'}"
+    if c.embeddings is not None:
+        return f"{head}-emb{'on' if c.embeddings else 'off'}"
+    return f"{head}-{c.type_k}-{c.type_v}{'-swafull' if c.swa_full else ''}"
+
+
+def capture_logs(paths: Mapping, cases: list[MemCase]) -> dict[str, dict]:
     """llama.cpp's parsed log (capture_log) of every case, by case id, captured in
-    parallel subprocesses; a case's first item names its model in ``paths``."""
-    def one(case):
-        return capture_log(paths[case[0]], **settings(case))
+    parallel subprocesses; a case's model names its file in ``paths``."""
+    def one(c: MemCase):
+        return capture_log(paths[c.model], n_ctx=c.n_ctx, n_ubatch=c.n_ubatch,
+                           flash_attn=c.flash_attn, type_k=c.type_k, type_v=c.type_v,
+                           swa_full=c.swa_full, embeddings=bool(c.embeddings))
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-        return dict(zip(map(case_id, cases), ex.map(one, cases)))
+        return dict(zip(map(memory_case_id, cases), ex.map(one, cases)))

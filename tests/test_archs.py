@@ -53,16 +53,3 @@ def test_cli_text_and_json():
     assert r.returncode == 0 and json.loads(r.stdout) == archs_document()
     r = cli("archs", "--format", "xml")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
-
-
-def test_unsupported_file_points_to_archs(tmp_path):
-    p = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(str(p), "mamba")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    r = cli("analyze", p)
-    assert r.returncode == 2
-    (line,) = r.stderr.splitlines()
-    assert "'mamba' is not supported" in line and "graphcost archs" in line

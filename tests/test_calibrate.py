@@ -5,8 +5,6 @@ quick calibration end to end."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,23 +14,10 @@ from graphcost import calibrate as C
 from graphcost.bench_models import make_whole, write_tiny_llama
 from graphcost.cost.hardware import load
 from graphcost.cost.speed_model import from_profile
+from graphcost.errors import UnsupportedError
 from graphcost.format.gguf_reader import read_header
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """Run ``graphcost ARGS`` in this process (graphcost.cli.main)."""
-    from graphcost.cli import main
-
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["graphcost", *map(str, args)])
-        with pytest.raises(SystemExit) as e:
-            main()
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, e.value.code, out.out, out.err)
-    return run
 
 
 def _fake_bench(d: Path) -> Path:
@@ -100,13 +85,55 @@ def test_tiny_types(tmp_path):
 
 def test_make_whole_example(tmp_path):
     src = ROOT / "examples" / "llama-3.1-8b-instruct-q4_k_m.gguf"
-    dst = make_whole(src, tmp_path / "w.gguf")
+    dst = make_whole(src, tmp_path / "w.gguf", data="zero")      # the 4.9 GB stay sparse
     h0, h = read_header(src), read_header(dst)
     assert h.metadata["tokenizer.ggml.model"] == "none"
     assert h.tensors.keys() == h0.tensors.keys()
     size = max(t.offset + t.nbytes for t in h0.tensors.values())
     assert dst.stat().st_size == h.data_offset + size
     assert h.data_offset % h.alignment == 0
+
+
+
+def test_make_whole_random_tiles_a_pool_per_type(tmp_path, monkeypatch):
+    """data="random": every tensor holds finite values of its type; tensors of one type
+    continue one pool of an odd number of blocks (here 7: POOL_BYTES 1000 // 144 | 1 for
+    Q4_K, 1000 // 34 = 29 for Q8_0), so the file has no zero block and no all-zero page."""
+    import gguf
+    import numpy as np
+
+    from graphcost import bench_models
+
+    monkeypatch.setattr(bench_models, "POOL_BYTES", 1000)
+    src = write_tiny_llama(tmp_path / "src.gguf", n_layer=2, n_embd=256, n_ff=512,
+                           n_vocab=300, weight_type="Q4_K", types={"attn_v": "Q8_0"})
+    dst = make_whole(src, tmp_path / "w.gguf", vocab_none=False)
+    assert dst.read_bytes()[:read_header(src).data_offset] == \
+        src.read_bytes()[:read_header(src).data_offset]                    # same header
+    h = read_header(dst)
+    raw = np.fromfile(dst, np.uint8)
+    q4k = []
+    for name, t in sorted(h.tensors.items(), key=lambda kv: kv[1].offset):
+        b = raw[h.data_offset + t.offset:h.data_offset + t.offset + t.nbytes]
+        v = gguf.dequantize(b, t.type)
+        assert np.isfinite(v).all(), name
+        if len(t.ne) == 1:                                   # norms: drawn whole, around 1
+            assert 0.5 < v.mean() < 1.5, name
+        else:                                                # weights: small, not zero
+            assert 0 < np.abs(v).max() < 1, name
+        if t.type == gguf.GGMLQuantizationType.Q4_K:
+            q4k.append(b.reshape(-1, 144))
+    q4k = np.concatenate(q4k)                 # 2 layers x 6 matrices + embd + output
+    assert len(q4k) > 7 and (q4k[7:] == q4k[:-7]).all()      # period 7 blocks
+    assert not (q4k[1:7] == q4k[0]).all(axis=1).any()         # within it, all differ
+    data = raw[h.data_offset:]
+    pages = data[:len(data) // 4096 * 4096].reshape(-1, 4096)
+    assert pages.any(axis=1).all()                             # no all-zero page
+    with pytest.raises(ValueError, match="'random' or 'zero'"):
+        make_whole(src, tmp_path / "x.gguf", data="ones")
+    iq = write_tiny_llama(tmp_path / "iq.gguf", n_layer=1, weight_type="IQ4_NL")
+    with pytest.raises(UnsupportedError, match=r"iq-whole.gguf: token_embd.weight: .*iq4_nl"):
+        make_whole(iq, tmp_path / "iq-whole.gguf")
 
 
 # ------------------------------------------------------------------ fit and bands

@@ -221,6 +221,25 @@ def test_mul_mat_ggml_simd_is_bit_exact_on_long_rows(qt, n):
 
 
 @pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
+def test_fused_matvec_is_mul_mat_ggml(qt, monkeypatch):
+    # the executor's decode matvec (quantize + rearrange + dots in one call, buffers
+    # reused): the same bits as mul_mat_ggml, serial and parallel, run twice
+    k, m = long_row(qt), 13
+    w = W.make_weight(np.random.default_rng(3), (m, k), qt)
+    w = np.ascontiguousarray(w).view(np.uint8).reshape(m, -1)
+    for n in (1, 3):
+        for serial_below in (0, 1 << 30):
+            monkeypatch.setattr(MM, "SERIAL_BELOW", serial_below)
+            kern, code, tail = MM.fused_matvec(qt, k, m, n)
+            y = np.full((n, m), np.nan, dtype=np.float32)
+            for seed in (4, 5):
+                x = rand((n, k), scale=3.0, seed=seed)
+                kern(w, code, x, *tail, y)
+                assert np.array_equal(y, MM.mul_mat_ggml(w, qt, k, m, x))
+    assert MM.fused_matvec(qt, k, m, MM.MATVEC_MAX_N + 1) is None
+
+
+@pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
 def test_simd_and_scalar_ggml_dots_agree_on_arbitrary_bytes(qt, monkeypatch):
     # no 16-bit pair sum may saturate and no offset may be lost, whatever the bytes
     k, m = long_row(qt), 7

@@ -3,7 +3,7 @@ report, document, archs, pipeline, speed, calibrate and bench_models on top (doc
 
 Every module's imports (top-level and inside functions) are read with :mod:`ast`; a module
 of an earlier stage that imports one of a later stage fails the test. ``errors``,
-``files``, ``schema`` and ``resources`` are shared utilities any module may import.
+``files``, ``schema``, ``resources`` and ``units`` are shared utilities any module may import.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ROOT = Path(graphcost.__file__).parent
 STAGES = {"format": 0, "graph": 1, "memory": 2, "cost": 2, "execute": 3, "judge": 4,
           "cli": 5, "check": 5, "report": 5, "document": 5, "archs": 5, "pipeline": 5, "speed": 5,
           "__main__": 5, "__init__": 5}
-SHARED = {"errors", "files", "schema", "resources"}
+SHARED = {"errors", "files", "schema", "resources", "units"}
 #: graphcost calibrate runs llama-bench (judge's tools) on models it writes: on top
 STAGES.update({"calibrate": 5, "bench_models": 5})
 

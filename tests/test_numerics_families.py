@@ -25,7 +25,8 @@ import pytest
 from graphcost.execute.executor import Executor
 from graphcost.execute.kernels_loader import load_kernels
 from graphcost.graph.settings import RunSettings
-from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
+from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason
+from numerics import compare_steps, profile_steps
 
 ROPE = load_kernels().rope
 F32 = np.float32
@@ -153,10 +154,6 @@ CASES = {
 }
 
 
-def rel_l2(ours: np.ndarray, theirs: np.ndarray) -> float:
-    return float(np.linalg.norm(ours - theirs) / np.linalg.norm(theirs))
-
-
 @pytest.fixture(scope="module")
 def family_models(tmp_path_factory):
     """Every case's tiny model, written once for the module."""
@@ -173,20 +170,8 @@ def test_family_matches_llama_cpp(family_models, case):
     _, _, _, fa, nodes = CASES[case]
     info = family_models[case]
     ids = [int(x) for x in np.random.default_rng(1).integers(3, info.n_vocab, 10)]
-    theirs = run_model(info.path, prompt=ids[:7], decode=ids[7:], flash_attn=fa, n_ctx=256,
-                       capture=nodes, capture_steps=[0])
-    ex = Executor(info.path, RunSettings(ctx_size=256, flash_attn="on" if fa else "off"),
-                  numerics="ggml")
-    ours = [ex.step(ids[:7], capture=nodes)] + [ex.step([t]) for t in ids[7:]]
-    assert len(ours) == len(theirs["logits"]) == 4
-    errs = [np.abs(o.logits[-1] - t).max() / np.abs(t).max()
-            for o, t in zip(ours, theirs["logits"])]
-    node_errs = {}
-    for rec in theirs["captures"][0]:
-        mine = np.asarray(ours[0].captured[rec["index"]], F32).reshape(rec["value"].shape)
-        assert ours[0].graph.nodes[rec["index"]].name == rec["name"]
-        node_errs[rec["name"]] = max(node_errs.get(rec["name"], 0.0),
-                                     rel_l2(mine, rec["value"]))
+    run = compare_steps(info.path, ids, 7, nodes, fa=fa, n_ctx=256)   # 4 steps
+    errs, node_errs = run.errs, run.nodes
     print(f"\n{case}: logits {' '.join(f'{e:.2g}' for e in errs)}; "
           + " ".join(f"{k} {v:.2g}" for k, v in node_errs.items()))
     # the bounds of the first families' fixtures (tests/test_numerics.py): max 5%, median
@@ -256,21 +241,8 @@ def test_profile_runs_imrope_through_the_cli(family_models, tmp_path):
     """``graphcost profile`` on qwen35 (IMROPE attention, delta-net layers): every rope
     node timed and costed; its argmax is the executor's (whose logits match llama.cpp's
     above)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
     info = family_models["qwen35"]
-    out = tmp_path / "p.json"
-    r = subprocess.run([sys.executable, "-m", "graphcost", "profile", str(info.path),
-                        "--token-ids", "3,10,17,24", "--greedy", "1", "--repeat", "1",
-                        "--numerics", "ggml", "--hardware", "raspberry-pi-5", "-c", "256",
-                        "-f", "json", "-o", str(out)],
-                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr
-    steps = json.loads(out.read_text())["steps"]
+    steps = profile_steps(info.path, tmp_path / "p.json", greedy=1)
     assert [s["past"] for s in steps] == [0, 4]
     for s in steps:
         rope = [n for n in s["nodes"] if n["op"] == "ROPE"]

@@ -3,6 +3,7 @@ allocator, hardware model and executor share, so that a typo fails instead of ma
 op silently unmodelled."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -70,3 +71,76 @@ def test_unary_nodes_run_in_place_and_glu_nodes_do_not():
     x = g.new_tensor(gt.F32, [4, 3])
     assert can_inplace(g.unary("SILU", x))
     assert not can_inplace(g.glu_split("SWIGLU", x, x))
+
+
+def _op_set_literals(path: Path) -> list[tuple[int, frozenset[str]]]:
+    """(line, members) of every set literal in ``path`` made only of ``Op.X`` members."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Set) and len(node.elts) > 1 and all(
+                isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
+                and e.value.id == "Op" for e in node.elts):
+            out.append((node.lineno, frozenset(e.attr for e in node.elts)))
+    return out
+
+
+def test_no_module_keeps_its_own_copy_of_an_op_group():
+    # a group written again elsewhere (sched.py's VIEW_OPS was ops.VIEWS retyped) drifts
+    # from the one in graphcost/graph/ops.py when ggml adds an op
+    groups = {name: frozenset(o.value for o in grp) for name, grp in
+              [("VIEWS", ops.VIEWS), ("EMPTY", ops.EMPTY), ("UNARY", ops.UNARY),
+               ("GLU", ops.GLU), ("BINARY", ops.BINARY), ("INPLACE", ops.INPLACE),
+               ("MATMUL", ops.MATMUL)]}
+    root = Path(ops.__file__).parents[1]
+    copies = [f"{p.relative_to(root)}:{line} is ops.{name}"
+              for p in sorted(root.rglob("*.py")) if p != Path(ops.__file__)
+              for line, members in _op_set_literals(p)
+              for name, grp in groups.items() if members == grp]
+    assert not copies, copies
+
+
+@pytest.mark.parametrize("add, op, n_mask_src", [
+    ("soft_max_add_sinks", "SOFT_MAX", 2), ("flash_attn_ext_add_sinks", "FLASH_ATTN_EXT", 4)])
+def test_sinks_join_a_masked_attention_node_only(add, op, n_mask_src):
+    g = Graph()
+    x = g.new_tensor(gt.F32, [8, 3, 2])
+    sinks = g.new_tensor(gt.F32, [2])
+    with pytest.raises(ValueError, match=f"attention sinks need a {op} with a mask"):
+        getattr(g, add)(g.scale(x, 1.0), sinks)          # not the op
+    mask = g.new_tensor(gt.F16, [8, 3])
+    node = (g.soft_max_ext(x, mask, 1.0, 0.0) if op == "SOFT_MAX" else
+            g.flash_attn_ext(x, x, x, mask, 1.0, 0.0, 0.0))
+    assert len(node.src) == n_mask_src
+    getattr(g, add)(node, None)                           # no sinks: unchanged
+    assert len(node.src) == n_mask_src and "sinks" not in node.params
+    getattr(g, add)(node, sinks)
+    assert node.src[-1] is sinks and len(node.src) == n_mask_src + 1 and node.params["sinks"]
+
+
+def _op_literals(path: Path) -> list[tuple[int, str]]:
+    """(line, string) of every string literal compared with a node's ``.op``
+    (``n.op == "X"``, ``n.op in ("X", ...)``) or passed as the op of a graph builder call
+    (``g.unary("X", ...)``, ``g.glu_split("X", ...)``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(s, ast.Attribute) and s.attr == "op" for s in [node.left, *node.comparators]):
+            for c in [node.left, *node.comparators]:
+                elts = c.elts if isinstance(c, (ast.Tuple, ast.Set, ast.List)) else [c]
+                out += [(e.lineno, e.value) for e in elts
+                        if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("unary", "glu_split", "glu") and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def test_every_op_name_written_as_a_string_is_a_ggml_op():
+    # a string compared with a node's op bypasses ops.check: a typo would never match
+    root = Path(ops.__file__).parents[1]
+    names = {o.value for o in Op}
+    found = [(p, line, s) for p in sorted(root.rglob("*.py")) for line, s in _op_literals(p)]
+    assert len(found) > 5                            # the scan sees the code's comparisons
+    bad = [f"{p.relative_to(root)}:{line}: {s!r}" for p, line, s in found if s not in names]
+    assert not bad, bad

@@ -1,79 +1,20 @@
-"""The bert and nomic-bert graphs equal llama.cpp's, node for node (order, name, op, type, ne, sources):
-no KV cache (llama.cpp encodes: every token is an output), flash attention off and on
-(on casts the F32 K and V to F16), embeddings on (each pooling type the GGUF can name:
-NONE, MEAN, CLS, LAST, RANK with and without classification heads) and off (no pooling);
-nomic-bert: RoPE on Q and K, no position embeddings, SwiGLU FFN, fused or separate QKV.
-Fixtures: tests/fixtures_encoder.py; comparison: tests/parity.py."""
+"""The bert and nomic-bert graphs equal llama.cpp's, node for node: no KV cache (llama.cpp
+encodes: every token is an output), flash attention off and on (on casts the F32 K and V
+to F16), embeddings on (each pooling type the GGUF can name: NONE, MEAN, CLS, LAST, RANK
+with and without classification heads) and off (no pooling); nomic-bert: RoPE on Q and
+K, no position embeddings, SwiGLU FFN, fused or separate QKV. The
+graph cases are in tests/test_parity.py's table, the memory cases in
+tests/test_memory_parity.py's, on the models of tests/parity_models.py; here: the
+encoder's graph shape and the keys bert requires."""
 from __future__ import annotations
 
 import pytest
-from gguf import GGMLQuantizationType as QT
-from gguf import PoolingType as PT
 
 import fixtures_encoder as E
 from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import GraphcostError
 from graphcost.graph.settings import RunSettings
-from parity import assert_same_graph, graph_cases, needs_llama_cpp, our_records
-
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("parity_encoder")
-    return {
-        # 5 heads of 32, two token types, separate Q/K/V with biases, MEAN pooling
-        "bert": E.write_bert(d / "bert.gguf"),
-        # CLS pooling, 3 heads of 64, no token_types tensor, fused QKV + bias, 3 layers
-        "bert_cls": E.write_bert(d / "bert_cls.gguf", n_embd=192, n_head=3, n_ff=352,
-                                 n_layer=3, pooling=PT.CLS, token_types=0, fused_qkv=True,
-                                 weight_types={"attn_qkv": QT.Q8_0}),
-        # LAST pooling, no biases on Q/K/V, output or FFN, 1 layer
-        "bert_last": E.write_bert(d / "bert_last.gguf", n_layer=1, pooling=PT.LAST,
-                                  qkv_bias=False, out_bias=False, ffn_bias=False),
-        # no pooling_type key (NONE), no causal key
-        "bert_none": E.write_bert(d / "bert_none.gguf", pooling=None, causal=None, n_layer=1),
-        # RANK with both heads (cls + tanh, cls.output with 3 labels)
-        "bert_rank": E.write_bert(d / "bert_rank.gguf", pooling=PT.RANK, cls=True, cls_out=3,
-                                  n_layer=1),
-        # RANK with only cls.output (1 label: a reranker score)
-        "bert_rank_out": E.write_bert(d / "bert_rank_out.gguf", pooling=PT.RANK, cls_out=1,
-                                      n_layer=1),
-        # nomic-bert: 5 heads of 32, fused QKV without bias (as nomic-embed-text), MEAN
-        "nomic": E.write_bert(d / "nomic.gguf", arch="nomic-bert", fused_qkv=True,
-                              qkv_bias=False, out_bias=False, ffn_bias=False, n_layer=3),
-        # separate Q/K/V with biases, output bias, no token_types tensor, CLS pooling
-        "nomic_sep": E.write_bert(d / "nomic_sep.gguf", arch="nomic-bert", n_embd=192,
-                                  n_head=3, n_ff=352, token_types=0, pooling=PT.CLS,
-                                  ffn_bias=False),
-    }
-
-
-CASES = [
-    # (model, settings); llama.cpp outputs every token (n_outputs is ignored)
-    ("bert", dict(tokens=1, embeddings=True)),
-    ("bert", dict(tokens=7, embeddings=True)),
-    ("bert", dict(tokens=7, embeddings=False)),
-    ("bert", dict(tokens=5, past=3, embeddings=True)),  # past: nothing kept, same graph
-    ("bert", dict(tokens=13, n_ubatch=16, n_ctx=256, embeddings=True)),
-    ("bert_cls", dict(tokens=1, embeddings=True)),
-    ("bert_cls", dict(tokens=9, embeddings=True)),
-    ("bert_last", dict(tokens=4, embeddings=True)),
-    ("bert_none", dict(tokens=6, embeddings=True)),
-    ("bert_none", dict(tokens=2, embeddings=False)),
-    ("bert_rank", dict(tokens=5, embeddings=True)),
-    ("bert_rank_out", dict(tokens=3, embeddings=True)),
-    ("nomic", dict(tokens=1, embeddings=True)),
-    ("nomic", dict(tokens=9, embeddings=True)),
-    ("nomic", dict(tokens=4, embeddings=False)),
-    ("nomic_sep", dict(tokens=6, embeddings=True)),
-]
-
-
-@needs_llama_cpp
-@graph_cases(CASES)
-def test_encoder_graph_matches_llama_cpp(models, model, settings, fa):
-    assert_same_graph(models[model], settings, fa)
+from parity import our_records
 
 
 def test_bert_has_no_kv_cache_and_outputs_every_token(tmp_path):

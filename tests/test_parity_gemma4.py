@@ -1,12 +1,13 @@
-"""The dense gemma4 graph equals llama.cpp's, node for node (order, name, op, type, ne,
-sources): sliding and full layers with different head sizes (the transposed V cache is as
-wide as the widest layer, narrower V rows are PADded), proportional RoPE factors on full
-layers, per-layer embeddings, KV sharing of the last layers, V = K without ``attn_v``,
-output scales; the 26B-A4B mixture of experts (router on attn_out with its own norm and
-scale, shared dense MLP, separate or merged gate/up experts, per-expert output scales);
-decode and prefill, flash attention off and on, quantized KV caches (Hadamard rotations),
-several outputs. Fixtures: tests/fixtures_gemma4.py; comparison:
-tests/parity.py."""
+"""The gemma4 graph equals llama.cpp's, node for node: sliding and full layers with
+different head sizes (the transposed V cache is as wide as the widest layer, narrower V
+rows are PADded), proportional RoPE factors on full layers, per-layer embeddings, KV
+sharing of the last layers, V = K without ``attn_v``, output scales; the 26B-A4B mixture
+of experts (router on attn_out with its own norm and scale, shared dense MLP, separate or
+merged gate/up experts, per-expert output scales); decode and prefill, flash attention
+off and on, quantized KV caches (Hadamard rotations), several outputs. The
+graph cases are in tests/test_parity.py's table, the memory cases in
+tests/test_memory_parity.py's, on the models of tests/parity_models.py; here: caches
+and head sizes, the MoE layers, refusals."""
 from __future__ import annotations
 
 import pytest
@@ -15,60 +16,7 @@ import fixtures_gemma4 as G
 from graphcost.graph.build import build_graph, load_model
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.settings import RunSettings
-from parity import assert_same_graph, graph_cases, needs_llama_cpp, our_records
-
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("parity_gemma4")
-    return {
-        # 7 layers (full: 3, 6), heads 128 full / 64 sliding, layers 4..6 share KV,
-        # per-layer embeddings of 48, no attn_v on layer 1, output scales on 0 and 6
-        "gemma4": G.write_gemma4(d / "gemma4.gguf"),
-        # fused QKV, no per-layer embeddings, no sharing, untied, soft-cap 20,
-        # 4 heads over 2 KV heads, pattern with the full layer first
-        "gemma4_fused": G.write_gemma4(d / "gemma4_fused.gguf", fused_qkv=True,
-                                       n_embd_per_layer=0, shared_kv_layers=0,
-                                       tie_embeddings=False, final_logit_softcap=20.0,
-                                       n_head=4, n_head_kv=2, out_scale_layers=(),
-                                       swa_pattern=(False, True, True, True)),
-        # 26B-A4B style: MoE on layers 0, 2, 3, 5 (5 experts of 96, 3 used, per-expert
-        # down scales), dense MLP alone on 1, 4, 6; layers 4..6 share KV
-        "gemma4_moe": G.write_gemma4(d / "gemma4_moe.gguf", n_embd_per_layer=0,
-                                     moe_layers=(0, 2, 3, 5)),
-        # every layer MoE with merged gate_up experts, no down scales, 7 experts, 1 used
-        "gemma4_moe_merged": G.write_gemma4(d / "gemma4_moe_merged.gguf", fused_qkv=True,
-                                            n_embd_per_layer=0, shared_kv_layers=0,
-                                            swa_pattern=(True, False, True, True, False),
-                                            moe_layers=range(5), gate_up_merged=True,
-                                            down_scale=False, n_expert=7, n_expert_used=1),
-    }
-
-
-CASES = [
-    # (model, settings); fa=True: the case needs flash attention (quantized V cache)
-    ("gemma4", dict(tokens=1, past=3)),
-    ("gemma4", dict(tokens=7, past=0)),
-    ("gemma4", dict(tokens=5, past=60, n_outputs=2)),
-    ("gemma4", dict(tokens=2, past=1, type_k="q8_0")),
-    ("gemma4", dict(tokens=3, past=2, type_k="q8_0", type_v="q8_0", fa=True)),
-    ("gemma4", dict(tokens=4, past=100, n_ubatch=64, n_ctx=600, swa_full=True)),
-    ("gemma4_fused", dict(tokens=1, past=2)),
-    ("gemma4_fused", dict(tokens=6, past=0, n_outputs=3)),
-    ("gemma4_fused", dict(tokens=2, past=3, type_k="q4_0", type_v="q8_0", fa=True)),
-    ("gemma4_moe", dict(tokens=1, past=3)),
-    ("gemma4_moe", dict(tokens=7, past=0, n_outputs=3)),
-    ("gemma4_moe", dict(tokens=3, past=60, type_k="q8_0", type_v="q8_0", fa=True)),
-    ("gemma4_moe_merged", dict(tokens=1, past=2)),
-    ("gemma4_moe_merged", dict(tokens=5, past=0, n_outputs=2)),
-]
-
-
-@needs_llama_cpp
-@graph_cases(CASES)
-def test_gemma4_graph_matches_llama_cpp(models, model, settings, fa):
-    assert_same_graph(models[model], settings, fa)
+from parity import our_records
 
 
 def test_gemma4_caches_and_head_sizes(tmp_path):

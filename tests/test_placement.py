@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -196,15 +197,18 @@ def test_kv_follows_its_layer_unless_nkvo(llama5):
     assert sum(kv.values()) == dp.plan.kv_cache_bytes
 
 
-def test_compute_is_the_plan_without_devices_and_not_modelled_for_cuda(llama5):
+def test_compute_is_the_plan_without_devices_and_not_modelled_for_metal(llama5):
     s = RunSettings(ctx_size=512)
     alone = plan_devices(llama5, s, [], PlacementFlags(cpu_features=frozenset()))
     assert [r.compute_bytes for r in alone.rows] == [alone.plan.compute_buffer_bytes]
     assert alone.rows[0].output_bytes == 300 * 4  # n_vocab floats
-    # CUDA's supported ops and graph optimisation are not in specs/backends/cuda.yaml
-    dp = plan_devices(llama5, s, [DeviceArg("cuda")], PlacementFlags())
+    embd = plan_devices(llama5, replace(s, embeddings=True), [], PlacementFlags())
+    assert embd.rows[0].output_bytes == embd.plan.output_buffer_bytes == (300 + 256) * 4
+    # Metal's graph_optimize reorders nodes before allocation (not simulated)
+    dp = plan_devices(llama5, s, [DeviceArg("metal")], PlacementFlags())
     assert dp.compute is None
     assert all(r.compute_bytes is None for r in dp.rows if r.device != "CPU_REPACK")
+    assert any(n.startswith("compute buffers not modelled: MTL0") for n in dp.placement.notes)
 
 
 # ---- overrides -------------------------------------------------------------------------------
@@ -279,14 +283,19 @@ def test_memory_json_devices(tmp_path):
     sched = json.loads(r.stdout)["memory"]["scheduler"]
     assert [g["n_splits"] for g in sched["graphs"]] == [3, 3] and sched["n_copies"] == 1
     assert devs[3]["model_bytes"] == 3 * 294912
+    # --embeddings is not dropped with devices: n_vocab + n_embd floats per output
+    r = cli("memory", f.path, "--embeddings", "-c", "512", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = {d["device"]: d["output_bytes"] for d in json.loads(r.stdout)["memory"]["devices"]}
+    assert out["CPU"] == (300 + 256) * 4 and sum(out.values()) == out["CPU"]
 
 
 def test_memory_text_shows_not_modelled(tmp_path):
     f = write_llama(tmp_path / "m.gguf", n_layer=5)
-    r = cli("memory", f.path, "--device", "cuda:8GiB", "-ngl", "all", "-c", "512",
+    r = cli("memory", f.path, "--device", "metal:8GiB", "-ngl", "all", "-c", "512",
             "--no-repack")
     assert r.returncode == 0, r.stderr
-    assert "CUDA0" in r.stdout and "n/m" in r.stdout and "layers: 0-4 CUDA0" in r.stdout
+    assert "MTL0" in r.stdout and "n/m" in r.stdout and "layers: 0-4 MTL0" in r.stdout
 
 
 @pytest.mark.parametrize("args, msg", [

@@ -38,6 +38,22 @@ def test_every_profile_format_has_a_renderer():
     assert set(RENDERERS) == set(ProfileFormat)
 
 
+def test_nodes_and_rollups_report_rates_the_same_way():
+    from graphcost.execute.profile import NodeRow, Rollup
+    # 3e6 bytes and 8e6 FLOPs in 2 ms: 1.5 GB/s, 4 GFLOP/s; roofline 1 ms: ratio 0.5
+    n = NodeRow(0, "kq-0", "MUL_MAT", 0, "attention", False, 2e-3, 3_000_000, 8_000_000, 1e-3,
+                "memory", None)
+    r = Rollup("MUL_MAT", 1, 2e-3, 3_000_000, 8_000_000, 1e-3)
+    for x in (n, r):
+        assert (x.gbps, x.gflops, x.ratio) == pytest.approx((1.5, 4.0, 0.5))
+    # nothing measured (a view), or a figure missing (unmodelled): no rate, not zero
+    view = NodeRow(1, "v", "VIEW", 0, "attention", True, None, 0, 0, 0.0, None, None)
+    unmod = NodeRow(2, "u", "CUSTOM", 0, "attention", False, 1e-3, None, None, None, None, None)
+    assert (view.gbps, view.gflops, view.ratio) == (None, None, None)
+    assert (unmod.gbps, unmod.gflops, unmod.ratio) == (None, None, None)
+    assert (Rollup("x").gbps, Rollup("x").ratio) == (None, None)
+
+
 def test_roofline_takes_the_larger_bound():
     hw = Hardware("t", bandwidth=10e9, peak_flops=100e9)
     # 1 MB at 10 GB/s = 100 us > 1 MFLOP at 100 GFLOP/s = 10 us
@@ -116,8 +132,12 @@ def test_profile_json_document(llama, tmp_path):
             if not n["view"]:
                 assert n["seconds"] > 0 and n["predicted_seconds"] > 0
                 assert n["ratio"] == pytest.approx(n["predicted_seconds"] / n["seconds"])
-                # a datasheet profile has no overhead or matvec rates: model = roofline
-                assert n["modelled_seconds"] == n["predicted_seconds"]
+                # a datasheet profile has no overhead, rates or curves: model = roofline,
+                # but flash attention's on the cells it attends (<= all n_kv cells)
+                if n["op"] == "FLASH_ATTN_EXT":
+                    assert 0 < n["modelled_seconds"] <= n["predicted_seconds"]
+                else:
+                    assert n["modelled_seconds"] == n["predicted_seconds"]
     # greedy: each decode step feeds the previous step's argmax
     g = build_graph(load_model(llama), RunSettings(ctx_size=256, tokens=1, past=3))
     assert len(steps[1]["nodes"]) == len(g.nodes)
@@ -126,7 +146,13 @@ def test_profile_json_document(llama, tmp_path):
     assert sum(r["seconds"] for r in d["by_op"]) == pytest.approx(total)
     assert sum(r["seconds"] for r in d["by_layer"]) == pytest.approx(total)
     assert d["rollup_phase"] == "decode"
-    assert set(d["tokens_per_second"]) == {"prompt", "decode"}
+    assert set(d["tokens_per_second"]) == {"prompt", "decode", "prompt_untimed",
+                                           "decode_untimed"}
+    # the untimed replay: every step run again through Executor.step, timed from outside
+    assert all(s["untimed_seconds"] > 0 for s in steps)
+    assert d["tokens_per_second"]["decode_untimed"] == pytest.approx(
+        1 / float(np.median([s["untimed_seconds"] for s in steps[1:]])))
+    assert isinstance(d["node_timing_overhead"], float)
     assert set(d["compile"]) >= {"kernels_import_seconds", "first_run_overhead_seconds", "numba_cache"}
     acc = d["estimate_accuracy"]
     assert acc["min_seconds"] == 1e-5 and set(acc["by_op"]) <= {n["op"] for n in steps[1]["nodes"]}
@@ -198,6 +224,23 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert all(v > 0 for v in bw["by_type"].values())
     assert "matvec, % of it:" in r.output and str(target) in r.output
     assert doc["peak_flops"]["flops_per_second"] > 0 and doc["op_overhead"]["seconds"] > 0
+    # a peak FLOP rate and a matvec cost curve per weight type; a cost curve per op kind
+    from graphcost.execute.hwprobe import FA_CELLS, LADDER, LADDER_BYTES
+    assert set(doc["peak_flops"]["by_type"]) == set(bw["by_type"])
+    oc = doc["op_costs"]
+    assert set(oc["matvec"]) == set(bw["by_type"])
+    # 16 MiB: the 4 slice sizes (the largest, 4 MiB, fits twice) and the whole matrix
+    assert all(len(pts) == len(LADDER_BYTES) + 1 for pts in oc["matvec"].values())
+    assert set(oc["by_op"]) == {"ADD", "MUL", "SCALE", "RMS_NORM", "GELU", "SILU", "GEGLU",
+                                "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS", "CONT",
+                                "FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64", "FLASH_ATTN_EXT@256"}
+    assert set(oc["by_op_chained"]) == set(oc["by_op"])
+    for op, pts in oc["by_op"].items():
+        assert len(pts) == (len(FA_CELLS) if "FLASH" in op else len(LADDER)), op
+        assert [p[0] for p in pts] == sorted(p[0] for p in pts) and all(p[2] > 0 for p in pts)
+        if "@" not in op:                   # head sizes 64 and 256: curves, not overheads
+            assert doc["op_overhead"]["by_op"][op] == pts[0][2]
+    assert "matmul peak per weight type" in r.output
     hw = hwmod.load("probe-test")
     assert hw.kind == "measured" and hw.overhead == doc["op_overhead"]["seconds"]
     assert hw.path == target

@@ -4,8 +4,6 @@ layouts, bad flags one line exit 2). No timed assertions."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -153,21 +151,6 @@ def tiny(tmp_path_factory):
                                        "fa_mac:tiled": 1e-11, "convert": 1e-9},
                       "error_band": {"cases": 7, "median": 0.061, "worst": 0.183}}}))
     return Path(m), prof
-
-
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """Run ``graphcost ARGS`` in this process (graphcost.cli.main: its exit code, stdout,
-    stderr), as the installed command does."""
-    from graphcost.cli import main
-
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["graphcost", *map(str, args)])
-        with pytest.raises(SystemExit) as e:
-            main()
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, e.value.code, out.out, out.err)
-    return run
 
 
 def test_cli_markdown_layout(tiny, cli):

@@ -117,3 +117,34 @@ def test_without_llama_cpp_one_line_exit_2(gemma3, monkeypatch, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "needs llama-cpp-python" in err
+
+
+def test_parse_log_reads_llama_cpps_buffer_and_size_lines():
+    # printf formats of llama-kv-cache.cpp:291/301, llama-memory-recurrent.cpp:124/133,
+    # llama-context.cpp:381/740 and llama-model.cpp:1930 (vendored llama.cpp)
+    from graphcost.judge.oracle import parse_log
+    log = "\n".join([
+        "load_tensors:          CPU model buffer size =     1.23 MiB",
+        "llama_kv_cache:        CPU KV buffer size =    12.00 MiB",
+        "llama_kv_cache: size =   12.00 MiB (   512 cells,   3 layers,  1/1 seqs), "
+        "K (f16):    6.00 MiB, V (q8_0):    6.00 MiB",
+        "llama_memory_recurrent:        CPU RS buffer size =     0.05 MiB",
+        "llama_memory_recurrent: size =    0.05 MiB (     1 cells,   3 layers,  1 seqs  2 rs_seq), "
+        "R (f32):    0.01 MiB, S (f32):    0.04 MiB, P (f32):    0.00 MiB",
+        "llama_context:        CPU  output buffer size =     0.00 MiB",
+        "llama_context:        CPU compute buffer size =    10.50 MiB",
+        "sched_reserve:        CPU compute buffer size =    11.25 MiB",
+    ])
+    r = parse_log(log)
+    assert r["model_buffers"] == [{"buffer": "CPU", "mib": 1.23}]
+    assert r["output_buffers"] == [{"buffer": "CPU", "mib": 0.0}] and r["output_buffer_mib"] == 0.0
+    assert r["compute_buffers"] == [{"buffer": "CPU", "mib": 10.5}, {"buffer": "CPU", "mib": 11.25}]
+    assert r["compute_buffer_mib"] == 11.25             # the last CPU one
+    (kv,) = r["kv_caches"]
+    assert {k: kv[k] for k in ("buffer_mib", "size_mib", "cells", "layers", "seqs", "n_stream",
+                               "type_k", "k_mib", "type_v", "v_mib")} == {
+        "buffer_mib": 12.0, "size_mib": 12.0, "cells": 512, "layers": 3, "seqs": 1,
+        "n_stream": 1, "type_k": "f16", "k_mib": 6.0, "type_v": "q8_0", "v_mib": 6.0}
+    assert r["recurrent_states"] == [{
+        "buffer": "CPU", "buffer_mib": 0.05, "size_mib": 0.05, "cells": 1, "layers": 3,
+        "seqs": 1, "rs_seq": 2, "type_r": "f32", "r_mib": 0.01, "type_s": "f32", "s_mib": 0.04}]

@@ -14,11 +14,14 @@ counts (bytes read + bytes written, see docs/counting.md), ``F`` its FLOPs (FMA 
 
 A measured profile also holds what graphcost's own executor achieves on that machine:
 ``op_overhead`` (seconds one tiny node of each op kind takes end to end: Python, Numba
-dispatch, thread wake-up) and ``memory_bandwidth.by_type`` (bytes/s the executor's
-matrix-vector kernel streams for each weight type). They are not part of the roofline,
-which is the machine's limit; :func:`executor_seconds` adds them to it to model the
-executor itself, and ``graphcost profile`` reports how close both come to the measured
-node times.
+dispatch, thread wake-up), ``memory_bandwidth.by_type`` (bytes/s the executor's
+matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP/s the
+executor's matmul reaches per weight type on many rows) and ``op_costs``: each op kind's
+measured time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right
+after a small op; MUL_MAT per weight type in ``matvec``), as
+``[bytes, flops, seconds]`` points. They are not part of the machine's roofline;
+:func:`executor_seconds` models the executor itself from them, and ``graphcost profile``
+reports how close both come to the measured node times.
 
 A profile may also hold ``llama_cpp``: the coefficients of llama.cpp's CPU execution
 model (:mod:`graphcost.cost.speed_model`) fitted against llama-bench on that machine by
@@ -67,6 +70,35 @@ class Hardware:
         by_op = (self.extra.get("op_overhead") or {}).get("by_op") or {}
         return float(by_op.get(op, self.overhead))
 
+    def peak_for(self, type_name: str | None) -> float:
+        """FLOP/s of the executor's matmul with ``type_name`` weights (the profile's
+        ``peak_flops.by_type``; the F32 peak if it has none): the compute roof a matmul of
+        that type meets, so an integer-dot matvec is not judged by the float peak."""
+        by_type = (self.extra.get("peak_flops") or {}).get("by_type") or {}
+        return float(by_type.get(type_name, self.peak_flops)) if type_name else self.peak_flops
+
+    def op_curve(self, op: str, type_name: str | None = None,
+                 after_matmul: bool = True, head_size: int | None = None) -> list | None:
+        """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
+        weight type; another op: run right after a matmul, or with ``after_matmul`` False
+        right after a small op; flash attention: at the measured head size nearest
+        ``head_size``, keys ``FLASH_ATTN_EXT@D``), sorted by bytes; None when the profile
+        did not measure it."""
+        oc = self.extra.get("op_costs") or {}
+        if op in ops.MATMUL:
+            pts = (oc.get("matvec") or {}).get(type_name)
+            return sorted(pts) if pts else None
+        table = (oc.get("by_op" if after_matmul else "by_op_chained") or {}) \
+            or (oc.get("by_op") or {})
+        key = op
+        if head_size:
+            sizes = {int(k.split("@")[1]) if "@" in k else 128: k for k in table
+                     if k == op or k.startswith(op + "@")}
+            if sizes:
+                key = sizes[min(sizes, key=lambda d: (abs(d - head_size), d))]
+        pts = table.get(key)
+        return sorted(pts) if pts else None
+
     def to_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "description": self.description,
                 "threads": self.threads, "bandwidth_bytes_per_s": self.bandwidth,
@@ -75,21 +107,53 @@ class Hardware:
 
 
 def roofline_seconds(nbytes: float, flops: float, hw: Hardware,
-                     bandwidth: float | None = None) -> tuple[float, str]:
+                     bandwidth: float | None = None,
+                     peak: float | None = None) -> tuple[float, str]:
     """(lower-bound seconds, ``"memory"`` or ``"compute"``) for one node or a sum; the
-    memory roof is ``bandwidth`` bytes/s if given, else the profile's."""
+    memory roof is ``bandwidth`` bytes/s if given, else the profile's, the compute roof
+    ``peak`` FLOP/s if given (a matmul's: :meth:`Hardware.peak_for`), else the profile's."""
     t_mem = nbytes / (bandwidth or hw.bandwidth)
-    t_cmp = flops / hw.peak_flops
+    t_cmp = flops / (peak or hw.peak_flops)
     return (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "compute")
 
 
+def curve_seconds(points: list, nbytes: float) -> float:
+    """Seconds at ``nbytes`` on a probe curve (``[[bytes, flops, seconds], ...]`` sorted by
+    bytes): linear between the two measured sizes around it; below the smallest, that
+    size's time (the fixed cost of a call); above the largest, the last segment's bytes/s
+    carried on (a slope below zero, noise, counts as zero)."""
+    if nbytes <= points[0][0]:
+        return float(points[0][2])
+    for (b0, _, t0), (b1, _, t1) in zip(points, points[1:]):
+        if nbytes <= b1:
+            return float(t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)) if b1 > b0 else float(t1)
+    if len(points) == 1:
+        return float(points[0][2])
+    (b0, _, t0), (b1, _, t1) = points[-2], points[-1]
+    slope = max(0.0, (t1 - t0) / (b1 - b0)) if b1 > b0 else 0.0
+    return float(t1 + slope * (nbytes - b1))
+
+
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
-                     weight_type: str | None = None) -> float:
-    """Modelled seconds of one node on graphcost's executor: the per-call overhead of ``op``
-    plus the roofline with the memory roof lowered to the matvec kernel's measured rate
-    for ``weight_type`` (MUL_MAT/MUL_MAT_ID; other ops stream at the bandwidth)."""
-    rate = hw.matvec_rate(weight_type) if op in ops.MATMUL and weight_type else hw.bandwidth
-    return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate)[0]
+                     weight_type: str | None = None, after_matmul: bool = True,
+                     head_size: int | None = None) -> float:
+    """Modelled seconds of one node on graphcost's executor.
+
+    With the probe's curve for ``op`` (a matmul: for ``weight_type``; another op: the
+    curve measured right after a matmul, or with ``after_matmul`` False after a small op,
+    whose output it reads from the cache): the curve's time at ``nbytes``
+    (:func:`curve_seconds`), never below the compute roof ``flops / peak`` (a matmul's
+    peak is its weight type's; flash attention's curve is its ``head_size``'s). Without one (an op the probe did not time,
+    an older or datasheet profile): the per-call overhead of ``op`` plus the roofline with
+    the memory roof lowered to the matvec rate for ``weight_type`` (other ops stream at
+    the bandwidth)."""
+    mat = op in ops.MATMUL and weight_type is not None
+    peak = hw.peak_for(weight_type) if mat else hw.peak_flops
+    curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size)
+    if curve:
+        return max(curve_seconds(curve, nbytes), flops / peak)
+    rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth
+    return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate, peak)[0]
 
 
 # ---------------------------------------------------------------------------- files
@@ -151,6 +215,14 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         mapping_of(bw["by_type"], "positive", "memory_bandwidth.by_type", where)
     pk = need(doc.get("peak_flops"), "dict", "peak_flops", where)
     peak = _positive(pk, "flops_per_second", "peak_flops", where)
+    if pk.get("by_type") is not None:
+        mapping_of(pk["by_type"], "positive", "peak_flops.by_type", where)
+    if doc.get("op_costs") is not None:
+        oc = need(doc["op_costs"], "dict", "op_costs", where)
+        for part in ("by_op", "by_op_chained", "matvec"):
+            for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
+                                       where).items():
+                _check_curve(pts, f"op_costs.{part}.{key}", where)
     overhead = 0.0
     if doc.get("op_overhead") is not None:
         ov = need(doc["op_overhead"], "dict", "op_overhead", where)
@@ -173,6 +245,19 @@ def parse(doc: Any, path: Path | None) -> Hardware:
                     bandwidth=bandwidth, peak_flops=peak, kind=kind,
                     description=str(doc.get("description") or ""), threads=threads, path=path,
                     overhead=overhead, extra=doc)
+
+
+def _check_curve(pts: list, at: str, where) -> None:
+    """A probe curve: a non-empty list of ``[bytes > 0, flops >= 0, seconds >= 0]``."""
+    if not pts:
+        raise GraphcostError(f"{where}: {at} must list at least one [bytes, flops, seconds]")
+    for i, p in enumerate(pts):
+        need(p, "list", f"{at}[{i}]", where)
+        if len(p) != 3:
+            raise GraphcostError(f"{where}: {at}[{i}] must be [bytes, flops, seconds], "
+                                 f"got {_show(p)}")
+        for v, kind in zip(p, ("positive", "nonneg", "nonneg")):
+            need(v, kind, f"{at}[{i}]", where)
 
 
 def _is_int(v: Any) -> bool:

@@ -243,6 +243,19 @@ def matmul_fn(ctx: Ctx, w_type: gt.GGMLType, k: int, m: int) -> Callable[..., np
     return lambda w, x, out=None: mm.mul_mat_ggml(w, w_type, k, m, x, out=out)
 
 
+def _fused_matvec(node: Tensor, ctx: Ctx):
+    """``kernels.matmul.fused_matvec`` for a decode MUL_MAT whose weights take ggml's
+    byte-SIMD dots in ``ctx.numerics`` mode (where :func:`matmul_fn` calls
+    ``mul_mat_ggml``): quantizing, rearranging and the dots in one numba call, into
+    buffers allocated once. ``None`` otherwise."""
+    a, b = node.src
+    mm = ctx.K.matmul
+    if a.type not in ctx.K.quants.SUPPORTED or (ctx.numerics == "fast"
+                                                and a.type not in mm.GGML_FASTEST):
+        return None
+    return mm.fused_matvec(a.type, a.ne[0], a.ne[1], b.ne[1])
+
+
 @op(Op.MUL_MAT)
 def _mul_mat(node: Tensor, ctx: Ctx) -> OpFn:
     # a:[K, M, A2, A3] x b:[K, N, B2, B3] -> [M, N, B2, B3]; b batch i2 uses a batch i2 // (B2/A2)
@@ -256,6 +269,11 @@ def _mul_mat(node: Tensor, ctx: Ctx) -> OpFn:
     if a2 == a3 == b2 == b3 == 1:
         if b.type == gt.F32 and is_contiguous(b) and is_contiguous(a) and \
                 4 * n * m <= PREALLOC_MAX_BYTES:
+            fused = _fused_matvec(node, ctx)
+            if fused is not None:
+                kern, code, tail = fused
+                return KernelNode(kern, lambda av, bv, out: (_rows2d(av[0, 0]), code, bv[0, 0])
+                                  + tail + (out[0, 0],), (1, 1, n, m))
             # into the node's own output, so that it (and the views of it) stay the same
             # array every run
             return KernelNode(mm, lambda av, bv, out: (_rows2d(av[0, 0]), bv[0, 0], out[0, 0]),
@@ -784,7 +802,7 @@ def _rope_offset(node: Tensor, offs: int, rope, kw: dict) -> OpFn:
 @op(Op.FLASH_ATTN_EXT)
 def _flash_attn(node: Tensor, ctx: Ctx) -> OpFn:
     # q:[D, T, H] k:[D, n_kv, Hkv] v:[Dv, n_kv, Hkv] mask:[n_kv, T] (sinks:[H]) -> [Dv, H, T]
-    sinks = _sinks(node, 4)
+    _sinks(node, 4)  # refuses sinks the kernel cannot read
     p = node.params
     q, k, v = node.src[:3]
     fa = ctx.K.attention.flash_attn_ext

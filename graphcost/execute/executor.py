@@ -38,19 +38,18 @@ from graphcost.execute.weights import (RandomWeights, available_memory, mapped_w
                                        random_weights, refuse_unsupported_weights)
 from graphcost.format.model import YARN_UNREAD_KEYS, ModelInfo
 from graphcost.graph.build import BuiltGraph, build_graph, load_model, resolve_for
-from graphcost.graph.flavour import flavour
-from graphcost.graph.settings import RunSettings
+from graphcost.graph.settings import Resolved, RunSettings
 
 #: numerics modes (see graphcost.execute.exec_ops)
 NUMERICS = ("ggml", "fast")
 
 
-def check_runnable(model: ModelInfo, settings: RunSettings | None = None) -> None:
+def check_runnable(model: ModelInfo, settings: RunSettings | Resolved | None = None) -> None:
     """Refuse, before any kernel is loaded, what the executor cannot run: a partial file
     (header whole, tensor data cut short: random data for the missing part would be
     neither the model nor a clean header-only run; costs and memory need only the header,
     so analyze, memory and check accept it), and settings whose KV cache does not fit in
-    the available memory (``-c 2**30``)."""
+    the available memory (``-c 2**30``). ``settings`` may be already resolved for ``model``."""
     if model.header.partial is not None:
         raise GGUFError(model.header.path, None,
                         f"tensor data is cut short ({model.header.partial}): running the "
@@ -60,7 +59,8 @@ def check_runnable(model: ModelInfo, settings: RunSettings | None = None) -> Non
         bg = build_graph(model, settings)  # resolves the settings: refuses what llama.cpp does
         kv = sum(c.bytes() for c in bg.caches)
         if kv > available_memory():
-            raise SettingsError(f"--ctx-size {settings.ctx_size}: the KV cache needs "
+            ctx = bg.run.settings.ctx_size
+            raise SettingsError(f"--ctx-size {ctx}: the KV cache needs "
                                 f"{kv / 2**30:.1f} GiB, more than the "
                                 f"{available_memory() / 2**30:.1f} GiB of memory available")
 
@@ -85,30 +85,32 @@ class Executor:
     types, ``llama_cpp`` flavour); ``tokens``/``past``/``outputs`` are per step.
     ``threads``: the kernels' thread count during :meth:`step` (default: Numba's now)."""
 
-    def __init__(self, model: ModelInfo | str | os.PathLike, settings: RunSettings = RunSettings(),
+    def __init__(self, model: ModelInfo | str | os.PathLike,
+                 settings: RunSettings | Resolved = RunSettings(),
                  *, numerics: str = "ggml", seed: int = 0, threads: int | None = None):
         from graphcost.execute.kernels_loader import load_kernels
 
         if numerics not in NUMERICS:
             raise SettingsError(f"numerics {numerics!r}: use one of {', '.join(NUMERICS)}")
-        if not flavour(settings.llama_cpp).executable:
-            raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
-                                   f"{settings.llama_cpp}")
         self.model = model if isinstance(model, ModelInfo) else load_model(model)
+        #: the context, resolved once (here, or by the caller); each step is a ubatch of
+        #: it (Resolved.step)
+        self.run = (settings if isinstance(settings, Resolved)
+                    else resolve_for(self.model, settings))
+        if not self.run.flavour.executable:
+            raise UnsupportedError(f"the executor runs the head graph, not --llama-cpp "
+                                   f"{self.run.flavour.name}")
         unread = [k.format(arch=self.model.arch) for k in YARN_UNREAD_KEYS
                   if k.format(arch=self.model.arch) in self.model.header.metadata]
         if self.model.rope_scaling_type == "yarn" and unread:
             raise UnsupportedError(f"{self.model.header.path}: YaRN with {unread[0]} is not "
                                    "executed (the rope's YaRN factors assume its default)")
-        self.settings = settings
         self.numerics = numerics
         self.threads = check_threads(threads)
         self.K = load_kernels()
         refuse_unsupported_weights(self.model, weight_types(self.K))
         self.ctx = Ctx(self.K, numerics)
-        check_runnable(self.model, settings)
-        #: the context, resolved once; each step is a ubatch of it (Resolved.step)
-        self.run = resolve_for(self.model, settings)
+        check_runnable(self.model, self.run)
         self.weights = (mapped_weights(self.model) if self.model.header.has_data
                         else random_weights(self.model, seed))
         self.kv: dict[str, np.ndarray] = {}          # cache tensor name -> bytes

@@ -12,13 +12,30 @@ the same Numba kernels the executor runs.
   alternate with runs of the streaming read, so both see the same load (the bandwidth is
   the median over all of those runs).
 * **Peak FLOP rate**: ``kernels.matmul.mul_mat``'s tiled path on an F32 matrix that fits in L2-sized
-  tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs).
-* **Per-op overhead**: each op kind the executor runs, compiled by
-  :mod:`graphcost.execute.exec_ops` exactly as for a graph node and called the way the executor
-  calls it (bound to its arrays where the node allows), on tiny operands (64 values per
-  row, 1 token, 16 cache cells): what one node costs end to end (Python call, Numba
-  dispatch, waking the kernel threads) when it has almost no work. This is
-  the floor under every node's time, which a roofline does not see.
+  tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs); and per weight
+  type (``peak_flops.by_type``) the executor's matmul for that type
+  (:func:`graphcost.execute.exec_ops.matmul_fn`) on a cache-resident 256 x 4096 matrix
+  times 256 rows, so a quantized matmul meets its own compute roof, not the F32 one.
+* **Op costs** (``op_costs``): each op kind the executor runs, compiled by
+  :mod:`graphcost.execute.exec_ops` exactly as for a graph node and called the way the
+  executor calls it (bound to its arrays where the node allows), at a ladder of sizes
+  (64 to 65536 values a row; flash attention over 16 to 4096 cells, 4 query heads per KV
+  head, head sizes 64, 128 and 256: ``FLASH_ATTN_EXT@64``, ``FLASH_ATTN_EXT``,
+  ``FLASH_ATTN_EXT@256``), each point ``[bytes, flops, seconds]`` with bytes and FLOPs
+  from the cost model (:func:`graphcost.cost.costs.op_cost`). A decode runs a matvec, then a few small ops,
+  then the next matvec. So each call is timed twice: right after matvecs over weights
+  that are not in the caches (about 0.5 MiB slices of a pool larger than the last-level
+  cache, run on the kernel threads) wrote its float inputs, as a node after a matmul
+  runs (``by_op``; GET_ROWS, a step's first node, after a matvec over the whole pool, as
+  the token embedding follows the previous step's output matmul), and right after the
+  op before it in the ladder's list, as a node in a chain of small ops runs
+  (``by_op_chained``). MUL_MAT is measured per weight
+  type (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
+  type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
+  last-level cache), and the whole matvec itself.
+  The smallest size's time of each op kind is its ``op_overhead.by_op``: what a node
+  costs end to end (Python call, Numba dispatch, waking the kernel threads) when it has
+  almost no work.
 
 Each figure is the median of ``repeat`` timed calls after one warm-up call (compilation or
 cache load is never timed). These are achieved rates of graphcost's kernels, which is what
@@ -89,6 +106,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     ctx = Ctx(K_, "fast")
     stream_runs: list[float] = []
     by_type = {}
+    matvec = {}
+    calls = max(5, 4 * repeat)          # each op-cost and matvec-ladder point: median of calls
     for t in K_.quants.SUPPORTED:
         t = gt.GGMLType(int(t))
         rows = max(1, (mib << 20) // gt.row_size(t, K))
@@ -101,6 +120,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             stream_runs.append(_seconds(lambda: K_.stream.read_rows(big)))
             runs.append(_seconds(lambda: mv(w, x)))
         by_type[gt.type_name(t)] = round(w.nbytes / float(np.median(runs)))
+        big_point = _point(_matvec_node(t, K, rows), float(np.median(runs)))
+        matvec[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng) + [big_point]
         del w
     bandwidth = round(big.nbytes / float(np.median(stream_runs)))
     big = None                                      # free before the FLOP probe
@@ -111,9 +132,13 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     xs = rng.standard_normal((n, K)).astype(np.float32)
     sec = _median_seconds(lambda: K_.matmul.mul_mat(w, gt.F32, K, m, xs), repeat)
     flops = 2.0 * m * n * K / sec
-    say("per-op overhead")
-    by_op = op_overheads(K_, max(50, 20 * repeat))
-    overhead = float(np.median(list(by_op.values())))
+    say("peak FLOP rate per weight type")
+    peak_by_type = type_peaks(ctx, rng, repeat)
+    say("op costs")
+    by_op, chained = op_costs(ctx, rng, calls, mib)
+    overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
+    overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
+    overhead = float(np.median(list(overheads.values())))
     n_threads = numba.get_num_threads()
     return {
         "name": None,
@@ -135,56 +160,166 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "flops_per_second": round(flops),
             "how": f"kernels.matmul.mul_mat tiled path, f32 {m}x{K} weights x {n} rows "
                    f"(2*M*N*K FLOPs), median of {repeat}",
+            "by_type": peak_by_type,
+            "by_type_how": f"the executor's matmul (--numerics fast) per weight type, "
+                           f"{PEAK_M}x{K} weights x {PEAK_N} rows, median of {repeat}",
             "source": "graphcost hwprobe on this machine",
         },
         "op_overhead": {
             "seconds": overhead,
-            "how": "one executor node on tiny operands (64 values, 1 token), end to end, "
-                   "median of the calls; seconds is the median over op kinds",
+            "how": "the smallest size of each op kind's op_costs curve (MUL_MAT: q8_0's), "
+                   "end to end; seconds is the median over op kinds",
+            "by_op": overheads,
+            "source": "graphcost hwprobe on this machine",
+        },
+        "op_costs": {
+            "how": f"each op kind compiled and called as the executor does, at a ladder of "
+                   f"sizes: by_op called after a matvec over weights not in the caches, "
+                   f"by_op_chained called again at once (a node after a small op); median "
+                   f"of {calls} calls; points are [bytes, flops, seconds] (cost model's "
+                   f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
+                   f"matrix (a new slice each call), and the whole matrix",
             "by_op": by_op,
+            "by_op_chained": chained,
+            "matvec": matvec,
             "source": "graphcost hwprobe on this machine",
         },
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
-def _tiny_nodes():
-    """One small node per op kind, built with the ggml graph mirror: [(node, inputs)]."""
+def _point(node, seconds: float) -> list:
+    """``[bytes, flops, seconds]`` of ``node`` (bytes read + written as the analysis counts
+    them: every source, the work buffer written and read back)."""
+    from graphcost.cost.costs import op_cost
+
+    c = op_cost(node)
+    return [int(sum(c.reads) + c.write + 2 * c.work), int(c.flops), float(seconds)]
+
+
+def _matvec_node(t: gt.GGMLType, k: int, rows: int):
+    from graphcost.graph.ggml_graph import Graph
+
+    g = Graph()
+    return g.mul_mat(g.new_tensor(t, [k, rows], role="weight"), g.new_tensor(gt.F32, [k, 1]))
+
+
+#: row length of the matvec ladder's slices, and their sizes (bytes of weights)
+LADDER_K = 1024
+LADDER_BYTES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
+
+
+def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int, rng) -> list[list]:
+    """Points of one activation row times slices of ``w`` (its bytes read as rows of
+    :data:`LADDER_K`) of :data:`LADDER_BYTES`, a new slice each call (cold when ``w`` is
+    larger than the last-level cache), into a preallocated output as the executor's node."""
+    from graphcost.execute.exec_ops import matmul_fn
+
+    rb = gt.row_size(t, LADDER_K)
+    pool = w.reshape(-1)[: (w.nbytes // rb) * rb].reshape(-1, rb)
+    x = rng.standard_normal((1, LADDER_K)).astype(np.float32)
+    pts = []
+    for size in LADDER_BYTES:
+        rows = max(1, size // rb)
+        if rows * 2 > len(pool):
+            break
+        mv = matmul_fn(ctx, t, LADDER_K, rows)
+        out = np.empty((1, rows), dtype=np.float32)
+        mv(pool[:rows], x, out=out)                 # compile or load from cache
+        n_slices = len(pool) // rows
+        runs = []
+        for i in range(calls):
+            sl = pool[(i % n_slices) * rows:(i % n_slices + 1) * rows]
+            runs.append(_seconds(lambda: mv(sl, x, out=out)))
+        pts.append(_point(_matvec_node(t, LADDER_K, rows), float(np.median(runs))))
+    return pts
+
+
+#: shape of the per-type peak probe: PEAK_M x K weights (cache-resident) x PEAK_N rows
+PEAK_M, PEAK_N = 256, 256
+
+
+def type_peaks(ctx, rng, repeat: int) -> dict[str, float]:
+    """FLOP/s of the executor's matmul per weight type on many rows (compute-bound)."""
+    from graphcost.execute.exec_ops import matmul_fn
+    from graphcost.execute.weights import random_raw
+
+    xs = rng.standard_normal((PEAK_N, K)).astype(np.float32)
+    out = {}
+    for t in ctx.K.quants.SUPPORTED:
+        t = gt.GGMLType(int(t))
+        w = random_raw(t, (K, PEAK_M), rng).reshape(PEAK_M, gt.row_size(t, K))
+        mm = matmul_fn(ctx, t, K, PEAK_M)
+        sec = _median_seconds(lambda: mm(w, xs), repeat)
+        out[gt.type_name(t)] = round(2.0 * PEAK_M * PEAK_N * K / sec)
+    return out
+
+
+#: sizes of the op-cost ladder: values a row (flash attention: KV cells)
+LADDER = tuple(64 << i for i in range(11))          # 64 .. 65536
+FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
+#: flash attention's head sizes: its cost is per cell and head more than per byte, so each
+#: head size has its own curve (``FLASH_ATTN_EXT`` is 128's, the others ``FLASH_ATTN_EXT@D``)
+FA_HEAD_SIZES, FA_HEADS = (64, 128, 256), 4
+
+
+def fa_key(d: int) -> str:
+    """The op_costs key of flash attention's curve at head size ``d``."""
+    return "FLASH_ATTN_EXT" if d == 128 else f"FLASH_ATTN_EXT@{d}"
+
+
+def _ladder_nodes():
+    """[(op, node)] for every op kind and size of the ladder, built with the ggml graph
+    mirror (one graph: sources are leaves, filled with random values)."""
     from graphcost.graph.ggml_graph import Graph
 
     Q8 = gt.GGMLType.Q8_0
     g = Graph()
-    x = g.new_tensor(gt.F32, [64, 1])
-    w = g.new_tensor(gt.F32, [64])
-    wq = g.new_tensor(Q8, [64, 16], role="weight")
-    h = g.reshape(x, [64, 1, 1])
-    pos = g.new_tensor(gt.I32, [1])
-    idx = g.new_tensor(gt.I64, [1])
-    rows = g.new_tensor(gt.I32, [1])
-    cache = g.new_tensor(gt.F16, [64, 16], role="kv")
-    k = g.view(cache, [64, 1, 16], [128, 128], 0)           # [D, Hkv, n_kv] as get_k
-    mask = g.new_tensor(gt.F16, [16, 1])
-    kq = g.new_tensor(gt.F32, [16, 1])
-    nodes = [
-        g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
-        g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x),
-        g.glu_split("SWIGLU", x, x), g.soft_max_ext(kq, g.new_tensor(gt.F32, [16, 1]), 1.0, 0.0),
-        g.rope(h, pos, None, n_dims=64, mode=2, freq_base=1e4, freq_scale=1.0, n_ctx_orig=4096),
-        g.set_rows(cache, x, idx), g.get_rows(wq, rows), g.mul_mat(wq, x),
-        g.cont(g.transpose(g.new_tensor(gt.F32, [8, 8]))),
-        g.flash_attn_ext(g.permute(h, 0, 2, 1, 3), g.permute(k, 0, 2, 1, 3),
-                         g.permute(k, 0, 2, 1, 3), mask, 0.125, 0.0, 0.0),
-    ]
-    return nodes
+    out = []
+    for n in LADDER:
+        x = g.new_tensor(gt.F32, [n, 1])
+        x2 = g.new_tensor(gt.F32, [n, 1])
+        w = g.new_tensor(gt.F32, [n])
+        d = min(n, 128)                     # rope: heads of 128 values
+        h = g.reshape(x, [d, n // d, 1])
+        pos = g.new_tensor(gt.I32, [1])
+        idx = g.new_tensor(gt.I64, [1])
+        rows = g.new_tensor(gt.I32, [1])
+        cache = g.new_tensor(gt.F16, [n, 16], role="kv")
+        table = g.new_tensor(Q8, [n, 64], role="weight")
+        side = 1 << ((n.bit_length() - 1) // 2)
+        kq = g.new_tensor(gt.F32, [n // 4, 1, 4])
+        out += [
+            g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
+            g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
+            g.glu_split("SWIGLU", x, x2),
+            g.soft_max_ext(kq, g.new_tensor(gt.F32, [n // 4, 1]), 1.0, 0.0),
+            g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
+                   n_ctx_orig=4096),
+            g.set_rows(cache, x, idx), g.get_rows(table, rows),
+            g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
+        ]
+    fa = []
+    for d in FA_HEAD_SIZES:
+        for cells in FA_CELLS:
+            q = g.reshape(g.new_tensor(gt.F32, [d * FA_HEADS, 1]), [d, FA_HEADS, 1])
+            cache = g.new_tensor(gt.F16, [d, cells], role="kv")
+            k = g.view(cache, [d, 1, cells], [2 * d, 2 * d], 0)  # [D, Hkv, n_kv] as get_k
+            kp = g.permute(k, 0, 2, 1, 3)
+            fa.append((fa_key(d), g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kp, kp,
+                                                   g.new_tensor(gt.F16, [cells, 1]),
+                                                   d ** -0.5, 0.0, 0.0)))
+    return [(node.op, node) for node in out] + fa
 
 
-def op_overheads(K_, repeat: int) -> dict[str, float]:
-    """Seconds per call of each op kind on tiny operands (see the module docstring)."""
-    from graphcost.execute.exec_ops import Ctx, compile_node, resolve_entry, tensor_view
+def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], dict[str, list[list]]]:
+    """Each op kind's ``[[bytes, flops, seconds], ...]`` over the ladder (see the module
+    docstring), twice: called right after matvecs over weights not in the caches wrote its
+    float inputs, and called right after the op before it in the ladder's list (a node in
+    a chain of small ops)."""
+    from graphcost.execute.exec_ops import compile_node, matmul_fn, resolve_entry, tensor_view
     from graphcost.execute.weights import random_raw
 
-    rng = np.random.default_rng(1)
-    ctx = Ctx(K_, "fast")
     store: dict[int, np.ndarray] = {}
 
     def value(t):
@@ -197,20 +332,77 @@ def op_overheads(K_, repeat: int) -> dict[str, float]:
             store[id(base)] = raw
         return tensor_view(store[id(base)], t, t.view_offs if t.is_view else 0)
 
-    calls = []
-    for node in _tiny_nodes():
+    # the weights a decode's matvecs stream: a pool larger than the last-level cache
+    q8 = gt.GGMLType.Q8_0
+    rb = gt.row_size(q8, LADDER_K)
+    pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // rb)), rng)
+    turn = [0]
+    feeders: dict[tuple[int, int], Callable] = {}
+
+    def feeder(rows: int, k: int):
+        """A matvec of ``k`` columns and ``rows`` rows over the next slice of the pool (as
+        wide as fits 0.5 MiB), writing ``out``: the next node's input, as a decode's
+        matvec writes it from the kernel threads."""
+        if (rows, k) not in feeders:
+            w = pool[: (pool.nbytes // gt.row_size(q8, k)) * gt.row_size(q8, k)] \
+                .reshape(-1, gt.row_size(q8, k))
+            n_slices = max(1, len(w) // rows)
+            mv = matmul_fn(ctx, q8, k, rows)
+            xk = rng.standard_normal((1, k)).astype(np.float32)
+
+            def run(out):
+                i = turn[0] % n_slices
+                turn[0] += 1
+                mv(w[i * rows:(i + 1) * rows], xk, out=out)
+            run(np.empty((1, rows), np.float32))        # compile or load from cache
+            feeders[rows, k] = run
+        return feeders[rows, k]
+
+    def feed_width(n: int) -> int:
+        """Columns of a feeding matvec with ``n`` rows: about 0.5 MiB of Q8_0 weights."""
+        return int(max(32, min(LADDER_K, (1 << 19) // (n * 34 // 32) // 32 * 32)))
+
+    whole = feeder(len(pool) // rb, LADDER_K)
+    scratch = np.empty((1, len(pool) // rb), np.float32)
+    calls_by = []
+    for op, node in _ladder_nodes():
         fn = compile_node(node, ctx)
         args = [value(s) for s in node.src]
         fn(*args)                                   # compile or load from cache
         # called as the executor calls it: bound to its arrays when the node allows it
         bound = fn.bind(*args) if hasattr(fn, "bind") else None
-        calls.append((node.op, partial(fn, *args) if bound is None else resolve_entry(bound)))
-    # run them in turn, like the nodes of a graph, rather than one op in a tight loop
-    times: dict[str, list[float]] = {op: [] for op, _ in calls}
-    for _ in range(repeat):
-        for op, call in calls:
-            times[op].append(_seconds(call))
-    return {op: float(np.median(v)) for op, v in times.items()}
+        call = partial(fn, *args) if bound is None else bound
+        call()
+        if bound is not None:
+            call = resolve_entry(bound)
+        # what the nodes before it do: a matvec writes each float input it reads whole
+        # (GET_ROWS: the output matmul streams the whole pool, writing elsewhere)
+        feeds = []
+        for src, v in zip(node.src, args):
+            if op != "GET_ROWS" and src.type == gt.F32 and v.flags.c_contiguous \
+                    and v.size >= 64:
+                feeds.append(partial(feeder(v.size, feed_width(v.size)), v.reshape(1, -1)))
+        if not feeds:
+            feeds = [partial(whole, scratch)] if op == "GET_ROWS" else \
+                [partial(feeder(1024, 512), scratch[:, :1024])]
+        calls_by.append((op, node, call, feeds))
+    cold: list[list[float]] = [[] for _ in calls_by]
+    hot: list[list[float]] = [[] for _ in calls_by]
+    for _ in range(calls):
+        for i, (_, _, call, feeds) in enumerate(calls_by):
+            for f in feeds:
+                f()
+            cold[i].append(_seconds(call))
+        # then as a chain of small ops: each right after the one before it in the list
+        for i, (_, _, call, _) in enumerate(calls_by):
+            hot[i].append(_seconds(call))
+    after_mm: dict[str, list[list]] = {}
+    chained: dict[str, list[list]] = {}
+    for (op, node, _, _), c, h in zip(calls_by, cold, hot):
+        after_mm.setdefault(op, []).append(_point(node, float(np.median(c))))
+        chained.setdefault(op, []).append(_point(node, float(np.median(h))))
+    return ({op: sorted(pts) for op, pts in after_mm.items()},
+            {op: sorted(pts) for op, pts in chained.items()})
 
 
 def default_name() -> str:

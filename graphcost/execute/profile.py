@@ -8,12 +8,20 @@ the same values) and each node's time is the median over the repeats. The first 
 new graph shape is an untimed warm-up; its extra time over the median is reported as the
 first-run overhead (Numba compiling kernels, or loading them from its cache).
 
+Untimed rate: after the timed steps the executor is reset and the same tokens are replayed
+``repeat`` times through :meth:`Executor.step` as a caller runs it (one run per step,
+timed from outside with one clock read before and after); the median step time is the
+rate a user gets, printed beside the node-timed one, whose runs read the clock around
+every node.
+
 Per node: measured seconds, modelled bytes (read + written) and FLOPs
 (:mod:`graphcost.cost.analysis`), achieved GB/s and GFLOP/s, the roofline time on the
 hardware profile and ``ratio = predicted / measured`` (1 means the kernel runs at the
 profile's roofline; small means it is slower than the roofline predicts), and the executor
-model's time (:func:`graphcost.cost.hardware.executor_seconds`: the roofline with the probe's
-per-op overhead and per-type matvec rates; a measured profile's figures). Roll-ups per op
+model's time (:func:`graphcost.cost.hardware.executor_seconds`: the probe's measured cost
+curve of each op kind and weight type, never below the type's compute roof; a measured
+profile's figures). The roofline of a matmul uses its weight type's peak FLOP rate
+(:meth:`~graphcost.cost.hardware.Hardware.peak_for`). Roll-ups per op
 kind and per layer are sums over the decode steps, per token (or over the prompt step when
 there is no decode step).
 """
@@ -27,6 +35,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from graphcost.format import ggml_types as gt
+from graphcost.graph import ops
 from graphcost.cost.analysis import Analysis, analyze_graph
 from graphcost.graph.build import load_model
 from graphcost.errors import SettingsError
@@ -34,11 +43,47 @@ from graphcost.execute.exec_ops import NUMPY_OPS
 from graphcost.execute.executor import Executor
 from graphcost.cost.hardware import Hardware, executor_seconds, parse, roofline_seconds
 from graphcost.format.model import ModelInfo
-from graphcost.graph.settings import RunSettings
+from graphcost.graph.settings import Resolved, RunSettings
+
+
+class _Rates:
+    """What a measured span (one node, or a rollup of nodes) achieved: its ``bytes`` and
+    ``flops`` per measured ``seconds``, and roofline ``predicted`` and executor-model
+    ``modelled`` seconds per measured second; None where a figure is missing or nothing
+    was measured."""
+
+    seconds: float | None
+    bytes: int | None
+    flops: int | None
+    predicted: float | None
+    modelled: float | None
+
+    def _per_second(self, x: float | None) -> float | None:
+        return x / self.seconds if self.seconds and x is not None else None
+
+    @property
+    def gbps(self) -> float | None:
+        v = self._per_second(self.bytes)
+        return None if v is None else v / 1e9
+
+    @property
+    def gflops(self) -> float | None:
+        v = self._per_second(self.flops)
+        return None if v is None else v / 1e9
+
+    @property
+    def ratio(self) -> float | None:
+        """predicted / measured."""
+        return self._per_second(self.predicted)
+
+    @property
+    def model_ratio(self) -> float | None:
+        """executor model (``modelled`` seconds) / measured."""
+        return self._per_second(self.modelled)
 
 
 @dataclass
-class NodeRow:
+class NodeRow(_Rates):
     """One node of one step."""
 
     index: int
@@ -55,19 +100,6 @@ class NodeRow:
     modelled: float | None          # executor model seconds (hardware.executor_seconds)
     numpy: bool = False             # ran in numpy, not a Numba kernel
 
-    @property
-    def gbps(self) -> float | None:
-        return self.bytes / self.seconds / 1e9 if self.seconds and self.bytes is not None else None
-
-    @property
-    def gflops(self) -> float | None:
-        return self.flops / self.seconds / 1e9 if self.seconds and self.flops is not None else None
-
-    @property
-    def ratio(self) -> float | None:
-        """predicted / measured."""
-        return self.predicted / self.seconds if self.seconds and self.predicted is not None else None
-
 
 @dataclass
 class StepRow:
@@ -78,6 +110,7 @@ class StepRow:
     wall: float                         # median seconds of the whole graph (Python included)
     nodes: list[NodeRow]
     warmup: float | None = None         # seconds of the untimed first run, if there was one
+    untimed: float | None = None        # median seconds of Executor.step replayed, as a caller runs it
 
     @property
     def node_seconds(self) -> float:
@@ -85,17 +118,17 @@ class StepRow:
 
 
 @dataclass
-class Rollup:
+class Rollup(_Rates):
+    """The nodes of one op (or layer), summed per step: ``count`` nodes, measured
+    ``seconds``, modelled ``bytes`` and ``flops``, roofline ``predicted`` seconds."""
+
     key: object
     count: int = 0
     seconds: float = 0.0
     bytes: int = 0
     flops: int = 0
     predicted: float = 0.0
-
-    @property
-    def ratio(self) -> float | None:
-        return self.predicted / self.seconds if self.seconds else None
+    modelled: float = 0.0               # executor model seconds
 
 
 @dataclass
@@ -127,10 +160,25 @@ class Profile:
         return sum(max(0.0, s.warmup - s.wall) for s in self.steps if s.warmup is not None)
 
     def tokens_per_second(self) -> dict[str, float | None]:
+        """Timed per node (``prompt``, ``decode``: from the runs' wall times) and untimed
+        (``*_untimed``: :meth:`Executor.step` replayed, the rate a caller gets)."""
         p = self.prompt
         dec = [s.wall for s in self.decode]
+        und = [s.untimed for s in self.decode if s.untimed]
         return {"prompt": p.n_tokens / p.wall if p.wall else None,
-                "decode": 1.0 / float(np.median(dec)) if dec else None}
+                "decode": 1.0 / float(np.median(dec)) if dec else None,
+                "prompt_untimed": p.n_tokens / p.untimed if p.untimed else None,
+                "decode_untimed": 1.0 / float(np.median(und)) if und else None}
+
+    def timing_overhead(self) -> float | None:
+        """How much longer a step is with every node timed than untimed: median timed
+        wall / median untimed step - 1 over the phase's steps (negative: the untimed step,
+        which also fills the inputs, took longer)."""
+        _, steps = self.phase()
+        und = [s.untimed for s in steps if s.untimed]
+        if not und:
+            return None
+        return float(np.median([s.wall for s in steps]) / np.median(und) - 1)
 
     def phase(self) -> tuple[str, list[StepRow]]:
         """The steps the roll-ups sum over: the decode steps, else the prompt."""
@@ -151,6 +199,7 @@ class Profile:
                 r.bytes += n.bytes or 0
                 r.flops += n.flops or 0
                 r.predicted += n.predicted or 0.0
+                r.modelled += n.modelled or 0.0
         k = len(steps)
         for r in acc.values():
             r.count //= k
@@ -158,6 +207,7 @@ class Profile:
             r.bytes //= k
             r.flops //= k
             r.predicted /= k
+            r.modelled /= k
         return list(acc.values())
 
     def by_op(self) -> list[Rollup]:
@@ -168,9 +218,10 @@ class Profile:
                       key=lambda r: (r.key is None, r.key if r.key is not None else 0))
 
     def estimate_accuracy(self, min_seconds: float = 10e-6) -> dict:
-        """median |predicted/measured - 1| over nodes slower than ``min_seconds``, overall
-        and per op kind (phase steps), for the roofline and for roofline + the profile's
-        per-op overhead."""
+        """median |estimate/measured - 1| over nodes slower than ``min_seconds`` (0: every
+        executed node), overall and per op kind (phase steps), for the roofline and for the
+        executor model. A threshold on the measured time picks, for a kind whose nodes
+        mostly run under it, only its slowest (interrupted) calls: judge such kinds with 0."""
         _, steps = self.phase()
         hw = self.hardware
         ovh = hw.overhead
@@ -195,8 +246,22 @@ class Profile:
                           for op, v in sorted(ratios.items())}}
 
 
-def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware) -> list[NodeRow]:
+def attended_fraction(node, attended: float) -> float:
+    """The share of a FLASH_ATTN_EXT node's bytes and FLOPs its kernel does when
+    ``attended`` of its ``n_kv`` cells are unmasked: the kernel (as ggml's) skips a cell
+    whose mask is -inf, never reading its K and V rows, while the cost model counts all
+    cells. 1 for other nodes."""
+    if node.op != "FLASH_ATTN_EXT" or not node.src[1].ne[1]:
+        return 1.0
+    return min(1.0, attended / node.src[1].ne[1])
+
+
+def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
+               attended: float) -> list[NodeRow]:
+    """``attended``: KV cells a query of this step attends on average (causal: past + (T +
+    1) / 2), for the executor model of flash attention (:func:`attended_fraction`)."""
     rows = []
+    prev = None                    # the op of the node executed before (None: the step's first)
     for nc, sec, ran in zip(a.nodes, med, executed):
         n = nc.node
         c = nc.cost
@@ -204,9 +269,16 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware)
         flops = None if c is None else c.flops
         pred, bound, model = None, None, None
         if c is not None and ran:
-            pred, bound = roofline_seconds(nbytes, flops, hw)
-            wtype = gt.type_name(n.src[0].type) if n.src else None
-            model = executor_seconds(n.op, nbytes, flops, hw, wtype)
+            wtype = gt.type_name(n.src[0].type) if n.src and n.op in ops.MATMUL else None
+            pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
+            # a step's first node follows the previous step's last, the output matmul
+            f = attended_fraction(n, attended)
+            model = executor_seconds(n.op, nbytes * f, flops * f, hw, wtype,
+                                     after_matmul=prev is None or prev in ops.MATMUL,
+                                     head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
+                                     else None)
+        if ran:
+            prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
                             float(sec) if ran else None, nbytes, flops, pred, bound, model,
                             n.op in NUMPY_OPS))
@@ -241,19 +313,25 @@ def numba_cache_stats(K) -> dict[str, int]:
     return {"hits": hits, "misses": misses}
 
 
-def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, token_ids: list[int], *,
-                decode_ids: Iterable[int] = (), greedy: int = 0, repeat: int = 3,
-                hardware: Hardware, numerics: str = "fast", threads: int | None = None,
-                progress: Callable[[str, int], None] | None = None) -> Profile:
-    """Run and time the steps; ``progress(description, advance)`` is called after each run
-    (``advance`` is 0 for a warm-up run, 1 for a timed one)."""
-    decode_ids = list(decode_ids)
+def check_steps(token_ids: list[int], decode_ids: list[int], greedy: int, repeat: int) -> None:
+    """The step flags, checked before anything is run or probed (one line each)."""
     if not token_ids:
         raise SettingsError("--token-ids needs at least one token id")
     if decode_ids and greedy:
         raise SettingsError("give --decode-ids or --greedy, not both")
     if repeat < 1:
         raise SettingsError(f"--repeat {repeat} must be >= 1")
+
+
+def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Resolved,
+                token_ids: list[int], *,
+                decode_ids: Iterable[int] = (), greedy: int = 0, repeat: int = 3,
+                hardware: Hardware, numerics: str = "fast", threads: int | None = None,
+                progress: Callable[[str, int], None] | None = None) -> Profile:
+    """Run and time the steps; ``progress(description, advance)`` is called after each run
+    (``advance`` is 0 for a warm-up run, 1 for a timed one)."""
+    decode_ids = list(decode_ids)
+    check_steps(token_ids, decode_ids, greedy, repeat)
     model = path if isinstance(path, ModelInfo) else load_model(path)
     import_s = timed_kernel_import()
     ex = Executor(model, settings, numerics=numerics, threads=threads)
@@ -262,7 +340,9 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, toke
     analyses: dict[int, Analysis] = {}
     steps: list[StepRow] = []
     tokens = list(token_ids)
+    fed: list[list[int]] = []
     for i in range(n_steps):
+        fed.append(list(tokens))
         plan = ex.plan(len(tokens))
         new = id(plan) not in analyses
         res = ex.step(tokens, repeat=repeat, warmup=new,
@@ -280,11 +360,29 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings, toke
         wall = float(np.median([tm.wall_ns for tm in res.timings])) / 1e9
         steps.append(StepRow(res.n_tokens, res.past, int(top[0]),
                              [(int(t), float(logits[t])) for t in top], wall,
-                             _node_rows(a, med, executed, hardware),
+                             _node_rows(a, med, executed, hardware,
+                                        res.past + (res.n_tokens + 1) / 2),
                              res.warmup_ns / 1e9 if res.warmup_ns is not None else None))
         if i + 1 < n_steps:
             tokens = [decode_ids[i]] if decode_ids else [int(top[0])]
+    # the same tokens again through Executor.step as a caller runs it: no warm-up, one
+    # run per step, one clock read around it (every shape is compiled by now)
+    clock = time.perf_counter_ns
+    untimed: list[list[int]] = [[] for _ in steps]
+    same = True
+    for r in range(repeat):
+        ex.reset()
+        for i, toks in enumerate(fed):
+            t0 = clock()
+            out = ex.step(toks)
+            untimed[i].append(clock() - t0)
+            same = same and int(np.argmax(out.logits[-1])) == steps[i].argmax
+        tick(f"untimed replay {r + 1}/{repeat}", 0)
+    for s, ns in zip(steps, untimed):
+        s.untimed = float(np.median(ns)) / 1e9
     notes = list(ex.notes)
+    if not same:
+        notes.append("the untimed replay's argmax differed from the timed run's at some step")
     if any(n.numpy for s in steps for n in s.nodes if not n.view):
         notes.append("ops " + ", ".join(sorted({n.op for s in steps for n in s.nodes
                                                if n.numpy and not n.view}))

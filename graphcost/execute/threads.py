@@ -9,16 +9,16 @@ from typing import Iterator
 from graphcost.errors import SettingsError
 
 
-def check_threads(threads: int | None) -> int:
+def check_threads(threads: int | None, flag: str = "threads") -> int:
     """``threads`` (default: the threads Numba runs now), refused unless between 1 and
-    NUMBA_NUM_THREADS (the threads Numba started)."""
+    NUMBA_NUM_THREADS (the threads Numba started); ``flag`` names it in the message."""
     import numba
 
     if threads is None:
         return numba.get_num_threads()
     top = numba.config.NUMBA_NUM_THREADS
     if not 1 <= threads <= top:
-        raise SettingsError(f"threads {threads}: use 1 to {top} (the threads Numba started; "
+        raise SettingsError(f"{flag} {threads}: use 1 to {top} (the threads Numba started; "
                             "NUMBA_NUM_THREADS sets it)")
     return threads
 

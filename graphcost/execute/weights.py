@@ -12,6 +12,7 @@ from graphcost.errors import UnsupportedError
 from graphcost.format import ggml_types as gt
 from graphcost.format.gguf_reader import read_header
 from graphcost.format.model import ModelInfo
+from graphcost.units import mib
 
 #: fraction of available memory random weights may take before tensors of a type share one buffer
 RANDOM_WEIGHTS_MEMORY_FRACTION = 0.5
@@ -119,12 +120,12 @@ class RandomWeights(Mapping):
     def note(self) -> str:
         used = sum(self.model.tensors[n].nbytes for n in self.drawn)
         if not self.pools:
-            return (f"header-only file: weights are random ({used / 2**20:.0f} MiB for the "
+            return (f"header-only file: weights are random ({mib(used, 0)} MiB for the "
                     f"{len(self.drawn)} tensors the graph uses)")
         pooled = sum(p.nbytes for p in self.pools.values())
-        return (f"header-only file: weights are random and, past {self.own_bytes / 2**20:.0f} MiB, "
-                f"tensors of one type share a buffer ({pooled / 2**20:.0f} MiB shared for "
-                f"{used / 2**20:.0f} MiB of weights): timings are optimistic")
+        return (f"header-only file: weights are random and, past {mib(self.own_bytes, 0)} MiB, "
+                f"tensors of one type share a buffer ({mib(pooled, 0)} MiB shared for "
+                f"{mib(used, 0)} MiB of weights): timings are optimistic")
 
 
 def random_weights(model: ModelInfo, seed: int = 0) -> RandomWeights:

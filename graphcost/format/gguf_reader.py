@@ -209,6 +209,16 @@ class _Cursor:
         except UnicodeDecodeError:
             self.fail(f"{what} is not valid UTF-8", at=start)
 
+    def new_name(self, seen: dict, what: str, kind: str) -> tuple[str, str]:
+        """A string naming a new entry of ``seen`` (a metadata key, a tensor name) and its
+        :func:`_label`; a name already in ``seen`` fails at the string's offset."""
+        at = self.pos
+        name = self.string(what)
+        label = _label(name)
+        if name in seen:
+            self.fail(f"duplicate {kind} {label}", at=at)
+        return name, label
+
     def value_type(self, what: str) -> GGUFValueType:
         at = self.pos
         raw = self.u32(what)
@@ -383,11 +393,7 @@ def _parse(buf, p: Path, size: int, src: HeaderSource | None = None) -> GGUFHead
 
     metadata: dict[str, Any] = {}
     for i in range(n_kv):
-        key_at = cur.pos
-        key = cur.string(f"key of metadata pair {i}")
-        label = _label(key)
-        if key in metadata:
-            cur.fail(f"duplicate metadata key {label}", at=key_at)
+        key, label = cur.new_name(metadata, f"key of metadata pair {i}", "metadata key")
         vtype = cur.value_type(f"type of {label}")
         metadata[key] = cur.value(vtype, label)
 
@@ -400,10 +406,7 @@ def _parse(buf, p: Path, size: int, src: HeaderSource | None = None) -> GGUFHead
     tensors: dict[str, TensorInfo] = {}
     for i in range(n_tensors):
         at = cur.pos
-        name = cur.string(f"name of tensor {i}")
-        label = _label(name)
-        if name in tensors:
-            cur.fail(f"duplicate tensor name {label}", at=at)
+        name, label = cur.new_name(tensors, f"name of tensor {i}", "tensor name")
         n_dims = cur.u32(f"dimension count of {label}")
         if not 1 <= n_dims <= MAX_DIMS:
             cur.fail(f"tensor {label} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")

@@ -298,21 +298,11 @@ class Graph:
     def soft_max_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """ggml_soft_max_add_sinks: attention sinks (F32 [n_head], one logit per head that
         joins each row's softmax) become ``src[2]``, after the mask."""
-        if sinks is None:
-            return
-        if a.op != Op.SOFT_MAX or len(a.src) != 2:
-            raise ValueError("attention sinks need a SOFT_MAX with a mask")
-        a.src.append(sinks)
-        a.params["sinks"] = True
+        _add_sinks(a, sinks, Op.SOFT_MAX, 2)
 
     def flash_attn_ext_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """ggml_flash_attn_ext_add_sinks: the sinks become ``src[4]``, after the mask."""
-        if sinks is None:
-            return
-        if a.op != Op.FLASH_ATTN_EXT or len(a.src) != 4:
-            raise ValueError("attention sinks need a FLASH_ATTN_EXT with a mask")
-        a.src.append(sinks)
-        a.params["sinks"] = True
+        _add_sinks(a, sinks, Op.FLASH_ATTN_EXT, 4)
 
     def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                        scale: float, max_bias: float, softcap: float) -> Tensor:
@@ -452,3 +442,14 @@ class Graph:
                 if not node.name:
                     node.name = f"node_{len(self.nodes)}"
                 self.nodes.append(node)
+
+
+def _add_sinks(a: Tensor, sinks: Tensor | None, op: Op, n_src: int) -> None:
+    """The sinks (if any) appended to ``a`` (an ``op`` node with its mask: ``n_src``
+    sources) as its last source, and flagged in its params."""
+    if sinks is None:
+        return
+    if a.op != op or len(a.src) != n_src:
+        raise ValueError(f"attention sinks need a {op} with a mask")
+    a.src.append(sinks)
+    a.params["sinks"] = True

@@ -74,6 +74,12 @@ class Resolved:
     #: the architecture keeps a memory (KV cache or recurrent state) between ubatches
     memory: bool = True
 
+    @property
+    def flash_attn_auto(self) -> bool:
+        """``-fa auto`` (given, or the flavour's default): on for the CPU backend, but
+        llama.cpp may turn it off with devices (graphcost.memory.sched.flash_attn_auto_fails)."""
+        return _fa_flag(self.settings, self.flavour) == "auto"
+
     def step(self, tokens: int, past: int, outputs: int, memory_full: bool = False) -> "Resolved":
         """The same context for a ubatch of ``tokens`` after ``past`` filled cells, of which
         ``outputs`` are outputs; ``memory_full``: built against the memory's full state."""
@@ -89,6 +95,11 @@ class Resolved:
             "kv_size": self.kv_size, "kv_size_swa": self.kv_size_swa,
             "n_kv": self.n_kv, "n_kv_swa": self.n_kv_swa,
         }
+
+
+def _fa_flag(s: RunSettings, fl: Flavour) -> str:
+    """The -fa value in force: the one given, else the flavour's default (lower case)."""
+    return (s.flash_attn or fl.flash_attn_default).lower()
 
 
 def _cache_type(flag: str, value: str) -> gt.GGMLType:
@@ -129,7 +140,7 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
     if s.batch_size < 1 or s.ubatch_size < 1:
         raise SettingsError("--batch-size and --ubatch-size must be >= 1")
     fl = flavour(s.llama_cpp)
-    fa = (s.flash_attn or fl.flash_attn_default).lower()
+    fa = _fa_flag(s, fl)
     if fa not in ("on", "off", "auto", "true", "false", "1", "0"):
         raise SettingsError(f"--flash-attn {s.flash_attn!r}: use on, off or auto")
     if fa == "auto" and not fl.has_fa_auto:
@@ -199,7 +210,7 @@ def refuse_cache_types(run: Resolved, head_dims_k: Sequence[int], head_dims_v: S
     measured with llama-cpp-python 0.3.36, it aborts (a view past its source) reserving
     the graph or in the first decode, or every logit is NaN (tests/test_refusals.py). Both are refused. ``head_dims_*`` are per layer, in
     elements."""
-    fa_disabled = not run.flash_attn and (run.settings.flash_attn or "").lower() != "auto"
+    fa_disabled = not run.flash_attn and not run.flash_attn_auto
     where = f"{path}: " if path else ""
     for flag, t, dims, kind in (("--cache-type-k", run.type_k, head_dims_k, "k"),
                                 ("--cache-type-v", run.type_v, head_dims_v, "v")):

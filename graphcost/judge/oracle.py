@@ -418,6 +418,9 @@ _RE_GRAPH = re.compile(
     r"^(?:llama_context|sched_reserve): graph(?: \(pp bs=(\d+), tg bs=(\d+)\))?: nodes = ([\d /]+), "
     r"splits = ([\d /]+)")
 _RE_MODEL_BUF = re.compile(r"^load_tensors:\s*(\S+) model buffer size =\s*" + _F + r" MiB")
+#: lines that each add one {"buffer", "mib"} to a list of :func:`parse_log`'s result
+_BUFFER_LINES = ((_RE_COMPUTE_BUF, "compute_buffers"), (_RE_MODEL_BUF, "model_buffers"),
+                 (_RE_OUT_BUF, "output_buffers"))
 _RE_SWA_FULL = re.compile(r"using full-size SWA cache")
 _RE_KV_LAYER = re.compile(r"^llama_kv_cache: layer\s+(\d+): (?:dev = (\S+)|filtered)")
 _RE_RESERVE = re.compile(
@@ -436,6 +439,25 @@ def _num(s: str):
             return float(s)
         except ValueError:
             return s
+
+
+def _size_fields(m: re.Match, per_seq: str, a: str, b: str) -> dict:
+    """A memory's size line (llama_kv_cache and llama_memory_recurrent constructors):
+    ``size = S MiB (C cells, L layers, N<per_seq> seqs), A (type): MiB, B (type): MiB``;
+    ``per_seq`` names the fifth number (KV: n_stream, recurrent: rs_seq), ``a``/``b``
+    the two parts (k/v, r/s)."""
+    return {"size_mib": float(m.group(1)), "cells": int(m.group(2)), "layers": int(m.group(3)),
+            "seqs": int(m.group(4)), per_seq: int(m.group(5)), f"type_{a}": m.group(6),
+            f"{a}_mib": float(m.group(7)), f"type_{b}": m.group(8), f"{b}_mib": float(m.group(9))}
+
+
+def _buffer_line(line: str) -> tuple[str | None, dict | None]:
+    """(result list, {"buffer", "mib"}) for a line of :data:`_BUFFER_LINES`, else Nones."""
+    for rx, key in _BUFFER_LINES:
+        m = rx.match(line)
+        if m:
+            return key, {"buffer": m.group(1), "mib": float(m.group(2))}
+    return None, None
 
 
 def parse_log(raw: str) -> dict:
@@ -492,6 +514,10 @@ def parse_log(raw: str) -> dict:
 
     for line in raw.splitlines():
         line = line.rstrip()
+        key, buf = _buffer_line(line)
+        if key is not None:
+            res[key].append(buf)
+            continue
         m = _RE_CTX_FIELD.match(line)
         if m:
             res["context"][m.group(1)] = _num(m.group(2))
@@ -546,9 +572,7 @@ def parse_log(raw: str) -> dict:
                 cur = new_cache(pending_which[0] if pending_which else None)
                 pending_which = None
                 pending_layers = []
-            cur.update(size_mib=float(m.group(1)), cells=int(m.group(2)), layers=int(m.group(3)),
-                       seqs=int(m.group(4)), n_stream=int(m.group(5)), type_k=m.group(6),
-                       k_mib=float(m.group(7)), type_v=m.group(8), v_mib=float(m.group(9)))
+            cur.update(_size_fields(m, "n_stream", "k", "v"))
             continue
         m = _RE_RS_BUF.match(line)
         if m:
@@ -558,29 +582,18 @@ def parse_log(raw: str) -> dict:
         if m:
             if not res["recurrent_states"] or "size_mib" in res["recurrent_states"][-1]:
                 res["recurrent_states"].append({"buffer": None, "buffer_mib": None})
-            res["recurrent_states"][-1].update(
-                size_mib=float(m.group(1)), cells=int(m.group(2)), layers=int(m.group(3)),
-                seqs=int(m.group(4)), rs_seq=int(m.group(5)), type_r=m.group(6),
-                r_mib=float(m.group(7)), type_s=m.group(8), s_mib=float(m.group(9)))
+            res["recurrent_states"][-1].update(_size_fields(m, "rs_seq", "r", "s"))
             continue
         m = _RE_ATTN_ROT.match(line)
         if m:
             if cur is not None:
                 cur["attn_rot_" + m.group(1)] = int(m.group(2))
             continue
-        m = _RE_OUT_BUF.match(line)
-        if m:
-            res["output_buffers"].append({"buffer": m.group(1), "mib": float(m.group(2))})
-            continue
         m = _RE_COMPUTE_EXACT.match(line)
         if m:
             res["compute_buffer_exact"].append({
                 "buffer": m.group(1), "mib": float(m.group(2)), "expected_mib": float(m.group(3)),
                 "matches": "does not match" not in line})
-            continue
-        m = _RE_COMPUTE_BUF.match(line)
-        if m:
-            res["compute_buffers"].append({"buffer": m.group(1), "mib": float(m.group(2))})
             continue
         m = _RE_GRAPH.match(line)
         if m:
@@ -590,10 +603,6 @@ def parse_log(raw: str) -> dict:
                 "nodes": [int(x) for x in m.group(3).split("/")],
                 "splits": [int(x) for x in m.group(4).split("/")],
             }
-            continue
-        m = _RE_MODEL_BUF.match(line)
-        if m:
-            res["model_buffers"].append({"buffer": m.group(1), "mib": float(m.group(2))})
             continue
         if _RE_SWA_FULL.search(line):
             res["swa_full_warning"] = True

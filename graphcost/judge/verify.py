@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Iterator
 
 from graphcost.errors import GraphcostError
 from graphcost.format.ggml_types import ggml_pad
+from graphcost.units import mib
 
 if TYPE_CHECKING:
     from graphcost.graph.llm_graph import KVCache
     from graphcost.memory.plan import MemoryPlan
 
-MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -98,9 +98,6 @@ def first_difference(ours: list[dict], theirs: list[dict]) -> str | None:
 
 def buffer_rows(plan: MemoryPlan, caches: list[KVCache], log: dict) -> list[BufferRow]:
     """graphcost's memory plan and KV caches against llama.cpp's parsed log."""
-    def mib(n: int, digits: int) -> str:
-        return f"{n / MiB:.{digits}f}"
-
     rows = []
     exact = log.get("compute_buffer_exact") or []
     if exact:

@@ -180,7 +180,8 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
              alignment: int = CPU_ALIGNMENT,
              node_buffers: Sequence[int] | None = None,
              leaf_buffers: Sequence[int] | None = None,
-             alignments: Sequence[int] | None = None) -> Allocation:
+             alignments: Sequence[int] | None = None,
+             alloc_sizes: Sequence[Callable[[Tensor], int] | None] | None = None) -> Allocation:
     """Run ggml_gallocr_alloc_graph_impl over ``nodes`` (execution order) and ``leafs``.
 
     ``outputs``: tensors flagged GGML_TENSOR_FLAG_OUTPUT (never freed, never reused in
@@ -188,7 +189,10 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
     ``input``); ``external``: tensors whose memory exists already (``t->data`` set:
     default, weights and KV cache buffers). Several buffers: ``alignments`` (one per
     buffer) and the buffer of each node and leaf (``node_buffers``, ``leaf_buffers``,
-    parallel to ``nodes`` and ``leafs``; default: buffer 0).
+    parallel to ``nodes`` and ``leafs``; default: buffer 0). ``alloc_sizes``: per buffer,
+    its buffer type's ``get_alloc_size`` (bytes a tensor takes; None or a None entry:
+    ``ggml_nbytes``, as for the CPU), used wherever ggml-alloc.c asks
+    ``ggml_backend_buft_get_alloc_size`` (allocating, freeing, the in-place tail).
     """
     out_ids = {id(t) for t in outputs}
     if inputs is None:
@@ -205,6 +209,10 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
     offsets: dict[int, int] = {}
     inplace: dict[int, Tensor] = {}
     high: list[Tensor | None] = [None]  # the tensor whose block raised max_size last
+
+    def size_of(t: Tensor, buffer: int) -> int:  # ggml_backend_buft_get_alloc_size
+        f = alloc_sizes[buffer] if alloc_sizes is not None else None
+        return f(t) if f is not None else ggml_nbytes(t)
 
     def h(t: Tensor) -> _Hash:
         s = state.get(id(t))
@@ -224,8 +232,8 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
     def free_extra_space(node: Tensor, parent: Tensor) -> None:
         hp = h(parent)
         dyn = dyns[hp.buffer]  # the parent's allocator and its alignment
-        psize = ggml_pad(ggml_nbytes(parent), dyn.alignment)
-        nsize = ggml_pad(ggml_nbytes(node), dyn.alignment)
+        psize = ggml_pad(size_of(parent, hp.buffer), dyn.alignment)
+        nsize = ggml_pad(size_of(node, hp.buffer), dyn.alignment)
         assert psize >= nsize
         if psize > nsize:
             dyn.free(hp.offset + nsize, psize - nsize)
@@ -263,7 +271,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
                         _take(node, parent)
                         free_extra_space(node, parent)
                         return
-        size = ggml_nbytes(node)
+        size = size_of(node, buffer)
         dyn = dyns[buffer]
         before = dyn.max_size
         hn.buffer = buffer
@@ -284,7 +292,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         if is_output(node):
             return
         hn = h(node)
-        dyns[hn.buffer].free(hn.offset, ggml_nbytes(node))
+        dyns[hn.buffer].free(hn.offset, size_of(node, hn.buffer))
         hn.allocated = False
         owner.pop(id(node), None)
 

@@ -13,7 +13,12 @@ with its ``source`` (file and function in the ggml that llama-cpp-python 0.3.36 
 * ``host_buffer``: the pinned host buffer type llama.cpp puts CPU weights in, if any;
 * ``buffer_from_host_ptr``: whether weights can be views of the mmapped file (then the
   buffer is ``mapped_buffer_name`` and spans the file range of its tensors);
-* the CPU's ``extra_buffer_types`` (``CPU_REPACK`` and its repacking rules).
+* the CPU's ``extra_buffer_types`` (``CPU_REPACK`` and its repacking rules);
+* for the backend scheduler (:mod:`graphcost.memory.sched`): ``scheduler`` (async and
+  events, ``offload_op``'s minimum batch, graph optimisation), ``supports_op`` (which ops
+  the device runs: rules in :mod:`graphcost.memory.op_rules`) and ``compute_alloc_size``
+  (``get_alloc_size`` for compute tensors); a backend without ``supports_op`` has its
+  compute buffers reported as not modelled unless ``scheduler.all_ops`` says it runs every op.
 """
 from __future__ import annotations
 
@@ -72,6 +77,12 @@ class Backend:
     scheduler: dict | None = None
     #: the split buffer type -sm row uses (ggml_backend_split_buffer_type), if any
     split_buffer: str | None = None
+    #: supports_op rules: {"default": bool, "ops": {op: rule}} (graphcost.memory.op_rules)
+    supports_op: dict | None = None
+    #: get_alloc_size for compute tensors: {"row_padding": n, "ops": {op: rule}}; None: ggml_nbytes
+    compute_alloc_size: dict | None = None
+    #: device options this backend reads (--device KIND,name=value): name -> what it is
+    options: dict[str, str] = field(default_factory=dict)
 
 
 def _fact(doc: dict, key: str, path: str) -> tuple[Any, str]:
@@ -111,6 +122,30 @@ def parse(doc: dict, path: str) -> Backend:
                 raise GraphcostError(f"{path}: 'scheduler' value must be a mapping")
         if "mapped_buffer_name" in doc:
             mapped, sources["mapped_buffer_name"] = _fact(doc, "mapped_buffer_name", path)
+        supports = alloc = None
+        for key in ("supports_op", "compute_alloc_size"):
+            entry = doc.get(key)
+            if entry is None:
+                continue
+            if not isinstance(entry, dict) or "source" not in entry:
+                raise GraphcostError(f"{path}: {key!r} needs a mapping with a 'source'")
+            sources[key] = str(entry["source"])
+            base: dict = {}
+            if "from" in entry:  # another backend's entry (HIP: CUDA's), these ops replaced
+                other = load(str(entry["from"]))
+                base = (other.supports_op if key == "supports_op" else other.compute_alloc_size) or {}
+            if not isinstance(entry.get("ops", {}), dict):
+                raise GraphcostError(f"{path}: {key!r} needs 'ops', a mapping of op to rule")
+            ops = {**base.get("ops", {}), **(entry.get("ops") or {})}
+            if key == "supports_op":
+                if not ops:
+                    raise GraphcostError(f"{path}: 'supports_op' needs 'ops', a mapping of op to rule")
+                supports = {"default": bool(entry.get("default", base.get("default", False))),
+                            "ops": ops}
+            else:
+                alloc = {"row_padding": int(entry.get("row_padding", base.get("row_padding", 0))),
+                         "ops": ops}
+        options = {str(k): str(v) for k, v in (doc.get("device_options") or {}).items()}
         pad = doc["alloc_padding"]
         return Backend(
             name=str(doc["backend"]), device_name=str(doc["device_name"]),
@@ -120,7 +155,8 @@ def parse(doc: dict, path: str) -> Backend:
             host_buffer=vals["host_buffer"], buffer_from_host_ptr=bool(vals["buffer_from_host_ptr"]),
             mapped_buffer_name=mapped, mmap_support=bool(vals["mmap_support"]),
             extra_buffer_types=tuple(_extra(e, path) for e in doc.get("extra_buffer_types", ())),
-            sources=sources, scheduler=sched, split_buffer=split)
+            sources=sources, scheduler=sched, split_buffer=split, supports_op=supports,
+            compute_alloc_size=alloc, options=options)
     except (KeyError, TypeError, ValueError) as e:
         raise GraphcostError(f"{path}: bad backend spec ({type(e).__name__}: {e})") from None
 

@@ -43,8 +43,8 @@ from typing import Callable, Sequence
 
 from graphcost.errors import GraphcostError
 from graphcost.memory.placement import DeviceArg, Override, PlacementFlags
+from graphcost.units import MiB
 
-MiB = 1024 * 1024
 #: common/common.h: fit_params_target default (1024 MiB per device)
 DEFAULT_MARGIN = 1024 * MiB
 #: common/common.h: fit_params_min_ctx default

@@ -17,8 +17,20 @@ from graphcost.memory.alloc import CPU_ALIGNMENT, allocate, ggml_nbytes
 from graphcost.memory.plan import MemoryPlan, graph_outputs, simulate
 
 
+class _Saving:
+    """``before`` and ``after`` (bytes of block results, unfused and fused) give ``saved``."""
+
+    before: int
+    after: int
+
+    @property
+    def saved(self) -> int:
+        """Bytes of block results that fusing keeps out of memory."""
+        return self.before - self.after
+
+
 @dataclass(frozen=True)
-class LayerFusion:
+class LayerFusion(_Saving):
     """Fused-attention what-if for one layer: bytes of the attention block's results
     (norm -> QKV -> rope -> attention -> output projection) before and after fusing."""
 
@@ -29,33 +41,19 @@ class LayerFusion:
     before: int  # bytes of every non-view result in the block (aligned, as allocated)
     after: int  # bytes of the results that leave the block (must still reach memory)
 
-    @property
-    def saved(self) -> int:
-        return self.before - self.after
-
 
 @dataclass(frozen=True)
-class FusionWhatIf:
-    """The what-if on one graph: per layer, and the compute buffer with fused blocks."""
+class FusionWhatIf(_Saving):
+    """The what-if on one graph: per layer, and the compute buffer with fused blocks;
+    ``before``/``after``: the layers' sums (bytes)."""
 
     graph_label: str
     layers: list[LayerFusion]
     unfused: list[tuple[int, str]]  # (layer, why) for layers left as they are
     buffer_before: int
     buffer_after: int
-
-    @property
-    def before(self) -> int:
-        return sum(f.before for f in self.layers)
-
-    @property
-    def after(self) -> int:
-        return sum(f.after for f in self.layers)
-
-    @property
-    def saved(self) -> int:
-        return self.before - self.after
-
+    before: int
+    after: int
 
 
 def _attention_blocks(nodes: list[Tensor]) -> dict[int, tuple[int, int] | str]:
@@ -152,7 +150,8 @@ def fuse_attention(bg: BuiltGraph, label: str = "analyzed") -> FusionWhatIf:
             new_nodes.append(n)
     new_outputs = [copies.get(id(t), t) for t in graph_outputs(nodes)]
     fused_alloc = allocate(new_nodes, bg.leafs, outputs=new_outputs)
-    return FusionWhatIf(label, layers, unfused, simulate(bg).buffer_bytes, fused_alloc.buffer_bytes)
+    return FusionWhatIf(label, layers, unfused, simulate(bg).buffer_bytes, fused_alloc.buffer_bytes,
+                        before=sum(f.before for f in layers), after=sum(f.after for f in layers))
 
 
 def fuse_plan(plan: MemoryPlan) -> list[FusionWhatIf]:

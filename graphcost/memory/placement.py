@@ -90,10 +90,14 @@ class Override:
 
 @dataclass(frozen=True)
 class DeviceArg:
-    """One ``--device KIND[:MEM]``: a backend spec name and the free bytes it reports."""
+    """One ``--device KIND[:MEM][,NAME=VALUE...]``: a backend spec name, the free bytes it
+    reports, and device options (facts of the device the header cannot give: a CUDA GPU's
+    compute capability ``cc``, a Vulkan device's alignment ``align``; the backend's spec lists
+    them under ``device_options``)."""
 
     kind: str
     free_bytes: int | None = None
+    options: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ class Device:
     name: str
     backend: Backend
     free_bytes: int | None
+    options: dict = field(default_factory=dict)  # device options (DeviceArg.options)
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,7 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
         raise GraphcostError(f"-sm {flags.split_mode!r}: use one of {', '.join(SPLIT_MODES)}")
     if flags.split_mode == "tensor":
         raise GraphcostError("-sm tensor: the meta device of tensor parallelism is not modelled")
-    specs = [(load_backend(a.kind), a) for a in args]
+    specs = [(_with_options(load_backend(a.kind), a), a) for a in args]
     for b, a in specs:
         if b.device_type == "cpu":
             raise GraphcostError(f"--device {a.kind}: the CPU is always there; list only accelerators")
@@ -218,7 +223,7 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
     for b, a in ordered:
         i = counters.get(b.name, 0)
         counters[b.name] = i + 1
-        out.append(Device(b.device_name.format(i=i), b, a.free_bytes))
+        out.append(Device(b.device_name.format(i=i), b, a.free_bytes, dict(a.options)))
     if flags.select_devices is not None:
         # -dev: llama_prepare_model_devices takes params.devices as given (no RPC-first order)
         by_name = {d.name: d for d in out}
@@ -244,6 +249,35 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
             raise GraphcostError(f"-mg {flags.main_gpu}: only {len(out)} device(s) given")
         return [out[flags.main_gpu]]
     return out
+
+
+def _with_options(b: Backend, a: DeviceArg) -> Backend:
+    """The backend's facts with the device's options applied: ``align`` gives a
+    device-dependent alignment (Vulkan's minStorageBufferOffsetAlignment); ``integrated=1``
+    an integrated GPU (CUDA/ROCm: no mmap by default)."""
+    import dataclasses
+    for k, v in a.options:
+        if k not in b.options:
+            known = ", ".join(sorted(b.options)) or "none"
+            raise GraphcostError(f"--device {a.kind},{k}={v}: unknown option for {a.kind} "
+                                 f"(options: {known})")
+    opts = dict(a.options)
+    if "align" in opts:
+        try:
+            align = int(opts["align"])
+        except ValueError:
+            align = 0
+        if align <= 0 or align & (align - 1):
+            raise GraphcostError(f"--device {a.kind},align={opts['align']}: use a power of 2 in bytes")
+        b = dataclasses.replace(b, alignment=align)
+    if _truthy(opts.get("integrated")):
+        # ggml_backend_cuda_device_get_props: caps.mmap_support = type != IGPU
+        b = dataclasses.replace(b, mmap_support=False)
+    return b
+
+
+def _truthy(v: str | None) -> bool:
+    return v is not None and v.strip().lower() in ("1", "true", "yes", "on")
 
 
 def split_points(devices: list[Device], tensor_split: tuple[float, ...]) -> list[float]:
@@ -335,12 +369,44 @@ def repack_layout(e: ExtraBufferType, type_name: str, ne: tuple[int, ...], op: s
 
 def supports(b: Buft, type_name: str, ne: tuple[int, ...], op: str,
              features: frozenset[str]) -> bool:
-    """weight_buft_supported for the buffer types modelled: extra types by their rules;
-    device, host and CPU types take every weight (ops a backend does not support are not
-    modelled)."""
+    """weight_buft_supported: extra types by their rules; a device type by its backend's
+    ``supports_op`` on the op llama.cpp builds to test it (:func:`weight_op_tensor`);
+    host and CPU types, and devices without ``supports_op`` rules (RPC), take every weight."""
     if b.kind == "extra":
         return repack_layout(b.extra, type_name, ne, op, features)
+    if b.kind == "device" and b.backend.supports_op is not None:
+        t = weight_op_tensor(type_name, ne, op)
+        if t is not None:
+            from graphcost.memory.op_rules import evaluate
+            rule = b.backend.supports_op["ops"].get(op, b.backend.supports_op["default"])
+            return evaluate(rule, t, {}, f"{b.backend.name} supports_op {op} (weight)")
     return True
+
+
+def weight_op_tensor(type_name: str, ne: tuple[int, ...], op: str):
+    """The op llama-model-loader.cpp ``weight_buft_supported`` builds around a weight ``w``
+    to ask a device (those graphcost's weight_op gives): GET_ROWS with 512 I32 rows,
+    MUL_MAT with an F32 ``[ne0, 512, ne2, ne3]``, ADD and MUL with an F32 ``a`` of w's
+    shape; None for the others (ROPE factors, MUL_MAT_ID: taken as supported)."""
+    from graphcost.graph.ggml_graph import Tensor, contiguous_nb
+    w_type = gt.GGMLType[type_name]
+    ne4 = tuple(ne) + (1,) * (4 - len(ne))
+    w = Tensor("NONE", w_type, ne4, contiguous_nb(w_type, ne4), role="weight")
+
+    def t(typ, shape) -> Tensor:
+        return Tensor("NONE", typ, shape, contiguous_nb(typ, shape))
+    if op == "GET_ROWS":
+        shape = (ne4[0], 512, 1, 1)
+        return Tensor("GET_ROWS", gt.GGMLType.F32, shape, contiguous_nb(gt.GGMLType.F32, shape),
+                      src=[w, t(gt.GGMLType.I32, (512, 1, 1, 1))])
+    if op == "MUL_MAT":
+        b = t(gt.GGMLType.F32, (ne4[0], 512, ne4[2], ne4[3]))
+        shape = (ne4[1], 512, ne4[2], ne4[3])
+        return Tensor("MUL_MAT", gt.GGMLType.F32, shape, contiguous_nb(gt.GGMLType.F32, shape), src=[w, b])
+    if op in ("ADD", "MUL"):
+        a = t(gt.GGMLType.F32, ne4)
+        return Tensor(op, gt.GGMLType.F32, ne4, a.nb, src=[a, w])
+    return None
 
 
 def alloc_size(backend: Backend, type_: gt.GGMLType, ne: tuple[int, ...], nbytes: int) -> int:
@@ -627,11 +693,25 @@ def parse_bytes(text: str, what: str) -> int:
 
 
 def parse_device(spec: str) -> DeviceArg:
-    """--device KIND[:MEM] (KIND: a specs/backends file; MEM: the free memory it reports)."""
-    kind, _, mem = spec.partition(":")
+    """--device KIND[:MEM][,NAME=VALUE...] (KIND: a specs/backends file; MEM: the free memory
+    it reports; NAME=VALUE: device options its spec lists, e.g. ``cuda:24GiB,cc=8.9``)."""
+    head, *opts = spec.split(",")
+    kind, _, mem = head.partition(":")
     kind = kind.strip().lower()
-    load_backend(kind)  # an unknown kind is one line naming the known ones
-    return DeviceArg(kind, parse_bytes(mem, f"--device {spec}:") if mem else None)
+    backend = load_backend(kind)  # an unknown kind is one line naming the known ones
+    options = []
+    for o in opts:
+        name, eq, value = o.partition("=")
+        if not eq or not name.strip() or not value.strip():
+            raise GraphcostError(f"--device {spec}: options are NAME=VALUE after a comma, "
+                                 "e.g. cuda:24GiB,cc=8.9")
+        name = name.strip().lower()
+        if name not in backend.options:
+            known = ", ".join(sorted(backend.options)) or "none"
+            raise GraphcostError(f"--device {spec}: unknown option {name!r} for {kind} "
+                                 f"(options: {known})")
+        options.append((name, value.strip()))
+    return DeviceArg(kind, parse_bytes(mem, f"--device {spec}:") if mem else None, tuple(options))
 
 
 def parse_gpu_layers(text: str) -> int:
@@ -708,19 +788,21 @@ def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
     buffer is 137.55 MiB, not a real run's 135.55)."""
     import dataclasses
 
-    from graphcost.memory.plan import output_buffer_bytes, plan_memory
+    from graphcost.graph.build import resolve_for
+    from graphcost.memory.plan import plan_memory
     from graphcost.memory.sched import compute_buffers, flash_attn_auto_fails
     p = place(model, args, flags)
-    fa_note = flash_attn_auto_fails(model, settings, p, flags)
+    run = resolve_for(model, settings)
+    fa_note = flash_attn_auto_fails(model, run, p, flags)
     if fa_note:
         # the cache was created for flash attention (V not transposed)
-        settings = dataclasses.replace(settings, flash_attn="off", v_trans=False)
+        run = resolve_for(model, dataclasses.replace(settings, flash_attn="off", v_trans=False))
         p.notes.append(fa_note)
-    plan = plan_memory(model, settings)
+    plan = plan_memory(model, run)
     kv = kv_buffers(p, plan.reserves[0].graph.caches, flags.no_kv_offload)
     comp = (compute_buffers(plan.reserves, p, flags, model.n_layer, no_alloc=no_alloc)
             if p.devices else None)
-    rows = device_memory(p, kv, output_bytes=output_buffer_bytes(model),
+    rows = device_memory(p, kv, output_bytes=plan.output_buffer_bytes,
                          cpu_compute_bytes=plan.compute_buffer_bytes,
                          compute=comp.bytes_by_buft if comp is not None else None)
     return DevicePlan(plan, p, flags, kv, rows, comp)

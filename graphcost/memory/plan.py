@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from graphcost.format import ggml_types as gt
 from graphcost.memory.alloc import CPU_ALIGNMENT, Allocation, allocate
@@ -88,35 +89,51 @@ def reserve_runs(run: Resolved) -> list[tuple[str, Resolved]]:
 
 
 @dataclass(frozen=True)
-class CacheMemory:
-    """One KV cache's buffers, as llama_kv_cache logs them."""
+class TwoPartMemory:
+    """A memory of ``cells`` cells over ``layers`` layers, in two parts, as llama.cpp logs
+    it (``size = S MiB (C cells, L layers, ...), A (type): MiB, B (type): MiB``: the line
+    graphcost.judge.oracle reads with ``_size_fields``); sizes in bytes."""
 
-    name: str
     cells: int
     layers: int
+
+    #: the names of the two part fields, in llama.cpp's log order (set by each subclass)
+    PART_FIELDS: ClassVar[tuple[str, str]]
+
+    @property
+    def parts(self) -> tuple[int, int]:
+        """The two parts' sizes (bytes), in llama.cpp's log order."""
+        first, second = self.PART_FIELDS
+        return getattr(self, first), getattr(self, second)
+
+    @property
+    def bytes(self) -> int:
+        """Both parts: the buffer llama.cpp allocates."""
+        return sum(self.parts)
+
+
+@dataclass(frozen=True)
+class CacheMemory(TwoPartMemory):
+    """One KV cache's buffers, as llama_kv_cache logs them: K and V."""
+
+    name: str
     type_k: str
     type_v: str
     k_bytes: int
     v_bytes: int
 
-    @property
-    def bytes(self) -> int:
-        return self.k_bytes + self.v_bytes
+    PART_FIELDS = ("k_bytes", "v_bytes")
 
 
 @dataclass(frozen=True)
-class RecurrentMemory:
+class RecurrentMemory(TwoPartMemory):
     """One recurrent state's buffer (llama_memory_recurrent, of a recurrent or hybrid
     model), as llama.cpp logs it: ``RS buffer size`` and its R and S parts (F32)."""
 
-    cells: int
-    layers: int
     r_bytes: int
     s_bytes: int
 
-    @property
-    def bytes(self) -> int:
-        return self.r_bytes + self.s_bytes
+    PART_FIELDS = ("r_bytes", "s_bytes")
 
 
 @dataclass(frozen=True)
@@ -167,21 +184,24 @@ def output_buffer_bytes(model: ModelInfo, embeddings: bool = False) -> int:
     return (model.n_vocab + (model.n_embd if embeddings else 0)) * N_SEQ_MAX * 4
 
 
+def _aligned_bytes(tensors: dict[int, Tensor]) -> int:
+    """Bytes of one part of a memory (a tensor per layer), each tensor aligned as the
+    backend buffer allocates it."""
+    return sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in tensors.values())
+
+
 def cache_memory(bg: BuiltGraph) -> list[CacheMemory]:
-    out = []
-    for c in bg.caches:
-        out.append(CacheMemory(c.name, c.size, len(c.layers), gt.type_name(bg.run.type_k),
-                               gt.type_name(bg.run.type_v),
-                               sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in c.k.values()),
-                               sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in c.v.values())))
-    return out
+    """Each KV cache's K and V buffers."""
+    return [CacheMemory(cells=c.size, layers=len(c.layers), name=c.name,
+                        type_k=gt.type_name(bg.run.type_k), type_v=gt.type_name(bg.run.type_v),
+                        k_bytes=_aligned_bytes(c.k), v_bytes=_aligned_bytes(c.v))
+            for c in bg.caches]
 
 
 def state_memory(bg: BuiltGraph) -> list[RecurrentMemory]:
-    """Each recurrent state's R and S buffers, every tensor aligned as allocated."""
-    return [RecurrentMemory(st.size, len(st.layers),
-                            sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in st.r.values()),
-                            sum(gt.ggml_pad(t.nbytes, CPU_ALIGNMENT) for t in st.s.values()))
+    """Each recurrent state's R and S buffers."""
+    return [RecurrentMemory(cells=st.size, layers=len(st.layers), r_bytes=_aligned_bytes(st.r),
+                            s_bytes=_aligned_bytes(st.s))
             for st in bg.states]
 
 

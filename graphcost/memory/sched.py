@@ -32,9 +32,17 @@ Mirrors ``ggml/src/ggml-backend.cpp`` as vendored by llama-cpp-python 0.3.36:
   output (``kqv_out``) to the CPU (``build_attn_mha``); ``sched_reserve`` allocates
   the prompt, generation and prompt graphs, and each buffer keeps its largest size.
 
-Backends whose ops, buffer compatibility and graph optimisation are read from their
-``specs/backends`` file (``scheduler``) are simulated; for the others the compute
-buffers are not modelled. All sizes are bytes.
+Backend facts come from ``specs/backends`` (:mod:`graphcost.memory.backends`): which ops
+a device runs (``supports_op``, rules evaluated by :mod:`graphcost.memory.op_rules`;
+CUDA and HIP also refuse an op whose source lives in another device's buffer), which
+ops it takes from the CPU (``offload_op``: CUDA's batch >= 32), the bytes its buffer type
+gives each compute tensor (``get_alloc_size``: CUDA pads quantized rows to 512 elements
+and sizes FLASH_ATTN_EXT with its F16 K/V copies), and what its ``graph_optimize`` does
+(CUDA: allocation dependencies for MoE fusions, not simulated; Metal and Vulkan reorder
+nodes, not simulated). A device whose facts are missing, or whose graph meets a rule
+graphcost does not model (:class:`graphcost.memory.op_rules.Unmodelled`), has its compute
+buffers reported as not modelled, with the reason in the placement's notes. The CPU is
+taken to run every op the graphs use. All sizes are bytes.
 """
 from __future__ import annotations
 
@@ -43,8 +51,9 @@ from dataclasses import dataclass, field
 
 from graphcost.errors import GraphcostError
 from graphcost.graph.ggml_graph import Tensor
-from graphcost.graph.ops import Op
+from graphcost.graph.ops import VIEWS, Op
 from graphcost.memory.alloc import Allocation, allocate
+from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, evaluate
 from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, PlacementFlags,
                                         _layer_of)
 
@@ -52,8 +61,8 @@ from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, Placement
 MAX_COPIES = 4
 #: llama-context.cpp graph_get_cb: below this many tokens, norms are pinned to their layer
 PIN_NORM_BELOW_TOKENS = 32
-#: ggml_is_view_op
-VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+#: ggml_is_view_op (ggml-backend.cpp): VIEW, RESHAPE, PERMUTE, TRANSPOSE
+VIEW_OPS = VIEWS
 #: ops not sent to their weight's backend (backend_id_from_cur: "the rope freqs / sinks
 #: tensor is too small to choose a backend based on it")
 _NOT_OFFLOADED = frozenset({Op.ROPE, Op.FLASH_ATTN_EXT})
@@ -68,6 +77,23 @@ class SchedBackend:
     alignment: int
     is_cpu: bool
     offload_min_batch: int | None = None  # offload_op: ops with >= this batch; None: never
+    kind: str = "cpu"  # the backend spec: cpu, cuda, rpc, ...
+    #: supports_op rules ({"default", "ops"}); None: every op (the CPU, RPC's all_ops)
+    supports: dict | None = None
+    #: get_alloc_size for compute tensors (op_rules.compute_alloc_size); None: ggml_nbytes
+    alloc_rule: dict | None = None
+    options: dict = field(default_factory=dict)  # device options (cc, ...)
+    own_device_sources: bool = False  # ops reading another device's buffer are unsupported
+    #: graph_optimize adds allocation dependencies to splits holding these ops (not simulated)
+    alloc_deps_ops: frozenset = frozenset()
+    #: offload_op takes only these ops (Metal: MUL_MAT, MUL_MAT_ID); None: any op
+    offload_ops: frozenset | None = None
+    #: a host buffer type this device also reads (an integrated CUDA GPU: CUDA_Host)
+    reads_host: str | None = None
+
+    def alloc_size(self, t: Tensor) -> int:
+        """ggml_backend_buft_get_alloc_size of this backend's compute buffer type."""
+        return compute_alloc_size(self.alloc_rule, t, self.options)
 
 
 @dataclass
@@ -114,17 +140,43 @@ def pipeline_parallel(placement: Placement, flags: PlacementFlags, n_layer: int)
             and all(d.backend.scheduler and d.backend.scheduler.get("async_events") for d in devs))
 
 
+def unmodelled_devices(placement: Placement) -> str | None:
+    """Why the scheduler cannot be simulated for these devices (None: it can)."""
+    for d in placement.devices:
+        b = d.backend
+        s = b.scheduler
+        if not s:
+            return (f"{d.name}: the {b.name} backend's scheduler facts (supports_op, offload_op, "
+                    "graph_optimize) are not in specs/backends")
+        if s.get("not_modelled"):
+            return f"{d.name}: {s['not_modelled']}"
+        if b.alignment is None:
+            return f"{d.name}: its buffer alignment is device-dependent (give --device {b.name},align=N)"
+        if b.supports_op is None and not s.get("all_ops"):
+            return f"{d.name}: the {b.name} backend's supports_op is not in specs/backends"
+    return None
+
+
 def backends_for(placement: Placement) -> list[SchedBackend] | None:
     """llama_context's backend list: the devices, then the CPU (compute buffer type: the
     first device's host buffer type if any). None when a device's scheduler facts are
-    not in its spec (its compute buffer is then not modelled)."""
+    not in its spec (its compute buffer is then not modelled: :func:`unmodelled_devices`)."""
+    if unmodelled_devices(placement) is not None:
+        return None
     out = []
     for d in placement.devices:
         s = d.backend.scheduler
-        if not s or d.backend.alignment is None:
-            return None
         out.append(SchedBackend(d.name, d.name, d.backend.alignment, False,
-                                s.get("offload_min_batch")))
+                                s.get("offload_min_batch"), kind=d.backend.name,
+                                supports=None if s.get("all_ops") else d.backend.supports_op,
+                                alloc_rule=d.backend.compute_alloc_size, options=dict(d.options),
+                                own_device_sources=bool(s.get("own_device_sources")),
+                                alloc_deps_ops=frozenset(s.get("alloc_deps_with_ops") or ()),
+                                offload_ops=(frozenset(s["offload_ops"]) if s.get("offload_ops")
+                                             else None),
+                                reads_host=(d.backend.host_buffer if s.get("integrated_reads_host")
+                                            and str(d.options.get("integrated", "")).lower()
+                                            in ("1", "true", "yes", "on") else None)))
     host = placement.devices[0].backend.host_buffer if placement.devices else None
     from graphcost.memory.backends import load as load_backend
     out.append(SchedBackend("CPU", host or "CPU", load_backend("cpu").alignment, True))
@@ -143,25 +195,50 @@ class _Scheduler:
         self.op_offload = op_offload
         self.tb: dict[int, int] = {}  # hv_tensor_backend_ids
         self.cpu = len(backends) - 1
+        self._supported: dict[tuple[int, int], bool] = {}
 
     # ---- backend facts ----
     def supports_buft(self, b: int, buft: str) -> bool:
-        """ggml_backend_supports_buft: a device its own buffer type; the CPU every host
-        buffer type (ggml_backend_cpu_device_supports_buft)."""
+        """ggml_backend_supports_buft: a device its own buffer type (an integrated CUDA GPU
+        also the pinned host type); the CPU every host buffer type
+        (ggml_backend_cpu_device_supports_buft)."""
         be = self.backends[b]
         if be.is_cpu:
             return buft not in self._device_bufts
-        return buft == be.buft
+        return buft == be.buft or (be.reads_host is not None and buft == be.reads_host)
 
     def supports_op(self, b: int, t: Tensor) -> bool:
-        """RPC: every op (ggml_backend_rpc_device_supports_op); the CPU: every op the
-        graphs use (ggml_backend_cpu_device_supports_op)."""
-        return True
+        """ggml_backend_supports_op: the device's rules (specs/backends ``supports_op``); RPC:
+        every op (ggml_backend_rpc_device_supports_op); the CPU: every op the graphs use
+        (ggml_backend_cpu_device_supports_op). With ``own_device_sources`` (CUDA), an op
+        with a source in another device's buffer of the same backend is refused."""
+        be = self.backends[b]
+        if be.supports is None:
+            return True
+        key = (b, id(t))
+        hit = self._supported.get(key)
+        if hit is not None:
+            return hit
+        ok = True
+        if be.own_device_sources:
+            for s in t.src:
+                buft = self.bufs.get(id(s))
+                if buft is not None and buft != be.buft and any(
+                        o.buft == buft and o.kind == be.kind for o in self.backends):
+                    ok = False
+        if ok:
+            rule = be.supports["ops"].get(str(t.op), be.supports["default"])
+            ok = evaluate(rule, t, be.options, f"{be.kind} supports_op {t.op}")
+        self._supported[key] = ok
+        return ok
 
     def offload_op(self, b: int, t: Tensor) -> bool:
-        """ggml_backend_dev_offload_op (CUDA: get_op_batch_size >= its minimum)."""
+        """ggml_backend_dev_offload_op: get_op_batch_size >= the device's minimum (CUDA,
+        ROCm, Vulkan, SYCL; Metal only for the ops its spec lists)."""
         m = self.backends[b].offload_min_batch
         if m is None:
+            return False
+        if self.backends[b].offload_ops is not None and t.op not in self.backends[b].offload_ops:
             return False
         if t.op == Op.GET_ROWS:
             batch = 0
@@ -359,8 +436,9 @@ def _weight_key(w: Tensor, consumer: Tensor, arch: str) -> tuple[str, str, int |
 
 
 def _buft_key(b: Buft) -> str:
-    """The buffer type a scheduler sees: a device's, or a host one (CPU_REPACK apart)."""
-    if b.kind == "device":
+    """The buffer type a scheduler sees: a device's, a pinned host type's (CUDA_Host), or
+    the CPU's (CPU_REPACK apart)."""
+    if b.kind in ("device", "host"):
         return b.name
     return "CPU_REPACK" if b.kind == "extra" else "CPU"
 
@@ -432,6 +510,13 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
     pinned = _pins(new_nodes, placement, backends, bg.run.n_tokens, flags,
                    n_gpu > n_layer) if pins else {}
     splits, copies = sched.split(new_nodes, leafs, pinned)
+    for sp in splits:  # graph_optimize's allocation dependencies (not simulated)
+        be = backends[sp.backend]
+        hit = next((new_nodes[i] for i in range(sp.i_start, sp.i_end)
+                    if new_nodes[i].op in be.alloc_deps_ops), None)
+        if hit is not None:
+            raise Unmodelled(f"{be.name}: the {be.kind} backend's graph_optimize keeps tensors "
+                             f"alive for its fusions around {hit.op} ({hit.name}); not simulated")
 
     # graph_copy: per split, [input dependency, input copy] per input, then its nodes
     gc_nodes: list[Tensor] = []
@@ -441,8 +526,11 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
     for b in backends:
         backend_buf.append(buf_index.setdefault(b.buft, len(buf_index)))
     alignments = [0] * len(buf_index)
+    alloc_sizes: list = [None] * len(buf_index)
     for b in backends:
         alignments[buf_index[b.buft]] = b.alignment
+        if b.alloc_rule:
+            alloc_sizes[buf_index[b.buft]] = b.alloc_size
     for sp in splits:
         for inp in sp.inputs:
             dep = dataclasses.replace(inp, op=Op.NONE, src=[inp], view_src=inp.storage,
@@ -484,7 +572,7 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
 
     alloc = allocate(gc_nodes, gc_leafs, outputs=flagged_out, inputs=flagged_in,
                      external=external, node_buffers=gc_bufs, leaf_buffers=leaf_bufs,
-                     alignments=alignments)
+                     alignments=alignments, alloc_sizes=alloc_sizes)
     sizes = []
     seen: set[int] = set()
     for i, b in enumerate(backends):
@@ -524,27 +612,42 @@ def compute_buffers(reserves, placement: Placement, flags: PlacementFlags,
     (llama.cpp's fit): only the first prompt graph, without the graph callback's pins."""
     backends = backends_for(placement)
     if backends is None:
+        _note(placement, unmodelled_devices(placement))
         return None
     n_copies = MAX_COPIES if pipeline_parallel(placement, flags, n_layer) else 1
     if no_alloc:
         reserves = reserves[:1]
-    scheds = [(r.label, schedule(r.graph, placement, flags, backends, n_copies,
-                                 pins=not no_alloc))
-              for r in reserves]
+    try:
+        scheds = [(r.label, schedule(r.graph, placement, flags, backends, n_copies,
+                                     pins=not no_alloc))
+                  for r in reserves]
+    except Unmodelled as e:
+        _note(placement, str(e))
+        return None
     return ComputeBuffers(backends, scheds, n_copies)
 
 
-def schedule_step(bg, args, flags: PlacementFlags) -> Schedule | None:
+def _note(placement: Placement, reason: str | None) -> None:
+    """Record why the compute buffers are not modelled (once) in the placement's notes."""
+    line = f"compute buffers not modelled: {reason}"
+    if reason and line not in placement.notes:
+        placement.notes.append(line)
+
+
+def schedule_step(bg, args, flags: PlacementFlags) -> Schedule | str:
     """The scheduler's view of one analyzed graph (``analyze --device ...``): each node's
-    backend and the tensors copied between backends in that step. None when a device's
-    scheduler facts are not modelled."""
+    backend and the tensors copied between backends in that step; or, when a device's
+    scheduler facts or a rule its graph meets are not modelled, the reason (one line)."""
     from graphcost.memory.placement import place
     p = place(bg.model, args, flags)
     backends = backends_for(p)
     if backends is None:
-        return None
+        return unmodelled_devices(p) or "not modelled"
     n_copies = MAX_COPIES if pipeline_parallel(p, flags, bg.model.n_layer) else 1
-    return schedule(bg, p, flags, backends, n_copies)
+    try:
+        return schedule(bg, p, flags, backends, n_copies)
+    except Unmodelled as e:
+        return str(e)
 
 
 def schedule_dict(s: Schedule) -> dict:
@@ -559,21 +662,24 @@ def flash_attn_auto_fails(model, settings, placement: Placement, flags: Placemen
     """``-fa auto`` with devices (llama_context::resolve_fused_ops): a one-token probe graph
     with flash attention is scheduled, and if any layer's FLASH_ATTN_EXT runs on another
     device than the layer's, llama.cpp turns flash attention off. Returns that warning (the
-    first mismatch), or None when flash attention stays on (or was not auto)."""
+    first mismatch), or None when flash attention stays on (or was not auto). ``settings``:
+    RunSettings, or already resolved for ``model``."""
     from graphcost.graph.build import build_graph, resolve_for
-    from graphcost.graph.flavour import flavour
-    fa = (settings.flash_attn or flavour(settings.llama_cpp).flash_attn_default).lower()
-    if fa != "auto" or not placement.devices:
+    from graphcost.graph.settings import Resolved
+    run = settings if isinstance(settings, Resolved) else resolve_for(model, settings)
+    if not run.flash_attn_auto or not placement.devices:
         return None
     backends = backends_for(placement)
     if backends is None:
         return None
-    run = resolve_for(model, settings)
-    probe = dataclasses.replace(settings, flash_attn="on", tokens=1, outputs=1,
-                                past=run.n_ctx - 1, memory_full=True)
-    bg = build_graph(model, probe)
+    # auto is on (run.flash_attn): the probe is one token with every cell attended
+    bg = build_graph(model, run.step(1, run.n_ctx - 1, 1, memory_full=True))
     n_copies = MAX_COPIES if pipeline_parallel(placement, flags, model.n_layer) else 1
-    s = schedule(bg, placement, flags, backends, n_copies)
+    try:
+        s = schedule(bg, placement, flags, backends, n_copies)
+    except Unmodelled as e:
+        _note(placement, f"-fa auto: the probe graph: {e}")
+        return None
     for i, n in enumerate(s.nodes):
         if n.op == Op.FLASH_ATTN_EXT and n.layer is not None:
             dev, want = s.device_of(i), placement.dev_layer[n.layer]

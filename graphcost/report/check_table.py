@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from graphcost.check import Drift
-from graphcost.report.units import literal
+from graphcost.units import literal
 
 
 def _fmt(v: float | None) -> str:

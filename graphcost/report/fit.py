@@ -3,7 +3,7 @@ per device, and (last line) the arguments llama-fit-params prints."""
 from __future__ import annotations
 
 from graphcost.memory.fit import FitResult, MaxContext
-from graphcost.report.memory import mib
+from graphcost.units import mib
 
 
 def render_fit(r: FitResult, model_name: str) -> str:

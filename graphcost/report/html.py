@@ -35,7 +35,7 @@ def render_page(kind: str, doc: dict) -> str:
     return template.replace(_SLOT, payload)
 
 
-def render_analysis(a, *, hardware=None, **_: object) -> str:
+def render_analysis(a, *, hardware=None) -> str:
     """``analyze --format html``: the JSON report's document, drawn."""
     from graphcost.document import document
     return render_page("analyze", document(a, hardware=hardware))

@@ -2,9 +2,9 @@
 fused-attention what-if, as plain text (fixed width, no colour); the sweep plot is
 drawn by :mod:`graphcost.report.plot`.
 
-Sizes are printed the way llama.cpp logs them (MiB with two decimals, ``%8.2f`` of
-bytes / 1024 / 1024) beside the exact byte counts, so a line can be checked against a
-llama.cpp log by eye.
+Sizes are printed the way llama.cpp logs them (MiB with two decimals:
+:func:`graphcost.units.mib`) beside the exact byte counts, so a line can be checked
+against a llama.cpp log by eye.
 """
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ from graphcost.graph.ops import Op
 from graphcost.graph.settings import Resolved
 from graphcost.memory.fusion import FusionWhatIf
 from graphcost.memory.plan import MemoryPlan
-from graphcost.report.units import literal
-
-MiB = 1024 * 1024
+from graphcost.units import literal, mib
 
 
 def describe_tensor(t: Tensor, run: Resolved) -> str:
@@ -38,11 +36,6 @@ def describe_tensor(t: Tensor, run: Resolved) -> str:
     if base == "result_norm":
         return "final norm (graph output, kept to the end)"
     return f"{t.op} result (grows with ubatch)"
-
-
-def mib(n: int) -> str:
-    """Bytes as llama.cpp prints them: MiB with two decimals."""
-    return f"{n / MiB:.2f}"
 
 
 def _settings_line(plan: MemoryPlan, swept: str | None = None) -> str:
@@ -252,7 +245,8 @@ def render_devices(dp) -> str:
                      f"{'' if r.free_bytes is None else mib(r.free_bytes):>10} "
                      f"{'' if left is None else mib(left):>10}")
     lines.append("  (MiB; n/m = not modelled)")
-    if any(r.compute_bytes is None for r in dp.rows):
+    if (any(r.compute_bytes is None for r in dp.rows)
+            and not any(n.startswith("compute buffers not modelled") for n in p.notes)):
         lines.append("  compute buffers are not modelled for these devices (their scheduler "
                      "facts - supported ops, offload, graph optimisation - are not in "
                      "specs/backends)")
@@ -291,6 +285,7 @@ def devices_json(dp) -> dict:
             "layers": dp.placement.dev_layer, "output_layer": dp.placement.dev_output,
             "repacked": dp.placement.repacked, "use_mmap": dp.placement.use_mmap,
             "cpu_features": sorted(dp.placement.cpu_features),
+            "notes": list(dp.placement.notes),
             "scheduler": None if dp.compute is None else sched_json(dp.compute)}
 
 

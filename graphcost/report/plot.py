@@ -17,7 +17,7 @@ from pathlib import Path
 from graphcost.errors import GraphcostError
 from graphcost.files import write_atomic
 from graphcost.memory.plan import MemoryPlan
-from graphcost.report.units import literal
+from graphcost.units import literal
 
 #: binary units, largest first: a panel uses the largest unit its maximum reaches
 UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))

@@ -15,7 +15,7 @@ from graphcost.document import SCHEMA
 from graphcost.execute.profile import NodeRow, Profile, Rollup
 from graphcost.document import non_finite
 from graphcost.report.renderer import Renderer, RenderOptions
-from graphcost.report.units import human_bytes, human_count, literal
+from graphcost.units import human_bytes, human_count, literal
 
 
 class ProfileFormat(str, Enum):
@@ -39,18 +39,22 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _overhead(p: Profile) -> str:
+    o = p.timing_overhead()
+    return "" if o is None else f"; node timing adds {o:+.1%} to a step"
+
+
 def _rollup_table(title: str, key: str, rows: list[Rollup]) -> RichTable:
     t = RichTable(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    # FLOPs are in the JSON document; here GFLOP/s says the same beside the time
     for col, just in ((key, "left"), ("nodes", "right"), ("ms", "right"), ("bytes", "right"),
-                      ("FLOPs", "right"), ("GB/s", "right"), ("GFLOP/s", "right"),
-                      ("roofline ms", "right"), ("ratio", "right")):
+                      ("GB/s", "right"), ("GFLOP/s", "right"), ("roof ms", "right"),
+                      ("ratio", "right"), ("model ms", "right"), ("ratio", "right")):
         t.add_column(col, justify=just, no_wrap=True)
     for r in rows:
         t.add_row("-" if r.key is None else str(r.key), str(r.count), _ms(r.seconds),
-                  human_bytes(r.bytes), human_count(r.flops),
-                  _rate(r.bytes / r.seconds / 1e9 if r.seconds else None),
-                  _rate(r.flops / r.seconds / 1e9 if r.seconds else None),
-                  _ms(r.predicted), _ratio(r.ratio))
+                  human_bytes(r.bytes), _rate(r.gbps), _rate(r.gflops),
+                  _ms(r.predicted), _ratio(r.ratio), _ms(r.modelled), _ratio(r.model_ratio))
     return t
 
 
@@ -89,15 +93,22 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
               f"{p.first_run_overhead:.2f} s (Numba: {nc['misses']} compiled, "
               f"{nc['hits']} loaded from cache) -- not in any timing below")
     tps = p.tokens_per_second()
-    dec = "-" if tps["decode"] is None else f"{tps['decode']:.2f}"
-    con.print(f"tokens/s: prompt {tps['prompt']:.2f} ({p.prompt.n_tokens} tokens), decode {dec}")
+
+    def rate(key):
+        return "-" if tps[key] is None else f"{tps[key]:.2f}"
+    con.print(f"tokens/s: prompt {rate('prompt_untimed')} ({p.prompt.n_tokens} tokens), decode "
+              f"{rate('decode_untimed')} untimed (Executor.step replayed, median of {p.repeat}); "
+              f"with every node timed: prompt {rate('prompt')}, decode {rate('decode')}"
+              + _overhead(p))
 
     st = RichTable(title="Steps", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
-    for col in ("step", "tokens", "past", "argmax", "logit", "wall ms", "nodes ms"):
+    for col in ("step", "tokens", "past", "argmax", "logit", "untimed ms", "timed ms",
+                "nodes ms"):
         st.add_column(col, justify="right")
     for i, step in enumerate(p.steps):
         st.add_row(str(i), str(step.n_tokens), str(step.past), str(step.argmax),
-                   f"{step.top5[0][1]:.3f}", _ms(step.wall), _ms(step.node_seconds))
+                   f"{step.top5[0][1]:.3f}", _ms(step.untimed), _ms(step.wall),
+                   _ms(step.node_seconds))
     con.print(st)
 
     phase, steps = p.phase()
@@ -113,10 +124,12 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
                           f"{len(shown)} of {len(ran)} executed; * = numpy)", shown))
     acc = p.estimate_accuracy()
     if acc["median_abs_error"] is not None:
-        ovh = (f"; executor model (per-op overhead, matvec rates): "
-               f"{acc['median_abs_error_model']:.2f}") if acc["op_overhead_seconds"] else ""
-        con.print(f"estimate accuracy: median |roofline/measured - 1| = "
-                  f"{acc['median_abs_error']:.2f} over {acc['nodes']} nodes > 10 us ({phase}){ovh}")
+        con.print(f"estimate accuracy ({phase}, {acc['nodes']} nodes > 10 us): median "
+                  f"|estimate/measured - 1| = {acc['median_abs_error']:.2f} for the roofline, "
+                  f"{acc['median_abs_error_model']:.2f} for the executor model; the model per "
+                  "op kind: " + ", ".join(f"{op} {a['median_abs_error_model']:.2f} ({a['nodes']})"
+                                         for op, a in sorted(acc["by_op"].items(),
+                                                             key=lambda kv: -kv[1]["nodes"])))
     for note in p.notes:
         con.print(f"note: {literal(note)}")
     return buf.getvalue()
@@ -131,7 +144,8 @@ def _node_dict(n: NodeRow) -> dict:
 
 def _rollup_dict(r: Rollup) -> dict:
     return {"key": r.key, "nodes": r.count, "seconds": r.seconds, "bytes": r.bytes,
-            "flops": r.flops, "predicted_seconds": r.predicted, "ratio": r.ratio}
+            "flops": r.flops, "predicted_seconds": r.predicted, "ratio": r.ratio,
+            "modelled_seconds": r.modelled, "model_ratio": r.model_ratio}
 
 
 def document(p: Profile) -> dict:
@@ -146,13 +160,16 @@ def document(p: Profile) -> dict:
                     "first_run_overhead_seconds": p.first_run_overhead,
                     "numba_cache": p.numba_cache},
         "tokens_per_second": p.tokens_per_second(),
+        "node_timing_overhead": p.timing_overhead(),
         "rollup_phase": phase,
         "by_op": [_rollup_dict(r) for r in p.by_op()],
         "by_layer": [_rollup_dict(r) for r in p.by_layer()],
         "estimate_accuracy": p.estimate_accuracy(),
+        "estimate_accuracy_all_nodes": p.estimate_accuracy(0.0),
         "notes": p.notes,
         "steps": [{"n_tokens": s.n_tokens, "past": s.past, "argmax": s.argmax,
                    "top5": [[t, v] for t, v in s.top5], "wall_seconds": s.wall,
+                   "untimed_seconds": s.untimed,
                    "warmup_seconds": s.warmup, "nodes": [_node_dict(n) for n in s.nodes]}
                   for s in p.steps],
     }

@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 
 from graphcost.speed import DEFAULTS, Prediction
+from graphcost.units import mib
 
 FORMATS = ("md", "json")
 
@@ -30,7 +31,7 @@ def shown_fields(given: dict) -> list[str]:
 
 
 def _size(nbytes: int) -> str:
-    return (f"{nbytes / 1024 / 1024:.2f} MiB" if nbytes < 1024 ** 3
+    return (f"{mib(nbytes)} MiB" if nbytes < 1024 ** 3
             else f"{nbytes / 1024 ** 3:.2f} GiB")
 
 

@@ -15,7 +15,7 @@ from graphcost.cost.analysis import READ_KINDS, Analysis, Cost
 from graphcost.cost.costs import FLOP_KINDS
 from graphcost.cost.experts import expert_weights
 from graphcost.format.ggml_types import type_name
-from graphcost.report.units import human_bytes, human_count, literal
+from graphcost.units import human_bytes, human_count, literal
 
 
 def _cost_table(title: str, key: str, rows: list[tuple[str, Cost]]) -> Table:

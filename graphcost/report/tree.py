@@ -26,11 +26,11 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass
 
-from graphcost.cost.analysis import READ_KINDS, Analysis, Cost, NodeCost
+from graphcost.cost.analysis import READ_KINDS, Analysis, NodeCost
 from graphcost.cost.costs import FLOP_KINDS
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.ggml_types import type_name
-from graphcost.report.units import human_bytes, human_count, literal
+from graphcost.units import human_bytes, human_count, literal
 
 #: most wire columns drawn; a value that finds no free column is drawn without a wire
 #: (the examples need 5 columns, see tests/test_tree.py)

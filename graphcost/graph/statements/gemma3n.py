@@ -232,7 +232,7 @@ def per_layer_mix(sb: SpecBuilder, a: dict) -> None:
     gated by the layer's per-layer input, projected back to n_embd and added to the other
     streams (``corrected_predictions[1:] += first_prediction``); build_cvec (no control
     vector: unchanged); cb ``l_out``."""
-    b, g, m, il = sb.b, sb.g, sb.m, sb.il
+    b, g, il = sb.b, sb.g, sb.il
     corr, per_layer = sb.var(a.get("x", "corrected")), sb.var(a.get("per_layer", "inp_per_layer"))
     first = slice2d(sb, corr, int(_hp(sb, "i_altup_act")))
     first = g.mul(first, sb.weight("altup_correct_scale"))

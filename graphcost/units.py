@@ -1,5 +1,16 @@
-"""Human-readable numbers: binary byte units and SI FLOP units, fixed precision."""
+"""Human-readable numbers: binary byte units and SI FLOP units, fixed precision; and
+strings from files made safe to print. A shared utility: any stage may import it."""
 from __future__ import annotations
+
+#: bytes in a MiB, the unit llama.cpp logs its buffers in
+MiB = 1024 * 1024
+
+
+def mib(n: int | float, digits: int = 2) -> str:
+    """Bytes as llama.cpp logs them: MiB with ``digits`` decimals (``%8.2f`` of
+    ``size/1024.0/1024.0``; the compute-buffer check on freeing prints ``%8.4f``), without
+    the padding: 1572864 -> '1.50'."""
+    return f"{n / MiB:.{digits}f}"
 
 
 def human_bytes(n: int | float) -> str:

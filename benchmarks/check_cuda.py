@@ -1,0 +1,233 @@
+"""Check graphcost's CUDA figures against llama.cpp built with CUDA, in one command.
+
+On a machine with an NVIDIA GPU (this is not a test: the test suite runs without one):
+
+    python benchmarks/check_cuda.py --build /path/to/llama_cpp_python-0.3.36/vendor/llama.cpp
+    python benchmarks/check_cuda.py --bin /path/to/build-cuda/bin          # already built
+
+``--build`` configures and builds the vendored llama.cpp with ``-DGGML_CUDA=ON`` (the same
+source llama-cpp-python 0.3.36 vendors) into ``--build-dir`` (default
+``~/.cache/graphcost/llama-cuda-build``), targets ``llama-completion`` and
+``llama-fit-params``. Then it writes tiny fixture models (tests/fixtures*.py), runs
+``llama-completion -fit off -c 512 -n 1 -lv 5`` with several ``-ngl``/``-fa``/``-ctk`` settings
+(and ``-ts 1,1`` when two GPUs are visible), parses every ``model``, ``KV``, ``output`` and
+``compute buffer size`` line and the graph split counts, asks ``graphcost memory --device
+cuda,cc=<the GPU's compute capability> --format json`` for the same flags, and prints one
+row per buffer: llama.cpp's MiB, graphcost's MiB (two decimals, as llama.cpp prints), and
+whether they are equal. A figure graphcost reports as not modelled prints ``n/m`` and
+counts as not checked, never as equal. Exit status 0 when every modelled figure is equal,
+1 otherwise, 2 when the tools or the GPU are missing.
+
+``--dry-run`` prints graphcost's side only (no GPU needed): what the comparison would use.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from fixtures import write_llama  # noqa: E402
+from fixtures_moe import write_mixtral  # noqa: E402
+from llama_runs import parse_buffers  # noqa: E402
+
+MiB = 1024 * 1024
+
+MODELS = {
+    # heads of 32: CUDA has no flash-attention kernel for them (-fa auto turns it off)
+    "llama5-hd32": lambda p: write_llama(p, n_layer=5),
+    # heads of 128: flash attention on CUDA; quantized rows of 768 (padded to 1024)
+    "llama4-hd128": lambda p: write_llama(p, n_layer=4, head_dim=128),
+    # MoE: graphcost reports CUDA's compute buffers as not modelled (graph_optimize's
+    # fusion dependencies); model and KV buffers are still compared
+    "mixtral": lambda p: write_mixtral(p, n_layer=4),
+}
+
+#: (model, llama.cpp/graphcost flags, GPUs needed)
+CASES = [
+    ("llama5-hd32", ["-ngl", "0"], 1),
+    ("llama5-hd32", ["-ngl", "3"], 1),
+    ("llama5-hd32", ["-ngl", "all"], 1),
+    ("llama5-hd32", ["-ngl", "all", "-fa", "off"], 1),
+    ("llama4-hd128", ["-ngl", "all"], 1),
+    ("llama4-hd128", ["-ngl", "2", "-fa", "on"], 1),
+    ("llama4-hd128", ["-ngl", "all", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"], 1),
+    ("llama4-hd128", ["-ngl", "all", "-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0", "-ub", "128"], 1),
+    ("llama4-hd128", ["-ngl", "all", "-nkvo"], 1),
+    ("llama4-hd128", ["-ngl", "2", "--no-op-offload"], 1),
+    ("mixtral", ["-ngl", "all"], 1),
+    ("llama5-hd32", ["-ngl", "all", "-ts", "1,1"], 2),
+    ("llama4-hd128", ["-ngl", "3", "-ts", "1,1"], 2),
+    ("llama4-hd128", ["-ngl", "all", "-ts", "3,1", "-fa", "off"], 2),
+]
+
+
+def gpus() -> list[tuple[str, int]]:
+    """(compute capability like '8.9', free MiB) per visible NVIDIA GPU (nvidia-smi)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    r = subprocess.run([exe, "--query-gpu=compute_cap,memory.free", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True)
+    out = []
+    for line in r.stdout.strip().splitlines():
+        cc, free = (x.strip() for x in line.split(","))
+        out.append((cc, int(free)))
+    return out
+
+
+def build(src: Path, out: Path) -> Path:
+    """cmake -DGGML_CUDA=ON of the vendored source; returns the bin directory."""
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cmake", "-S", str(src), "-B", str(out), "-DGGML_CUDA=ON",
+                    "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF"], check=True)
+    subprocess.run(["cmake", "--build", str(out), "-j", str(os.cpu_count() or 4),
+                    "--target", "llama-completion", "llama-fit-params"], check=True)
+    return out / "bin"
+
+
+def run_llama(bin_dir: Path, model: Path, args: list[str]):
+    cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-n", "1", "-p", "hi",
+           "-no-cnv", "-fit", "off", "-t", "1", "--no-warmup", "--seed", "1", "-lv", "5",
+           "-c", "512"] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace",
+                       timeout=600, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+    return parse_buffers(r.stdout + r.stderr)
+
+
+def run_graphcost(model: Path, devices: list[str], args: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "graphcost", "memory", str(model), "-c", "512",
+           "--format", "json"]
+    for d in devices:
+        cmd += ["--device", d]
+    r = subprocess.run(cmd + args, capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd + args)}: {r.stderr.strip()}")
+    return json.loads(r.stdout)["memory"]
+
+
+def ours_by_kind(mem: dict) -> dict[str, dict[str, list[int | None]]]:
+    """graphcost's buffers as llama.cpp logs them: kind -> buffer name -> bytes."""
+    out: dict[str, dict[str, list]] = {"model": {}, "kv": {}, "output": {}, "compute": {}}
+    for b in mem["model_buffers"]:
+        out["model"].setdefault(b["name"], []).append(b["bytes"])
+    for b in mem["kv_buffers"]:
+        out["kv"].setdefault(b["device"], []).append(b["bytes"])
+    for r in mem["devices"]:
+        if r["output_bytes"]:
+            out["output"].setdefault(r["device"], []).append(r["output_bytes"])
+        c = r["compute_bytes"]
+        if c is None or c > 1:  # llama.cpp logs compute buffers larger than 1 byte
+            out["compute"].setdefault(r["device"], []).append(c)
+    return out
+
+
+def _mib(n: int | None) -> str:
+    return "n/m" if n is None else f"{n / MiB:.2f}"
+
+
+def compare(case: str, mem: dict, run) -> list[tuple[str, str, str, str, str]]:
+    """Rows (case, kind, buffer, llama.cpp MiB, graphcost MiB, verdict)."""
+    rows = []
+    ours = ours_by_kind(mem)
+    for kind in ("model", "kv", "output", "compute"):
+        theirs = getattr(run, kind) if run is not None else {}
+        names = sorted(set(ours[kind]) | set(theirs))
+        for name in names:
+            mine = sorted(ours[kind].get(name, []), key=lambda x: -1 if x is None else x)
+            logged = sorted(theirs.get(name, []))
+            for i in range(max(len(mine), len(logged))):
+                m = mine[i] if i < len(mine) else 0
+                t = f"{logged[i]:.2f}" if i < len(logged) else ("-" if run is not None else "")
+                if run is None:
+                    verdict = ""
+                elif m is None:
+                    verdict = "not modelled"
+                else:
+                    verdict = "equal" if _mib(m) == t else "DIFFERS"
+                rows.append((case, kind, name, t, _mib(m), verdict))
+    if run is not None and mem.get("scheduler"):
+        g = {x["graph"]: x["n_splits"] for x in mem["scheduler"]["graphs"]}
+        ours_s = f"{g.get('prompt')}/{g.get('generation')}"
+        theirs_s = "-" if run.splits is None else f"{run.splits[0]}/{run.splits[1]}"
+        rows.append((case, "splits", "pp/tg", theirs_s, ours_s,
+                     "equal" if ours_s == theirs_s else "DIFFERS"))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", type=Path, help="bin directory of a CUDA build of llama.cpp")
+    ap.add_argument("--build", type=Path, help="vendored llama.cpp source to build with CUDA")
+    ap.add_argument("--build-dir", type=Path,
+                    default=Path.home() / ".cache" / "graphcost" / "llama-cuda-build")
+    ap.add_argument("--dry-run", action="store_true", help="graphcost's figures only")
+    ap.add_argument("--cc", help="compute capability to give graphcost (default: nvidia-smi's)")
+    a = ap.parse_args()
+
+    found = gpus()
+    if not a.dry_run and not found:
+        print("check_cuda: no NVIDIA GPU visible (nvidia-smi); use --dry-run", file=sys.stderr)
+        return 2
+    bin_dir = a.bin
+    if a.build and not a.dry_run:
+        bin_dir = build(a.build, a.build_dir)
+    if not a.dry_run and (bin_dir is None or not (bin_dir / "llama-completion").exists()):
+        print("check_cuda: give --bin DIR (with llama-completion) or --build SRC", file=sys.stderr)
+        return 2
+    cc = a.cc or (found[0][0] if found else "8.9")
+    n_gpu = len(found) if found else 2
+    feats = subprocess.run([sys.executable, "-c",
+                            "from graphcost.memory.backends import host_cpu_features as f;"
+                            "print(','.join(sorted(f())) or 'none')"],
+                           capture_output=True, text=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip()
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        models = {k: Path(w(Path(d) / f"{k}.gguf").path) for k, w in MODELS.items()}
+        for name, args, need in CASES:
+            if need > n_gpu:
+                continue
+            case = f"{name} {' '.join(args)}"
+            devices = [f"cuda:{found[i][1]}MiB,cc={cc}" if found else f"cuda,cc={cc}"
+                       for i in range(need)]
+            try:
+                mem = run_graphcost(models[name], devices, args + ["--cpu-features", feats or "none"])
+            except RuntimeError as e:
+                rows.append((case, "graphcost", str(e)[:60], "", "", "ERROR"))
+                continue
+            run = None
+            if not a.dry_run:
+                try:
+                    run = run_llama(bin_dir, models[name],
+                                    args if need > 1 else args + ["-dev", "CUDA0"])
+                except RuntimeError as e:
+                    rows.append((case, "llama.cpp", str(e).splitlines()[0][:60], "", "", "ERROR"))
+                    continue
+            rows += compare(case, mem, run)
+            for note in mem.get("notes", []):
+                rows.append((case, "note", note[:90], "", "", ""))
+    w = max(len(r[0]) for r in rows) if rows else 10
+    print(f"{'case':<{w}}  {'kind':<8} {'buffer':<14} {'llama.cpp':>10} {'graphcost':>10}  verdict")
+    for r in rows:
+        print(f"{r[0]:<{w}}  {r[1]:<8} {r[2]:<14} {r[3]:>10} {r[4]:>10}  {r[5]}")
+    bad = sum(1 for r in rows if r[5] in ("DIFFERS", "ERROR"))
+    checked = sum(1 for r in rows if r[5] == "equal")
+    nm = sum(1 for r in rows if r[5] == "not modelled")
+    print(f"\n{checked} equal, {bad} differ or failed, {nm} not modelled (GPU cc {cc}, {n_gpu} GPU(s))")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

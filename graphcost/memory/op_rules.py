@@ -1,0 +1,369 @@
+"""Which ops a backend runs (``supports_op``) and the bytes its buffer type gives a compute
+tensor (``get_alloc_size``), read from the ``supports_op`` and ``compute_alloc_size``
+entries of ``specs/backends/*.yaml``.
+
+A ``supports_op`` entry maps ggml op names (as :mod:`graphcost.graph.ops` names them: the
+sub-op for UNARY and GLU) to a rule: ``true``, ``false`` or an expression over the node,
+transcribed from the backend's ``*_device_supports_op`` switch, e.g.
+``contiguous(src0) and src0.type in ('F32', 'F16')``. Ops not listed take ``default``.
+
+The expression language (a safe evaluator over :mod:`ast`, nothing else of Python):
+
+* names: ``dst`` (the node), ``src0`` ... ``src5`` (its sources; ``has(src3)`` tests one
+  is there), type names are strings (``'F32'``, ``'Q4_K'``), ``and``/``or``/``not``,
+  comparisons including ``in`` over tuples, ``+ - * // %``;
+* a tensor's fields: ``type``, ``ne0`` ... ``ne3``, ``nb0`` ... ``nb3``;
+* functions mirroring ggml.c: ``contiguous(t)`` (ggml_is_contiguous), ``contiguous_1``,
+  ``contiguous_2``, ``contiguous_rows``, ``quantized(t)`` (ggml_is_quantized),
+  ``esize(t)`` (ggml_element_size), ``nrows(t)``, ``blck(t)`` (ggml_blck_size), ``permuted(t)`` (ggml_is_permuted), ``pow2ceil(x)``,
+  ``tsize(t)`` (ggml_type_size), ``param(name, default)`` (the node's op parameter),
+  ``opt(name, default)`` (the device option given with ``--device KIND,name=value``),
+  ``unmodelled('what')`` (a case not transcribed: raises :class:`Unmodelled`);
+* backend functions that are too long for one expression, written here and named after
+  the ggml function they mirror: ``cuda_fattn_supported(dst)``
+  (ggml-cuda/fattn.cu ``ggml_cuda_flash_attn_ext_supported``: a kernel other than
+  ``BEST_FATTN_KERNEL_NONE``, :func:`cuda_fattn_kernel`).
+
+A rule that needs a fact graphcost does not know (a device property not given as an
+option, a branch not transcribed) raises :class:`Unmodelled` with the reason; the
+scheduler then reports that device's compute buffer as not modelled.
+"""
+from __future__ import annotations
+
+import ast
+import operator
+from functools import lru_cache
+from typing import Any, Callable
+
+from graphcost.errors import GraphcostError
+from graphcost.format import ggml_types as gt
+from graphcost.graph.ggml_graph import Tensor
+
+
+class Unmodelled(Exception):
+    """A backend rule needs something graphcost does not model (the message says what)."""
+
+
+def type_name(t: Tensor) -> str:
+    return gt.GGMLType(t.type).name
+
+
+def _contiguous_rows(t: Tensor) -> bool:
+    """ggml_is_contiguous_rows (ggml.c)."""
+    blk, size = gt.block(t.type)
+    return t.ne[0] == blk or t.nb[0] == size
+
+
+def _esize(t: Tensor) -> int:
+    """ggml_element_size: ggml_type_size (bytes per block)."""
+    return gt.type_size(t.type)
+
+
+def _nrows(t: Tensor) -> int:
+    return t.ne[1] * t.ne[2] * t.ne[3]
+
+
+class _T:
+    """A tensor as rule expressions see it."""
+
+    def __init__(self, t: Tensor) -> None:
+        self.t = t
+
+    def field(self, name: str) -> Any:
+        t = self.t
+        if name == "type":
+            return type_name(t)
+        if len(name) == 3 and name[:2] in ("ne", "nb") and name[2] in "0123":
+            return (t.ne if name[:2] == "ne" else t.nb)[int(name[2])]
+        raise KeyError(name)
+
+
+_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Gt: operator.gt,
+        ast.LtE: operator.le, ast.GtE: operator.ge,
+        ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+def _tensor_fn(f: Callable[[Tensor], Any]) -> Callable[..., Any]:
+    def g(x: Any) -> Any:
+        if not isinstance(x, _T):
+            raise Unmodelled("a rule asked about a source the node does not have")
+        return f(x.t)
+    return g
+
+
+_TENSOR_FUNCS: dict[str, Callable[..., Any]] = {
+    "contiguous": _tensor_fn(lambda t: t.is_contiguous(0)),
+    "contiguous_1": _tensor_fn(lambda t: t.is_contiguous(1)),
+    "contiguous_2": _tensor_fn(lambda t: t.is_contiguous(2)),
+    "contiguous_rows": _tensor_fn(_contiguous_rows),
+    "quantized": _tensor_fn(lambda t: gt.is_quantized(t.type)),
+    "esize": _tensor_fn(_esize),
+    "tsize": _tensor_fn(lambda t: gt.type_size(t.type)),
+    "blck": _tensor_fn(lambda t: gt.block(t.type)[0]),
+    "nrows": _tensor_fn(_nrows),
+    "permuted": _tensor_fn(lambda t: t.nb[0] > t.nb[1] or t.nb[1] > t.nb[2] or t.nb[2] > t.nb[3]),
+    "pow2ceil": lambda x: 1 << max(0, int(x) - 1).bit_length(),  # smallest power of 2 >= x
+}
+
+
+@lru_cache(maxsize=None)
+def _parse(expr: str, where: str) -> ast.Expression:
+    try:
+        return ast.parse(f"({expr})", mode="eval")  # a rule may span lines (YAML folding)
+    except SyntaxError:
+        raise GraphcostError(f"{where}: cannot parse rule {expr!r}") from None
+
+
+def evaluate(expr: Any, node: Tensor, options: dict[str, Any], where: str) -> bool:
+    """A ``supports_op`` rule for ``node`` on a device with ``options``."""
+    if isinstance(expr, bool):
+        return expr
+    tree = _parse(str(expr), where)
+    names: dict[str, Any] = {"dst": _T(node)}
+    for i in range(6):
+        names[f"src{i}"] = _T(node.src[i]) if i < len(node.src) and node.src[i] is not None else None
+
+    def call(fn: str, args: list[Any]) -> Any:
+        if fn == "has":
+            return args[0] is not None
+        if fn == "param":
+            return node.params.get(args[0], args[1] if len(args) > 1 else None)
+        if fn == "opt":
+            return options.get(args[0], args[1] if len(args) > 1 else None)
+        if fn == "cuda_fattn_supported":
+            return cuda_fattn_kernel(node, options, choose=False) != "none"
+        if fn == "unmodelled":  # a case of the switch not transcribed
+            raise Unmodelled(f"{where}: {args[0]} is not transcribed")
+        if fn == "sycl_fattn_supported":
+            raise Unmodelled("the SYCL flash-attention kernel choice (ggml-sycl/fattn.cpp "
+                             "ggml_sycl_get_best_fattn_kernel) is not transcribed: use -fa off")
+        f = _TENSOR_FUNCS.get(fn)
+        if f is None:
+            raise GraphcostError(f"{where}: unknown function {fn!r} in {expr!r}")
+        return f(*args)
+
+    def ev(n: ast.AST) -> Any:
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Name):
+            if n.id in ("true", "True"):
+                return True
+            if n.id in ("false", "False"):
+                return False
+            if n.id not in names:
+                raise GraphcostError(f"{where}: unknown name {n.id!r} in {expr!r}")
+            return names[n.id]
+        if isinstance(n, ast.Attribute):
+            base = ev(n.value)
+            if not isinstance(base, _T):
+                raise Unmodelled(f"{where}: {expr!r} reads a source the node does not have")
+            try:
+                return base.field(n.attr)
+            except KeyError:
+                raise GraphcostError(f"{where}: unknown field {n.attr!r} in {expr!r}") from None
+        if isinstance(n, (ast.Tuple, ast.List)):
+            return tuple(ev(e) for e in n.elts)
+        if isinstance(n, ast.BinOp) and type(n.op) in _BIN:
+            return _BIN[type(n.op)](ev(n.left), ev(n.right))
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            return not ev(n.operand)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        if isinstance(n, ast.BoolOp):
+            if isinstance(n.op, ast.And):
+                return all(ev(v) for v in n.values)  # short-circuits like C's &&
+            return any(ev(v) for v in n.values)
+        if isinstance(n, ast.IfExp):
+            return ev(n.body) if ev(n.test) else ev(n.orelse)
+        if isinstance(n, ast.Compare):
+            left = ev(n.left)
+            for op, right in zip(n.ops, n.comparators):
+                if type(op) not in _CMP:
+                    break
+                r = ev(right)
+                if not _CMP[type(op)](left, r):
+                    return False
+                left = r
+            else:
+                return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and not n.keywords:
+            return call(n.func.id, [ev(a) for a in n.args])
+        raise GraphcostError(f"{where}: unsupported rule {expr!r}")
+
+    return bool(ev(tree))
+
+
+# ---- CUDA flash attention (ggml-cuda/fattn.cu) -------------------------------------------------
+
+#: ggml-cuda/fattn-common.cuh: FATTN_KQ_STRIDE
+FATTN_KQ_STRIDE = 256
+#: fattn.cu ggml_cuda_fattn_kv_type_supported: K/V types with a vector-kernel template
+FATTN_KV_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+#: ggml/CMakeLists.txt GGML_CUDA_FA_QUANTS default ("q4_0-q4_0;q8_0-q8_0;f16-f16;bf16-bf16",
+#: GGML_CUDA_FA_ALL_QUANTS OFF): the (K, V) vector kernels compiled, for head sizes 64, 128,
+#: 256 (fattn.cu FATTN_VEC_CASES_ALL_D); F32 K or V uses the F16 instance
+FATTN_VEC_CASES = {("Q4_0", "Q4_0"), ("Q8_0", "Q8_0"), ("F16", "F16"), ("BF16", "BF16")}
+#: ggml-cuda/common.cuh
+CC_VOLTA, CC_TURING, CC_ADA_LOVELACE = 700, 750, 890
+
+
+def _cc(options: dict[str, Any], why: str) -> int:
+    """The device's compute capability as ggml numbers it (8.9 -> 890), from ``cc=8.9``."""
+    cc = options.get("cc")
+    if cc is None:
+        raise Unmodelled(f"{why} depends on the GPU's compute capability: give it as "
+                         "--device cuda[:MEM],cc=8.9")
+    return int(round(float(cc) * 100))
+
+
+def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = True) -> str:
+    """ggml_cuda_get_best_fattn_kernel (ggml-cuda/fattn.cu) for an NVIDIA GPU with the
+    kernels of its own architecture compiled (``ggml_cuda_highest_compiled_arch(cc) == cc``,
+    a native build) and flash attention built (no ``GGML_CUDA_NO_FA``): ``none``
+    (unsupported), ``vec``, ``tile`` or ``mma``. ``choose=False``: only whether it is
+    supported (``none`` or ``some``), which does not depend on the GPU; the compute
+    capability (device option ``cc``) is asked for only where the choice depends on it."""
+    q, k, v = dst.src[0], dst.src[1], dst.src[2]
+    mask = dst.src[3] if len(dst.src) > 3 else None
+    if q.ne[2] % k.ne[2]:
+        return "none"  # GGML_ASSERT in ggml
+    gqa_ratio = q.ne[2] // k.ne[2]
+    max_bias = dst.params.get("max_bias", 0.0)
+    gqa_opt = gqa_ratio >= 2 and mask is not None and max_bias == 0.0 and k.ne[1] % FATTN_KQ_STRIDE == 0
+    for t in (q, k, v, mask):
+        if t is None or gt.is_quantized(t.type):
+            continue
+        if any(t.nb[i] % 16 for i in range(1, 4)):
+            gqa_opt = False
+            break
+    dk, dv = k.ne[0], v.ne[0]
+    if dk in (40, 64, 72, 80, 96, 128, 112, 256):
+        if dv != dk:
+            return "none"
+    elif dk == 192:
+        if dv != 128 or not gqa_opt or gqa_ratio % 8:
+            return "none"
+    elif dk == 320:
+        if dv != 256 or not gqa_opt or gqa_ratio % 32:
+            return "none"
+    elif dk == 512:
+        if dv != dk or not gqa_opt:
+            return "none"
+    elif dk == 576:
+        if dv != 512 or not gqa_opt:
+            return "none"
+    else:
+        return "none"
+    kt, vt = type_name(k), type_name(v)
+    if kt not in FATTN_KV_TYPES or vt not in FATTN_KV_TYPES:
+        return "none"
+    if mask is not None and mask.ne[2] != 1:
+        return "none"
+    if not choose:
+        return "some"  # every path below returns a kernel
+    d = q.ne[0]
+    can_vec = d <= 256 and d % 64 == 0 and d != 192 and k.ne[1] % FATTN_KQ_STRIDE == 0
+    cc = _cc(options, "the CUDA flash-attention kernel choice")
+    quant_kv = gt.is_quantized(k.type) or gt.is_quantized(v.type)
+    if cc >= CC_TURING and d not in (40, 72):
+        if can_vec:
+            if not quant_kv:
+                if (cc >= CC_ADA_LOVELACE and q.ne[1] == 1 and q.ne[3] == 1
+                        and not (gqa_ratio > 4 and (d >= 256 or k.ne[1] >= 8192))):
+                    if gqa_opt and gqa_ratio > 4:
+                        raise Unmodelled("the CUDA flash-attention sparse-decode choice "
+                                         "(ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse) "
+                                         "is not transcribed")
+                    return "vec"
+            elif cc >= CC_ADA_LOVELACE:
+                if q.ne[1] <= 2:
+                    return "vec"
+            elif q.ne[1] == 1:
+                return "vec"
+            if not gqa_opt and q.ne[1] == 1:
+                return "vec"
+        return "mma"
+    ncols2_max = 32 if d == 320 else (16 if d in (576, 192) else 8)
+    eff = 1
+    while gqa_ratio % (2 * eff) == 0 and eff < ncols2_max:
+        eff *= 2
+    if CC_VOLTA <= cc < CC_TURING and d not in (40, 72):
+        if can_vec and q.ne[1] * eff <= 2:
+            return "vec"
+        return "tile" if q.ne[1] * eff <= 16 else "mma"
+    if can_vec:
+        if not quant_kv:
+            if q.ne[1] == 1 and not gqa_opt:
+                return "vec"
+        elif q.ne[1] <= 2:
+            return "vec"
+    return "tile"
+
+
+def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
+    """ggml_cuda_flash_attn_ext_get_alloc_size (ggml-cuda/fattn.cu): the result, then (each
+    at a 128-byte boundary) F16 copies of K and of V when the chosen kernel needs F16 and
+    they are not F16 (ggml_cuda_flash_attn_ext_get_f16_extra_data; V shares K's copy when
+    it is a view of the same data)."""
+    k, v = dst.src[1], dst.src[2]
+    kt, vt = type_name(k), type_name(v)
+    end = dst.nbytes
+    if kt == "F16" and vt == "F16":
+        return end  # no F16 copies whatever the kernel
+    kernel = cuda_fattn_kernel(dst, options)
+    if kernel in ("tile", "mma"):
+        need_k = need_v = True
+    elif kernel == "vec":
+        kk = "F16" if kt == "F32" else kt
+        vv = "F16" if vt == "F32" else vt
+        fallback = (kk, vv) not in FATTN_VEC_CASES or dst.src[0].ne[0] not in (64, 128, 256)
+        need_k = kt == "F32" or fallback
+        need_v = vt == "F32" or fallback
+    else:
+        need_k = need_v = False
+    f16 = gt.type_size(gt.GGMLType.F16)
+    k_copy = None
+    if need_k and kt != "F16":
+        end = gt.ggml_pad(end, 128)
+        k_copy = end
+        end += k.n_elements * f16
+    if need_v and vt != "F16":
+        same = v.view_src is not None and (v.view_src is k or (
+            v.view_src is k.view_src and v.view_offs == k.view_offs))
+        if not (same and k_copy is not None):
+            end = gt.ggml_pad(end, 128)
+            end += v.n_elements * f16
+    return end
+
+
+def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) -> int:
+    """A buffer type's get_alloc_size for a compute tensor, from its spec's
+    ``compute_alloc_size``: ``quantized_row_padding`` (quantized tensors whose ``ne0`` is not
+    a multiple of ``row_padding`` get ``ggml_row_size(type, row_padding - ne0 % row_padding)``
+    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``, ``hip_fattn``)."""
+    if not rule:
+        return t.nbytes
+    per_op = rule.get("ops") or {}
+    fn = per_op.get(str(t.op))
+    if fn == "cuda_fattn":
+        size = cuda_fattn_alloc_size(t, options)
+    elif fn == "sycl_fattn":
+        raise Unmodelled("the SYCL flash-attention allocation (ggml_sycl_fattn_get_extra: "
+                         "oneDNN staging buffers) is not transcribed: use -fa off")
+    elif fn == "hip_fattn":
+        if type_name(t.src[1]) != "F16" or type_name(t.src[2]) != "F16":
+            raise Unmodelled("the ROCm flash-attention kernel choice for a non-F16 KV cache "
+                             "(the AMD branches of ggml_cuda_get_best_fattn_kernel) is not transcribed")
+        size = t.nbytes
+    elif fn is None:
+        size = t.nbytes
+    else:
+        raise GraphcostError(f"compute_alloc_size: unknown rule {fn!r} for {t.op}")
+    pad = rule.get("row_padding")
+    if pad and gt.is_quantized(t.type) and t.ne[0] % pad:
+        size += gt.row_size(t.type, pad - t.ne[0] % pad)
+    return size

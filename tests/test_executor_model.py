@@ -1,0 +1,191 @@
+"""The executor model (graphcost.cost.hardware.executor_seconds: the probe's per-op-kind cost
+curves and per-type peaks) and the profile's untimed rate and model columns, on documents
+and rows built here: exact arithmetic, no kernels run, no timing."""
+from __future__ import annotations
+
+import pytest
+
+from graphcost.cost import hardware as hwmod
+from graphcost.cost.hardware import curve_seconds, executor_seconds, roofline_seconds
+from graphcost.errors import GraphcostError
+from graphcost.execute.profile import NodeRow, Profile, StepRow
+from graphcost.report.profile import document, render_table
+
+#: bytes, flops, seconds: 2 us up to 1000 B, then 1 ns/B to 3000 B, then 2 ns/B to 7000 B
+CURVE = [[3000, 30, 4e-6], [1000, 10, 2e-6], [7000, 70, 12e-6]]
+
+
+def measured(**extra) -> hwmod.Hardware:
+    doc = {"name": "m", "kind": "measured",
+           "memory_bandwidth": {"bytes_per_second": 20e9, "by_type": {"q4_K": 16e9}},
+           "peak_flops": {"flops_per_second": 100e9, "by_type": {"q4_K": 40e9}},
+           "op_overhead": {"seconds": 5e-6, "by_op": {"MUL_MAT": 3e-6}}}
+    doc.update(extra)
+    return hwmod.parse(doc, None)
+
+
+@pytest.mark.parametrize("nbytes,seconds", [
+    (500, 2e-6),                       # below the smallest size: its time (the fixed cost)
+    (1000, 2e-6),
+    (2000, 3e-6),                      # 2 us + (4 - 2) us * 1000 / 2000
+    (5000, 8e-6),                      # 4 us + (12 - 4) us * 2000 / 4000
+    (9000, 16e-6),                     # past the largest: 12 us + 2 ns/B * 2000 B
+], ids=["below", "first", "first_segment", "last_segment", "beyond"])
+def test_curve_interpolates_between_measured_sizes(nbytes, seconds):
+    assert curve_seconds(sorted(CURVE), nbytes) == pytest.approx(seconds, rel=1e-12)
+
+
+def test_curve_edge_cases():
+    assert curve_seconds([[100, 0, 7e-6]], 10_000) == 7e-6            # one point: flat
+    # a last segment that goes down (noise) is carried on flat, never below its end
+    assert curve_seconds([[100, 0, 9e-6], [200, 0, 8e-6]], 10_000) == 8e-6
+
+
+def test_model_uses_the_curve_of_the_op_and_of_the_weight_type():
+    hw = measured(op_costs={"by_op": {"GEGLU": CURVE}, "matvec": {"q4_K": CURVE}})
+    assert hw.op_curve("GEGLU") == sorted(CURVE)
+    assert hw.op_curve("MUL_MAT", "q4_K") == sorted(CURVE)
+    assert hw.op_curve("MUL_MAT", "q8_0") is None and hw.op_curve("ADD") is None
+    # GEGLU at 2000 B: the curve's 3 us (20 kFLOP / 100 GFLOP/s = 0.2 ns is below it)
+    assert executor_seconds("GEGLU", 2000, 20e3, hw) == pytest.approx(3e-6)
+    # a matvec: the type's curve, 5000 B -> 8 us
+    assert executor_seconds("MUL_MAT", 5000, 1e4, hw, "q4_K") == pytest.approx(8e-6)
+    # many rows: 1 GFLOP over q4_K's own peak of 40 GFLOP/s = 25 ms, above the curve
+    assert executor_seconds("MUL_MAT", 5000, 1e9, hw, "q4_K") == pytest.approx(25e-3)
+    # no curve for q8_0 or ADD: per-op overhead + roofline (q8_0: no rate -> bandwidth)
+    # 80 MB / 20 GB/s = 4 ms + MUL_MAT's 3 us
+    assert executor_seconds("MUL_MAT", 80e6, 1e8, hw, "q8_0") == pytest.approx(4.003e-3)
+    # 2 MB / 20 GB/s = 100 us + the median overhead 5 us
+    assert executor_seconds("ADD", 2e6, 5e5, hw) == pytest.approx(1.05e-4)
+
+
+def test_model_picks_the_curve_for_what_ran_before():
+    hot = [[1000, 10, 1e-6], [7000, 70, 3e-6]]
+    hw = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_chained": {"RMS_NORM": hot}})
+    # right after a matmul: 4 us at 3000 B; after a small op: 1 + 2 * 2000 / 6000 us
+    assert executor_seconds("RMS_NORM", 3000, 0, hw) == pytest.approx(4e-6)
+    assert executor_seconds("RMS_NORM", 3000, 0, hw, after_matmul=False) == pytest.approx(
+        (1 + 2 * 2000 / 6000) * 1e-6)
+    # a profile with no chained curve uses the one it has
+    hw1 = measured(op_costs={"by_op": {"RMS_NORM": CURVE}})
+    assert executor_seconds("RMS_NORM", 3000, 0, hw1, after_matmul=False) == pytest.approx(4e-6)
+
+
+def test_peak_per_weight_type_sets_the_compute_roof():
+    hw = measured()
+    assert hw.peak_for("q4_K") == 40e9 and hw.peak_for("q8_0") == 100e9
+    assert hw.peak_for(None) == 100e9
+    # 1 MB and 1 GFLOP: against F32's 100 GFLOP/s 10 ms, against q4_K's 40 GFLOP/s 25 ms
+    assert roofline_seconds(1e6, 1e9, hw) == (pytest.approx(1e-2), "compute")
+    assert roofline_seconds(1e6, 1e9, hw, peak=hw.peak_for("q4_K")) == (
+        pytest.approx(2.5e-2), "compute")
+    # a decode matvec, 1 MB and 2 MFLOP: memory-bound whichever peak (50 us vs 50 ns)
+    assert roofline_seconds(1e6, 2e6, hw, peak=hw.peak_for("q4_K"))[1] == "memory"
+
+
+@pytest.mark.parametrize("op_costs,message", [
+    ({"by_op": {"ADD": []}}, "op_costs.by_op.ADD must list at least one"),
+    ({"by_op": {"ADD": [[1, 2]]}}, r"op_costs.by_op.ADD\[0\] must be \[bytes, flops, seconds\]"),
+    ({"matvec": {"q4_K": [[0, 1, 1e-6]]}}, r"op_costs.matvec.q4_K\[0\] must be a finite number > 0"),
+    ({"by_op": {"ADD": [[10, 1, -1e-6]]}}, r"op_costs.by_op.ADD\[0\] must be a finite number >= 0"),
+    ({"by_op": {"ADD": "fast"}}, "op_costs.by_op.ADD must be a list"),
+], ids=["empty", "two_numbers", "zero_bytes", "negative_time", "not_a_list"])
+def test_bad_curves_are_one_line(op_costs, message):
+    with pytest.raises(GraphcostError, match=message):
+        measured(op_costs=op_costs)
+
+
+def test_bad_peak_by_type_is_one_line():
+    with pytest.raises(GraphcostError, match="peak_flops.by_type.q4_K must be a finite number > 0"):
+        hwmod.parse({"memory_bandwidth": {"bytes_per_second": 1e9},
+                     "peak_flops": {"flops_per_second": 1e9, "by_type": {"q4_K": 0}}}, None)
+
+
+def _node(i: int, op: str, us: float, model_us: float) -> NodeRow:
+    return NodeRow(i, f"n{i}", op, 0, "attn", False, us * 1e-6, 1000, 10, us * 0.5e-6,
+                   "memory", model_us * 1e-6)
+
+
+def _profile(hw) -> Profile:
+    def step(past, n_tokens, wall_ms, untimed_ms, nodes):
+        return StepRow(n_tokens, past, 7, [(7, 2.0), (3, 1.0)], wall_ms * 1e-3, nodes,
+                       untimed=untimed_ms * 1e-3)
+    steps = [step(0, 4, 10.0, 12.0, [_node(0, "MUL_MAT", 400, 300)]),
+             # decode: MUL_MAT 100 us (model 80) and 120 us (model 150), GEGLU 20 (model 15)
+             step(4, 1, 5.0, 4.0, [_node(0, "MUL_MAT", 100, 80), _node(1, "GEGLU", 20, 15)]),
+             step(5, 1, 7.0, 5.0, [_node(0, "MUL_MAT", 120, 150), _node(1, "GEGLU", 20, 15)]),
+             step(6, 1, 6.0, 6.0, [_node(0, "MUL_MAT", 100, 100), _node(1, "GEGLU", 20, 25)])]
+    settings = {"n_ctx": 256, "n_ubatch": 512, "flash_attn": "on", "cache_type_k": "f16",
+                "cache_type_v": "f16"}
+    return Profile("m.gguf", "m", "llama", settings, "fast", 2, 3, hw, steps, 0.5,
+                   {"hits": 1, "misses": 0})
+
+
+def test_untimed_rate_and_timing_overhead():
+    p = _profile(measured())
+    tps = p.tokens_per_second()
+    # timed: median decode wall 6 ms -> 166.67 tok/s; untimed: median 5 ms -> 200 tok/s
+    assert tps["decode"] == pytest.approx(1 / 6e-3) and tps["decode_untimed"] == pytest.approx(200)
+    # prompt: 4 tokens in 10 ms timed, 12 ms untimed
+    assert tps["prompt"] == pytest.approx(400) and tps["prompt_untimed"] == pytest.approx(4 / 12e-3)
+    # 6 ms / 5 ms - 1 = +20%
+    assert p.timing_overhead() == pytest.approx(0.2)
+
+
+def test_model_columns_and_per_kind_accuracy():
+    p = _profile(measured())
+    by_op = {r.key: r for r in p.by_op()}
+    # per decode token: MUL_MAT (100 + 120 + 100) / 3 us measured, (80 + 150 + 100) / 3 model
+    assert by_op["MUL_MAT"].seconds == pytest.approx(320e-6 / 3)
+    assert by_op["MUL_MAT"].modelled == pytest.approx(330e-6 / 3)
+    assert by_op["MUL_MAT"].model_ratio == pytest.approx(330 / 320)
+    acc = p.estimate_accuracy()
+    # MUL_MAT |model/measured - 1|: 0.2, 0.25, 0 -> median 0.2; GEGLU: 0.25, 0.25, 0.25
+    assert acc["by_op"]["MUL_MAT"]["median_abs_error_model"] == pytest.approx(0.2)
+    assert acc["by_op"]["GEGLU"]["median_abs_error_model"] == pytest.approx(0.25)
+    # all six: 0.2, 0.25, 0, 0.25, 0.25, 0.25 -> median 0.25
+    assert acc["median_abs_error_model"] == pytest.approx(0.25)
+    d = document(p)
+    assert d["node_timing_overhead"] == pytest.approx(0.2)
+    assert [s["untimed_seconds"] for s in d["steps"]] == pytest.approx([12e-3, 4e-3, 5e-3, 6e-3])
+    row = next(r for r in d["by_op"] if r["key"] == "GEGLU")
+    assert row["modelled_seconds"] == pytest.approx(55e-6 / 3)
+    assert row["model_ratio"] == pytest.approx(55 / 60)
+
+
+def test_table_prints_the_untimed_rate_beside_the_timed_one():
+    out = render_table(_profile(measured()), width=100, top=5)
+    flat = " ".join(out.split())
+    assert "decode 200.00 untimed (Executor.step replayed, median of 3)" in flat
+    assert "with every node timed: prompt 400.00, decode 166.67" in flat
+    assert "node timing adds +20.0% to a step" in flat
+    # most nodes first, then by name
+    assert "the model per op kind: GEGLU 0.25 (3), MUL_MAT 0.20 (3)" in flat
+    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def test_flash_attention_is_modelled_on_the_cells_it_attends():
+    from graphcost.execute.profile import attended_fraction
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+
+    g = Graph()
+    q = g.permute(g.reshape(g.new_tensor(gt.F32, [64 * 4, 1]), [64, 4, 1]), 0, 2, 1, 3)
+    k = g.permute(g.view(g.new_tensor(gt.F16, [64, 256], role="kv"), [64, 1, 256],
+                         [128, 128], 0), 0, 2, 1, 3)
+    fa = g.flash_attn_ext(q, k, k, g.new_tensor(gt.F16, [256, 1]), 0.125, 0.0, 0.0)
+    # decode at past 31: 32 of the 256 cells are unmasked -> 1/8 of the K and V rows
+    assert attended_fraction(fa, 31 + (1 + 1) / 2) == 32 / 256
+    assert attended_fraction(fa, 1000) == 1.0                  # never above all cells
+    assert attended_fraction(g.add(q, q), 32) == 1.0           # other ops: as costed
+
+
+def test_flash_attention_uses_the_nearest_head_size():
+    c64, c128, c256 = ([[1000, 0, t]] for t in (1e-6, 2e-6, 3e-6))
+    hw = measured(op_costs={"by_op": {"FLASH_ATTN_EXT": c128, "FLASH_ATTN_EXT@64": c64,
+                                      "FLASH_ATTN_EXT@256": c256}})
+    at = {d: executor_seconds("FLASH_ATTN_EXT", 500, 0, hw, head_size=d)
+          for d in (64, 80, 96, 128, 192, 256, 512)}
+    # nearest measured size; a tie (96: 64 or 128, 192: 128 or 256) takes the smaller
+    assert at == {64: 1e-6, 80: 1e-6, 96: 1e-6, 128: 2e-6, 192: 2e-6, 256: 3e-6, 512: 3e-6}
+    assert executor_seconds("FLASH_ATTN_EXT", 500, 0, hw) == 2e-6      # no head size: 128's
