@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from graphcost.errors import GraphcostError
+from graphcost.format.ggml_types import ggml_pad
 from graphcost.memory.placement import DeviceArg, Override, PlacementFlags
 from graphcost.units import MiB
 
@@ -494,10 +495,10 @@ def kv_cells_total(n_ctx: int, n_ctx_train: int, n_seq: int) -> int:
     """The KV cells llama_context allocates over all streams (llama-context.cpp, constructor):
     n_ctx (0: the training context) padded to 256; without a unified cache each of the
     ``n_seq`` streams holds ``n_ctx_seq = GGML_PAD(n_ctx / n_seq, 256)`` cells."""
-    n = -(-(n_ctx or n_ctx_train) // 256) * 256
+    n = ggml_pad(n_ctx or n_ctx_train, CTX_ALIGN)
     if n_seq <= 1:
         return n
-    return -(-(n // n_seq) // 256) * 256 * n_seq
+    return ggml_pad(n // n_seq, CTX_ALIGN) * n_seq
 
 
 def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFlags,
@@ -634,7 +635,7 @@ def largest_context(n_ctx_train: int, fits: Callable[[int], bool], pad_to: int =
     every ``-c`` in ``(256 (k-1), 256 k]`` allocates as ``256 k``) up to the training context
     padded the same way. Exact when memory does not shrink as the context grows (the KV
     cache is linear in it; the compute buffers grow with n_kv)."""
-    hi = max(1, -(-n_ctx_train // pad_to))
+    hi = max(1, ggml_pad(n_ctx_train, pad_to) // pad_to)
     tried: list[tuple[int, bool]] = []
 
     def ok(k: int) -> bool:
@@ -651,7 +652,8 @@ def largest_context(n_ctx_train: int, fits: Callable[[int], bool], pad_to: int =
             lo = mid
         else:
             hi = mid
-    return MaxContext(lo * pad_to, max(1, -(-n_ctx_train // pad_to)) * pad_to, tuple(tried))
+    return MaxContext(lo * pad_to, max(1, ggml_pad(n_ctx_train, pad_to) // pad_to) * pad_to,
+                      tuple(tried))
 
 
 def device_fits(model, settings, args: list[DeviceArg], flags: PlacementFlags) -> Callable[[int], bool]:
