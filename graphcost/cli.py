@@ -41,13 +41,16 @@ OtOpt = Annotated[Optional[list[str]], typer.Option(
     "--override-tensor", "-ot", help="PATTERN=BUFFER_TYPE[,...], e.g. exps=CPU")]
 NcmoeOpt = Annotated[int, typer.Option("--n-cpu-moe", "-ncmoe", help="experts of the first N layers on the CPU")]
 CmoeOpt = Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts on the CPU")]
-NkvoOpt = Annotated[bool, typer.Option("--no-kv-offload", "-nkvo", help="KV cache on the CPU")]
-NoRepackOpt = Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")]
+NkvoOpt = Annotated[bool, typer.Option("--no-kv-offload/--kv-offload", "-nkvo/-kvo",
+                                       help="KV cache on the CPU (-kvo: offloaded, the default)")]
+NoRepackOpt = Annotated[bool, typer.Option("--no-repack/--repack", "-nr",
+                                           help="no CPU_REPACK weights")]
 NoHostOpt = Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")]
 DevOpt = Annotated[Optional[str], typer.Option(
     "-dev", help="llama.cpp's -dev: use only these devices, in this order (e.g. RPC1,RPC0; none)")]
 NoOpOffloadOpt = Annotated[bool, typer.Option(
-    "--no-op-offload", help="no offloading of host-weight ops to a device (cparams.op_offload)")]
+    "--no-op-offload/--op-offload",
+    help="no offloading of host-weight ops to a device (cparams.op_offload)")]
 CpuFeatOpt = Annotated[Optional[str], typer.Option(
     "--cpu-features", help="ggml CPU features for CPU_REPACK, e.g. avx2,avx512 [default: this machine's]")]
 
@@ -296,8 +299,9 @@ def memory(
         "--n-cpu-moe", "-ncmoe", help="experts of the first N layers on the CPU")] = 0,
     cpu_moe: Annotated[bool, typer.Option("--cpu-moe", "-cmoe", help="all experts on the CPU")] = False,
     no_kv_offload: Annotated[bool, typer.Option(
-        "--no-kv-offload", "-nkvo", help="KV cache on the CPU")] = False,
-    no_repack: Annotated[bool, typer.Option("--no-repack", "-nr", help="no CPU_REPACK weights")] = False,
+        "--no-kv-offload/--kv-offload", "-nkvo/-kvo", help="KV cache on the CPU")] = False,
+    no_repack: Annotated[bool, typer.Option("--no-repack/--repack", "-nr",
+                                            help="no CPU_REPACK weights")] = False,
     no_host: Annotated[bool, typer.Option("--no-host", help="no pinned host buffer for CPU weights")] = False,
     load_mode: Annotated[Optional[str], typer.Option(
         "--load-mode", "-lm", help="auto|none|mmap|mlock|mmap+mlock|dio")] = None,
@@ -405,16 +409,24 @@ def fit(
     override_tensor: Annotated[Optional[list[str]], typer.Option("--override-tensor", "-ot")] = None,
     n_cpu_moe: Annotated[int, typer.Option("--n-cpu-moe", "-ncmoe")] = 0,
     cpu_moe: Annotated[bool, typer.Option("--cpu-moe", "-cmoe")] = False,
-    no_kv_offload: Annotated[bool, typer.Option("--no-kv-offload", "-nkvo")] = False,
-    no_repack: Annotated[bool, typer.Option("--no-repack", "-nr")] = False,
+    no_kv_offload: Annotated[bool, typer.Option("--no-kv-offload/--kv-offload", "-nkvo/-kvo")] = False,
+    no_repack: Annotated[bool, typer.Option("--no-repack/--repack", "-nr")] = False,
     no_host: Annotated[bool, typer.Option("--no-host")] = False,
     load_mode: Annotated[Optional[str], typer.Option(
         "--load-mode", "-lm", help="accepted; the fit measures without mmap whatever is given")] = None,
     mmap: Annotated[Optional[bool], typer.Option("--mmap/--no-mmap", help="as -lm")] = None,
     cpu_features: Annotated[Optional[str], typer.Option("--cpu-features")] = None,
+    host_memory: Annotated[Optional[str], typer.Option(
+        "--host-memory", help="without --device: the host's total memory, e.g. 32GiB "
+                              "[default: this machine's]")] = None,
+    parallel: Annotated[int, typer.Option(
+        "--parallel", "-np", help="parallel sequences (KV streams; llama-fit-params' cache "
+                                  "is not unified)")] = 1,
+    dev: DevOpt = None, no_op_offload: NoOpOffloadOpt = False,
 ) -> None:
     """What llama.cpp's --fit (llama-fit-params) chooses for these devices' free memory:
     context, -ngl, -ts and -ot. The last line is the argument line llama-fit-params prints.
+    Without --device: a CPU-only machine (the host's buffers against its total memory).
     Exit 1: llama.cpp's fit gives up; 4: a figure it needs is not modelled."""
     import json
 
@@ -439,17 +451,21 @@ def fit(
         UINT32_MAX if ctx_size == 0 else DEFAULT_MIN_CTX)
     flags, args = _placement(device or [], n_gpu_layers, tensor_split, split_mode, main_gpu,
                              override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload, no_repack,
-                             no_host, load_mode, mmap, cpu_features)
-    if not args:
-        _fail("fit: give the devices, e.g. --device cuda:24GiB --device cuda:24GiB")
+                             no_host, load_mode, mmap, cpu_features, dev, no_op_offload)
+    if parallel < 1:
+        _fail(f"-np {parallel}: must be >= 1")
+    host_total = None
+    if host_memory is not None:
+        from graphcost.memory.placement import parse_bytes
+        host_total = parse_bytes(host_memory, "--host-memory")
     info = load_model(_model_path(model))
     settings = RunSettings(ctx_size=ctx_size or 0, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full)
     inputs = fit_inputs(info, args, flags, n_ctx=ctx_size or 0, margins=margins,
-                        n_ctx_min=n_ctx_min)
+                        n_ctx_min=n_ctx_min, host_total=host_total, n_seq=parallel)
     try:
-        r = run_fit(inputs, graphcost_measure(info, settings, args, flags))
+        r = run_fit(inputs, graphcost_measure(info, settings, args, flags, n_seq=parallel))
     except Undecided as e:
         _undecided("fit", e, format, output)
     if format == "json":

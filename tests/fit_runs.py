@@ -34,12 +34,21 @@ def buft_names(servers: list[RpcServer]) -> dict[str, str]:
     return {f"RPC{i}": f"RPC0[{s.endpoint}]" for i, s in enumerate(servers)}
 
 
+def _rpc(servers: list[RpcServer]) -> list[str]:
+    """``--rpc`` with the servers' endpoints; none: a CPU-only run."""
+    return ["--rpc", ",".join(s.endpoint for s in servers)] if servers else []
+
+
 def fit_params(model: Path, servers: list[RpcServer], args: list[str]) -> tuple[str, str]:
-    """(the argument line llama-fit-params prints, in graphcost's device names; its log)."""
+    """(the argument line llama-fit-params prints, in graphcost's device names; its log).
+    Without servers (CPU-only) a failed fit (exit 1) gives the line ``failed``."""
     exe = find_tool("llama-fit-params")
-    cmd = [str(exe), "-m", str(model), "--rpc", ",".join(s.endpoint for s in servers),
-           "-lv", "5"] + args
+    cmd = [str(exe), "-m", str(model)] + _rpc(servers) + ["-lv", "5"] + args
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_S, stdin=subprocess.DEVNULL)
+    # exit 1 with nothing on stdout: the fit gave up (its "failed to fit CLI arguments"
+    # line goes through the async log, which exit(1) often cuts off)
+    if r.returncode == 1 and not r.stdout.strip():
+        return "failed", r.stderr
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     line = r.stdout.strip().splitlines()[-1]
@@ -53,9 +62,11 @@ def llama_compute(model: Path, servers: list[RpcServer], base_args: list[str]):
     (``llama-fit-params --fit-print on``: the no_alloc load of common_get_device_memory_data,
     whose ``sched_reserve: NAME compute buffer size = X MiB`` lines it logs at debug level;
     two decimals, so bytes within 0.005 MiB). A device without a line has 0 (llama.cpp logs
-    sizes > 1 byte only)."""
+    sizes > 1 byte only). Without servers: the CPU's (the host row, ``Host``)."""
     exe = find_tool("llama-fit-params")
     names = buft_names(servers)
+    # (graphcost's name, llama.cpp's buffer type, the row llama-fit-params prints)
+    rows = ([(d, b, d) for d, b in names.items()] if servers else [("CPU", "CPU", "Host")])
     rx = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 
     def compute(c) -> list[int]:
@@ -65,9 +76,9 @@ def llama_compute(model: Path, servers: list[RpcServer], base_args: list[str]):
         if c.overrides:
             args += ["-ot", ",".join(f"{o.pattern}={names.get(o.target, o.target)}"
                                      for o in c.overrides)]
-        cmd = [str(exe), "-m", str(model), "--rpc", ",".join(s.endpoint for s in servers),
-               "-fitp", "on", "-lv", "5"] + base_args + args
-        for _ in range(3):
+        cmd = [str(exe), "-m", str(model)] + _rpc(servers) + ["-fitp", "on", "-lv", "5"] \
+            + base_args + args
+        for _ in range(12):  # the async log loses its tail at exit, often under load
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_S,
                                stdin=subprocess.DEVNULL)
             if r.returncode != 0:
@@ -76,17 +87,16 @@ def llama_compute(model: Path, servers: list[RpcServer], base_args: list[str]):
             # stdout (printf, synchronous): "RPC0 model context compute" in whole MiB; the
             # debug log is written by a thread and can lose lines at exit: then run again
             printed = {row.split()[0]: [int(x) for x in row.split()[1:4]]
-                       for row in r.stdout.splitlines() if row.startswith("RPC")}
-            out = []
-            for i in range(len(servers)):
-                mib = logged.get(names[f"RPC{i}"])
-                if mib is None and any(printed[f"RPC{i}"]):
-                    break  # a device holding something lost its line
-                out.append(round((mib or 0.0) * MiB))
-                assert int(mib or 0.0) == printed[f"RPC{i}"][2], (cmd, logged, printed)
-            else:
-                return out
-        raise RuntimeError(f"{' '.join(cmd)}: no compute buffer line for a device in 3 runs")
+                       for row in r.stdout.splitlines() if row.split()}
+            # sched_reserve logs its "graph: nodes = ..." line after every buffer's line:
+            # with it, a device without a line has a compute buffer of at most 1 byte
+            if not re.search(r"sched_reserve: graph: nodes = ", r.stderr):
+                continue
+            out = [round(logged.get(buft, 0.0) * MiB) for _, buft, _ in rows]
+            for (_, buft, row), n in zip(rows, out):
+                assert n // MiB == printed[row][2], (cmd, logged, printed)
+            return out
+        raise RuntimeError(f"{' '.join(cmd)}: the log lost its sched_reserve lines in 12 runs")
     return compute
 
 

@@ -112,8 +112,24 @@ CASES = {
     "gpt2-ngl3": ("gpt2", 2, ["-ngl", "3", "-ts", "1,1"]),
     "gemma3n-ngl3": ("gemma3n", 2, ["-ngl", "3", "-ts", "1,1"]),
     "glm4moe-ngl3": ("glm4moe", 2, ["-ngl", "3", "-ts", "1,1"]),
-    # an encoder with FA on differs (RPC0 6.07 MiB, llama.cpp 5.95): not yet understood
+    # -nkvo with flash attention on and a partial offload; -sm none -mg 1 with a partial
+    # offload, no repacking and the KV cache on the CPU, in long spellings; every flag in
+    # its other llama.cpp spelling (--gpu-layers, --override-tensor, the positive
+    # --kv-offload, --repack, --op-offload, --load-mode)
+    "ngl3-nkvo-fa-on": ("llama5", 2, ["-ngl", "3", "-ts", "1,1", "-nkvo", "-fa", "on"]),
+    "sm-none-mg1-ngl3-no-repack-nkvo": ("llama5", 2, ["--split-mode", "none", "--main-gpu", "1",
+                                                      "-ngl", "3", "--no-repack",
+                                                      "--no-kv-offload"]),
+    "moe-long-spellings": ("mixtral", 2, ["--gpu-layers", "all", "--split-mode", "layer",
+                                          "--tensor-split", "1,2", "--override-tensor",
+                                          r"blk\.3\.ffn_down_exps=CPU", "--n-cpu-moe", "1",
+                                          "--kv-offload", "--repack", "--op-offload",
+                                          "--load-mode", "mmap"]),
+    # an encoder: no KV cache, flash attention casts K and V to F16 (ggml_cast, whose
+    # result is its own src[1]: RPC0 was 0.12 MiB high while the scheduler's copy of the
+    # cast pointed at the original node), and without flash attention
     "bert-fa-off": ("bert", 2, ["-ngl", "all", "-ts", "1,1", "-fa", "off"]),
+    "bert-fa-on": ("bert", 2, ["-ngl", "all", "-ts", "1,1", "-fa", "on"]),
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,32 @@ def test_context_rounds_down_to_256_and_stops_at_fitc():
     r = fit(inputs(free=20 * MiB, margin=2 * MiB), m)
     assert r.args_line() == "-c 4096 -ngl 5"
     assert r.projected == [17 * MiB]
+
+
+def test_cpu_only_reduces_context_or_gives_up():
+    # no devices (fit.cpp nd == 0): the host's buffers against its total memory, margin 0's.
+    # The numbers of test_one_device_reduces_context_by_interpolation: 141 MiB at 32768
+    # cells, 29 at 4096, target 90 -> 19712, and the line keeps -ngl -1
+    m, calls = toy_measure(8, 1, layer=MiB, kv_per_cell=512, compute=4 * MiB, output=MiB)
+    r = fit(replace(inputs(), devices=(), free=(100 * MiB,), margins=(10 * MiB,)), m)
+    assert (r.status, r.args_line(), r.devices) == ("fit", "-c 19712 -ngl -1", ("Host",))
+    assert r.log[0] == "projected to use 141 MiB of host memory vs. 100 MiB of total host memory"
+    # target 20 - 2 = 18 MiB < 29 at the minimum context: a device would go on to cut
+    # layers (test_context_rounds_down_to_256_and_stops_at_fitc); the host gives up
+    r = fit(replace(inputs(), devices=(), free=(20 * MiB,), margins=(2 * MiB,)), m)
+    assert r.status == "fail"
+    assert r.reason == "was unable to fit model into system memory by reducing context, abort"
+
+
+def test_parallel_sequences_measure_again_and_align_per_stream():
+    # -np 2: n_ctx_max = 2 * 32768 = 65536 (measured again there), the minimum 2 * 4096 =
+    # 8192. KV 8 layers * 256 B per cell: at 65536: 9 + 128 + 4 = 141 MiB; at 8192: 9 + 16 +
+    # 4 = 29; target 90: 8192 + 57344 * 61 // 112 = 8192 + 31232 = 39424, a multiple of
+    # 256 * 2 = 512 (77 * 512): kept
+    m, calls = toy_measure(8, 1, layer=MiB, kv_per_cell=256, compute=4 * MiB, output=MiB)
+    r = fit(inputs(n_seq=2), m)
+    assert r.args_line() == "-c 39424 -ngl -1"
+    assert [c.n_ctx for c in calls] == [0, 65536, 8192]
 
 
 def test_user_context_is_kept_and_user_ngl_makes_the_fit_give_up():
@@ -199,12 +226,14 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize("args, message", [
     (["--device", "rpc:1GiB", "-fitt", "abc"], "-fitt 'abc': use MiB per device"),
     (["--device", "rpc"], "fit: give the free memory of RPC0"),
-    ([], "fit: give the devices"),
+    (["--device", "rpc:1GiB", "--host-memory", "8GiB"], "--host-memory goes without devices"),
+    (["-np", "0"], "-np 0: must be >= 1"),
     (["--device", "rpc:1GiB", "--format", "html"], "--format 'html': use text or json"),
     (["--device", "rpc:1GiB", "--fit-ctx", "-5"], "--fit-ctx -5: must be >= 0"),
     (["--device", "rpc:1GiB", "-lm", "bogus"], "--load-mode 'bogus': use one of"),
     (["--device", "rpc:1GiB", "-sm", "row"], "does not support split buffers"),
-], ids=["fitt", "no-mem", "no-device", "format", "fitc", "load-mode", "sm-row"])
+], ids=["fitt", "no-mem", "host-mem-with-device", "np0", "format", "fitc", "load-mode",
+        "sm-row"])
 def test_bad_flags_one_line(models, cli, args, message):
     r = cli("fit", str(models["llama"]), *args)
     assert r.returncode == 2
@@ -220,6 +249,21 @@ def test_not_modelled_is_undecided(models, cli):
     assert doc["fit"]["status"] == "undecided" and "Vulkan0's model" in doc["fit"]["reason"]
     r = cli("memory", str(models["llama"]), "--device", "vulkan:1GiB", "--max-ctx")
     assert r.returncode == 4 and "cannot decide" in r.stderr
+    # -np 2: the compute buffers of two-stream graphs are not modelled (the search itself
+    # is checked with llama.cpp's: test_search_with_parallel_sequences_equals_llama_fit_params)
+    r = cli("fit", str(models["llama"]), "--host-memory", "1GiB", "-np", "2")
+    assert r.returncode == 4 and "2-stream graphs are not modelled" in r.stderr
+
+
+def test_host_memory_is_the_cpu_only_budget(models, cli):
+    # llama5 at its training context (32768 cells) uses ~80 MiB of host memory
+    # (test_cpu_only_fit_equals_llama_fit_params): 1 GiB - 0 margin holds it unchanged
+    r = cli("fit", str(models["llama"]), "--host-memory", "1GiB", "-fitt", "0")
+    assert (r.returncode, r.stdout.strip().splitlines()[-1]) == (0, "-c 32768 -ngl -1")
+    assert "of total host memory" in r.stdout and "Host" in r.stdout
+    # 1024 - 1015 = 9 MiB: less than the ~16 MiB at the minimum context (4096): gives up
+    r = cli("fit", str(models["llama"]), "--host-memory", "1GiB", "-fitt", "1015")
+    assert r.returncode == 1 and "unable to fit model into system memory" in r.stderr
 
 
 # ---- against llama-fit-params --------------------------------------------------------------
@@ -255,26 +299,57 @@ def servers(tmp_path_factory):
         yield s
 
 
-@pytest.mark.parametrize("case", list(REAL_CASES), ids=list(REAL_CASES))
-def test_search_equals_llama_fit_params(models, servers, case):
-    """graphcost's search with llama.cpp's own compute buffers chooses what llama.cpp does."""
+#: -np N (n_seq_max; llama-fit-params' cache is not unified: N KV streams, fit.cpp
+#: n_streams): (model, RPC servers (0: CPU-only), -fitt MiB, N). graphcost does not model
+#: the compute buffers of N-stream graphs: the search is checked with llama.cpp's
+NP_CASES = {
+    "np2-cpu-ctx": ("llama", 0, 24050, 2),
+    "np2-1dev-ctx": ("llama", 1, 24060, 2),
+    "np2-2dev-ctx": ("llama", 2, 24000, 2),
+    "np3-2dev-layers": ("llama", 2, 24095, 3),
+    "np2-moe-2dev-partial": ("mixtral", 2, 24095, 2),
+}
+
+
+def _search(models, servers, name, nd, margin, n_seq=1):
+    """(graphcost's search with llama.cpp's compute buffers, llama-fit-params' line)."""
     from fit_runs import fit_params, host_memory, llama_compute
     from graphcost.graph.build import load_model
     from graphcost.graph.settings import RunSettings
     from graphcost.memory.backends import host_cpu_features
     from graphcost.memory.fit import fit_inputs, graphcost_measure
     from graphcost.memory.placement import DeviceArg, PlacementFlags
-    name, nd, margin = REAL_CASES[case]
     used = servers[:nd]
-    expected, _ = fit_params(models[name], used, ["-fitt", str(margin)])
+    extra = ["-np", str(n_seq)] if n_seq > 1 else []
+    expected, _ = fit_params(models[name], used, ["-fitt", str(margin)] + extra)
     info = load_model(models[name])
     args = [DeviceArg("rpc", host_memory())] * nd
     flags = PlacementFlags(cpu_features=host_cpu_features())
-    inp = fit_inputs(info, args, flags, n_ctx=0, margins=[margin * MiB] * nd, n_ctx_min=4096)
+    inp = fit_inputs(info, args, flags, n_ctx=0, margins=[margin * MiB] * max(nd, 1),
+                     n_ctx_min=4096, host_total=None if nd else host_memory(), n_seq=n_seq)
     measure = graphcost_measure(info, RunSettings(ctx_size=0), args, flags,
-                                compute=llama_compute(models[name], used, []))
+                                compute=llama_compute(models[name], used, extra), n_seq=n_seq)
     r = fit(inp, measure)
-    assert r.args_line() == expected, "\n".join(r.log)
+    return (r.args_line() if r.status == "fit" else "failed"), expected, r
+
+
+@pytest.mark.parametrize("case", list(REAL_CASES), ids=list(REAL_CASES))
+def test_search_equals_llama_fit_params(models, servers, case):
+    """graphcost's search with llama.cpp's own compute buffers chooses what llama.cpp does."""
+    name, nd, margin = REAL_CASES[case]
+    ours, expected, r = _search(models, servers, name, nd, margin)
+    assert ours == expected, "\n".join(r.log)
+
+
+@pytest.mark.parametrize("case", list(NP_CASES), ids=list(NP_CASES))
+def test_search_with_parallel_sequences_equals_llama_fit_params(models, servers, case):
+    """-np N: the context is measured again at N times the training context, reduced in
+    steps of 256 N cells; the KV cache of N streams (graphcost's, N * n_ctx_seq cells)."""
+    name, nd, margin, n_seq = NP_CASES[case]
+    ours, expected, r = _search(models, servers, name, nd, margin, n_seq)
+    assert ours == expected, "\n".join(r.log)
+    # the context is a multiple of 256 cells per stream
+    assert r.n_ctx % (256 * n_seq) == 0
 
 
 @pytest.mark.parametrize("case", list(REAL_CASES), ids=list(REAL_CASES))
@@ -294,6 +369,55 @@ def test_graphcost_fit_equals_llama_fit_params(models, servers, cli, case):
     assert r.returncode == 0, r.stderr
     expected, _ = fit_params(models[name], servers[:nd], ["-fitt", str(margin)])
     assert r.stdout.strip().splitlines()[-1] == expected
+
+
+#: CPU-only (llama-fit-params without --rpc: fit.cpp's nd == 0): (model, MiB the buffers may
+#: use = the host's total memory - the margin, flags; MARGIN: that margin, set from this
+#: machine's memory (the CPU device reports its total), so the cases run the same anywhere)
+CPU_CASES = {
+    "cpu-no-change": ("llama", 105, ["-fitt", "MARGIN"]),
+    "cpu-ctx": ("llama", 55, ["--fit-target", "MARGIN"]),
+    "cpu-ctx-small": ("llama", 25, ["-fitt", "MARGIN"]),
+    "cpu-gives-up": ("llama", 16, ["-fitt", "MARGIN"]),
+    "cpu-moe-fitc": ("mixtral", 35, ["-fitt", "MARGIN", "-fitc", "2048"]),
+    "cpu-moe-user-ctx": ("mixtral", 55, ["--fit-target", "MARGIN", "-c", "8192"]),
+    "cpu-moe-fitc-small": ("mixtral", 16, ["-fitt", "MARGIN", "--fit-ctx", "512"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CPU_CASES), ids=list(CPU_CASES))
+def test_cpu_only_fit_equals_llama_fit_params(models, cli, case):
+    """``graphcost fit`` without --device: the host's CPU buffers (model without mmap, KV,
+    CPU compute; not CPU_REPACK) against its total memory, as llama-fit-params does on a
+    machine without devices: the same line, or both give up (exit 1)."""
+    from fit_runs import fit_params, host_memory
+    from graphcost.memory.backends import host_cpu_features
+    if _real_skip():
+        pytest.skip(_real_skip())
+    name, budget, flags = CPU_CASES[case]
+    args = [str(host_memory() // MiB - budget) if a == "MARGIN" else a for a in flags]
+    feats = ",".join(sorted(host_cpu_features())) or "none"
+    expected, _ = fit_params(models[name], [], args)
+    r = cli("fit", str(models[name]), "--cpu-features", feats, *args)
+    if expected == "failed":
+        assert r.returncode == 1 and "unable to fit model into system memory" in r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip().splitlines()[-1] == expected
+
+
+def test_dev_none_is_the_cpu_only_fit(models, servers, cli):
+    """-dev none with two RPC devices: no device is used, so llama.cpp fits the host alone
+    (fit.cpp nd == 0), as without --rpc; graphcost likewise (its default host memory)."""
+    from fit_runs import fit_params, host_memory
+    from graphcost.memory.backends import host_cpu_features
+    margin = str(host_memory() // MiB - 55)
+    expected, _ = fit_params(models["llama"], servers, ["-dev", "none", "-fitt", margin])
+    assert expected == fit_params(models["llama"], [], ["-fitt", margin])[0]
+    feats = ",".join(sorted(host_cpu_features())) or "none"
+    r = cli("fit", str(models["llama"]), *(["--device", f"rpc:{host_memory()}"] * 2),
+            "-dev", "none", "-fitt", margin, "--cpu-features", feats)
+    assert (r.returncode, r.stdout.strip().splitlines()[-1]) == (0, expected)
 
 
 # ---- a MoE model, tensor by tensor -------------------------------------------------------------

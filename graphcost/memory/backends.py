@@ -200,3 +200,14 @@ def host_cpu_features(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
         if key.strip() in ("flags", "Features"):
             flags.update(val.split())
     return frozenset(v for k, v in _CPUINFO_FEATURES.items() if k in flags)
+
+
+def host_total_memory() -> int | None:
+    """Bytes of this machine's memory as llama.cpp's CPU device reports them (ggml-cpu.cpp
+    ``ggml_backend_cpu_device_get_memory``: free = total = ``sysconf(_SC_PHYS_PAGES) *
+    sysconf(_SC_PAGE_SIZE)``); None where sysconf does not say."""
+    import os
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -12,11 +12,12 @@ whose compute buffer is not modelled makes the fit :class:`Undecided` (never cou
 
 The steps (names as in fit.cpp):
 
-1. measure the given parameters (an unset context: the training context); nothing changes
+1. measure the given parameters (an unset context: the training context, times the number
+   of KV streams with ``-np N``: it is measured again at that context); nothing changes
    when every device keeps its margin (``-fitt``, default 1024 MiB);
 2. if the devices together miss their margins and the context is unset, interpolate
    linearly between the minimum context (``-fitc``, default 4096) and the training context,
-   rounded down to a multiple of 256; with several devices the target keeps
+   rounded down to a multiple of 256 per stream; with several devices the target keeps
    ``(nd + 1) * model_per_layer / (2, or 6 for MoE)`` spare; one device: done;
 3. (only if ``-ngl``, ``-ts`` and ``-ot`` are unset) fill layers back to front, last device
    first, by false position (``LAYER_FRACTION_MOE``: a MoE model's expert tensors stay on
@@ -24,6 +25,13 @@ The steps (names as in fit.cpp):
 4. for a MoE model whose dense weights fit, convert those dense-only layers to full layers
    front to back, then try one more layer whose up (then gate) or only attention part
    fits, overflowing to the next device (or the CPU).
+
+Without devices (a CPU-only machine: llama.cpp's ``nd == 0``) the host's buffers (the
+buffer types ``ggml_backend_buft_is_host`` says are host: ``CPU``, not ``CPU_REPACK``) are
+measured against the host's *total* memory (the CPU device's ``ggml_backend_dev_memory``:
+``sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE)``) with the first margin; only step 2
+runs, and where reducing the context does not fit, the fit gives up ("was unable to fit
+model into system memory by reducing context").
 
 All sizes are bytes; arithmetic is C's (int64, truncating division, uint32 wrap) where
 llama.cpp's is.
@@ -34,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from graphcost.errors import GraphcostError
+from graphcost.format.ggml_types import ggml_pad
 from graphcost.memory.placement import DeviceArg, Override, PlacementFlags
 from graphcost.units import MiB
 
@@ -99,8 +108,11 @@ class Candidate:
     overrides: tuple[Override, ...]
 
 
-#: measure(candidate) -> one DeviceUse per device, in llama.cpp's device order
+#: measure(candidate) -> one DeviceUse per device, in llama.cpp's device order; without
+#: devices, one DeviceUse: the host's (fit.cpp ``dmds.back()``)
 Measure = Callable[[Candidate], list[DeviceUse]]
+#: the row name of the host when there are no devices (common_memory_breakdown_print)
+HOST = "Host"
 
 
 @dataclass
@@ -123,9 +135,10 @@ class LayerSplit:
 class FitInputs:
     """What llama.cpp's fit reads besides the measurements."""
 
-    devices: tuple[str, ...]  # names, llama.cpp's order (CUDA0, RPC1, ...)
-    free: tuple[int, ...]  # bytes free per device (ggml_backend_dev_memory)
-    margins: tuple[int, ...]  # bytes to keep free per device (-fitt)
+    devices: tuple[str, ...]  # names, llama.cpp's order (CUDA0, RPC1, ...); () CPU-only
+    free: tuple[int, ...]  # bytes free per device (ggml_backend_dev_memory); CPU-only:
+    # (the host's total memory,)
+    margins: tuple[int, ...]  # bytes to keep free per device (-fitt); CPU-only: the first
     n_layer: int  # hp_ngl: llama_model_n_layer
     n_ctx_train: int  # hp_nct
     n_expert: int  # hp_nex
@@ -135,6 +148,9 @@ class FitInputs:
     tensor_split: tuple[float, ...] = ()  # -ts as given
     overrides: tuple[Override, ...] = ()  # -ot, -cmoe, -ncmoe as given
     split_mode: str = "layer"
+    #: -np (cparams.n_seq_max); llama-fit-params has no -kvu, so the cache is not unified
+    #: and each sequence is a KV stream (fit.cpp: n_streams)
+    n_seq: int = 1
 
 
 @dataclass
@@ -209,9 +225,10 @@ def fit(inputs: FitInputs, measure: Measure) -> FitResult:
     except FitFailure as e:
         status, reason = "fail", str(e)
         log.append(f"failed to fit params to free device memory: {e}")
+    nd = len(inputs.devices)
     return FitResult(status, state["n_ctx"], state["ngl"], tuple(state["ts"]), tuple(state["ot"]),
-                     state["layers"], state["projected"], inputs.free, inputs.margins,
-                     inputs.devices, reason, log)
+                     state["layers"], state["projected"], inputs.free[:max(nd, 1)],
+                     inputs.margins[:max(nd, 1)], inputs.devices or (HOST,), reason, log)
 
 
 def _fit_impl(inp: FitInputs, measure: Measure, state: dict, log: list[str]) -> None:
@@ -219,14 +236,11 @@ def _fit_impl(inp: FitInputs, measure: Measure, state: dict, log: list[str]) -> 
     parameters as llama.cpp leaves them (it writes them even when it then gives up)."""
     if inp.split_mode == "tensor":
         raise FitFailure("llama_params_fit is not implemented for SPLIT_MODE_TENSOR, abort")
-    nd = len(inp.devices)
-    if nd == 0:
-        raise GraphcostError("fit: give at least one --device KIND:MEM (without devices "
-                             "llama.cpp fits against the host's total memory, not modelled)")
+    nd = len(inp.devices)  # 0: the host alone, one entry in free, margins, measurements
     hp_ngl, hp_nct, hp_nex = inp.n_layer, inp.n_ctx_train, inp.n_expert
-    n_streams = 1  # kv_unified off, n_seq_max 1 (llama-fit-params' defaults)
+    n_streams = max(1, inp.n_seq)  # kv_unified is off in llama-fit-params
     n_ctx_auto = inp.n_ctx == 0
-    margins = list(inp.margins)
+    margins = list(inp.margins[:max(nd, 1)])
 
     def cand(n_ctx: int, ngl: int, ts, ot) -> Candidate:
         return Candidate(n_ctx, ngl, tuple(ts), tuple(ot))
@@ -237,15 +251,24 @@ def _fit_impl(inp: FitInputs, measure: Measure, state: dict, log: list[str]) -> 
     n_ctx_min_total = min(inp.n_ctx_min * n_streams, UINT32_MAX)
     if n_ctx_auto:
         state["n_ctx"] = n_ctx_max
-    free = list(inp.free)
+        if n_streams > 1:
+            log.append(f"context size unset and KV cache not unified -> using {n_ctx_max} "
+                       f"for {n_streams} sequences")
+            dmds_full = measure(cand(n_ctx_max, inp.n_gpu_layers, inp.tensor_split,
+                                     inp.overrides))
+    free = list(inp.free[:max(nd, 1)])
     used = [d.total for d in dmds_full]
     projected_free = [f - u for f, u in zip(free, used)]
     sum_free, sum_used = sum(free), sum(used)
     sum_projected_free = sum(projected_free)
     sum_model = sum(d.model for d in dmds_full)
     state["projected"] = used
-    log.append(f"projected to use {sum_used // MiB} MiB of device memory vs. "
-               f"{sum_free // MiB} MiB of free device memory")
+    if nd == 0:
+        log.append(f"projected to use {sum_used // MiB} MiB of host memory vs. "
+                   f"{sum_free // MiB} MiB of total host memory")
+    else:
+        log.append(f"projected to use {sum_used // MiB} MiB of device memory vs. "
+                   f"{sum_free // MiB} MiB of free device memory")
     if all(pf >= m for pf, m in zip(projected_free, margins)):
         log.append("targets for free memory can be met on all devices, no changes needed")
         return
@@ -290,6 +313,8 @@ def _fit_impl(inp: FitInputs, measure: Measure, state: dict, log: list[str]) -> 
                            f"context size of {n_ctx_min_total} -> no change")
         else:
             log.append(f"context size set by user to {inp.n_ctx} -> no change")
+    if nd == 0:
+        raise FitFailure("was unable to fit model into system memory by reducing context, abort")
 
     if inp.n_gpu_layers != -1:
         raise FitFailure(f"n_gpu_layers already set by user to {inp.n_gpu_layers}, abort")
@@ -466,37 +491,66 @@ def _fit_impl(inp: FitInputs, measure: Measure, state: dict, log: list[str]) -> 
 
 # ---- graphcost's measurement ----------------------------------------------------------------
 
+def kv_cells_total(n_ctx: int, n_ctx_train: int, n_seq: int) -> int:
+    """The KV cells llama_context allocates over all streams (llama-context.cpp, constructor):
+    n_ctx (0: the training context) padded to 256; without a unified cache each of the
+    ``n_seq`` streams holds ``n_ctx_seq = GGML_PAD(n_ctx / n_seq, 256)`` cells."""
+    n = ggml_pad(n_ctx or n_ctx_train, CTX_ALIGN)
+    if n_seq <= 1:
+        return n
+    return ggml_pad(n // n_seq, CTX_ALIGN) * n_seq
+
+
 def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFlags,
-                      compute: Callable[[Candidate], list[int]] | None = None) -> Measure:
+                      compute: Callable[[Candidate], list[int]] | None = None,
+                      n_seq: int = 1) -> Measure:
     """Measure a candidate with graphcost's own plan, as llama.cpp measures it: weights
     without mmap (``common_get_device_memory_data_impl`` sets ``LLAMA_LOAD_MODE_NONE``),
     per device model + context (KV, recurrent state) + compute bytes; rows of host buffer
-    types (CPU, CPU_REPACK, CUDA_Host) count against no device. A device row with a figure
-    that is not modelled raises :class:`Undecided`. ``compute`` (per device, llama.cpp's
-    order) replaces graphcost's compute buffers: the proof feeds llama.cpp's own to check
-    the search alone."""
+    types (CPU, CPU_REPACK, CUDA_Host) count against no device. Without devices, one
+    measurement: the host's, the rows whose buffer type is host (``CPU``; ``CPU_REPACK`` is
+    not: ggml-cpu/repack.cpp leaves ``is_host`` unset). A figure that is not modelled
+    raises :class:`Undecided`. ``compute`` (per device, llama.cpp's order; without devices
+    the host's alone) replaces graphcost's compute buffers: the proof feeds llama.cpp's own
+    to check the search alone.
+
+    ``n_seq`` > 1 (``-np``, KV streams): the KV cache holds :func:`kv_cells_total` cells,
+    the same bytes as one stream of that many cells, so it is planned as one; a
+    sliding-window cache (its size depends on n_seq) or a recurrent state (one per
+    sequence) is not modelled, nor are the compute buffers of the n_seq-stream graphs."""
     from graphcost.memory.placement import plan_devices
     cache: dict[Candidate, list[DeviceUse]] = {}
 
     def measure(c: Candidate) -> list[DeviceUse]:
         if c in cache:
             return cache[c]
+        what = f"-c {c.n_ctx or model.n_ctx_train} -ngl {c.n_gpu_layers}"
         f = replace(flags, n_gpu_layers=c.n_gpu_layers, tensor_split=c.tensor_split,
                     overrides=c.overrides, load_mode="none")
-        dp = plan_devices(model, replace(settings, ctx_size=c.n_ctx), args, f, no_alloc=True)
+        n_ctx = c.n_ctx if n_seq <= 1 else kv_cells_total(c.n_ctx, model.n_ctx_train, n_seq)
+        dp = plan_devices(model, replace(settings, ctx_size=n_ctx), args, f, no_alloc=True)
         rows = {r.device: r for r in dp.rows}
         given = compute(c) if compute is not None else None
+        if n_seq > 1:
+            if dp.plan.run.kv_size_swa is not None or any(
+                    r.recurrent_state_bytes for r in dp.rows):
+                raise Undecided(f"cannot decide: -np {n_seq}: the sliding-window cache or "
+                                "recurrent state of several sequences is not modelled")
+            if given is None:
+                raise Undecided(f"cannot decide: -np {n_seq}: the compute buffers of "
+                                f"{n_seq}-stream graphs are not modelled ({what}); "
+                                "llama.cpp's fit counts them")
+        names = [d.name for d in dp.placement.devices] or ["CPU"]
         out = []
-        for i, d in enumerate(dp.placement.devices):
-            r = rows[d.name]
+        for i, name in enumerate(names):
+            r = rows[name]
             if given is not None:
                 r = replace(r, compute_bytes=given[i])
-            for what, v in (("model", r.model_bytes), ("KV", r.kv_bytes),
+            for part, v in (("model", r.model_bytes), ("KV", r.kv_bytes),
                             ("compute", r.compute_bytes)):
                 if v is None:
-                    raise Undecided(f"cannot decide: {d.name}'s {what} buffer is not modelled "
-                                    f"(-c {c.n_ctx or model.n_ctx_train} -ngl {c.n_gpu_layers}); "
-                                    "llama.cpp's fit counts it")
+                    raise Undecided(f"cannot decide: {name}'s {part} buffer is not modelled "
+                                    f"({what}); llama.cpp's fit counts it")
             out.append(DeviceUse(r.model_bytes, r.kv_bytes + r.recurrent_state_bytes,
                                  r.compute_bytes))
         cache[c] = out
@@ -505,12 +559,29 @@ def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFl
 
 
 def fit_inputs(model, args: list[DeviceArg], flags: PlacementFlags, *, n_ctx: int,
-               margins: Sequence[int], n_ctx_min: int) -> FitInputs:
-    """The fit's inputs for these devices and flags (devices in llama.cpp's order)."""
+               margins: Sequence[int], n_ctx_min: int, host_total: int | None = None,
+               n_seq: int = 1) -> FitInputs:
+    """The fit's inputs for these devices and flags (devices in llama.cpp's order).
+    Without devices (none given, or ``-dev none``): the host's total memory ``host_total``
+    (bytes; default: this machine's, as llama.cpp's CPU device reports it) is the budget."""
     from graphcost.memory.placement import LOAD_MODES, resolve_devices
     if flags.load_mode not in LOAD_MODES:  # checked here: the measurements use "none"
         raise GraphcostError(f"--load-mode {flags.load_mode!r}: use one of {', '.join(LOAD_MODES)}")
     devices = resolve_devices(args, flags)
+    if devices and host_total is not None:
+        raise GraphcostError("--host-memory goes without devices (llama.cpp fits the host's "
+                             "memory only when no device is used)")
+    if not devices:
+        if host_total is None:
+            from graphcost.memory.backends import host_total_memory
+            host_total = host_total_memory()
+        if host_total is None:
+            raise GraphcostError("fit: without devices llama.cpp fits the host's buffers into "
+                                 "its total memory: give --host-memory MEM")
+        return FitInputs((), (host_total,), tuple(margins[:1]), model.n_layer,
+                         model.n_ctx_train, model.n_expert, n_ctx, n_ctx_min,
+                         flags.n_gpu_layers, flags.tensor_split, flags.overrides,
+                         flags.split_mode, n_seq)
     missing = [d.name for d in devices if d.free_bytes is None]
     if missing:
         raise GraphcostError(f"fit: give the free memory of {', '.join(missing)} "
@@ -518,7 +589,7 @@ def fit_inputs(model, args: list[DeviceArg], flags: PlacementFlags, *, n_ctx: in
     return FitInputs(tuple(d.name for d in devices), tuple(d.free_bytes for d in devices),
                      tuple(margins[:len(devices)]), model.n_layer, model.n_ctx_train,
                      model.n_expert, n_ctx, n_ctx_min, flags.n_gpu_layers, flags.tensor_split,
-                     flags.overrides, flags.split_mode)
+                     flags.overrides, flags.split_mode, n_seq)
 
 
 def parse_fit_target(text: str | None) -> list[int]:
@@ -564,7 +635,7 @@ def largest_context(n_ctx_train: int, fits: Callable[[int], bool], pad_to: int =
     every ``-c`` in ``(256 (k-1), 256 k]`` allocates as ``256 k``) up to the training context
     padded the same way. Exact when memory does not shrink as the context grows (the KV
     cache is linear in it; the compute buffers grow with n_kv)."""
-    hi = max(1, -(-n_ctx_train // pad_to))
+    hi = max(1, ggml_pad(n_ctx_train, pad_to) // pad_to)
     tried: list[tuple[int, bool]] = []
 
     def ok(k: int) -> bool:
@@ -581,7 +652,8 @@ def largest_context(n_ctx_train: int, fits: Callable[[int], bool], pad_to: int =
             lo = mid
         else:
             hi = mid
-    return MaxContext(lo * pad_to, max(1, -(-n_ctx_train // pad_to)) * pad_to, tuple(tried))
+    return MaxContext(lo * pad_to, max(1, ggml_pad(n_ctx_train, pad_to) // pad_to) * pad_to,
+                      tuple(tried))
 
 
 def device_fits(model, settings, args: list[DeviceArg], flags: PlacementFlags) -> Callable[[int], bool]:

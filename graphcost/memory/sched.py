@@ -406,7 +406,8 @@ def _pins(nodes: list[Tensor], placement: Placement, backends: list[SchedBackend
           n_tokens: int, flags: PlacementFlags, full_offload: bool) -> dict[int, int]:
     """ggml_backend_sched_set_tensor_backend calls llama.cpp makes while building the graph:
     ``norm``/``l_last`` of layer il on dev_layer(il) (graph_get_cb), and with -nkvo the
-    attention output on the CPU (build_attn_mha)."""
+    attention output on the CPU (build_attn_mha, in its non-flash branch only: there the
+    output is the ``ggml_cont_2d`` of kqv; flash attention's is a reshape, not pinned)."""
     index = {b.name: i for i, b in enumerate(backends)}
     cpu = len(backends) - 1
     out: dict[int, int] = {}
@@ -418,7 +419,7 @@ def _pins(nodes: list[Tensor], placement: Placement, backends: list[SchedBackend
         if (base in ("norm", "l_last") and (n_tokens < PIN_NORM_BELOW_TOKENS or full_offload)
                 and il_ < len(placement.dev_layer)):
             out[id(n)] = index.get(placement.dev_layer[il_], cpu)
-        if flags.no_kv_offload and base == "kqv_out":
+        if flags.no_kv_offload and base == "kqv_out" and n.op == Op.CONT:
             out[id(n)] = cpu
     return out
 
@@ -488,6 +489,10 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
                 srcs.append(remap.get(id(s), s))
         vs = remap.get(id(n.view_src), n.view_src) if n.view_src is not None else None
         c = dataclasses.replace(n, src=srcs, view_src=vs)
+        # ggml_cast's result is its own src[1] (ggml.c ggml_cast: ``result->src[1] =
+        # result``): the copy must name itself, not the node it copies (the allocator
+        # would see a second tensor and allocate it beside the cast)
+        c.src = [c if x is n else x for x in c.src]
         remap[id(n)] = c
         new_nodes.append(c)
     leafs = list(bg.leafs) + extra_leafs
