@@ -15,6 +15,11 @@ roofline estimates the executor's node times.
    threads = ``--threads``) does the same steps, timing each ``Executor.step`` (inputs,
    KV cells and all nodes). Decode tokens/s = 1 / median step time; the ratio is
    executor / llama.cpp per round, and its median.
+2b. **Prompt processing** (``--pp``, default 64; ``--pp-only`` runs only this):
+   ``llama-bench -p N -n 0 -ub N -b N -fa 1 -t --threads -r 3`` in its own process with
+   the user's environment (its avg tokens/s) against the executor (first mode) taking the
+   same N tokens as one ubatch into an empty cache, median of 3 after an untimed warm-up
+   (compile kept out); ratio per round and its median (issue 12: >= 0.5x at -ub 64).
 3. **Matvec against bandwidth**: the output matmul (tied token embeddings, 178 MB of Q8_0,
    larger than any cache) as the executor ran it, against the probe's bandwidth.
 4. **Profile overhead**: ``graphcost profile``'s decode rate with every node timed
@@ -64,6 +69,10 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--numerics", default="fast,ggml", help="executor modes to time")
     ap.add_argument("--mib", type=int, default=256, help="hwprobe matrix size")
+    ap.add_argument("--pp-only", action="store_true", help="only the prompt-processing "
+                    "comparison (section 2b)")
+    ap.add_argument("--pp", type=int, default=64,
+                    help="prompt tokens of the prompt-processing comparison (-p = -ub = -b)")
     return ap.parse_args()
 
 
@@ -100,6 +109,53 @@ def _executor_round(ex, steps: int) -> tuple[float, list[int]]:
     return statistics.median(times), tokens
 
 
+def _llama_bench_pp(model: str, n: int, threads: int, reps: int) -> float:
+    """llama-bench ``-p n -n 0 -ub n -b n -fa 1`` in its own process with the user's
+    environment (:data:`USER_ENV`): its average prompt tokens/s over ``reps`` repetitions
+    (llama-bench warms up first, untimed)."""
+    import json
+    import subprocess
+    from graphcost.calibrate import find_llama_bench
+    cmd = [str(find_llama_bench()), "-m", model, "-t", str(threads), "-p", str(n), "-n", "0",
+           "-ub", str(n), "-b", str(n), "-fa", "1", "-r", str(reps), "-o", "json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=USER_ENV, check=True)
+    return float(json.loads(p.stdout)[0]["avg_ts"])
+
+
+def _executor_pp(ex, tokens: list[int], reps: int) -> float:
+    """The executor's prompt tokens/s: ``tokens`` as one ubatch into an empty cache (as
+    llama-bench's pp test: logits of the last token only), median of ``reps``."""
+    times = []
+    for _ in range(reps):
+        ex.reset()
+        t0 = time.perf_counter()
+        ex.step(tokens)
+        times.append(time.perf_counter() - t0)
+    return len(tokens) / statistics.median(times)
+
+
+def _pp_section(model: str, args: argparse.Namespace, mode: str) -> None:
+    """Prompt processing at ``-ub = --pp``, side by side (issue 12: >= 0.5x llama.cpp)."""
+    from graphcost.execute.executor import Executor
+    from graphcost.graph.settings import RunSettings
+    n = args.pp
+    pp_ex = Executor(model, RunSettings(ctx_size=N_CTX, flash_attn="on", batch_size=n,
+                                        ubatch_size=n), numerics=mode, threads=args.threads)
+    pp_tokens = [PROMPT[i % len(PROMPT)] for i in range(n)]
+    _executor_pp(pp_ex, pp_tokens, 2)      # compile the n-token graph's kernels, untimed
+    print(f"\n== prompt processing, {n} tokens in one ubatch (llama-bench -p {n} -n 0 -ub {n} "
+          f"-b {n} -fa 1 -t {args.threads} -r 3, its own process; executor {mode}, "
+          f"median of 3 after a warm-up)")
+    pp_ratios = []
+    for r in range(args.rounds):
+        ll = _llama_bench_pp(model, n, args.threads, 3)
+        ours = _executor_pp(pp_ex, pp_tokens, 3)
+        pp_ratios.append(ours / ll)
+        print(f"  round {r + 1}: llama.cpp {ll:7.1f} tok/s | executor {ours:7.1f} tok/s "
+              f"(ratio {ours / ll:.2f})   [{_load()}]")
+    print(f"  median ratio {statistics.median(pp_ratios):.2f} (issue 12's target >= 0.5)")
+
+
 def main() -> None:
     args = _args()
     import numba
@@ -113,6 +169,11 @@ def main() -> None:
     model = _model(args.model)
     print(f"model: {model}")
     print(f"threads: {args.threads} (llama.cpp n_threads and Numba threads); {_load()}")
+
+    modes = [m for m in args.numerics.split(",") if m]
+    if args.pp_only:
+        _pp_section(model, args, modes[0])
+        return
 
     # ---- 1. hardware
     doc = probe(mib=args.mib, repeat=5, threads=args.threads)
@@ -128,7 +189,6 @@ def main() -> None:
         f"{t} {v / 1e9:.1f}" for t, v in doc["peak_flops"]["by_type"].items()))
 
     # ---- 2. speed, side by side
-    modes = [m for m in args.numerics.split(",") if m]
     executors = {m: Executor(model, RunSettings(ctx_size=N_CTX, flash_attn="on"), numerics=m,
                              threads=args.threads) for m in modes}
     t0 = time.perf_counter()
@@ -160,6 +220,8 @@ def main() -> None:
         ratios = [r[m] / r["llama.cpp"] for r in rows]
         print(f"  median: executor {m} {med[m]:.1f} tok/s vs llama.cpp {med['llama.cpp']:.1f} "
               f"-> ratio {statistics.median(ratios):.2f} (issue 12's target >= 1.0)")
+
+    _pp_section(model, args, modes[0])
 
     # ---- 3/4. profile: matvec vs bandwidth, estimate accuracy
     mode = modes[0]
