@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from graphcost.memory.fit import (MiB, Candidate, DeviceUse, FitInputs, LayerSplit, FitResult,
+from graphcost.memory.fit import (MiB, Candidate, DeviceUse, FitInputs, FitResult,
                                   Undecided, fit, largest_context, parse_fit_target)
 from graphcost.memory.placement import Override
 

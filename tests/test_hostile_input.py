@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tracemalloc

@@ -196,7 +196,7 @@ def test_totals_block(tiny1):
     assert re.search(rf"^  bytes written +{t.bytes_written:,}  \(", text, re.M)
     assert re.search(rf"^  flops +{t.flops:,}  \(", text, re.M)
     assert re.search(rf"^    mul +{t.ops['mul']:,}$", text, re.M)
-    assert re.search(rf"^    tanh +0$", text, re.M)  # every FLOP kind is listed, zeros too
+    assert re.search(r"^    tanh +0$", text, re.M)  # every FLOP kind is listed, zeros too
     assert re.search(rf"^  KV cache +{tiny1.kv_cache_bytes:,}  \(", text, re.M)
     assert "  unmodelled ops: none" in text
     # the peak of live temporary storage belongs to another report
