@@ -238,9 +238,15 @@ def matmul_fn(ctx: Ctx, w_type: gt.GGMLType, k: int, m: int) -> Callable[..., np
     if w_type not in supported:
         raise UnsupportedError(f"matmul with {gt.type_name(w_type)} weights: the kernels "
                                f"support {', '.join(gt.type_name(t) for t in supported)}")
-    if ctx.numerics == "fast" and w_type not in mm.GGML_FASTEST:
+    if not _takes_ggml(ctx, w_type):
         return lambda w, x, out=None: mm.mul_mat(w, w_type, k, m, x, out=out)
     return lambda w, x, out=None: mm.mul_mat_ggml(w, w_type, k, m, x, out=out)
+
+
+def _takes_ggml(ctx: Ctx, w_type: gt.GGMLType) -> bool:
+    """Whether :func:`matmul_fn` runs ``mul_mat_ggml`` for a supported non-MXFP4
+    ``w_type`` in ``ctx.numerics`` mode (``fast`` keeps it only where it is fastest)."""
+    return ctx.numerics != "fast" or w_type in ctx.K.matmul.GGML_FASTEST
 
 
 def _fused_matvec(node: Tensor, ctx: Ctx):
@@ -249,11 +255,9 @@ def _fused_matvec(node: Tensor, ctx: Ctx):
     ``mul_mat_ggml``): quantizing, rearranging and the dots in one numba call, into
     buffers allocated once. ``None`` otherwise."""
     a, b = node.src
-    mm = ctx.K.matmul
-    if a.type not in ctx.K.quants.SUPPORTED or (ctx.numerics == "fast"
-                                                and a.type not in mm.GGML_FASTEST):
+    if a.type not in ctx.K.quants.SUPPORTED or not _takes_ggml(ctx, a.type):
         return None
-    return mm.fused_matvec(a.type, a.ne[0], a.ne[1], b.ne[1])
+    return ctx.K.matmul.fused_matvec(a.type, a.ne[0], a.ne[1], b.ne[1])
 
 
 @op(Op.MUL_MAT)
