@@ -13,7 +13,8 @@ kernel say which vector operations it wants while staying plain numba code:
 * the rest are functions: :func:`load`, :func:`splat`, :func:`convert`,
   :func:`bitcast`, :func:`select_neg`, :func:`absolute`, :func:`concat`,
   :func:`lanes`, :func:`permutation`/:func:`permutation2` (constant shuffles),
-  :func:`maddubs`, :func:`madd`, :func:`dpbusd`, :func:`dpwssd`, :func:`hsum`.
+  :func:`maddubs`, :func:`madd`, :func:`dpbusd`, :func:`dpwssd`, :func:`packs`,
+  :func:`hsum`.
 
 Everything is plain LLVM IR (``shufflevector``, ``mul``, ``sext``...) except the byte
 dot products, which are emitted as x86 intrinsics when the target has them and as
@@ -580,6 +581,31 @@ def dpbusd(typingctx, acc, a, b):
         return builder.add(args[0], _madd_ir(context, builder, pairs, ones, a.n // 2))
 
     return acc(acc, a, b), codegen
+
+
+@intrinsic
+def packs(typingctx, a, b):
+    """Two int32 x16 vectors -> int16 x32, each lane saturated to int16, in the order of
+    ``vpackssdw`` (per 128 bits: four lanes of ``a``, then the same four of ``b``):
+    lane ``8m + t`` is ``a[4m + t]`` for t < 4, ``b[4m + t - 4]`` otherwise."""
+    if not (isinstance(a, Vec) and a == b and a.dtype == types.int32 and a.n == 16):
+        return None
+    vt = Vec(types.int16, 32)
+
+    def codegen(context, builder, sig, args):
+        i16 = ir.VectorType(ir.IntType(16), 32)
+        if "avx512bw" in _target_features(context):
+            return _x86_call(builder, "llvm.x86.avx512.packssdw.512", i16, list(args))
+        lo, hi = _const_vec(types.int32, [-32768] * 16), _const_vec(types.int32, [32767] * 16)
+        sat = [builder.select(builder.icmp_signed(">", x, hi), hi,
+                              builder.select(builder.icmp_signed("<", x, lo), lo, x))
+               for x in args]
+        both = builder.trunc(_shuffle(builder, sat[0], sat[1], range(32)), i16)
+        return _shuffle(builder, both, both,
+                        [4 * (i // 8) + i % 8 if i % 8 < 4 else 16 + 4 * (i // 8) + i % 8 - 4
+                         for i in range(32)])
+
+    return vt(a, b), codegen
 
 
 @intrinsic

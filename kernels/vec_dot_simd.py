@@ -818,26 +818,30 @@ def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
     return _rows4_result(S.zeros(4, "f32"), s01, s23)
 
 
-_SC2_0, _SC2_1, _SC2_2, _SC2_3 = [
-    S.permutation([2 * j] * 4 + [2 * j + 1] * 4 + [8 + 2 * j] * 4 + [9 + 2 * j] * 4)
-    for j in range(4)]
+#: Q2_K: the sub-block of each int16 lane of ``packs(dot of plane j, dot of plane j + 1)``
+#: (j = 0, 2): dpbusd lane L of plane j sums values of sub-block 2j + (0, 1, 8, 9)[L // 4]
+_SC2_01, _SC2_23 = [S.permutation([j + (0, 1, 8, 9)[i // 8] + 2 * (i % 8 >= 4)
+                                   for i in range(32)]) for j in (0, 4)]
 
 
 @njit(inline="always", cache=True)
 def _q2_k_ints(row, p, yq, py, yp, pp, ahead):   # scales@0 qs@16 d@80 dmin@82, 84 B
     """(isum lanes, summs lanes): ggml's isum and summs of the block, still spread over
-    int32 lanes (16 and 8) whose sums they are."""
+    int32 lanes (16 and 8) whose sums they are. Each plane's dot lanes are at most
+    4 * 3 * 127 in magnitude: two planes are packed into int16 pairs and scaled by one
+    ``vpdpwssd``, which also adds them (isum is an integer: any order is exact)."""
     _prefetch(row, p, 84, ahead)
     s8 = S.load(row, p, 16, "u8")
-    sc = S.opaque(S.convert(s8 & 15, "i32"))
+    sc = S.opaque(S.convert(s8 & 15, "i16"))
     q = S.load(row, p + 16, 64, "u8")
     z = S.zeros(16, "i32")
-    a0 = _scaled(z, S.dpbusd(z, q & 3, S.load(yp, pp, 64, "i8")), _SC2_0(sc))
-    a1 = _scaled(z, S.dpbusd(z, (q >> 2) & 3, S.load(yp, pp + 64, 64, "i8")), _SC2_1(sc))
-    a2 = _scaled(z, S.dpbusd(z, (q >> 4) & 3, S.load(yp, pp + 128, 64, "i8")), _SC2_2(sc))
-    a3 = _scaled(z, S.dpbusd(z, q >> 6, S.load(yp, pp + 192, 64, "i8")), _SC2_3(sc))
+    d0 = S.dpbusd(z, q & 3, S.load(yp, pp, 64, "i8"))
+    d1 = S.dpbusd(z, (q >> 2) & 3, S.load(yp, pp + 64, 64, "i8"))
+    d2 = S.dpbusd(z, (q >> 4) & 3, S.load(yp, pp + 128, 64, "i8"))
+    d3 = S.dpbusd(z, q >> 6, S.load(yp, pp + 192, 64, "i8"))
+    isum = S.dpwssd(S.dpwssd(z, S.packs(d0, d1), _SC2_01(sc)), S.packs(d2, d3), _SC2_23(sc))
     summs = S.madd(S.load(yq, py + 260, 16, "i16"), S.convert(s8 >> 4, "i16"))
-    return (a0 + a1) + (a2 + a3), summs
+    return isum, summs
 
 
 @njit(cache=True)
