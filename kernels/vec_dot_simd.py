@@ -273,96 +273,122 @@ def _sum4lanes(v):
     return _EVEN4(h) + _ODD4(h)
 
 
-@njit(inline="always", cache=True)
-def _quants4(row, p, stride):
-    """The 16 quant bytes of 4 consecutive blocks (at p, p + stride, ...) side by side."""
-    return S.concat(S.concat(S.load(row, p, 16, "u8"), S.load(row, p + stride, 16, "u8")),
-                    S.concat(S.load(row, p + 2 * stride, 16, "u8"),
-                             S.load(row, p + 3 * stride, 16, "u8")))
+def _gather4(size: int, offsets) -> object:
+    """``f(a, b)`` picking, block after block, the bytes at ``offsets`` of each of 4 blocks
+    of ``size`` bytes from :func:`_span4`'s two vectors (``64 <= 4 * size <= 128``)."""
+    return S.permutation2([i if i < 64 else i + 128 - 4 * size
+                           for blk in range(4) for o in offsets for i in [size * blk + o]])
 
 
 @njit(inline="always", cache=True)
-def _high_bits4(row, p, stride):
-    """Q5 ``qh`` of 4 blocks as two 64-bit masks: bit 16b + j of the first is bit j of
-    block b's qh (values 0..15), of the second bit 16 + j (values 16..31)."""
-    lo = np.uint64(S.scalar_at(row, p, "u16"))
-    hi = np.uint64(S.scalar_at(row, p + 2, "u16"))
-    for b in range(1, 4):
-        lo |= np.uint64(S.scalar_at(row, p + b * stride, "u16")) << np.uint64(16 * b)
-        hi |= np.uint64(S.scalar_at(row, p + b * stride + 2, "u16")) << np.uint64(16 * b)
-    return lo, hi
+def _span4(row, p, size):
+    """The ``4 * size`` bytes of 4 blocks from byte p as two 64-byte loads, the first and
+    the last 64 (they overlap; nothing outside the 4 blocks is read)."""
+    return S.load(row, p, 64, "u8"), S.load(row, p + 4 * size - 64, 64, "u8")
+
+
+#: bit ``j % 8`` for value j of each of 4 blocks (Q5 ``qh`` bytes against their values)
+_BIT8 = S.constant([1 << (j % 8) for _ in range(4) for j in range(16)], "u8")
 
 
 @njit(inline="always", cache=True)
-def _nibble_dot4(row, p, stride, yp, pq, qh):
-    """int32 lanes 4b..4b+3 = partial sums over block b (4 blocks whose quants start at
-    p, p + stride, ...) of code * y; codes are nibbles, plus bit 4 from the 32-bit
-    ``qh`` 4 bytes before the quants if ``qh`` (Q5_0/Q5_1)."""
-    q = _quants4(row, p, stride)
-    lo, hi = q & 15, q >> 4
-    if qh:
-        mlo, mhi = _high_bits4(row, p - 4, stride)
-        lo, hi = S.or_where(lo, mlo, 16), S.or_where(hi, mhi, 16)
+def _nibble_dot4(lo, hi, yp, pq):
+    """int32 lanes 4b..4b+3 = partial sums over block b of code * y, ``lo``/``hi`` the
+    codes of values 0..15 / 16..31 of 4 blocks (16 bytes each)."""
     z = S.zeros(16, "i32")
     return S.dpbusd(S.dpbusd(z, lo, S.load(yp, pq, 64, "i8")), hi, S.load(yp, pq + 64, 64, "i8"))
+
+
+@njit(inline="always", cache=True)
+def _q5_codes(q, hlo, hhi):
+    """Q5 codes of 4 blocks: nibbles of their quants ``q`` plus 16 where the ``qh`` byte
+    beside each value (``hlo`` for values 0..15, ``hhi`` for 16..31) has its bit set."""
+    return S.or_if(q & 15, hlo & _BIT8(), 16), S.or_if(q >> 4, hhi & _BIT8(), 16)
+
+
+@njit(inline="always", cache=True)
+def _halves(v):
+    """IEEE halves gathered as bytes (low byte first) -> float32 lanes."""
+    return S.f16_to_f32(S.bitcast(v, "u16"))
 
 
 # ---------------------------------------------------------------------------- 32-blocks
 # A row is taken 8 blocks at a time, then 4 if that many are left, then block by block
 # with .vec_dot_ggml's scalar code (fewer than 4: any K >= 128 a multiple of 128 has none).
-# _sums4_<t>(row, b0, yp): int32 lanes 4i..4i+3 hold partial sums of block b0 + i (4
-# blocks); _float_<t>(row, b0, n, nb, yp, sumi): the float32 terms ggml adds to sumf for
-# the n blocks from b0, lanes in block order. A row's dot is sumf += term, term after
-# term (add_in_order); four rows at a time transpose their terms and add them as 4-lane
+# _part4_<t>(row, p, yp, pq): for the 4 blocks from byte p (activations at pq), int32
+# lanes 4i..4i+3 holding partial sums of block i, and the blocks' d and m (float32 x4;
+# d again where the type has no m); the nibble types load the 4 blocks as two vectors
+# (_span4) and pick quants, qh and scales from them with one byte permute each.
+# _float_<t>(sumi, d, m, yp, b0, n, nb): the float32 terms ggml adds to sumf for the n
+# blocks from b0, lanes in block order. A row's dot is sumf += term, term after term
+# (add_in_order); four rows at a time transpose their terms and add them as 4-lane
 # vectors (_add_rows4), which halves the shuffles and runs four such chains at once.
 
+_QS_Q4_0, _D_Q4_0 = _gather4(18, range(2, 18)), _gather4(18, (0, 1))
+_QS_Q4_1, _D_Q4_1, _M_Q4_1 = _gather4(20, range(4, 20)), _gather4(20, (0, 1)), _gather4(20, (2, 3))
+_QS_Q5_0, _D_Q5_0 = _gather4(22, range(6, 22)), _gather4(22, (0, 1))
+_HLO_Q5_0 = _gather4(22, [2 + j // 8 for j in range(16)])
+_HHI_Q5_0 = _gather4(22, [4 + j // 8 for j in range(16)])
+_QS_Q5_1, _D_Q5_1, _M_Q5_1 = _gather4(24, range(8, 24)), _gather4(24, (0, 1)), _gather4(24, (2, 3))
+_HLO_Q5_1 = _gather4(24, [4 + j // 8 for j in range(16)])
+_HHI_Q5_1 = _gather4(24, [6 + j // 8 for j in range(16)])
+
 
 @njit(inline="always", cache=True)
-def _sums4_q4_0(row, b0, yp):         # block_q4_0: d@0 qs@2, 18 B
-    return _nibble_dot4(row, 18 * b0 + 2, 18, yp, 32 * b0, False)
+def _yd(yp, b0, n, nb):
+    """The activations' float32 d of the n blocks from b0."""
+    return S.load(yp, 32 * nb + 4 * b0, n, "f32")
 
 
 @njit(inline="always", cache=True)
-def _float_q4_0(row, b0, n, nb, yp, sumi):      # sumi*dx*dy, sumi = dot - 8 * sum(y)
+def _part4_q4_0(row, p, yp, pq):      # block_q4_0: d@0 qs@2, 18 B
+    a, b = _span4(row, p, 18)
+    q = _QS_Q4_0(a, b)
+    d = _halves(_D_Q4_0(a, b))
+    return _nibble_dot4(q & 15, q >> 4, yp, pq), d, d
+
+
+@njit(inline="always", cache=True)
+def _float_q4_0(sumi, d, m, yp, b0, n, nb):     # sumi*dx*dy, sumi = dot - 8 * sum(y)
     sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
-    return (S.convert(sumi, "f32") * S.gather_halves(row, 18 * b0, 18, n)
-            * S.load(yp, 32 * nb + 4 * b0, n, "f32"))
+    return S.convert(sumi, "f32") * d * _yd(yp, b0, n, nb)
 
 
 @njit(inline="always", cache=True)
-def _sums4_q5_0(row, b0, yp):         # block_q5_0: d@0 qh@2 qs@6, 22 B
-    return _nibble_dot4(row, 22 * b0 + 6, 22, yp, 32 * b0, True)
+def _part4_q5_0(row, p, yp, pq):      # block_q5_0: d@0 qh@2 qs@6, 22 B
+    a, b = _span4(row, p, 22)
+    lo, hi = _q5_codes(_QS_Q5_0(a, b), _HLO_Q5_0(a, b), _HHI_Q5_0(a, b))
+    d = _halves(_D_Q5_0(a, b))
+    return _nibble_dot4(lo, hi, yp, pq), d, d
 
 
 @njit(inline="always", cache=True)
-def _float_q5_0(row, b0, n, nb, yp, sumi):      # (dx*dy)*sumi, sumi = dot - 16 * sum(y)
+def _float_q5_0(sumi, d, m, yp, b0, n, nb):     # (dx*dy)*sumi, sumi = dot - 16 * sum(y)
     sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
-    dxy = S.gather_halves(row, 22 * b0, 22, n) * S.load(yp, 32 * nb + 4 * b0, n, "f32")
-    return dxy * S.convert(sumi, "f32")
+    return (d * _yd(yp, b0, n, nb)) * S.convert(sumi, "f32")
 
 
 @njit(inline="always", cache=True)
-def _sums4_q4_1(row, b0, yp):         # block_q4_1: d@0 m@2 qs@4, 20 B
-    return _nibble_dot4(row, 20 * b0 + 4, 20, yp, 32 * b0, False)
+def _part4_q4_1(row, p, yp, pq):      # block_q4_1: d@0 m@2 qs@4, 20 B
+    a, b = _span4(row, p, 20)
+    q = _QS_Q4_1(a, b)
+    return _nibble_dot4(q & 15, q >> 4, yp, pq), _halves(_D_Q4_1(a, b)), _halves(_M_Q4_1(a, b))
 
 
 @njit(inline="always", cache=True)
-def _float_q4_1(row, b0, n, nb, yp, sumi):      # (dx*dy)*sumi + m*s
-    dxy = S.gather_halves(row, 20 * b0, 20, n) * S.load(yp, 32 * nb + 4 * b0, n, "f32")
-    ms = S.gather_halves(row, 20 * b0 + 2, 20, n) * S.load(yp, 36 * nb + 4 * b0, n, "f32")
-    return dxy * S.convert(sumi, "f32") + ms
+def _float_q4_1(sumi, d, m, yp, b0, n, nb):     # (dx*dy)*sumi + m*s
+    ms = m * S.load(yp, 36 * nb + 4 * b0, n, "f32")
+    return (d * _yd(yp, b0, n, nb)) * S.convert(sumi, "f32") + ms
 
 
 @njit(inline="always", cache=True)
-def _sums4_q5_1(row, b0, yp):         # block_q5_1: d@0 m@2 qh@4 qs@8, 24 B
-    return _nibble_dot4(row, 24 * b0 + 8, 24, yp, 32 * b0, True)
+def _part4_q5_1(row, p, yp, pq):      # block_q5_1: d@0 m@2 qh@4 qs@8, 24 B
+    a, b = _span4(row, p, 24)
+    lo, hi = _q5_codes(_QS_Q5_1(a, b), _HLO_Q5_1(a, b), _HHI_Q5_1(a, b))
+    return _nibble_dot4(lo, hi, yp, pq), _halves(_D_Q5_1(a, b)), _halves(_M_Q5_1(a, b))
 
 
-@njit(inline="always", cache=True)
-def _float_q5_1(row, b0, n, nb, yp, sumi):      # (dx*dy)*sumi + m*s
-    dxy = S.gather_halves(row, 24 * b0, 24, n) * S.load(yp, 32 * nb + 4 * b0, n, "f32")
-    ms = S.gather_halves(row, 24 * b0 + 2, 24, n) * S.load(yp, 36 * nb + 4 * b0, n, "f32")
-    return dxy * S.convert(sumi, "f32") + ms
+_float_q5_1 = _float_q4_1                       # the same float terms
 
 
 @njit(inline="always", cache=True)
@@ -374,15 +400,15 @@ def _q8_dot2(row, p, yp, pq):
 
 
 @njit(inline="always", cache=True)
-def _sums4_q8_0(row, b0, yp):         # block_q8_0: d@0 qs:i8@2, 34 B
-    p, pq = 34 * b0, 32 * b0
-    return _pairwise(_q8_dot2(row, p, yp, pq), _q8_dot2(row, p + 68, yp, pq + 64))
+def _part4_q8_0(row, p, yp, pq):      # block_q8_0: d@0 qs:i8@2, 34 B
+    sums = _pairwise(_q8_dot2(row, p, yp, pq), _q8_dot2(row, p + 68, yp, pq + 64))
+    d = S.gather_halves(row, p, 34, 4)
+    return sums, d, d
 
 
 @njit(inline="always", cache=True)
-def _float_q8_0(row, b0, n, nb, yp, sumi):      # sumi*(dx*dy)
-    dxy = S.gather_halves(row, 34 * b0, 34, n) * S.load(yp, 32 * nb + 4 * b0, n, "f32")
-    return S.convert(sumi, "f32") * dxy
+def _float_q8_0(sumi, d, m, yp, b0, n, nb):     # sumi*(dx*dy)
+    return S.convert(sumi, "f32") * (d * _yd(yp, b0, n, nb))
 
 
 _ZIP8 = S.permutation2([i // 2 + 8 * (i % 2) for i in range(16)])    # a0 b0 a1 b1 ...
@@ -425,45 +451,47 @@ def _add_rows4x4(s, t0, t1, t2, t3):
 
 
 @njit(inline="always", cache=True)
-def _terms8(sums4, flt, size, row, g, nb, yp, ahead):
+def _terms8(part4, flt, size, row, g, nb, yp, ahead):
     b0 = 8 * g
     _prefetch(row, size * b0, 8 * size, ahead)
-    sumi = _block_sums4(sums4(row, b0, yp), sums4(row, b0 + 4, yp))
-    return flt(row, b0, 8, nb, yp, sumi)
+    s0, d0, m0 = part4(row, size * b0, yp, 32 * b0)
+    s1, d1, m1 = part4(row, size * (b0 + 4), yp, 32 * (b0 + 4))
+    return flt(_block_sums4(s0, s1), S.concat(d0, d1), S.concat(m0, m1), yp, b0, 8, nb)
 
 
 @njit(inline="always", cache=True)
-def _terms4(sums4, flt, size, row, b0, nb, yp, ahead):
+def _terms4(part4, flt, size, row, b0, nb, yp, ahead):
     _prefetch(row, size * b0, 4 * size, ahead)
-    return flt(row, b0, 4, nb, yp, _sum4lanes(sums4(row, b0, yp)))
+    s, d, m = part4(row, size * b0, yp, 32 * b0)
+    return flt(_sum4lanes(s), d, m, yp, b0, 4, nb)
 
 
 @njit(inline="always", cache=True)
-def _one32(sums4, flt, blocks, size, row, yq, yp):
+def _one32(part4, flt, blocks, size, row, yq, yp):
     """One row of a 32-block type (``size`` bytes per block)."""
     nb, sumf = row.shape[0] // size, F(0)
     for g in range(nb // 8):
-        sumf = S.add_in_order(sumf, _terms8(sums4, flt, size, row, g, nb, yp, PREFETCH))
+        sumf = S.add_in_order(sumf, _terms8(part4, flt, size, row, g, nb, yp, PREFETCH))
     if nb % 8 >= 4:
-        sumf = S.add_in_order(sumf, _terms4(sums4, flt, size, row, nb // 8 * 8, nb, yp, PREFETCH))
+        sumf = S.add_in_order(sumf, _terms4(part4, flt, size, row, nb // 8 * 8, nb, yp, PREFETCH))
     return blocks(row, yq, nb // 4 * 4, nb, sumf)
 
 
 @njit(inline="always", cache=True)
-def _four32(sums4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
+def _four32(part4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
     """Four rows of a 32-block type, their terms added as 4-lane vectors."""
     nb, s, ahead = r0.shape[0] // size, S.zeros(4, "f32"), _ahead4(r0)
     for g in range(nb // 8):
-        s = _add_rows4(s, _terms8(sums4, flt, size, r0, g, nb, yp, ahead),
-                       _terms8(sums4, flt, size, r1, g, nb, yp, ahead),
-                       _terms8(sums4, flt, size, r2, g, nb, yp, ahead),
-                       _terms8(sums4, flt, size, r3, g, nb, yp, ahead))
+        s = _add_rows4(s, _terms8(part4, flt, size, r0, g, nb, yp, ahead),
+                       _terms8(part4, flt, size, r1, g, nb, yp, ahead),
+                       _terms8(part4, flt, size, r2, g, nb, yp, ahead),
+                       _terms8(part4, flt, size, r3, g, nb, yp, ahead))
     if nb % 8 >= 4:
         b0 = nb // 8 * 8
-        s = _add_rows4x4(s, _terms4(sums4, flt, size, r0, b0, nb, yp, ahead),
-                         _terms4(sums4, flt, size, r1, b0, nb, yp, ahead),
-                         _terms4(sums4, flt, size, r2, b0, nb, yp, ahead),
-                         _terms4(sums4, flt, size, r3, b0, nb, yp, ahead))
+        s = _add_rows4x4(s, _terms4(part4, flt, size, r0, b0, nb, yp, ahead),
+                         _terms4(part4, flt, size, r1, b0, nb, yp, ahead),
+                         _terms4(part4, flt, size, r2, b0, nb, yp, ahead),
+                         _terms4(part4, flt, size, r3, b0, nb, yp, ahead))
     b = nb // 4 * 4
     return (blocks(r0, yq, b, nb, S.lane(s, 0)), blocks(r1, yq, b, nb, S.lane(s, 1)),
             blocks(r2, yq, b, nb, S.lane(s, 2)), blocks(r3, yq, b, nb, S.lane(s, 3)))
@@ -472,61 +500,61 @@ def _four32(sums4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
 @njit(cache=True)
 def _simd_q4_0(row, yq, yp):
     out_of_line()
-    return _one32(_sums4_q4_0, _float_q4_0, blocks_q4_0, 18, row, yq, yp)
+    return _one32(_part4_q4_0, _float_q4_0, blocks_q4_0, 18, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_sums4_q4_0, _float_q4_0, blocks_q4_0, 18, r0, r1, r2, r3, yq, yp)
+    return _four32(_part4_q4_0, _float_q4_0, blocks_q4_0, 18, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _simd_q5_0(row, yq, yp):
     out_of_line()
-    return _one32(_sums4_q5_0, _float_q5_0, blocks_q5_0, 22, row, yq, yp)
+    return _one32(_part4_q5_0, _float_q5_0, blocks_q5_0, 22, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_sums4_q5_0, _float_q5_0, blocks_q5_0, 22, r0, r1, r2, r3, yq, yp)
+    return _four32(_part4_q5_0, _float_q5_0, blocks_q5_0, 22, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _simd_q4_1(row, yq, yp):
     out_of_line()
-    return _one32(_sums4_q4_1, _float_q4_1, blocks_q4_1, 20, row, yq, yp)
+    return _one32(_part4_q4_1, _float_q4_1, blocks_q4_1, 20, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_sums4_q4_1, _float_q4_1, blocks_q4_1, 20, r0, r1, r2, r3, yq, yp)
+    return _four32(_part4_q4_1, _float_q4_1, blocks_q4_1, 20, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _simd_q5_1(row, yq, yp):
     out_of_line()
-    return _one32(_sums4_q5_1, _float_q5_1, blocks_q5_1, 24, row, yq, yp)
+    return _one32(_part4_q5_1, _float_q5_1, blocks_q5_1, 24, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_sums4_q5_1, _float_q5_1, blocks_q5_1, 24, r0, r1, r2, r3, yq, yp)
+    return _four32(_part4_q5_1, _float_q5_1, blocks_q5_1, 24, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _simd_q8_0(row, yq, yp):
     out_of_line()
-    return _one32(_sums4_q8_0, _float_q8_0, blocks_q8_0, 34, row, yq, yp)
+    return _one32(_part4_q8_0, _float_q8_0, blocks_q8_0, 34, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q8_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_sums4_q8_0, _float_q8_0, blocks_q8_0, 34, r0, r1, r2, r3, yq, yp)
+    return _four32(_part4_q8_0, _float_q8_0, blocks_q8_0, 34, r0, r1, r2, r3, yq, yp)
 
 
 # ---------------------------------------------------------------------------- K-quants
