@@ -74,9 +74,10 @@ def _dot_f32(row, x, xs):
     return s
 
 
-#: bytes ahead in the weight row that the 16-bit float dots prefetch (here and in
-#: .vec_dot_ggml)
-PREFETCH_AHEAD = 1024
+#: bytes ahead in the weight row that the float dots prefetch into L2, every cache line
+#: of the row (here and in .vec_dot_ggml; 1 KB ahead, every second or fourth line:
+#: F16 48%, F32 63% of the streaming read)
+PREFETCH_AHEAD = 8192
 
 
 @njit(inline="always", cache=True)
@@ -100,6 +101,7 @@ def fma_chains4(convert, row, x, n64):
     s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
     for p in range(0, 2 * n64, 128):
         simd.prefetch(row, p + PREFETCH_AHEAD)
+        simd.prefetch(row, p + PREFETCH_AHEAD + 64)
         s0 = simd.fma(convert(simd.load(row, p, 16, "u16")), simd.load(x, 2 * p, 16, "f32"), s0)
         s1 = simd.fma(convert(simd.load(row, p + 32, 16, "u16")),
                       simd.load(x, 2 * p + 64, 16, "f32"), s1)

@@ -338,7 +338,8 @@ def _ggml_f32(row, y):
     n64 = n - n % 64
     s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
     for p in range(0, 4 * n64, 256):
-        simd.prefetch(row, p + PREFETCH_AHEAD)
+        for o in range(0, 256, 64):
+            simd.prefetch(row, p + PREFETCH_AHEAD + o)
         s0 = simd.fma(simd.load(row, p, 16, "f32"), simd.load(y, p, 16, "f32"), s0)
         s1 = simd.fma(simd.load(row, p + 64, 16, "f32"), simd.load(y, p + 64, 16, "f32"), s1)
         s2 = simd.fma(simd.load(row, p + 128, 16, "f32"), simd.load(y, p + 128, 16, "f32"), s2)
@@ -421,6 +422,7 @@ def _bf16_main(row, y, n, y_is_f32):
         nv = n - n % 64
         for i in range(0, nv, 64):
             simd.prefetch(row, 2 * i + PREFETCH_AHEAD)
+            simd.prefetch(row, 2 * i + PREFETCH_AHEAD + 64)
             c1 = _dpbf16(c1, simd.load(row, 2 * i, 32, "u16"), y, i, y_is_f32)
             c2 = _dpbf16(c2, simd.load(row, 2 * i + 64, 32, "u16"), y, i + 32, y_is_f32)
     else:
