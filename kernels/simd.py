@@ -13,8 +13,7 @@ kernel say which vector operations it wants while staying plain numba code:
 * the rest are functions: :func:`load`, :func:`splat`, :func:`convert`,
   :func:`bitcast`, :func:`select_neg`, :func:`absolute`, :func:`concat`,
   :func:`lanes`, :func:`permutation`/:func:`permutation2` (constant shuffles),
-  :func:`maddubs`, :func:`madd`, :func:`dpbusd`, :func:`dpwssd`, :func:`packs`,
-  :func:`hsum`.
+  :func:`maddubs`, :func:`madd`, :func:`dpbusd`, :func:`dpwssd`, :func:`hsum`.
 
 Everything is plain LLVM IR (``shufflevector``, ``mul``, ``sext``...) except the byte
 dot products, which are emitted as x86 intrinsics when the target has them and as
@@ -584,31 +583,6 @@ def dpbusd(typingctx, acc, a, b):
 
 
 @intrinsic
-def packs(typingctx, a, b):
-    """Two int32 x16 vectors -> int16 x32, each lane saturated to int16, in the order of
-    ``vpackssdw`` (per 128 bits: four lanes of ``a``, then the same four of ``b``):
-    lane ``8m + t`` is ``a[4m + t]`` for t < 4, ``b[4m + t - 4]`` otherwise."""
-    if not (isinstance(a, Vec) and a == b and a.dtype == types.int32 and a.n == 16):
-        return None
-    vt = Vec(types.int16, 32)
-
-    def codegen(context, builder, sig, args):
-        i16 = ir.VectorType(ir.IntType(16), 32)
-        if "avx512bw" in _target_features(context):
-            return _x86_call(builder, "llvm.x86.avx512.packssdw.512", i16, list(args))
-        lo, hi = _const_vec(types.int32, [-32768] * 16), _const_vec(types.int32, [32767] * 16)
-        sat = [builder.select(builder.icmp_signed(">", x, hi), hi,
-                              builder.select(builder.icmp_signed("<", x, lo), lo, x))
-               for x in args]
-        both = builder.trunc(_shuffle(builder, sat[0], sat[1], range(32)), i16)
-        return _shuffle(builder, both, both,
-                        [4 * (i // 8) + i % 8 if i % 8 < 4 else 16 + 4 * (i // 8) + i % 8 - 4
-                         for i in range(32)])
-
-    return vt(a, b), codegen
-
-
-@intrinsic
 def hsum(typingctx, a):
     """Sum of the lanes of an integer vector (``llvm.vector.reduce.add``)."""
     if not (isinstance(a, Vec) and isinstance(a.dtype, types.Integer)):
@@ -769,17 +743,45 @@ def gather_halves(typingctx, buf, p, stride, n):
 
 @intrinsic(prefer_literal=True)
 def or_if(typingctx, a, cond, value):
-    """``a[i] | value`` where ``cond[i]`` is non-zero, else ``a[i]`` (``vptestmb`` and a
-    masked ``vpor`` with AVX-512)."""
+    """``a[i] | value`` where ``cond[i]`` is non-zero, else ``a[i]``; the bits of
+    ``value`` must be clear in ``a`` (computed as an add, which AVX-512 masks per byte:
+    ``vptestmb`` and a masked ``vpaddb``, where a masked or would need a blend)."""
     if not (isinstance(a, Vec) and isinstance(cond, Vec) and cond.n == a.n):
         return None
 
     def codegen(context, builder, sig, args):
         nz = builder.icmp_unsigned("!=", args[1], ir.Constant(args[1].type, None))
         v = _splat_ir(context, builder, args[2], value, a)
-        return builder.select(nz, builder.or_(args[0], v), args[0])
+        x = args[0]
+        if "avx512bw" in _target_features(context):     # else LLVM, seeing the clear bits,
+            x = builder.asm(ir.FunctionType(x.type, [x.type]), "", "=v,0", [x], False)
+        return builder.select(nz, builder.add(x, v), x)  # makes it an or and a blend
 
     return a(a, cond, value), codegen
+
+
+@intrinsic(prefer_literal=True)
+def bit_field(typingctx, a, shift, width):
+    """``(a[i] >> shift) & (2**width - 1)`` for uint8 lanes (literal shift and width):
+    one ``vgf2p8affineqb`` with GFNI (a bit matrix moving bits shift..shift+width-1 to
+    0..width-1), where a shift then a mask would take two."""
+    if not (isinstance(a, Vec) and a.dtype == types.uint8 and isinstance(shift, types.IntegerLiteral)
+            and isinstance(width, types.IntegerLiteral)):
+        return None
+    sh, wd = shift.literal_value, width.literal_value
+
+    def codegen(context, builder, sig, args):
+        feats = _target_features(context)
+        if "gfni" in feats and "avx512bw" in feats and a.n == 64:
+            # output bit i = parity(matrix byte 7 - i & x): byte 7 - i selects bit sh + i
+            qword = sum((1 << (sh + i)) << (8 * (7 - i)) for i in range(wd) if sh + i < 8)
+            mat = _const_vec(types.uint8, [(qword >> (8 * (k % 8))) & 0xFF for k in range(64)])
+            return _x86_call(builder, "llvm.x86.vgf2p8affineqb.512", args[0].type,
+                             [args[0], mat, ir.Constant(ir.IntType(8), 0)])
+        v = builder.lshr(args[0], _const_vec(types.uint8, [sh] * a.n))
+        return builder.and_(v, _const_vec(types.uint8, [(1 << wd) - 1] * a.n))
+
+    return a(a, shift, width), codegen
 
 
 @intrinsic

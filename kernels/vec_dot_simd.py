@@ -55,7 +55,7 @@ import numpy as np
 from numba import njit
 
 from . import simd as S
-from .bits import f16_to_f32, out_of_line, u32_at
+from .bits import f16_to_f32, out_of_line
 from .quants import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from .vec_dot_ggml import (blocks_q4_0, blocks_q4_1, blocks_q5_0, blocks_q5_1,
                            blocks_q8_0)
@@ -598,13 +598,26 @@ def _rows4_result(sumf, s01, s23):
             S.add_in_order(S.lane(sumf, 3), S.lanes(s23, 8, 8)))
 
 
+def _k4_scale_bytes(i: int) -> tuple[int, int]:
+    """Q4_K/Q5_K scale (i < 8) or min (i - 8) i: the scales bytes holding its low bits
+    and its top 2 bits (ggml's ``utmp`` unpacking; the same byte where it has none)."""
+    j, base = i % 8, 4 * (i >= 8)
+    return (base + j, base + j) if j < 4 else (8 + j - 4, base + j - 4)
+
+
+#: the two bytes of :func:`_k4_scale_bytes` as a uint16 lane (low, high), taken from the
+#: block's first 16 bytes (scales byte k is vector byte 4 + k)
+_K4_SC_BYTES = S.permutation([4 + b for i in range(16) for b in _k4_scale_bytes(i)])
+_K4_SC_SHIFT = S.constant([4 * (i >= 12) for i in range(16)], "u16")
+_K4_SC_LOW = S.constant([63 if i % 8 < 4 else 15 for i in range(16)], "u16")
+_K4_SC_TOP = S.constant([0 if i % 8 < 4 else 0x30 for i in range(16)], "u16")
+
+
 @njit(inline="always", cache=True)
 def _k4_scales(row, p):
-    """Scales and mins of a Q4_K/Q5_K block, 8 uint8 lanes each (ggml's ``utmp``)."""
-    u0, u1, u2 = u32_at(row, p + 4), u32_at(row, p + 8), u32_at(row, p + 12)
-    v = S.bitcast(S.pack4(u0 & 0x3F3F3F3F, (u2 & 0x0F0F0F0F) | (((u0 >> 6) & 0x03030303) << 4),
-                          u1 & 0x3F3F3F3F,
-                          ((u2 >> 4) & 0x0F0F0F0F) | (((u1 >> 6) & 0x03030303) << 4)), "u8")
+    """Scales and mins of a Q4_K/Q5_K block, 8 uint16 lanes each (ggml's ``utmp``)."""
+    w = S.bitcast(_K4_SC_BYTES(S.load(row, p, 16, "u8")), "u16")
+    v = ((w >> _K4_SC_SHIFT()) & _K4_SC_LOW()) | ((w >> 10) & _K4_SC_TOP())
     return S.lanes(v, 0, 8), S.lanes(v, 8, 8)
 
 
@@ -612,11 +625,10 @@ def _k4_scales(row, p):
 def _k4_dots(lo0, hi0, lo1, hi1, sc, yp, pp):
     """The scaled class sums of a Q4_K/Q5_K block from its codes, in 16 int32 lanes."""
     z = S.zeros(16, "i32")
-    a0 = _scaled(z, S.dpbusd(z, lo0, S.load(yp, pp, 64, "i8")), _SC02(sc))
-    a1 = _scaled(z, S.dpbusd(z, hi0, S.load(yp, pp + 64, 64, "i8")), _SC13(sc))
-    a2 = _scaled(z, S.dpbusd(z, lo1, S.load(yp, pp + 128, 64, "i8")), _SC46(sc))
-    a3 = _scaled(z, S.dpbusd(z, hi1, S.load(yp, pp + 192, 64, "i8")), _SC57(sc))
-    return (a0 + a1) + (a2 + a3)
+    a = _scaled(z, S.dpbusd(z, lo0, S.load(yp, pp, 64, "i8")), _SC02(sc))
+    a = _scaled(a, S.dpbusd(z, hi0, S.load(yp, pp + 64, 64, "i8")), _SC13(sc))
+    a = _scaled(a, S.dpbusd(z, lo1, S.load(yp, pp + 128, 64, "i8")), _SC46(sc))
+    return _scaled(a, S.dpbusd(z, hi1, S.load(yp, pp + 192, 64, "i8")), _SC57(sc))
 
 
 @njit(inline="always", cache=True)
@@ -728,11 +740,12 @@ _SC16_0, _SC16_1, _SC16_2, _SC16_3 = [_lane_pairs(2 * m, 2 * m + 1) for m in ran
 
 
 @njit(inline="always", cache=True)
-def _pairs_dot(u, yp, pq, pb, scales):
-    """scale * (class sums of 4 sub-blocks of 16) for codes u in :func:`_pairs16` order,
-    activations at pq and their offset pair sums at pb."""
+def _pairs_dot(acc, u, yp, pq, pb, scales):
+    """acc + scale * (class sums of 4 sub-blocks of 16) for codes u in :func:`_pairs16`
+    order, activations at pq and their offset pair sums at pb (integers: exact in any
+    order, so a block's four calls chain through one accumulator)."""
     t = S.maddubs(u, S.load(yp, pq, 64, "i8")) - S.load(yp, pb, 32, "i16")
-    return S.dpwssd(S.zeros(16, "i32"), t, S.bitcast(scales, "i16"))
+    return S.dpwssd(acc, t, S.bitcast(scales, "i16"))
 
 
 @njit(inline="always", cache=True)
@@ -742,18 +755,18 @@ def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 
     x0 = S.load(row, p, 64, "u8")                      # ql: values 0..63 (low), 64..127 (high)
     h0 = S.load(row, p + 128, 32, "u8")
     h = S.bitcast(S.concat(h0, h0), "u16")
-    a0 = _pairs_dot(_PAIRS16((x0 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp, pp,
-                    pp + 256, _SC16_0(sc))
-    a1 = _pairs_dot(_PAIRS16((x0 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
-                    pp + 64, pp + 320, _SC16_1(sc))
+    z = S.zeros(16, "i32")
+    a = _pairs_dot(z, _PAIRS16((x0 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp, pp,
+                   pp + 256, _SC16_0(sc))
+    a = _pairs_dot(a, _PAIRS16((x0 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
+                   pp + 64, pp + 320, _SC16_1(sc))
     x1 = S.load(row, p + 64, 64, "u8")                 # values 128..191, 192..255
     h1 = S.load(row, p + 160, 32, "u8")
     h = S.bitcast(S.concat(h1, h1), "u16")
-    a2 = _pairs_dot(_PAIRS16((x1 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp,
-                    pp + 128, pp + 384, _SC16_2(sc))
-    a3 = _pairs_dot(_PAIRS16((x1 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
-                    pp + 192, pp + 448, _SC16_3(sc))
-    return (a0 + a1) + (a2 + a3)
+    a = _pairs_dot(a, _PAIRS16((x1 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp,
+                   pp + 128, pp + 384, _SC16_2(sc))
+    return _pairs_dot(a, _PAIRS16((x1 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
+                      pp + 192, pp + 448, _SC16_3(sc))
 
 
 # hmask bit of plane j for each byte of the _pairs16-permuted quants: bytes from the first
@@ -763,21 +776,27 @@ _HM0, _HM1, _HM2, _HM3 = [S.constant([1 << (j if i < 32 else 4 + j) for i in _pa
 _SC3_0, _SC3_1, _SC3_2, _SC3_3 = [_lane_pairs(j, 4 + j) for j in range(4)]
 
 
+#: Q3_K scale i as a uint16 lane: low byte the scales byte holding its low 4 bits, high
+#: byte the one holding its high 2 bits (ggml's kmask1/kmask2 unpacking); the 16 bytes
+#: are loaded from p + 94 (the block's last 16), so scales byte k is vector byte 2 + k
+_Q3_SC_BYTES = S.permutation([2 + b for i in range(16)
+                              for b in (i % 4 + 4 * ((i // 4) % 2), 8 + i % 4)])
+_Q3_SC_LOW = S.constant([4 * (i >= 8) for i in range(16)], "u16")       # -> bits 0..3
+_Q3_SC_HIGH = S.constant([4 + 2 * (i // 4) for i in range(16)], "u16")  # -> bits 4..5
+
+
 @njit(inline="always", cache=True)
 def _q3_k_scales(row, p):
     """The 16 scales of a Q3_K block minus 32, int16 pairs (2i, 2i+1) as int32 lanes."""
-    a0, a1, a2 = u32_at(row, p + 96), u32_at(row, p + 100), u32_at(row, p + 104)
-    v = S.bitcast(S.pack4((a0 & 0x0F0F0F0F) | ((a2 & 0x03030303) << 4),
-                          (a1 & 0x0F0F0F0F) | (((a2 >> 2) & 0x03030303) << 4),
-                          ((a0 >> 4) & 0x0F0F0F0F) | (((a2 >> 4) & 0x03030303) << 4),
-                          ((a1 >> 4) & 0x0F0F0F0F) | (((a2 >> 6) & 0x03030303) << 4)), "u8")
-    return S.bitcast(S.opaque(S.convert(v, "i16") - 32), "i32")
+    w = S.bitcast(_Q3_SC_BYTES(S.load(row, p + 94, 16, "u8")), "u16")
+    v = ((w >> _Q3_SC_LOW()) & 15) | ((w >> _Q3_SC_HIGH()) & 0x30)
+    return S.bitcast(S.opaque(S.bitcast(v, "i16") - 32), "i32")
 
 
 @njit(inline="always", cache=True)
-def _q3_codes(q, hm, bits):
-    """2-bit plane values plus 4 where the hmask bit is set: 0..7 (ggml's value + 4)."""
-    return S.or_if(q & 3, hm & bits, 4)
+def _q3_codes(c, hm, bits):
+    """2-bit plane values ``c`` plus 4 where the hmask bit is set: 0..7 (ggml's value + 4)."""
+    return S.or_if(c, hm & bits, 4)
 
 
 @njit(inline="always", cache=True)
@@ -787,11 +806,14 @@ def _q3_k_ints(row, p, yp, pp, ahead):       # hmask@0 qs@32 scales@96 d@108, 11
     q = _PAIRS16(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
     hm0 = S.load(row, p, 32, "u8")
     hm = _PAIRS16(S.concat(hm0, hm0))
-    a0 = _pairs_dot(_q3_codes(q, hm, _HM0()), yp, pp, pp + 256, _SC3_0(sc))
-    a1 = _pairs_dot(_q3_codes(q >> 2, hm, _HM1()), yp, pp + 64, pp + 320, _SC3_1(sc))
-    a2 = _pairs_dot(_q3_codes(q >> 4, hm, _HM2()), yp, pp + 128, pp + 384, _SC3_2(sc))
-    a3 = _pairs_dot(_q3_codes(q >> 6, hm, _HM3()), yp, pp + 192, pp + 448, _SC3_3(sc))
-    return (a0 + a1) + (a2 + a3)
+    a = _pairs_dot(S.zeros(16, "i32"), _q3_codes(q & 3, hm, _HM0()), yp, pp, pp + 256,
+                   _SC3_0(sc))
+    a = _pairs_dot(a, _q3_codes(S.bit_field(q, 2, 2), hm, _HM1()), yp, pp + 64, pp + 320,
+                   _SC3_1(sc))
+    a = _pairs_dot(a, _q3_codes(S.bit_field(q, 4, 2), hm, _HM2()), yp, pp + 128, pp + 384,
+                   _SC3_2(sc))
+    return _pairs_dot(a, _q3_codes(S.bit_field(q, 6, 2), hm, _HM3()), yp, pp + 192, pp + 448,
+                      _SC3_3(sc))
 
 
 @njit(cache=True)
@@ -846,30 +868,41 @@ def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
     return _rows4_result(S.zeros(4, "f32"), s01, s23)
 
 
-#: Q2_K: the sub-block of each int16 lane of ``packs(dot of plane j, dot of plane j + 1)``
-#: (j = 0, 2): dpbusd lane L of plane j sums values of sub-block 2j + (0, 1, 8, 9)[L // 4]
-_SC2_01, _SC2_23 = [S.permutation([j + (0, 1, 8, 9)[i // 8] + 2 * (i % 8 >= 4)
-                                   for i in range(32)]) for j in (0, 4)]
+#: Q2_K: the sub-block of each int16 lane of ``maddubs(plane j codes, activations)``:
+#: lane t sums values 2t, 2t + 1 of bit plane j, of sub-block 2j + (0, 1, 8, 9)[t // 8]
+_SC2_0, _SC2_1, _SC2_2, _SC2_3 = [S.permutation([2 * j + (0, 1, 8, 9)[t // 8] for t in range(32)])
+                                  for j in range(4)]
 
 
 @njit(inline="always", cache=True)
 def _q2_k_ints(row, p, yq, py, yp, pp, ahead):   # scales@0 qs@16 d@80 dmin@82, 84 B
     """(isum lanes, summs lanes): ggml's isum and summs of the block, still spread over
-    int32 lanes (16 and 8) whose sums they are. Each plane's dot lanes are at most
-    4 * 3 * 127 in magnitude: two planes are packed into int16 pairs and scaled by one
-    ``vpdpwssd``, which also adds them (isum is an integer: any order is exact)."""
+    int32 lanes (16 and 8) whose sums they are. Each plane's pair sums (``maddubs``, at
+    most 2 * 3 * 127) are scaled and added into one accumulator by ``vpdpwssd`` (isum is
+    an integer: any order is exact)."""
     _prefetch(row, p, 84, ahead)
-    s8 = S.load(row, p, 16, "u8")
-    sc = S.opaque(S.convert(s8 & 15, "i16"))
+    s16 = S.convert(S.load(row, p, 16, "u8"), "i16")
+    sc = S.opaque(s16 & 15)
     q = S.load(row, p + 16, 64, "u8")
-    z = S.zeros(16, "i32")
-    d0 = S.dpbusd(z, q & 3, S.load(yp, pp, 64, "i8"))
-    d1 = S.dpbusd(z, (q >> 2) & 3, S.load(yp, pp + 64, 64, "i8"))
-    d2 = S.dpbusd(z, (q >> 4) & 3, S.load(yp, pp + 128, 64, "i8"))
-    d3 = S.dpbusd(z, q >> 6, S.load(yp, pp + 192, 64, "i8"))
-    isum = S.dpwssd(S.dpwssd(z, S.packs(d0, d1), _SC2_01(sc)), S.packs(d2, d3), _SC2_23(sc))
-    summs = S.madd(S.load(yq, py + 260, 16, "i16"), S.convert(s8 >> 4, "i16"))
-    return isum, summs
+    acc = S.dpwssd(S.zeros(16, "i32"), S.maddubs(q & 3, S.load(yp, pp, 64, "i8")), _SC2_0(sc))
+    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 2, 2), S.load(yp, pp + 64, 64, "i8")),
+                   _SC2_1(sc))
+    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 4, 2), S.load(yp, pp + 128, 64, "i8")),
+                   _SC2_2(sc))
+    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 6, 2), S.load(yp, pp + 192, 64, "i8")),
+                   _SC2_3(sc))
+    return acc, S.madd(S.load(yq, py + 260, 16, "i16"), s16 >> 4)
+
+
+_DMIN_LAST = S.permutation([0, 2, 4, 6, 1, 3, 5, 7])
+
+
+@njit(inline="always", cache=True)
+def _q2_k_sums4(i0, i1, i2, i3, m0, m1, m2, m3):
+    """Four rows' isum and summs lanes -> int32 x8: isum of rows 0..3, then summs."""
+    rows = _pairwise(_pairwise(i0, i1), _pairwise(i2, i3))       # 4 isum lanes per row
+    both = _pairwise(rows, _pairwise(S.concat(m0, m1), S.concat(m2, m3)))
+    return _EVEN8(both) + _ODD8(both)
 
 
 @njit(cache=True)
@@ -897,12 +930,11 @@ def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
         i1, m1 = _q2_k_ints(r1, p, yq, py, yp, pp, ahead)
         i2, m2 = _q2_k_ints(r2, p, yq, py, yp, pp, ahead)
         i3, m3 = _q2_k_ints(r3, p, yq, py, yp, pp, ahead)
-        isum = _sum4lanes(_pairwise(_pairwise(i0, i1), _pairwise(i2, i3)))
-        summs = _sum4lanes(_pairwise(S.concat(m0, m1), S.concat(m2, m3)))
+        sums = S.convert(_q2_k_sums4(i0, i1, i2, i3, m0, m1, m2, m3), "f32")
         dd = S.concat(S.concat(S.halves_at(r0, p + 80, 2), S.halves_at(r1, p + 80, 2)),
                       S.concat(S.halves_at(r2, p + 80, 2), S.halves_at(r3, p + 80, 2)))
-        dd = S.scalar_at(yq, py, "f32") * dd               # dall, dmin of rows 0..3
-        sumf = sumf + (_EVEN4(dd) * S.convert(isum, "f32") - _ODD4(dd) * S.convert(summs, "f32"))
+        t = _DMIN_LAST(S.scalar_at(yq, py, "f32") * dd) * sums   # dall*isum, dmin*summs
+        sumf = sumf + (S.lanes(t, 0, 4) - S.lanes(t, 4, 4))
     return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
 
 
