@@ -583,6 +583,17 @@ def dpbusd(typingctx, acc, a, b):
 
 
 @intrinsic
+def has_vnni(typingctx):
+    """Whether the code being compiled has AVX512-VNNI (a constant LLVM folds): there
+    ``dpbusd`` is one ``vpdpbusd``, which does not saturate, so a kernel may feed it
+    unsigned bytes up to 255 where the other lowerings need pair sums within int16."""
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(1), int("avx512vnni" in _target_features(context)))
+
+    return types.boolean(), codegen
+
+
+@intrinsic
 def hsum(typingctx, a):
     """Sum of the lanes of an integer vector (``llvm.vector.reduce.add``)."""
     if not (isinstance(a, Vec) and isinstance(a.dtype, types.Integer)):

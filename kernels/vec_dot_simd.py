@@ -20,9 +20,10 @@ What ggml's generic order fixes, and how the vector code keeps it:
   registers (one ``vpermb``) so that each int32 lane of a dot holds one class ``l`` of
   one sub-block; the activations were permuted the same way once per row
   (:func:`prepare_row`). Q2_K sums everything into one integer per block.
-* Signed x signed bytes: ``vpdpbusd`` wants one unsigned side. Q8_0 uses ggml's sign
-  trick (``|w| * (sign(w) * y)``); Q4_0/Q5_0/Q6_K/Q3_K use their unsigned codes ``u``
-  and subtract ``offset * sum(y)`` (precomputed per row of activations, exact).
+* Signed x signed bytes: ``vpdpbusd`` wants one unsigned side. Q4_0/Q5_0/Q6_K/Q3_K
+  use their unsigned codes ``u`` and subtract ``offset * sum(y)`` (precomputed per row
+  of activations, exact); so does Q8_0 with VNNI (``w + 128``: ``vpdpbusd`` does not
+  saturate), elsewhere ggml's sign trick (``|w| * (sign(w) * y)``).
 
 Numbers are bounded so that no 16-bit pair sum saturates (see :mod:`.simd`): unsigned
 codes are at most 63 (Q6_K), ``|w| <= 128`` for Q8_0, activations in [-127, 127].
@@ -46,7 +47,7 @@ Q3_K           as Q6_K over the bit-plane order (:data:`_PLANES`), ``4 * (y[a] +
 Q2_K           per 256: int8 quants in bit-plane order
 32-blocks      quants (per 4 blocks: Q8_0 natural, others :func:`_nibble_order`), then
                float32 ``d`` of every block, then int32 ``offset * sum(q)`` (Q4_0,
-               Q5_0) or float32 ``s`` (Q4_1, Q5_1) of every block
+               Q5_0, Q8_0) or float32 ``s`` (Q4_1, Q5_1) of every block
 =============  =======================================================================
 """
 from __future__ import annotations
@@ -196,7 +197,7 @@ def prepare_row(code, yq, out):
     elif code == Q2_K:
         _prep_k(yq, out, _IDX_K2, 256, 0)
     elif code == Q8_0:
-        _prep_32(yq, out, 34, True, 0)
+        _prep_32(yq, out, 34, True, 128)
     elif code == Q4_0:
         _prep_32(yq, out, 34, False, 8)
     elif code == Q5_0:
@@ -393,21 +394,31 @@ _float_q5_1 = _float_q4_1                       # the same float terms
 
 @njit(inline="always", cache=True)
 def _q8_dot2(row, p, yp, pq):
-    """int32 lanes 0..7 / 8..15: partial sums of blocks at p and p + 34 (sign trick)."""
+    """int32 lanes 0..7 / 8..15: partial sums of blocks at p and p + 34. With VNNI the
+    unsigned codes ``w + 128`` (``128 * sum(y)`` is subtracted per block in
+    :func:`_float_q8_0`), elsewhere ggml's sign trick (pair sums within int16)."""
     w = S.concat(S.load(row, p + 2, 32, "i8"), S.load(row, p + 36, 32, "i8"))
     y = S.load(yp, pq, 64, "i8")
+    if S.has_vnni():
+        return S.dpbusd(S.zeros(16, "i32"), S.bitcast(w, "u8") ^ 0x80, y)
     return S.dpbusd(S.zeros(16, "i32"), S.bitcast(S.absolute(w), "u8"), S.select_neg(w, y))
+
+
+#: the d of 4 Q8_0 blocks from 64-byte loads at p (blocks 0, 1) and p + 68 (2, 3)
+_D_Q8_0 = S.permutation2([0, 1, 34, 35, 64, 65, 98, 99])
 
 
 @njit(inline="always", cache=True)
 def _part4_q8_0(row, p, yp, pq):      # block_q8_0: d@0 qs:i8@2, 34 B
     sums = _pairwise(_q8_dot2(row, p, yp, pq), _q8_dot2(row, p + 68, yp, pq + 64))
-    d = S.gather_halves(row, p, 34, 4)
+    d = _halves(_D_Q8_0(S.load(row, p, 64, "u8"), S.load(row, p + 68, 64, "u8")))
     return sums, d, d
 
 
 @njit(inline="always", cache=True)
 def _float_q8_0(sumi, d, m, yp, b0, n, nb):     # sumi*(dx*dy)
+    if S.has_vnni():                            # sumi = dot - 128 * sum(y)
+        sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
     return S.convert(sumi, "f32") * (d * _yd(yp, b0, n, nb))
 
 
