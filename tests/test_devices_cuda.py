@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from fixtures import write_llama
-from fixtures_moe import write_mixtral
+from fixtures_moe import write_mixtral, write_qwen3moe
 from graphcost.format import ggml_types as gt
 from graphcost.graph.build import load_model
 from graphcost.graph.ggml_graph import Tensor, contiguous_nb
 from graphcost.graph.settings import RunSettings
+from graphcost.memory.alloc_deps import SplitGraph, collect, cuda_moe_fusions, use_counts
 from graphcost.memory.backends import load
 from graphcost.memory.op_rules import (Unmodelled, compute_alloc_size, cuda_fattn_alloc_size,
                                        cuda_fattn_kernel, evaluate)
@@ -238,13 +239,65 @@ def test_quantized_cache_needs_the_compute_capability(llama_hd128):
     assert c_ada > c_f16
 
 
-def test_moe_on_cuda_is_not_modelled(tmp_path):
-    # graph_optimize keeps tensors alive around its MoE fusions: not simulated
-    m = load_model(write_mixtral(tmp_path / "mx.gguf", n_layer=2).path)
-    dp = plan_devices(m, RunSettings(ctx_size=512), [DeviceArg("cuda")],
-                      PlacementFlags(cpu_features=AVX2))
-    assert dp.compute is None
-    assert any("graph_optimize" in n and "CUDA0" in n for n in dp.placement.notes)
+@pytest.fixture(scope="module")
+def qwen3moe(tmp_path_factory):
+    # 2 layers, n_embd 320, 5 heads of 64 over 1 KV head, 4 experts of width 96, 2 used
+    return load_model(write_qwen3moe(tmp_path_factory.mktemp("cu") / "q3m.gguf", n_layer=2).path)
+
+
+def _deps_by_name(model, settings):
+    from graphcost.graph.build import build_graph, resolve_for
+    run = resolve_for(model, settings)
+    bg = build_graph(model, run.step(7, 0, 7))
+    g = SplitGraph(bg.nodes, None, use_counts(bg.nodes), set(), set())
+    return {next(n.name for n in bg.nodes if id(n) == k): [t.name for t in v]
+            for k, v in collect(cuda_moe_fusions(g, {})).items()}
+
+
+def test_cuda_moe_fusion_matchers(qwen3moe, tmp_path):
+    """ggml_backend_cuda_graph_optimize's add_alloc_dep calls on qwen3moe's layer 0
+    (ggml-cuda.cu): the top-k routing SOFT_MAX, RESHAPE, ARGSORT, VIEW, GET_ROWS + the norm's
+    RESHAPE, SUM_ROWS, CLAMP, DIV, RESHAPE (10 nodes, 4 experts: an instantiated count)
+    and each one's sources are kept until the node after them (the reshaped ffn_norm);
+    the weighted sum MUL, 2 VIEWs, ADD keeps the experts and router weights until its ADD."""
+    deps = _deps_by_name(qwen3moe, RunSettings(ctx_size=512))
+    assert deps["ffn_norm-0 (reshaped)"] == [
+        "ffn_moe_probs-0", "ffn_moe_logits-0", "ffn_moe_probs-0 (reshaped)", "ffn_moe_argsort-0",
+        "ffn_moe_topk-0", "ffn_moe_weights-0", "ffn_moe_weights-0 (reshaped)",
+        "ffn_moe_weights_sum-0", "ffn_moe_weights_sum_clamped-0", "ffn_moe_weights_norm-0",
+        "ffn_moe_weights_norm-0 (reshaped)"]  # 11 kept: two dependency nodes (10 + 1 sources)
+    assert deps["ffn_moe_out-0"] == ["ffn_moe_down-0", "ffn_moe_weights_norm-0 (reshaped)"]
+    assert len(deps) == 4  # the same two for layer 1
+    # 6 experts: not an instantiated top-k count (ggml_cuda_should_use_topk_moe): only the sums
+    mx = load_model(write_mixtral(tmp_path / "mx.gguf", n_layer=2).path)
+    assert set(_deps_by_name(mx, RunSettings(ctx_size=512))) == {"ffn_moe_out-0", "ffn_moe_out-1"}
+
+
+def test_moe_on_cuda_keeps_fused_tensors_alive(qwen3moe):
+    """The dependencies in the allocation (qwen3moe, 512-token prompt, flash attention on).
+    GGML_CUDA_DISABLE_FUSION=1 (fusion=0): ffn_moe_weighted (MUL) takes ffn_moe_down's
+    block in place, F32 [320, 2, 512] = 320 x 2 x 512 x 4 = 1,310,720 bytes at offset
+    2,502,656, and that block's end is the buffer: 3,813,376. With the fusions,
+    ffn_moe_down is kept until ffn_moe_out, so the MUL cannot run in place and takes the
+    next 1,310,720 bytes: 3,813,376 + 1,310,720 = 5,124,096. The top-k dependencies keep
+    ffn_moe_logits (8,192 bytes at 0) alive, so the SOFT_MAX, in place at 0 without them,
+    sits at 8,192."""
+    s = RunSettings(ctx_size=512, flash_attn="on")
+    flags = PlacementFlags(cpu_features=AVX2)
+    res = {}
+    for dev in ("cuda", "cuda,fusion=0"):
+        dp = plan_devices(qwen3moe, s, [parse_device(dev)], flags)
+        pp = dict(dp.compute.schedules)["prompt"]
+        off = {n.name: pp.alloc.offsets.get(id(n)) for n in pp.nodes}
+        res[dev] = ({r.device: r.compute_bytes for r in dp.rows}["CUDA0"], off)
+    c_on, on = res["cuda"]
+    c_off, off = res["cuda,fusion=0"]
+    assert off["ffn_moe_down-0"] == off["ffn_moe_weighted-0"] == 2502656
+    assert c_off == 2502656 + 320 * 2 * 512 * 4 == 3813376
+    assert on["ffn_moe_down-0"] == 2502656 and on["ffn_moe_weighted-0"] == 3813376
+    assert c_on == 3813376 + 1310720 == 5124096
+    assert off["ffn_moe_probs-0"] == off["ffn_moe_logits-0"] == 0
+    assert on["ffn_moe_logits-0"] == 0 and on["ffn_moe_probs-0"] == 8192
 
 
 def test_sycl_rules_and_flash_attention_not_modelled(llama_hd128):
