@@ -20,8 +20,8 @@ from graphcost.graph.ggml_graph import Tensor, contiguous_nb
 from graphcost.graph.settings import RunSettings
 from graphcost.memory.alloc_deps import SplitGraph, collect, cuda_moe_fusions, use_counts
 from graphcost.memory.backends import load
-from graphcost.memory.op_rules import (Unmodelled, compute_alloc_size, cuda_fattn_alloc_size,
-                                       cuda_fattn_kernel, evaluate)
+from graphcost.memory.op_rules import (Unmodelled, amd_arch, compute_alloc_size,
+                                       cuda_fattn_alloc_size, cuda_fattn_kernel, evaluate)
 from graphcost.memory.placement import DeviceArg, PlacementFlags, parse_device, plan_devices
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,6 +146,52 @@ def test_cuda_flash_attention_alloc_size_by_hand():
     assert cuda_fattn_alloc_size(_fa(512, T.F16, T.F16), {}) == 2097152
     with pytest.raises(Unmodelled, match="cc=8.9"):
         cuda_fattn_alloc_size(pp, {})
+
+
+def test_rocm_flash_attention_kernel_and_alloc_size_by_hand():
+    """ggml_cuda_get_best_fattn_kernel's AMD branches (fattn.cu; common.cuh): 8 heads over
+    2 KV heads (GQA ratio 4, so gqa_ratio_eff 4), head size 128, 512 cells, a mask: the GQA
+    optimisation applies. MFMA (CDNA) wants Q->ne[1] x 4 > 16 for head 128, WMMA
+    (RDNA3/4) > 8; otherwise a quantized cache takes the vector kernel up to 2 tokens and
+    the tile kernel beyond. tile and mma read F16 copies of K and V: q8_0 [128, 512, 2] is
+    131,072 elements, 262,144 bytes as F16."""
+    hip = {"hip": True}
+    mi300, rx7900, rx6800 = {"arch": "gfx942"}, {"arch": "gfx1100"}, {"arch": "gfx1030"}
+    assert cuda_fattn_kernel(_fa(512, T.Q8_0, T.Q8_0), mi300, **hip) == "mma"   # 2048 > 16
+    assert cuda_fattn_kernel(_fa(4, T.Q8_0, T.Q8_0), mi300, **hip) == "tile"    # 16, 4 > 2
+    assert cuda_fattn_kernel(_fa(5, T.Q8_0, T.Q8_0), mi300, **hip) == "mma"     # 20 > 16
+    assert cuda_fattn_kernel(_fa(2, T.Q8_0, T.Q8_0), rx7900, **hip) == "vec"    # 8, not > 8
+    assert cuda_fattn_kernel(_fa(3, T.Q8_0, T.Q8_0), rx7900, **hip) == "mma"    # 12 > 8
+    assert cuda_fattn_kernel(_fa(3, T.Q8_0, T.Q8_0), rx6800, **hip) == "tile"   # RDNA2: no WMMA
+    # sizes: the result F32 [128, 8, tokens] (4,096 bytes a token), then the copies
+    assert cuda_fattn_alloc_size(_fa(512, T.Q8_0, T.Q8_0), mi300, **hip) == 2097152 + 2 * 262144
+    assert cuda_fattn_alloc_size(_fa(4, T.Q8_0, T.Q8_0), mi300, **hip) == 16384 + 2 * 262144
+    assert cuda_fattn_alloc_size(_fa(1, T.Q8_0, T.Q8_0), mi300, **hip) == 4096  # vec, compiled
+    assert cuda_fattn_alloc_size(_fa(1, T.Q4_1, T.Q4_1), rx6800, **hip) == 4096 + 2 * 262144
+    rule = load("rocm").compute_alloc_size
+    assert compute_alloc_size(rule, _fa(4, T.Q8_0, T.Q8_0), mi300) == 16384 + 2 * 262144
+    assert compute_alloc_size(rule, _fa(512, T.F16, T.F16), {}) == 2097152  # F16: no arch needed
+    with pytest.raises(Unmodelled, match="arch=gfx1100"):
+        compute_alloc_size(rule, _fa(4, T.Q8_0, T.Q8_0), {})
+    # ggml_cuda_parse_id: the last two hex digits are the minor version
+    assert [amd_arch({"arch": a}, "t") for a in ("gfx90a", "gfx942", "gfx1100", "gfx11-generic",
+                                                  "gfx90c")] == [0x90A, 0x942, 0x1100, 0x1100, 0x90C]
+    # gfx90c is a GCN APU (GGML_CUDA_CC_IS_GCN_APU), not CDNA: no MFMA, so 5 tokens -> tile
+    assert cuda_fattn_kernel(_fa(5, T.Q8_0, T.Q8_0), {"arch": "gfx90c"}, **hip) == "tile"
+
+
+def test_rocm_quantized_cache_under_flash_attention(llama_hd128):
+    s = RunSettings(ctx_size=512, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0")
+    flags = PlacementFlags(cpu_features=AVX2)
+    no_arch = plan_devices(llama_hd128, s, [DeviceArg("rocm")], flags)
+    assert no_arch.compute is None and any("arch=gfx1100" in n for n in no_arch.placement.notes)
+    q8 = plan_devices(llama_hd128, s, [parse_device("rocm,arch=gfx1100")], flags)
+    f16 = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
+                       [DeviceArg("rocm")], flags)
+    c_q8 = {r.device: r.compute_bytes for r in q8.rows}["ROCm0"]
+    c_f16 = {r.device: r.compute_bytes for r in f16.rows}["ROCm0"]
+    # the prompt's attention (512 tokens: WMMA's mma) reads F16 copies of the q8_0 cache
+    assert c_q8 > c_f16
 
 
 def test_compute_alloc_size_pads_quantized_rows():

@@ -209,6 +209,9 @@ FATTN_KV_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 FATTN_VEC_CASES = {("Q4_0", "Q4_0"), ("Q8_0", "Q8_0"), ("F16", "F16"), ("BF16", "BF16")}
 #: ggml-cuda/common.cuh
 CC_VOLTA, CC_TURING, CC_ADA_LOVELACE = 700, 750, 890
+#: ggml-cuda/common.cuh AMD architectures, relative to GGML_CUDA_CC_OFFSET_AMD (gfx numbers)
+AMD_CDNA1, AMD_RDNA1, AMD_RDNA3, AMD_RDNA4 = 0x908, 0x1010, 0x1100, 0x1200
+AMD_GCN_APUS = (0x909, 0x90C)  # GGML_CUDA_CC_GFX909, GFX90C: GCN, not CDNA
 
 
 def _cc(options: dict[str, Any], why: str) -> int:
@@ -220,13 +223,53 @@ def _cc(options: dict[str, Any], why: str) -> int:
     return int(round(float(cc) * 100))
 
 
-def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = True) -> str:
+def amd_arch(options: dict[str, Any], why: str) -> int:
+    """An AMD GPU's architecture as ggml numbers it, less GGML_CUDA_CC_OFFSET_AMD, from
+    ``arch=gfx1100`` (hipDeviceProp gcnArchName, as rocminfo prints it), parsed as
+    ggml-cuda.cu ``ggml_cuda_parse_id`` does: ``gfx`` and any ``:xnack-`` suffix dropped,
+    the last two hex digits the minor version, the rest the major (``gfx90a`` -> 0x90a,
+    ``gfx1100`` -> 0x1100); ``gfx11-generic`` -> 0x1100."""
+    name = options.get("arch")
+    if name is None:
+        raise Unmodelled(f"{why} depends on the AMD GPU's architecture: give it as "
+                         "--device rocm[:MEM],arch=gfx1100")
+    s = str(name).strip().lower()
+    body = s[3:].split(":")[0] if s.startswith("gfx") else ""
+    try:
+        if body.endswith("-generic"):
+            parts = body[:-len("-generic")].split("-")
+            major = int(parts[0], 16)
+            minor = 0x10 * int(parts[1], 16) if len(parts) > 1 and parts[1] else 0
+        elif len(body) >= 3:
+            major, minor = int(body[:-2], 16), int(body[-2:], 16)
+        else:
+            raise ValueError
+    except ValueError:
+        raise GraphcostError(f"--device rocm,arch={name}: not an AMD architecture name "
+                             "(gfx1100, gfx90a, gfx942, ...)") from None
+    return major * 0x100 + minor
+
+
+def _amd_mfma(arch: int) -> bool:
+    """amd_mfma_available (common.cuh; GGML_HIP_MMQ_MFMA is on by default): CDNA."""
+    return AMD_CDNA1 <= arch < AMD_RDNA1 and arch not in AMD_GCN_APUS
+
+
+def _amd_wmma(arch: int) -> bool:
+    """amd_wmma_available (common.cuh): RDNA3, RDNA3.5, RDNA4."""
+    return arch >= AMD_RDNA3
+
+
+def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = True,
+                      hip: bool = False) -> str:
     """ggml_cuda_get_best_fattn_kernel (ggml-cuda/fattn.cu) for an NVIDIA GPU with the
     kernels of its own architecture compiled (``ggml_cuda_highest_compiled_arch(cc) == cc``,
     a native build) and flash attention built (no ``GGML_CUDA_NO_FA``): ``none``
     (unsupported), ``vec``, ``tile`` or ``mma``. ``choose=False``: only whether it is
     supported (``none`` or ``some``), which does not depend on the GPU; the compute
-    capability (device option ``cc``) is asked for only where the choice depends on it."""
+    capability (device option ``cc``) is asked for only where the choice depends on it.
+    ``hip``: the same function built for ROCm (an AMD GPU: no Turing/Volta tensor cores;
+    the MFMA branch on CDNA, the WMMA branch on RDNA3/4; device option ``arch``)."""
     q, k, v = dst.src[0], dst.src[1], dst.src[2]
     mask = dst.src[3] if len(dst.src) > 3 else None
     if q.ne[2] % k.ne[2]:
@@ -267,8 +310,11 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
         return "some"  # every path below returns a kernel
     d = q.ne[0]
     can_vec = d <= 256 and d % 64 == 0 and d != 192 and k.ne[1] % FATTN_KQ_STRIDE == 0
-    cc = _cc(options, "the CUDA flash-attention kernel choice")
     quant_kv = gt.is_quantized(k.type) or gt.is_quantized(v.type)
+    if hip:
+        return _amd_fattn_kernel(q, d, gqa_ratio, gqa_opt, can_vec, quant_kv,
+                                 amd_arch(options, "the ROCm flash-attention kernel choice"))
+    cc = _cc(options, "the CUDA flash-attention kernel choice")
     if cc >= CC_TURING and d not in (40, 72):
         if can_vec:
             if not quant_kv:
@@ -287,14 +333,27 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
             if not gqa_opt and q.ne[1] == 1:
                 return "vec"
         return "mma"
-    ncols2_max = 32 if d == 320 else (16 if d in (576, 192) else 8)
-    eff = 1
-    while gqa_ratio % (2 * eff) == 0 and eff < ncols2_max:
-        eff *= 2
+    eff = _gqa_ratio_eff(d, gqa_ratio)
     if CC_VOLTA <= cc < CC_TURING and d not in (40, 72):
         if can_vec and q.ne[1] * eff <= 2:
             return "vec"
         return "tile" if q.ne[1] * eff <= 16 else "mma"
+    return _vec_or_tile(q, can_vec, quant_kv, gqa_opt)
+
+
+def _gqa_ratio_eff(d: int, gqa_ratio: int) -> int:
+    """ggml_cuda_get_best_fattn_kernel's gqa_ratio_eff: the largest power of 2 dividing
+    the GQA ratio, up to ncols2_max (32 for D 320, 16 for 576 and 192, else 8)."""
+    ncols2_max = 32 if d == 320 else (16 if d in (576, 192) else 8)
+    eff = 1
+    while gqa_ratio % (2 * eff) == 0 and eff < ncols2_max:
+        eff *= 2
+    return eff
+
+
+def _vec_or_tile(q: Tensor, can_vec: bool, quant_kv: bool, gqa_opt: bool) -> str:
+    """ggml_cuda_get_best_fattn_kernel's last step, without tensor cores: the vector kernel
+    for 1 token without the GQA optimisation (up to 2 with a quantized cache), else tile."""
     if can_vec:
         if not quant_kv:
             if q.ne[1] == 1 and not gqa_opt:
@@ -304,7 +363,24 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
     return "tile"
 
 
-def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
+def _amd_fattn_kernel(q: Tensor, d: int, gqa_ratio: int, gqa_opt: bool, can_vec: bool,
+                      quant_kv: bool, arch: int) -> str:
+    """The part of ggml_cuda_get_best_fattn_kernel an AMD GPU reaches (turing_mma_available
+    and volta_mma_available are NVIDIA only): MFMA (CDNA) above a batch that grows with the
+    head size, WMMA (RDNA3/4) for wide GQA tiles, then the vector kernel for 1 token (2
+    with a quantized cache), else the tile kernel."""
+    n = q.ne[1] * _gqa_ratio_eff(d, gqa_ratio)
+    if _amd_mfma(arch) and d not in (40, 72):
+        if ((d <= 64 and n > 8) or (d <= 128 and n > 16) or (d <= 256 and n > 64)
+                or (d > 256 and gqa_opt and n > 128)):
+            return "mma"
+    if (_amd_wmma(arch) and gqa_opt and d <= 256 and d not in (40, 72)
+            and n > (8 if d <= 128 else 16)):
+        return "mma"
+    return _vec_or_tile(q, can_vec, quant_kv, gqa_opt)
+
+
+def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any], *, hip: bool = False) -> int:
     """ggml_cuda_flash_attn_ext_get_alloc_size (ggml-cuda/fattn.cu): the result, then (each
     at a 128-byte boundary) F16 copies of K and of V when the chosen kernel needs F16 and
     they are not F16 (ggml_cuda_flash_attn_ext_get_f16_extra_data; V shares K's copy when
@@ -314,7 +390,7 @@ def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
     end = dst.nbytes
     if kt == "F16" and vt == "F16":
         return end  # no F16 copies whatever the kernel
-    kernel = cuda_fattn_kernel(dst, options)
+    kernel = cuda_fattn_kernel(dst, options, hip=hip)
     if kernel in ("tile", "mma"):
         need_k = need_v = True
     elif kernel == "vec":
@@ -355,10 +431,7 @@ def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) ->
         raise Unmodelled("the SYCL flash-attention allocation (ggml_sycl_fattn_get_extra: "
                          "oneDNN staging buffers) is not transcribed: use -fa off")
     elif fn == "hip_fattn":
-        if type_name(t.src[1]) != "F16" or type_name(t.src[2]) != "F16":
-            raise Unmodelled("the ROCm flash-attention kernel choice for a non-F16 KV cache "
-                             "(the AMD branches of ggml_cuda_get_best_fattn_kernel) is not transcribed")
-        size = t.nbytes
+        size = cuda_fattn_alloc_size(t, options, hip=True)
     elif fn is None:
         size = t.nbytes
     else:
