@@ -21,7 +21,8 @@ from graphcost.graph.settings import RunSettings
 from graphcost.memory.alloc_deps import SplitGraph, collect, cuda_moe_fusions, use_counts
 from graphcost.memory.backends import load
 from graphcost.memory.op_rules import (Unmodelled, amd_arch, compute_alloc_size,
-                                       cuda_fattn_alloc_size, cuda_fattn_kernel, evaluate)
+                                       cuda_fattn_alloc_size, cuda_fattn_kernel, evaluate,
+                                       sycl_fattn_alloc_size, sycl_fattn_kernel)
 from graphcost.memory.placement import DeviceArg, PlacementFlags, parse_device, plan_devices
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -346,7 +347,7 @@ def test_moe_on_cuda_keeps_fused_tensors_alive(qwen3moe):
     assert on["ffn_moe_logits-0"] == 0 and on["ffn_moe_probs-0"] == 8192
 
 
-def test_sycl_rules_and_flash_attention_not_modelled(llama_hd128):
+def test_sycl_rules_and_its_flash_attention_plan(llama_hd128):
     sycl = load("sycl").supports_op
 
     def mm(a_type, a_ne, b_ne):
@@ -363,7 +364,58 @@ def test_sycl_rules_and_flash_attention_not_modelled(llama_hd128):
     assert rows["SYCL0"] > 0 and rows["SYCL_Host"] > 0     # the CPU's compute type: SYCL_Host
     on = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
                       [DeviceArg("sycl")], flags)
-    assert on.compute is None and any("use -fa off" in n for n in on.placement.notes)
+    assert on.compute is not None and not on.placement.notes
+    fa = [(sc.device_of(i), lab) for lab, sc in on.compute.schedules
+          for i, n in enumerate(sc.nodes) if n.op == "FLASH_ATTN_EXT" and n.layer == 2]
+    assert fa and all(dev == "SYCL0" for dev, _ in fa)
+    # oneDNN's staging (Q, scale, output) is in the prompt's attention allocation: without
+    # oneDNN (onednn=0) the F16 cache needs none, so SYCL0's buffer is smaller
+    no_dnn = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
+                          [parse_device("sycl,onednn=0")], flags)
+    c = {r.device: r.compute_bytes for r in on.rows}["SYCL0"]
+    assert {r.device: r.compute_bytes for r in no_dnn.rows}["SYCL0"] < c
+
+
+def _sycl(dst, **opts):
+    return sycl_fattn_kernel(dst, opts), sycl_fattn_alloc_size(dst, opts)
+
+
+def test_sycl_flash_attention_kernel_and_alloc_size_by_hand():
+    """ggml_sycl_get_best_fattn_kernel and ggml_sycl_fattn_get_extra (ggml-sycl/fattn.cpp,
+    fattn-onednn.cpp): 8 heads over 2 KV heads of 128, a F16 mask. The result F32
+    [128, 8, tokens] is 4,096 bytes a token; the staging blocks are F16, each at a 128-byte
+    boundary: with oneDNN possible for the shape, Q and the output are 8 x tokens x 128
+    halves (512 tokens: 1,048,576 bytes each) and the scale 2 bytes; a q8_0 K or V
+    [128, cells, 2] is copied as 128 x cells x 2 halves (512 cells: 262,144 bytes)."""
+    # F16 cache, 512-token prompt: oneDNN SDPA, the cache bound in place:
+    # 2,097,152 + 1,048,576 (Q) = 3,145,728, + 2 (scale) -> 3,145,856 + 1,048,576 (output)
+    assert _sycl(_fa(512, T.F16, T.F16)) == ("onednn", 4194432)
+    # q8_0 over 512 cells: oneDNN dequantizes only from 1024 cells, MKL likewise: tile;
+    # the reservation is still the worst case over kernels, oneDNN's included:
+    # 3,145,728 + 262,144 (K) + 262,144 (V) = 3,670,016, + 2 -> 3,670,144 + 1,048,576
+    assert _sycl(_fa(512, T.Q8_0, T.Q8_0)) == ("tile", 4718720)
+    assert sycl_fattn_kernel(_fa(512, T.Q8_0, T.Q8_0, n_kv=1024), {}) == "onednn"
+    # without oneDNN (onednn=0): the F16 cache needs nothing; q8_0 its tile copies
+    assert _sycl(_fa(512, T.F16, T.F16), onednn=0) == ("tile", 2097152)
+    assert _sycl(_fa(512, T.Q8_0, T.Q8_0), onednn=0) == ("tile", 2097152 + 2 * 262144)
+    assert sycl_fattn_kernel(_fa(512, T.Q8_0, T.Q8_0, n_kv=1024), {"onednn": "0"}) == "mkl"
+    # one token of an F16 cache: the GQA optimisation applies, so tile, not vec; oneDNN's
+    # blocks are reserved all the same: 4,096 + 2,048 (Q) = 6,144, + 2 -> 6,272 + 2,048
+    assert _sycl(_fa(1, T.F16, T.F16)) == ("tile", 8320)
+    assert sycl_fattn_kernel(_fa(1, T.Q8_0, T.Q8_0), {}) == "vec"
+    assert sycl_fattn_kernel(_fa(1, T.Q8_0, T.Q8_0), {"arch": "bmg"}) == "tile"  # Xe2
+    # head size 32: oneDNN takes the prompt, nothing takes one token
+    assert sycl_fattn_kernel(_fa(512, T.F16, T.F16, d=32), {}) == "onednn"
+    assert sycl_fattn_kernel(_fa(1, T.F16, T.F16, d=32), {}) == "none"
+    # Alchemist (arch=dg2): no SDPA for head size 64
+    assert sycl_fattn_kernel(_fa(512, T.F16, T.F16, d=64), {"arch": "dg2"}) == "tile"
+    # q4_1 needs GGML_SYCL_FA_ALL_QUANTS (off): unsupported, through supports_op too
+    assert sycl_fattn_kernel(_fa(512, T.Q4_1, T.Q4_1), {}) == "none"
+    rule = load("sycl").supports_op["ops"]["FLASH_ATTN_EXT"]
+    assert evaluate(rule, _fa(512, T.F16, T.F16), {}, "t")
+    assert not evaluate(rule, _fa(512, T.Q4_1, T.Q4_1), {}, "t")
+    # the buffer type's get_alloc_size adds nothing to an F32 result
+    assert compute_alloc_size(load("sycl").compute_alloc_size, _fa(512, T.F16, T.F16), {}) == 4194432
 
 
 # ---- device options and the JSON ---------------------------------------------------------------

@@ -22,7 +22,8 @@ The expression language (a safe evaluator over :mod:`ast`, nothing else of Pytho
 * backend functions that are too long for one expression, written here and named after
   the ggml function they mirror: ``cuda_fattn_supported(dst)``
   (ggml-cuda/fattn.cu ``ggml_cuda_flash_attn_ext_supported``: a kernel other than
-  ``BEST_FATTN_KERNEL_NONE``, :func:`cuda_fattn_kernel`).
+  ``BEST_FATTN_KERNEL_NONE``, :func:`cuda_fattn_kernel`), ``sycl_fattn_supported(dst)``
+  (ggml-sycl/fattn.cpp ``ggml_sycl_flash_attn_ext_supported``, :func:`sycl_fattn_kernel`).
 
 A rule that needs a fact graphcost does not know (a device property not given as an
 option, a branch not transcribed) raises :class:`Unmodelled` with the reason; the
@@ -137,8 +138,7 @@ def evaluate(expr: Any, node: Tensor, options: dict[str, Any], where: str) -> bo
         if fn == "unmodelled":  # a case of the switch not transcribed
             raise Unmodelled(f"{where}: {args[0]} is not transcribed")
         if fn == "sycl_fattn_supported":
-            raise Unmodelled("the SYCL flash-attention kernel choice (ggml-sycl/fattn.cpp "
-                             "ggml_sycl_get_best_fattn_kernel) is not transcribed: use -fa off")
+            return sycl_fattn_kernel(node, options) != "none"
         f = _TENSOR_FUNCS.get(fn)
         if f is None:
             raise GraphcostError(f"{where}: unknown function {fn!r} in {expr!r}")
@@ -214,6 +214,19 @@ AMD_CDNA1, AMD_RDNA1, AMD_RDNA3, AMD_RDNA4 = 0x908, 0x1010, 0x1100, 0x1200
 AMD_GCN_APUS = (0x909, 0x90C)  # GGML_CUDA_CC_GFX909, GFX90C: GCN, not CDNA
 
 
+def _strides_16(*ts: Tensor | None) -> bool:
+    """The GQA optimisation's stride condition (ggml_cuda_get_best_fattn_kernel,
+    ggml_sycl_get_best_fattn_kernel): every non-quantized tensor's nb[1..3] a multiple of 16."""
+    return all(t is None or gt.is_quantized(t.type) or not any(t.nb[i] % 16 for i in range(1, 4))
+               for t in ts)
+
+
+def _v_views_k(k: Tensor, v: Tensor) -> bool:
+    """V views the same data as K (an MLA cache): the F16 copy of K serves V too."""
+    return v.view_src is not None and (v.view_src is k or (
+        v.view_src is k.view_src and v.view_offs == k.view_offs))
+
+
 def _cc(options: dict[str, Any], why: str) -> int:
     """The device's compute capability as ggml numbers it (8.9 -> 890), from ``cc=8.9``."""
     cc = options.get("cc")
@@ -277,12 +290,7 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
     gqa_ratio = q.ne[2] // k.ne[2]
     max_bias = dst.params.get("max_bias", 0.0)
     gqa_opt = gqa_ratio >= 2 and mask is not None and max_bias == 0.0 and k.ne[1] % FATTN_KQ_STRIDE == 0
-    for t in (q, k, v, mask):
-        if t is None or gt.is_quantized(t.type):
-            continue
-        if any(t.nb[i] % 16 for i in range(1, 4)):
-            gqa_opt = False
-            break
+    gqa_opt = gqa_opt and _strides_16(q, k, v, mask)
     dk, dv = k.ne[0], v.ne[0]
     if dk in (40, 64, 72, 80, 96, 128, 112, 256):
         if dv != dk:
@@ -408,11 +416,156 @@ def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any], *, hip: bool = F
         k_copy = end
         end += k.n_elements * f16
     if need_v and vt != "F16":
-        same = v.view_src is not None and (v.view_src is k or (
-            v.view_src is k.view_src and v.view_offs == k.view_offs))
-        if not (same and k_copy is not None):
+        if not (_v_views_k(k, v) and k_copy is not None):
             end = gt.ggml_pad(end, 128)
             end += v.n_elements * f16
+    return end
+
+
+# ---- SYCL flash attention (ggml-sycl/fattn.cpp, fattn-onednn.cpp) ----------------------------
+
+#: ggml-sycl/fattn-onednn.cpp GGML_SYCL_FA_ONEDNN_MIN_Q: the oneDNN SDPA is for prefill
+SYCL_ONEDNN_MIN_Q = 32
+#: K/V types fattn-onednn.cpp dequantizes to F16 for the SDPA
+SYCL_ONEDNN_KV_TYPES = ("F32", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+#: ggml-sycl/common.hpp SYCL_BUFFER_ALIGNMENT
+SYCL_BUFFER_ALIGNMENT = 128
+
+
+def _flag(options: dict[str, Any], name: str, default: bool) -> bool:
+    v = options.get(name)
+    return default if v is None else str(v).strip().lower() not in ("0", "false", "no", "off")
+
+
+def _sycl_arch(options: dict[str, Any]) -> str:
+    """The Intel GPU family (device option ``arch``: ``dg2`` Alchemist/Arc A, ``bmg``
+    Battlemage; anything else, and the default, is neither)."""
+    return str(options.get("arch", "")).strip().lower()
+
+
+def sycl_onednn_supported(dst: Tensor, options: dict[str, Any], use_shape_limit: bool = True) -> bool:
+    """ggml_sycl_flash_attn_ext_onednn_supported (ggml-sycl/fattn-onednn.cpp), for a build
+    with oneDNN (GGML_SYCL_DNN, on by default; device option ``onednn=0`` for a build
+    without it or GGML_SYCL_FA_ONEDNN=0) and GGML_SYCL_FA_ONEDNN_MAX_KV unset."""
+    if not _flag(options, "onednn", True):
+        return False
+    q, k, v = dst.src[0], dst.src[1], dst.src[2]
+    mask = dst.src[3] if len(dst.src) > 3 else None
+    sinks = dst.src[4] if len(dst.src) > 4 else None
+    kt, vt = type_name(k), type_name(v)
+    if kt != "F16" or vt != "F16":
+        if kt not in SYCL_ONEDNN_KV_TYPES or vt not in SYCL_ONEDNN_KV_TYPES:
+            return False
+        if use_shape_limit and (q.ne[1] < SYCL_ONEDNN_MIN_Q or k.ne[1] < 1024):
+            return False
+        if any(type_name(t) == "F16" and t.nb[1] % (t.ne[0] * 2) for t in (k, v)):
+            return False
+    if _sycl_arch(options).startswith("dg2") and k.ne[0] == 64:
+        return False  # the Alchemist SDPA gate
+    if (mask is None or type_name(mask) != "F16" or mask.ne[2] != 1 or mask.ne[3] != 1
+            or sinks is not None):
+        return False
+    if dst.params.get("max_bias", 0.0) != 0.0 or dst.params.get("softcap", 0.0) != 0.0:
+        return False
+    if v.ne[0] != k.ne[0] or q.ne[3] != 1:
+        return False
+    if k.ne[2] == 0 or q.ne[2] % k.ne[2]:
+        return False
+    if use_shape_limit and q.ne[1] < SYCL_ONEDNN_MIN_Q:
+        return False
+    return True
+
+
+def sycl_fattn_kernel(dst: Tensor, options: dict[str, Any]) -> str:
+    """ggml_sycl_get_best_fattn_kernel (ggml-sycl/fattn.cpp) with the default build and
+    environment (SYCL_FLASH_ATTN defined in common.hpp, GGML_SYCL_ENABLE_FLASH_ATTN and
+    GGML_SYCL_ENABLE_MKL_FA unset = 1, no GGML_SYCL_FA_ALL_QUANTS): ``none``, ``onednn``
+    (prefill, from 32 tokens), ``mkl`` (GQA prefill over >= 1024 cells), ``vec`` or
+    ``tile``."""
+    q, k, v = dst.src[0], dst.src[1], dst.src[2]
+    mask = dst.src[3] if len(dst.src) > 3 else None
+    sinks = dst.src[4] if len(dst.src) > 4 else None
+    if q.ne[2] % k.ne[2]:
+        return "none"  # GGML_ASSERT in ggml
+    gqa_ratio = q.ne[2] // k.ne[2]
+    max_bias = dst.params.get("max_bias", 0.0)
+    softcap = dst.params.get("softcap", 0.0)
+    gqa_opt = gqa_ratio >= 2 and mask is not None and max_bias == 0.0 and k.ne[1] % FATTN_KQ_STRIDE == 0
+    if q.ne[1] >= SYCL_ONEDNN_MIN_Q and sycl_onednn_supported(dst, options):
+        return "onednn"
+    if (mask is not None and sinks is None and gqa_ratio >= 2
+            and 64 <= q.ne[0] <= 512 and q.ne[0] % 64 == 0 and q.ne[0] == v.ne[0]
+            and q.ne[1] >= 32 and k.ne[1] >= 1024 and max_bias == 0.0 and softcap == 0.0
+            and (q.ne[3] == k.ne[3] or k.ne[3] == 1)
+            and not any(type_name(t) == "F16" and t.nb[1] % (t.ne[0] * 2) for t in (k, v))):
+        return "mkl"
+    gqa_opt = gqa_opt and _strides_16(q, k, v, mask)
+    dk, dv = k.ne[0], v.ne[0]
+    if dk in (40, 64, 72, 80, 96, 128, 112, 256, 512):
+        if dv != dk:
+            return "none"
+    elif dk == 576:
+        if dv != 512 or not gqa_opt:
+            return "none"
+    else:
+        return "none"
+    kt, vt = type_name(k), type_name(v)
+    if kt != vt or kt not in ("F32", "F16", "BF16", "Q4_0", "Q8_0"):
+        return "none"  # Q4_1, Q5_0, Q5_1 need GGML_SYCL_FA_ALL_QUANTS
+    if mask is not None and mask.ne[2] != 1:
+        return "none"
+    if sycl_onednn_supported(dst, options):
+        return "onednn"
+    can_vec = (q.ne[0] <= 512 and q.ne[0] % 64 == 0 and k.ne[1] % FATTN_KQ_STRIDE == 0
+               and "BF16" not in (kt, vt))
+    if can_vec:
+        if not gt.is_quantized(k.type) and not gt.is_quantized(v.type):
+            if q.ne[1] == 1 and not gqa_opt:
+                return "vec"
+        elif q.ne[1] <= 2:
+            return "tile" if _sycl_arch(options).startswith("bmg") else "vec"
+    return "tile"
+
+
+def sycl_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
+    """ggml_sycl_flash_attn_ext_get_alloc_size = ggml_sycl_fattn_get_extra(dst).end
+    (ggml-sycl/fattn.cpp): the result, then, each at a 128-byte boundary
+    (SYCL_BUFFER_ALIGNMENT), the worst case over the kernels, whichever runs: with oneDNN
+    possible for the shape (without its size limits) a dense F16 Q (heads x tokens x D),
+    F16 K and V unless both are F16 caches bound in place, a 2-byte scale and an F16
+    output; the tile kernel's F16 K and V for a non-F16 cache (V shares K's copy when it
+    views the same data and oneDNN is out)."""
+    q, k, v = dst.src[0], dst.src[1], dst.src[2]
+    d, heads, tokens = k.ne[0], q.ne[2], q.ne[1]
+    onednn = sycl_onednn_supported(dst, options, use_shape_limit=False)
+    kt, vt = type_name(k), type_name(v)
+    v_is_k = _v_views_k(k, v)
+    need_k = need_v = need_q = need_out = need_scale = 0
+    if onednn:
+        need_q = need_out = heads * tokens * d
+        need_scale = 1
+
+        def bindable(t: Tensor) -> bool:
+            return t.nb[0] == 2 and all(t.nb[i] % 2 == 0 for i in (1, 2, 3))
+        if not (kt == "F16" and vt == "F16" and bindable(k) and bindable(v)):
+            need_k, need_v = k.n_elements, v.n_elements
+    if kt != "F16":
+        need_k = max(need_k, k.n_elements)
+    if vt != "F16":
+        need_v = max(need_v, v.n_elements)
+    end = dst.nbytes
+    half = gt.type_size(gt.GGMLType.F16)
+
+    def reserve(n: int) -> None:
+        nonlocal end
+        if n:
+            end = gt.ggml_pad(end, SYCL_BUFFER_ALIGNMENT) + n * half
+    reserve(need_q)
+    reserve(need_k)
+    if not (v_is_k and not onednn and need_v):
+        reserve(need_v)
+    reserve(need_scale)
+    reserve(need_out)
     return end
 
 
@@ -420,7 +573,7 @@ def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) ->
     """A buffer type's get_alloc_size for a compute tensor, from its spec's
     ``compute_alloc_size``: ``quantized_row_padding`` (quantized tensors whose ``ne0`` is not
     a multiple of ``row_padding`` get ``ggml_row_size(type, row_padding - ne0 % row_padding)``
-    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``, ``hip_fattn``)."""
+    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``, ``hip_fattn``, ``sycl_fattn``)."""
     if not rule:
         return t.nbytes
     per_op = rule.get("ops") or {}
@@ -428,8 +581,7 @@ def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) ->
     if fn == "cuda_fattn":
         size = cuda_fattn_alloc_size(t, options)
     elif fn == "sycl_fattn":
-        raise Unmodelled("the SYCL flash-attention allocation (ggml_sycl_fattn_get_extra: "
-                         "oneDNN staging buffers) is not transcribed: use -fa off")
+        size = sycl_fattn_alloc_size(t, options)
     elif fn == "hip_fattn":
         size = cuda_fattn_alloc_size(t, options, hip=True)
     elif fn is None:
