@@ -181,20 +181,6 @@ def test_rocm_flash_attention_kernel_and_alloc_size_by_hand():
     assert cuda_fattn_kernel(_fa(5, T.Q8_0, T.Q8_0), {"arch": "gfx90c"}, **hip) == "tile"
 
 
-def test_rocm_quantized_cache_under_flash_attention(llama_hd128):
-    s = RunSettings(ctx_size=512, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0")
-    flags = PlacementFlags(cpu_features=AVX2)
-    no_arch = plan_devices(llama_hd128, s, [DeviceArg("rocm")], flags)
-    assert no_arch.compute is None and any("arch=gfx1100" in n for n in no_arch.placement.notes)
-    q8 = plan_devices(llama_hd128, s, [parse_device("rocm,arch=gfx1100")], flags)
-    f16 = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
-                       [DeviceArg("rocm")], flags)
-    c_q8 = {r.device: r.compute_bytes for r in q8.rows}["ROCm0"]
-    c_f16 = {r.device: r.compute_bytes for r in f16.rows}["ROCm0"]
-    # the prompt's attention (512 tokens: WMMA's mma) reads F16 copies of the q8_0 cache
-    assert c_q8 > c_f16
-
-
 def test_compute_alloc_size_pads_quantized_rows():
     rule = load("cuda").compute_alloc_size
     # a Q4_K copy [4352, 3] (17 blocks of 256 a row, 144 bytes each): 3*17*144 = 7344 bytes;
@@ -270,20 +256,22 @@ def test_cuda_flash_attention_auto_turns_off_for_unsupported_head_size(llama5, l
                       for i, n in enumerate(sc.nodes) if n.op == "FLASH_ATTN_EXT")
 
 
-def test_quantized_cache_needs_the_compute_capability(llama_hd128):
+@pytest.mark.parametrize("kind,option,device", [("cuda", "cc=8.9", "CUDA0"),
+                                                ("rocm", "arch=gfx1100", "ROCm0")])
+def test_quantized_cache_needs_the_gpu(llama_hd128, kind, option, device):
     s = RunSettings(ctx_size=512, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0")
     flags = PlacementFlags(cpu_features=AVX2)
-    dp = plan_devices(llama_hd128, s, [DeviceArg("cuda")], flags)
-    assert dp.compute is None and {r.device: r.compute_bytes for r in dp.rows}["CUDA0"] is None
-    assert any("cc=8.9" in n for n in dp.placement.notes)
-    ada = plan_devices(llama_hd128, s, [parse_device("cuda,cc=8.9")], flags)
+    dp = plan_devices(llama_hd128, s, [DeviceArg(kind)], flags)
+    assert dp.compute is None and {r.device: r.compute_bytes for r in dp.rows}[device] is None
+    assert any(option in n for n in dp.placement.notes)
+    q8 = plan_devices(llama_hd128, s, [parse_device(f"{kind},{option}")], flags)
     f16 = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
-                       [DeviceArg("cuda")], flags)
-    # the prompt graph's attention converts K and V to F16 inside its own allocation: the
-    # q8_0 cache's CUDA0 compute buffer is larger than the F16 cache's
-    c_ada = {r.device: r.compute_bytes for r in ada.rows}["CUDA0"]
-    c_f16 = {r.device: r.compute_bytes for r in f16.rows}["CUDA0"]
-    assert c_ada > c_f16
+                       [DeviceArg(kind)], flags)
+    # the prompt graph's attention (512 tokens: mma on Ada, WMMA's mma on RDNA3) converts K
+    # and V to F16 inside its own allocation: the q8_0 cache's compute buffer is larger
+    c_q8 = {r.device: r.compute_bytes for r in q8.rows}[device]
+    c_f16 = {r.device: r.compute_bytes for r in f16.rows}[device]
+    assert c_q8 > c_f16
 
 
 @pytest.fixture(scope="module")

@@ -214,6 +214,28 @@ AMD_CDNA1, AMD_RDNA1, AMD_RDNA3, AMD_RDNA4 = 0x908, 0x1010, 0x1100, 0x1200
 AMD_GCN_APUS = (0x909, 0x90C)  # GGML_CUDA_CC_GFX909, GFX90C: GCN, not CDNA
 
 
+#: the head-size switch of ggml_cuda_get_best_fattn_kernel: K head size -> (V head size,
+#: None or (the GQA ratio's required multiple: the GQA optimisation needed)); None: V == K
+CUDA_FATTN_HEADS: dict[int, tuple[int | None, int | None]] = {
+    **{d: (None, None) for d in (40, 64, 72, 80, 96, 112, 128, 256)},
+    192: (128, 8), 320: (256, 32), 512: (None, 1), 576: (512, 1)}
+#: the same switch in ggml_sycl_get_best_fattn_kernel (ggml-sycl/fattn.cpp)
+SYCL_FATTN_HEADS: dict[int, tuple[int | None, int | None]] = {
+    **{d: (None, None) for d in (40, 64, 72, 80, 96, 112, 128, 256, 512)}, 576: (512, 1)}
+
+
+def _head_sizes_ok(dk: int, dv: int, gqa_opt: bool, gqa_ratio: int,
+                   table: dict[int, tuple[int | None, int | None]]) -> bool:
+    """A K/V head-size pair the flash-attention switch accepts (``table``: see
+    :data:`CUDA_FATTN_HEADS`)."""
+    if dk not in table:
+        return False
+    want_dv, gqa_multiple = table[dk]
+    if dv != (dk if want_dv is None else want_dv):
+        return False
+    return gqa_multiple is None or (gqa_opt and gqa_ratio % gqa_multiple == 0)
+
+
 def _strides_16(*ts: Tensor | None) -> bool:
     """The GQA optimisation's stride condition (ggml_cuda_get_best_fattn_kernel,
     ggml_sycl_get_best_fattn_kernel): every non-quantized tensor's nb[1..3] a multiple of 16."""
@@ -291,23 +313,7 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
     max_bias = dst.params.get("max_bias", 0.0)
     gqa_opt = gqa_ratio >= 2 and mask is not None and max_bias == 0.0 and k.ne[1] % FATTN_KQ_STRIDE == 0
     gqa_opt = gqa_opt and _strides_16(q, k, v, mask)
-    dk, dv = k.ne[0], v.ne[0]
-    if dk in (40, 64, 72, 80, 96, 128, 112, 256):
-        if dv != dk:
-            return "none"
-    elif dk == 192:
-        if dv != 128 or not gqa_opt or gqa_ratio % 8:
-            return "none"
-    elif dk == 320:
-        if dv != 256 or not gqa_opt or gqa_ratio % 32:
-            return "none"
-    elif dk == 512:
-        if dv != dk or not gqa_opt:
-            return "none"
-    elif dk == 576:
-        if dv != 512 or not gqa_opt:
-            return "none"
-    else:
+    if not _head_sizes_ok(k.ne[0], v.ne[0], gqa_opt, gqa_ratio, CUDA_FATTN_HEADS):
         return "none"
     kt, vt = type_name(k), type_name(v)
     if kt not in FATTN_KV_TYPES or vt not in FATTN_KV_TYPES:
@@ -500,14 +506,7 @@ def sycl_fattn_kernel(dst: Tensor, options: dict[str, Any]) -> str:
             and not any(type_name(t) == "F16" and t.nb[1] % (t.ne[0] * 2) for t in (k, v))):
         return "mkl"
     gqa_opt = gqa_opt and _strides_16(q, k, v, mask)
-    dk, dv = k.ne[0], v.ne[0]
-    if dk in (40, 64, 72, 80, 96, 128, 112, 256, 512):
-        if dv != dk:
-            return "none"
-    elif dk == 576:
-        if dv != 512 or not gqa_opt:
-            return "none"
-    else:
+    if not _head_sizes_ok(k.ne[0], v.ne[0], gqa_opt, gqa_ratio, SYCL_FATTN_HEADS):
         return "none"
     kt, vt = type_name(k), type_name(v)
     if kt != vt or kt not in ("F32", "F16", "BF16", "Q4_0", "Q8_0"):
