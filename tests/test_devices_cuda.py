@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import write_llama
+from fixtures_deepseek import write_glm4moe
 from fixtures_moe import write_mixtral, write_qwen3moe
 from graphcost.format import ggml_types as gt
 from graphcost.graph.build import load_model
@@ -306,6 +307,18 @@ def test_cuda_moe_fusion_matchers(qwen3moe, tmp_path):
     # 6 experts: not an instantiated top-k count (ggml_cuda_should_use_topk_moe): only the sums
     mx = load_model(write_mixtral(tmp_path / "mx.gguf", n_layer=2).path)
     assert set(_deps_by_name(mx, RunSettings(ctx_size=512))) == {"ffn_moe_out-0", "ffn_moe_out-1"}
+    # glm4moe, 8 experts: the sigmoid gate with the selection bias (ADD of exp_probs_b, a
+    # weight among the kept sources), the norm and the SCALE of weights_scale: 14 kept
+    glm = load_model(write_glm4moe(tmp_path / "glm.gguf", n_expert=8).path)
+    deps = _deps_by_name(glm, RunSettings(ctx_size=512))
+    assert deps["post_attn_norm-1 (reshaped)"] == [
+        "ffn_moe_probs-1", "ffn_moe_logits-1", "ffn_moe_probs-1 (reshaped)",
+        "ffn_moe_probs_biased-1", "blk.1.exp_probs_b.bias", "ffn_moe_argsort-1",
+        "ffn_moe_topk-1", "ffn_moe_weights-1", "ffn_moe_weights-1 (reshaped)",
+        "ffn_moe_weights_sum-1", "ffn_moe_weights_sum_clamped-1", "ffn_moe_weights_norm-1",
+        "ffn_moe_weights_norm-1 (reshaped)", "ffn_moe_weights_scaled-1"]
+    assert deps["ffn_moe_out-1"] == ["ffn_moe_down-1", "ffn_moe_weights_scaled-1"]
+    assert len(deps) == 4  # layer 0 is dense (n_layer_dense_lead 1); layers 1 and 2
 
 
 def test_moe_on_cuda_keeps_fused_tensors_alive(qwen3moe):
