@@ -1,6 +1,8 @@
 """CUDA, ROCm and SYCL devices without a GPU: the backend facts of specs/backends/cuda.yaml,
 rocm.yaml and sycl.yaml (each cited from ggml-cuda / ggml-sycl) applied to model, KV and compute buffers, with the
-numbers worked out by hand from the ggml rules. The scheduler mechanism itself is proven
+numbers worked out by hand from the ggml rules: flash attention's kernel choice and its
+F16 copies or staging blocks (CUDA, ROCm, SYCL), and CUDA's MoE allocation dependencies
+(graphcost/memory/alloc_deps.py). The scheduler mechanism itself is proven
 against real llama.cpp runs on RPC devices (tests/test_devices_rpc.py); the check against
 a CUDA build is benchmarks/check_cuda.py (needs an NVIDIA GPU)."""
 from __future__ import annotations
