@@ -511,6 +511,27 @@ def test_flash_attn_equals_softmax_of_scores_times_v(kv):
     np.testing.assert_allclose(FA.flash_attn_ext(q, k, v, mask, 0.2), expect, atol=tol)
 
 
+@pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
+@pytest.mark.parametrize("name", list(FA_CASES))
+def test_flash_attn_query_tiles_equal_the_row_kernel(kv, name):
+    # a prompt's query tiles (FA.QT queries of a head side by side) against the one-row
+    # kernel, bit for bit: 37 tokens = two full tiles of 16 and one of 5, row 5 masked
+    max_bias, softcap, sinks = FA_CASES[name]
+    q, k, v, mask = attn_inputs(kv, seed=15, n_tok=37, n_kv=53)
+    mask[:, 5, :] = -np.inf
+    assert FA.kernel(1 << 20, 37) is FA._flash_attn_tiled
+    assert FA.kernel(1 << 20, 1) is FA._flash_attn
+    got = FA.flash_attn_ext(q, k, v, mask, 0.2, max_bias, softcap, sinks)
+    k16, k32, k_f16 = FA._kv(k)
+    v16, v32, v_f16 = FA._kv(v)
+    rows = np.empty_like(got)
+    FA._flash_attn(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
+                   np.float32(0.2), np.float32(softcap), FA.alibi_slopes(4, max_bias),
+                   np.zeros(4, np.float32) if sinks is None else sinks, sinks is not None, rows)
+    np.testing.assert_array_equal(got, rows)
+    assert np.all(got[5] == 0.0)
+
+
 def test_flash_attn_fully_masked_row_is_zero():
     q, k, v, mask = attn_inputs(np.float16)
     mask[:, 1, :] = -np.inf
