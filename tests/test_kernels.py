@@ -165,6 +165,20 @@ def test_mul_mat_ggml_is_bit_exact_with_numpy_reimplementation(qt, n):
     assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x), MM.mul_mat_ggml_ref(w, qt, k, m, x))
 
 
+@pytest.mark.parametrize("n", [5, 9])
+@pytest.mark.parametrize("qt", [QT.Q4_0, QT.Q5_0, QT.Q4_1, QT.Q5_1],
+                         ids=["Q4_0", "Q5_0", "Q4_1", "Q5_1"])
+def test_mul_mat_ggml_prompt_gemm_is_bit_exact(qt, n):
+    # more than MATVEC_MAX_N rows take kernels/gemm.py: 37 weight rows = two 16-row
+    # panels and one of 5; n activation rows = full 4-row tiles and a padded one
+    assert n > MM.MATVEC_MAX_N and int(qt) in K.gemm.CODES
+    k, m = row_len(qt), 37
+    w, x = weight(qt, m, seed=4), rand((n, k), seed=6)
+    for x86 in (True, False):
+        assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x, x86),
+                              MM.mul_mat_ggml_ref(w, qt, k, m, x, x86))
+
+
 @pytest.mark.parametrize("qt", [QT.Q4_K, QT.F16], ids=["Q4_K", "F16"])
 def test_mul_mat_writes_into_out(qt):
     # the executor's preallocated node outputs: same bits as a fresh result, same array

@@ -1,0 +1,198 @@
+"""Quantized matrix x matrix (prompt processing): ggml's block dots, 16 weight rows x 4
+activation rows at a time, each weight block unpacked once per call.
+
+For N activation rows (N > ``matmul.MATVEC_MAX_N``) the matrix-vector kernels unpack
+every weight block N times, once per activation row. Here the weights are taken in
+**panels of 16 rows**: a panel's blocks are unpacked once into its codes, interleaved
+so that one 64-byte vector holds 4 consecutive codes of the same block of each of the
+16 rows (``panel[512 b + 64 k + 4 r + e]`` = code ``4 k + e`` of block ``b`` of row
+``r``). One ``vpdpbusd`` of that vector with 4 bytes of one activation row broadcast to
+all lanes adds 4 products into each row's int32 lane; 8 of them are the block's integer
+sum for 16 rows, 4 activation rows sharing every weight load. The float part then runs
+with lanes = rows, block after block, so each output sees ggml's generic operations in
+ggml's order (``sumf += term`` from ``sumf = 0``, term as ``ggml_vec_dot_<w>_q8_0/1``):
+
+=====  ============  =========================================  ===========================
+type   code (u8)     integer sum (``off`` per activation block)  term
+=====  ============  =========================================  ===========================
+Q4_0   nibble        dot - 8 * sum(q)                            ``(sumi * dx) * dy``
+Q5_0   nibble | h    dot - 16 * sum(q)                           ``(dx * dy) * sumi``
+Q4_1   nibble        dot                                         ``(dx * dy) * sumi + m * s``
+Q5_1   nibble | h    dot                                         ``(dx * dy) * sumi + m * s``
+=====  ============  =========================================  ===========================
+
+Integer sums are exact in any order, so the results are bit for bit those of
+:func:`.matmul.mul_mat_ggml` (``tests/test_kernels.py``). Codes are at most 31 against
+activations in [-127, 127], so no 16-bit pair sum saturates where ``dpbusd`` is
+emulated (:mod:`.simd`). Threads take panels (``prange``); a panel's codes (512 bytes a
+block) stay in L1 while all activation rows pass over them.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from . import simd as S
+from .bits import f16_to_f32, u32_at
+from .quants import Q4_0, Q4_1, Q5_0, Q5_1
+
+#: weight rows per panel (the int32 lanes of one vector)
+ROWS = 16
+#: activation rows per micro-tile (they share each weight vector)
+ACTS = 4
+#: weight types with a kernel here: (block bytes, quants offset, qh offset or -1,
+#: activation block bytes: Q8_0 34 / Q8_1 36)
+LAYOUT = {Q4_0: (18, 2, -1, 34), Q5_0: (22, 6, 2, 34), Q4_1: (20, 4, -1, 36),
+          Q5_1: (24, 8, 4, 36)}
+CODES = tuple(LAYOUT)
+#: LAYOUT as an array indexed by type code (what the kernels read)
+LAYOUT_ARRAYS = np.zeros((max(CODES) + 1, 4), dtype=np.int64)
+for _c, _l in LAYOUT.items():
+    LAYOUT_ARRAYS[_c] = _l
+
+
+@njit(cache=True)
+def _pack_panel(w, r0, code, panel, dw, mw):
+    """Unpack rows r0..r0+15 of ``w`` (zeros past its last row) into ``panel`` (codes,
+    interleaved as the module doc says), ``dw`` (float32 d, [block, row]) and ``mw``
+    (float32 m of Q4_1/Q5_1, [block, row])."""
+    size, qs, qh_at = LAYOUT_ARRAYS[code, 0], LAYOUT_ARRAYS[code, 1], LAYOUT_ARRAYS[code, 2]
+    nb = w.shape[1] // size
+    nr = min(ROWS, w.shape[0] - r0)
+    if nr < ROWS:
+        panel[:] = 0
+        dw[:] = 0
+        mw[:] = 0
+    for r in range(nr):
+        row = w[r0 + r]
+        for b in range(nb):
+            p, o = size * b, 512 * b + 4 * r
+            dw[ROWS * b + r] = S.half_at(row, p)
+            if code == Q4_1 or code == Q5_1:
+                mw[ROWS * b + r] = S.half_at(row, p + 2)
+            q = S.load(row, p + qs, 16, "u8")
+            c = S.concat(q & 15, q >> 4)                 # values 0..31 of the block
+            if qh_at >= 0:
+                c = S.or_where(c, u32_at(row, p + qh_at), 16)
+            u = S.bitcast(c, "u32")                      # 4 codes per lane
+            S.store_at(panel, o, S.lane(u, 0), "u32")
+            S.store_at(panel, o + 64, S.lane(u, 1), "u32")
+            S.store_at(panel, o + 128, S.lane(u, 2), "u32")
+            S.store_at(panel, o + 192, S.lane(u, 3), "u32")
+            S.store_at(panel, o + 256, S.lane(u, 4), "u32")
+            S.store_at(panel, o + 320, S.lane(u, 5), "u32")
+            S.store_at(panel, o + 384, S.lane(u, 6), "u32")
+            S.store_at(panel, o + 448, S.lane(u, 7), "u32")
+
+
+@njit(cache=True)
+def _prep_acts(yq, code, yv, dy, sy, sf):
+    """Activation rows quantized to Q8_0/Q8_1 (``yq``) -> their quants ``yv`` (int8, in
+    order) and per block ``dy`` (float32 d), ``sy`` (int32 ``-off``, Q4_0/Q5_0), ``sf``
+    (the Q8_1 ``s`` as float32, Q4_1/Q5_1)."""
+    ysize = LAYOUT_ARRAYS[code, 3]
+    q = yq.view(np.int8)
+    nb = yv.shape[1] // 32
+    off = 8 if code == Q4_0 else 16
+    for n in range(yq.shape[0]):
+        for b in range(nb):
+            p = ysize * b
+            dy[n, b] = f16_to_f32(np.uint16(yq[n, p]) | (np.uint16(yq[n, p + 1]) << 8))
+            t = 0
+            for j in range(32):
+                v = q[n, p + ysize - 32 + j]
+                yv[n, 32 * b + j] = v
+                t += np.int64(v)
+            if code == Q4_1 or code == Q5_1:
+                s = f16_to_f32(np.uint16(yq[n, p + 2]) | (np.uint16(yq[n, p + 3]) << 8))
+                sf[n, b] = s
+            else:
+                sy[n, b] = -off * t
+
+
+@njit(inline="always", cache=True)
+def _bcast(row, p):
+    """The 4 int8 at byte ``p`` of ``row`` repeated in all 16 int32 lanes."""
+    return S.bitcast(S.splat(S.scalar_at(row, p, "i32"), 16, "i32"), "i8")
+
+
+@njit(inline="always", cache=True)
+def _term(code, dwv, mwv, dy, sy, sf, acc):
+    """The 16 rows' float term of one block for one activation row (ggml's expression)."""
+    if code == Q4_0:
+        return (S.convert(acc + sy, "f32") * dwv) * dy
+    if code == Q5_0:
+        return (dwv * dy) * S.convert(acc + sy, "f32")
+    return (dwv * dy) * S.convert(acc, "f32") + mwv * sf
+
+
+@njit(inline="always", cache=True)
+def _tile(code, panel, dw, mw, yv, dy, sy, sf, a0, y, r0, nr):
+    """y[a0..a0+3, r0..r0+nr) from one packed panel."""
+    nb = yv.shape[1] // 32
+    s0, s1 = S.zeros(16, "f32"), S.zeros(16, "f32")
+    s2, s3 = S.zeros(16, "f32"), S.zeros(16, "f32")
+    y0, y1, y2, y3 = yv[a0], yv[a0 + 1], yv[a0 + 2], yv[a0 + 3]
+    for b in range(nb):
+        c0, c1 = S.zeros(16, "i32"), S.zeros(16, "i32")
+        c2, c3 = S.zeros(16, "i32"), S.zeros(16, "i32")
+        for k in range(8):
+            wv = S.load(panel, 512 * b + 64 * k, 64, "u8")
+            p = 32 * b + 4 * k
+            c0 = S.dpbusd(c0, wv, _bcast(y0, p))
+            c1 = S.dpbusd(c1, wv, _bcast(y1, p))
+            c2 = S.dpbusd(c2, wv, _bcast(y2, p))
+            c3 = S.dpbusd(c3, wv, _bcast(y3, p))
+        dwv = S.load(dw, 64 * b, 16, "f32")
+        mwv = S.load(mw, 64 * b, 16, "f32")
+        s0 = s0 + _term(code, dwv, mwv, dy[a0, b], sy[a0, b], sf[a0, b], c0)
+        s1 = s1 + _term(code, dwv, mwv, dy[a0 + 1, b], sy[a0 + 1, b], sf[a0 + 1, b], c1)
+        s2 = s2 + _term(code, dwv, mwv, dy[a0 + 2, b], sy[a0 + 2, b], sf[a0 + 2, b], c2)
+        s3 = s3 + _term(code, dwv, mwv, dy[a0 + 3, b], sy[a0 + 3, b], sf[a0 + 3, b], c3)
+    _put(y[a0], r0, nr, s0)
+    _put(y[a0 + 1], r0, nr, s1)
+    _put(y[a0 + 2], r0, nr, s2)
+    _put(y[a0 + 3], r0, nr, s3)
+
+
+@njit(inline="always", cache=True)
+def _put(yrow, r0, nr, s):
+    if nr == ROWS:
+        S.store(yrow, 4 * r0, s)
+    else:
+        t = np.empty(ROWS, dtype=np.float32)
+        S.store(t, 0, s)
+        for r in range(nr):
+            yrow[r0 + r] = t[r]
+
+
+@njit(parallel=True, cache=True)
+def _gemm(w, code, yq, y):
+    n, m = y.shape
+    nb = w.shape[1] // LAYOUT_ARRAYS[code, 0]
+    k = 32 * nb
+    n4 = (n + ACTS - 1) // ACTS * ACTS          # activation rows padded to the tile
+    yv = np.zeros((n4, k), dtype=np.int8)
+    dy = np.zeros((n4, nb), dtype=np.float32)
+    sy = np.zeros((n4, nb), dtype=np.int32)
+    sf = np.zeros((n4, nb), dtype=np.float32)
+    _prep_acts(yq, code, yv, dy, sy, sf)
+    yt = np.empty((n4, m), dtype=np.float32) if n4 != n else y
+    for g in prange((m + ROWS - 1) // ROWS):
+        r0 = g * ROWS
+        panel = np.empty(512 * nb, dtype=np.uint8)
+        dw = np.empty(ROWS * nb, dtype=np.float32)
+        mw = np.empty(ROWS * nb, dtype=np.float32)
+        _pack_panel(w, r0, code, panel, dw, mw)
+        nr = min(ROWS, m - r0)
+        for a0 in range(0, n4, ACTS):
+            _tile(code, panel, dw, mw, yv, dy, sy, sf, a0, yt, r0, nr)
+    if n4 != n:
+        y[:] = yt[:n]
+
+
+def mul_mat_ggml(w: np.ndarray, code: int, yq: np.ndarray, y: np.ndarray) -> None:
+    """y[N, M] = ggml's dots of weight rows ``w`` (raw ``[M, row_bytes]``, type ``code``
+    in :data:`CODES`) with activation rows ``yq`` (quantized to the type's vec_dot_type,
+    ``[N, row_bytes]``), into ``y`` (C-contiguous float32)."""
+    _gemm(w, np.int64(code), yq, y)
