@@ -1,5 +1,5 @@
-"""Quantized matrix x matrix (prompt processing): ggml's block dots, 16 weight rows x 4
-activation rows at a time, each weight block unpacked once per call.
+"""Quantized matrix x matrix (prompt processing): ggml's block dots with one int32 lane
+per weight row, 16 rows at a time, each weight block unpacked once per call.
 
 For N activation rows (N > ``matmul.MATVEC_MAX_N``) the matrix-vector kernels unpack
 every weight block N times, once per activation row. Here the weights are taken in
@@ -21,7 +21,8 @@ Q4_1   nibble        dot                                         ``(dx * dy) * s
 Q5_1   nibble | h    dot                                         ``(dx * dy) * sumi + m * s``
 =====  ============  =========================================  ===========================
 
-Integer sums are exact in any order, so the results are bit for bit those of
+Q4_K has its own panels (below). Integer sums are exact in any order, so the results
+are bit for bit those of
 :func:`.matmul.mul_mat_ggml` (``tests/test_kernels.py``). Codes are at most 31 against
 activations in [-127, 127], so no 16-bit pair sum saturates where ``dpbusd`` is
 emulated (:mod:`.simd`). Threads take panels (``prange``); a panel's codes (512 bytes a
@@ -34,7 +35,7 @@ from numba import njit, prange
 
 from . import simd as S
 from .bits import f16_to_f32, u32_at
-from .quants import Q4_0, Q4_1, Q5_0, Q5_1
+from .quants import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, scale_min_k4
 
 #: weight rows per panel (the int32 lanes of one vector)
 ROWS = 16
@@ -44,11 +45,11 @@ ACTS = 4
 #: activation block bytes: Q8_0 34 / Q8_1 36)
 LAYOUT = {Q4_0: (18, 2, -1, 34), Q5_0: (22, 6, 2, 34), Q4_1: (20, 4, -1, 36),
           Q5_1: (24, 8, 4, 36)}
-CODES = tuple(LAYOUT)
 #: LAYOUT as an array indexed by type code (what the kernels read)
-LAYOUT_ARRAYS = np.zeros((max(CODES) + 1, 4), dtype=np.int64)
+LAYOUT_ARRAYS = np.zeros((max(LAYOUT) + 1, 4), dtype=np.int64)
 for _c, _l in LAYOUT.items():
     LAYOUT_ARRAYS[_c] = _l
+CODES = tuple(LAYOUT) + (Q4_K,)
 
 
 @njit(cache=True)
@@ -191,8 +192,155 @@ def _gemm(w, code, yq, y):
         y[:] = yt[:n]
 
 
+# ---------------------------------------------------------------------------- Q4_K
+# ggml_vec_dot_q4_K_q8_K (generic): per super-block of 256, aux32[l] = sum over the 8
+# sub-blocks j of scale_j * (the 4 products of class l = k % 8 in sub-block j); sums[l] +=
+# (d * dy) * aux32[l]; sumf -= (dmin * dy) * sum_j bsums[j] * min_{j/2}; at the end
+# sumf + sums[0] + ... + sums[7]. A panel holds, per super-block, 64 vectors (sub-block
+# j, class l): the 4 codes of class l of each of the 16 rows, so one vpdpbusd with the
+# activation's 4 class-l bytes broadcast is that dot for 16 rows, and one vpdpwssd
+# scales it into aux32[l] (dots below 2**15, scales below 64: exact).
+
+#: a 64-byte pair of sub-blocks (codes 0..31 of one, then the other) -> per sub-block
+#: 8 int32 lanes, lane l = its codes l, 8 + l, 16 + l, 24 + l
+_CLASSES2 = S.permutation([32 * h + 8 * t + c for h in range(2) for c in range(8)
+                           for t in range(4)])
+
+
+@njit(cache=True)
+def _pack_panel_k4(w, r0, panel, sc, mn, dd):
+    """Rows r0..r0+15 of Q4_K ``w`` -> ``panel`` (codes, 4096 bytes a super-block:
+    vector 8 j + l), ``sc``/``mn`` (int32 scale/min, [super-block, j, row]), ``dd``
+    (float32 d then dmin, [super-block, 2, row]); zeros past the last row."""
+    nsb = w.shape[1] // 144
+    nr = min(ROWS, w.shape[0] - r0)
+    if nr < ROWS:
+        panel[:] = 0
+        sc[:] = 0
+        mn[:] = 0
+        dd[:] = 0
+    for r in range(nr):
+        row = w[r0 + r]
+        for i in range(nsb):
+            p = 144 * i
+            dd[2 * ROWS * i + r] = S.half_at(row, p)
+            dd[2 * ROWS * i + ROWS + r] = S.half_at(row, p + 2)
+            for j in range(8):
+                a, b = scale_min_k4(row, p + 4, j)
+                sc[ROWS * (8 * i + j) + r] = a
+                mn[ROWS * (8 * i + j) + r] = b
+            for g in range(4):                       # sub-blocks 2g (low nibbles), 2g+1
+                q = S.load(row, p + 16 + 32 * g, 32, "u8")
+                u = S.bitcast(_CLASSES2(S.concat(q & 15, q >> 4)), "u32")
+                o = 4096 * i + 64 * 16 * g + 4 * r
+                S.store_at(panel, o, S.lane(u, 0), "u32")
+                S.store_at(panel, o + 64, S.lane(u, 1), "u32")
+                S.store_at(panel, o + 128, S.lane(u, 2), "u32")
+                S.store_at(panel, o + 192, S.lane(u, 3), "u32")
+                S.store_at(panel, o + 256, S.lane(u, 4), "u32")
+                S.store_at(panel, o + 320, S.lane(u, 5), "u32")
+                S.store_at(panel, o + 384, S.lane(u, 6), "u32")
+                S.store_at(panel, o + 448, S.lane(u, 7), "u32")
+                S.store_at(panel, o + 512, S.lane(u, 8), "u32")
+                S.store_at(panel, o + 576, S.lane(u, 9), "u32")
+                S.store_at(panel, o + 640, S.lane(u, 10), "u32")
+                S.store_at(panel, o + 704, S.lane(u, 11), "u32")
+                S.store_at(panel, o + 768, S.lane(u, 12), "u32")
+                S.store_at(panel, o + 832, S.lane(u, 13), "u32")
+                S.store_at(panel, o + 896, S.lane(u, 14), "u32")
+                S.store_at(panel, o + 960, S.lane(u, 15), "u32")
+
+
+@njit(cache=True)
+def _prep_acts_k(yq, yc, dy, bsp):
+    """Q8_K activation rows -> ``yc`` (int8, each sub-block of 32 in class order: byte
+    4 l + t = value 8 t + l), ``dy`` (float32 d per super-block), ``bsp`` (int32
+    bsums[2 s] + bsums[2 s + 1], [super-block, s])."""
+    q = yq.view(np.int8)
+    nsb = yq.shape[1] // 292
+    for n in range(yq.shape[0]):
+        for i in range(nsb):
+            p = 292 * i
+            dy[n, i] = S.scalar_at(yq[n], p, "f32")
+            for j in range(8):
+                for l in range(8):
+                    for t in range(4):
+                        yc[n, 256 * i + 32 * j + 4 * l + t] = q[n, p + 4 + 32 * j + 8 * t + l]
+            for s in range(8):
+                bsp[n, 8 * i + s] = (np.int32(S.scalar_at(yq[n], p + 260 + 4 * s, "i16"))
+                                     + np.int32(S.scalar_at(yq[n], p + 262 + 4 * s, "i16")))
+
+
+@njit(inline="always", cache=True)
+def _row_k4(panel, sc, mn, dd, yc, dy, bsp, yrow, r0, nr):
+    """One activation row against a packed Q4_K panel -> yrow[r0..r0+nr)."""
+    nsb = dy.shape[0]
+    sumf = S.zeros(16, "f32")
+    s0, s1, s2, s3 = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32")
+    s4, s5, s6, s7 = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32")
+    for i in range(nsb):
+        z = S.zeros(16, "i32")
+        a0, a1, a2, a3, a4, a5, a6, a7 = z, z, z, z, z, z, z, z
+        for j in range(8):
+            scj = S.bitcast(S.load(sc, 64 * (8 * i + j), 16, "i32"), "i16")
+            o, p = 4096 * i + 512 * j, 256 * i + 32 * j
+            a0 = _scaled_dot(a0, panel, o, yc, p, scj)
+            a1 = _scaled_dot(a1, panel, o + 64, yc, p + 4, scj)
+            a2 = _scaled_dot(a2, panel, o + 128, yc, p + 8, scj)
+            a3 = _scaled_dot(a3, panel, o + 192, yc, p + 12, scj)
+            a4 = _scaled_dot(a4, panel, o + 256, yc, p + 16, scj)
+            a5 = _scaled_dot(a5, panel, o + 320, yc, p + 20, scj)
+            a6 = _scaled_dot(a6, panel, o + 384, yc, p + 24, scj)
+            a7 = _scaled_dot(a7, panel, o + 448, yc, p + 28, scj)
+        mins = S.zeros(16, "i32")
+        for j in range(8):
+            mins = mins + S.load(mn, 64 * (8 * i + j), 16, "i32") * bsp[8 * i + j]
+        yd = dy[i]
+        d = S.load(dd, 128 * i, 16, "f32") * yd
+        s0 = s0 + d * S.convert(a0, "f32")
+        s1 = s1 + d * S.convert(a1, "f32")
+        s2 = s2 + d * S.convert(a2, "f32")
+        s3 = s3 + d * S.convert(a3, "f32")
+        s4 = s4 + d * S.convert(a4, "f32")
+        s5 = s5 + d * S.convert(a5, "f32")
+        s6 = s6 + d * S.convert(a6, "f32")
+        s7 = s7 + d * S.convert(a7, "f32")
+        sumf = sumf - (S.load(dd, 128 * i + 64, 16, "f32") * yd) * S.convert(mins, "f32")
+    _put(yrow, r0, nr, sumf + s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7)
+
+
+@njit(inline="always", cache=True)
+def _scaled_dot(acc, panel, o, yc, p, scales):
+    """acc + scales * (16 rows' class dot at panel byte o with activation bytes p..p+3)."""
+    dot = S.dpbusd(S.zeros(16, "i32"), S.load(panel, o, 64, "u8"), _bcast(yc, p))
+    return S.dpwssd(acc, S.bitcast(dot, "i16"), scales)
+
+
+@njit(parallel=True, cache=True)
+def _gemm_k4(w, yq, y):
+    n, m = y.shape
+    nsb = w.shape[1] // 144
+    yc = np.empty((n, 256 * nsb), dtype=np.int8)
+    dy = np.empty((n, nsb), dtype=np.float32)
+    bsp = np.empty((n, 8 * nsb), dtype=np.int32)
+    _prep_acts_k(yq, yc, dy, bsp)
+    for g in prange((m + ROWS - 1) // ROWS):
+        r0 = g * ROWS
+        panel = np.empty(4096 * nsb, dtype=np.uint8)
+        sc = np.empty(ROWS * 8 * nsb, dtype=np.int32)
+        mn = np.empty(ROWS * 8 * nsb, dtype=np.int32)
+        dd = np.empty(2 * ROWS * nsb, dtype=np.float32)
+        _pack_panel_k4(w, r0, panel, sc, mn, dd)
+        nr = min(ROWS, m - r0)
+        for a in range(n):
+            _row_k4(panel, sc, mn, dd, yc[a], dy[a], bsp[a], y[a], r0, nr)
+
+
 def mul_mat_ggml(w: np.ndarray, code: int, yq: np.ndarray, y: np.ndarray) -> None:
     """y[N, M] = ggml's dots of weight rows ``w`` (raw ``[M, row_bytes]``, type ``code``
     in :data:`CODES`) with activation rows ``yq`` (quantized to the type's vec_dot_type,
     ``[N, row_bytes]``), into ``y`` (C-contiguous float32)."""
-    _gemm(w, np.int64(code), yq, y)
+    if code == Q4_K:
+        _gemm_k4(w, yq, y)
+    else:
+        _gemm(w, np.int64(code), yq, y)
