@@ -21,7 +21,7 @@ Q4_1   nibble        dot                                         ``(dx * dy) * s
 Q5_1   nibble | h    dot                                         ``(dx * dy) * sumi + m * s``
 =====  ============  =========================================  ===========================
 
-Q4_K has its own panels (below). Integer sums are exact in any order, so the results
+Q4_K and Q6_K have their own panels (below). Integer sums are exact in any order, so the results
 are bit for bit those of
 :func:`.matmul.mul_mat_ggml` (``tests/test_kernels.py``). Codes are at most 31 against
 activations in [-127, 127], so no 16-bit pair sum saturates where ``dpbusd`` is
@@ -35,7 +35,7 @@ from numba import njit, prange
 
 from . import simd as S
 from .bits import f16_to_f32, u32_at
-from .quants import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, scale_min_k4
+from .quants import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, scale_min_k4
 
 #: weight rows per panel (the int32 lanes of one vector)
 ROWS = 16
@@ -49,7 +49,7 @@ LAYOUT = {Q4_0: (18, 2, -1, 34), Q5_0: (22, 6, 2, 34), Q4_1: (20, 4, -1, 36),
 LAYOUT_ARRAYS = np.zeros((max(LAYOUT) + 1, 4), dtype=np.int64)
 for _c, _l in LAYOUT.items():
     LAYOUT_ARRAYS[_c] = _l
-CODES = tuple(LAYOUT) + (Q4_K,)
+CODES = tuple(LAYOUT) + (Q4_K, Q6_K)
 
 
 @njit(cache=True)
@@ -207,6 +207,28 @@ _CLASSES2 = S.permutation([32 * h + 8 * t + c for h in range(2) for c in range(8
                            for t in range(4)])
 
 
+@njit(inline="always", cache=True)
+def _store16(panel, o, u):
+    """The 16 uint32 lanes of ``u`` at panel bytes o, o + 64, ..., o + 960 (one row's
+    4 codes in each of 16 consecutive class vectors)."""
+    S.store_at(panel, o, S.lane(u, 0), "u32")
+    S.store_at(panel, o + 64, S.lane(u, 1), "u32")
+    S.store_at(panel, o + 128, S.lane(u, 2), "u32")
+    S.store_at(panel, o + 192, S.lane(u, 3), "u32")
+    S.store_at(panel, o + 256, S.lane(u, 4), "u32")
+    S.store_at(panel, o + 320, S.lane(u, 5), "u32")
+    S.store_at(panel, o + 384, S.lane(u, 6), "u32")
+    S.store_at(panel, o + 448, S.lane(u, 7), "u32")
+    S.store_at(panel, o + 512, S.lane(u, 8), "u32")
+    S.store_at(panel, o + 576, S.lane(u, 9), "u32")
+    S.store_at(panel, o + 640, S.lane(u, 10), "u32")
+    S.store_at(panel, o + 704, S.lane(u, 11), "u32")
+    S.store_at(panel, o + 768, S.lane(u, 12), "u32")
+    S.store_at(panel, o + 832, S.lane(u, 13), "u32")
+    S.store_at(panel, o + 896, S.lane(u, 14), "u32")
+    S.store_at(panel, o + 960, S.lane(u, 15), "u32")
+
+
 @njit(cache=True)
 def _pack_panel_k4(w, r0, panel, sc, mn, dd):
     """Rows r0..r0+15 of Q4_K ``w`` -> ``panel`` (codes, 4096 bytes a super-block:
@@ -232,23 +254,7 @@ def _pack_panel_k4(w, r0, panel, sc, mn, dd):
             for g in range(4):                       # sub-blocks 2g (low nibbles), 2g+1
                 q = S.load(row, p + 16 + 32 * g, 32, "u8")
                 u = S.bitcast(_CLASSES2(S.concat(q & 15, q >> 4)), "u32")
-                o = 4096 * i + 64 * 16 * g + 4 * r
-                S.store_at(panel, o, S.lane(u, 0), "u32")
-                S.store_at(panel, o + 64, S.lane(u, 1), "u32")
-                S.store_at(panel, o + 128, S.lane(u, 2), "u32")
-                S.store_at(panel, o + 192, S.lane(u, 3), "u32")
-                S.store_at(panel, o + 256, S.lane(u, 4), "u32")
-                S.store_at(panel, o + 320, S.lane(u, 5), "u32")
-                S.store_at(panel, o + 384, S.lane(u, 6), "u32")
-                S.store_at(panel, o + 448, S.lane(u, 7), "u32")
-                S.store_at(panel, o + 512, S.lane(u, 8), "u32")
-                S.store_at(panel, o + 576, S.lane(u, 9), "u32")
-                S.store_at(panel, o + 640, S.lane(u, 10), "u32")
-                S.store_at(panel, o + 704, S.lane(u, 11), "u32")
-                S.store_at(panel, o + 768, S.lane(u, 12), "u32")
-                S.store_at(panel, o + 832, S.lane(u, 13), "u32")
-                S.store_at(panel, o + 896, S.lane(u, 14), "u32")
-                S.store_at(panel, o + 960, S.lane(u, 15), "u32")
+                _store16(panel, 4096 * i + 1024 * g + 4 * r, u)
 
 
 @njit(cache=True)
@@ -336,11 +342,132 @@ def _gemm_k4(w, yq, y):
             _row_k4(panel, sc, mn, dd, yc[a], dy[a], bsp[a], y[a], r0, nr)
 
 
+# ---------------------------------------------------------------------------- Q6_K
+# ggml_vec_dot_q6_K_q8_K (generic): aux32[l] += scale[k / 16] * y_k * (code_k - 32) for the
+# values k of class l = k % 8; sums[l] += (d * dy) * aux32[l]; result 0 + sums[0] + ... +
+# sums[7]. The panel has Q4_K's layout (per 32 values h, class l: codes 8t + l, t < 4),
+# whose first two codes belong to sub-block 2h and last two to 2h + 1: vpmaddubsw makes
+# the two pair sums, minus 32 * (their activations' sum) (precomputed per activation
+# row), and one vpdpwssd with the rows' (scale[2h], scale[2h + 1]) adds both into
+# aux32[l] (pair sums within 2**15: codes < 64, |y| <= 127).
+
+
+@njit(cache=True)
+def _pack_panel_k6(w, r0, panel, sc, dd):
+    """Rows r0..r0+15 of Q6_K ``w`` -> ``panel`` (codes 0..63 as :func:`_pack_panel_k4`),
+    ``sc`` (int16 pairs (scale[2h], scale[2h+1]) as int32, [super-block, h, row]),
+    ``dd`` (float32 d, [super-block, row]); zeros past the last row."""
+    nsb = w.shape[1] // 210
+    nr = min(ROWS, w.shape[0] - r0)
+    if nr < ROWS:
+        panel[:] = 0
+        sc[:] = 0
+        dd[:] = 0
+    for r in range(nr):
+        row = w[r0 + r]
+        for i in range(nsb):
+            p = 210 * i
+            dd[ROWS * i + r] = S.half_at(row, p + 208)
+            for h in range(8):
+                lo = np.int32(S.scalar_at(row, p + 192 + 2 * h, "i8")) & 0xFFFF
+                hi = np.int32(S.scalar_at(row, p + 193 + 2 * h, "i8"))
+                sc[ROWS * (8 * i + h) + r] = lo | (hi << 16)
+            for g in range(4):          # 32-value groups 2g, 2g + 1 (half n, quarters t, t+1)
+                n, t = g // 2, 2 * (g % 2)
+                qh = S.load(row, p + 128 + 32 * n, 32, "u8")
+                ql0 = S.load(row, p + 64 * n, 32, "u8")
+                ql1 = S.load(row, p + 64 * n + 32, 32, "u8")
+                if t == 0:
+                    c0 = (ql0 & 15) | ((qh & 3) << 4)
+                    c1 = (ql1 & 15) | (((qh >> 2) & 3) << 4)
+                else:
+                    c0 = (ql0 >> 4) | (((qh >> 4) & 3) << 4)
+                    c1 = (ql1 >> 4) | (((qh >> 6) & 3) << 4)
+                u = S.bitcast(_CLASSES2(S.concat(c0, c1)), "u32")
+                _store16(panel, 4096 * i + 1024 * g + 4 * r, u)
+
+
+@njit(cache=True)
+def _prep_offsets_k6(yc, off):
+    """Per 32 activation values h and class l: the int16 pair (32 * (y[l] + y[8 + l]),
+    32 * (y[16 + l] + y[24 + l])) of that group as int32 (``yc`` in class order)."""
+    for n in range(yc.shape[0]):
+        for g in range(yc.shape[1] // 32):
+            for l in range(8):
+                p = 32 * g + 4 * l
+                a = 32 * (np.int32(yc[n, p]) + np.int32(yc[n, p + 1]))
+                b = 32 * (np.int32(yc[n, p + 2]) + np.int32(yc[n, p + 3]))
+                off[n, 8 * g + l] = (a & 0xFFFF) | (b << 16)
+
+
+@njit(inline="always", cache=True)
+def _pair_dot(acc, panel, o, yc, off, p, q, scales):
+    """acc + (scale pair) . (16 rows' two class pair sums at panel byte o, offsets off)."""
+    m = S.maddubs(S.load(panel, o, 64, "u8"), _bcast(yc, p))
+    m = m - S.bitcast(S.splat(off[q], 16, "i32"), "i16")
+    return S.dpwssd(acc, m, scales)
+
+
+@njit(inline="always", cache=True)
+def _row_k6(panel, sc, dd, yc, off, dy, yrow, r0, nr):
+    """One activation row against a packed Q6_K panel -> yrow[r0..r0+nr)."""
+    nsb = dy.shape[0]
+    s0, s1, s2, s3 = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32")
+    s4, s5, s6, s7 = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32")
+    for i in range(nsb):
+        z = S.zeros(16, "i32")
+        a0, a1, a2, a3, a4, a5, a6, a7 = z, z, z, z, z, z, z, z
+        for h in range(8):
+            sch = S.bitcast(S.load(sc, 64 * (8 * i + h), 16, "i32"), "i16")
+            o, p, q = 4096 * i + 512 * h, 256 * i + 32 * h, 64 * i + 8 * h
+            a0 = _pair_dot(a0, panel, o, yc, off, p, q, sch)
+            a1 = _pair_dot(a1, panel, o + 64, yc, off, p + 4, q + 1, sch)
+            a2 = _pair_dot(a2, panel, o + 128, yc, off, p + 8, q + 2, sch)
+            a3 = _pair_dot(a3, panel, o + 192, yc, off, p + 12, q + 3, sch)
+            a4 = _pair_dot(a4, panel, o + 256, yc, off, p + 16, q + 4, sch)
+            a5 = _pair_dot(a5, panel, o + 320, yc, off, p + 20, q + 5, sch)
+            a6 = _pair_dot(a6, panel, o + 384, yc, off, p + 24, q + 6, sch)
+            a7 = _pair_dot(a7, panel, o + 448, yc, off, p + 28, q + 7, sch)
+        d = S.load(dd, 64 * i, 16, "f32") * dy[i]
+        s0 = s0 + d * S.convert(a0, "f32")
+        s1 = s1 + d * S.convert(a1, "f32")
+        s2 = s2 + d * S.convert(a2, "f32")
+        s3 = s3 + d * S.convert(a3, "f32")
+        s4 = s4 + d * S.convert(a4, "f32")
+        s5 = s5 + d * S.convert(a5, "f32")
+        s6 = s6 + d * S.convert(a6, "f32")
+        s7 = s7 + d * S.convert(a7, "f32")
+    _put(yrow, r0, nr, S.zeros(16, "f32") + s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7)
+
+
+@njit(parallel=True, cache=True)
+def _gemm_k6(w, yq, y):
+    n, m = y.shape
+    nsb = w.shape[1] // 210
+    yc = np.empty((n, 256 * nsb), dtype=np.int8)
+    dy = np.empty((n, nsb), dtype=np.float32)
+    bsp = np.empty((n, 8 * nsb), dtype=np.int32)
+    _prep_acts_k(yq, yc, dy, bsp)
+    off = np.empty((n, 64 * nsb), dtype=np.int32)
+    _prep_offsets_k6(yc, off)
+    for g in prange((m + ROWS - 1) // ROWS):
+        r0 = g * ROWS
+        panel = np.empty(4096 * nsb, dtype=np.uint8)
+        sc = np.empty(ROWS * 8 * nsb, dtype=np.int32)
+        dd = np.empty(ROWS * nsb, dtype=np.float32)
+        _pack_panel_k6(w, r0, panel, sc, dd)
+        nr = min(ROWS, m - r0)
+        for a in range(n):
+            _row_k6(panel, sc, dd, yc[a], off[a], dy[a], y[a], r0, nr)
+
+
 def mul_mat_ggml(w: np.ndarray, code: int, yq: np.ndarray, y: np.ndarray) -> None:
     """y[N, M] = ggml's dots of weight rows ``w`` (raw ``[M, row_bytes]``, type ``code``
     in :data:`CODES`) with activation rows ``yq`` (quantized to the type's vec_dot_type,
     ``[N, row_bytes]``), into ``y`` (C-contiguous float32)."""
     if code == Q4_K:
         _gemm_k4(w, yq, y)
+    elif code == Q6_K:
+        _gemm_k6(w, yq, y)
     else:
         _gemm(w, np.int64(code), yq, y)

@@ -21,7 +21,7 @@
   weight's vec_dot_type (:func:`.quants.quantize_activations`) and each output is
   ggml's block dot product (:func:`.vec_dot_ggml.dot_row_ggml`). Validated bit for
   bit against the numpy reimplementation :func:`mul_mat_ggml_ref`. More than
-  ``MATVEC_MAX_N`` activation rows on Q4_0/Q5_0/Q4_1/Q5_1/Q4_K weights take :mod:`.gemm`
+  ``MATVEC_MAX_N`` activation rows on Q4_0/Q5_0/Q4_1/Q5_1/Q4_K/Q6_K weights take :mod:`.gemm`
   (each weight block unpacked once per call, not once per activation row).
 """
 from __future__ import annotations

@@ -166,8 +166,8 @@ def test_mul_mat_ggml_is_bit_exact_with_numpy_reimplementation(qt, n):
 
 
 @pytest.mark.parametrize("n", [5, 9])
-@pytest.mark.parametrize("qt", [QT.Q4_0, QT.Q5_0, QT.Q4_1, QT.Q5_1, QT.Q4_K],
-                         ids=["Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K"])
+@pytest.mark.parametrize("qt", [QT.Q4_0, QT.Q5_0, QT.Q4_1, QT.Q5_1, QT.Q4_K, QT.Q6_K],
+                         ids=["Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K", "Q6_K"])
 def test_mul_mat_ggml_prompt_gemm_is_bit_exact(qt, n):
     # more than MATVEC_MAX_N rows take kernels/gemm.py: 37 weight rows = two 16-row
     # panels and one of 5; n activation rows = full 4-row tiles and a padded one
