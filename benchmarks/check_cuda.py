@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from fixtures import write_llama  # noqa: E402
-from fixtures_moe import write_mixtral  # noqa: E402
+from fixtures_moe import write_mixtral, write_qwen3moe  # noqa: E402
 from llama_runs import parse_buffers  # noqa: E402
 
 MiB = 1024 * 1024
@@ -46,12 +46,18 @@ MODELS = {
     "llama5-hd32": lambda p: write_llama(p, n_layer=5),
     # heads of 128: flash attention on CUDA; quantized rows of 768 (padded to 1024)
     "llama4-hd128": lambda p: write_llama(p, n_layer=4, head_dim=128),
-    # MoE: graphcost reports CUDA's compute buffers as not modelled (graph_optimize's
-    # fusion dependencies); model and KV buffers are still compared
+    # MoE, 6 experts: graph_optimize's weighted-sum dependencies only (6 is not an
+    # instantiated top-k count)
     "mixtral": lambda p: write_mixtral(p, n_layer=4),
+    # MoE, 4 experts, heads of 64: both MoE fusions' dependencies (top-k routing and the
+    # weighted sum), flash attention on by -fa auto
+    "qwen3moe": lambda p: write_qwen3moe(p, n_layer=3),
 }
 
-#: (model, llama.cpp/graphcost flags, GPUs needed)
+#: GGML_CUDA_DISABLE_FUSION=1 for llama.cpp is device option fusion=0 for graphcost
+NO_FUSION = {"env": {"GGML_CUDA_DISABLE_FUSION": "1"}, "opt": "fusion=0"}
+
+#: (model, llama.cpp/graphcost flags, GPUs needed[, NO_FUSION])
 CASES = [
     ("llama5-hd32", ["-ngl", "0"], 1),
     ("llama5-hd32", ["-ngl", "3"], 1),
@@ -63,7 +69,16 @@ CASES = [
     ("llama4-hd128", ["-ngl", "all", "-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0", "-ub", "128"], 1),
     ("llama4-hd128", ["-ngl", "all", "-nkvo"], 1),
     ("llama4-hd128", ["-ngl", "2", "--no-op-offload"], 1),
+    ("llama4-hd128", ["-ngl", "all", "-fa", "on", "-ctk", "q4_1", "-ctv", "q4_1"], 1),  # no vec instance
+    ("llama4-hd128", ["-ngl", "all", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-ub", "2"], 1),
     ("mixtral", ["-ngl", "all"], 1),
+    ("mixtral", ["-ngl", "2"], 1),
+    ("qwen3moe", ["-ngl", "all"], 1),
+    ("qwen3moe", ["-ngl", "all"], 1, NO_FUSION),
+    ("qwen3moe", ["-ngl", "2", "-fa", "on"], 1),
+    ("qwen3moe", ["-ngl", "all", "-fa", "off"], 1),
+    ("qwen3moe", ["-ngl", "all", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"], 1),
+    ("qwen3moe", ["-ngl", "all", "-ts", "1,1"], 2),
     ("llama5-hd32", ["-ngl", "all", "-ts", "1,1"], 2),
     ("llama4-hd128", ["-ngl", "3", "-ts", "1,1"], 2),
     ("llama4-hd128", ["-ngl", "all", "-ts", "3,1", "-fa", "off"], 2),
@@ -94,12 +109,12 @@ def build(src: Path, out: Path) -> Path:
     return out / "bin"
 
 
-def run_llama(bin_dir: Path, model: Path, args: list[str]):
+def run_llama(bin_dir: Path, model: Path, args: list[str], env: dict | None = None):
     cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-n", "1", "-p", "hi",
            "-no-cnv", "-fit", "off", "-t", "1", "--no-warmup", "--seed", "1", "-lv", "5",
            "-c", "512"] + args
     r = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace",
-                       timeout=600, stdin=subprocess.DEVNULL)
+                       timeout=600, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
     return parse_buffers(r.stdout + r.stderr)
@@ -196,11 +211,14 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         models = {k: Path(w(Path(d) / f"{k}.gguf").path) for k, w in MODELS.items()}
-        for name, args, need in CASES:
+        for name, args, need, *extra in CASES:
             if need > n_gpu:
                 continue
-            case = f"{name} {' '.join(args)}"
-            devices = [f"cuda:{found[i][1]}MiB,cc={cc}" if found else f"cuda,cc={cc}"
+            x = extra[0] if extra else {}
+            opt = f",{x['opt']}" if x.get("opt") else ""
+            case = f"{name} {' '.join(args)}" + (f" {' '.join(f'{k}={v}' for k, v in x['env'].items())}"
+                                                 if x.get("env") else "")
+            devices = [f"cuda:{found[i][1]}MiB,cc={cc}{opt}" if found else f"cuda,cc={cc}{opt}"
                        for i in range(need)]
             try:
                 mem = run_graphcost(models[name], devices, args + ["--cpu-features", feats or "none"])
@@ -211,7 +229,7 @@ def main() -> int:
             if not a.dry_run:
                 try:
                     run = run_llama(bin_dir, models[name],
-                                    args if need > 1 else args + ["-dev", "CUDA0"])
+                                    args if need > 1 else args + ["-dev", "CUDA0"], x.get("env"))
                 except RuntimeError as e:
                     rows.append((case, "llama.cpp", str(e).splitlines()[0][:60], "", "", "ERROR"))
                     continue

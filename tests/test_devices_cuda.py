@@ -1,6 +1,8 @@
 """CUDA, ROCm and SYCL devices without a GPU: the backend facts of specs/backends/cuda.yaml,
 rocm.yaml and sycl.yaml (each cited from ggml-cuda / ggml-sycl) applied to model, KV and compute buffers, with the
-numbers worked out by hand from the ggml rules. The scheduler mechanism itself is proven
+numbers worked out by hand from the ggml rules: flash attention's kernel choice and its
+F16 copies or staging blocks (CUDA, ROCm, SYCL), and CUDA's MoE allocation dependencies
+(graphcost/memory/alloc_deps.py). The scheduler mechanism itself is proven
 against real llama.cpp runs on RPC devices (tests/test_devices_rpc.py); the check against
 a CUDA build is benchmarks/check_cuda.py (needs an NVIDIA GPU)."""
 from __future__ import annotations
@@ -13,14 +15,17 @@ from pathlib import Path
 import pytest
 
 from fixtures import write_llama
-from fixtures_moe import write_mixtral
+from fixtures_deepseek import write_glm4moe
+from fixtures_moe import write_mixtral, write_qwen3moe
 from graphcost.format import ggml_types as gt
 from graphcost.graph.build import load_model
 from graphcost.graph.ggml_graph import Tensor, contiguous_nb
 from graphcost.graph.settings import RunSettings
+from graphcost.memory.alloc_deps import SplitGraph, collect, cuda_moe_fusions, use_counts
 from graphcost.memory.backends import load
-from graphcost.memory.op_rules import (Unmodelled, compute_alloc_size, cuda_fattn_alloc_size,
-                                       cuda_fattn_kernel, evaluate)
+from graphcost.memory.op_rules import (Unmodelled, amd_arch, compute_alloc_size,
+                                       cuda_fattn_alloc_size, cuda_fattn_kernel, evaluate,
+                                       sycl_fattn_alloc_size, sycl_fattn_kernel)
 from graphcost.memory.placement import DeviceArg, PlacementFlags, parse_device, plan_devices
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,6 +152,38 @@ def test_cuda_flash_attention_alloc_size_by_hand():
         cuda_fattn_alloc_size(pp, {})
 
 
+def test_rocm_flash_attention_kernel_and_alloc_size_by_hand():
+    """ggml_cuda_get_best_fattn_kernel's AMD branches (fattn.cu; common.cuh): 8 heads over
+    2 KV heads (GQA ratio 4, so gqa_ratio_eff 4), head size 128, 512 cells, a mask: the GQA
+    optimisation applies. MFMA (CDNA) wants Q->ne[1] x 4 > 16 for head 128, WMMA
+    (RDNA3/4) > 8; otherwise a quantized cache takes the vector kernel up to 2 tokens and
+    the tile kernel beyond. tile and mma read F16 copies of K and V: q8_0 [128, 512, 2] is
+    131,072 elements, 262,144 bytes as F16."""
+    hip = {"hip": True}
+    mi300, rx7900, rx6800 = {"arch": "gfx942"}, {"arch": "gfx1100"}, {"arch": "gfx1030"}
+    assert cuda_fattn_kernel(_fa(512, T.Q8_0, T.Q8_0), mi300, **hip) == "mma"   # 2048 > 16
+    assert cuda_fattn_kernel(_fa(4, T.Q8_0, T.Q8_0), mi300, **hip) == "tile"    # 16, 4 > 2
+    assert cuda_fattn_kernel(_fa(5, T.Q8_0, T.Q8_0), mi300, **hip) == "mma"     # 20 > 16
+    assert cuda_fattn_kernel(_fa(2, T.Q8_0, T.Q8_0), rx7900, **hip) == "vec"    # 8, not > 8
+    assert cuda_fattn_kernel(_fa(3, T.Q8_0, T.Q8_0), rx7900, **hip) == "mma"    # 12 > 8
+    assert cuda_fattn_kernel(_fa(3, T.Q8_0, T.Q8_0), rx6800, **hip) == "tile"   # RDNA2: no WMMA
+    # sizes: the result F32 [128, 8, tokens] (4,096 bytes a token), then the copies
+    assert cuda_fattn_alloc_size(_fa(512, T.Q8_0, T.Q8_0), mi300, **hip) == 2097152 + 2 * 262144
+    assert cuda_fattn_alloc_size(_fa(4, T.Q8_0, T.Q8_0), mi300, **hip) == 16384 + 2 * 262144
+    assert cuda_fattn_alloc_size(_fa(1, T.Q8_0, T.Q8_0), mi300, **hip) == 4096  # vec, compiled
+    assert cuda_fattn_alloc_size(_fa(1, T.Q4_1, T.Q4_1), rx6800, **hip) == 4096 + 2 * 262144
+    rule = load("rocm").compute_alloc_size
+    assert compute_alloc_size(rule, _fa(4, T.Q8_0, T.Q8_0), mi300) == 16384 + 2 * 262144
+    assert compute_alloc_size(rule, _fa(512, T.F16, T.F16), {}) == 2097152  # F16: no arch needed
+    with pytest.raises(Unmodelled, match="arch=gfx1100"):
+        compute_alloc_size(rule, _fa(4, T.Q8_0, T.Q8_0), {})
+    # ggml_cuda_parse_id: the last two hex digits are the minor version
+    assert [amd_arch({"arch": a}, "t") for a in ("gfx90a", "gfx942", "gfx1100", "gfx11-generic",
+                                                  "gfx90c")] == [0x90A, 0x942, 0x1100, 0x1100, 0x90C]
+    # gfx90c is a GCN APU (GGML_CUDA_CC_IS_GCN_APU), not CDNA: no MFMA, so 5 tokens -> tile
+    assert cuda_fattn_kernel(_fa(5, T.Q8_0, T.Q8_0), {"arch": "gfx90c"}, **hip) == "tile"
+
+
 def test_compute_alloc_size_pads_quantized_rows():
     rule = load("cuda").compute_alloc_size
     # a Q4_K copy [4352, 3] (17 blocks of 256 a row, 144 bytes each): 3*17*144 = 7344 bytes;
@@ -222,32 +259,98 @@ def test_cuda_flash_attention_auto_turns_off_for_unsupported_head_size(llama5, l
                       for i, n in enumerate(sc.nodes) if n.op == "FLASH_ATTN_EXT")
 
 
-def test_quantized_cache_needs_the_compute_capability(llama_hd128):
+@pytest.mark.parametrize("kind,option,device", [("cuda", "cc=8.9", "CUDA0"),
+                                                ("rocm", "arch=gfx1100", "ROCm0")])
+def test_quantized_cache_needs_the_gpu(llama_hd128, kind, option, device):
     s = RunSettings(ctx_size=512, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0")
     flags = PlacementFlags(cpu_features=AVX2)
-    dp = plan_devices(llama_hd128, s, [DeviceArg("cuda")], flags)
-    assert dp.compute is None and {r.device: r.compute_bytes for r in dp.rows}["CUDA0"] is None
-    assert any("cc=8.9" in n for n in dp.placement.notes)
-    ada = plan_devices(llama_hd128, s, [parse_device("cuda,cc=8.9")], flags)
+    dp = plan_devices(llama_hd128, s, [DeviceArg(kind)], flags)
+    assert dp.compute is None and {r.device: r.compute_bytes for r in dp.rows}[device] is None
+    assert any(option in n for n in dp.placement.notes)
+    q8 = plan_devices(llama_hd128, s, [parse_device(f"{kind},{option}")], flags)
     f16 = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
-                       [DeviceArg("cuda")], flags)
-    # the prompt graph's attention converts K and V to F16 inside its own allocation: the
-    # q8_0 cache's CUDA0 compute buffer is larger than the F16 cache's
-    c_ada = {r.device: r.compute_bytes for r in ada.rows}["CUDA0"]
-    c_f16 = {r.device: r.compute_bytes for r in f16.rows}["CUDA0"]
-    assert c_ada > c_f16
+                       [DeviceArg(kind)], flags)
+    # the prompt graph's attention (512 tokens: mma on Ada, WMMA's mma on RDNA3) converts K
+    # and V to F16 inside its own allocation: the q8_0 cache's compute buffer is larger
+    c_q8 = {r.device: r.compute_bytes for r in q8.rows}[device]
+    c_f16 = {r.device: r.compute_bytes for r in f16.rows}[device]
+    assert c_q8 > c_f16
 
 
-def test_moe_on_cuda_is_not_modelled(tmp_path):
-    # graph_optimize keeps tensors alive around its MoE fusions: not simulated
-    m = load_model(write_mixtral(tmp_path / "mx.gguf", n_layer=2).path)
-    dp = plan_devices(m, RunSettings(ctx_size=512), [DeviceArg("cuda")],
-                      PlacementFlags(cpu_features=AVX2))
-    assert dp.compute is None
-    assert any("graph_optimize" in n and "CUDA0" in n for n in dp.placement.notes)
+@pytest.fixture(scope="module")
+def qwen3moe(tmp_path_factory):
+    # 2 layers, n_embd 320, 5 heads of 64 over 1 KV head, 4 experts of width 96, 2 used
+    return load_model(write_qwen3moe(tmp_path_factory.mktemp("cu") / "q3m.gguf", n_layer=2).path)
 
 
-def test_sycl_rules_and_flash_attention_not_modelled(llama_hd128):
+def _deps_by_name(model, settings):
+    from graphcost.graph.build import build_graph, resolve_for
+    run = resolve_for(model, settings)
+    bg = build_graph(model, run.step(7, 0, 7))
+    g = SplitGraph(bg.nodes, None, use_counts(bg.nodes), set(), set())
+    return {next(n.name for n in bg.nodes if id(n) == k): [t.name for t in v]
+            for k, v in collect(cuda_moe_fusions(g, {})).items()}
+
+
+def test_cuda_moe_fusion_matchers(qwen3moe, tmp_path):
+    """ggml_backend_cuda_graph_optimize's add_alloc_dep calls on qwen3moe's layer 0
+    (ggml-cuda.cu): the top-k routing SOFT_MAX, RESHAPE, ARGSORT, VIEW, GET_ROWS + the norm's
+    RESHAPE, SUM_ROWS, CLAMP, DIV, RESHAPE (10 nodes, 4 experts: an instantiated count)
+    and each one's sources are kept until the node after them (the reshaped ffn_norm);
+    the weighted sum MUL, 2 VIEWs, ADD keeps the experts and router weights until its ADD."""
+    deps = _deps_by_name(qwen3moe, RunSettings(ctx_size=512))
+    assert deps["ffn_norm-0 (reshaped)"] == [
+        "ffn_moe_probs-0", "ffn_moe_logits-0", "ffn_moe_probs-0 (reshaped)", "ffn_moe_argsort-0",
+        "ffn_moe_topk-0", "ffn_moe_weights-0", "ffn_moe_weights-0 (reshaped)",
+        "ffn_moe_weights_sum-0", "ffn_moe_weights_sum_clamped-0", "ffn_moe_weights_norm-0",
+        "ffn_moe_weights_norm-0 (reshaped)"]  # 11 kept: two dependency nodes (10 + 1 sources)
+    assert deps["ffn_moe_out-0"] == ["ffn_moe_down-0", "ffn_moe_weights_norm-0 (reshaped)"]
+    assert len(deps) == 4  # the same two for layer 1
+    # 6 experts: not an instantiated top-k count (ggml_cuda_should_use_topk_moe): only the sums
+    mx = load_model(write_mixtral(tmp_path / "mx.gguf", n_layer=2).path)
+    assert set(_deps_by_name(mx, RunSettings(ctx_size=512))) == {"ffn_moe_out-0", "ffn_moe_out-1"}
+    # glm4moe, 8 experts: the sigmoid gate with the selection bias (ADD of exp_probs_b, a
+    # weight among the kept sources), the norm and the SCALE of weights_scale: 14 kept
+    glm = load_model(write_glm4moe(tmp_path / "glm.gguf", n_expert=8).path)
+    deps = _deps_by_name(glm, RunSettings(ctx_size=512))
+    assert deps["post_attn_norm-1 (reshaped)"] == [
+        "ffn_moe_probs-1", "ffn_moe_logits-1", "ffn_moe_probs-1 (reshaped)",
+        "ffn_moe_probs_biased-1", "blk.1.exp_probs_b.bias", "ffn_moe_argsort-1",
+        "ffn_moe_topk-1", "ffn_moe_weights-1", "ffn_moe_weights-1 (reshaped)",
+        "ffn_moe_weights_sum-1", "ffn_moe_weights_sum_clamped-1", "ffn_moe_weights_norm-1",
+        "ffn_moe_weights_norm-1 (reshaped)", "ffn_moe_weights_scaled-1"]
+    assert deps["ffn_moe_out-1"] == ["ffn_moe_down-1", "ffn_moe_weights_scaled-1"]
+    assert len(deps) == 4  # layer 0 is dense (n_layer_dense_lead 1); layers 1 and 2
+
+
+def test_moe_on_cuda_keeps_fused_tensors_alive(qwen3moe):
+    """The dependencies in the allocation (qwen3moe, 512-token prompt, flash attention on).
+    GGML_CUDA_DISABLE_FUSION=1 (fusion=0): ffn_moe_weighted (MUL) takes ffn_moe_down's
+    block in place, F32 [320, 2, 512] = 320 x 2 x 512 x 4 = 1,310,720 bytes at offset
+    2,502,656, and that block's end is the buffer: 3,813,376. With the fusions,
+    ffn_moe_down is kept until ffn_moe_out, so the MUL cannot run in place and takes the
+    next 1,310,720 bytes: 3,813,376 + 1,310,720 = 5,124,096. The top-k dependencies keep
+    ffn_moe_logits (8,192 bytes at 0) alive, so the SOFT_MAX, in place at 0 without them,
+    sits at 8,192."""
+    s = RunSettings(ctx_size=512, flash_attn="on")
+    flags = PlacementFlags(cpu_features=AVX2)
+    res = {}
+    for dev in ("cuda", "cuda,fusion=0"):
+        dp = plan_devices(qwen3moe, s, [parse_device(dev)], flags)
+        pp = dict(dp.compute.schedules)["prompt"]
+        off = {n.name: pp.alloc.offsets.get(id(n)) for n in pp.nodes}
+        res[dev] = ({r.device: r.compute_bytes for r in dp.rows}["CUDA0"], off)
+    c_on, on = res["cuda"]
+    c_off, off = res["cuda,fusion=0"]
+    assert off["ffn_moe_down-0"] == off["ffn_moe_weighted-0"] == 2502656
+    assert c_off == 2502656 + 320 * 2 * 512 * 4 == 3813376
+    assert on["ffn_moe_down-0"] == 2502656 and on["ffn_moe_weighted-0"] == 3813376
+    assert c_on == 3813376 + 1310720 == 5124096
+    assert off["ffn_moe_probs-0"] == off["ffn_moe_logits-0"] == 0
+    assert on["ffn_moe_logits-0"] == 0 and on["ffn_moe_probs-0"] == 8192
+
+
+def test_sycl_rules_and_its_flash_attention_plan(llama_hd128):
     sycl = load("sycl").supports_op
 
     def mm(a_type, a_ne, b_ne):
@@ -264,7 +367,58 @@ def test_sycl_rules_and_flash_attention_not_modelled(llama_hd128):
     assert rows["SYCL0"] > 0 and rows["SYCL_Host"] > 0     # the CPU's compute type: SYCL_Host
     on = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
                       [DeviceArg("sycl")], flags)
-    assert on.compute is None and any("use -fa off" in n for n in on.placement.notes)
+    assert on.compute is not None and not on.placement.notes
+    fa = [(sc.device_of(i), lab) for lab, sc in on.compute.schedules
+          for i, n in enumerate(sc.nodes) if n.op == "FLASH_ATTN_EXT" and n.layer == 2]
+    assert fa and all(dev == "SYCL0" for dev, _ in fa)
+    # oneDNN's staging (Q, scale, output) is in the prompt's attention allocation: without
+    # oneDNN (onednn=0) the F16 cache needs none, so SYCL0's buffer is smaller
+    no_dnn = plan_devices(llama_hd128, RunSettings(ctx_size=512, flash_attn="on"),
+                          [parse_device("sycl,onednn=0")], flags)
+    c = {r.device: r.compute_bytes for r in on.rows}["SYCL0"]
+    assert {r.device: r.compute_bytes for r in no_dnn.rows}["SYCL0"] < c
+
+
+def _sycl(dst, **opts):
+    return sycl_fattn_kernel(dst, opts), sycl_fattn_alloc_size(dst, opts)
+
+
+def test_sycl_flash_attention_kernel_and_alloc_size_by_hand():
+    """ggml_sycl_get_best_fattn_kernel and ggml_sycl_fattn_get_extra (ggml-sycl/fattn.cpp,
+    fattn-onednn.cpp): 8 heads over 2 KV heads of 128, a F16 mask. The result F32
+    [128, 8, tokens] is 4,096 bytes a token; the staging blocks are F16, each at a 128-byte
+    boundary: with oneDNN possible for the shape, Q and the output are 8 x tokens x 128
+    halves (512 tokens: 1,048,576 bytes each) and the scale 2 bytes; a q8_0 K or V
+    [128, cells, 2] is copied as 128 x cells x 2 halves (512 cells: 262,144 bytes)."""
+    # F16 cache, 512-token prompt: oneDNN SDPA, the cache bound in place:
+    # 2,097,152 + 1,048,576 (Q) = 3,145,728, + 2 (scale) -> 3,145,856 + 1,048,576 (output)
+    assert _sycl(_fa(512, T.F16, T.F16)) == ("onednn", 4194432)
+    # q8_0 over 512 cells: oneDNN dequantizes only from 1024 cells, MKL likewise: tile;
+    # the reservation is still the worst case over kernels, oneDNN's included:
+    # 3,145,728 + 262,144 (K) + 262,144 (V) = 3,670,016, + 2 -> 3,670,144 + 1,048,576
+    assert _sycl(_fa(512, T.Q8_0, T.Q8_0)) == ("tile", 4718720)
+    assert sycl_fattn_kernel(_fa(512, T.Q8_0, T.Q8_0, n_kv=1024), {}) == "onednn"
+    # without oneDNN (onednn=0): the F16 cache needs nothing; q8_0 its tile copies
+    assert _sycl(_fa(512, T.F16, T.F16), onednn=0) == ("tile", 2097152)
+    assert _sycl(_fa(512, T.Q8_0, T.Q8_0), onednn=0) == ("tile", 2097152 + 2 * 262144)
+    assert sycl_fattn_kernel(_fa(512, T.Q8_0, T.Q8_0, n_kv=1024), {"onednn": "0"}) == "mkl"
+    # one token of an F16 cache: the GQA optimisation applies, so tile, not vec; oneDNN's
+    # blocks are reserved all the same: 4,096 + 2,048 (Q) = 6,144, + 2 -> 6,272 + 2,048
+    assert _sycl(_fa(1, T.F16, T.F16)) == ("tile", 8320)
+    assert sycl_fattn_kernel(_fa(1, T.Q8_0, T.Q8_0), {}) == "vec"
+    assert sycl_fattn_kernel(_fa(1, T.Q8_0, T.Q8_0), {"arch": "bmg"}) == "tile"  # Xe2
+    # head size 32: oneDNN takes the prompt, nothing takes one token
+    assert sycl_fattn_kernel(_fa(512, T.F16, T.F16, d=32), {}) == "onednn"
+    assert sycl_fattn_kernel(_fa(1, T.F16, T.F16, d=32), {}) == "none"
+    # Alchemist (arch=dg2): no SDPA for head size 64
+    assert sycl_fattn_kernel(_fa(512, T.F16, T.F16, d=64), {"arch": "dg2"}) == "tile"
+    # q4_1 needs GGML_SYCL_FA_ALL_QUANTS (off): unsupported, through supports_op too
+    assert sycl_fattn_kernel(_fa(512, T.Q4_1, T.Q4_1), {}) == "none"
+    rule = load("sycl").supports_op["ops"]["FLASH_ATTN_EXT"]
+    assert evaluate(rule, _fa(512, T.F16, T.F16), {}, "t")
+    assert not evaluate(rule, _fa(512, T.Q4_1, T.Q4_1), {}, "t")
+    # the buffer type's get_alloc_size adds nothing to an F32 result
+    assert compute_alloc_size(load("sycl").compute_alloc_size, _fa(512, T.F16, T.F16), {}) == 4194432
 
 
 # ---- device options and the JSON ---------------------------------------------------------------

@@ -22,7 +22,8 @@ The expression language (a safe evaluator over :mod:`ast`, nothing else of Pytho
 * backend functions that are too long for one expression, written here and named after
   the ggml function they mirror: ``cuda_fattn_supported(dst)``
   (ggml-cuda/fattn.cu ``ggml_cuda_flash_attn_ext_supported``: a kernel other than
-  ``BEST_FATTN_KERNEL_NONE``, :func:`cuda_fattn_kernel`).
+  ``BEST_FATTN_KERNEL_NONE``, :func:`cuda_fattn_kernel`), ``sycl_fattn_supported(dst)``
+  (ggml-sycl/fattn.cpp ``ggml_sycl_flash_attn_ext_supported``, :func:`sycl_fattn_kernel`).
 
 A rule that needs a fact graphcost does not know (a device property not given as an
 option, a branch not transcribed) raises :class:`Unmodelled` with the reason; the
@@ -137,8 +138,7 @@ def evaluate(expr: Any, node: Tensor, options: dict[str, Any], where: str) -> bo
         if fn == "unmodelled":  # a case of the switch not transcribed
             raise Unmodelled(f"{where}: {args[0]} is not transcribed")
         if fn == "sycl_fattn_supported":
-            raise Unmodelled("the SYCL flash-attention kernel choice (ggml-sycl/fattn.cpp "
-                             "ggml_sycl_get_best_fattn_kernel) is not transcribed: use -fa off")
+            return sycl_fattn_kernel(node, options) != "none"
         f = _TENSOR_FUNCS.get(fn)
         if f is None:
             raise GraphcostError(f"{where}: unknown function {fn!r} in {expr!r}")
@@ -209,6 +209,44 @@ FATTN_KV_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 FATTN_VEC_CASES = {("Q4_0", "Q4_0"), ("Q8_0", "Q8_0"), ("F16", "F16"), ("BF16", "BF16")}
 #: ggml-cuda/common.cuh
 CC_VOLTA, CC_TURING, CC_ADA_LOVELACE = 700, 750, 890
+#: ggml-cuda/common.cuh AMD architectures, relative to GGML_CUDA_CC_OFFSET_AMD (gfx numbers)
+AMD_CDNA1, AMD_RDNA1, AMD_RDNA3, AMD_RDNA4 = 0x908, 0x1010, 0x1100, 0x1200
+AMD_GCN_APUS = (0x909, 0x90C)  # GGML_CUDA_CC_GFX909, GFX90C: GCN, not CDNA
+
+
+#: the head-size switch of ggml_cuda_get_best_fattn_kernel: K head size -> (V head size,
+#: None or (the GQA ratio's required multiple: the GQA optimisation needed)); None: V == K
+CUDA_FATTN_HEADS: dict[int, tuple[int | None, int | None]] = {
+    **{d: (None, None) for d in (40, 64, 72, 80, 96, 112, 128, 256)},
+    192: (128, 8), 320: (256, 32), 512: (None, 1), 576: (512, 1)}
+#: the same switch in ggml_sycl_get_best_fattn_kernel (ggml-sycl/fattn.cpp)
+SYCL_FATTN_HEADS: dict[int, tuple[int | None, int | None]] = {
+    **{d: (None, None) for d in (40, 64, 72, 80, 96, 112, 128, 256, 512)}, 576: (512, 1)}
+
+
+def _head_sizes_ok(dk: int, dv: int, gqa_opt: bool, gqa_ratio: int,
+                   table: dict[int, tuple[int | None, int | None]]) -> bool:
+    """A K/V head-size pair the flash-attention switch accepts (``table``: see
+    :data:`CUDA_FATTN_HEADS`)."""
+    if dk not in table:
+        return False
+    want_dv, gqa_multiple = table[dk]
+    if dv != (dk if want_dv is None else want_dv):
+        return False
+    return gqa_multiple is None or (gqa_opt and gqa_ratio % gqa_multiple == 0)
+
+
+def _strides_16(*ts: Tensor | None) -> bool:
+    """The GQA optimisation's stride condition (ggml_cuda_get_best_fattn_kernel,
+    ggml_sycl_get_best_fattn_kernel): every non-quantized tensor's nb[1..3] a multiple of 16."""
+    return all(t is None or gt.is_quantized(t.type) or not any(t.nb[i] % 16 for i in range(1, 4))
+               for t in ts)
+
+
+def _v_views_k(k: Tensor, v: Tensor) -> bool:
+    """V views the same data as K (an MLA cache): the F16 copy of K serves V too."""
+    return v.view_src is not None and (v.view_src is k or (
+        v.view_src is k.view_src and v.view_offs == k.view_offs))
 
 
 def _cc(options: dict[str, Any], why: str) -> int:
@@ -220,13 +258,53 @@ def _cc(options: dict[str, Any], why: str) -> int:
     return int(round(float(cc) * 100))
 
 
-def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = True) -> str:
+def amd_arch(options: dict[str, Any], why: str) -> int:
+    """An AMD GPU's architecture as ggml numbers it, less GGML_CUDA_CC_OFFSET_AMD, from
+    ``arch=gfx1100`` (hipDeviceProp gcnArchName, as rocminfo prints it), parsed as
+    ggml-cuda.cu ``ggml_cuda_parse_id`` does: ``gfx`` and any ``:xnack-`` suffix dropped,
+    the last two hex digits the minor version, the rest the major (``gfx90a`` -> 0x90a,
+    ``gfx1100`` -> 0x1100); ``gfx11-generic`` -> 0x1100."""
+    name = options.get("arch")
+    if name is None:
+        raise Unmodelled(f"{why} depends on the AMD GPU's architecture: give it as "
+                         "--device rocm[:MEM],arch=gfx1100")
+    s = str(name).strip().lower()
+    body = s[3:].split(":")[0] if s.startswith("gfx") else ""
+    try:
+        if body.endswith("-generic"):
+            parts = body[:-len("-generic")].split("-")
+            major = int(parts[0], 16)
+            minor = 0x10 * int(parts[1], 16) if len(parts) > 1 and parts[1] else 0
+        elif len(body) >= 3:
+            major, minor = int(body[:-2], 16), int(body[-2:], 16)
+        else:
+            raise ValueError
+    except ValueError:
+        raise GraphcostError(f"--device rocm,arch={name}: not an AMD architecture name "
+                             "(gfx1100, gfx90a, gfx942, ...)") from None
+    return major * 0x100 + minor
+
+
+def _amd_mfma(arch: int) -> bool:
+    """amd_mfma_available (common.cuh; GGML_HIP_MMQ_MFMA is on by default): CDNA."""
+    return AMD_CDNA1 <= arch < AMD_RDNA1 and arch not in AMD_GCN_APUS
+
+
+def _amd_wmma(arch: int) -> bool:
+    """amd_wmma_available (common.cuh): RDNA3, RDNA3.5, RDNA4."""
+    return arch >= AMD_RDNA3
+
+
+def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = True,
+                      hip: bool = False) -> str:
     """ggml_cuda_get_best_fattn_kernel (ggml-cuda/fattn.cu) for an NVIDIA GPU with the
     kernels of its own architecture compiled (``ggml_cuda_highest_compiled_arch(cc) == cc``,
     a native build) and flash attention built (no ``GGML_CUDA_NO_FA``): ``none``
     (unsupported), ``vec``, ``tile`` or ``mma``. ``choose=False``: only whether it is
     supported (``none`` or ``some``), which does not depend on the GPU; the compute
-    capability (device option ``cc``) is asked for only where the choice depends on it."""
+    capability (device option ``cc``) is asked for only where the choice depends on it.
+    ``hip``: the same function built for ROCm (an AMD GPU: no Turing/Volta tensor cores;
+    the MFMA branch on CDNA, the WMMA branch on RDNA3/4; device option ``arch``)."""
     q, k, v = dst.src[0], dst.src[1], dst.src[2]
     mask = dst.src[3] if len(dst.src) > 3 else None
     if q.ne[2] % k.ne[2]:
@@ -234,29 +312,8 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
     gqa_ratio = q.ne[2] // k.ne[2]
     max_bias = dst.params.get("max_bias", 0.0)
     gqa_opt = gqa_ratio >= 2 and mask is not None and max_bias == 0.0 and k.ne[1] % FATTN_KQ_STRIDE == 0
-    for t in (q, k, v, mask):
-        if t is None or gt.is_quantized(t.type):
-            continue
-        if any(t.nb[i] % 16 for i in range(1, 4)):
-            gqa_opt = False
-            break
-    dk, dv = k.ne[0], v.ne[0]
-    if dk in (40, 64, 72, 80, 96, 128, 112, 256):
-        if dv != dk:
-            return "none"
-    elif dk == 192:
-        if dv != 128 or not gqa_opt or gqa_ratio % 8:
-            return "none"
-    elif dk == 320:
-        if dv != 256 or not gqa_opt or gqa_ratio % 32:
-            return "none"
-    elif dk == 512:
-        if dv != dk or not gqa_opt:
-            return "none"
-    elif dk == 576:
-        if dv != 512 or not gqa_opt:
-            return "none"
-    else:
+    gqa_opt = gqa_opt and _strides_16(q, k, v, mask)
+    if not _head_sizes_ok(k.ne[0], v.ne[0], gqa_opt, gqa_ratio, CUDA_FATTN_HEADS):
         return "none"
     kt, vt = type_name(k), type_name(v)
     if kt not in FATTN_KV_TYPES or vt not in FATTN_KV_TYPES:
@@ -267,8 +324,11 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
         return "some"  # every path below returns a kernel
     d = q.ne[0]
     can_vec = d <= 256 and d % 64 == 0 and d != 192 and k.ne[1] % FATTN_KQ_STRIDE == 0
-    cc = _cc(options, "the CUDA flash-attention kernel choice")
     quant_kv = gt.is_quantized(k.type) or gt.is_quantized(v.type)
+    if hip:
+        return _amd_fattn_kernel(q, d, gqa_ratio, gqa_opt, can_vec, quant_kv,
+                                 amd_arch(options, "the ROCm flash-attention kernel choice"))
+    cc = _cc(options, "the CUDA flash-attention kernel choice")
     if cc >= CC_TURING and d not in (40, 72):
         if can_vec:
             if not quant_kv:
@@ -287,14 +347,27 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
             if not gqa_opt and q.ne[1] == 1:
                 return "vec"
         return "mma"
-    ncols2_max = 32 if d == 320 else (16 if d in (576, 192) else 8)
-    eff = 1
-    while gqa_ratio % (2 * eff) == 0 and eff < ncols2_max:
-        eff *= 2
+    eff = _gqa_ratio_eff(d, gqa_ratio)
     if CC_VOLTA <= cc < CC_TURING and d not in (40, 72):
         if can_vec and q.ne[1] * eff <= 2:
             return "vec"
         return "tile" if q.ne[1] * eff <= 16 else "mma"
+    return _vec_or_tile(q, can_vec, quant_kv, gqa_opt)
+
+
+def _gqa_ratio_eff(d: int, gqa_ratio: int) -> int:
+    """ggml_cuda_get_best_fattn_kernel's gqa_ratio_eff: the largest power of 2 dividing
+    the GQA ratio, up to ncols2_max (32 for D 320, 16 for 576 and 192, else 8)."""
+    ncols2_max = 32 if d == 320 else (16 if d in (576, 192) else 8)
+    eff = 1
+    while gqa_ratio % (2 * eff) == 0 and eff < ncols2_max:
+        eff *= 2
+    return eff
+
+
+def _vec_or_tile(q: Tensor, can_vec: bool, quant_kv: bool, gqa_opt: bool) -> str:
+    """ggml_cuda_get_best_fattn_kernel's last step, without tensor cores: the vector kernel
+    for 1 token without the GQA optimisation (up to 2 with a quantized cache), else tile."""
     if can_vec:
         if not quant_kv:
             if q.ne[1] == 1 and not gqa_opt:
@@ -304,7 +377,24 @@ def cuda_fattn_kernel(dst: Tensor, options: dict[str, Any], *, choose: bool = Tr
     return "tile"
 
 
-def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
+def _amd_fattn_kernel(q: Tensor, d: int, gqa_ratio: int, gqa_opt: bool, can_vec: bool,
+                      quant_kv: bool, arch: int) -> str:
+    """The part of ggml_cuda_get_best_fattn_kernel an AMD GPU reaches (turing_mma_available
+    and volta_mma_available are NVIDIA only): MFMA (CDNA) above a batch that grows with the
+    head size, WMMA (RDNA3/4) for wide GQA tiles, then the vector kernel for 1 token (2
+    with a quantized cache), else the tile kernel."""
+    n = q.ne[1] * _gqa_ratio_eff(d, gqa_ratio)
+    if _amd_mfma(arch) and d not in (40, 72):
+        if ((d <= 64 and n > 8) or (d <= 128 and n > 16) or (d <= 256 and n > 64)
+                or (d > 256 and gqa_opt and n > 128)):
+            return "mma"
+    if (_amd_wmma(arch) and gqa_opt and d <= 256 and d not in (40, 72)
+            and n > (8 if d <= 128 else 16)):
+        return "mma"
+    return _vec_or_tile(q, can_vec, quant_kv, gqa_opt)
+
+
+def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any], *, hip: bool = False) -> int:
     """ggml_cuda_flash_attn_ext_get_alloc_size (ggml-cuda/fattn.cu): the result, then (each
     at a 128-byte boundary) F16 copies of K and of V when the chosen kernel needs F16 and
     they are not F16 (ggml_cuda_flash_attn_ext_get_f16_extra_data; V shares K's copy when
@@ -314,7 +404,7 @@ def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
     end = dst.nbytes
     if kt == "F16" and vt == "F16":
         return end  # no F16 copies whatever the kernel
-    kernel = cuda_fattn_kernel(dst, options)
+    kernel = cuda_fattn_kernel(dst, options, hip=hip)
     if kernel in ("tile", "mma"):
         need_k = need_v = True
     elif kernel == "vec":
@@ -332,11 +422,149 @@ def cuda_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
         k_copy = end
         end += k.n_elements * f16
     if need_v and vt != "F16":
-        same = v.view_src is not None and (v.view_src is k or (
-            v.view_src is k.view_src and v.view_offs == k.view_offs))
-        if not (same and k_copy is not None):
+        if not (_v_views_k(k, v) and k_copy is not None):
             end = gt.ggml_pad(end, 128)
             end += v.n_elements * f16
+    return end
+
+
+# ---- SYCL flash attention (ggml-sycl/fattn.cpp, fattn-onednn.cpp) ----------------------------
+
+#: ggml-sycl/fattn-onednn.cpp GGML_SYCL_FA_ONEDNN_MIN_Q: the oneDNN SDPA is for prefill
+SYCL_ONEDNN_MIN_Q = 32
+#: K/V types fattn-onednn.cpp dequantizes to F16 for the SDPA
+SYCL_ONEDNN_KV_TYPES = ("F32", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+#: ggml-sycl/common.hpp SYCL_BUFFER_ALIGNMENT
+SYCL_BUFFER_ALIGNMENT = 128
+
+
+def _flag(options: dict[str, Any], name: str, default: bool) -> bool:
+    v = options.get(name)
+    return default if v is None else str(v).strip().lower() not in ("0", "false", "no", "off")
+
+
+def _sycl_arch(options: dict[str, Any]) -> str:
+    """The Intel GPU family (device option ``arch``: ``dg2`` Alchemist/Arc A, ``bmg``
+    Battlemage; anything else, and the default, is neither)."""
+    return str(options.get("arch", "")).strip().lower()
+
+
+def sycl_onednn_supported(dst: Tensor, options: dict[str, Any], use_shape_limit: bool = True) -> bool:
+    """ggml_sycl_flash_attn_ext_onednn_supported (ggml-sycl/fattn-onednn.cpp), for a build
+    with oneDNN (GGML_SYCL_DNN, on by default; device option ``onednn=0`` for a build
+    without it or GGML_SYCL_FA_ONEDNN=0) and GGML_SYCL_FA_ONEDNN_MAX_KV unset."""
+    if not _flag(options, "onednn", True):
+        return False
+    q, k, v = dst.src[0], dst.src[1], dst.src[2]
+    mask = dst.src[3] if len(dst.src) > 3 else None
+    sinks = dst.src[4] if len(dst.src) > 4 else None
+    kt, vt = type_name(k), type_name(v)
+    if kt != "F16" or vt != "F16":
+        if kt not in SYCL_ONEDNN_KV_TYPES or vt not in SYCL_ONEDNN_KV_TYPES:
+            return False
+        if use_shape_limit and (q.ne[1] < SYCL_ONEDNN_MIN_Q or k.ne[1] < 1024):
+            return False
+        if any(type_name(t) == "F16" and t.nb[1] % (t.ne[0] * 2) for t in (k, v)):
+            return False
+    if _sycl_arch(options).startswith("dg2") and k.ne[0] == 64:
+        return False  # the Alchemist SDPA gate
+    if (mask is None or type_name(mask) != "F16" or mask.ne[2] != 1 or mask.ne[3] != 1
+            or sinks is not None):
+        return False
+    if dst.params.get("max_bias", 0.0) != 0.0 or dst.params.get("softcap", 0.0) != 0.0:
+        return False
+    if v.ne[0] != k.ne[0] or q.ne[3] != 1:
+        return False
+    if k.ne[2] == 0 or q.ne[2] % k.ne[2]:
+        return False
+    if use_shape_limit and q.ne[1] < SYCL_ONEDNN_MIN_Q:
+        return False
+    return True
+
+
+def sycl_fattn_kernel(dst: Tensor, options: dict[str, Any]) -> str:
+    """ggml_sycl_get_best_fattn_kernel (ggml-sycl/fattn.cpp) with the default build and
+    environment (SYCL_FLASH_ATTN defined in common.hpp, GGML_SYCL_ENABLE_FLASH_ATTN and
+    GGML_SYCL_ENABLE_MKL_FA unset = 1, no GGML_SYCL_FA_ALL_QUANTS): ``none``, ``onednn``
+    (prefill, from 32 tokens), ``mkl`` (GQA prefill over >= 1024 cells), ``vec`` or
+    ``tile``."""
+    q, k, v = dst.src[0], dst.src[1], dst.src[2]
+    mask = dst.src[3] if len(dst.src) > 3 else None
+    sinks = dst.src[4] if len(dst.src) > 4 else None
+    if q.ne[2] % k.ne[2]:
+        return "none"  # GGML_ASSERT in ggml
+    gqa_ratio = q.ne[2] // k.ne[2]
+    max_bias = dst.params.get("max_bias", 0.0)
+    softcap = dst.params.get("softcap", 0.0)
+    gqa_opt = gqa_ratio >= 2 and mask is not None and max_bias == 0.0 and k.ne[1] % FATTN_KQ_STRIDE == 0
+    if q.ne[1] >= SYCL_ONEDNN_MIN_Q and sycl_onednn_supported(dst, options):
+        return "onednn"
+    if (mask is not None and sinks is None and gqa_ratio >= 2
+            and 64 <= q.ne[0] <= 512 and q.ne[0] % 64 == 0 and q.ne[0] == v.ne[0]
+            and q.ne[1] >= 32 and k.ne[1] >= 1024 and max_bias == 0.0 and softcap == 0.0
+            and (q.ne[3] == k.ne[3] or k.ne[3] == 1)
+            and not any(type_name(t) == "F16" and t.nb[1] % (t.ne[0] * 2) for t in (k, v))):
+        return "mkl"
+    gqa_opt = gqa_opt and _strides_16(q, k, v, mask)
+    if not _head_sizes_ok(k.ne[0], v.ne[0], gqa_opt, gqa_ratio, SYCL_FATTN_HEADS):
+        return "none"
+    kt, vt = type_name(k), type_name(v)
+    if kt != vt or kt not in ("F32", "F16", "BF16", "Q4_0", "Q8_0"):
+        return "none"  # Q4_1, Q5_0, Q5_1 need GGML_SYCL_FA_ALL_QUANTS
+    if mask is not None and mask.ne[2] != 1:
+        return "none"
+    if sycl_onednn_supported(dst, options):
+        return "onednn"
+    can_vec = (q.ne[0] <= 512 and q.ne[0] % 64 == 0 and k.ne[1] % FATTN_KQ_STRIDE == 0
+               and "BF16" not in (kt, vt))
+    if can_vec:
+        if not gt.is_quantized(k.type) and not gt.is_quantized(v.type):
+            if q.ne[1] == 1 and not gqa_opt:
+                return "vec"
+        elif q.ne[1] <= 2:
+            return "tile" if _sycl_arch(options).startswith("bmg") else "vec"
+    return "tile"
+
+
+def sycl_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
+    """ggml_sycl_flash_attn_ext_get_alloc_size = ggml_sycl_fattn_get_extra(dst).end
+    (ggml-sycl/fattn.cpp): the result, then, each at a 128-byte boundary
+    (SYCL_BUFFER_ALIGNMENT), the worst case over the kernels, whichever runs: with oneDNN
+    possible for the shape (without its size limits) a dense F16 Q (heads x tokens x D),
+    F16 K and V unless both are F16 caches bound in place, a 2-byte scale and an F16
+    output; the tile kernel's F16 K and V for a non-F16 cache (V shares K's copy when it
+    views the same data and oneDNN is out)."""
+    q, k, v = dst.src[0], dst.src[1], dst.src[2]
+    d, heads, tokens = k.ne[0], q.ne[2], q.ne[1]
+    onednn = sycl_onednn_supported(dst, options, use_shape_limit=False)
+    kt, vt = type_name(k), type_name(v)
+    v_is_k = _v_views_k(k, v)
+    need_k = need_v = need_q = need_out = need_scale = 0
+    if onednn:
+        need_q = need_out = heads * tokens * d
+        need_scale = 1
+
+        def bindable(t: Tensor) -> bool:
+            return t.nb[0] == 2 and all(t.nb[i] % 2 == 0 for i in (1, 2, 3))
+        if not (kt == "F16" and vt == "F16" and bindable(k) and bindable(v)):
+            need_k, need_v = k.n_elements, v.n_elements
+    if kt != "F16":
+        need_k = max(need_k, k.n_elements)
+    if vt != "F16":
+        need_v = max(need_v, v.n_elements)
+    end = dst.nbytes
+    half = gt.type_size(gt.GGMLType.F16)
+
+    def reserve(n: int) -> None:
+        nonlocal end
+        if n:
+            end = gt.ggml_pad(end, SYCL_BUFFER_ALIGNMENT) + n * half
+    reserve(need_q)
+    reserve(need_k)
+    if not (v_is_k and not onednn and need_v):
+        reserve(need_v)
+    reserve(need_scale)
+    reserve(need_out)
     return end
 
 
@@ -344,7 +572,7 @@ def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) ->
     """A buffer type's get_alloc_size for a compute tensor, from its spec's
     ``compute_alloc_size``: ``quantized_row_padding`` (quantized tensors whose ``ne0`` is not
     a multiple of ``row_padding`` get ``ggml_row_size(type, row_padding - ne0 % row_padding)``
-    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``, ``hip_fattn``)."""
+    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``, ``hip_fattn``, ``sycl_fattn``)."""
     if not rule:
         return t.nbytes
     per_op = rule.get("ops") or {}
@@ -352,13 +580,9 @@ def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) ->
     if fn == "cuda_fattn":
         size = cuda_fattn_alloc_size(t, options)
     elif fn == "sycl_fattn":
-        raise Unmodelled("the SYCL flash-attention allocation (ggml_sycl_fattn_get_extra: "
-                         "oneDNN staging buffers) is not transcribed: use -fa off")
+        size = sycl_fattn_alloc_size(t, options)
     elif fn == "hip_fattn":
-        if type_name(t.src[1]) != "F16" or type_name(t.src[2]) != "F16":
-            raise Unmodelled("the ROCm flash-attention kernel choice for a non-F16 KV cache "
-                             "(the AMD branches of ggml_cuda_get_best_fattn_kernel) is not transcribed")
-        size = t.nbytes
+        size = cuda_fattn_alloc_size(t, options, hip=True)
     elif fn is None:
         size = t.nbytes
     else:

@@ -38,7 +38,8 @@ CUDA and HIP also refuse an op whose source lives in another device's buffer), w
 ops it takes from the CPU (``offload_op``: CUDA's batch >= 32), the bytes its buffer type
 gives each compute tensor (``get_alloc_size``: CUDA pads quantized rows to 512 elements
 and sizes FLASH_ATTN_EXT with its F16 K/V copies), and what its ``graph_optimize`` does
-(CUDA: allocation dependencies for MoE fusions, not simulated; Metal and Vulkan reorder
+(CUDA: allocation dependencies for its MoE fusions, :mod:`graphcost.memory.alloc_deps`,
+added to the allocator's graph after the node they wait for; Metal and Vulkan reorder
 nodes, not simulated). A device whose facts are missing, or whose graph meets a rule
 graphcost does not model (:class:`graphcost.memory.op_rules.Unmodelled`), has its compute
 buffers reported as not modelled, with the reason in the placement's notes. The CPU is
@@ -53,6 +54,8 @@ from graphcost.errors import GraphcostError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.ops import VIEWS, Op
 from graphcost.memory.alloc import Allocation, allocate
+from graphcost.memory.alloc_deps import RULES as ALLOC_DEP_RULES
+from graphcost.memory.alloc_deps import SplitGraph, collect, dep_nodes, use_counts
 from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, evaluate
 from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, PlacementFlags,
                                         _layer_of)
@@ -84,8 +87,8 @@ class SchedBackend:
     alloc_rule: dict | None = None
     options: dict = field(default_factory=dict)  # device options (cc, ...)
     own_device_sources: bool = False  # ops reading another device's buffer are unsupported
-    #: graph_optimize adds allocation dependencies to splits holding these ops (not simulated)
-    alloc_deps_ops: frozenset = frozenset()
+    #: graph_optimize's add_alloc_dep rule (graphcost.memory.alloc_deps.RULES), if any
+    alloc_deps: str | None = None
     #: offload_op takes only these ops (Metal: MUL_MAT, MUL_MAT_ID); None: any op
     offload_ops: frozenset | None = None
     #: a host buffer type this device also reads (an integrated CUDA GPU: CUDA_Host)
@@ -171,7 +174,7 @@ def backends_for(placement: Placement) -> list[SchedBackend] | None:
                                 supports=None if s.get("all_ops") else d.backend.supports_op,
                                 alloc_rule=d.backend.compute_alloc_size, options=dict(d.options),
                                 own_device_sources=bool(s.get("own_device_sources")),
-                                alloc_deps_ops=frozenset(s.get("alloc_deps_with_ops") or ()),
+                                alloc_deps=s.get("graph_optimize_alloc_deps"),
                                 offload_ops=(frozenset(s["offload_ops"]) if s.get("offload_ops")
                                              else None),
                                 reads_host=(d.backend.host_buffer if s.get("integrated_reads_host")
@@ -509,14 +512,9 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
     pinned = _pins(new_nodes, placement, backends, bg.run.n_tokens, flags,
                    n_gpu > n_layer) if pins else {}
+    uses = use_counts(new_nodes)  # before the scheduler puts copies in as sources
     splits, copies = sched.split(new_nodes, leafs, pinned)
-    for sp in splits:  # graph_optimize's allocation dependencies (not simulated)
-        be = backends[sp.backend]
-        hit = next((new_nodes[i] for i in range(sp.i_start, sp.i_end)
-                    if new_nodes[i].op in be.alloc_deps_ops), None)
-        if hit is not None:
-            raise Unmodelled(f"{be.name}: the {be.kind} backend's graph_optimize keeps tensors "
-                             f"alive for its fusions around {hit.op} ({hit.name}); not simulated")
+    deps = _graph_optimize_deps(splits, new_nodes, backends, uses, weight_ids)
 
     # graph_copy: per split, [input dependency, input copy] per input, then its nodes
     gc_nodes: list[Tensor] = []
@@ -542,6 +540,9 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
         for i in range(sp.i_start, sp.i_end):
             gc_nodes.append(new_nodes[i])
             gc_bufs.append(backend_buf[max(sched.get(new_nodes[i]), 0)])
+            for dep in dep_nodes(new_nodes[i], deps.get(id(new_nodes[i]), [])):
+                gc_nodes.append(dep)  # after `until`, on this split's backend
+                gc_bufs.append(backend_buf[sp.backend])
     gc_leafs: list[Tensor] = []
     leaf_bufs: list[int] = []
     flagged_in = [t for t in leafs if t.role == "input"]
@@ -581,6 +582,27 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
         seen.add(k)
     return Schedule(backends, new_nodes, [sched.get(n) for n in new_nodes], splits,
                     n_copies, alloc, sizes)
+
+
+def _graph_optimize_deps(splits: list[Split], nodes: list[Tensor], backends: list[SchedBackend],
+                         uses: dict[int, int], weight_ids: set[int]) -> dict[int, list[Tensor]]:
+    """ggml_backend_sched_split_graph: each split's graph handed to its backend's
+    graph_optimize; the allocation dependencies it adds, by ``until`` node id
+    (:mod:`graphcost.memory.alloc_deps`)."""
+    from graphcost.memory.plan import graph_outputs
+    pairs: list = []
+    outputs = {id(t) for t in graph_outputs(nodes)}
+    for sp in splits:
+        be = backends[sp.backend]
+        if not be.alloc_deps:
+            continue
+        rule = ALLOC_DEP_RULES.get(be.alloc_deps)
+        if rule is None:
+            raise GraphcostError(f"{be.kind}: unknown graph_optimize_alloc_deps {be.alloc_deps!r}")
+        g = SplitGraph(nodes[sp.i_start:sp.i_end], nodes[sp.i_end] if sp.i_end < len(nodes) else None,
+                       uses, outputs, weight_ids)
+        pairs += rule(g, be.options)
+    return collect(pairs)
 
 
 @dataclass(frozen=True)
