@@ -19,7 +19,9 @@ roofline estimates the executor's node times.
    ``llama-bench -p N -n 0 -ub N -b N -fa 1 -t --threads -r 3`` in its own process with
    the user's environment (its avg tokens/s) against the executor (first mode) taking the
    same N tokens as one ubatch into an empty cache, median of 3 after an untimed warm-up
-   (compile kept out); ratio per round and its median (issue 12: >= 0.5x at -ub 64).
+   (compile kept out); ratio per round and its median (issue 12: >= 0.5x at -ub 64);
+   then where the executor's step goes: node times per op kind (matmuls per weight type
+   and shape), median of 5 node-timed runs.
 3. **Matvec against bandwidth**: the output matmul (tied token embeddings, 178 MB of Q8_0,
    larger than any cache) as the executor ran it, against the probe's bandwidth.
 4. **Profile overhead**: ``graphcost profile``'s decode rate with every node timed
@@ -154,6 +156,32 @@ def _pp_section(model: str, args: argparse.Namespace, mode: str) -> None:
         print(f"  round {r + 1}: llama.cpp {ll:7.1f} tok/s | executor {ours:7.1f} tok/s "
               f"(ratio {ours / ll:.2f})   [{_load()}]")
     print(f"  median ratio {statistics.median(pp_ratios):.2f} (issue 12's target >= 0.5)")
+    _pp_breakdown(pp_ex, pp_tokens, 5)
+
+
+def _pp_breakdown(ex, tokens: list[int], reps: int) -> None:
+    """Where one prompt step's time goes: the executor's node times (median of ``reps``
+    node-timed runs of the step) summed per op kind, matmuls per weight type and shape."""
+    from graphcost.format.ggml_types import type_name
+    ex.reset()
+    res = ex.step(tokens, repeat=reps)
+    per: dict[str, list[float]] = {}
+    for i, node in enumerate(res.graph.nodes):
+        ns = [t.ns[i] for t in res.timings if t.ns[i] is not None]
+        if not ns:
+            continue
+        key = node.op.name if hasattr(node.op, "name") else str(node.op)
+        if key == "MUL_MAT":
+            w = node.src[0]
+            key = f"MUL_MAT {type_name(w.type)} {w.ne[0]}x{w.ne[1]}"
+        per.setdefault(key, []).append(statistics.median(ns) / 1e6)
+    total = sum(sum(v) for v in per.values())
+    wall = statistics.median(t.wall_ns for t in res.timings) / 1e6
+    print(f"\n== where a {len(tokens)}-token step goes (node times, median of {reps} timed runs; "
+          f"step {wall:.1f} ms, nodes {total:.1f} ms)   [{_load()}]")
+    for key, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
+        print(f"  {key:28s} {len(v):4d} calls {sum(v):8.2f} ms {sum(v) / total:6.1%}"
+              f"  {statistics.median(v) * 1e3:8.1f} us a call")
 
 
 def main() -> None:

@@ -29,9 +29,9 @@ Use the modules by name: ``K = load_kernels(); K.matmul.mul_mat(...)``,
 All kernels are ``numba.njit(cache=True)``: the first call of each compiles (seconds),
 later processes load the cache from ``__pycache__``.
 """
-from . import (attention, bits, cache, elementwise, get_rows, matmul, mxfp4, norm, quants, rope,
-               simd, softmax, ssm, stream, vec_dot, vec_dot_ggml, vec_dot_simd)
+from . import (attention, bits, cache, elementwise, gemm, get_rows, matmul, mxfp4, norm, quants,
+               rope, simd, softmax, ssm, stream, vec_dot, vec_dot_ggml, vec_dot_simd)
 
-__all__ = ["attention", "bits", "cache", "elementwise", "get_rows", "matmul", "mxfp4", "norm",
-           "quants", "rope", "simd", "softmax", "ssm", "stream", "vec_dot", "vec_dot_ggml",
+__all__ = ["attention", "bits", "cache", "elementwise", "gemm", "get_rows", "matmul", "mxfp4",
+           "norm", "quants", "rope", "simd", "softmax", "ssm", "stream", "vec_dot", "vec_dot_ggml",
            "vec_dot_simd"]

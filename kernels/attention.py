@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import simd as S
 from .bits import f16_round, f16_to_f32, fma_f32
 from .softmax import alibi_slopes
 
@@ -116,15 +117,115 @@ def _flash_attn_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, sof
                         slopes, sinks, has_sinks, out, r)
 
 
+# ---------------------------------------------------------------------------- query tiles
+# A prompt's queries: QT queries of one head at a time share each key's loads, and their
+# K dots run side by side (lane tt = query tt) instead of one float64 chain each. Every
+# query sees the same operations in the same order as in _flash_attn_row (the dot summed
+# over i in float64 from 0.0, the same online-softmax steps key after key, keys it masks
+# skipped), so the results are bit for bit those of the row kernel.
+
+#: queries of one head per tile (the K dots' two 8-lane float64 vectors: fixed at 16)
+QT = 16
+#: tokens from which :func:`kernel` takes the tiled kernel
+TILE_MIN_TOKENS = 4
+
+
+@njit(inline="always", cache=True)
+def _flash_attn_tile(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                     sinks, has_sinks, out, h, t0):
+    n_head, n_tok, dk = q.shape
+    n_kv_head, n_kv = (k16.shape[0], k16.shape[1]) if kv_f16[0] else (k32.shape[0], k32.shape[1])
+    dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
+    k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
+    hk = h // (n_head // n_kv_head)
+    sc = scale / softcap if softcap != F(0) else scale
+    slope = slopes[h]
+    nt = min(QT, n_tok - t0)
+    qt = np.zeros(dk * QT, dtype=np.float32)          # q in K's vec_dot_type, [dk, QT]
+    for tt in range(nt):
+        for i in range(dk):
+            qt[QT * i + tt] = f16_round(q[h, t0 + tt, i]) if k_is_f16 else q[h, t0 + tt, i]
+    acc = np.zeros((QT, dv), dtype=np.float32)
+    s_sum = np.zeros(QT, dtype=np.float32)
+    m = np.full(QT, -np.inf, dtype=np.float32)
+    mv = np.zeros(QT, dtype=np.float32)
+    s = np.empty(QT, dtype=np.float64)
+    for j in range(n_kv):
+        live = False
+        for tt in range(nt):
+            mv[tt] = slope * f16_to_f32(mask[h % mask.shape[0], t0 + tt, j]) if has_mask else F(0)
+            live = live or mv[tt] != F(-np.inf)
+        if not live:
+            continue
+        s0, s1 = S.zeros(8, "f64"), S.zeros(8, "f64")    # lane tt: query t0 + tt
+        for i in range(dk):
+            kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
+            p = S.load(qt, 4 * QT * i, 16, "f32") * kv
+            s0 = s0 + S.convert(S.lanes(p, 0, 8), "f64")
+            s1 = s1 + S.convert(S.lanes(p, 8, 8), "f64")
+        S.store(s, 0, s0)
+        S.store(s, 64, s1)
+        for tt in range(nt):
+            if mv[tt] == F(-np.inf):
+                continue
+            s32 = F(s[tt]) * sc
+            if softcap != F(0):
+                s32 = softcap * np.tanh(s32)
+            s32 += mv[tt]
+            ms = F(1)
+            vs = F(1)
+            if s32 > m[tt]:
+                ms = np.exp(m[tt] - s32)
+                m[tt] = s32
+                for d in range(dv):
+                    acc[tt, d] = f16_round(acc[tt, d] * ms) if v_is_f16 else acc[tt, d] * ms
+            else:
+                vs = np.exp(s32 - m[tt])
+            for d in range(dv):
+                if v_is_f16:
+                    acc[tt, d] = f16_round(fma_f32(f16_to_f32(v16[hk, j, d]), vs, acc[tt, d]))
+                else:
+                    acc[tt, d] = fma_f32(v32[hk, j, d], vs, acc[tt, d])
+            s_sum[tt] = s_sum[tt] * ms + vs
+    for tt in range(nt):
+        ss, mm = s_sum[tt], m[tt]
+        if has_sinks:
+            sk = sinks[h]
+            ms = F(1)
+            vs = F(1)
+            if sk > mm:
+                ms = np.exp(mm - sk)
+                for d in range(dv):
+                    acc[tt, d] *= ms
+            else:
+                vs = np.exp(sk - mm)
+            ss = ss * ms + vs
+        inv = F(0) if ss == F(0) else F(1) / ss
+        for d in range(dv):
+            out[t0 + tt, h, d] = acc[tt, d] * inv
+
+
+@njit(parallel=True, cache=True)
+def _flash_attn_tiled(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                      sinks, has_sinks, out):
+    n_tiles = (q.shape[1] + QT - 1) // QT
+    for r in prange(q.shape[0] * n_tiles):
+        _flash_attn_tile(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                         slopes, sinks, has_sinks, out, r // n_tiles, r % n_tiles * QT)
+
+
 #: work (query rows x keys x head size) below which :func:`kernel` picks the serial
 #: variant (a parallel region costs 5-30 us to start)
 SERIAL_BELOW = 1 << 16
 
 
-def kernel(work: int):
+def kernel(work: int, n_tok: int = 1):
     """The flash-attention kernel for ``work`` = H*T*n_kv*(DK+DV) (serial below
-    ``SERIAL_BELOW``); arguments as :func:`flash_attn_ext` passes them."""
-    return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn
+    ``SERIAL_BELOW``) and ``n_tok`` = T queries per head (query tiles from
+    ``TILE_MIN_TOKENS``); arguments as :func:`flash_attn_ext` passes them."""
+    if work < SERIAL_BELOW:
+        return _flash_attn_serial
+    return _flash_attn_tiled if n_tok >= TILE_MIN_TOKENS else _flash_attn
 
 
 def _kv(a):
@@ -162,7 +263,7 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray
         out = np.empty(shape, dtype=np.float32)
     elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {shape}")
-    kern = kernel(n_head * n_tok * k.shape[1] * (dk + v.shape[2]))
+    kern = kernel(n_head * n_tok * k.shape[1] * (dk + v.shape[2]), n_tok)
     kern(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), m, has_mask, F(scale), F(softcap),
          alibi_slopes(n_head, max_bias), sk, has_sinks, out)
     return out

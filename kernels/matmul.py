@@ -20,7 +20,9 @@
 * :func:`mul_mat_ggml` -- what llama.cpp computes: x is first quantized to the
   weight's vec_dot_type (:func:`.quants.quantize_activations`) and each output is
   ggml's block dot product (:func:`.vec_dot_ggml.dot_row_ggml`). Validated bit for
-  bit against the numpy reimplementation :func:`mul_mat_ggml_ref`.
+  bit against the numpy reimplementation :func:`mul_mat_ggml_ref`. More than
+  ``MATVEC_MAX_N`` activation rows on Q4_0/Q5_0/Q4_1/Q5_1/Q4_K/Q6_K weights take :mod:`.gemm`
+  (each weight block unpacked once per call, not once per activation row).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from numba import njit, prange
 
+from . import gemm
 from .bits import prefer_512bit
 from .quants import VEC_DOT_TYPE, check_weight, dequantize_ref, dequantize_row, \
     quantize_activations, quantize_activations_ref, quantize_row, row_bytes
@@ -248,7 +251,9 @@ def mul_mat_ggml(w_raw: np.ndarray, w_type: QT, k: int, m: int, x: np.ndarray,
     w, x, y = _prepare(w_raw, w_type, k, m, x, out)
     code = np.int64(QT(w_type))
     yq = quantize_activations(x, VEC_DOT_TYPE[QT(w_type)], x86)
-    if GGML_SIMD and code in SIMD_CODES:
+    if x.shape[0] > MATVEC_MAX_N and code in gemm.CODES:
+        gemm.mul_mat_ggml(w, code, yq, y)       # prompts: 16 rows x 4 activation rows
+    elif GGML_SIMD and code in SIMD_CODES:
         task_rows = max(4, GGML_TASK_BYTES // w.shape[1] // 4 * 4)
         _matmul_ggml_simd(w, code, yq, np.int64(prep_bytes(code, k)), y, np.int64(task_rows))
     elif code in GGML_FLOAT_CODES:

@@ -64,7 +64,7 @@ class _VecModel(models.PrimitiveModel):
 
 
 _DTYPES = {"u8": types.uint8, "i8": types.int8, "u16": types.uint16, "i16": types.int16,
-           "u32": types.uint32, "i32": types.int32, "f32": types.float32}
+           "u32": types.uint32, "i32": types.int32, "f32": types.float32, "f64": types.float64}
 
 
 def _dtype(lit) -> types.Type:
@@ -82,7 +82,9 @@ def _signed(t) -> bool:
 
 
 def _lane_ir(t: types.Type) -> ir.Type:
-    return ir.FloatType() if _is_float(t) else ir.IntType(t.bitwidth)
+    if _is_float(t):
+        return ir.DoubleType() if t.bitwidth == 64 else ir.FloatType()
+    return ir.IntType(t.bitwidth)
 
 
 def _vty(t: types.Type, n: int) -> ir.VectorType:
@@ -301,7 +303,8 @@ def select_neg(typingctx, s, a):
 @intrinsic(prefer_literal=True)
 def convert(typingctx, a, dtype):
     """Lane-wise conversion: integers widen (sign- or zero-extend by the source's
-    signedness) or truncate; integers to "f32" convert exactly below 2**24."""
+    signedness) or truncate; integers to "f32" convert exactly below 2**24; float32
+    to "f64" exactly (and back, rounding to nearest)."""
     if not isinstance(a, Vec):
         return None
     t = _dtype(dtype)
@@ -309,6 +312,10 @@ def convert(typingctx, a, dtype):
 
     def codegen(context, builder, sig, args):
         x, dst = args[0], _vty(t, a.n)
+        if _is_float(t) and _is_float(a.dtype):
+            if t.bitwidth == a.dtype.bitwidth:
+                return x
+            return builder.fpext(x, dst) if t.bitwidth > a.dtype.bitwidth else builder.fptrunc(x, dst)
         if _is_float(t):
             return builder.sitofp(x, dst) if _signed(a.dtype) else builder.uitofp(x, dst)
         if t.bitwidth > a.dtype.bitwidth:

@@ -165,6 +165,20 @@ def test_mul_mat_ggml_is_bit_exact_with_numpy_reimplementation(qt, n):
     assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x), MM.mul_mat_ggml_ref(w, qt, k, m, x))
 
 
+@pytest.mark.parametrize("n", [5, 9])
+@pytest.mark.parametrize("qt", [QT.Q4_0, QT.Q5_0, QT.Q4_1, QT.Q5_1, QT.Q4_K, QT.Q6_K],
+                         ids=["Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K", "Q6_K"])
+def test_mul_mat_ggml_prompt_gemm_is_bit_exact(qt, n):
+    # more than MATVEC_MAX_N rows take kernels/gemm.py: 37 weight rows = two 16-row
+    # panels and one of 5; n activation rows = full 4-row tiles and a padded one
+    assert n > MM.MATVEC_MAX_N and int(qt) in K.gemm.CODES
+    k, m = row_len(qt), 37
+    w, x = weight(qt, m, seed=4), rand((n, k), seed=6)
+    for x86 in (True, False):
+        assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x, x86),
+                              MM.mul_mat_ggml_ref(w, qt, k, m, x, x86))
+
+
 @pytest.mark.parametrize("qt", [QT.Q4_K, QT.F16], ids=["Q4_K", "F16"])
 def test_mul_mat_writes_into_out(qt):
     # the executor's preallocated node outputs: same bits as a fresh result, same array
@@ -509,6 +523,27 @@ def test_flash_attn_equals_softmax_of_scores_times_v(kv):
     expect = np.einsum("htk,hkd->thd", p, vf)
     tol = 5e-3 if kv == np.float16 else 1e-5                      # F16 accumulator in VKQ16
     np.testing.assert_allclose(FA.flash_attn_ext(q, k, v, mask, 0.2), expect, atol=tol)
+
+
+@pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
+@pytest.mark.parametrize("name", list(FA_CASES))
+def test_flash_attn_query_tiles_equal_the_row_kernel(kv, name):
+    # a prompt's query tiles (FA.QT queries of a head side by side) against the one-row
+    # kernel, bit for bit: 37 tokens = two full tiles of 16 and one of 5, row 5 masked
+    max_bias, softcap, sinks = FA_CASES[name]
+    q, k, v, mask = attn_inputs(kv, seed=15, n_tok=37, n_kv=53)
+    mask[:, 5, :] = -np.inf
+    assert FA.kernel(1 << 20, 37) is FA._flash_attn_tiled
+    assert FA.kernel(1 << 20, 1) is FA._flash_attn
+    got = FA.flash_attn_ext(q, k, v, mask, 0.2, max_bias, softcap, sinks)
+    k16, k32, k_f16 = FA._kv(k)
+    v16, v32, v_f16 = FA._kv(v)
+    rows = np.empty_like(got)
+    FA._flash_attn(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
+                   np.float32(0.2), np.float32(softcap), FA.alibi_slopes(4, max_bias),
+                   np.zeros(4, np.float32) if sinks is None else sinks, sinks is not None, rows)
+    np.testing.assert_array_equal(got, rows)
+    assert np.all(got[5] == 0.0)
 
 
 def test_flash_attn_fully_masked_row_is_zero():
