@@ -294,7 +294,10 @@ def test_byte_dots_compile_to_the_cpus_dot_instructions():
 
 # a CPU without AVX-512 (the AVX2 intrinsics) and one without AVX2 (plain LLVM IR)
 ISAS = {"avx2": ("haswell", "+avx2,+avx,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+sse4.1,+ssse3"),
-        "avx": ("ivybridge", "+avx,+f16c,+popcnt,+sse4.2,+sse4.1,+ssse3")}
+        "avx": ("ivybridge", "+avx,+f16c,+popcnt,+sse4.2,+sse4.1,+ssse3"),
+        # AVX-512 without VNNI and GFNI: vpmaddubsw zmm, the shift-and-mask bit fields
+        "avx512bw": ("skylake-avx512", "+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512cd,"
+                     "+avx2,+avx,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+sse4.1,+ssse3")}
 ISA_SCRIPT = """
 import sys
 import numpy as np
@@ -322,6 +325,19 @@ for name in ("Q4_K", "Q6_K", "Q3_K", "Q2_K", "Q8_0", "Q5_0", "Q4_1"):
         got.append(one(w[12], yq[n], yp))
         if not np.array_equal(np.array(got, np.float32), want[n]):
             print("MISMATCH", name)
+for name in ("Q4_0", "Q5_1", "Q4_K", "Q6_K"):
+    # the prompt gemm (kernels/gemm.py) directly: 37 rows = two 16-row panels and one of 5,
+    # 5 activation rows = one 4-row tile and a padded one
+    qt = QT[name]
+    k, m = (768 if name.endswith("_K") else 416), 37
+    rng = np.random.default_rng(5)
+    w = np.ascontiguousarray(W.make_weight(rng, (m, k), qt)).view(np.uint8).reshape(m, -1)
+    x = (rng.standard_normal((5, k)) * 3).astype(np.float32)
+    want = MM.mul_mat_ggml_ref(w, qt, k, m, x)
+    y = np.empty((5, m), np.float32)
+    K.gemm.mul_mat_ggml(w, int(qt), Q.quantize_activations(x, Q.VEC_DOT_TYPE[qt], True), y)
+    if not np.array_equal(y, want):
+        print("MISMATCH gemm", name)
 print("done")
 """
 
