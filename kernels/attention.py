@@ -40,6 +40,55 @@ F = np.float32
 
 
 @njit(inline="always", cache=True)
+def _score(s, sc, softcap, mv):
+    """One key's score from its float64 dot ``s``: scale, softcap, mask/ALiBi term."""
+    s32 = F(s) * sc
+    if softcap != F(0):
+        s32 = softcap * np.tanh(s32)
+    return s32 + mv
+
+
+@njit(inline="always", cache=True)
+def _online_step(acc, s32, m, s_sum, v16, v32, hv, j, v_is_f16):
+    """One live key's online-softmax update of one query's accumulator ``acc`` (VKQ16
+    rounded to F16 after every operation for F16 V): returns the new (max, sum)."""
+    ms = F(1)
+    vs = F(1)
+    if s32 > m:
+        ms = np.exp(m - s32)
+        m = s32
+        for d in range(acc.shape[0]):
+            acc[d] = f16_round(acc[d] * ms) if v_is_f16 else acc[d] * ms
+    else:
+        vs = np.exp(s32 - m)
+    for d in range(acc.shape[0]):
+        if v_is_f16:
+            acc[d] = f16_round(fma_f32(f16_to_f32(v16[hv, j, d]), vs, acc[d]))
+        else:
+            acc[d] = fma_f32(v32[hv, j, d], vs, acc[d])
+    return m, s_sum * ms + vs
+
+
+@njit(inline="always", cache=True)
+def _finish(acc, m, s_sum, sink, has_sinks, out):
+    """The sink (if any) into the softmax sum and the accumulator, then ``out = acc / S``
+    (0 for a query every key masks)."""
+    if has_sinks:
+        ms = F(1)
+        vs = F(1)
+        if sink > m:
+            ms = np.exp(m - sink)
+            for d in range(acc.shape[0]):
+                acc[d] *= ms
+        else:
+            vs = np.exp(sink - m)
+        s_sum = s_sum * ms + vs
+    inv = F(0) if s_sum == F(0) else F(1) / s_sum
+    for d in range(acc.shape[0]):
+        out[d] = acc[d] * inv
+
+
+@njit(inline="always", cache=True)
 def _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                     sinks, has_sinks, out, r):
     n_head, n_tok, dk = q.shape
@@ -65,40 +114,9 @@ def _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softca
         for i in range(dk):
             kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
             s += np.float64(kv * qf[i])
-        s32 = F(s) * sc
-        if softcap != F(0):
-            s32 = softcap * np.tanh(s32)
-        s32 += mv
-        ms = F(1)
-        vs = F(1)
-        if s32 > m:
-            ms = np.exp(m - s32)
-            m = s32
-            for d in range(dv):
-                acc[d] = f16_round(acc[d] * ms) if v_is_f16 else acc[d] * ms
-        else:
-            vs = np.exp(s32 - m)
-        for d in range(dv):
-            if v_is_f16:
-                acc[d] = f16_round(fma_f32(f16_to_f32(v16[hv, j, d]), vs, acc[d]))
-            else:
-                acc[d] = fma_f32(v32[hv, j, d], vs, acc[d])
-        s_sum = s_sum * ms + vs
-    if has_sinks:
-        sk = sinks[h]
-        ms = F(1)
-        vs = F(1)
-        if sk > m:
-            ms = np.exp(m - sk)
-            m = sk
-            for d in range(dv):
-                acc[d] *= ms
-        else:
-            vs = np.exp(sk - m)
-        s_sum = s_sum * ms + vs
-    inv = F(0) if s_sum == F(0) else F(1) / s_sum
-    for d in range(dv):
-        out[t, h, d] = acc[d] * inv
+        m, s_sum = _online_step(acc, _score(s, sc, softcap, mv), m, s_sum, v16, v32, hv, j,
+                                v_is_f16)
+    _finish(acc, m, s_sum, sinks[h], has_sinks, out[t, h])
 
 
 @njit(parallel=True, cache=True)
@@ -166,43 +184,11 @@ def _flash_attn_tile(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softc
         S.store(s, 0, s0)
         S.store(s, 64, s1)
         for tt in range(nt):
-            if mv[tt] == F(-np.inf):
-                continue
-            s32 = F(s[tt]) * sc
-            if softcap != F(0):
-                s32 = softcap * np.tanh(s32)
-            s32 += mv[tt]
-            ms = F(1)
-            vs = F(1)
-            if s32 > m[tt]:
-                ms = np.exp(m[tt] - s32)
-                m[tt] = s32
-                for d in range(dv):
-                    acc[tt, d] = f16_round(acc[tt, d] * ms) if v_is_f16 else acc[tt, d] * ms
-            else:
-                vs = np.exp(s32 - m[tt])
-            for d in range(dv):
-                if v_is_f16:
-                    acc[tt, d] = f16_round(fma_f32(f16_to_f32(v16[hk, j, d]), vs, acc[tt, d]))
-                else:
-                    acc[tt, d] = fma_f32(v32[hk, j, d], vs, acc[tt, d])
-            s_sum[tt] = s_sum[tt] * ms + vs
+            if mv[tt] != F(-np.inf):
+                m[tt], s_sum[tt] = _online_step(acc[tt], _score(s[tt], sc, softcap, mv[tt]),
+                                                m[tt], s_sum[tt], v16, v32, hk, j, v_is_f16)
     for tt in range(nt):
-        ss, mm = s_sum[tt], m[tt]
-        if has_sinks:
-            sk = sinks[h]
-            ms = F(1)
-            vs = F(1)
-            if sk > mm:
-                ms = np.exp(mm - sk)
-                for d in range(dv):
-                    acc[tt, d] *= ms
-            else:
-                vs = np.exp(sk - mm)
-            ss = ss * ms + vs
-        inv = F(0) if ss == F(0) else F(1) / ss
-        for d in range(dv):
-            out[t0 + tt, h, d] = acc[tt, d] * inv
+        _finish(acc[tt], m[tt], s_sum[tt], sinks[h], has_sinks, out[t0 + tt, h])
 
 
 @njit(parallel=True, cache=True)

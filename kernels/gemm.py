@@ -21,11 +21,10 @@ Q4_1   nibble        dot                                         ``(dx * dy) * s
 Q5_1   nibble | h    dot                                         ``(dx * dy) * sumi + m * s``
 =====  ============  =========================================  ===========================
 
-Q4_K and Q6_K have their own panels (below). Integer sums are exact in any order, so the results
-are bit for bit those of
-:func:`.matmul.mul_mat_ggml` (``tests/test_kernels.py``). Codes are at most 31 against
-activations in [-127, 127], so no 16-bit pair sum saturates where ``dpbusd`` is
-emulated (:mod:`.simd`). Threads take panels (``prange``); a panel's codes (512 bytes a
+Q4_K and Q6_K have their own panels (below). Integer sums are exact in any order, so
+the results are bit for bit those of :func:`.matmul.mul_mat_ggml`
+(``tests/test_kernels.py``). Codes are at most 31 (K-quants: 63) against activations in
+[-127, 127], so no 16-bit pair sum saturates where ``dpbusd`` is emulated (:mod:`.simd`). Threads take panels (``prange``); a panel's codes (512 bytes a
 block) stay in L1 while all activation rows pass over them.
 """
 from __future__ import annotations
@@ -52,6 +51,20 @@ for _c, _l in LAYOUT.items():
 CODES = tuple(LAYOUT) + (Q4_K, Q6_K)
 
 
+@njit(inline="always", cache=True)
+def _store8(panel, o, u):
+    """The 8 uint32 lanes of ``u`` at panel bytes o, o + 64, ..., o + 448 (one row's 4
+    codes in each of 8 consecutive vectors)."""
+    S.store_at(panel, o, S.lane(u, 0), "u32")
+    S.store_at(panel, o + 64, S.lane(u, 1), "u32")
+    S.store_at(panel, o + 128, S.lane(u, 2), "u32")
+    S.store_at(panel, o + 192, S.lane(u, 3), "u32")
+    S.store_at(panel, o + 256, S.lane(u, 4), "u32")
+    S.store_at(panel, o + 320, S.lane(u, 5), "u32")
+    S.store_at(panel, o + 384, S.lane(u, 6), "u32")
+    S.store_at(panel, o + 448, S.lane(u, 7), "u32")
+
+
 @njit(cache=True)
 def _pack_panel(w, r0, code, panel, dw, mw):
     """Unpack rows r0..r0+15 of ``w`` (zeros past its last row) into ``panel`` (codes,
@@ -75,15 +88,7 @@ def _pack_panel(w, r0, code, panel, dw, mw):
             c = S.concat(q & 15, q >> 4)                 # values 0..31 of the block
             if qh_at >= 0:
                 c = S.or_where(c, u32_at(row, p + qh_at), 16)
-            u = S.bitcast(c, "u32")                      # 4 codes per lane
-            S.store_at(panel, o, S.lane(u, 0), "u32")
-            S.store_at(panel, o + 64, S.lane(u, 1), "u32")
-            S.store_at(panel, o + 128, S.lane(u, 2), "u32")
-            S.store_at(panel, o + 192, S.lane(u, 3), "u32")
-            S.store_at(panel, o + 256, S.lane(u, 4), "u32")
-            S.store_at(panel, o + 320, S.lane(u, 5), "u32")
-            S.store_at(panel, o + 384, S.lane(u, 6), "u32")
-            S.store_at(panel, o + 448, S.lane(u, 7), "u32")
+            _store8(panel, o, S.bitcast(c, "u32"))      # 4 codes per lane
 
 
 @njit(cache=True)
@@ -192,49 +197,83 @@ def _gemm(w, code, yq, y):
         y[:] = yt[:n]
 
 
-# ---------------------------------------------------------------------------- Q4_K
-# ggml_vec_dot_q4_K_q8_K (generic): per super-block of 256, aux32[l] = sum over the 8
-# sub-blocks j of scale_j * (the 4 products of class l = k % 8 in sub-block j); sums[l] +=
-# (d * dy) * aux32[l]; sumf -= (dmin * dy) * sum_j bsums[j] * min_{j/2}; at the end
-# sumf + sums[0] + ... + sums[7]. A panel holds, per super-block, 64 vectors (sub-block
-# j, class l): the 4 codes of class l of each of the 16 rows, so one vpdpbusd with the
-# activation's 4 class-l bytes broadcast is that dot for 16 rows, and one vpdpwssd
-# scales it into aux32[l] (dots below 2**15, scales below 64: exact).
+# ---------------------------------------------------------------------------- Q4_K, Q6_K
+# ggml_vec_dot_q4_K_q8_K / q6_K_q8_K (generic): per super-block of 256, aux32[l] sums
+# scale * y_k * a_k over the values k of class l = k % 8 (Q4_K: a = code, scale of the
+# 32-value sub-block; Q6_K: a = code - 32, scale of the 16-value sub-block); sums[l] +=
+# (d * dy) * aux32[l]; Q4_K also sumf -= (dmin * dy) * sum_j bsums[j] * min_{j/2}; the
+# result is sumf + sums[0] + ... + sums[7] (Q6_K: from sumf = 0).
+#
+# A panel holds, per super-block, 64 vectors (32 values h, class l): the 4 codes 8 t + l
+# (t < 4) of group h of each of the 16 rows. Q4_K: one vpdpbusd with the activation's 4
+# class-l bytes broadcast is that dot for 16 rows, one vpdpwssd scales it into aux32[l]
+# (dots below 2**15, scales below 64: exact). Q6_K: codes t = 0, 1 belong to sub-block
+# 2h, t = 2, 3 to 2h + 1; vpmaddubsw makes the two pair sums, minus 32 * (their
+# activations' sum), and one vpdpwssd with the rows' (scale[2h], scale[2h + 1]) adds both
+# (pair sums within 2**15: codes < 64, |y| <= 127).
 
-#: a 64-byte pair of sub-blocks (codes 0..31 of one, then the other) -> per sub-block
-#: 8 int32 lanes, lane l = its codes l, 8 + l, 16 + l, 24 + l
+#: a 64-byte pair of 32-value groups -> per group 8 int32 lanes, lane l = its codes l,
+#: 8 + l, 16 + l, 24 + l
 _CLASSES2 = S.permutation([32 * h + 8 * t + c for h in range(2) for c in range(8)
                            for t in range(4)])
+#: bytes per super-block of the K-quant weights with a kernel here
+K_BLOCK = {Q4_K: 144, Q6_K: 210}
 
 
 @njit(inline="always", cache=True)
 def _store16(panel, o, u):
     """The 16 uint32 lanes of ``u`` at panel bytes o, o + 64, ..., o + 960 (one row's
     4 codes in each of 16 consecutive class vectors)."""
-    S.store_at(panel, o, S.lane(u, 0), "u32")
-    S.store_at(panel, o + 64, S.lane(u, 1), "u32")
-    S.store_at(panel, o + 128, S.lane(u, 2), "u32")
-    S.store_at(panel, o + 192, S.lane(u, 3), "u32")
-    S.store_at(panel, o + 256, S.lane(u, 4), "u32")
-    S.store_at(panel, o + 320, S.lane(u, 5), "u32")
-    S.store_at(panel, o + 384, S.lane(u, 6), "u32")
-    S.store_at(panel, o + 448, S.lane(u, 7), "u32")
-    S.store_at(panel, o + 512, S.lane(u, 8), "u32")
-    S.store_at(panel, o + 576, S.lane(u, 9), "u32")
-    S.store_at(panel, o + 640, S.lane(u, 10), "u32")
-    S.store_at(panel, o + 704, S.lane(u, 11), "u32")
-    S.store_at(panel, o + 768, S.lane(u, 12), "u32")
-    S.store_at(panel, o + 832, S.lane(u, 13), "u32")
-    S.store_at(panel, o + 896, S.lane(u, 14), "u32")
-    S.store_at(panel, o + 960, S.lane(u, 15), "u32")
+    _store8(panel, o, S.lanes(u, 0, 8))
+    _store8(panel, o + 512, S.lanes(u, 8, 8))
+
+
+@njit(inline="always", cache=True)
+def _unpack_q4_k(row, p, r, i, panel, sc, mn, dd):
+    # d@0 dmin@2 scales@4 qs@16, 144 B; sub-block 2g: low nibbles of qs[32g..], 2g+1 high
+    dd[2 * ROWS * i + r] = S.half_at(row, p)
+    dd[2 * ROWS * i + ROWS + r] = S.half_at(row, p + 2)
+    for j in range(8):
+        a, b = scale_min_k4(row, p + 4, j)
+        sc[ROWS * (8 * i + j) + r] = a
+        mn[ROWS * (8 * i + j) + r] = b
+    for g in range(4):
+        q = S.load(row, p + 16 + 32 * g, 32, "u8")
+        _store16(panel, 4096 * i + 1024 * g + 4 * r,
+                 S.bitcast(_CLASSES2(S.concat(q & 15, q >> 4)), "u32"))
+
+
+@njit(inline="always", cache=True)
+def _unpack_q6_k(row, p, r, i, panel, sc, dd):
+    # ql@0 qh@128 scales:i8@192 d@208, 210 B; value 128 n + 32 t + l: ql byte 64 n + l +
+    # 32 (t % 2), nibble t // 2; qh byte 128 + 32 n + l, bits 2 t
+    dd[2 * ROWS * i + r] = S.half_at(row, p + 208)
+    for h in range(8):
+        lo = np.int32(S.scalar_at(row, p + 192 + 2 * h, "i8")) & 0xFFFF
+        hi = np.int32(S.scalar_at(row, p + 193 + 2 * h, "i8"))
+        sc[ROWS * (8 * i + h) + r] = lo | (hi << 16)
+    for g in range(4):              # groups 2g, 2g + 1: half n = g // 2, quarters t, t + 1
+        n = g // 2
+        qh = S.load(row, p + 128 + 32 * n, 32, "u8")
+        ql0 = S.load(row, p + 64 * n, 32, "u8")
+        ql1 = S.load(row, p + 64 * n + 32, 32, "u8")
+        if g % 2 == 0:
+            c0 = (ql0 & 15) | ((qh & 3) << 4)
+            c1 = (ql1 & 15) | (((qh >> 2) & 3) << 4)
+        else:
+            c0 = (ql0 >> 4) | (((qh >> 4) & 3) << 4)
+            c1 = (ql1 >> 4) | (((qh >> 6) & 3) << 4)
+        _store16(panel, 4096 * i + 1024 * g + 4 * r,
+                 S.bitcast(_CLASSES2(S.concat(c0, c1)), "u32"))
 
 
 @njit(cache=True)
-def _pack_panel_k4(w, r0, panel, sc, mn, dd):
-    """Rows r0..r0+15 of Q4_K ``w`` -> ``panel`` (codes, 4096 bytes a super-block:
-    vector 8 j + l), ``sc``/``mn`` (int32 scale/min, [super-block, j, row]), ``dd``
-    (float32 d then dmin, [super-block, 2, row]); zeros past the last row."""
-    nsb = w.shape[1] // 144
+def _pack_panel_k(w, r0, code, panel, sc, mn, dd):
+    """Rows r0..r0+15 of Q4_K/Q6_K ``w`` -> ``panel`` (codes, 4096 bytes a super-block:
+    vector 8 h + l), ``sc`` (int32 per [super-block, 8 groups, row]: Q4_K the sub-block
+    scale, Q6_K the int16 pair of its two scales), ``mn`` (Q4_K mins, same layout),
+    ``dd`` (float32 d, dmin per [super-block, 2, row]); zeros past the last row."""
+    size = 144 if code == Q4_K else 210
     nr = min(ROWS, w.shape[0] - r0)
     if nr < ROWS:
         panel[:] = 0
@@ -243,64 +282,70 @@ def _pack_panel_k4(w, r0, panel, sc, mn, dd):
         dd[:] = 0
     for r in range(nr):
         row = w[r0 + r]
-        for i in range(nsb):
-            p = 144 * i
-            dd[2 * ROWS * i + r] = S.half_at(row, p)
-            dd[2 * ROWS * i + ROWS + r] = S.half_at(row, p + 2)
-            for j in range(8):
-                a, b = scale_min_k4(row, p + 4, j)
-                sc[ROWS * (8 * i + j) + r] = a
-                mn[ROWS * (8 * i + j) + r] = b
-            for g in range(4):                       # sub-blocks 2g (low nibbles), 2g+1
-                q = S.load(row, p + 16 + 32 * g, 32, "u8")
-                u = S.bitcast(_CLASSES2(S.concat(q & 15, q >> 4)), "u32")
-                _store16(panel, 4096 * i + 1024 * g + 4 * r, u)
+        for i in range(w.shape[1] // size):
+            if code == Q4_K:
+                _unpack_q4_k(row, size * i, r, i, panel, sc, mn, dd)
+            else:
+                _unpack_q6_k(row, size * i, r, i, panel, sc, dd)
 
 
 @njit(cache=True)
-def _prep_acts_k(yq, yc, dy, bsp):
-    """Q8_K activation rows -> ``yc`` (int8, each sub-block of 32 in class order: byte
-    4 l + t = value 8 t + l), ``dy`` (float32 d per super-block), ``bsp`` (int32
-    bsums[2 s] + bsums[2 s + 1], [super-block, s])."""
+def _prep_acts_k(yq, yc, dy, bsp, off):
+    """Q8_K activation rows -> ``yc`` (int8, each 32 values in class order: byte 4 l + t
+    = value 8 t + l), ``dy`` (float32 d per super-block), ``bsp`` (int32 bsums[2 s] +
+    bsums[2 s + 1], [super-block, s]) and ``off`` (the int16 pair 32 * (y[l] + y[8 + l]),
+    32 * (y[16 + l] + y[24 + l]) of each group and class as int32: Q6_K's offsets)."""
     q = yq.view(np.int8)
     nsb = yq.shape[1] // 292
     for n in range(yq.shape[0]):
         for i in range(nsb):
             p = 292 * i
             dy[n, i] = S.scalar_at(yq[n], p, "f32")
-            for j in range(8):
-                for l in range(8):
-                    for t in range(4):
-                        yc[n, 256 * i + 32 * j + 4 * l + t] = q[n, p + 4 + 32 * j + 8 * t + l]
             for s in range(8):
                 bsp[n, 8 * i + s] = (np.int32(S.scalar_at(yq[n], p + 260 + 4 * s, "i16"))
                                      + np.int32(S.scalar_at(yq[n], p + 262 + 4 * s, "i16")))
+            for h in range(8):
+                for l in range(8):
+                    c = 256 * i + 32 * h + 4 * l
+                    for t in range(4):
+                        yc[n, c + t] = q[n, p + 4 + 32 * h + 8 * t + l]
+                    a = 32 * (np.int32(yc[n, c]) + np.int32(yc[n, c + 1]))
+                    b = 32 * (np.int32(yc[n, c + 2]) + np.int32(yc[n, c + 3]))
+                    off[n, 64 * i + 8 * h + l] = (a & 0xFFFF) | (b << 16)
 
 
 @njit(inline="always", cache=True)
-def _row_k4(panel, sc, mn, dd, yc, dy, bsp, yrow, r0, nr):
-    """One activation row against a packed Q4_K panel -> yrow[r0..r0+nr)."""
-    nsb = dy.shape[0]
+def _class_dot(code, acc, panel, o, yc, p, off, q, scales):
+    """acc + scales * (16 rows' class dot of the panel vector at byte o with activation
+    bytes p..p+3); Q6_K: pair sums minus the offsets ``off[q]``, a scale per pair."""
+    w = S.load(panel, o, 64, "u8")
+    if code == Q4_K:
+        t = S.bitcast(S.dpbusd(S.zeros(16, "i32"), w, _bcast(yc, p)), "i16")
+    else:
+        t = S.maddubs(w, _bcast(yc, p)) - S.bitcast(S.splat(off[q], 16, "i32"), "i16")
+    return S.dpwssd(acc, t, scales)
+
+
+@njit(inline="always", cache=True)
+def _row_k(code, panel, sc, mn, dd, yc, dy, bsp, off, yrow, r0, nr):
+    """One activation row against a packed Q4_K/Q6_K panel -> yrow[r0..r0+nr)."""
     sumf = S.zeros(16, "f32")
     s0, s1, s2, s3 = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32")
     s4, s5, s6, s7 = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32")
-    for i in range(nsb):
+    for i in range(dy.shape[0]):
         z = S.zeros(16, "i32")
         a0, a1, a2, a3, a4, a5, a6, a7 = z, z, z, z, z, z, z, z
-        for j in range(8):
-            scj = S.bitcast(S.load(sc, 64 * (8 * i + j), 16, "i32"), "i16")
-            o, p = 4096 * i + 512 * j, 256 * i + 32 * j
-            a0 = _scaled_dot(a0, panel, o, yc, p, scj)
-            a1 = _scaled_dot(a1, panel, o + 64, yc, p + 4, scj)
-            a2 = _scaled_dot(a2, panel, o + 128, yc, p + 8, scj)
-            a3 = _scaled_dot(a3, panel, o + 192, yc, p + 12, scj)
-            a4 = _scaled_dot(a4, panel, o + 256, yc, p + 16, scj)
-            a5 = _scaled_dot(a5, panel, o + 320, yc, p + 20, scj)
-            a6 = _scaled_dot(a6, panel, o + 384, yc, p + 24, scj)
-            a7 = _scaled_dot(a7, panel, o + 448, yc, p + 28, scj)
-        mins = S.zeros(16, "i32")
-        for j in range(8):
-            mins = mins + S.load(mn, 64 * (8 * i + j), 16, "i32") * bsp[8 * i + j]
+        for h in range(8):
+            sch = S.bitcast(S.load(sc, 64 * (8 * i + h), 16, "i32"), "i16")
+            o, p, q = 4096 * i + 512 * h, 256 * i + 32 * h, 64 * i + 8 * h
+            a0 = _class_dot(code, a0, panel, o, yc, p, off, q, sch)
+            a1 = _class_dot(code, a1, panel, o + 64, yc, p + 4, off, q + 1, sch)
+            a2 = _class_dot(code, a2, panel, o + 128, yc, p + 8, off, q + 2, sch)
+            a3 = _class_dot(code, a3, panel, o + 192, yc, p + 12, off, q + 3, sch)
+            a4 = _class_dot(code, a4, panel, o + 256, yc, p + 16, off, q + 4, sch)
+            a5 = _class_dot(code, a5, panel, o + 320, yc, p + 20, off, q + 5, sch)
+            a6 = _class_dot(code, a6, panel, o + 384, yc, p + 24, off, q + 6, sch)
+            a7 = _class_dot(code, a7, panel, o + 448, yc, p + 28, off, q + 7, sch)
         yd = dy[i]
         d = S.load(dd, 128 * i, 16, "f32") * yd
         s0 = s0 + d * S.convert(a0, "f32")
@@ -311,163 +356,40 @@ def _row_k4(panel, sc, mn, dd, yc, dy, bsp, yrow, r0, nr):
         s5 = s5 + d * S.convert(a5, "f32")
         s6 = s6 + d * S.convert(a6, "f32")
         s7 = s7 + d * S.convert(a7, "f32")
-        sumf = sumf - (S.load(dd, 128 * i + 64, 16, "f32") * yd) * S.convert(mins, "f32")
+        if code == Q4_K:
+            mins = S.zeros(16, "i32")
+            for j in range(8):
+                mins = mins + S.load(mn, 64 * (8 * i + j), 16, "i32") * bsp[8 * i + j]
+            sumf = sumf - (S.load(dd, 128 * i + 64, 16, "f32") * yd) * S.convert(mins, "f32")
     _put(yrow, r0, nr, sumf + s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7)
 
 
-@njit(inline="always", cache=True)
-def _scaled_dot(acc, panel, o, yc, p, scales):
-    """acc + scales * (16 rows' class dot at panel byte o with activation bytes p..p+3)."""
-    dot = S.dpbusd(S.zeros(16, "i32"), S.load(panel, o, 64, "u8"), _bcast(yc, p))
-    return S.dpwssd(acc, S.bitcast(dot, "i16"), scales)
-
-
 @njit(parallel=True, cache=True)
-def _gemm_k4(w, yq, y):
+def _gemm_k(w, code, yq, y):
     n, m = y.shape
-    nsb = w.shape[1] // 144
+    nsb = yq.shape[1] // 292
     yc = np.empty((n, 256 * nsb), dtype=np.int8)
     dy = np.empty((n, nsb), dtype=np.float32)
     bsp = np.empty((n, 8 * nsb), dtype=np.int32)
-    _prep_acts_k(yq, yc, dy, bsp)
+    off = np.empty((n, 64 * nsb), dtype=np.int32)
+    _prep_acts_k(yq, yc, dy, bsp, off)
     for g in prange((m + ROWS - 1) // ROWS):
         r0 = g * ROWS
         panel = np.empty(4096 * nsb, dtype=np.uint8)
         sc = np.empty(ROWS * 8 * nsb, dtype=np.int32)
         mn = np.empty(ROWS * 8 * nsb, dtype=np.int32)
         dd = np.empty(2 * ROWS * nsb, dtype=np.float32)
-        _pack_panel_k4(w, r0, panel, sc, mn, dd)
+        _pack_panel_k(w, r0, code, panel, sc, mn, dd)
         nr = min(ROWS, m - r0)
         for a in range(n):
-            _row_k4(panel, sc, mn, dd, yc[a], dy[a], bsp[a], y[a], r0, nr)
-
-
-# ---------------------------------------------------------------------------- Q6_K
-# ggml_vec_dot_q6_K_q8_K (generic): aux32[l] += scale[k / 16] * y_k * (code_k - 32) for the
-# values k of class l = k % 8; sums[l] += (d * dy) * aux32[l]; result 0 + sums[0] + ... +
-# sums[7]. The panel has Q4_K's layout (per 32 values h, class l: codes 8t + l, t < 4),
-# whose first two codes belong to sub-block 2h and last two to 2h + 1: vpmaddubsw makes
-# the two pair sums, minus 32 * (their activations' sum) (precomputed per activation
-# row), and one vpdpwssd with the rows' (scale[2h], scale[2h + 1]) adds both into
-# aux32[l] (pair sums within 2**15: codes < 64, |y| <= 127).
-
-
-@njit(cache=True)
-def _pack_panel_k6(w, r0, panel, sc, dd):
-    """Rows r0..r0+15 of Q6_K ``w`` -> ``panel`` (codes 0..63 as :func:`_pack_panel_k4`),
-    ``sc`` (int16 pairs (scale[2h], scale[2h+1]) as int32, [super-block, h, row]),
-    ``dd`` (float32 d, [super-block, row]); zeros past the last row."""
-    nsb = w.shape[1] // 210
-    nr = min(ROWS, w.shape[0] - r0)
-    if nr < ROWS:
-        panel[:] = 0
-        sc[:] = 0
-        dd[:] = 0
-    for r in range(nr):
-        row = w[r0 + r]
-        for i in range(nsb):
-            p = 210 * i
-            dd[ROWS * i + r] = S.half_at(row, p + 208)
-            for h in range(8):
-                lo = np.int32(S.scalar_at(row, p + 192 + 2 * h, "i8")) & 0xFFFF
-                hi = np.int32(S.scalar_at(row, p + 193 + 2 * h, "i8"))
-                sc[ROWS * (8 * i + h) + r] = lo | (hi << 16)
-            for g in range(4):          # 32-value groups 2g, 2g + 1 (half n, quarters t, t+1)
-                n, t = g // 2, 2 * (g % 2)
-                qh = S.load(row, p + 128 + 32 * n, 32, "u8")
-                ql0 = S.load(row, p + 64 * n, 32, "u8")
-                ql1 = S.load(row, p + 64 * n + 32, 32, "u8")
-                if t == 0:
-                    c0 = (ql0 & 15) | ((qh & 3) << 4)
-                    c1 = (ql1 & 15) | (((qh >> 2) & 3) << 4)
-                else:
-                    c0 = (ql0 >> 4) | (((qh >> 4) & 3) << 4)
-                    c1 = (ql1 >> 4) | (((qh >> 6) & 3) << 4)
-                u = S.bitcast(_CLASSES2(S.concat(c0, c1)), "u32")
-                _store16(panel, 4096 * i + 1024 * g + 4 * r, u)
-
-
-@njit(cache=True)
-def _prep_offsets_k6(yc, off):
-    """Per 32 activation values h and class l: the int16 pair (32 * (y[l] + y[8 + l]),
-    32 * (y[16 + l] + y[24 + l])) of that group as int32 (``yc`` in class order)."""
-    for n in range(yc.shape[0]):
-        for g in range(yc.shape[1] // 32):
-            for l in range(8):
-                p = 32 * g + 4 * l
-                a = 32 * (np.int32(yc[n, p]) + np.int32(yc[n, p + 1]))
-                b = 32 * (np.int32(yc[n, p + 2]) + np.int32(yc[n, p + 3]))
-                off[n, 8 * g + l] = (a & 0xFFFF) | (b << 16)
-
-
-@njit(inline="always", cache=True)
-def _pair_dot(acc, panel, o, yc, off, p, q, scales):
-    """acc + (scale pair) . (16 rows' two class pair sums at panel byte o, offsets off)."""
-    m = S.maddubs(S.load(panel, o, 64, "u8"), _bcast(yc, p))
-    m = m - S.bitcast(S.splat(off[q], 16, "i32"), "i16")
-    return S.dpwssd(acc, m, scales)
-
-
-@njit(inline="always", cache=True)
-def _row_k6(panel, sc, dd, yc, off, dy, yrow, r0, nr):
-    """One activation row against a packed Q6_K panel -> yrow[r0..r0+nr)."""
-    nsb = dy.shape[0]
-    s0, s1, s2, s3 = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32")
-    s4, s5, s6, s7 = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32")
-    for i in range(nsb):
-        z = S.zeros(16, "i32")
-        a0, a1, a2, a3, a4, a5, a6, a7 = z, z, z, z, z, z, z, z
-        for h in range(8):
-            sch = S.bitcast(S.load(sc, 64 * (8 * i + h), 16, "i32"), "i16")
-            o, p, q = 4096 * i + 512 * h, 256 * i + 32 * h, 64 * i + 8 * h
-            a0 = _pair_dot(a0, panel, o, yc, off, p, q, sch)
-            a1 = _pair_dot(a1, panel, o + 64, yc, off, p + 4, q + 1, sch)
-            a2 = _pair_dot(a2, panel, o + 128, yc, off, p + 8, q + 2, sch)
-            a3 = _pair_dot(a3, panel, o + 192, yc, off, p + 12, q + 3, sch)
-            a4 = _pair_dot(a4, panel, o + 256, yc, off, p + 16, q + 4, sch)
-            a5 = _pair_dot(a5, panel, o + 320, yc, off, p + 20, q + 5, sch)
-            a6 = _pair_dot(a6, panel, o + 384, yc, off, p + 24, q + 6, sch)
-            a7 = _pair_dot(a7, panel, o + 448, yc, off, p + 28, q + 7, sch)
-        d = S.load(dd, 64 * i, 16, "f32") * dy[i]
-        s0 = s0 + d * S.convert(a0, "f32")
-        s1 = s1 + d * S.convert(a1, "f32")
-        s2 = s2 + d * S.convert(a2, "f32")
-        s3 = s3 + d * S.convert(a3, "f32")
-        s4 = s4 + d * S.convert(a4, "f32")
-        s5 = s5 + d * S.convert(a5, "f32")
-        s6 = s6 + d * S.convert(a6, "f32")
-        s7 = s7 + d * S.convert(a7, "f32")
-    _put(yrow, r0, nr, S.zeros(16, "f32") + s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7)
-
-
-@njit(parallel=True, cache=True)
-def _gemm_k6(w, yq, y):
-    n, m = y.shape
-    nsb = w.shape[1] // 210
-    yc = np.empty((n, 256 * nsb), dtype=np.int8)
-    dy = np.empty((n, nsb), dtype=np.float32)
-    bsp = np.empty((n, 8 * nsb), dtype=np.int32)
-    _prep_acts_k(yq, yc, dy, bsp)
-    off = np.empty((n, 64 * nsb), dtype=np.int32)
-    _prep_offsets_k6(yc, off)
-    for g in prange((m + ROWS - 1) // ROWS):
-        r0 = g * ROWS
-        panel = np.empty(4096 * nsb, dtype=np.uint8)
-        sc = np.empty(ROWS * 8 * nsb, dtype=np.int32)
-        dd = np.empty(ROWS * nsb, dtype=np.float32)
-        _pack_panel_k6(w, r0, panel, sc, dd)
-        nr = min(ROWS, m - r0)
-        for a in range(n):
-            _row_k6(panel, sc, dd, yc[a], off[a], dy[a], y[a], r0, nr)
+            _row_k(code, panel, sc, mn, dd, yc[a], dy[a], bsp[a], off[a], y[a], r0, nr)
 
 
 def mul_mat_ggml(w: np.ndarray, code: int, yq: np.ndarray, y: np.ndarray) -> None:
     """y[N, M] = ggml's dots of weight rows ``w`` (raw ``[M, row_bytes]``, type ``code``
     in :data:`CODES`) with activation rows ``yq`` (quantized to the type's vec_dot_type,
     ``[N, row_bytes]``), into ``y`` (C-contiguous float32)."""
-    if code == Q4_K:
-        _gemm_k4(w, yq, y)
-    elif code == Q6_K:
-        _gemm_k6(w, yq, y)
+    if code in K_BLOCK:
+        _gemm_k(w, np.int64(code), yq, y)
     else:
         _gemm(w, np.int64(code), yq, y)
