@@ -30,7 +30,10 @@ block) stay in L1 while all activation rows pass over them.
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGMLQuantizationType as QT
 from numba import njit, prange
+
+from graphcost.format import ggml_types as gt
 
 from . import simd as S
 from .bits import f16_to_f32, u32_at
@@ -40,14 +43,21 @@ from .quants import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, scale_min_k4
 ROWS = 16
 #: activation rows per micro-tile (they share each weight vector)
 ACTS = 4
-#: weight types with a kernel here: (block bytes, quants offset, qh offset or -1,
-#: activation block bytes: Q8_0 34 / Q8_1 36)
-LAYOUT = {Q4_0: (18, 2, -1, 34), Q5_0: (22, 6, 2, 34), Q4_1: (20, 4, -1, 36),
-          Q5_1: (24, 8, 4, 36)}
-#: LAYOUT as an array indexed by type code (what the kernels read)
+
+
+def _block_bytes(code: int) -> int:
+    """Bytes per block of type ``code`` (graphcost.format.ggml_types: gguf's
+    GGML_QUANT_SIZES, Q8_1 as in ggml)."""
+    return gt.block(QT(code))[1]
+
+
+#: weight types with a kernel here: (quants offset, qh offset or -1) within a block
+LAYOUT = {Q4_0: (2, -1), Q5_0: (6, 2), Q4_1: (4, -1), Q5_1: (8, 4)}
+#: what the kernels read, indexed by type code: (block bytes, quants offset, qh offset or
+#: -1, bytes per block of the activations' vec_dot_type: Q8_0 34 / Q8_1 36)
 LAYOUT_ARRAYS = np.zeros((max(LAYOUT) + 1, 4), dtype=np.int64)
-for _c, _l in LAYOUT.items():
-    LAYOUT_ARRAYS[_c] = _l
+for _c, (_qs, _qh) in LAYOUT.items():
+    LAYOUT_ARRAYS[_c] = (_block_bytes(_c), _qs, _qh, _block_bytes(gt.vec_dot_type(QT(_c))))
 CODES = tuple(LAYOUT) + (Q4_K, Q6_K)
 
 
@@ -216,8 +226,8 @@ def _gemm(w, code, yq, y):
 #: 8 + l, 16 + l, 24 + l
 _CLASSES2 = S.permutation([32 * h + 8 * t + c for h in range(2) for c in range(8)
                            for t in range(4)])
-#: bytes per super-block of the K-quant weights with a kernel here
-K_BLOCK = {Q4_K: 144, Q6_K: 210}
+#: bytes per super-block of the K-quant weights with a kernel here (Q4_K 144, Q6_K 210)
+Q4_K_BYTES, Q6_K_BYTES = _block_bytes(Q4_K), _block_bytes(Q6_K)
 
 
 @njit(inline="always", cache=True)
@@ -273,7 +283,7 @@ def _pack_panel_k(w, r0, code, panel, sc, mn, dd):
     vector 8 h + l), ``sc`` (int32 per [super-block, 8 groups, row]: Q4_K the sub-block
     scale, Q6_K the int16 pair of its two scales), ``mn`` (Q4_K mins, same layout),
     ``dd`` (float32 d, dmin per [super-block, 2, row]); zeros past the last row."""
-    size = 144 if code == Q4_K else 210
+    size = Q4_K_BYTES if code == Q4_K else Q6_K_BYTES
     nr = min(ROWS, w.shape[0] - r0)
     if nr < ROWS:
         panel[:] = 0
@@ -389,7 +399,7 @@ def mul_mat_ggml(w: np.ndarray, code: int, yq: np.ndarray, y: np.ndarray) -> Non
     """y[N, M] = ggml's dots of weight rows ``w`` (raw ``[M, row_bytes]``, type ``code``
     in :data:`CODES`) with activation rows ``yq`` (quantized to the type's vec_dot_type,
     ``[N, row_bytes]``), into ``y`` (C-contiguous float32)."""
-    if code in K_BLOCK:
+    if code in (Q4_K, Q6_K):
         _gemm_k(w, np.int64(code), yq, y)
     else:
         _gemm(w, np.int64(code), yq, y)
