@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.ops import UNARY, Op
-from graphcost.memory.op_rules import Unmodelled
+from graphcost.memory.op_rules import Unmodelled, device_flag
 
 #: ggml.h GGML_MAX_SRC: sources per node (a dependency node keeps at most this many)
 GGML_MAX_SRC = 10
@@ -321,7 +321,7 @@ def should_use_topk_moe(gating: Tensor, logits: Tensor, weights: Tensor, ids: Te
 
 def cuda_moe_fusions(g: SplitGraph, options: dict[str, Any]) -> list[tuple[Tensor, Tensor]]:
     """ggml_backend_cuda_graph_optimize's add_alloc_dep calls for one split, in order."""
-    if str(options.get("fusion", "1")).strip() in ("0", "false", "no", "off"):
+    if not device_flag(options, "fusion", True):
         return []  # GGML_CUDA_DISABLE_FUSION=1
     nodes = g.nodes
     i = 0

@@ -438,9 +438,13 @@ SYCL_ONEDNN_KV_TYPES = ("F32", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 SYCL_BUFFER_ALIGNMENT = 128
 
 
-def _flag(options: dict[str, Any], name: str, default: bool) -> bool:
-    v = options.get(name)
-    return default if v is None else str(v).strip().lower() not in ("0", "false", "no", "off")
+def device_flag(options: dict[str, Any], name: str, default: bool) -> bool:
+    """A yes/no device option (``integrated=1``, ``fusion=0``, ``onednn=0``): 1/true/yes/on
+    is yes, 0/false/no/off is no; absent or anything else, ``default``."""
+    v = str(options.get(name, "")).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    return False if v in ("0", "false", "no", "off") else default
 
 
 def _sycl_arch(options: dict[str, Any]) -> str:
@@ -453,7 +457,7 @@ def sycl_onednn_supported(dst: Tensor, options: dict[str, Any], use_shape_limit:
     """ggml_sycl_flash_attn_ext_onednn_supported (ggml-sycl/fattn-onednn.cpp), for a build
     with oneDNN (GGML_SYCL_DNN, on by default; device option ``onednn=0`` for a build
     without it or GGML_SYCL_FA_ONEDNN=0) and GGML_SYCL_FA_ONEDNN_MAX_KV unset."""
-    if not _flag(options, "onednn", True):
+    if not device_flag(options, "onednn", True):
         return False
     q, k, v = dst.src[0], dst.src[1], dst.src[2]
     mask = dst.src[3] if len(dst.src) > 3 else None

@@ -39,6 +39,7 @@ import numpy as np
 
 from graphcost.format import ggml_types as gt
 from graphcost.memory.backends import Backend, ExtraBufferType, load as load_backend
+from graphcost.memory.op_rules import device_flag
 from graphcost.errors import GraphcostError
 from graphcost.format.model import ModelInfo
 
@@ -270,14 +271,10 @@ def _with_options(b: Backend, a: DeviceArg) -> Backend:
         if align <= 0 or align & (align - 1):
             raise GraphcostError(f"--device {a.kind},align={opts['align']}: use a power of 2 in bytes")
         b = dataclasses.replace(b, alignment=align)
-    if _truthy(opts.get("integrated")):
+    if device_flag(opts, "integrated", False):
         # ggml_backend_cuda_device_get_props: caps.mmap_support = type != IGPU
         b = dataclasses.replace(b, mmap_support=False)
     return b
-
-
-def _truthy(v: str | None) -> bool:
-    return v is not None and v.strip().lower() in ("1", "true", "yes", "on")
 
 
 def split_points(devices: list[Device], tensor_split: tuple[float, ...]) -> list[float]:

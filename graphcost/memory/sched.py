@@ -56,7 +56,7 @@ from graphcost.graph.ops import VIEWS, Op
 from graphcost.memory.alloc import Allocation, allocate
 from graphcost.memory.alloc_deps import RULES as ALLOC_DEP_RULES
 from graphcost.memory.alloc_deps import SplitGraph, collect, dep_nodes, use_counts
-from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, evaluate
+from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, device_flag, evaluate
 from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, PlacementFlags,
                                         _layer_of)
 
@@ -178,8 +178,8 @@ def backends_for(placement: Placement) -> list[SchedBackend] | None:
                                 offload_ops=(frozenset(s["offload_ops"]) if s.get("offload_ops")
                                              else None),
                                 reads_host=(d.backend.host_buffer if s.get("integrated_reads_host")
-                                            and str(d.options.get("integrated", "")).lower()
-                                            in ("1", "true", "yes", "on") else None)))
+                                            and device_flag(d.options, "integrated", False)
+                                            else None)))
     host = placement.devices[0].backend.host_buffer if placement.devices else None
     from graphcost.memory.backends import load as load_backend
     out.append(SchedBackend("CPU", host or "CPU", load_backend("cpu").alignment, True))
