@@ -192,21 +192,6 @@ def zeros(typingctx, n, dtype):
     return vt(n, dtype), codegen
 
 
-@intrinsic(prefer_literal=True)
-def pack4(typingctx, a, b, c, d):
-    """Four uint32 scalars as a ``Vec(uint32, 4)`` (then :func:`bitcast` to bytes)."""
-    vt = Vec(types.uint32, 4)
-
-    def codegen(context, builder, sig, args):
-        v = ir.Constant(_vty(types.uint32, 4), None)
-        for i, (x, tx) in enumerate(zip(args, sig.args)):
-            x = context.cast(builder, x, tx, types.uint32)
-            v = builder.insert_element(v, x, ir.Constant(ir.IntType(32), i))
-        return v
-
-    return vt(a, b, c, d), codegen
-
-
 # ---------------------------------------------------------------------------- lane-wise
 
 
@@ -733,30 +718,6 @@ def or_where(typingctx, a, bits, value):
         return builder.select(mask, builder.or_(args[0], v), args[0])
 
     return a(a, bits, value), codegen
-
-
-@intrinsic(prefer_literal=True)
-def gather_halves(typingctx, buf, p, stride, n):
-    """float32 vector of the ``n`` IEEE halves at byte offsets ``p + i * stride`` of
-    ``buf`` (the block scales of ``n`` consecutive blocks)."""
-    if not (isinstance(buf, types.Array) and isinstance(n, types.IntegerLiteral)):
-        return None
-    k = n.literal_value
-    vt = Vec(types.float32, k)
-
-    def codegen(context, builder, sig, args):
-        i16 = ir.IntType(16)
-        v = ir.Constant(ir.VectorType(i16, k), None)
-        off = context.cast(builder, args[1], p, types.intp)
-        step = context.cast(builder, args[2], stride, types.intp)
-        for i in range(k):
-            h = builder.load(_byte_ptr(context, builder, buf, args[0], off, i16), align=1)
-            v = builder.insert_element(v, h, ir.Constant(ir.IntType(32), i))
-            off = builder.add(off, step)
-        return builder.fpext(builder.bitcast(v, ir.VectorType(ir.HalfType(), k)),
-                             _vty(types.float32, k))
-
-    return vt(buf, p, stride, n), codegen
 
 
 @intrinsic(prefer_literal=True)

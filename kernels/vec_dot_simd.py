@@ -261,13 +261,6 @@ def _block_sums4(v0, v1):
 
 
 @njit(inline="always", cache=True)
-def _block_sums8(v0, v1, v2, v3):
-    """Four vectors of 8 int32 lanes per block (2 blocks each) -> 8 block sums."""
-    c = _pairwise(_pairwise(v0, v1), _pairwise(v2, v3))
-    return _EVEN8(c) + _ODD8(c)
-
-
-@njit(inline="always", cache=True)
 def _sum4lanes(v):
     """int32 x16 -> x4: the sums of lanes 4r..4r+3 (block or row r)."""
     h = _EVEN8(v) + _ODD8(v)
