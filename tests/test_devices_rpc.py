@@ -29,7 +29,8 @@ from fixtures_deepseek import write_glm4moe
 from fixtures_encoder import write_bert
 from fixtures_gemma3n import write_gemma3n
 from fixtures_hybrid import write_lfm2
-from fixtures_moe import write_mixtral, write_qwen3moe
+from fixtures_moe import write_gemma2, write_mixtral, write_qwen3moe
+from fixtures_simple import write_cohere2
 from graphcost.cli import app
 from graphcost.memory.backends import host_cpu_features
 from llama_runs import rpc_servers, run_completion, skip_reason
@@ -60,6 +61,10 @@ WRITERS = {
     "glm4moe": lambda p: write_glm4moe(p),
     # token_embd_norm: layer 0's (llama-arch.cpp: "do the norms on the first layer")
     "bert": lambda p: write_bert(p),
+    # tied output that gguf's MODEL_TENSORS does not list (no OUTPUT for gemma2, cohere2):
+    # their loaders still create token_embd again as the output (TENSOR_DUPLICATED)
+    "gemma2": lambda p: write_gemma2(p),
+    "cohere2": lambda p: write_cohere2(p),
 }
 
 #: (model, number of RPC servers, llama.cpp arguments; "{rpc1}" = RPC1's buffer type name)
@@ -130,6 +135,10 @@ CASES = {
     # cast pointed at the original node), and without flash attention
     "bert-fa-off": ("bert", 2, ["-ngl", "all", "-ts", "1,1", "-fa", "off"]),
     "bert-fa-on": ("bert", 2, ["-ngl", "all", "-ts", "1,1", "-fa", "on"]),
+    # the output layer's own copy of token_embd on RPC1 (all) or RPC0 (partial)
+    "gemma2-all": ("gemma2", 2, ["-ngl", "all", "-ts", "1,1"]),
+    "gemma2-ngl2": ("gemma2", 2, ["-ngl", "2", "-ts", "1,1"]),
+    "cohere2-all": ("cohere2", 2, ["-ngl", "all", "-ts", "1,2"]),
 }
 
 

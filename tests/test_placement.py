@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from fixtures import write_llama
-from fixtures_moe import write_mixtral, write_qwen3moe
+from fixtures_moe import write_gemma2, write_mixtral, write_qwen3moe
+from fixtures_simple import write_cohere2
 from graphcost.format import ggml_types as gt
 from graphcost.memory.backends import host_cpu_features, load, names
 from graphcost.graph.build import load_model
@@ -258,6 +259,29 @@ def test_tied_output_is_duplicated_on_its_device(qwen3moe):
     p0 = place(qwen3moe, RPC2, PlacementFlags(n_gpu_layers=0, cpu_features=frozenset()))
     # both on the CPU: the duplicate is the same tensor (one copy)
     assert sum(1 for w in p0.weights if w.name == "token_embd.weight") == 1
+
+
+@pytest.mark.parametrize("writer", [write_gemma2, write_cohere2], ids=["gemma2", "cohere2"])
+def test_tied_output_of_a_family_gguf_lists_no_output_for(tmp_path, writer):
+    # gguf's MODEL_TENSORS lists no OUTPUT for gemma2 or cohere2, yet their loaders create
+    # token_embd again as the output (src/models/gemma2.cpp, cohere2.cpp:
+    # TENSOR_DUPLICATED); the spec's lm_head says so. Before: "scheduler: no placement
+    # for weight token_embd.weight" on any device.
+    m = load_model(writer(tmp_path / "m.gguf").path)
+    p = place(m, RPC2, PlacementFlags(tensor_split=(1, 1), cpu_features=frozenset()))
+    names_on = {(w.name, w.buft.name) for w in p.weights}
+    assert ("token_embd.weight", "CPU") in names_on and ("token_embd.weight", "RPC1") in names_on
+    r = cli("memory", m.header.path, "--device", "rpc", "--device", "rpc", "-ngl", "all",
+            "-ts", "1,1", "-c", "512", "--cpu-features", "none", "--format", "json")
+    assert r.returncode == 0, r.stderr
+
+
+def test_encoder_has_no_tied_output(tmp_path):
+    from fixtures_encoder import write_bert
+    m = load_model(write_bert(tmp_path / "b.gguf").path)
+    p = place(m, RPC2, PlacementFlags(tensor_split=(1, 1), cpu_features=frozenset()))
+    # token_embd only once, as the input layer's (no lm_head in specs/arch/bert.yaml)
+    assert [w.buft.name for w in p.weights if w.name == "token_embd.weight"] == ["CPU"]
 
 
 # ---- the command -----------------------------------------------------------------------------

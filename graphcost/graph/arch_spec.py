@@ -37,6 +37,14 @@ class ArchSpec:
     #: "kv" (a KV cache) or "none" (llama_model::create_memory returns nullptr: encoders)
     memory: str = "kv"
 
+    @property
+    def has_lm_head(self) -> bool:
+        """Whether the graph multiplies by an output matrix (an ``lm_head`` statement
+        anywhere, branches included): such a family's loader creates ``output`` and, when
+        the file has none, token_embd again as the output (TENSOR_DUPLICATED, e.g.
+        src/models/gemma2.cpp, cohere2.cpp); encoders (bert) have no head."""
+        return _mentions(self.prologue + self.layer + self.epilogue, "lm_head")
+
 
 #: the aspects a spec's ``proven`` mapping may name
 PROVEN_ASPECTS = ("graph", "memory", "executor")
@@ -55,6 +63,15 @@ def rope_mode(spec: ArchSpec, name: str | None = None) -> int | None:
     if name not in _ROPE_MODES:
         raise GraphcostError(f"{spec.path}: rope {name!r} must be one of {', '.join(_ROPE_MODES)}")
     return _ROPE_MODES[name]
+
+
+def _mentions(v: Any, name: str) -> bool:
+    """Whether the statement ``name`` occurs in ``v`` (statements, branches included)."""
+    if isinstance(v, dict):
+        return name in v or any(_mentions(x, name) for x in v.values())
+    if isinstance(v, list):
+        return any(_mentions(x, name) for x in v)
+    return False
 
 
 def statement_list(v: Any, what: str, where: Any) -> list[dict]:

@@ -472,10 +472,13 @@ def _override_buft(target: str, devices: list[Device]) -> Buft | str:
 
 
 def _has_output_head(arch: str) -> bool:
-    """Whether the architecture has an LM head (gguf's MODEL_TENSORS lists OUTPUT): encoders
-    such as bert have none, so no tied copy of token_embd is created for them."""
-    key = next((k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), None)
-    return key is None or gguf.MODEL_TENSOR.OUTPUT in gguf.MODEL_TENSORS.get(key, ())
+    """Whether the architecture's graph has an LM head (its spec's ``lm_head``): encoders
+    such as bert have none, so no tied copy of token_embd is created for them. (gguf's
+    MODEL_TENSORS is no guide: it lists no OUTPUT for gemma2 or cohere2, whose loaders
+    create token_embd again as the output.)"""
+    from graphcost.graph.arch_spec import load_specs
+    spec = load_specs().get(arch)
+    return spec is None or spec.has_lm_head
 
 
 def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Placement:
