@@ -197,6 +197,8 @@ class Executor:
 
 def _capture_indices(bg: BuiltGraph, capture: Iterable[str | int]) -> list[int]:
     want = list(capture)
+    if not want:        # every step asks: skip the walk over the graph's nodes
+        return []
     names = {w for w in want if isinstance(w, str)}
     out = [w for w in want if isinstance(w, int)]
     out += [i for i, n in enumerate(bg.nodes) if n.name in names]
