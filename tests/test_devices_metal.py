@@ -313,3 +313,47 @@ def test_memory_json_carries_metal_compute(tmp_path):
     assert devs["MTL0"]["compute_bytes"] == 10756096  # as the schedule above
     r = cli("memory", f.path, "--device", "metal:64GiB,simdgroup=1", "-c", "512")
     assert r.returncode == 2 and "unknown option 'simdgroup' for metal" in r.stderr
+
+
+# ---- the BLAS backend of a macOS build ---------------------------------------------------
+
+def test_blas_takes_large_cpu_products(llama5):
+    """-ngl 3: layers 0-2 on the CPU (no repacking: no CPU features given). A macOS build
+    has the BLAS backend between MTL0 and the CPU (llama_context: "add ACCEL backends"); it
+    reads the CPU weight buffer and runs MUL_MAT with ne0, ne1 and ne10 >= 32
+    (ggml_backend_blas_device_supports_op), so in the 512-token prompt the 3 CPU layers' 7
+    products each (Q, K, V, output, gate, up, down: 21) run on BLAS; the scheduler offloads
+    to Metal only from the last backend (ggml_backend_sched_backend_id_from_cur), so with
+    BLAS none goes to MTL0. Without BLAS (blas=0) all 21 are offloaded to MTL0 (batch
+    512 >= 32). One token (the generation graph) is below BLAS's 32: the CPU."""
+    s = RunSettings(ctx_size=512, flash_attn="on")
+    flags = PlacementFlags(n_gpu_layers=3, cpu_features=frozenset())
+    on_dev = {}
+    for dev in ("metal", "metal,blas=0"):
+        dp = plan_devices(llama5, s, [parse_device(dev)], flags)
+        on_dev[dev] = {lab: sorted(sc.device_of(i) for i, n in enumerate(sc.nodes)
+                                   if n.op == "MUL_MAT" and n.layer is not None and n.layer < 3)
+                       for lab, sc in dp.compute.schedules}
+    assert on_dev["metal"]["prompt"] == ["BLAS"] * 21
+    assert on_dev["metal,blas=0"]["prompt"] == ["MTL0"] * 21
+    assert on_dev["metal"]["generation"] == on_dev["metal,blas=0"]["generation"] == ["CPU"] * 21
+
+
+def test_blas_turns_pipeline_parallelism_off(llama5):
+    """Two Metal devices, every layer offloaded: pipeline parallelism needs async compute
+    and events on every backend but the CPU, and BLAS has neither (llama_context checks the
+    ACCEL backends too): one copy of each input; without BLAS, 4 (GGML_SCHED_MAX_COPIES)."""
+    s = RunSettings(ctx_size=512, flash_attn="on")
+    flags = PlacementFlags(cpu_features=frozenset())
+    two = [parse_device("metal:8GiB"), parse_device("metal:8GiB")]
+    assert plan_devices(llama5, s, two, flags).compute.n_copies == 1
+    two = [parse_device("metal:8GiB,blas=0"), parse_device("metal:8GiB,blas=0")]
+    assert plan_devices(llama5, s, two, flags).compute.n_copies == 4
+
+
+
+def test_blas_is_not_a_device(tmp_path):
+    f = write_llama(tmp_path / "m.gguf", n_layer=2)
+    r = cli("memory", f.path, "--device", "blas")
+    assert r.returncode == 2 and "BLAS comes with the build" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -218,6 +218,9 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
     for b, a in specs:
         if b.device_type == "cpu":
             raise GraphcostError(f"--device {a.kind}: the CPU is always there; list only accelerators")
+        if b.device_type == "accel":
+            raise GraphcostError(f"--device {a.kind}: {b.device_name} comes with the build, not as a "
+                                 f"device (--device metal,{a.kind}=0 for a macOS build without it)")
     ordered = [s for s in specs if s[0].name == "rpc"] + [s for s in specs if s[0].name != "rpc"]
     counters: dict[str, int] = {}
     out = []

@@ -96,6 +96,9 @@ class SchedBackend:
     offload_ops: frozenset | None = None
     #: a host buffer type this device also reads (an integrated CUDA GPU: CUDA_Host)
     reads_host: str | None = None
+    #: an ACCEL backend that reads every host buffer type but CPU_REPACK (BLAS:
+    #: ggml_backend_buft_is_host) and shares the CPU buffer type
+    reads_host_buffers: bool = False
 
     def alloc_size(self, t: Tensor) -> int:
         """ggml_backend_buft_get_alloc_size of this backend's compute buffer type."""
@@ -143,7 +146,22 @@ def pipeline_parallel(placement: Placement, flags: PlacementFlags, n_layer: int)
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
     return (len(devs) > 1 and n_gpu > n_layer and flags.split_mode == "layer"
             and not flags.no_kv_offload and not flags.overrides
-            and all(d.backend.scheduler and d.backend.scheduler.get("async_events") for d in devs))
+            and all(d.backend.scheduler and d.backend.scheduler.get("async_events") for d in devs)
+            and all(a.scheduler and a.scheduler.get("async_events") for a in accel_backends(placement)))
+
+
+def accel_backends(placement: Placement) -> list:
+    """The ACCEL backends llama_context adds after the model's devices (llama-context.cpp:
+    "add ACCEL backends (such as BLAS)"): those a device's spec names under
+    ``scheduler.accel`` (the build it implies: Metal's macOS build has BLAS), unless a device
+    option turns them off (``metal,blas=0``)."""
+    from graphcost.memory.backends import load as load_backend
+    names: list[str] = []
+    for d in placement.devices:
+        for name in (d.backend.scheduler or {}).get("accel", ()):
+            if name not in names and device_flag(d.options, name, True):
+                names.append(name)
+    return [load_backend(n) for n in names]
 
 
 def unmodelled_devices(placement: Placement) -> str | None:
@@ -184,6 +202,10 @@ def backends_for(placement: Placement) -> list[SchedBackend] | None:
                                 reads_host=(d.backend.host_buffer if s.get("integrated_reads_host")
                                             and device_flag(d.options, "integrated", False)
                                             else None)))
+    for a in accel_backends(placement):
+        out.append(SchedBackend(a.device_name, a.buffer_type, a.alignment, False, None,
+                                kind=a.name, supports=a.supports_op,
+                                reads_host_buffers=bool(a.scheduler.get("reads_host_buffers"))))
     host = placement.devices[0].backend.host_buffer if placement.devices else None
     from graphcost.memory.backends import load as load_backend
     out.append(SchedBackend("CPU", host or "CPU", load_backend("cpu").alignment, True))
@@ -208,10 +230,12 @@ class _Scheduler:
     def supports_buft(self, b: int, buft: str) -> bool:
         """ggml_backend_supports_buft: a device its own buffer type (an integrated CUDA GPU
         also the pinned host type); the CPU every host buffer type
-        (ggml_backend_cpu_device_supports_buft)."""
+        (ggml_backend_cpu_device_supports_buft); BLAS every host type but CPU_REPACK."""
         be = self.backends[b]
         if be.is_cpu:
             return buft not in self._device_bufts
+        if be.reads_host_buffers:
+            return buft not in self._device_bufts and buft != "CPU_REPACK"
         return buft == be.buft or (be.reads_host is not None and buft == be.reads_host)
 
     def supports_op(self, b: int, t: Tensor) -> bool:
@@ -261,7 +285,7 @@ class _Scheduler:
 
     @property
     def _device_bufts(self) -> set[str]:
-        return {b.buft for b in self.backends if not b.is_cpu}
+        return {b.buft for b in self.backends if not b.is_cpu and not b.reads_host_buffers}
 
     # ---- ggml-backend.cpp helpers ----
     def buffer(self, t: Tensor) -> str | None:
