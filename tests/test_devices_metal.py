@@ -7,9 +7,6 @@ node reorder of ggml_graph_optimize (ggml-metal-common.cpp), which the allocator
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +14,6 @@ from fixtures import write_llama
 from fixtures_moe import write_qwen3moe
 from graphcost.format import ggml_types as gt
 from graphcost.graph.build import build_graph, load_model, resolve_for
-from graphcost.graph.ggml_graph import Tensor, contiguous_nb
 from graphcost.graph.settings import RunSettings
 from graphcost.memory.alloc_deps import SplitGraph, collect, metal_fusions, use_counts
 from graphcost.memory.backends import load
@@ -25,20 +21,31 @@ from graphcost.memory.metal_fusion import fusion_max
 from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, evaluate
 from graphcost.memory.placement import PlacementFlags, parse_device, plan_devices
 from graphcost.memory.reorder import MemRanges, metal_graph_optimize
+from test_devices_cuda import tensor
 
-ROOT = Path(__file__).resolve().parents[1]
 AVX2 = frozenset({"avx2"})
 T = gt.GGMLType
+#: the fixture models, by name: writer and arguments (tests/fixtures.py, fixtures_moe.py)
+MODELS = {
+    # 5 or 2 layers, n_embd 256, n_ff 768, 8 heads of 32, 2 KV heads, vocab 300
+    "llama5": (write_llama, dict(n_layer=5)),
+    "llama2": (write_llama, dict(n_layer=2)),
+    # 2 layers, n_embd 320, 5 heads of 64 over 1 KV head, 4 experts of width 96, 2 used
+    "qwen3moe": (write_qwen3moe, dict(n_layer=2)),
+}
 
 
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "graphcost", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """model(name): a fixture model of :data:`MODELS`, written and loaded on first use."""
+    d, loaded = tmp_path_factory.mktemp("mtl"), {}
 
-
-def tensor(typ, ne, op="NONE", src=(), role="activation", **params) -> Tensor:
-    ne = tuple(ne) + (1,) * (4 - len(ne))
-    return Tensor(op, typ, ne, contiguous_nb(typ, ne), src=list(src), params=params, role=role)
+    def get(name):
+        if name not in loaded:
+            writer, kw = MODELS[name]
+            loaded[name] = load_model(writer(d / f"{name}.gguf", **kw).path)
+        return loaded[name]
+    return get
 
 
 def _metal(node, **opts) -> bool:
@@ -46,23 +53,6 @@ def _metal(node, **opts) -> bool:
     rules = load("metal").supports_op
     return (evaluate(rules["require"], node, opts, "test")
             and evaluate(rules["ops"].get(str(node.op), rules["default"]), node, opts, "test"))
-
-
-@pytest.fixture(scope="module")
-def llama5(tmp_path_factory):
-    # 5 layers, n_embd 256, n_ff 768, 8 heads of 32, 2 KV heads, vocab 300 (tests/fixtures.py)
-    return load_model(write_llama(tmp_path_factory.mktemp("mtl") / "llama5.gguf", n_layer=5).path)
-
-
-@pytest.fixture(scope="module")
-def llama2(tmp_path_factory):
-    return load_model(write_llama(tmp_path_factory.mktemp("mtl") / "llama2.gguf", n_layer=2).path)
-
-
-@pytest.fixture(scope="module")
-def qwen3moe(tmp_path_factory):
-    # 2 layers, n_embd 320, 5 heads of 64 over 1 KV head, 4 experts of width 96, 2 used
-    return load_model(write_qwen3moe(tmp_path_factory.mktemp("mtl") / "q3m.gguf", n_layer=2).path)
 
 
 # ---- supports_op ---------------------------------------------------------------------------
@@ -125,12 +115,13 @@ def test_metal_flash_attention_cases():
     assert not _metal(_fa(7, T.F16, T.F16), simdgroup_mm="0")  # every kernel needs it
 
 
-def test_unsupported_op_goes_to_the_cpu(llama5):
+def test_unsupported_op_goes_to_the_cpu(model):
     """An op Metal refuses runs on the CPU: without simdgroup matrix multiply (device option
     simdgroup_mm=0) Metal has no flash attention, so with -fa on each layer's FLASH_ATTN_EXT
     is scheduled on the CPU; with -fa auto llama.cpp's probe sees that and turns flash
     attention off. On an Apple7+ GPU (the default) head size 32 has a kernel: -fa auto stays
     on, unlike CUDA (tests/test_devices_cuda.py)."""
+    llama5 = model("llama5")
     flags = PlacementFlags(cpu_features=AVX2)
     on = plan_devices(llama5, RunSettings(ctx_size=512, flash_attn="on"),
                       [parse_device("metal,simdgroup_mm=0")], flags)
@@ -191,12 +182,13 @@ def test_metal_scratch_of_other_ops_by_hand():
 
 # ---- graph_optimize: fusion allocation dependencies and the reorder ------------------------
 
-def test_metal_fusion_alloc_deps(qwen3moe):
+def test_metal_fusion_alloc_deps(model):
     """ggml_metal_fusion_add_alloc_deps on qwen3moe's graph (7 tokens): each raw op run of
     the fusion table keeps its external sources until its last node: RMS_NORM + MUL (the
     attention, Q, K and FFN norms: input and weight), the top-k routing with its norm
     (SOFT_MAX .. RESHAPE, 10 nodes: only the logits are external) and the weighted sum
     (MUL, 2 VIEWs, ADD: the experts' output and the routing weights)."""
+    qwen3moe = model("qwen3moe")
     run = resolve_for(qwen3moe, RunSettings(ctx_size=512))
     bg = build_graph(qwen3moe, run.step(7, 0, 7))
     g = SplitGraph(bg.nodes, None, use_counts(bg.nodes), set(), set())
@@ -221,9 +213,9 @@ def test_metal_reorder_worked_example():
     ahead: d reads c (written by c, which it would jump): no; e reads b (written in the
     set): no; the set closes, c starts the next. i0=2: d reads c: look ahead: e reads only b
     and w2, neither written in the set {c} nor by d: e moves before d. Order: a b c e d."""
-    x = tensor(T.F32, (64, 4), role="input")
-    wn = tensor(T.F32, (64,), role="weight")
-    w1, w2 = tensor(T.F32, (64, 64), role="weight"), tensor(T.F32, (64, 64), role="weight")
+    x = tensor(T.F32, (64, 4))
+    wn = tensor(T.F32, (64,))
+    w1, w2 = tensor(T.F32, (64, 64)), tensor(T.F32, (64, 64))
     a = tensor(T.F32, (64, 4), "RMS_NORM", [x], eps=1e-6)
     b = tensor(T.F32, (64, 4), "MUL", [a, wn])
     c = tensor(T.F32, (64, 4), "MUL_MAT", [w1, b])
@@ -247,7 +239,7 @@ def test_metal_memory_ranges_that_touch():
     """ggml_mem_ranges_check on tensors with memory (a KV buffer: K at [0, 64), V at
     [64, 128)): overlap is p0 < other.p1 and p1 >= other.p0, so a range that ends where
     a written one begins conflicts, and one that begins where a written one ends does not."""
-    k, v = tensor(T.F16, (32,), role="kv"), tensor(T.F16, (32,), role="kv")
+    k, v = tensor(T.F16, (32,)), tensor(T.F16, (32,))
     where = {id(k): ("kv", 0, 64), id(v): ("kv", 64, 128)}
     written_k = MemRanges(lambda t: where.get(id(t)))
     written_k.add(k, True)
@@ -262,7 +254,7 @@ def test_metal_memory_ranges_that_touch():
     assert written_x.check(y, True) and not written_x.check(x, False)
 
 
-def test_metal_compute_buffer_with_and_without_the_reorder(llama2):
+def test_metal_compute_buffer_with_and_without_the_reorder(model):
     """MTL0's compute buffer for a 2-layer llama (-ngl all, 512-token prompt, -fa off) is set
     by the prompt graph's kq-0, F32 [512 cells, 512 tokens, 8 heads] = 512*512*8*4 =
     8,388,608 bytes. In the built order Qcur-0's RoPE runs while attn_norm-0 is still read
@@ -272,6 +264,7 @@ def test_metal_compute_buffer_with_and_without_the_reorder(llama2):
     the Q, V and K products first (they only read attn_norm-0), so the RoPE lands in
     attn_norm-0's freed block (1,843,200) and kq-0 from Qcur-0's freed block on:
     2,367,488 + 8,388,608 = 10,756,096, 1,048,576 bytes (two 524,288 blocks) less."""
+    llama2 = model("llama2")
     s = RunSettings(ctx_size=512, flash_attn="off")
     res = {}
     for dev in ("metal", "metal,graph_optimize=0"):
@@ -290,9 +283,10 @@ def test_metal_compute_buffer_with_and_without_the_reorder(llama2):
     assert c_off - c_on == 2 * 524288
 
 
-def test_metal_moe_and_flash_attention_figures(qwen3moe):
+def test_metal_moe_and_flash_attention_figures(model):
     """qwen3moe on Metal, -ngl all: with and without flash attention the compute buffer is
     modelled, and the reorder lowers it (4,723,200 against 5,378,560 bytes with -fa on)."""
+    qwen3moe = model("qwen3moe")
     flags = PlacementFlags(cpu_features=AVX2)
     fig = {}
     for fa in ("on", "off"):
@@ -304,7 +298,7 @@ def test_metal_moe_and_flash_attention_figures(qwen3moe):
     assert fig["off", "metal"] < fig["off", "metal,graph_optimize=0"]
 
 
-def test_memory_json_carries_metal_compute(tmp_path):
+def test_memory_json_carries_metal_compute(tmp_path, cli):
     f = write_llama(tmp_path / "m.gguf", n_layer=2)
     r = cli("memory", f.path, "--device", "metal:64GiB", "-ngl", "all", "-c", "512", "-fa", "off",
             "--format", "json")
@@ -317,7 +311,7 @@ def test_memory_json_carries_metal_compute(tmp_path):
 
 # ---- the BLAS backend of a macOS build ---------------------------------------------------
 
-def test_blas_takes_large_cpu_products(llama5):
+def test_blas_takes_large_cpu_products(model):
     """-ngl 3: layers 0-2 on the CPU (no repacking: no CPU features given). A macOS build
     has the BLAS backend between MTL0 and the CPU (llama_context: "add ACCEL backends"); it
     reads the CPU weight buffer and runs MUL_MAT with ne0, ne1 and ne10 >= 32
@@ -326,6 +320,7 @@ def test_blas_takes_large_cpu_products(llama5):
     to Metal only from the last backend (ggml_backend_sched_backend_id_from_cur), so with
     BLAS none goes to MTL0. Without BLAS (blas=0) all 21 are offloaded to MTL0 (batch
     512 >= 32). One token (the generation graph) is below BLAS's 32: the CPU."""
+    llama5 = model("llama5")
     s = RunSettings(ctx_size=512, flash_attn="on")
     flags = PlacementFlags(n_gpu_layers=3, cpu_features=frozenset())
     on_dev = {}
@@ -339,10 +334,11 @@ def test_blas_takes_large_cpu_products(llama5):
     assert on_dev["metal"]["generation"] == on_dev["metal,blas=0"]["generation"] == ["CPU"] * 21
 
 
-def test_blas_turns_pipeline_parallelism_off(llama5):
+def test_blas_turns_pipeline_parallelism_off(model):
     """Two Metal devices, every layer offloaded: pipeline parallelism needs async compute
     and events on every backend but the CPU, and BLAS has neither (llama_context checks the
     ACCEL backends too): one copy of each input; without BLAS, 4 (GGML_SCHED_MAX_COPIES)."""
+    llama5 = model("llama5")
     s = RunSettings(ctx_size=512, flash_attn="on")
     flags = PlacementFlags(cpu_features=frozenset())
     two = [parse_device("metal:8GiB"), parse_device("metal:8GiB")]
@@ -352,7 +348,7 @@ def test_blas_turns_pipeline_parallelism_off(llama5):
 
 
 
-def test_blas_is_not_a_device(tmp_path):
+def test_blas_is_not_a_device(tmp_path, cli):
     f = write_llama(tmp_path / "m.gguf", n_layer=2)
     r = cli("memory", f.path, "--device", "blas")
     assert r.returncode == 2 and "BLAS comes with the build" in r.stderr
