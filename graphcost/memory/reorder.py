@@ -13,7 +13,9 @@ under ``scheduler.graph_optimize_reorder``:
 
 * ``metal``: ``ggml-metal/ggml-metal-common.cpp`` ``ggml_graph_optimize`` (called by
   ``ggml_metal_graph_optimize``, ggml-metal-context.m, unless
-  ``GGML_METAL_GRAPH_OPTIMIZE_DISABLE``: device option ``graph_optimize=0``).
+  ``GGML_METAL_GRAPH_OPTIMIZE_DISABLE``: device option ``graph_optimize=0``);
+* ``vulkan``: ``ggml-vulkan/ggml-vulkan.cpp`` ``ggml_vk_graph_optimize``
+  (:mod:`graphcost.memory.reorder_vulkan`; Vulkan's compute buffers are not modelled yet).
 
 Memory ranges (``ggml_mem_range_from_tensor``): a tensor stands for its view source's memory.
 When the graph is optimized only the weights, the KV cache and recurrent states have memory
@@ -34,6 +36,7 @@ from graphcost.graph.ops import EMPTY, GLU, UNARY, Op
 from graphcost.memory.alloc_deps import SplitGraph
 from graphcost.memory.metal_fusion import fusion_max
 from graphcost.memory.op_rules import device_flag
+from graphcost.memory.reorder_vulkan import vulkan_graph_optimize
 
 #: where a tensor with memory lives: (buffer, first byte, end byte); None: not allocated yet
 Address = Callable[[Tensor], "tuple[Hashable, int, int] | None"]
@@ -168,7 +171,9 @@ def metal_graph_optimize(g: SplitGraph, address: Address, options: dict[str, Any
     return [m for k in metal_reorder_units(units, address) for m in units[k].members()]
 
 
-#: graph_optimize_reorder rules by name (specs/backends/*.yaml scheduler)
+#: graph_optimize_reorder rules by name (specs/backends/*.yaml scheduler); a reorder may also
+#: add allocation dependencies (``g.add``), as Vulkan's does
 REORDERS: dict[str, Callable[[SplitGraph, Address, dict[str, Any]], list[Tensor]]] = {
     "metal": metal_graph_optimize,
+    "vulkan": vulkan_graph_optimize,
 }

@@ -643,12 +643,13 @@ def _graph_optimize(splits: list[Split], nodes: list[Tensor], backends: list[Sch
             rule = ALLOC_DEP_RULES.get(be.alloc_deps)
             if rule is None:
                 raise GraphcostError(f"{be.kind}: unknown graph_optimize_alloc_deps {be.alloc_deps!r}")
-            pairs += rule(g, be.options)
+            rule(g, be.options)  # its add_alloc_dep calls go to g.deps
         if be.reorder:
             reorder = REORDERS.get(be.reorder)
             if reorder is None:
                 raise GraphcostError(f"{be.kind}: unknown graph_optimize_reorder {be.reorder!r}")
             nodes[sp.i_start:sp.i_end] = reorder(g, address, be.options)
+        pairs += g.deps
     return collect(pairs)
 
 
