@@ -353,3 +353,23 @@ def test_blas_is_not_a_device(tmp_path, cli):
     r = cli("memory", f.path, "--device", "blas")
     assert r.returncode == 2 and "BLAS comes with the build" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_weights_metal_cannot_run_stay_on_the_cpu(tmp_path):
+    """llama-model-loader's weight_buft_supported asks the device's supports_op about the op
+    built around each weight: without bfloat (metal,bfloat=0: an M1 without Metal3, or
+    GGML_METAL_BF16_DISABLE) a BF16 ffn_down refuses, so it falls back to the CPU buffer
+    type and its products run on the CPU (BLAS for the 512-token prompt)."""
+    from gguf import GGMLQuantizationType as QT
+    m = load_model(write_llama(tmp_path / "bf16.gguf", n_layer=2,
+                               weight_types={"ffn_down": QT.BF16}).path)
+    s = RunSettings(ctx_size=512, flash_attn="on")
+    where = {}
+    for dev in ("metal", "metal,bfloat=0"):
+        dp = plan_devices(m, s, [parse_device(dev)], PlacementFlags(cpu_features=frozenset()))
+        bufts = {w.name: w.buft.name for w in dp.placement.weights}
+        runs = {lab: {sc.device_of(i) for i, n in enumerate(sc.nodes) if n.name.startswith("ffn_out")}
+                for lab, sc in dp.compute.schedules}
+        where[dev] = (bufts["blk.0.ffn_down.weight"], runs)
+    assert where["metal"] == ("MTL0", {"prompt": {"MTL0"}, "generation": {"MTL0"}})
+    assert where["metal,bfloat=0"] == ("CPU", {"prompt": {"BLAS"}, "generation": {"CPU"}})
