@@ -254,6 +254,27 @@ def test_metal_memory_ranges_that_touch():
     assert written_x.check(y, True) and not written_x.check(x, False)
 
 
+def test_cache_addresses_the_reorder_sees(model):
+    """ggml_mem_range_from_tensor reads the KV cache's real place: one MTL0 buffer per cache,
+    per layer K then V (llama_kv_cache constructor), each F16 [64, 512 cells] = 64*512*2 =
+    65,536 bytes, a multiple of 32: K0 [0, 65536), V0 [65536, 131072), K1 [131072, ...).
+    Under llama.cpp's fit (no_alloc) the caches have a buffer but no data: every tensor at 0."""
+    from graphcost.memory.placement import place
+    from graphcost.memory.sched import _cache_addresses
+    llama2 = model("llama2")
+    run = resolve_for(llama2, RunSettings(ctx_size=512))
+    bg = build_graph(llama2, run.step(7, 0, 7))
+    flags = PlacementFlags(cpu_features=frozenset())
+    p = place(llama2, [parse_device("metal")], flags)
+    c = bg.caches[0]
+    at = _cache_addresses(bg, p, flags, no_alloc=False)
+    assert [at[id(t)] for t in (c.k[0], c.v[0], c.k[1], c.v[1])] == [
+        (("base", "MTL0"), 0, 65536), (("base", "MTL0"), 65536, 131072),
+        (("base", "MTL0"), 131072, 196608), (("base", "MTL0"), 196608, 262144)]
+    at = _cache_addresses(bg, p, flags, no_alloc=True)
+    assert {at[id(t)] for t in (c.k[0], c.v[0], c.k[1], c.v[1])} == {(("base", "MTL0"), 0, 65536)}
+
+
 def test_metal_compute_buffer_with_and_without_the_reorder(model):
     """MTL0's compute buffer for a 2-layer llama (-ngl all, 512-token prompt, -fa off) is set
     by the prompt graph's kq-0, F32 [512 cells, 512 tokens, 8 heads] = 512*512*8*4 =
