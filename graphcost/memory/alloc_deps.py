@@ -112,7 +112,8 @@ def can_fuse_subgraph(g: SplitGraph, start: int, ops: list[str], outputs: list[i
     return can_fuse_subgraph_ext(g, list(range(start, start + len(ops))), ops, outputs)
 
 
-def can_fuse_subgraph_ext(g: SplitGraph, idxs: list[int], ops: list[str], outputs: list[int]) -> bool:
+def can_fuse_subgraph_ext(g: SplitGraph, idxs: list[int], ops: list[str],
+                          outputs: list[int]) -> bool:
     """ggml_can_fuse_subgraph_ext (ggml.c): nodes ``idxs`` (split indices) have these ops
     ("UNARY": any unary op); every node not among ``outputs`` (node indices) is no graph
     output, is used only inside the set, and views only tensors inside it or weights."""

@@ -3,8 +3,8 @@ tensor (``get_alloc_size``), read from the ``supports_op`` and ``compute_alloc_s
 entries of ``specs/backends/*.yaml``.
 
 A ``supports_op`` entry may give ``require``, a rule every op must pass before its own
-(Metal: no BF16 tensor without bfloat support), and maps ggml op names (as :mod:`graphcost.graph.ops` names them: the
-sub-op for UNARY and GLU) to a rule: ``true``, ``false`` or an expression over the node,
+(Metal: no BF16 tensor without bfloat support), and maps ggml op names (as
+:mod:`graphcost.graph.ops` names them: the sub-op for UNARY and GLU) to a rule: ``true``, ``false`` or an expression over the node,
 transcribed from the backend's ``*_device_supports_op`` switch, e.g.
 ``contiguous(src0) and src0.type in ('F32', 'F16')``. Ops not listed take ``default``.
 

@@ -235,14 +235,13 @@ def vulkan_graph_optimize(g: SplitGraph, address: Any, options: dict[str, Any]) 
                         current += [view_idx, set_rows_idx]
                         used[view_idx] = used[set_rows_idx] = True
             prev = nodes[j - 1].op
-            pull = None  # (op test, the source that must be nodes[j], the other source's rule)
-            if nj.op == Op.ADD_ID and prev == Op.MUL_MAT_ID:
-                pull = lambda t: t.op == Op.MUL and _src(t, 0) is nj and done_or_weight(_src(t, 1))  # noqa: E731
-            elif nj.op == Op.ADD and prev == Op.MUL_MAT:
-                pull = lambda t: t.op == Op.ADD and _src(t, 0) is nj and done_or_weight(_src(t, 1))  # noqa: E731
-            if pull is not None:
+            # MUL_MAT_ID + ADD_ID pulls the MUL, MUL_MAT + ADD the ADD, that reads it as
+            # src0 with src1 a weight or already placed
+            then = {(Op.ADD_ID, Op.MUL_MAT_ID): Op.MUL, (Op.ADD, Op.MUL_MAT): Op.ADD}.get((nj.op, prev))
+            if then is not None:
                 for k in range(j + 1, min(j + PULL_AHEAD, n)):
-                    if pull(nodes[k]):
+                    nk = nodes[k]
+                    if nk.op == then and _src(nk, 0) is nj and done_or_weight(_src(nk, 1)):
                         current.append(k)
                         used[k] = True
                         break
