@@ -18,7 +18,7 @@ from graphcost.graph.settings import RunSettings
 from graphcost.memory.alloc_deps import SplitGraph, collect, metal_fusions, use_counts
 from graphcost.memory.backends import load
 from graphcost.memory.metal_fusion import fusion_max
-from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, evaluate
+from graphcost.memory.op_rules import compute_alloc_size, evaluate
 from graphcost.memory.placement import PlacementFlags, parse_device, plan_devices
 from graphcost.memory.reorder import MemRanges, metal_graph_optimize
 from test_devices_cuda import tensor
@@ -91,9 +91,14 @@ def test_metal_rules_bf16_unary_and_unlisted_ops():
     assert not _metal(tensor(T.Q4_K, (256, 4), "SET_ROWS", [x, idx]))
     # not in the switch: default false
     assert not _metal(tensor(T.F32, (4,), "WIN_PART", [x]))
-    # the FWHT branch (F32 src0 by F16 src1, Hadamard hint) is not transcribed
-    with pytest.raises(Unmodelled, match="FWHT"):
-        _metal(tensor(T.F32, (64, 9), "MUL_MAT", [tensor(T.F32, (64, 64)), tensor(T.F16, (64, 9))]))
+    # an F32 Hadamard matrix by an F16 [64, 7]: the FWHT kernels take it when the product
+    # carries llama_mul_mat_hadamard's hint (a row of 64, result of src1's shape); without
+    # the hint the mat-mat path would be needed, and 7 tokens are not > 8
+    def rot(**hint):
+        return tensor(T.F32, (64, 7), "MUL_MAT", [tensor(T.F32, (64, 64)), tensor(T.F16, (64, 7))],
+                      **hint)
+    assert _metal(rot(hint="src0_is_hadamard")) and not _metal(rot())
+    assert not _metal(rot(hint="src0_is_hadamard"), simdgroup_reduction="0")
 
 
 def _fa(q_tokens, kt, vt, d=128, n_kv=512, heads=8, kv_heads=2, dv=None):
