@@ -3,7 +3,10 @@
 // files below are plain C++). Reads a graph as text on stdin, rebuilds it with ggml tensors
 // (no data), expands it node by node (ggml_build_forward_expand: use counts as ggml counts
 // them), then prints ggml_metal_fusion_add_alloc_deps's (tensor, until) pairs and the node
-// order ggml_graph_optimize leaves (ggml-metal-common.cpp, ggml-metal-fusion.cpp).
+// order ggml_graph_optimize leaves (ggml-metal-common.cpp, ggml-metal-fusion.cpp), and
+// before them each node's compute allocation size on Metal (ggml-metal-ops.cpp's scratch;
+// the encoders there, which call into Objective-C, are never called: the build links them
+// against stubs that abort).
 //
 // Input: n_tensors, then one line per tensor:
 //   id op type ne0..3 nb0..3 view_src_id view_offs output_flag buffer offset
@@ -17,6 +20,7 @@
 #include "ggml-metal-common.h"
 #include "ggml-metal-device.h"
 #include "ggml-metal-fusion.h"
+#include "ggml-metal-ops.h"
 
 #include <cstdio>
 #include <cstring>
@@ -27,6 +31,36 @@
 // only FULL-mode fusion checks ask for Metal buffers: never called here
 struct ggml_metal_buffer_id ggml_metal_buffer_get_id(ggml_metal_buffer_t, const struct ggml_tensor *) {
     GGML_ABORT("ggml_metal_buffer_get_id: not in structural mode");
+}
+
+// ggml-metal.cpp ggml_backend_metal_buffer_type_get_alloc_size (static there), its switch as
+// written, over ggml-metal-ops.cpp's scratch functions
+static size_t metal_alloc_size(const ggml_tensor * tensor) {
+    size_t res = ggml_nbytes(tensor);
+    switch (tensor->op) {
+        case GGML_OP_MUL_MAT_ID:
+            res += ggml_metal_op_mul_mat_id_extra_tpe(tensor);
+            res += ggml_metal_op_mul_mat_id_extra_ids(tensor);
+            res += ggml_metal_op_mul_mat_id_extra_amax(tensor);
+            break;
+        case GGML_OP_FLASH_ATTN_EXT:
+            res += ggml_metal_op_flash_attn_ext_extra_pad(tensor);
+            res += ggml_metal_op_flash_attn_ext_extra_blk(tensor);
+            res += ggml_metal_op_flash_attn_ext_extra_tmp(tensor);
+            res += ggml_metal_op_flash_attn_ext_extra_kv_f16(tensor);
+            res += ggml_metal_op_flash_attn_ext_extra_idx(tensor);
+            break;
+        case GGML_OP_CUMSUM:
+        case GGML_OP_ARGSORT:
+            res *= 2;
+            break;
+        case GGML_OP_TOP_K:
+            res = 2*sizeof(int32_t)*ggml_nelements(tensor->src[0]);
+            break;
+        default:
+            break;
+    }
+    return res;
 }
 
 static bool op_from_name(const std::string & name, ggml_op & op, int & sub) {
@@ -109,6 +143,9 @@ int main() {
         int id; if (scanf("%d", &id) != 1) return 2;
         ggml_build_forward_expand(gf, ts[id]);
         if (gf->n_nodes != i + 1 || gf->nodes[i] != ts[id]) { fprintf(stderr, "node %d: expand order differs\n", i); return 3; }
+    }
+    for (int i = 0; i < gf->n_nodes; i++) {
+        printf("size %d %zu\n", g_ids[gf->nodes[i]], metal_alloc_size(gf->nodes[i]));
     }
     ggml_metal_fusion_add_alloc_deps(nullptr, dep, gf);
     ggml_graph_optimize(gf);

@@ -12,14 +12,18 @@ each fixture model and setting below the graph graphcost builds (one step of 7 t
 split, graph outputs flagged, the weights in a buffer of usage WEIGHTS and each KV cache or
 recurrent state in a buffer of its own, K then V per layer: :func:`memory`) is rebuilt with
 ggml tensors; the harness prints the allocation dependencies and the node order
-ggml computes, and this script compares them with graphcost.memory.metal_fusion and
-graphcost.memory.reorder on the same graph. One row per case: nodes, nodes moved, and
-whether the order and the dependencies are equal. Exit status 0 when every case is equal, 1
+ggml computes, and each node's allocation size on Metal (ggml-metal.cpp
+``ggml_backend_metal_buffer_type_get_alloc_size``'s switch over ggml-metal-ops.cpp's scratch
+functions, compiled too), and this script compares them with graphcost.memory.metal_fusion,
+graphcost.memory.reorder and the metal spec's ``compute_alloc_size`` on the same graph. One
+row per case: nodes, nodes moved, nodes with scratch, and whether the order, the
+dependencies and the sizes are equal. Exit status 0 when every case is equal, 1
 otherwise, 2 when the compiler, the source or the library is missing.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import struct
 import subprocess
@@ -41,21 +45,27 @@ from graphcost.graph.ggml_graph import Tensor  # noqa: E402
 from graphcost.graph.ops import Op  # noqa: E402
 from graphcost.graph.settings import RunSettings  # noqa: E402
 from graphcost.memory.alloc_deps import SplitGraph, use_counts  # noqa: E402
+from graphcost.memory.backends import load as load_backend  # noqa: E402
+from graphcost.memory.op_rules import compute_alloc_size  # noqa: E402
 from graphcost.memory.metal_fusion import raw_pattern_deps  # noqa: E402
 from graphcost.memory.plan import graph_outputs  # noqa: E402
 from graphcost.memory.reorder import metal_graph_optimize  # noqa: E402
 
 HARNESS = Path(__file__).with_suffix(".cpp")
-#: (name, writer, writer arguments, run settings)
+#: (name, writer, writer arguments, run settings, tokens in the step)
 CASES = [
-    ("llama fa=off", write_llama, dict(n_layer=2), dict(flash_attn="off")),
-    ("llama fa=on", write_llama, dict(n_layer=2), dict(flash_attn="on")),
+    ("llama fa=off", write_llama, dict(n_layer=2), dict(flash_attn="off"), 7),
+    ("llama fa=on", write_llama, dict(n_layer=2), dict(flash_attn="on"), 7),
+    ("llama fa=on, 1 token", write_llama, dict(n_layer=2), dict(flash_attn="on"), 1),
     ("llama64 q8_0 cache", write_llama, dict(LLAMA64, n_layer=2),
-     dict(flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0")),
-    ("gpt2 (layer norm + bias)", write_gpt2, dict(n_layer=2), dict(flash_attn="off")),
-    ("qwen3moe", write_qwen3moe, dict(n_layer=2), dict(flash_attn="on")),
-    ("glm4moe (sigmoid routing)", write_glm4moe, dict(n_expert=8), dict(flash_attn="on")),
-    ("qwen3next (gated delta net)", write_qwen3next, {}, dict(flash_attn="on")),
+     dict(flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0"), 7),
+    ("llama64 q8_0 cache, 64 tokens", write_llama, dict(LLAMA64, n_layer=2),
+     dict(flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0"), 64),
+    ("gpt2 (layer norm + bias)", write_gpt2, dict(n_layer=2), dict(flash_attn="off"), 7),
+    ("qwen3moe", write_qwen3moe, dict(n_layer=2), dict(flash_attn="on"), 7),
+    ("qwen3moe, 64 tokens", write_qwen3moe, dict(n_layer=2), dict(flash_attn="on"), 64),
+    ("glm4moe (sigmoid routing)", write_glm4moe, dict(n_expert=8), dict(flash_attn="on"), 7),
+    ("qwen3next (gated delta net)", write_qwen3next, {}, dict(flash_attn="on"), 7),
 ]
 
 
@@ -129,30 +139,47 @@ def serialize(nodes: list[Tensor], outputs: set[int],
 
 
 def build(src: Path, lib: Path, out: Path) -> Path:
-    """Compile the harness with the two ggml-metal C++ files against ``src``."""
+    """Compile the harness with the ggml-metal C++ files against ``src``. ggml-metal-ops.cpp's
+    encoders call into the Objective-C device code, which cannot be built here: the symbols
+    the first link misses become stubs that abort (never called: only the scratch-size
+    functions run), and the harness is linked again with them."""
     g = src / "ggml"
     exe = out / "check_metal_reorder"
-    cmd = ["g++", "-std=c++17", "-O1", "-w", f"-I{g / 'include'}", f"-I{g / 'src'}",
-           f"-I{g / 'src' / 'ggml-metal'}", str(HARNESS),
-           str(g / "src" / "ggml-metal" / "ggml-metal-common.cpp"),
-           str(g / "src" / "ggml-metal" / "ggml-metal-fusion.cpp"),
-           f"-L{lib}", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)]
-    subprocess.run(cmd, check=True)
+    metal = g / "src" / "ggml-metal"
+    cmd = ["g++", "-std=c++17", "-O1", "-w", f"-I{g / 'include'}", f"-I{g / 'src'}", f"-I{metal}",
+           str(HARNESS), *(str(metal / f) for f in ("ggml-metal-common.cpp", "ggml-metal-fusion.cpp",
+                                                     "ggml-metal-ops.cpp")),
+           f"-L{lib}", "-lggml-base", f"-Wl,-rpath,{lib}", "-Wl,--no-demangle", "-o", str(exe)]
+    first = subprocess.run(cmd, capture_output=True, text=True)
+    if first.returncode == 0:
+        return exe
+    missing = sorted(set(re.findall(r"undefined reference to `([^']+)'", first.stderr)))
+    if not missing:
+        raise RuntimeError(first.stderr)
+    stubs = out / "stubs.c"
+    stubs.write_text("#include <stdlib.h>\n" + "".join(
+        f'void stub_{i}(void) __asm__("{name}");\nvoid stub_{i}(void) {{ abort(); }}\n'
+        for i, name in enumerate(missing)))
+    subprocess.run(["gcc", "-c", "-o", str(out / "stubs.o"), str(stubs)], check=True)
+    subprocess.run(cmd[:-2] + [str(out / "stubs.o"), "-o", str(exe)], check=True)
     return exe
 
 
-def compare(exe: Path, bg) -> tuple[bool, bool, int]:
-    """(order equal, deps equal, nodes moved) for one built graph taken as one Metal split,
-    its weights and caches in buffers (:func:`memory`)."""
+def compare(exe: Path, bg) -> tuple[bool, bool, int, int, bool]:
+    """(order equal, deps equal, nodes moved, nodes with scratch, every node's Metal alloc
+    size equal) for one built graph taken as one Metal split, its weights and caches in
+    buffers (:func:`memory`)."""
     nodes = bg.nodes
     outputs = {id(t) for t in graph_outputs(nodes)}
     mem = memory(bg)
     text, ids = serialize(nodes, outputs, mem)
     r = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True)
-    c_deps, c_order = [], []
+    c_deps, c_order, c_size = [], [], {}
     for line in r.stdout.splitlines():
         head, *rest = line.split()
-        if head == "dep":
+        if head == "size":
+            c_size[int(rest[0])] = int(rest[1])
+        elif head == "dep":
             c_deps.append((int(rest[0]), int(rest[1])))
         elif head == "order":
             c_order = [int(x) for x in rest]
@@ -167,7 +194,10 @@ def compare(exe: Path, bg) -> tuple[bool, bool, int]:
     py_deps = [(ids[id(t)], ids[id(u)]) for t, u in raw_pattern_deps(g, {})]
     py_order = [ids[id(n)] for n in metal_graph_optimize(g, address, {})]
     moved = sum(1 for a, b in zip(py_order, (ids[id(n)] for n in nodes)) if a != b)
-    return py_order == c_order, py_deps == c_deps, moved
+    rule = load_backend("metal").compute_alloc_size
+    py_size = {ids[id(n)]: compute_alloc_size(rule, n, {}) for n in nodes}
+    scratch = sum(1 for n in nodes if py_size[ids[id(n)]] != n.nbytes)
+    return py_order == c_order, py_deps == c_deps, moved, scratch, py_size == c_size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,15 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(a.src, a.lib, Path(tmp))
-        print(f"{'case':32} {'nodes':>6} {'moved':>6}  order  deps")
-        for name, writer, kw, run_kw in CASES:
+        print(f"{'case':36} {'nodes':>6} {'moved':>6} {'scratch':>7}  order  deps   sizes")
+        for name, writer, kw, run_kw, tokens in CASES:
             m = load_model(writer(Path(tmp) / f"{name.split()[0]}.gguf", **kw).path)
-            bg = build_graph(m, resolve_for(m, RunSettings(ctx_size=512, **run_kw)).step(7, 0, 7))
-            nodes = bg.nodes
-            same_order, same_deps, moved = compare(exe, bg)
-            ok &= same_order and same_deps
-            print(f"{name:32} {len(nodes):6} {moved:6}  {'equal' if same_order else 'DIFFERS':6} "
-                  f"{'equal' if same_deps else 'DIFFERS'}")
+            run = resolve_for(m, RunSettings(ctx_size=512, **run_kw))
+            bg = build_graph(m, run.step(tokens, 0, tokens))
+            same_order, same_deps, moved, scratch, same_sizes = compare(exe, bg)
+            ok &= same_order and same_deps and same_sizes
+
+            def word(b: bool) -> str:
+                return "equal " if b else "DIFFERS"
+            print(f"{name:36} {len(bg.nodes):6} {moved:6} {scratch:7}  {word(same_order)} "
+                  f"{word(same_deps)} {word(same_sizes)}")
     return 0 if ok else 1
 
 
