@@ -477,9 +477,9 @@ def test_memory_json_carries_cuda_figures(tmp_path):
     # each (F16 [64, 512])
     assert cuda0["kv_bytes"] == 2 * 2 * 65536 and cuda0["free_bytes"] == 8 << 30
     assert devs["CUDA_Host"]["compute_bytes"] > 0
-    r = cli("memory", f.path, "--device", "metal:8GiB", "-c", "512", "--format", "json")
+    r = cli("memory", f.path, "--device", "vulkan:8GiB,align=64", "-c", "512", "--format", "json")
     devs = {d["device"]: d for d in json.loads(r.stdout)["memory"]["devices"]}
-    assert devs["MTL0"]["compute_bytes"] is None
+    assert devs["Vulkan0"]["compute_bytes"] is None
 
 
 # ---- benchmarks/check_cuda.py: its comparison, on a log written in llama.cpp's format --------

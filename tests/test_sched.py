@@ -108,9 +108,9 @@ def test_analyze_device_gives_each_node_its_device_and_the_copied_bytes(llama5_p
 
 @pytest.mark.parametrize("args,msg", [
     (["-ngl", "3"], "go with --device"),
-    (["--device", "metal"], "scheduler is not modelled here: MTL0"),
+    (["--device", "vulkan,align=64"], "scheduler is not modelled here: Vulkan0"),
     (["--device", "rpc", "--device", "rpc", "-sm", "row"], "-sm row"),
-], ids=["flags-without-device", "metal", "sm-row"])
+], ids=["flags-without-device", "vulkan", "sm-row"])
 def test_analyze_device_refusals_are_one_line(llama5_path, args, msg):
     rc, out, err = cli("analyze", llama5_path, "-c", "512", *args)
     assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1

@@ -413,6 +413,7 @@ class LlmGraph:
         shape2 = [n, cur.n_elements // n]
         res = g.reshape(cur, shape2) if cur.is_contiguous() else g.cont(cur, shape2)
         res = g.mul_mat(rot, res)
+        res.params["hint"] = "src0_is_hadamard"  # ggml_mul_mat_set_hint(res, GGML_HINT_SRC0_IS_HADAMARD)
         return g.reshape(res, cur.ne)
 
     # ---- attention -----------------------------------------------------------------

@@ -22,6 +22,9 @@ Rules, by the name a backend spec gives under ``scheduler.graph_optimize_alloc_d
   (``ggml_cuda_topk_moe_fusion`` + ``ggml_can_fuse_subgraph`` +
   ``ggml_cuda_should_use_topk_moe``: every node of the fused range and its sources kept
   until the node after it).
+* ``metal_fusions``: ``ggml-metal/ggml-metal.cpp`` ``ggml_backend_metal_graph_optimize``
+  (always): every raw op run of Metal's fusion table keeps its sources until its last node
+  (:mod:`graphcost.memory.metal_fusion`).
 """
 from __future__ import annotations
 
@@ -97,22 +100,30 @@ def collect(pairs: list[tuple[Tensor, Tensor]]) -> dict[int, list[Tensor]]:
 
 # ---- ggml_can_fuse_subgraph (ggml.c ggml_can_fuse_subgraph_ext) -----------------------------
 
-def _op_is(t: Tensor, op: str) -> bool:
+def op_is(t: Tensor, op: str) -> bool:
+    """``t->op == op``, with ``"UNARY"`` for ggml's GGML_OP_UNARY (any unary sub-op)."""
     return t.op in UNARY if op == "UNARY" else t.op == op
 
 
 def can_fuse_subgraph(g: SplitGraph, start: int, ops: list[str], outputs: list[int]) -> bool:
-    """ggml_can_fuse_subgraph: nodes ``start ..`` have these ops ("UNARY": any unary op);
-    every node not among ``outputs`` (node indices) is no graph output, is used only
-    inside the range, and views only tensors inside it or weights."""
-    count = len(ops)
-    if start + count > len(g.nodes):
+    """ggml_can_fuse_subgraph: :func:`can_fuse_subgraph_ext` over nodes ``start ..``."""
+    if start + len(ops) > len(g.nodes):
         return False
-    rng = g.nodes[start:start + count]
+    return can_fuse_subgraph_ext(g, list(range(start, start + len(ops))), ops, outputs)
+
+
+def can_fuse_subgraph_ext(g: SplitGraph, idxs: list[int], ops: list[str],
+                          outputs: list[int]) -> bool:
+    """ggml_can_fuse_subgraph_ext (ggml.c): nodes ``idxs`` (split indices) have these ops
+    ("UNARY": any unary op); every node not among ``outputs`` (node indices) is no graph
+    output, is used only inside the set, and views only tensors inside it or weights."""
+    if any(i >= len(g.nodes) for i in idxs):
+        return False
+    rng = [g.nodes[i] for i in idxs]
     out_ids = {id(g.nodes[o]) for o in outputs if o < len(g.nodes)}
     in_rng = {id(n) for n in rng}
     for i, node in enumerate(rng):
-        if not _op_is(node, ops[i]):
+        if not op_is(node, ops[i]):
             return False
         if id(node) in out_ids:
             continue
@@ -371,7 +382,17 @@ def cuda_moe_fusions(g: SplitGraph, options: dict[str, Any]) -> list[tuple[Tenso
     return g.deps
 
 
+# ---- Metal: ggml_backend_metal_graph_optimize (ggml-metal/ggml-metal.cpp) ---------------------
+
+def metal_fusions(g: SplitGraph, options: dict[str, Any]) -> list[tuple[Tensor, Tensor]]:
+    """ggml_metal_fusion_add_alloc_deps (ggml-metal-fusion.cpp), called on every split before
+    the reorder: :func:`graphcost.memory.metal_fusion.raw_pattern_deps`."""
+    from graphcost.memory.metal_fusion import raw_pattern_deps  # it builds on this module
+    return raw_pattern_deps(g, options)
+
+
 #: graph_optimize_alloc_deps rules by name (specs/backends/*.yaml scheduler)
 RULES: dict[str, Callable[[SplitGraph, dict[str, Any]], list[tuple[Tensor, Tensor]]]] = {
     "cuda_moe_fusions": cuda_moe_fusions,
+    "metal_fusions": metal_fusions,
 }

@@ -77,7 +77,8 @@ class Backend:
     scheduler: dict | None = None
     #: the split buffer type -sm row uses (ggml_backend_split_buffer_type), if any
     split_buffer: str | None = None
-    #: supports_op rules: {"default": bool, "ops": {op: rule}} (graphcost.memory.op_rules)
+    #: supports_op rules: {"default": bool, "require": rule or None, "ops": {op: rule}}
+    #: (graphcost.memory.op_rules; ``require``: a rule every op must pass first)
     supports_op: dict | None = None
     #: get_alloc_size for compute tensors: {"row_padding": n, "ops": {op: rule}}; None: ggml_nbytes
     compute_alloc_size: dict | None = None
@@ -141,7 +142,7 @@ def parse(doc: dict, path: str) -> Backend:
                 if not ops:
                     raise GraphcostError(f"{path}: 'supports_op' needs 'ops', a mapping of op to rule")
                 supports = {"default": bool(entry.get("default", base.get("default", False))),
-                            "ops": ops}
+                            "require": entry.get("require", base.get("require")), "ops": ops}
             else:
                 alloc = {"row_padding": int(entry.get("row_padding", base.get("row_padding", 0))),
                          "ops": ops}

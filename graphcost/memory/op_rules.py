@@ -2,8 +2,9 @@
 tensor (``get_alloc_size``), read from the ``supports_op`` and ``compute_alloc_size``
 entries of ``specs/backends/*.yaml``.
 
-A ``supports_op`` entry maps ggml op names (as :mod:`graphcost.graph.ops` names them: the
-sub-op for UNARY and GLU) to a rule: ``true``, ``false`` or an expression over the node,
+A ``supports_op`` entry may give ``require``, a rule every op must pass before its own
+(Metal: no BF16 tensor without bfloat support), and maps ggml op names (as
+:mod:`graphcost.graph.ops` names them: the sub-op for UNARY and GLU) to a rule: ``true``, ``false`` or an expression over the node,
 transcribed from the backend's ``*_device_supports_op`` switch, e.g.
 ``contiguous(src0) and src0.type in ('F32', 'F16')``. Ops not listed take ``default``.
 
@@ -16,8 +17,10 @@ The expression language (a safe evaluator over :mod:`ast`, nothing else of Pytho
 * functions mirroring ggml.c: ``contiguous(t)`` (ggml_is_contiguous), ``contiguous_1``,
   ``contiguous_2``, ``contiguous_rows``, ``quantized(t)`` (ggml_is_quantized),
   ``esize(t)`` (ggml_element_size), ``nrows(t)``, ``blck(t)`` (ggml_blck_size), ``permuted(t)`` (ggml_is_permuted), ``pow2ceil(x)``,
+  ``transposed(t)`` (ggml_is_transposed), ``same_shape(a, b)`` (ggml_are_same_shape),
   ``tsize(t)`` (ggml_type_size), ``param(name, default)`` (the node's op parameter),
   ``opt(name, default)`` (the device option given with ``--device KIND,name=value``),
+  ``flag(name, default)`` (a yes/no device option, :func:`device_flag`),
   ``unmodelled('what')`` (a case not transcribed: raises :class:`Unmodelled`);
 * backend functions that are too long for one expression, written here and named after
   the ggml function they mirror: ``cuda_fattn_supported(dst)``
@@ -49,8 +52,8 @@ def type_name(t: Tensor) -> str:
     return gt.GGMLType(t.type).name
 
 
-def _contiguous_rows(t: Tensor) -> bool:
-    """ggml_is_contiguous_rows (ggml.c)."""
+def contiguous_rows(t: Tensor) -> bool:
+    """ggml_iscontiguous_rows (ggml.c)."""
     blk, size = gt.block(t.type)
     return t.ne[0] == blk or t.nb[0] == size
 
@@ -98,13 +101,14 @@ _TENSOR_FUNCS: dict[str, Callable[..., Any]] = {
     "contiguous": _tensor_fn(lambda t: t.is_contiguous(0)),
     "contiguous_1": _tensor_fn(lambda t: t.is_contiguous(1)),
     "contiguous_2": _tensor_fn(lambda t: t.is_contiguous(2)),
-    "contiguous_rows": _tensor_fn(_contiguous_rows),
+    "contiguous_rows": _tensor_fn(contiguous_rows),
     "quantized": _tensor_fn(lambda t: gt.is_quantized(t.type)),
     "esize": _tensor_fn(_esize),
     "tsize": _tensor_fn(lambda t: gt.type_size(t.type)),
     "blck": _tensor_fn(lambda t: gt.block(t.type)[0]),
     "nrows": _tensor_fn(_nrows),
     "permuted": _tensor_fn(lambda t: t.nb[0] > t.nb[1] or t.nb[1] > t.nb[2] or t.nb[2] > t.nb[3]),
+    "transposed": _tensor_fn(lambda t: t.nb[0] > t.nb[1]),
     "pow2ceil": lambda x: 1 << max(0, int(x) - 1).bit_length(),  # smallest power of 2 >= x
 }
 
@@ -133,6 +137,12 @@ def evaluate(expr: Any, node: Tensor, options: dict[str, Any], where: str) -> bo
             return node.params.get(args[0], args[1] if len(args) > 1 else None)
         if fn == "opt":
             return options.get(args[0], args[1] if len(args) > 1 else None)
+        if fn == "flag":
+            return device_flag(options, args[0], bool(args[1]))
+        if fn == "same_shape":
+            if not isinstance(args[0], _T) or not isinstance(args[1], _T):
+                raise Unmodelled(f"{where}: a rule asked about a source the node does not have")
+            return args[0].t.ne == args[1].t.ne
         if fn == "cuda_fattn_supported":
             return cuda_fattn_kernel(node, options, choose=False) != "none"
         if fn == "unmodelled":  # a case of the switch not transcribed
@@ -572,11 +582,86 @@ def sycl_fattn_alloc_size(dst: Tensor, options: dict[str, Any]) -> int:
     return end
 
 
+# ---- Metal: ggml_backend_metal_buffer_type_get_alloc_size (ggml-metal/ggml-metal.cpp) ----------
+
+#: ggml-metal/ggml-metal-impl.h: N_MM_NPART_AMAX (per-threadgroup scales of MUL_MAT_ID's stage 1)
+METAL_N_MM_NPART_AMAX = 256
+#: ggml-metal-impl.h: queries and KV cells per simdgroup of the flash-attention kernels
+METAL_FA_NQPSG, METAL_FA_NCPSG = 8, 64
+METAL_FA_VEC_NQPSG, METAL_FA_VEC_NCPSG = 1, 32
+#: ggml_metal_op_flash_attn_ext_n_kv_max_sparse: (K, V) head sizes with a sparse vec kernel
+METAL_FA_SPARSE_HEADS = {(32, 32), (64, 64), (96, 96), (96, 64), (128, 128), (192, 128),
+                         (192, 192), (256, 256), (320, 256), (512, 512), (576, 512)}
+#: ggml_metal_op_flash_attn_ext_use_kv_f16 / _n_kv_max_sparse: the quantized caches dequantized
+METAL_FA_QUANT_KV = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+
+
+def metal_mul_mat_id_alloc_size(t: Tensor) -> int:
+    """ggml_nbytes + ggml_metal_op_mul_mat_id_extra_tpe (an I32 per expert) + _extra_ids
+    (an I32 per expert and token) + _extra_amax (8 + 4 x N_MM_NPART_AMAX) (ggml-metal-ops.cpp).
+    ``src0`` [K, N, n_expert], ``src2`` (ids) [n_expert_used, n_tokens]."""
+    i32 = gt.type_size(gt.GGMLType.I32)
+    n_expert, n_tokens = t.src[0].ne[2], t.src[2].ne[1]
+    return t.nbytes + i32 * n_expert + i32 * n_expert * n_tokens + 8 + METAL_N_MM_NPART_AMAX * 4
+
+
+def metal_fattn_alloc_size(t: Tensor) -> int:
+    """ggml_nbytes + the flash-attention scratch ggml-metal-ops.cpp always reserves (to avoid
+    graph reallocations), for Q [D, tokens, heads, seqs], K/V [D, cells, kv_heads, streams]
+    and a mask [cells, tokens, ...]:
+
+    * ``_extra_pad``: NCPSG (64) padding cells of K and V rows (as F16 rows when a quantized
+      cache is dequantized, ``_use_kv_f16``: >= 32 tokens of Q4_0..Q8_0) and of F16 mask rows;
+    * ``_extra_blk``: one byte per (query block, cell block) of the mask, padded to 32 (the vec
+      kernel's blocks below 20 tokens with a head size divisible by 32: 1 x 32, else 8 x 64);
+    * ``_extra_tmp``: F32 partial results of 32 workgroups: min(tokens, 32) x heads x seqs x
+      32 x (V head size + 2);
+    * ``_extra_kv_f16``: F16 copies of K and of V (none for a V viewing K), each padded to 16;
+    * ``_extra_idx``: the sparse index lists, only when op_params[4] (n_kv_max) is set
+      (``ggml_flash_attn_ext_set_n_kv_max``; 0 for every graph graphcost builds)."""
+    q, k, v = t.src[0], t.src[1], t.src[2]
+    mask = t.src[3] if len(t.src) > 3 else None
+    f16 = gt.type_size(gt.GGMLType.F16)
+    m_ne = mask.ne if mask is not None else (0, 0, 0, 0)
+    v_is_k = _v_views_k(k, v)
+    use_kv_f16 = q.ne[1] >= 32 and type_name(k) in METAL_FA_QUANT_KV
+    nb11, nb21 = k.nb[1], v.nb[1]
+    if use_kv_f16:
+        nb11 = f16 * k.ne[0]
+        nb21 = f16 * (k.ne[0] if v_is_k else v.ne[0])
+    pad = METAL_FA_NCPSG * (nb11 * k.ne[2] * k.ne[3] + nb21 * v.ne[2] * v.ne[3]
+                            + (f16 * m_ne[1] * m_ne[2] * m_ne[3] if mask is not None else 0))
+    blk = 0
+    if mask is not None:
+        is_vec = q.ne[1] < 20 and q.ne[0] % 32 == 0  # ggml_metal_op_flash_attn_ext_use_vec
+        nqptg = METAL_FA_VEC_NQPSG if is_vec else METAL_FA_NQPSG
+        ncpsg = METAL_FA_VEC_NCPSG if is_vec else METAL_FA_NCPSG
+        blocks = -(-q.ne[1] // nqptg) * -(-m_ne[0] // ncpsg)
+        blk = gt.ggml_pad(blocks * m_ne[2] * m_ne[3], 32)
+    tmp = 4 * (min(q.ne[1], 32) * q.ne[2] * q.ne[3] * 32 * (v.ne[0] + 2))
+    kv = gt.ggml_pad(f16 * k.n_elements, 16)
+    if not v_is_k:
+        kv += gt.ggml_pad(f16 * v.n_elements, 16)
+    idx = 0
+    n_kv_max = int(t.params.get("n_kv_max", 0))
+    if (0 < n_kv_max <= 4096 and mask is not None and (k.ne[0], v.ne[0]) in METAL_FA_SPARSE_HEADS
+            and type_name(k) in ("F16", "BF16", "F32") + METAL_FA_QUANT_KV):
+        idx = gt.ggml_pad(4 * gt.ggml_pad(n_kv_max, METAL_FA_VEC_NCPSG) * m_ne[1] * m_ne[2] * m_ne[3], 16)
+    return t.nbytes + pad + blk + tmp + kv + idx
+
+
+def metal_top_k_alloc_size(t: Tensor) -> int:
+    """TOP_K: 2 x sizeof(int32_t) x ggml_nelements(src0), whatever the result's size."""
+    return 2 * gt.type_size(gt.GGMLType.I32) * t.src[0].n_elements
+
+
 def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) -> int:
     """A buffer type's get_alloc_size for a compute tensor, from its spec's
     ``compute_alloc_size``: ``quantized_row_padding`` (quantized tensors whose ``ne0`` is not
     a multiple of ``row_padding`` get ``ggml_row_size(type, row_padding - ne0 % row_padding)``
-    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``, ``hip_fattn``, ``sycl_fattn``)."""
+    more), and per-op sizes (``FLASH_ATTN_EXT: cuda_fattn``, ``hip_fattn``, ``sycl_fattn``,
+    ``metal_fattn``; ``MUL_MAT_ID: metal_mul_mat_id``; ``TOP_K: metal_top_k``; ``double``:
+    twice ggml_nbytes, Metal's CUMSUM and ARGSORT)."""
     if not rule:
         return t.nbytes
     per_op = rule.get("ops") or {}
@@ -587,6 +672,14 @@ def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) ->
         size = sycl_fattn_alloc_size(t, options)
     elif fn == "hip_fattn":
         size = cuda_fattn_alloc_size(t, options, hip=True)
+    elif fn == "metal_mul_mat_id":
+        size = metal_mul_mat_id_alloc_size(t)
+    elif fn == "metal_fattn":
+        size = metal_fattn_alloc_size(t)
+    elif fn == "metal_top_k":
+        size = metal_top_k_alloc_size(t)
+    elif fn == "double":
+        size = 2 * t.nbytes
     elif fn is None:
         size = t.nbytes
     else:

@@ -140,6 +140,8 @@ class Buft:
     kind: str  # device | host | extra | cpu
     backend: Backend
     extra: ExtraBufferType | None = None
+    #: a device's options (--device KIND,NAME=VALUE) as sorted pairs: its supports_op reads them
+    options: tuple[tuple[str, str], ...] = ()
 
     @property
     def alignment(self) -> int | None:
@@ -218,6 +220,9 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
     for b, a in specs:
         if b.device_type == "cpu":
             raise GraphcostError(f"--device {a.kind}: the CPU is always there; list only accelerators")
+        if b.device_type == "accel":
+            raise GraphcostError(f"--device {a.kind}: {b.device_name} comes with the build, not as a "
+                                 f"device (--device metal,{a.kind}=0 for a macOS build without it)")
     ordered = [s for s in specs if s[0].name == "rpc"] + [s for s in specs if s[0].name != "rpc"]
     counters: dict[str, int] = {}
     out = []
@@ -344,7 +349,7 @@ def cpu_buft_list(devices: list[Device], flags: PlacementFlags) -> list[Buft]:
 
 
 def device_buft(d: Device) -> Buft:
-    return Buft(d.name, d.name, "device", d.backend)
+    return Buft(d.name, d.name, "device", d.backend, options=tuple(sorted(d.options.items())))
 
 
 def repack_layout(e: ExtraBufferType, type_name: str, ne: tuple[int, ...], op: str,
@@ -375,8 +380,11 @@ def supports(b: Buft, type_name: str, ne: tuple[int, ...], op: str,
         t = weight_op_tensor(type_name, ne, op)
         if t is not None:
             from graphcost.memory.op_rules import evaluate
-            rule = b.backend.supports_op["ops"].get(op, b.backend.supports_op["default"])
-            return evaluate(rule, t, {}, f"{b.backend.name} supports_op {op} (weight)")
+            rules, opts = b.backend.supports_op, dict(b.options)
+            where = f"{b.backend.name} supports_op {op} (weight)"
+            if rules.get("require") is not None and not evaluate(rules["require"], t, opts, where):
+                return False
+            return evaluate(rules["ops"].get(op, rules["default"]), t, opts, where)
     return True
 
 

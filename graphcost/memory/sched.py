@@ -39,8 +39,11 @@ ops it takes from the CPU (``offload_op``: CUDA's batch >= 32), the bytes its bu
 gives each compute tensor (``get_alloc_size``: CUDA pads quantized rows to 512 elements
 and sizes FLASH_ATTN_EXT with its F16 K/V copies), and what its ``graph_optimize`` does
 (CUDA: allocation dependencies for its MoE fusions, :mod:`graphcost.memory.alloc_deps`,
-added to the allocator's graph after the node they wait for; Metal and Vulkan reorder
-nodes, not simulated). A device whose facts are missing, or whose graph meets a rule
+added to the allocator's graph after the node they wait for; Metal: those of its fusion
+table, then ``ggml_graph_optimize``'s node reorder, :mod:`graphcost.memory.reorder`, which
+the allocator sees; Vulkan's reorder is transcribed but its compute buffers are not
+modelled). A device's spec may name ACCEL backends llama_context adds before the CPU
+(Metal's macOS build: BLAS). A device whose facts are missing, or whose graph meets a rule
 graphcost does not model (:class:`graphcost.memory.op_rules.Unmodelled`), has its compute
 buffers reported as not modelled, with the reason in the placement's notes. The CPU is
 taken to run every op the graphs use. All sizes are bytes.
@@ -51,6 +54,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from graphcost.errors import GraphcostError
+from graphcost.format import ggml_types as gt
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.ops import VIEWS, Op
 from graphcost.memory.alloc import Allocation, allocate
@@ -89,10 +93,15 @@ class SchedBackend:
     own_device_sources: bool = False  # ops reading another device's buffer are unsupported
     #: graph_optimize's add_alloc_dep rule (graphcost.memory.alloc_deps.RULES), if any
     alloc_deps: str | None = None
+    #: graph_optimize's node reorder (graphcost.memory.reorder.REORDERS), if any
+    reorder: str | None = None
     #: offload_op takes only these ops (Metal: MUL_MAT, MUL_MAT_ID); None: any op
     offload_ops: frozenset | None = None
     #: a host buffer type this device also reads (an integrated CUDA GPU: CUDA_Host)
     reads_host: str | None = None
+    #: an ACCEL backend that reads every host buffer type but CPU_REPACK (BLAS:
+    #: ggml_backend_buft_is_host) and shares the CPU buffer type
+    reads_host_buffers: bool = False
 
     def alloc_size(self, t: Tensor) -> int:
         """ggml_backend_buft_get_alloc_size of this backend's compute buffer type."""
@@ -140,7 +149,22 @@ def pipeline_parallel(placement: Placement, flags: PlacementFlags, n_layer: int)
     n_gpu = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer + 1
     return (len(devs) > 1 and n_gpu > n_layer and flags.split_mode == "layer"
             and not flags.no_kv_offload and not flags.overrides
-            and all(d.backend.scheduler and d.backend.scheduler.get("async_events") for d in devs))
+            and all(d.backend.scheduler and d.backend.scheduler.get("async_events") for d in devs)
+            and all(a.scheduler and a.scheduler.get("async_events") for a in accel_backends(placement)))
+
+
+def accel_backends(placement: Placement) -> list:
+    """The ACCEL backends llama_context adds after the model's devices (llama-context.cpp:
+    "add ACCEL backends (such as BLAS)"): those a device's spec names under
+    ``scheduler.accel`` (the build it implies: Metal's macOS build has BLAS), unless a device
+    option turns them off (``metal,blas=0``)."""
+    from graphcost.memory.backends import load as load_backend
+    names: list[str] = []
+    for d in placement.devices:
+        for name in (d.backend.scheduler or {}).get("accel", ()):
+            if name not in names and device_flag(d.options, name, True):
+                names.append(name)
+    return [load_backend(n) for n in names]
 
 
 def unmodelled_devices(placement: Placement) -> str | None:
@@ -175,11 +199,16 @@ def backends_for(placement: Placement) -> list[SchedBackend] | None:
                                 alloc_rule=d.backend.compute_alloc_size, options=dict(d.options),
                                 own_device_sources=bool(s.get("own_device_sources")),
                                 alloc_deps=s.get("graph_optimize_alloc_deps"),
+                                reorder=s.get("graph_optimize_reorder"),
                                 offload_ops=(frozenset(s["offload_ops"]) if s.get("offload_ops")
                                              else None),
                                 reads_host=(d.backend.host_buffer if s.get("integrated_reads_host")
                                             and device_flag(d.options, "integrated", False)
                                             else None)))
+    for a in accel_backends(placement):
+        out.append(SchedBackend(a.device_name, a.buffer_type, a.alignment, False, None,
+                                kind=a.name, supports=a.supports_op,
+                                reads_host_buffers=bool(a.scheduler.get("reads_host_buffers"))))
     host = placement.devices[0].backend.host_buffer if placement.devices else None
     from graphcost.memory.backends import load as load_backend
     out.append(SchedBackend("CPU", host or "CPU", load_backend("cpu").alignment, True))
@@ -204,10 +233,12 @@ class _Scheduler:
     def supports_buft(self, b: int, buft: str) -> bool:
         """ggml_backend_supports_buft: a device its own buffer type (an integrated CUDA GPU
         also the pinned host type); the CPU every host buffer type
-        (ggml_backend_cpu_device_supports_buft)."""
+        (ggml_backend_cpu_device_supports_buft); BLAS every host type but CPU_REPACK."""
         be = self.backends[b]
         if be.is_cpu:
             return buft not in self._device_bufts
+        if be.reads_host_buffers:
+            return buft not in self._device_bufts and buft != "CPU_REPACK"
         return buft == be.buft or (be.reads_host is not None and buft == be.reads_host)
 
     def supports_op(self, b: int, t: Tensor) -> bool:
@@ -229,6 +260,8 @@ class _Scheduler:
                 if buft is not None and buft != be.buft and any(
                         o.buft == buft and o.kind == be.kind for o in self.backends):
                     ok = False
+        if ok and be.supports.get("require") is not None:
+            ok = evaluate(be.supports["require"], t, be.options, f"{be.kind} supports_op")
         if ok:
             rule = be.supports["ops"].get(str(t.op), be.supports["default"])
             ok = evaluate(rule, t, be.options, f"{be.kind} supports_op {t.op}")
@@ -255,7 +288,7 @@ class _Scheduler:
 
     @property
     def _device_bufts(self) -> set[str]:
-        return {b.buft for b in self.backends if not b.is_cpu}
+        return {b.buft for b in self.backends if not b.is_cpu and not b.reads_host_buffers}
 
     # ---- ggml-backend.cpp helpers ----
     def buffer(self, t: Tensor) -> str | None:
@@ -447,11 +480,15 @@ def _buft_key(b: Buft) -> str:
 
 
 def schedule(bg, placement: Placement, flags: PlacementFlags,
-             backends: list[SchedBackend], n_copies: int, *, pins: bool = True) -> Schedule:
+             backends: list[SchedBackend], n_copies: int, *, pins: bool = True,
+             no_alloc: bool = False) -> Schedule:
     """Split and allocate one built graph (``graphcost.graph.build.BuiltGraph``) the way
     ggml_backend_sched_reserve does for these devices and flags; ``pins=False``: without
     the graph callback's ggml_backend_sched_set_tensor_backend calls (lost to
-    ggml_backend_sched_reserve_size's reset, as llama.cpp's fit measures)."""
+    ggml_backend_sched_reserve_size's reset, as llama.cpp's fit measures); ``no_alloc``:
+    the KV cache and recurrent states in dummy buffers (a model loaded with ``no_alloc``:
+    llama_kv_cache sets ``t->buffer`` and leaves ``t->data`` NULL), which a backend's
+    reorder sees as every tensor of a cache at address 0."""
     from graphcost.memory.plan import graph_outputs
     bufs: dict[int, str] = {}
     weight_ids: set[int] = set()
@@ -463,6 +500,7 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
         for il, t in pairs:
             row = "CPU" if flags.no_kv_offload else placement.dev_layer[il]
             bufs[id(t)] = row
+    addresses = _cache_addresses(bg, placement, flags, no_alloc)
     # weights: a graph tensor that llama.cpp creates more than once (tied output,
     # per-layer rope factors) becomes one tensor per buffer type
     clones: dict[tuple[int, str], Tensor] = {}
@@ -514,7 +552,8 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
                    n_gpu > n_layer) if pins else {}
     uses = use_counts(new_nodes)  # before the scheduler puts copies in as sources
     splits, copies = sched.split(new_nodes, leafs, pinned)
-    deps = _graph_optimize_deps(splits, new_nodes, backends, uses, weight_ids)
+    deps = _graph_optimize(splits, new_nodes, backends, uses, weight_ids,
+                           lambda t: addresses.get(id(t)))
 
     # graph_copy: per split, [input dependency, input copy] per input, then its nodes
     gc_nodes: list[Tensor] = []
@@ -584,25 +623,64 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
                     n_copies, alloc, sizes)
 
 
-def _graph_optimize_deps(splits: list[Split], nodes: list[Tensor], backends: list[SchedBackend],
-                         uses: dict[int, int], weight_ids: set[int]) -> dict[int, list[Tensor]]:
+def _graph_optimize(splits: list[Split], nodes: list[Tensor], backends: list[SchedBackend],
+                    uses: dict[int, int], weight_ids: set[int], address) -> dict[int, list[Tensor]]:
     """ggml_backend_sched_split_graph: each split's graph handed to its backend's
-    graph_optimize; the allocation dependencies it adds, by ``until`` node id
-    (:mod:`graphcost.memory.alloc_deps`)."""
+    graph_optimize: the allocation dependencies it adds, by ``until`` node id
+    (:mod:`graphcost.memory.alloc_deps`), computed on the split as built; then its node
+    reorder (:mod:`graphcost.memory.reorder`), written back into ``nodes`` in place (the
+    split keeps its range), as ggml permutes the graph view's window."""
     from graphcost.memory.plan import graph_outputs
+    from graphcost.memory.reorder import REORDERS
     pairs: list = []
     outputs = {id(t) for t in graph_outputs(nodes)}
     for sp in splits:
         be = backends[sp.backend]
-        if not be.alloc_deps:
+        if not be.alloc_deps and not be.reorder:
             continue
-        rule = ALLOC_DEP_RULES.get(be.alloc_deps)
-        if rule is None:
-            raise GraphcostError(f"{be.kind}: unknown graph_optimize_alloc_deps {be.alloc_deps!r}")
         g = SplitGraph(nodes[sp.i_start:sp.i_end], nodes[sp.i_end] if sp.i_end < len(nodes) else None,
                        uses, outputs, weight_ids)
-        pairs += rule(g, be.options)
+        if be.alloc_deps:
+            rule = ALLOC_DEP_RULES.get(be.alloc_deps)
+            if rule is None:
+                raise GraphcostError(f"{be.kind}: unknown graph_optimize_alloc_deps {be.alloc_deps!r}")
+            rule(g, be.options)  # its add_alloc_dep calls go to g.deps
+        if be.reorder:
+            reorder = REORDERS.get(be.reorder)
+            if reorder is None:
+                raise GraphcostError(f"{be.kind}: unknown graph_optimize_reorder {be.reorder!r}")
+            nodes[sp.i_start:sp.i_end] = reorder(g, address, be.options)
+        pairs += g.deps
     return collect(pairs)
+
+
+def _cache_addresses(bg, placement: Placement, flags: PlacementFlags,
+                     no_alloc: bool) -> dict[int, tuple[tuple[str, str], int, int]]:
+    """Where each KV cache and recurrent-state tensor lives, by tensor id: (its buffer, first
+    byte, end byte). One buffer per cache and buffer type, its tensors in creation order (per
+    layer K then V, or R then S: llama_kv_cache / llama_memory_recurrent constructors), each
+    at the running offset padded to the type's alignment
+    (ggml_backend_alloc_ctx_tensors_from_buft); with ``no_alloc`` every tensor at 0 (data
+    NULL in a dummy buffer). The end is the begin plus get_alloc_size."""
+    from graphcost.memory.backends import load as load_backend
+    from graphcost.memory.placement import alloc_size
+    by_name = {d.name: d.backend for d in placement.devices}
+    out: dict[int, tuple[tuple[str, str], int, int]] = {}
+    for c in list(bg.caches) + list(bg.states):
+        kv = hasattr(c, "k")
+        first, second = (c.k, c.v) if kv else (c.r, c.s)
+        offset: dict[str, int] = {}
+        for il in sorted(set(first) | set(second)):
+            row = "CPU" if flags.no_kv_offload else placement.dev_layer[il]
+            backend = by_name.get(row) or load_backend("cpu")
+            for t in (first.get(il), second.get(il)):
+                if t is None or id(t.storage) in out:
+                    continue
+                size = alloc_size(backend, t.type, t.ne, t.nbytes)
+                begin = 0 if no_alloc else offset.get(row, 0)
+                out[id(t.storage)] = ((getattr(c, "name", "state"), row), begin, begin + size)
+                offset[row] = offset.get(row, 0) + gt.ggml_pad(size, backend.alignment or 1)
+    return out
 
 
 @dataclass(frozen=True)
@@ -641,7 +719,7 @@ def compute_buffers(reserves, placement: Placement, flags: PlacementFlags,
         reserves = reserves[:1]
     try:
         scheds = [(r.label, schedule(r.graph, placement, flags, backends, n_copies,
-                                     pins=not no_alloc))
+                                     pins=not no_alloc, no_alloc=no_alloc))
                   for r in reserves]
     except Unmodelled as e:
         _note(placement, str(e))
