@@ -335,6 +335,16 @@ def test_memory_json_carries_metal_compute(tmp_path, cli):
     assert r.returncode == 2 and "unknown option 'simdgroup' for metal" in r.stderr
 
 
+def test_metal_with_x86_cpu_features_says_so(tmp_path, cli):
+    # a Mac's CPU is ARM: x86 features (this machine's, or given) repack other weights
+    f = write_llama(tmp_path / "m.gguf", n_layer=2)
+    base = ("memory", f.path, "--device", "metal:64GiB", "-ngl", "1", "-c", "512")
+    r = cli(*base, "--cpu-features", "avx2")
+    assert r.returncode == 0 and "note: a Metal device runs beside an Apple CPU" in r.stdout
+    r = cli(*base, "--cpu-features", "neon,dotprod")
+    assert r.returncode == 0 and "Apple CPU" not in r.stdout
+
+
 # ---- the BLAS backend of a macOS build ---------------------------------------------------
 
 def test_blas_takes_large_cpu_products(model):

@@ -229,6 +229,11 @@ def render_devices(dp) -> str:
     lines.append(f"placement: {'mmap' if p.use_mmap else 'no mmap'}, "
                  f"{'KV on the CPU (-nkvo)' if flags.no_kv_offload else 'KV with its layer'}, "
                  f"repack {'on' if flags.repack else 'off'} (CPU features: {feats})")
+    if any(d.backend.name == "metal" for d in p.devices) and "neon" not in p.cpu_features:
+        # a Metal device sits beside an Apple (ARM) CPU: x86 features repack other weights
+        lines.append("note: a Metal device runs beside an Apple CPU, but these CPU features are "
+                     "not ARM's: give the Mac's (--cpu-features neon,dotprod[,i8mm]) for its "
+                     "CPU_REPACK")
     lines.append("")
     hdr = (f"  {'device':<12} {'model':>10} {'KV':>10} {'recurrent':>10} {'compute':>10} "
            f"{'output':>8} {'total':>10} {'free':>10} {'left':>10}")
