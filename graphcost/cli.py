@@ -28,6 +28,10 @@ TokOpt = Annotated[int, typer.Option("--tokens", help="tokens in this ubatch")]
 PastOpt = Annotated[int, typer.Option("--past", help="KV cells already filled")]
 OutOpt = Annotated[int, typer.Option("--outputs", help="tokens whose logits are computed")]
 FlavourOpt = Annotated[str, typer.Option("--llama-cpp", help="graph flavour: head | 2024-08")]
+NpOpt = Annotated[int, typer.Option(
+    "--parallel", "-np", help="parallel sequences (n_seq_max): N KV streams unless -kvu")]
+KvuOpt = Annotated[bool, typer.Option(
+    "--kv-unified", "-kvu", help="one KV buffer shared by all sequences (one stream)")]
 
 # ---- placement options for analyze (llama.cpp flag names; memory spells the same) -----
 DeviceOpt = Annotated[Optional[list[str]], typer.Option(
@@ -169,6 +173,7 @@ def analyze(
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
     llama_cpp: FlavourOpt = "head", embeddings: EmbdOpt = False,
+    parallel: NpOpt = 1, kv_unified: KvuOpt = False,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", help="add roofline times for a hardware profile (name or .yaml)")] = None,
     device: DeviceOpt = None, n_gpu_layers: NglOpt = "auto", tensor_split: TsOpt = None,
@@ -195,7 +200,7 @@ def analyze(
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
                            past=past, outputs=outputs, llama_cpp=llama_cpp,
-                           embeddings=embeddings)
+                           embeddings=embeddings, n_seq_max=parallel, kv_unified=kv_unified)
     path = _model_path(model)
     if output is not None:
         check_output(output, [path, *_hardware_inputs(hardware)])
@@ -284,6 +289,7 @@ def memory(
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, embeddings: EmbdOpt = False,
+    parallel: NpOpt = 1, kv_unified: KvuOpt = False,
     device: Annotated[Optional[list[str]], typer.Option(
         "--device", help="KIND[:MEM], repeatable: a device (cuda, rocm, sycl, metal, vulkan, rpc) "
                          "and the free memory it reports, e.g. cuda:24GiB")] = None,
@@ -344,7 +350,8 @@ def memory(
                         RunSettings(ctx_size=ctx_size, batch_size=batch_size,
                                     ubatch_size=ubatch_size, flash_attn=flash_attn,
                                     cache_type_k=cache_type_k, cache_type_v=cache_type_v,
-                                    swa_full=swa_full, embeddings=embeddings), max_ctx=max_ctx,
+                                    swa_full=swa_full, embeddings=embeddings,
+                                    n_seq_max=parallel, kv_unified=kv_unified), max_ctx=max_ctx,
                         dev=dev, no_op_offload=no_op_offload)
         return
     if format == "html" and fuse is not None:
@@ -360,7 +367,7 @@ def memory(
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full,
-                           embeddings=embeddings)
+                           embeddings=embeddings, n_seq_max=parallel, kv_unified=kv_unified)
     info = load_model(_model_path(model))
     if format == "html":
         from graphcost.report.html import render_memory_page
@@ -420,8 +427,9 @@ def fit(
         "--host-memory", help="without --device: the host's total memory, e.g. 32GiB "
                               "[default: this machine's]")] = None,
     parallel: Annotated[int, typer.Option(
-        "--parallel", "-np", help="parallel sequences (KV streams; llama-fit-params' cache "
-                                  "is not unified)")] = 1,
+        "--parallel", "-np", help="parallel sequences (KV streams unless -kvu; "
+                                  "llama-fit-params has no -kvu)")] = 1,
+    kv_unified: KvuOpt = False,
     dev: DevOpt = None, no_op_offload: NoOpOffloadOpt = False,
 ) -> None:
     """What llama.cpp's --fit (llama-fit-params) chooses for these devices' free memory:
@@ -430,7 +438,7 @@ def fit(
     Exit 1: llama.cpp's fit gives up; 4: a figure it needs is not modelled."""
     import json
 
-    from graphcost.graph.build import load_model
+    from graphcost.graph.build import load_model, resolve_for
     from graphcost.graph.settings import RunSettings
     from graphcost.memory.fit import (DEFAULT_MIN_CTX, UINT32_MAX, Undecided, fit as run_fit, fit_inputs, graphcost_measure, parse_fit_target)
     from graphcost.report.fit import render_fit
@@ -452,8 +460,6 @@ def fit(
     flags, args = _placement(device or [], n_gpu_layers, tensor_split, split_mode, main_gpu,
                              override_tensor or [], n_cpu_moe, cpu_moe, no_kv_offload, no_repack,
                              no_host, load_mode, mmap, cpu_features, dev, no_op_offload)
-    if parallel < 1:
-        _fail(f"-np {parallel}: must be >= 1")
     host_total = None
     if host_memory is not None:
         from graphcost.memory.placement import parse_bytes
@@ -461,11 +467,14 @@ def fit(
     info = load_model(_model_path(model))
     settings = RunSettings(ctx_size=ctx_size or 0, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
-                           cache_type_v=cache_type_v, swa_full=swa_full)
+                           cache_type_v=cache_type_v, swa_full=swa_full,
+                           n_seq_max=parallel, kv_unified=kv_unified)
+    resolve_for(info, settings)  # refuses impossible settings (-np 300) in one line first
     inputs = fit_inputs(info, args, flags, n_ctx=ctx_size or 0, margins=margins,
-                        n_ctx_min=n_ctx_min, host_total=host_total, n_seq=parallel)
+                        n_ctx_min=n_ctx_min, host_total=host_total, n_seq=parallel,
+                        kv_unified=kv_unified)
     try:
-        r = run_fit(inputs, graphcost_measure(info, settings, args, flags, n_seq=parallel))
+        r = run_fit(inputs, graphcost_measure(info, settings, args, flags))
     except Undecided as e:
         _undecided("fit", e, format, output)
     if format == "json":

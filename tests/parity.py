@@ -35,7 +35,8 @@ def our_records(model_path, **kw) -> list[dict]:
         cache_type_k=kw.get("type_k", "f16"), cache_type_v=kw.get("type_v", "f16"),
         swa_full=kw.get("swa_full", False), tokens=kw.get("tokens", 1),
         past=kw.get("past", 0), outputs=kw.get("n_outputs", 1),
-        embeddings=kw.get("embeddings", False))
+        embeddings=kw.get("embeddings", False), n_seq_max=kw.get("n_seq_max", 1),
+        kv_unified=kw.get("kv_unified", False))
     return graph_records(build_graph(load_model(model_path), s))
 
 
@@ -123,19 +124,28 @@ class MemCase(NamedTuple):
     type_v: str = "f16"
     swa_full: bool = False
     embeddings: bool | None = None
+    n_seq_max: int = 1  # -np
+    kv_unified: bool = False  # -kvu
+    n_batch: int | None = None  # None: n_ubatch
 
     def run_settings(self) -> RunSettings:
-        """graphcost's settings of the case (n_batch = n_ubatch, as capture_log runs it)."""
+        """graphcost's settings of the case (n_batch = n_ubatch unless given, as
+        capture_log runs it)."""
         return RunSettings(ctx_size=self.n_ctx, ubatch_size=self.n_ubatch,
-                           batch_size=self.n_ubatch, flash_attn="on" if self.flash_attn else "off",
+                           batch_size=self.n_batch or self.n_ubatch,
+                           flash_attn="on" if self.flash_attn else "off",
                            cache_type_k=self.type_k, cache_type_v=self.type_v,
-                           swa_full=self.swa_full, embeddings=bool(self.embeddings))
+                           swa_full=self.swa_full, embeddings=bool(self.embeddings),
+                           n_seq_max=self.n_seq_max, kv_unified=self.kv_unified)
 
 
 def memory_case_id(c: MemCase) -> str:
-    """Test id of a memory case: model, context, ubatch, flash attention, then the cache
-    types (and ``-swafull``), or for an encoder (no KV cache) ``-embon``/``-emboff``."""
-    head = f"{c.model}-c{c.n_ctx}-ub{c.n_ubatch}-fa{'on' if c.flash_attn else 'off'}"
+    """Test id of a memory case: model, context, ubatch (and batch), flash attention,
+    ``-npN``/``-kvu``, then the cache types (and ``-swafull``), or for an encoder (no KV
+    cache) ``-embon``/``-emboff``."""
+    head = (f"{c.model}-c{c.n_ctx}-ub{c.n_ubatch}" + (f"-b{c.n_batch}" if c.n_batch else "")
+            + f"-fa{'on' if c.flash_attn else 'off'}"
+            + (f"-np{c.n_seq_max}" if c.n_seq_max != 1 else "") + ("-kvu" if c.kv_unified else ""))
     if c.embeddings is not None:
         return f"{head}-emb{'on' if c.embeddings else 'off'}"
     return f"{head}-{c.type_k}-{c.type_v}{'-swafull' if c.swa_full else ''}"
@@ -146,7 +156,8 @@ def capture_logs(paths: Mapping, cases: list[MemCase]) -> dict[str, dict]:
     parallel subprocesses; a case's model names its file in ``paths``."""
     def one(c: MemCase):
         return capture_log(paths[c.model], n_ctx=c.n_ctx, n_ubatch=c.n_ubatch,
-                           flash_attn=c.flash_attn, type_k=c.type_k, type_v=c.type_v,
-                           swa_full=c.swa_full, embeddings=bool(c.embeddings))
+                           n_batch=c.n_batch, flash_attn=c.flash_attn, type_k=c.type_k,
+                           type_v=c.type_v, swa_full=c.swa_full, embeddings=bool(c.embeddings),
+                           n_seq_max=c.n_seq_max, kv_unified=c.kv_unified)
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
         return dict(zip(map(memory_case_id, cases), ex.map(one, cases)))

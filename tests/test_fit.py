@@ -327,8 +327,8 @@ def _search(models, servers, name, nd, margin, n_seq=1):
     flags = PlacementFlags(cpu_features=host_cpu_features())
     inp = fit_inputs(info, args, flags, n_ctx=0, margins=[margin * MiB] * max(nd, 1),
                      n_ctx_min=4096, host_total=None if nd else host_memory(), n_seq=n_seq)
-    measure = graphcost_measure(info, RunSettings(ctx_size=0), args, flags,
-                                compute=llama_compute(models[name], used, extra), n_seq=n_seq)
+    measure = graphcost_measure(info, RunSettings(ctx_size=0, n_seq_max=n_seq), args, flags,
+                                compute=llama_compute(models[name], used, extra))
     r = fit(inp, measure)
     return (r.args_line() if r.status == "fit" else "failed"), expected, r
 

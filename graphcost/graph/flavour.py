@@ -35,6 +35,9 @@ class Flavour:
     spec_suffix: str
     #: graphcost's executor runs this flavour's graphs
     executable: bool
+    #: ``-np N`` and ``-kvu`` are modelled: KV caches with n_stream streams and per-stream
+    #: attention views (llama_kv_cache, 2025-07 on); 2024-08 is modelled with one sequence
+    has_kv_streams: bool = False
 
     @property
     def has_fa_auto(self) -> bool:
@@ -61,7 +64,7 @@ HEAD = Flavour(
     flash_attn_default="auto", kv_pad_no_fa=KV_PAD, kv_pad_fa=KV_PAD,
     # llama_context::sched_reserve: a prompt and a token-generation graph
     reserve_graphs=("prompt", "generation"),
-    spec_suffix="", executable=True)
+    spec_suffix="", executable=True, has_kv_streams=True)
 
 AUG_2024 = Flavour(
     name="2024-08",

@@ -25,8 +25,8 @@ class KVCache:
     """One ``llama_kv_cache``: per-layer K/V buffers ``cache_k_l<il>``, ``cache_v_l<il>``."""
 
     name: str  # "base" or "swa"
-    size: int  # cells
-    n_kv: int  # cells attended this ubatch
+    size: int  # cells per stream (kv_size)
+    n_kv: int  # cells attended this ubatch (per stream)
     layers: tuple[int, ...]
     v_trans: bool
     k: dict[int, Tensor]
@@ -38,6 +38,8 @@ class KVCache:
     reuse: dict[int, int] = field(default_factory=dict)
     #: n_embd_head_k_all: the head size all its layers share, -1 if they differ
     head_k_all: int = 0
+    #: llama_kv_cache::n_stream: the buffers are [n_embd_gqa, size, n_stream]
+    n_stream: int = 1
 
     def bytes(self) -> int:
         """Bytes of all K and V buffers (what llama.cpp logs as the KV buffer size)."""
@@ -183,7 +185,7 @@ class LlmGraph:
 
     def make_cache(self, name: str, layers: list[int], size: int, n_kv: int,
                    reuse: dict[int, int] | None = None, *, flat: bool = False) -> KVCache:
-        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream=1]; layers in
+        """llama_kv_cache constructor: K/V buffers [n_embd_gqa, size, n_stream]; layers in
         ``reuse`` get none and read the buffers of the layer they map to. With MLA
         (``hparams.is_mla()``) K only: it holds the compressed KV and the rope part, and V
         is read as a view of it (``has_v = !is_mla``). ``flat``: 1-D [n_embd_gqa * size]
@@ -191,16 +193,17 @@ class LlmGraph:
         m, run, g = self.model, self.run, self.g
         v_trans = not run.flash_attn if run.settings.v_trans is None else run.settings.v_trans
         has_v = not m.is_mla
+        ns = run.n_stream
         k, v = {}, {}
         for il in layers:
-            shape_k = [m.n_embd_k_gqa(il) * size] if flat else [m.n_embd_k_gqa(il), size, 1]
+            shape_k = [m.n_embd_k_gqa(il) * size] if flat else [m.n_embd_k_gqa(il), size, ns]
             k[il] = g.new_tensor(run.type_k, shape_k, name=f"cache_k_l{il}", role="kv")
             k[il].layer = il
             if has_v:
                 # [TAG_V_CACHE_VARIABLE]: a transposed V cache has the widest row on every
                 # layer (not in 2024-08's flat caches)
                 n_v = m.n_embd_v_gqa(il) if not v_trans or flat else m.n_embd_v_gqa_max()
-                v[il] = g.new_tensor(run.type_v, [n_v * size] if flat else [n_v, size, 1],
+                v[il] = g.new_tensor(run.type_v, [n_v * size] if flat else [n_v, size, ns],
                                      name=f"cache_v_l{il}", role="kv")
                 v[il].layer = il
         if flat:
@@ -218,7 +221,7 @@ class LlmGraph:
         rot_v = (has_v and len(hv) == 1 and gt.is_quantized(run.type_v)
                  and m.head_dim_v % 64 == 0)
         cache = KVCache(name, size, n_kv, tuple(layers), v_trans, k, v, rot_k, rot_v,
-                        dict(reuse or {}), hk.pop() if len(hk) == 1 else -1)
+                        dict(reuse or {}), hk.pop() if len(hk) == 1 else -1, ns)
         self.caches.append(cache)
         return cache
 
@@ -246,9 +249,12 @@ class LlmGraph:
         return inp
 
     def _kq_mask(self, inp: AttnInputs) -> Tensor:
-        """build_attn_inp_kq_mask: [n_kv, n_tokens], F16 with flash attention."""
+        """build_attn_inp_kq_mask: [n_kv, n_tokens / n_stream, 1, n_stream] (n_stream: the
+        ubatch's sequences, 1 with -kvu: Resolved.graph_streams), F16 with flash attention."""
         mask_type = gt.F16 if self.run.flash_attn else gt.F32
-        return self.new_input(InputKind.KQ_MASK, mask_type, [inp.cache.n_kv, self.n_tokens, 1, 1],
+        ns = self.run.graph_streams
+        return self.new_input(InputKind.KQ_MASK, mask_type,
+                              [inp.cache.n_kv, self.n_tokens // ns, 1, ns],
                               name="attn_inp_kq_mask", attn=inp)
 
     def build_rot_inputs(self, inp: AttnInputs) -> None:
@@ -417,10 +423,16 @@ class LlmGraph:
         return g.reshape(res, cur.ne)
 
     # ---- attention -----------------------------------------------------------------
+    @staticmethod
+    def _merge_streams(g: Graph, t: Tensor) -> Tensor:
+        """llama_kv_cache::cpy_k/cpy_v with n_stream > 1: the buffer reshaped to 2-D
+        [n_embd_gqa, kv_size * n_stream] ("the idxs are global"); as is with one stream."""
+        return g.reshape(t, [t.ne[0], t.ne[1] * t.ne[2]]) if t.ne[2] > 1 else t
+
     def cpy_k(self, cache: KVCache, k_cur: Tensor, k_idxs: Tensor, il: int) -> Tensor:
         g = self.g
         k_cur = g.view(k_cur, [k_cur.ne[0] * k_cur.ne[1], k_cur.ne[2]], [k_cur.nb[2]], 0)
-        return g.set_rows(cache.k[il], k_cur, k_idxs)
+        return g.set_rows(self._merge_streams(g, cache.k[il]), k_cur, k_idxs)
 
     def cpy_v(self, cache: KVCache, v_cur: Tensor, v_idxs: Tensor, il: int) -> Tensor:
         g = self.g
@@ -429,7 +441,7 @@ class LlmGraph:
         v = cache.v[il]
         if not cache.v_trans:
             v_cur = g.view(v_cur, [n_embd_gqa, T], [v_cur.nb[2]], 0)
-            return g.set_rows(v, v_cur, v_idxs)
+            return g.set_rows(self._merge_streams(g, v), v_cur, v_idxs)
         if gt.row_size(v_cur.type, n_embd_gqa) == v_cur.nb[2]:
             v_cur = g.reshape(v_cur, [n_embd_gqa, T])
         else:
@@ -441,20 +453,25 @@ class LlmGraph:
         return g.set_rows(v_view, v_cur, v_idxs)
 
     def get_k(self, cache: KVCache, il: int) -> Tensor:
+        """llama_kv_cache::get_k: [head_k, n_head_kv, n_kv, ns] over the streams s0..s1 the
+        ubatch uses (from stream 0: the full state's and one sequence's)."""
         m, k = self.model, cache.k[cache.reuse.get(il, il)]
         rs = gt.row_size
-        return self.g.view(k, [m.head_k(il), m.n_head_kv[il], cache.n_kv, 1],
+        return self.g.view(k, [m.head_k(il), m.n_head_kv[il], cache.n_kv, self.run.graph_streams],
                            [rs(k.type, m.head_k(il)), rs(k.type, k.ne[0]),
                             rs(k.type, k.ne[0] * cache.size)], 0)
 
     def get_v(self, cache: KVCache, il: int) -> Tensor:
+        """llama_kv_cache::get_v: as :meth:`get_k`; transposed (``v_trans``) it is
+        [n_kv, n_head_kv, head_v, ns]."""
         m, v = self.model, cache.v[cache.reuse.get(il, il)]
         rs = gt.row_size
+        ns = self.run.graph_streams
         if not cache.v_trans:
-            return self.g.view(v, [m.head_v(il), m.n_head_kv[il], cache.n_kv, 1],
+            return self.g.view(v, [m.head_v(il), m.n_head_kv[il], cache.n_kv, ns],
                                [rs(v.type, m.head_v(il)), rs(v.type, v.ne[0]),
                                 rs(v.type, v.ne[0] * cache.size)], 0)
-        return self.g.view(v, [cache.n_kv, m.n_head_kv[il], m.head_v(il), 1],
+        return self.g.view(v, [cache.n_kv, m.n_head_kv[il], m.head_v(il), ns],
                            [rs(v.type, cache.size * m.head_v(il)), rs(v.type, cache.size),
                             rs(v.type, cache.size * v.ne[0])], 0)
 
@@ -579,12 +596,13 @@ class LlmGraph:
         return cur
 
     def build_inp_mean(self) -> Tensor:
-        """build_inp_mean: F32 [n_tokens, n_seqs_unq] (one sequence per ubatch here)."""
-        return self.new_input(InputKind.MEAN, gt.F32, [self.n_tokens, 1], name="mean")
+        """build_inp_mean: F32 [n_tokens, n_seqs_unq]."""
+        return self.new_input(InputKind.MEAN, gt.F32, [self.n_tokens, self.run.n_seqs],
+                              name="mean")
 
     def build_inp_cls(self) -> Tensor:
         """build_inp_cls: I32 [n_seqs_unq], the row of each sequence's CLS/last token."""
-        return self.new_input(InputKind.CLS, gt.I32, [1], name="cls")
+        return self.new_input(InputKind.CLS, gt.I32, [self.run.n_seqs], name="cls")
 
     def build_pooling(self, inp: Tensor, pooling: int, cls: Tensor | None = None,
                       cls_b: Tensor | None = None, cls_out: Tensor | None = None,

@@ -7,14 +7,16 @@ A recurrent layer keeps, per cell, a rolling state ``r`` (LFM2's and Mamba's con
 (llama_model::create_memory passes GGML_TYPE_F32). The cache has
 ``rs_size = max(1, n_seq_max)`` cells; with ``n_rs_seq`` rollback snapshots it has
 ``rs_size * (1 + n_rs_seq)`` rows. graphcost models one sequence (``n_seq_max = 1``,
-llama.cpp's default) and no rollback (``n_rs_seq = 0``, the context default), so one cell
-and one row: the state does not grow with the context.
+llama.cpp's default; ``-np N > 1`` is refused as not modelled: the reserve ubatch of N
+sequences changes every recurrent statement's shapes) and no rollback (``n_rs_seq = 0``,
+the context default), so one cell and one row: the state does not grow with the context.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from graphcost.errors import UnsupportedError
 from graphcost.format import ggml_types as gt
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import InputKind
@@ -66,6 +68,10 @@ def make_state(b, layers: list[int]) -> RecurrentState:
     sequence in cell 0, which find_slot zeroes (rs_z 0) only while nothing was decoded
     into it yet (``past == 0``), else rs_z -1."""
     m, g, run = b.model, b.g, b.run
+    if run.n_seq_max > 1:
+        raise UnsupportedError(f"{m.header.path}: --parallel {run.n_seq_max} with a recurrent "
+                               f"state ({m.arch}) is not modelled (one state cell per sequence "
+                               "and ubatches split into sequences)")
     size = max(1, N_SEQ_MAX)
     rows = size * (1 + N_RS_SEQ)
     r, s = {}, {}

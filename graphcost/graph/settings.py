@@ -1,8 +1,9 @@
 """Run settings under llama.cpp's flag names, and the sizes llama.cpp derives from them.
 
-Derivations follow ``src/llama-context.cpp`` (n_ctx padded to 256, n_batch and n_ubatch
-clamped), ``src/llama-kv-cache.cpp`` (``get_n_kv``: cells attended) and
-``src/llama-kv-cache-iswa.cpp`` (size of the sliding-window cache).
+Derivations follow ``src/llama-context.cpp`` (n_batch and n_ubatch clamped to the context
+as given, n_ctx padded to 256, n_ctx_seq per KV stream with ``-np``), ``src/llama-kv-cache.cpp``
+(``get_n_kv``: cells attended; ``n_stream``) and ``src/llama-kv-cache-iswa.cpp`` (size of the
+sliding-window cache).
 """
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ class RunSettings:
     outputs: int = 1  # --outputs: tokens whose logits are computed
     llama_cpp: str = "head"  # graph flavour
     embeddings: bool = False  # --embeddings: cparams.embeddings (pooling of encoders)
+    n_seq_max: int = 1  # -np/--parallel: cparams.n_seq_max, sequences the context serves
+    kv_unified: bool = False  # -kvu/--kv-unified: one KV stream shared by all sequences
+    #: internal, not a flag: sequences this ubatch spans (ubatch.n_seqs = n_seqs_unq; the
+    #: reserve graphs span n_seq_max: llama_batch_allocr::ubatch_reserve)
+    seqs: int = 1
     #: internal, not a flag: build against the memory's ``init_full()`` state, as
     #: sched_reserve does (a recurrent state then zeroes cell 0 and copies all rs_size
     #: cells: llama_memory_recurrent_context::get_rs_z / get_n_rs with is_full)
@@ -44,7 +50,7 @@ class RunSettings:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__
-                if k not in ("memory_full", "v_trans")}
+                if k not in ("memory_full", "v_trans", "seqs")}
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,20 @@ class Resolved:
     notes: list[str] = field(default_factory=list)
     #: the architecture keeps a memory (KV cache or recurrent state) between ubatches
     memory: bool = True
+    #: KV streams of each cache (llama_kv_cache::n_stream: 1 with -kvu, else n_seq_max);
+    #: ``kv_size`` cells each
+    n_stream: int = 1
+    #: sequences in this ubatch (ubatch.n_seqs; the reserve graphs: n_seq_max)
+    n_seqs: int = 1
+    #: cparams.n_seq_max: ``max(1, -np)``
+    n_seq_max: int = 1
+
+    @property
+    def graph_streams(self) -> int:
+        """Streams this ubatch's attention is split into: the KQ mask's ne[3] and the
+        4-D K/V views' (build_attn_inp_kq_mask: ``kv_unified ? 1 : ubatch.n_seqs_unq``;
+        llama_kv_cache::get_k: ``sinfo.s1 - sinfo.s0 + 1``, the same count)."""
+        return 1 if self.settings.kv_unified else self.n_seqs
 
     @property
     def flash_attn_auto(self) -> bool:
@@ -80,17 +100,20 @@ class Resolved:
         llama.cpp may turn it off with devices (graphcost.memory.sched.flash_attn_auto_fails)."""
         return _fa_flag(self.settings, self.flavour) == "auto"
 
-    def step(self, tokens: int, past: int, outputs: int, memory_full: bool = False) -> "Resolved":
+    def step(self, tokens: int, past: int, outputs: int, memory_full: bool = False,
+             seqs: int = 1) -> "Resolved":
         """The same context for a ubatch of ``tokens`` after ``past`` filled cells, of which
-        ``outputs`` are outputs; ``memory_full``: built against the memory's full state."""
+        ``outputs`` are outputs; ``memory_full``: built against the memory's full state
+        (every cache attends all its cells); ``seqs``: sequences the ubatch spans."""
         s = dataclasses.replace(self.settings, tokens=tokens, past=past, outputs=outputs,
-                                memory_full=memory_full)
+                                memory_full=memory_full, seqs=seqs)
         return dataclasses.replace(self, settings=s, **_ubatch(s, self))
 
     def to_dict(self) -> dict:
         return {
             **self.settings.to_dict(),
             "n_ctx": self.n_ctx, "n_batch": self.n_batch, "n_ubatch": self.n_ubatch,
+            "n_stream": self.n_stream,
             "flash_attn": "on" if self.flash_attn else "off",
             "kv_size": self.kv_size, "kv_size_swa": self.kv_size_swa,
             "n_kv": self.n_kv, "n_kv_swa": self.n_kv_swa,
@@ -114,20 +137,28 @@ def n_kv_for(used: int, size: int, p: int = KV_PAD) -> int:
     return min(size, max(p, gt.ggml_pad(used, p)))
 
 
-#: llama.cpp parses -c, -b, -ub as C ``int`` (common/arg.cpp: the handler takes ``int
+#: llama.cpp parses -c, -b, -ub, -np as C ``int`` (common/arg.cpp: the handler takes ``int
 #: value``, read with std::stoi, which throws out_of_range above INT32_MAX)
 INT32_MAX = 2**31 - 1
 _INT_FLAGS = (("--ctx-size", "ctx_size"), ("--batch-size", "batch_size"),
               ("--ubatch-size", "ubatch_size"), ("--tokens", "tokens"), ("--past", "past"),
-              ("--outputs", "outputs"))
+              ("--outputs", "outputs"), ("--parallel", "n_seq_max"))
+#: LLAMA_MAX_SEQ (src/llama-cparams.h): the llama_context constructor throws above it
+LLAMA_MAX_SEQ = 256
 
 
 def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -> Resolved:
     """Apply llama.cpp's padding and clamping; reject what llama.cpp would reject.
 
+    The llama_context constructor (src/llama-context.cpp) clamps n_batch to the context
+    *as given* (before padding; only with causal attention) and n_ubatch to n_batch, then
+    pads n_ctx to 256; without ``-kvu`` each of the n_seq_max streams holds ``n_ctx_seq =
+    GGML_PAD(n_ctx / n_seq_max, 256)`` cells and n_ctx becomes ``n_ctx_seq * n_seq_max``.
+
     ``memory=False``: the architecture has no KV cache (llama_model::create_memory returns
-    nullptr: bert); llama_context::decode then calls encode, which outputs every token
-    of the ubatch (``n_outputs = n_tokens``) and keeps nothing between calls."""
+    nullptr: bert) and non-causal attention (n_batch is not clamped); llama_context::decode
+    then calls encode, which outputs every token of the ubatch (``n_outputs = n_tokens``)
+    and keeps nothing between calls."""
     for flag, name in _INT_FLAGS:
         v = getattr(s, name)
         if isinstance(v, bool) or not isinstance(v, int):
@@ -139,7 +170,16 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
         raise SettingsError(f"--ctx-size {s.ctx_size} must be >= 0")
     if s.batch_size < 1 or s.ubatch_size < 1:
         raise SettingsError("--batch-size and --ubatch-size must be >= 1")
+    if not 0 <= s.n_seq_max <= LLAMA_MAX_SEQ:
+        # common/arg.cpp passes -np as given into the uint32 cparams.n_seq_max (a negative
+        # value wraps); llama_context throws "n_seq_max must be <= LLAMA_MAX_SEQ"
+        raise SettingsError(f"--parallel {s.n_seq_max} must be between 0 and {LLAMA_MAX_SEQ} "
+                            "(llama_context refuses n_seq_max above LLAMA_MAX_SEQ)")
+    n_seq = max(1, s.n_seq_max)  # llama_context: n_seq_max = max(1u, params.n_seq_max)
     fl = flavour(s.llama_cpp)
+    if (n_seq > 1 or s.kv_unified) and not fl.has_kv_streams:
+        raise SettingsError(f"--parallel/--kv-unified: llama.cpp {fl.name} is modelled with one "
+                            "sequence only (its KV cache had no streams)")
     fa = _fa_flag(s, fl)
     if fa not in ("on", "off", "auto", "true", "false", "1", "0"):
         raise SettingsError(f"--flash-attn {s.flash_attn!r}: use on, off or auto")
@@ -155,10 +195,19 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
     ctx = s.ctx_size or n_ctx_train
     if ctx <= 0:
         raise SettingsError("--ctx-size 0 needs the model's context_length, which is missing")
-    n_ctx = gt.ggml_pad(ctx, fl.kv_pad(flash))
-    n_batch = min(n_ctx, s.batch_size)
+    # llama_context constructor: "with causal attention, the batch size is limited by the
+    # context size" -- the context as given, before it is padded
+    n_batch = min(ctx, s.batch_size) if memory else s.batch_size
     n_ubatch = min(n_batch, s.ubatch_size)
-    kv_size = n_ctx
+    n_ctx = gt.ggml_pad(ctx, fl.kv_pad(flash))
+    n_stream = 1 if s.kv_unified else n_seq
+    # n_ctx_seq: GGML_PAD(n_ctx / n_seq_max, 256) cells per stream (the whole context when
+    # unified); n_ctx rounds to n_ctx_seq * n_seq_max ("n_ctx is not divisible by
+    # n_seq_max - rounding down": up as well, when the padding adds a block per stream)
+    # (never 0: n_ctx >= 256 >= n_seq_max, so llama.cpp's "n_ctx_seq == 0" cannot happen)
+    kv_size = n_ctx if n_stream == 1 else gt.ggml_pad(n_ctx // n_seq, KV_PAD)
+    if n_stream > 1:
+        n_ctx = kv_size * n_seq
     kv_size_swa = None
     notes = []
     if fa == "auto":
@@ -166,35 +215,56 @@ def resolve(s: RunSettings, n_ctx_train: int, n_swa: int, memory: bool = True) -
     if not memory:
         notes.append("no KV cache (encoder): every token is an output, --past and "
                      "--outputs have no effect")
+    if n_stream > 1:
+        notes.append(f"{n_stream} KV streams (-np {n_seq}) of {kv_size} cells each")
     if n_swa > 0:
-        kv_size_swa = kv_size if s.swa_full else gt.ggml_pad(min(kv_size, n_swa + n_ubatch), KV_PAD)
+        # llama_kv_cache_iswa: n_swa * (unified ? n_seq_max : 1) + n_ubatch, padded to 256
+        swa_cells = n_swa * (n_seq if s.kv_unified else 1) + n_ubatch
+        kv_size_swa = kv_size if s.swa_full else gt.ggml_pad(min(kv_size, swa_cells), KV_PAD)
     context = Resolved(s, fl, n_ctx, n_batch, n_ubatch, flash, type_k, type_v, 0, 0, 0, kv_size,
-                       kv_size_swa, 0, None, notes, memory)
+                       kv_size_swa, 0, None, notes, memory, n_stream, 1, n_seq)
     return dataclasses.replace(context, **_ubatch(s, context))
 
 
 def _ubatch(s: RunSettings, ctx: Resolved) -> dict:
     """The ubatch fields of a :class:`Resolved` for ``s.tokens`` after ``s.past`` cells in
-    the context ``ctx``; refuses a ubatch that does not fit (as llama_decode would)."""
+    the context ``ctx``; refuses a ubatch that does not fit (as llama_decode would).
+
+    ``s.seqs`` sequences of ``s.tokens / s.seqs`` tokens each (equal splits: the reserve
+    graphs, whose tokens llama_context::graph_reserve rounds up to a multiple of n_seqs,
+    so they may exceed n_ubatch by up to n_seqs - 1); ``s.past`` cells are filled in each
+    sequence's stream. Built against the full memory (``s.memory_full``, init_full) every
+    cache attends all its cells (llama_kv_cache_context: ``n_kv = get_size()``)."""
+    if not 1 <= s.seqs <= ctx.n_seq_max:
+        raise SettingsError(f"a ubatch of {s.seqs} sequences: the context serves "
+                            f"--parallel {ctx.n_seq_max}")
     if s.tokens < 1:
         raise SettingsError(f"--tokens {s.tokens} must be >= 1")
-    if s.tokens > ctx.n_ubatch:
+    if s.tokens % s.seqs:
+        raise SettingsError(f"--tokens {s.tokens} is not {s.seqs} equal sequences")
+    limit = ctx.n_ubatch + (s.seqs - 1 if s.memory_full else 0)
+    if s.tokens > limit:
         raise SettingsError(f"--tokens {s.tokens} is more than one ubatch holds "
                             f"(-ub {ctx.n_ubatch})")
     if s.past < 0:
         raise SettingsError(f"--past {s.past} must be >= 0")
-    if s.past + s.tokens > ctx.n_ctx:
-        raise SettingsError(f"--past {s.past} + --tokens {s.tokens} exceed the context of "
-                            f"{ctx.n_ctx} cells")
-    outputs = s.outputs if ctx.memory else s.tokens
+    per_seq = s.tokens // s.seqs
+    if not s.memory_full and s.past + per_seq > ctx.kv_size:
+        what = "context" if ctx.n_stream == 1 else "KV stream"
+        raise SettingsError(f"--past {s.past} + --tokens {per_seq} exceed the {what} of "
+                            f"{ctx.kv_size} cells")
+    outputs = s.outputs if ctx.memory or s.memory_full else s.tokens
     if not 1 <= outputs <= s.tokens:
         raise SettingsError(f"--outputs {s.outputs} must be between 1 and --tokens {s.tokens}")
-    used = s.past + s.tokens
+    if s.memory_full:
+        return dict(n_tokens=s.tokens, n_outputs=outputs, past=s.past, n_seqs=s.seqs,
+                    n_kv=ctx.kv_size, n_kv_swa=ctx.kv_size_swa)
+    used = s.past + per_seq
     n_kv_swa = None
     if ctx.kv_size_swa is not None:
         n_kv_swa = n_kv_for(min(used, ctx.kv_size_swa), ctx.kv_size_swa)
     return dict(n_tokens=s.tokens, n_outputs=outputs, past=s.past, n_kv_swa=n_kv_swa,
-                n_kv=n_kv_for(used, ctx.kv_size, ctx.flavour.kv_pad(ctx.flash_attn)))
+                n_seqs=s.seqs, n_kv=n_kv_for(used, ctx.kv_size, ctx.flavour.kv_pad(ctx.flash_attn)))
 
 
 def refuse_cache_types(run: Resolved, head_dims_k: Sequence[int], head_dims_v: Sequence[int],

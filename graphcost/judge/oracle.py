@@ -107,7 +107,8 @@ def llama_cpp_unavailable_reason() -> str:
 
 
 def _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, past,
-              tokens, n_outputs, n_threads, embeddings=False) -> dict[str, Any]:
+              tokens, n_outputs, n_threads, embeddings=False, n_seq_max=1,
+              kv_unified=False) -> dict[str, Any]:
     if tokens < 1:
         raise ValueError("tokens must be >= 1")
     if not 0 <= n_outputs <= tokens:
@@ -132,7 +133,8 @@ def _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, pa
                 flash_attn=bool(flash_attn), type_k=str(type_k).lower(),
                 type_v=str(type_v).lower(), swa_full=bool(swa_full), past=int(past),
                 tokens=int(tokens), n_outputs=int(n_outputs), n_threads=int(n_threads),
-                embeddings=bool(embeddings))
+                embeddings=bool(embeddings), n_seq_max=int(n_seq_max),
+                kv_unified=bool(kv_unified))
 
 
 #: llama.cpp threads (n_threads and n_threads_batch) unless a call says otherwise: one.
@@ -304,11 +306,12 @@ def capture_graph(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch:
                   flash_attn: bool = False, type_k: str = "f16", type_v: str = "f16",
                   swa_full: bool = False, past: int = 0, tokens: int = 1, n_outputs: int = 1,
                   n_threads: int = DEFAULT_THREADS, embeddings: bool = False, details: bool = False,
-                  timeout: float = 600.0,
+                  n_seq_max: int = 1, kv_unified: bool = False, timeout: float = 600.0,
                   env: dict[str, str] | None = None) -> list[dict]:
     """Nodes llama.cpp evaluates for one decode of ``tokens`` tokens after ``past`` tokens.
 
-    A context is created with the given settings (``n_seq_max = 1``, CPU only,
+    A context is created with the given settings (``n_seq_max`` sequences, 1 unless
+    given, ``kv_unified`` as given; the decodes are sequence 0's; CPU only,
     flash attention forced on/off -- never auto).  First ``past`` tokens are
     decoded (in n_batch-sized chunks, logits for the very last one only) without
     recording; then ``tokens`` tokens at positions ``past .. past+tokens-1`` are
@@ -322,7 +325,7 @@ def capture_graph(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch:
     worker (e.g. ``{"LLAMA_ATTN_ROT_DISABLE": "1"}``).
     """
     s = _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, past,
-                  tokens, n_outputs, n_threads, embeddings)
+                  tokens, n_outputs, n_threads, embeddings, n_seq_max, kv_unified)
     s["details"] = bool(details)
     return _run_worker("graph", model_path, s, timeout, env)
 
@@ -330,14 +333,15 @@ def capture_graph(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch:
 def capture_log(model_path, *, n_ctx: int = 512, n_ubatch: int = 512, n_batch: int | None = None,
                 flash_attn: bool = False, type_k: str = "f16", type_v: str = "f16",
                 swa_full: bool = False, past: int = 0, tokens: int = 1, n_outputs: int = 1,
-                n_threads: int = DEFAULT_THREADS, embeddings: bool = False, timeout: float = 600.0,
+                n_threads: int = DEFAULT_THREADS, embeddings: bool = False,
+                n_seq_max: int = 1, kv_unified: bool = False, timeout: float = 600.0,
                 env: dict[str, str] | None = None) -> dict:
     """llama.cpp's log (all levels, DEBUG included) for model load + context creation +
     the same two decodes as :func:`capture_graph` + context free, parsed by
     :func:`parse_log`.  ``result["raw"]`` is the full text.
     """
     s = _settings(n_ctx, n_ubatch, n_batch, flash_attn, type_k, type_v, swa_full, past,
-                  tokens, n_outputs, n_threads, embeddings)
+                  tokens, n_outputs, n_threads, embeddings, n_seq_max, kv_unified)
     out = _run_worker("log", model_path, s, timeout, env)
     parsed = parse_log(out["raw"])
     parsed["decode_rc"] = out.get("decode_rc")
@@ -833,7 +837,8 @@ def _worker(req: dict) -> Any:  # pragma: no cover - exercised through the subpr
     cparams.n_ctx = req["n_ctx"]
     cparams.n_batch = req["n_batch"]
     cparams.n_ubatch = req["n_ubatch"]
-    cparams.n_seq_max = 1
+    cparams.n_seq_max = req.get("n_seq_max", 1)
+    cparams.kv_unified = bool(req.get("kv_unified", False))
     cparams.n_threads = req["n_threads"]
     cparams.n_threads_batch = req["n_threads"]
     cparams.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if req["flash_attn"]

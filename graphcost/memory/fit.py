@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from graphcost.errors import GraphcostError
+from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.format.ggml_types import ggml_pad
 from graphcost.memory.placement import DeviceArg, Override, PlacementFlags
 from graphcost.units import MiB
@@ -148,9 +148,11 @@ class FitInputs:
     tensor_split: tuple[float, ...] = ()  # -ts as given
     overrides: tuple[Override, ...] = ()  # -ot, -cmoe, -ncmoe as given
     split_mode: str = "layer"
-    #: -np (cparams.n_seq_max); llama-fit-params has no -kvu, so the cache is not unified
-    #: and each sequence is a KV stream (fit.cpp: n_streams)
+    #: -np (cparams.n_seq_max); without -kvu (llama-fit-params has none) each sequence is
+    #: a KV stream (fit.cpp: n_streams)
     n_seq: int = 1
+    #: -kvu (cparams.kv_unified, llama-server's --fit): one stream whatever -np is
+    kv_unified: bool = False
 
 
 @dataclass
@@ -238,7 +240,7 @@ def _fit_impl(inp: FitInputs, measure: Measure, state: dict, log: list[str]) -> 
         raise FitFailure("llama_params_fit is not implemented for SPLIT_MODE_TENSOR, abort")
     nd = len(inp.devices)  # 0: the host alone, one entry in free, margins, measurements
     hp_ngl, hp_nct, hp_nex = inp.n_layer, inp.n_ctx_train, inp.n_expert
-    n_streams = max(1, inp.n_seq)  # kv_unified is off in llama-fit-params
+    n_streams = 1 if inp.kv_unified else max(1, inp.n_seq)
     n_ctx_auto = inp.n_ctx == 0
     margins = list(inp.margins[:max(nd, 1)])
 
@@ -491,19 +493,8 @@ def _fit_impl(inp: FitInputs, measure: Measure, state: dict, log: list[str]) -> 
 
 # ---- graphcost's measurement ----------------------------------------------------------------
 
-def kv_cells_total(n_ctx: int, n_ctx_train: int, n_seq: int) -> int:
-    """The KV cells llama_context allocates over all streams (llama-context.cpp, constructor):
-    n_ctx (0: the training context) padded to 256; without a unified cache each of the
-    ``n_seq`` streams holds ``n_ctx_seq = GGML_PAD(n_ctx / n_seq, 256)`` cells."""
-    n = ggml_pad(n_ctx or n_ctx_train, CTX_ALIGN)
-    if n_seq <= 1:
-        return n
-    return ggml_pad(n // n_seq, CTX_ALIGN) * n_seq
-
-
 def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFlags,
-                      compute: Callable[[Candidate], list[int]] | None = None,
-                      n_seq: int = 1) -> Measure:
+                      compute: Callable[[Candidate], list[int]] | None = None) -> Measure:
     """Measure a candidate with graphcost's own plan, as llama.cpp measures it: weights
     without mmap (``common_get_device_memory_data_impl`` sets ``LLAMA_LOAD_MODE_NONE``),
     per device model + context (KV, recurrent state) + compute bytes; rows of host buffer
@@ -514,10 +505,10 @@ def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFl
     the host's alone) replaces graphcost's compute buffers: the proof feeds llama.cpp's own
     to check the search alone.
 
-    ``n_seq`` > 1 (``-np``, KV streams): the KV cache holds :func:`kv_cells_total` cells,
-    the same bytes as one stream of that many cells, so it is planned as one; a
-    sliding-window cache (its size depends on n_seq) or a recurrent state (one per
-    sequence) is not modelled, nor are the compute buffers of the n_seq-stream graphs."""
+    ``settings.n_seq_max`` > 1 (``-np N``): without ``-kvu`` N KV streams of
+    ``GGML_PAD(n_ctx / N, 256)`` cells, and reserve graphs of N sequences
+    (graphcost.graph.settings.resolve, graphcost.memory.plan); a recurrent state of several
+    sequences is not modelled (:class:`Undecided`)."""
     from graphcost.memory.placement import plan_devices
     cache: dict[Candidate, list[DeviceUse]] = {}
 
@@ -527,19 +518,14 @@ def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFl
         what = f"-c {c.n_ctx or model.n_ctx_train} -ngl {c.n_gpu_layers}"
         f = replace(flags, n_gpu_layers=c.n_gpu_layers, tensor_split=c.tensor_split,
                     overrides=c.overrides, load_mode="none")
-        n_ctx = c.n_ctx if n_seq <= 1 else kv_cells_total(c.n_ctx, model.n_ctx_train, n_seq)
-        dp = plan_devices(model, replace(settings, ctx_size=n_ctx), args, f, no_alloc=True)
+        try:
+            dp = plan_devices(model, replace(settings, ctx_size=c.n_ctx), args, f, no_alloc=True)
+        except UnsupportedError as e:
+            if settings.n_seq_max <= 1:
+                raise
+            raise Undecided(f"cannot decide: {e}") from None
         rows = {r.device: r for r in dp.rows}
         given = compute(c) if compute is not None else None
-        if n_seq > 1:
-            if dp.plan.run.kv_size_swa is not None or any(
-                    r.recurrent_state_bytes for r in dp.rows):
-                raise Undecided(f"cannot decide: -np {n_seq}: the sliding-window cache or "
-                                "recurrent state of several sequences is not modelled")
-            if given is None:
-                raise Undecided(f"cannot decide: -np {n_seq}: the compute buffers of "
-                                f"{n_seq}-stream graphs are not modelled ({what}); "
-                                "llama.cpp's fit counts them")
         names = [d.name for d in dp.placement.devices] or ["CPU"]
         out = []
         for i, name in enumerate(names):
@@ -560,7 +546,7 @@ def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFl
 
 def fit_inputs(model, args: list[DeviceArg], flags: PlacementFlags, *, n_ctx: int,
                margins: Sequence[int], n_ctx_min: int, host_total: int | None = None,
-               n_seq: int = 1) -> FitInputs:
+               n_seq: int = 1, kv_unified: bool = False) -> FitInputs:
     """The fit's inputs for these devices and flags (devices in llama.cpp's order).
     Without devices (none given, or ``-dev none``): the host's total memory ``host_total``
     (bytes; default: this machine's, as llama.cpp's CPU device reports it) is the budget."""
@@ -581,7 +567,7 @@ def fit_inputs(model, args: list[DeviceArg], flags: PlacementFlags, *, n_ctx: in
         return FitInputs((), (host_total,), tuple(margins[:1]), model.n_layer,
                          model.n_ctx_train, model.n_expert, n_ctx, n_ctx_min,
                          flags.n_gpu_layers, flags.tensor_split, flags.overrides,
-                         flags.split_mode, n_seq)
+                         flags.split_mode, n_seq, kv_unified)
     missing = [d.name for d in devices if d.free_bytes is None]
     if missing:
         raise GraphcostError(f"fit: give the free memory of {', '.join(missing)} "
@@ -589,7 +575,7 @@ def fit_inputs(model, args: list[DeviceArg], flags: PlacementFlags, *, n_ctx: in
     return FitInputs(tuple(d.name for d in devices), tuple(d.free_bytes for d in devices),
                      tuple(margins[:len(devices)]), model.n_layer, model.n_ctx_train,
                      model.n_expert, n_ctx, n_ctx_min, flags.n_gpu_layers, flags.tensor_split,
-                     flags.overrides, flags.split_mode, n_seq)
+                     flags.overrides, flags.split_mode, n_seq, kv_unified)
 
 
 def parse_fit_target(text: str | None) -> list[int]:

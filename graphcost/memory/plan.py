@@ -8,8 +8,10 @@ which builds worst-case graphs and runs the graph allocator over them
 * the memory module is put in its "full" state (``init_full``: every cache attends all
   of its cells, ``n_kv = size``);
 * a prompt graph with ``n_tokens = min(n_ctx, n_ubatch)`` tokens, all of them outputs
-  (``n_outputs = min(n_tokens, n_outputs_max)``, and ``n_outputs_max = n_batch``);
-* a token-generation graph with one token and one output;
+  (``n_outputs = min(n_tokens, n_outputs_max)``, and ``n_outputs_max = n_batch``), in
+  ``n_seqs = n_seq_max`` sequences (``-np``; graph_reserve rounds n_tokens up to a multiple
+  of n_seqs, the outputs stay);
+* a token-generation graph with one token and one output per sequence (n_seq_max);
 * the prompt graph again.
 
 The buffer only ever grows (``ggml_gallocr_reserve_n`` reallocates when a graph needs more),
@@ -41,10 +43,6 @@ OUTPUT_NAMES = ("result_output", "result_norm",
                 # t_h_nextn (gemma4: the final norm before the output rows are selected;
                 # qwen3next: the output-norm state for its MTP head)
                 "h_nextn")
-#: llama_context default n_seq_max (llama-cli uses one sequence unless -np is given)
-N_SEQ_MAX = 1
-
-
 def graph_outputs(nodes: list[Tensor]) -> list[Tensor]:
     """The tensors llama.cpp flags as outputs: the logits and the final-norm embeddings."""
     return [n for n in nodes if n.name in OUTPUT_NAMES]
@@ -77,15 +75,19 @@ class ReserveGraph:
 
 
 def reserve_runs(run: Resolved) -> list[tuple[str, Resolved]]:
-    """The graphs llama.cpp allocates at start-up (``run.flavour.reserve_graphs``): prompt
-    (n_ubatch tokens, all outputs) and generation (one token), every KV cell attended,
-    built against the memory's full state."""
-    out = []
-    for label, tokens in (("prompt", run.n_ubatch), ("generation", N_SEQ_MAX)):
-        if label in run.flavour.reserve_graphs:
-            # past + tokens = n_ctx makes every cache attend all its cells (n_kv = size)
-            out.append((label, run.step(tokens, run.n_ctx - tokens, tokens, memory_full=True)))
-    return out
+    """The graphs llama.cpp allocates at start-up (``run.flavour.reserve_graphs``), as
+    llama_context::sched_reserve asks graph_reserve for them: prompt (``min(n_ctx,
+    n_ubatch)`` tokens, as many outputs up to n_batch) and generation (one token and one
+    output per sequence), both in ``n_seqs = n_seq_max`` sequences, every KV cell attended
+    (built against the memory's full state)."""
+    n_seqs = run.n_seq_max
+    n_tokens = min(run.n_ctx, run.n_ubatch)
+    # graph_reserve: "making n_tokens a multiple of n_seqs" (rounded up; n_outputs kept)
+    rounded = -(-n_tokens // n_seqs) * n_seqs
+    graphs = {"prompt": (rounded, min(n_tokens, run.n_batch)), "generation": (n_seqs, n_seqs)}
+    return [(label, run.step(tokens, 0, outputs, memory_full=True, seqs=n_seqs))
+            for label, (tokens, outputs) in graphs.items()
+            if label in run.flavour.reserve_graphs]
 
 
 @dataclass(frozen=True)
@@ -176,12 +178,12 @@ class MemoryPlan:
         return next(r for r in self.reserves if r.label == label)
 
 
-def output_buffer_bytes(model: ModelInfo, embeddings: bool = False) -> int:
+def output_buffer_bytes(model: ModelInfo, embeddings: bool = False, n_seq_max: int = 1) -> int:
     """llama_context::output_reserve(n_seq_max) at start-up: logits for one output per
     sequence, ``n_vocab * max(n_outputs, n_seq_max)`` floats, plus ``n_embd`` floats per
     output with embeddings on (n_embd_out = n_embd: no dense output layers modelled; no
     backend samplers). A batch that asks for more outputs regrows it."""
-    return (model.n_vocab + (model.n_embd if embeddings else 0)) * N_SEQ_MAX * 4
+    return (model.n_vocab + (model.n_embd if embeddings else 0)) * n_seq_max * 4
 
 
 def _aligned_bytes(tensors: dict[int, Tensor]) -> int:
@@ -217,7 +219,8 @@ def plan_memory(model: ModelInfo, settings: RunSettings | Resolved,
         reserves.append(ReserveGraph(label, bg, simulate(bg)))
     step = simulate(analyzed) if analyzed is not None else None
     return MemoryPlan(model, run, model.weights_bytes, cache_memory(reserves[0].graph),
-                      output_buffer_bytes(model, run.settings.embeddings), reserves, step,
+                      output_buffer_bytes(model, run.settings.embeddings, run.n_seq_max),
+                      reserves, step,
                       state_memory(reserves[0].graph))
 
 
