@@ -84,7 +84,8 @@ def document(a: Analysis, hardware=None) -> dict:
             "weights_bytes": m.weights_bytes,
             "kv_cache_bytes": a.kv_cache_bytes,
             "kv_caches": [
-                {"name": c.name, "cells": c.size, "n_kv": c.n_kv, "layers": len(c.layers),
+                {"name": c.name, "cells": c.size, "streams": c.n_stream, "n_kv": c.n_kv,
+                 "layers": len(c.layers),
                  "type_k": type_name(run.type_k), "type_v": type_name(run.type_v),
                  "bytes": c.bytes()}
                 for c in bg.caches
@@ -156,7 +157,8 @@ def memory_document(plan, sweep: tuple[str, list[int], list] | None = None) -> d
         "run": run.to_dict(),
         "breakdown": {
             "weights_bytes": plan.weights_bytes,
-            "kv_caches": [{"name": c.name, "cells": c.cells, "layers": c.layers,
+            "kv_caches": [{"name": c.name, "cells": c.cells, "streams": c.streams,
+                           "layers": c.layers,
                            "type_k": c.type_k, "type_v": c.type_v, "k_bytes": c.k_bytes,
                            "v_bytes": c.v_bytes, "bytes": c.bytes} for c in plan.caches],
             "kv_cache_bytes": plan.kv_cache_bytes,

@@ -227,12 +227,13 @@ def models(tmp_path_factory):
     (["--device", "rpc:1GiB", "-fitt", "abc"], "-fitt 'abc': use MiB per device"),
     (["--device", "rpc"], "fit: give the free memory of RPC0"),
     (["--device", "rpc:1GiB", "--host-memory", "8GiB"], "--host-memory goes without devices"),
-    (["-np", "0"], "-np 0: must be >= 1"),
+    # llama_context refuses n_seq_max above LLAMA_MAX_SEQ (-np 0 is max(1, 0) = 1)
+    (["-np", "257"], "--parallel 257 must be between 0 and 256"),
     (["--device", "rpc:1GiB", "--format", "html"], "--format 'html': use text or json"),
     (["--device", "rpc:1GiB", "--fit-ctx", "-5"], "--fit-ctx -5: must be >= 0"),
     (["--device", "rpc:1GiB", "-lm", "bogus"], "--load-mode 'bogus': use one of"),
     (["--device", "rpc:1GiB", "-sm", "row"], "does not support split buffers"),
-], ids=["fitt", "no-mem", "host-mem-with-device", "np0", "format", "fitc", "load-mode",
+], ids=["fitt", "no-mem", "host-mem-with-device", "np257", "format", "fitc", "load-mode",
         "sm-row"])
 def test_bad_flags_one_line(models, cli, args, message):
     r = cli("fit", str(models["llama"]), *args)
@@ -249,10 +250,8 @@ def test_not_modelled_is_undecided(models, cli):
     assert doc["fit"]["status"] == "undecided" and "Vulkan0's model" in doc["fit"]["reason"]
     r = cli("memory", str(models["llama"]), "--device", "vulkan:1GiB", "--max-ctx")
     assert r.returncode == 4 and "cannot decide" in r.stderr
-    # -np 2: the compute buffers of two-stream graphs are not modelled (the search itself
-    # is checked with llama.cpp's: test_search_with_parallel_sequences_equals_llama_fit_params)
-    r = cli("fit", str(models["llama"]), "--host-memory", "1GiB", "-np", "2")
-    assert r.returncode == 4 and "2-stream graphs are not modelled" in r.stderr
+    # -np 2 with a recurrent state (one cell per sequence): not modelled
+    # (tests/test_parallel_sequences.py; -np 2 with a KV cache decides there)
 
 
 def test_host_memory_is_the_cpu_only_budget(models, cli):
@@ -300,8 +299,8 @@ def servers(tmp_path_factory):
 
 
 #: -np N (n_seq_max; llama-fit-params' cache is not unified: N KV streams, fit.cpp
-#: n_streams): (model, RPC servers (0: CPU-only), -fitt MiB, N). graphcost does not model
-#: the compute buffers of N-stream graphs: the search is checked with llama.cpp's
+#: n_streams): (model, RPC servers (0: CPU-only), -fitt MiB, N); the search with llama.cpp's
+#: compute buffers, and end to end with graphcost's own
 NP_CASES = {
     "np2-cpu-ctx": ("llama", 0, 24050, 2),
     "np2-1dev-ctx": ("llama", 1, 24060, 2),
@@ -350,6 +349,26 @@ def test_search_with_parallel_sequences_equals_llama_fit_params(models, servers,
     assert ours == expected, "\n".join(r.log)
     # the context is a multiple of 256 cells per stream
     assert r.n_ctx % (256 * n_seq) == 0
+
+
+@pytest.mark.parametrize("case", list(NP_CASES), ids=list(NP_CASES))
+def test_graphcost_fit_with_parallel_sequences_equals_llama_fit_params(models, servers, cli,
+                                                                      case):
+    """End to end, ``graphcost fit -np N``: graphcost's N-stream KV cache and compute
+    buffers of the N-sequence reserve graphs; without devices the host's."""
+    from fit_runs import fit_params, host_memory
+    from graphcost.memory.backends import host_cpu_features
+    name, nd, margin, n_seq = NP_CASES[case]
+    feats = ",".join(sorted(host_cpu_features())) or "none"
+    devices = ["--device", f"rpc:{host_memory()}"] * nd if nd else [
+        "--host-memory", str(host_memory())]
+    r = cli("fit", str(models[name]), *devices, "-fitt", str(margin), "-np", str(n_seq),
+            "--cpu-features", feats)
+    if r.returncode == 4:
+        pytest.skip(f"pending per-device compute buffers: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    expected, _ = fit_params(models[name], servers[:nd], ["-fitt", str(margin), "-np", str(n_seq)])
+    assert r.stdout.strip().splitlines()[-1] == expected
 
 
 @pytest.mark.parametrize("case", list(REAL_CASES), ids=list(REAL_CASES))

@@ -183,6 +183,33 @@ CASES = [MemCase(model, **settings(text)) for model, text in [
     ("deepseek2_nextn", "n_ctx=4096 n_ubatch=256 flash_attn"),
     ("deepseek2_nextn", "n_ctx=1000 n_ubatch=512 flash_attn type_k=q8_0 type_v=q8_0"),
     ("nemotron_h_moe_nextn", "n_ctx=2048 n_ubatch=256"),
+    # ---- -np N (n_seq_max): N KV streams of GGML_PAD(n_ctx / N, 256) cells, reserve
+    # graphs of N sequences (the prompt's tokens rounded up to a multiple of N: 513 for
+    # -np 3 -ub 512), per-stream K/V views and mask [n_kv, T/N, 1, N]; -kvu: one stream of
+    # n_ctx cells, N sequences in the reserve ubatch; MLA, sliding-window and KV-sharing
+    # caches; encoders (no cache: mean/cls over N sequences); -np 0 is -np 1
+    ("llama", "n_ctx=512 n_ubatch=512 n_seq_max=2"),
+    ("llama", "n_ctx=4096 n_ubatch=512 n_seq_max=3"),
+    ("llama", "n_ctx=1000 n_ubatch=100 flash_attn n_seq_max=3"),
+    ("llama", "n_ctx=4096 n_ubatch=512 flash_attn type_k=q8_0 type_v=q8_0 n_seq_max=2"),
+    ("llama", "n_ctx=4096 n_ubatch=512 n_seq_max=2 kv_unified"),
+    ("llama", "n_ctx=700 n_ubatch=300 n_seq_max=0"),
+    ("llama", "n_ctx=1000 n_ubatch=512 n_batch=2048 flash_attn n_seq_max=3"),
+    ("gemma3", "n_ctx=4096 n_ubatch=512 flash_attn n_seq_max=2"),
+    ("gemma3", "n_ctx=4096 n_ubatch=512 n_seq_max=3 kv_unified"),
+    ("gptoss", "n_ctx=4096 n_ubatch=512 flash_attn n_seq_max=2"),
+    ("deepseek2", "n_ctx=4096 n_ubatch=512 flash_attn n_seq_max=2"),
+    ("deepseek2", "n_ctx=4096 n_ubatch=512 n_seq_max=2"),
+    ("gemma3n", "n_ctx=4096 n_ubatch=512 n_seq_max=2"),
+    ("bert", "n_ctx=512 n_ubatch=512 embeddings n_seq_max=2"),
+    ("bert", "n_ctx=512 n_ubatch=510 embeddings n_seq_max=3"),
+    ("bert_cls_1024", "n_ctx=512 n_ubatch=512 embeddings n_seq_max=3"),
+    # ---- -c below the ubatch: n_batch = min(n_ctx as given, -b), n_ubatch = min(n_batch,
+    # -ub) before n_ctx is padded (llama_context constructor): -c 300 -b 2048 -ub 512
+    # reserves a prompt of 300 tokens; an encoder's (non-causal) n_batch is not clamped
+    ("llama", "n_ctx=300 n_ubatch=512 n_batch=2048"),
+    ("gemma3_270m", "n_ctx=300 n_ubatch=512 n_batch=2048"),
+    ("bert", "n_ctx=300 n_ubatch=512 n_batch=2048 embeddings"),
 ]]
 
 #: the layers each KV cache holds (base, then sliding-window) and those of each recurrent
@@ -239,12 +266,22 @@ def test_memory_matches_llama_cpp_log(models, logs, case):
     # the buffer is the larger of the prompt and generation reserve graphs; the prompt
     # graph has min(n_ctx, n_ubatch) tokens, all of them outputs
     assert mem["compute_buffer_bytes"] == max(g["buffer_bytes"] for g in mem["reserve_graphs"])
+    # the prompt graph has min(n_ctx, n_ubatch) outputs, its tokens rounded up to a
+    # multiple of the reserve ubatch's n_seq_max sequences
     prompt = plan.reserve("prompt")
-    assert prompt.n_tokens == prompt.n_outputs == min(plan.run.n_ctx, case.n_ubatch)
+    n = min(plan.run.n_ctx, plan.run.n_ubatch)
+    assert (prompt.n_tokens, prompt.n_outputs) == (-(-n // plan.run.n_seq_max)
+                                                   * plan.run.n_seq_max, n)
+    # sched_reserve's last three graph_reserve lines (prompt, generation, prompt) log the
+    # sequences and outputs (and the tokens before rounding)
+    seqs = plan.run.n_seq_max
+    assert [(g["n_tokens"], g["n_seqs"], g["n_outputs"]) for g in log["reserve_graphs"][-3:]] \
+        == [(n, seqs, n), (seqs, seqs, seqs), (n, seqs, n)]
     # KV caches, one by one (base, then sliding-window): cells, layers, types, K and V
     assert len(mem["kv_caches"]) == len(plan.caches) == len(log["kv_caches"])
     for ours, part, theirs in zip(mem["kv_caches"], plan.caches, log["kv_caches"]):
         assert (ours["cells"], ours["layers"]) == (theirs["cells"], theirs["layers"])
+        assert (plan.run.n_seq_max, plan.run.n_stream) == (theirs["seqs"], theirs["n_stream"])
         assert (part.type_k, part.type_v) == (theirs["type_k"], theirs["type_v"])
         assert (mib2(part.k_bytes), mib2(part.v_bytes)) == (theirs["k_mib"], theirs["v_mib"])
         assert mib2(ours["bytes"]) == theirs["buffer_mib"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from gguf import PoolingType
 
 from graphcost.format import ggml_types as gt
-from graphcost.errors import UnsupportedError
+from graphcost.errors import SettingsError, UnsupportedError
 from graphcost.graph.ggml_graph import Graph, Tensor
 from graphcost.format.model import ModelInfo, yarn_context
 from graphcost.graph.settings import Resolved
@@ -617,6 +617,13 @@ class LlmGraph:
         if pooling == PoolingType.NONE:
             cur = inp
         elif pooling == PoolingType.MEAN or (pooling == PoolingType.RANK and rank_mean):
+            if inp.ne[1] != self.n_tokens:
+                # the reserve ubatch of -np N sequences rounds n_tokens up to a multiple of
+                # N while n_outputs stays (graph_reserve): ggml_mul_mat's GGML_ASSERT
+                raise SettingsError(
+                    f"--parallel {self.run.n_seq_max}: llama.cpp aborts reserving the graph "
+                    f"(mean pooling of {inp.ne[1]} output rows with a mean of {self.n_tokens} "
+                    "tokens: GGML_ASSERT(ggml_can_mul_mat)); give a -ub that -np divides")
             mean = self.build_inp_mean()
             cur = g.mul_mat(g.cont(g.transpose(inp)), mean)
         elif pooling in (PoolingType.CLS, PoolingType.LAST, PoolingType.RANK):

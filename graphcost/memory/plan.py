@@ -123,6 +123,8 @@ class CacheMemory(TwoPartMemory):
     type_v: str
     k_bytes: int
     v_bytes: int
+    #: llama_kv_cache::n_stream: ``cells`` per stream (llama.cpp logs the cells of one)
+    streams: int = 1
 
     PART_FIELDS = ("k_bytes", "v_bytes")
 
@@ -196,7 +198,8 @@ def cache_memory(bg: BuiltGraph) -> list[CacheMemory]:
     """Each KV cache's K and V buffers."""
     return [CacheMemory(cells=c.size, layers=len(c.layers), name=c.name,
                         type_k=gt.type_name(bg.run.type_k), type_v=gt.type_name(bg.run.type_v),
-                        k_bytes=_aligned_bytes(c.k), v_bytes=_aligned_bytes(c.v))
+                        k_bytes=_aligned_bytes(c.k), v_bytes=_aligned_bytes(c.v),
+                        streams=c.n_stream)
             for c in bg.caches]
 
 

@@ -46,6 +46,8 @@ def _settings_line(plan: MemoryPlan, swept: str | None = None) -> str:
     flags += [] if swept == "ub" else [f"-ub {s.ubatch_size}"]
     flags += [f"-fa {'on' if run.flash_attn else 'off'}", f"-ctk {type_name(run.type_k)}",
               f"-ctv {type_name(run.type_v)}"] + (["--swa-full"] if s.swa_full else [])
+    flags += ([f"-np {run.n_seq_max}"] if run.n_seq_max != 1 else []) + (
+        ["-kvu"] if s.kv_unified else [])
     if swept is not None:
         return "other settings: " + " ".join(flags)
     return f"run: {' '.join(flags)}  (n_ctx {run.n_ctx}, n_ubatch {run.n_ubatch})"
@@ -96,7 +98,9 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
         ("model weights", plan.weights_bytes, "tensor data in the file")]
     for c in plan.caches:
         rows.append((f"KV cache {c.name}", c.bytes,
-                     f"{c.cells} cells, {c.layers} layers, K {c.type_k} {mib(c.k_bytes)} MiB, "
+                     f"{c.cells} cells"
+                     + (f" x {c.streams} streams" if c.streams != 1 else "")
+                     + f", {c.layers} layers, K {c.type_k} {mib(c.k_bytes)} MiB, "
                      f"V {c.type_v} {mib(c.v_bytes)} MiB"))
     if len(plan.caches) > 1:
         rows.append(("KV cache total", plan.kv_cache_bytes, ""))
@@ -107,9 +111,10 @@ def render_memory(plan: MemoryPlan, fusion: list[FusionWhatIf] | None = None) ->
     w = plan.worst
     rows.append(("compute buffer (CPU)", plan.compute_buffer_bytes,
                  f"set by the {w.label} graph"))
+    n_out = plan.run.n_seq_max  # output_reserve(n_seq_max): one output per sequence
     rows.append(("output buffer (CPU)", plan.output_buffer_bytes,
-                 "logits and embeddings of 1 output" if plan.run.settings.embeddings
-                 else "logits of 1 output"))
+                 ("logits and embeddings" if plan.run.settings.embeddings else "logits")
+                 + f" of {n_out} output{'s' if n_out != 1 else ''}"))
     rows.append(("total", plan.total_bytes, ""))
     lines += _rows(rows)
     lines += ["", "compute buffer: llama.cpp allocates these worst-case graphs (every KV cell "
