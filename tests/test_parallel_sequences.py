@@ -23,6 +23,7 @@ from graphcost.errors import SettingsError, UnsupportedError
 from graphcost.graph.build import build_graph, load_model, resolve_for
 from graphcost.graph.settings import RunSettings
 from graphcost.memory.plan import plan_memory
+from parity import assert_same_graph, graph_cases, needs_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,3 +220,23 @@ def test_fit_decides_with_parallel_sequences(paths):
     # 1 GiB of host memory (no margin) holds it, no change
     r = cli("fit", paths["llama"], "--host-memory", "1GiB", "-fitt", "0", "-np", "2")
     assert (r.returncode, r.stdout.strip().splitlines()[-1]) == (0, "-c 4096 -ngl -1"), r.stderr
+
+
+# ---- node for node against llama.cpp ---------------------------------------------------
+
+STEP_CASES = [
+    ("llama", {"n_ctx": 4096, "n_seq_max": 2, "tokens": 5, "past": 300}),
+    ("llama", {"n_ctx": 1000, "n_seq_max": 3, "tokens": 1, "past": 10}),
+    ("llama", {"n_ctx": 4096, "n_seq_max": 2, "kv_unified": True, "tokens": 5, "past": 300}),
+    ("gemma3", {"n_ctx": 4096, "n_seq_max": 2, "tokens": 7, "past": 100}),
+    ("deepseek2", {"n_ctx": 2048, "n_seq_max": 2, "tokens": 3, "past": 50}),
+]
+
+
+@needs_llama_cpp
+@graph_cases(STEP_CASES)
+def test_one_sequence_step_equals_llama_cpp_graph(models, model, settings, fa):
+    """A ubatch of sequence 0 in a context of n_seq_max sequences (capture_graph decodes
+    sequence 0): the caches have every stream, cpy_k/cpy_v merge them, the views and the
+    mask cover the one stream the ubatch uses; the same nodes as llama.cpp's."""
+    assert_same_graph(models[model], settings, fa)
