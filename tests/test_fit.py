@@ -250,8 +250,6 @@ def test_not_modelled_is_undecided(models, cli):
     assert doc["fit"]["status"] == "undecided" and "Vulkan0's model" in doc["fit"]["reason"]
     r = cli("memory", str(models["llama"]), "--device", "vulkan:1GiB", "--max-ctx")
     assert r.returncode == 4 and "cannot decide" in r.stderr
-    # -np 2 with a recurrent state (one cell per sequence): not modelled
-    # (tests/test_parallel_sequences.py; -np 2 with a KV cache decides there)
 
 
 def test_host_memory_is_the_cpu_only_budget(models, cli):

@@ -204,6 +204,19 @@ CASES = [MemCase(model, **settings(text)) for model, text in [
     ("bert", "n_ctx=512 n_ubatch=512 embeddings n_seq_max=2"),
     ("bert", "n_ctx=512 n_ubatch=510 embeddings n_seq_max=3"),
     ("bert_cls_1024", "n_ctx=512 n_ubatch=512 embeddings n_seq_max=3"),
+    # hybrids: one recurrent state cell per sequence (rs_size = n_seq_max), every recurrent
+    # statement over the reserve ubatch's N sequences of T / N tokens
+    ("lfm2", "n_ctx=4096 n_ubatch=512 n_seq_max=2"),
+    ("lfm2", "n_ctx=4096 n_ubatch=512 flash_attn n_seq_max=3"),
+    ("lfm2", "n_ctx=4096 n_ubatch=512 n_seq_max=2 kv_unified"),
+    ("lfm2moe", "n_ctx=2048 n_ubatch=128 n_seq_max=3"),
+    ("granitehybrid", "n_ctx=4096 n_ubatch=512 n_seq_max=2"),
+    ("granitehybrid", "n_ctx=4096 n_ubatch=512 flash_attn n_seq_max=3"),
+    ("nemotron_h", "n_ctx=4096 n_ubatch=512 n_seq_max=2"),
+    ("qwen3next", "n_ctx=4096 n_ubatch=512 n_seq_max=2"),
+    ("qwen3next", "n_ctx=4096 n_ubatch=512 flash_attn n_seq_max=3"),
+    ("qwen35", "n_ctx=4096 n_ubatch=512 n_seq_max=2"),
+    ("qwen35moe", "n_ctx=4096 n_ubatch=512 n_seq_max=2 kv_unified"),
     # ---- -c below the ubatch: n_batch = min(n_ctx as given, -b), n_ubatch = min(n_batch,
     # -ub) before n_ctx is padded (llama_context constructor): -c 300 -b 2048 -ub 512
     # reserves a prompt of 300 tokens; an encoder's (non-causal) n_batch is not clamped
@@ -286,10 +299,10 @@ def test_memory_matches_llama_cpp_log(models, logs, case):
         assert (mib2(part.k_bytes), mib2(part.v_bytes)) == (theirs["k_mib"], theirs["v_mib"])
         assert mib2(ours["bytes"]) == theirs["buffer_mib"]
     assert mem["kv_cache_bytes"] == sum(c["bytes"] for c in mem["kv_caches"])
-    # recurrent states (hybrid models): one cell (n_seq_max 1), F32 R and S buffers
+    # recurrent states (hybrid models): one cell per sequence, F32 R and S buffers
     assert len(mem["recurrent_states"]) == len(log["recurrent_states"])
     for ours, theirs in zip(mem["recurrent_states"], log["recurrent_states"]):
-        assert ours["cells"] == theirs["cells"]
+        assert ours["cells"] == theirs["cells"] == plan.run.n_seq_max == theirs["seqs"]
         assert (theirs["type_r"], theirs["type_s"]) == ("f32", "f32")
         assert (mib2(ours["r_bytes"]), mib2(ours["s_bytes"])) == (theirs["r_mib"], theirs["s_mib"])
         assert mib2(ours["r_bytes"] + ours["s_bytes"]) == theirs["buffer_mib"]

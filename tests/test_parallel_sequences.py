@@ -19,7 +19,7 @@ import pytest
 from fixtures import write_gemma3, write_llama
 from fixtures_encoder import write_bert
 from fixtures_hybrid import write_lfm2
-from graphcost.errors import SettingsError, UnsupportedError
+from graphcost.errors import SettingsError
 from graphcost.graph.build import build_graph, load_model, resolve_for
 from graphcost.graph.settings import RunSettings
 from graphcost.memory.plan import plan_memory
@@ -190,11 +190,21 @@ def test_mean_pooling_that_llama_cpp_aborts_is_refused(paths):
     assert _tensor(p.reserve("prompt").graph, "mean").ne == (510, 3, 1, 1)
 
 
-def test_recurrent_state_with_several_sequences_is_not_modelled(paths):
-    with pytest.raises(UnsupportedError, match="--parallel 2 with a recurrent state"):
-        plan_memory(load_model(paths["lfm2"]), RunSettings(ctx_size=4096, n_seq_max=2))
-    r = cli("fit", paths["lfm2"], "--host-memory", "1GiB", "-np", "2")
-    assert r.returncode == 4 and "cannot decide" in r.stderr and r.stderr.count("\n") == 1
+def test_recurrent_state_has_a_cell_per_sequence(paths):
+    """lfm2 (3 short-conv layers of 5, n_embd 160, kernel 3: n_embd_r = (3 - 1) x 160 =
+    320 floats, no S state) with -np 3: rs_size = max(1, n_seq_max) = 3 cells, R = 3
+    layers x 320 x 3 cells x 4 bytes; the reserve graph gathers all 3 states."""
+    p = plan_memory(load_model(paths["lfm2"]), RunSettings(ctx_size=4096, n_seq_max=3))
+    (st,) = p.states
+    assert (st.cells, st.layers, st.r_bytes, st.s_bytes) == (3, 3, 3 * 320 * 3 * 4, 0)
+    g = p.reserve("prompt").graph
+    assert _tensor(g, "cache_r_l0").ne == (320, 3, 1, 1)
+    assert _tensor(g, "rs_s_copy").ne == (3, 1, 1, 1)
+    # build_shortconv_block (named "model.layers.{}..." as llama.cpp cbs it): in_proj of
+    # {n_embd, 513 tokens} -> {3 x 160, 171 tokens, 3 sequences}
+    assert _tensor(g, "model.layers.{}.conv.in_proj-0").ne == (480, 171, 3, 1)
+    r = cli("fit", paths["lfm2"], "--host-memory", "1GiB", "-fitt", "0", "-np", "2")
+    assert r.returncode == 0, r.stderr
 
 
 # ---- the commands ----------------------------------------------------------------------
@@ -230,6 +240,11 @@ STEP_CASES = [
     ("llama", {"n_ctx": 4096, "n_seq_max": 2, "kv_unified": True, "tokens": 5, "past": 300}),
     ("gemma3", {"n_ctx": 4096, "n_seq_max": 2, "tokens": 7, "past": 100}),
     ("deepseek2", {"n_ctx": 2048, "n_seq_max": 2, "tokens": 3, "past": 50}),
+    # hybrids: the state has a cell per sequence, the ubatch uses sequence 0's
+    ("lfm2", {"n_ctx": 4096, "n_seq_max": 2, "tokens": 5, "past": 0}),
+    ("lfm2", {"n_ctx": 4096, "n_seq_max": 3, "tokens": 1, "past": 40}),
+    ("qwen3next", {"n_ctx": 4096, "n_seq_max": 2, "tokens": 4, "past": 20}),
+    ("granitehybrid", {"n_ctx": 4096, "n_seq_max": 2, "tokens": 3, "past": 0}),
 ]
 
 

@@ -6,23 +6,19 @@ A recurrent layer keeps, per cell, a rolling state ``r`` (LFM2's and Mamba's con
 ``n_embd_r`` floats) and a state ``s`` (Mamba's SSM state: ``n_embd_s`` floats), both F32
 (llama_model::create_memory passes GGML_TYPE_F32). The cache has
 ``rs_size = max(1, n_seq_max)`` cells; with ``n_rs_seq`` rollback snapshots it has
-``rs_size * (1 + n_rs_seq)`` rows. graphcost models one sequence (``n_seq_max = 1``,
-llama.cpp's default; ``-np N > 1`` is refused as not modelled: the reserve ubatch of N
-sequences changes every recurrent statement's shapes) and no rollback (``n_rs_seq = 0``,
-the context default), so one cell and one row: the state does not grow with the context.
+``rs_size * (1 + n_rs_seq)`` rows: one cell per sequence (``-np``), and graphcost models
+no rollback (``n_rs_seq = 0``, the context default), so one row per cell: the state does
+not grow with the context.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from graphcost.errors import UnsupportedError
 from graphcost.format import ggml_types as gt
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.llm_graph import InputKind
 
-#: llama_context default n_seq_max; rs_size = max(1, n_seq_max) cells
-N_SEQ_MAX = 1
 #: llama_context_default_params().n_rs_seq: no rollback snapshots
 N_RS_SEQ = 0
 
@@ -64,15 +60,11 @@ class RsInputs:
 
 def make_state(b, layers: list[int]) -> RecurrentState:
     """llama_memory_recurrent constructor (filtered to ``layers``) plus the context of this
-    ubatch: full (sched_reserve's init_full) -> head 0, all cells, rs_z 0; otherwise one
-    sequence in cell 0, which find_slot zeroes (rs_z 0) only while nothing was decoded
+    ubatch: full (sched_reserve's init_full) -> head 0, all cells, rs_z 0 (the reserve
+    ubatch has one sequence per cell); otherwise one sequence in cell 0, which find_slot zeroes (rs_z 0) only while nothing was decoded
     into it yet (``past == 0``), else rs_z -1."""
     m, g, run = b.model, b.g, b.run
-    if run.n_seq_max > 1:
-        raise UnsupportedError(f"{m.header.path}: --parallel {run.n_seq_max} with a recurrent "
-                               f"state ({m.arch}) is not modelled (one state cell per sequence "
-                               "and ubatches split into sequences)")
-    size = max(1, N_SEQ_MAX)
+    size = max(1, run.n_seq_max)  # llama_model::create_memory: rs_size
     rows = size * (1 + N_RS_SEQ)
     r, s = {}, {}
     for il in layers:
@@ -88,9 +80,9 @@ def make_state(b, layers: list[int]) -> RecurrentState:
 
 def build_rs_inputs(b, st: RecurrentState) -> RsInputs:
     """build_rs_inp_impl: ``rs_s_copy`` [n_rs], views ``s_copy_main`` [n_seqs] and
-    ``s_copy_extra`` [n_rs - n_seqs] (one sequence: n_seqs = 1)."""
+    ``s_copy_extra`` [n_rs - n_seqs] (n_seqs: ubatch.n_seqs)."""
     g = b.g
-    n_seqs = 1
+    n_seqs = b.run.n_seqs
     s_copy = b.new_input(InputKind.S_COPY, gt.I32, [st.n_rs], name="rs_s_copy")
     main = g.view(s_copy, [n_seqs], (), 0)
     extra = g.view(s_copy, [st.n_rs - n_seqs], (), n_seqs * s_copy.nb[0])

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from graphcost.errors import GraphcostError, UnsupportedError
+from graphcost.errors import GraphcostError
 from graphcost.format.ggml_types import ggml_pad
 from graphcost.memory.placement import DeviceArg, Override, PlacementFlags
 from graphcost.units import MiB
@@ -506,9 +506,8 @@ def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFl
     to check the search alone.
 
     ``settings.n_seq_max`` > 1 (``-np N``): without ``-kvu`` N KV streams of
-    ``GGML_PAD(n_ctx / N, 256)`` cells, and reserve graphs of N sequences
-    (graphcost.graph.settings.resolve, graphcost.memory.plan); a recurrent state of several
-    sequences is not modelled (:class:`Undecided`)."""
+    ``GGML_PAD(n_ctx / N, 256)`` cells, a recurrent state cell per sequence, and reserve
+    graphs of N sequences (graphcost.graph.settings.resolve, graphcost.memory.plan)."""
     from graphcost.memory.placement import plan_devices
     cache: dict[Candidate, list[DeviceUse]] = {}
 
@@ -518,12 +517,7 @@ def graphcost_measure(model, settings, args: list[DeviceArg], flags: PlacementFl
         what = f"-c {c.n_ctx or model.n_ctx_train} -ngl {c.n_gpu_layers}"
         f = replace(flags, n_gpu_layers=c.n_gpu_layers, tensor_split=c.tensor_split,
                     overrides=c.overrides, load_mode="none")
-        try:
-            dp = plan_devices(model, replace(settings, ctx_size=c.n_ctx), args, f, no_alloc=True)
-        except UnsupportedError as e:
-            if settings.n_seq_max <= 1:
-                raise
-            raise Undecided(f"cannot decide: {e}") from None
+        dp = plan_devices(model, replace(settings, ctx_size=c.n_ctx), args, f, no_alloc=True)
         rows = {r.device: r for r in dp.rows}
         given = compute(c) if compute is not None else None
         names = [d.name for d in dp.placement.devices] or ["CPU"]

@@ -61,8 +61,8 @@ def _chunk(g, bcx: Tensor, k: int, chunk: int) -> Tensor:
 
 @statement("shortconv")
 def shortconv(sb: SpecBuilder, a: dict) -> None:
-    """``{x: cur, out: cur}``: llama_model_lfm2's build_shortconv_block for one sequence
-    (n_seqs = 1, causal): in_proj -> B, C, x chunks; B*x transposed; the conv state
+    """``{x: cur, out: cur}``: llama_model_lfm2's build_shortconv_block for the ubatch's
+    n_seqs equal sequences (causal): in_proj -> B, C, x chunks; B*x transposed; the conv state
     gathered by build_rs, prepended (CONCAT); the last d_conv columns copied back into
     the state (one slot: n_rs_seq = 0); SSM_CONV with the kernel; C * conv; out_proj."""
     b, g, m, il = sb.b, sb.g, sb.m, sb.il
@@ -74,9 +74,9 @@ def shortconv(sb: SpecBuilder, a: dict) -> None:
         raise GraphcostError(f"{m.header.path}: {m.arch}.shortconv.l_cache is "
                              f"{m.shortconv_l_cache}; llama.cpp needs it > 1")
     d_conv = m.shortconv_l_cache - 1
-    n_seqs = 1
+    n_seqs = b.run.n_seqs
     cur = sb.var(a.get("x", "cur"))
-    n_seq_tokens = cur.ne[1]
+    n_seq_tokens = cur.ne[1] // n_seqs
     cur = g.reshape(cur, [cur.ne[0], n_seq_tokens, n_seqs])
     bcx = sb.cb(b.mm(sb.weight("shortconv.in_proj"), cur), "model.layers.{}.conv.in_proj")
     if bcx.ne[0] % 3:
@@ -111,7 +111,7 @@ __all__: list[Any] = []
 @statement("mamba2")
 def mamba2(sb: SpecBuilder, a: dict) -> None:
     """``{x: cur, out: cur}``: llm_build_mamba_base::build_mamba2_layer
-    (src/models/mamba-base.cpp) for one sequence: ssm_in -> z, xBC, dt views; the conv
+    (src/models/mamba-base.cpp) for the ubatch's n_seqs sequences: ssm_in -> z, xBC, dt views; the conv
     state gathered by build_rs and CONCATed before xBC^T, its last d_conv - 1 columns
     copied back (one slot); SSM_CONV + conv bias + SILU; x, B, C views; dt + bias;
     SSM_SCAN over the SSM state gathered by build_rs (get_ssm_rows), the new state copied
@@ -130,12 +130,12 @@ def mamba2(sb: SpecBuilder, a: dict) -> None:
                              f"d_state {d_state}, time_step_rank {n_head}, group_count "
                              f"{n_group} are not a Mamba-2 layer llama.cpp can build")
     head_dim = d_inner // n_head
-    n_seqs, K = 1, 1  # one sequence; K = n_rs_seq + 1 with n_rs_seq = 0
+    n_seqs, K = b.run.n_seqs, 1  # K = n_rs_seq + 1 with n_rs_seq = 0
     d_xbc = d_inner + 2 * n_group * d_state
     f32 = gt.type_size(gt.F32)
     conv_states, ssm_states = st.r[il], st.s[il]
     cur = sb.var(a.get("x", "cur"))
-    n_seq_tokens = cur.ne[1]
+    n_seq_tokens = cur.ne[1] // n_seqs
 
     conv = build_rs(b, inp, conv_states, m.n_embd_r(), n_seqs)
     conv = g.reshape(conv, [d_conv - 1, d_xbc, n_seqs])
@@ -296,7 +296,7 @@ def _gdn_l2_norm(g, x: Tensor, eps: float) -> Tensor:
 @statement("gated_delta_net")
 def gated_delta_net(sb: SpecBuilder, a: dict) -> None:
     """``{x: cur, style: qwen3next|qwen35, out: cur}``: qwen3next's (qwen35's)
-    build_layer_attn_linear for one sequence, with
+    build_layer_attn_linear for the ubatch's n_seqs sequences of T tokens each, with
     llama.cpp's fused GATED_DELTA_NET (cparams.fused_gdn_ar/ch are on): fused QKV and z
     projections (``attn_qkv``, ``attn_gate``), beta/alpha (``ssm_ba``) into sigmoid(beta) and
     softplus(alpha + dt_bias) * A, the conv state (build_conv_state: build_rs, CONCAT before
@@ -320,10 +320,10 @@ def gated_delta_net(sb: SpecBuilder, a: dict) -> None:
                              f"group_count {nk}, time_step_rank {nv} are not a gated delta "
                              f"net llama.cpp can build (d_inner = state * time_step_rank)")
     head_v = d_inner // nv
-    n_seqs = 1
+    n_seqs = b.run.n_seqs
     f32 = gt.type_size(gt.F32)
     cur = sb.var(a.get("x", "cur"))
-    T = cur.ne[1]
+    T = cur.ne[1] // n_seqs  # ubatch.n_seq_tokens
     wqkv = sb.weight("attn_qkv?")
     if wqkv is None:
         raise UnsupportedError(f"{m.header.path}: {m.arch} layer {il} without attn_qkv "
