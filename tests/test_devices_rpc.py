@@ -139,6 +139,14 @@ CASES = {
     "gemma2-all": ("gemma2", 2, ["-ngl", "all", "-ts", "1,1"]),
     "gemma2-ngl2": ("gemma2", 2, ["-ngl", "2", "-ts", "1,1"]),
     "cohere2-all": ("cohere2", 2, ["-ngl", "all", "-ts", "1,2"]),
+    # -np N: N KV streams per device (n_ctx_seq = 512 / N padded to 256), reserve graphs of
+    # N sequences split across the devices; a partial offload without flash attention;
+    # sliding-window caches; a hybrid's recurrent state of N cells; CPU only
+    "np2-all": ("llama5", 2, ["-ngl", "all", "-ts", "1,1", "-np", "2"]),
+    "np3-ngl3-fa-off": ("llama5", 2, ["-ngl", "3", "-ts", "1,1", "-fa", "off", "-np", "3"]),
+    "np2-gemma3-iswa": ("gemma3", 2, ["-ngl", "all", "-ts", "1,1", "--parallel", "2"]),
+    "np2-lfm2": ("lfm2", 2, ["-ngl", "all", "-ts", "1,1", "-np", "2"]),
+    "np2-cpu-only": ("llama5", 0, ["-np", "2"]),
 }
 
 
