@@ -10,9 +10,6 @@ The fixture is tests/fixtures.py's llama: n_embd 256, 8 heads of 32, 2 KV heads 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,14 +21,6 @@ from graphcost.graph.build import build_graph, load_model, resolve_for
 from graphcost.graph.settings import RunSettings
 from graphcost.memory.plan import plan_memory
 from parity import assert_same_graph, graph_cases, needs_llama_cpp
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "graphcost", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
@@ -172,12 +161,12 @@ def test_one_sequence_step_reads_stream_zero(llama):
     (["analyze", "-np", "2", "--llama-cpp", "2024-08", "-fa", "off"],
      "modelled with one sequence only"),
 ], ids=["above-max", "negative", "2024-08"])
-def test_impossible_values_are_one_line(paths, args, message):
+def test_impossible_values_are_one_line(cli, paths, args, message):
     r = cli(args[0], paths["llama"], *args[1:])
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
-def test_mean_pooling_that_llama_cpp_aborts_is_refused(paths):
+def test_mean_pooling_that_llama_cpp_aborts_is_refused(cli, paths):
     # bert (mean pooling) -np 3 -ub 512 --embeddings: the reserve ubatch has 513 tokens but
     # 512 outputs; llama.cpp aborts (GGML_ASSERT(ggml_can_mul_mat), seen with
     # llama-cpp-python 0.3.36); -ub 510 (3 x 170) works (test_memory_parity)
@@ -190,7 +179,7 @@ def test_mean_pooling_that_llama_cpp_aborts_is_refused(paths):
     assert _tensor(p.reserve("prompt").graph, "mean").ne == (510, 3, 1, 1)
 
 
-def test_recurrent_state_has_a_cell_per_sequence(paths):
+def test_recurrent_state_has_a_cell_per_sequence(cli, paths):
     """lfm2 (3 short-conv layers of 5, n_embd 160, kernel 3: n_embd_r = (3 - 1) x 160 =
     320 floats, no S state) with -np 3: rs_size = max(1, n_seq_max) = 3 cells, R = 3
     layers x 320 x 3 cells x 4 bytes; the reserve graph gathers all 3 states."""
@@ -209,7 +198,7 @@ def test_recurrent_state_has_a_cell_per_sequence(paths):
 
 # ---- the commands ----------------------------------------------------------------------
 
-def test_memory_reports_the_streams(paths):
+def test_memory_reports_the_streams(cli, paths):
     # -c 4096 -np 3: one KV buffer of 3 x 64 x 1536 x 3 x 2 bytes (K and V), logits of 3
     # outputs (300 x 3 x 4 bytes)
     r = cli("memory", paths["llama"], "-c", "4096", "-np", "3", "--format", "json")
@@ -225,7 +214,7 @@ def test_memory_reports_the_streams(paths):
     assert "prompt     513 tokens, 512 outputs" in r.stdout
 
 
-def test_fit_decides_with_parallel_sequences(paths):
+def test_fit_decides_with_parallel_sequences(cli, paths):
     # -np 2 without a context: measured at 2 x 2048 (the training context) = 4096 cells;
     # 1 GiB of host memory (no margin) holds it, no change
     r = cli("fit", paths["llama"], "--host-memory", "1GiB", "-fitt", "0", "-np", "2")
