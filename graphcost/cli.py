@@ -802,7 +802,7 @@ def verify(
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
-    embeddings: EmbdOpt = False,
+    embeddings: EmbdOpt = False, parallel: NpOpt = 1, kv_unified: KvuOpt = False,
 ) -> None:
     """Run the installed llama.cpp (llama-cpp-python) on the model and show where graphcost's
     graph and buffers differ from it: exit 0 when equal, 1 when not."""
@@ -812,7 +812,8 @@ def verify(
     settings = RunSettings(ctx_size=ctx_size, batch_size=batch_size, ubatch_size=ubatch_size,
                            flash_attn=flash_attn, cache_type_k=cache_type_k,
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
-                           past=past, outputs=outputs, embeddings=embeddings)
+                           past=past, outputs=outputs, embeddings=embeddings,
+                           n_seq_max=parallel, kv_unified=kv_unified)
     v = run_verify(model, settings)
     sys.stdout.write(render_verification(v))
     raise typer.Exit(0 if v.equal else 1)

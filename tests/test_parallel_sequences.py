@@ -244,3 +244,12 @@ def test_one_sequence_step_equals_llama_cpp_graph(models, model, settings, fa):
     sequence 0): the caches have every stream, cpy_k/cpy_v merge them, the views and the
     mask cover the one stream the ubatch uses; the same nodes as llama.cpp's."""
     assert_same_graph(models[model], settings, fa)
+
+
+@needs_llama_cpp
+def test_verify_with_parallel_sequences(cli, paths):
+    """``graphcost verify -np 3``: llama.cpp runs with n_seq_max 3 (a hybrid: 3 state
+    cells, 3 KV streams) and agrees, graph and buffers."""
+    r = cli("verify", paths["lfm2"], "-c", "4096", "-np", "3", "--tokens", "5", "--past", "20")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "graph: equal" in r.stdout and "verdict: equal" in r.stdout

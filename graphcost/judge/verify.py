@@ -206,7 +206,7 @@ def verify(model_path: str | os.PathLike, settings, *, timeout: float = 900.0) -
               flash_attn=run.flash_attn, type_k=settings.cache_type_k.lower(),
               type_v=settings.cache_type_v.lower(), swa_full=settings.swa_full, past=run.past,
               tokens=run.n_tokens, n_outputs=run.n_outputs, embeddings=settings.embeddings,
-              timeout=timeout)
+              n_seq_max=run.n_seq_max, kv_unified=settings.kv_unified, timeout=timeout)
     with with_tensor_data(model.header, model.n_vocab) as path:
         try:
             theirs = capture_graph(path, **kw)
