@@ -515,10 +515,10 @@ def _memory_devices(model, format, output, devices, ngl, ts, sm, mg, ot, n_cpu_m
                              no_host, load_mode, mmap, cpu_features, dev, no_op_offload)
     info = load_model(_model_path(model))
     if max_ctx:
-        from graphcost.memory.fit import Undecided, device_fits, largest_context
+        from graphcost.memory.fit import Undecided, largest_device_context
         from graphcost.report.fit import render_max_ctx
         try:
-            m = largest_context(info.n_ctx_train, device_fits(info, settings, args, flags))
+            m = largest_device_context(info, settings, args, flags)
         except Undecided as e:
             _undecided("max_ctx", e, format, output)
         if format == "json":

@@ -253,3 +253,24 @@ def test_verify_with_parallel_sequences(cli, paths):
     r = cli("verify", paths["lfm2"], "-c", "4096", "-np", "3", "--tokens", "5", "--past", "20")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "graph: equal" in r.stdout and "verdict: equal" in r.stdout
+
+
+def test_max_ctx_searches_streams(cli, tmp_path):
+    """``memory --max-ctx -np 2``: up to 2 x the training context (32768) in steps of
+    2 x 256 cells; the answer fits the device, 512 cells more do not."""
+    from graphcost.memory.placement import DeviceArg, PlacementFlags, plan_devices
+    path = write_llama(tmp_path / "l32k.gguf", n_layer=5, context_length=32768).path
+    r = cli("memory", path, "--device", "rpc:40MiB", "--max-ctx", "-np", "2", "-ngl", "all",
+            "--format", "json")
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout)["max_ctx"]
+    assert m["searched_up_to"] == 65536 and m["max_ctx"] % 512 == 0
+    assert all(t["n_ctx"] % 512 == 0 for t in m["tried"])
+    model, flags = load_model(path), PlacementFlags(n_gpu_layers=-2)
+
+    def rpc_total(n_ctx):
+        dp = plan_devices(model, RunSettings(ctx_size=n_ctx, n_seq_max=2),
+                          [DeviceArg("rpc", 40 * 2**20)], flags)
+        (row,) = [r for r in dp.rows if r.device == "RPC0"]
+        return (row.model_bytes + row.kv_bytes + row.compute_bytes + row.output_bytes)
+    assert rpc_total(m["max_ctx"]) <= 40 * 2**20 < rpc_total(m["max_ctx"] + 512)

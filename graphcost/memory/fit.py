@@ -636,6 +636,16 @@ def largest_context(n_ctx_train: int, fits: Callable[[int], bool], pad_to: int =
                       tuple(tried))
 
 
+def largest_device_context(model, settings, args: list[DeviceArg],
+                           flags: PlacementFlags) -> MaxContext:
+    """``memory --max-ctx``: :func:`largest_context` over :func:`device_fits`. With ``-np N``
+    and no ``-kvu`` the context holds N streams: it is searched up to N x the training
+    context in steps of 256 N cells (each stream a multiple of 256, as fit.cpp rounds)."""
+    streams = 1 if settings.kv_unified else max(1, settings.n_seq_max)
+    return largest_context(model.n_ctx_train * streams, device_fits(model, settings, args, flags),
+                           pad_to=CTX_ALIGN * streams)
+
+
 def device_fits(model, settings, args: list[DeviceArg], flags: PlacementFlags) -> Callable[[int], bool]:
     """fits(n_ctx): every device given with a free memory holds its model, KV, recurrent,
     compute and output bytes at this context (flags as given: mmap, -ngl, -ot, ...).
