@@ -147,6 +147,9 @@ CASES = {
     "np2-gemma3-iswa": ("gemma3", 2, ["-ngl", "all", "-ts", "1,1", "--parallel", "2"]),
     "np2-lfm2": ("lfm2", 2, ["-ngl", "all", "-ts", "1,1", "-np", "2"]),
     "np2-cpu-only": ("llama5", 0, ["-np", "2"]),
+    "np2-moe-ngl2": ("mixtral", 2, ["-ngl", "2", "-ts", "1,1", "-np", "2"]),
+    "np3-nkvo-fa-on": ("llama5", 2, ["-ngl", "3", "-ts", "1,1", "-nkvo", "-fa", "on", "-np", "3"]),
+    "np2-qwen3moe-tied": ("qwen3moe", 2, ["-ngl", "all", "-ts", "1,3", "-np", "2"]),
 }
 
 
@@ -203,7 +206,8 @@ def test_per_device_buffers_equal_llama_cpp(models, server_sets, case):
     servers = server_sets[n_rpc]
     marks = [s.mark() for s in servers]
     # -ot names a buffer type: the second server's is RPC0[its endpoint]
-    llama_args = [a.replace("=RPC1", f"=RPC0[{servers[1].endpoint}]") for a in args]
+    llama_args = [a.replace("=RPC1", f"=RPC0[{servers[1].endpoint}]") if "=RPC1" in a else a
+                  for a in args]
     run = run_completion(models[name], servers, ["-c", "512"] + llama_args)
     ours = _graphcost(models[name], n_rpc, args)
 
