@@ -219,6 +219,10 @@ def test_fit_decides_with_parallel_sequences(cli, paths):
     # 1 GiB of host memory (no margin) holds it, no change
     r = cli("fit", paths["llama"], "--host-memory", "1GiB", "-fitt", "0", "-np", "2")
     assert (r.returncode, r.stdout.strip().splitlines()[-1]) == (0, "-c 4096 -ngl -1"), r.stderr
+    # -kvu (llama-server's --fit): one stream, so the unset context stays the training
+    # context, 2048 (fit.cpp n_streams = kv_unified ? 1 : n_seq_max)
+    r = cli("fit", paths["llama"], "--host-memory", "1GiB", "-fitt", "0", "-np", "2", "-kvu")
+    assert (r.returncode, r.stdout.strip().splitlines()[-1]) == (0, "-c 2048 -ngl -1"), r.stderr
 
 
 # ---- node for node against llama.cpp ---------------------------------------------------
