@@ -43,6 +43,8 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
     con.print(f"run: -c {run.n_ctx} -ub {run.n_ubatch} -fa {'on' if run.flash_attn else 'off'} "
               f"-ctk {type_name(run.type_k)} -ctv {type_name(run.type_v)}"
               f"{' --swa-full' if run.settings.swa_full else ''}"
+              f"{f' -np {run.n_seq_max}' if run.n_seq_max != 1 else ''}"
+              f"{' -kvu' if run.settings.kv_unified else ''}"
               f"{run.flavour.cli_flag()}")
     con.print(f"step: --tokens {run.n_tokens} --past {run.past} --outputs {run.n_outputs}")
     if a.graph.caches:
