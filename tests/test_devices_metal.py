@@ -409,3 +409,11 @@ def test_weights_metal_cannot_run_stay_on_the_cpu(tmp_path):
         where[dev] = (bufts["blk.0.ffn_down.weight"], runs)
     assert where["metal"] == ("MTL0", {"prompt": {"MTL0"}, "generation": {"MTL0"}})
     assert where["metal,bfloat=0"] == ("CPU", {"prompt": {"BLAS"}, "generation": {"CPU"}})
+
+
+def test_a_yes_no_option_with_another_value_is_refused(tmp_path, cli):
+    # bfloat=2 must not silently mean the default (op_rules.device_flag)
+    f = write_llama(tmp_path / "m.gguf", n_layer=2)
+    r = cli("memory", f.path, "--device", "metal:64GiB,bfloat=2", "-c", "512")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "graphcost: device option bfloat=2: use 1 or 0 (also yes/no, true/false, on/off)"]

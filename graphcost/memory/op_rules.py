@@ -450,11 +450,17 @@ SYCL_BUFFER_ALIGNMENT = 128
 
 def device_flag(options: dict[str, Any], name: str, default: bool) -> bool:
     """A yes/no device option (``integrated=1``, ``fusion=0``, ``onednn=0``): 1/true/yes/on
-    is yes, 0/false/no/off is no; absent or anything else, ``default``."""
-    v = str(options.get(name, "")).strip().lower()
+    is yes, 0/false/no/off is no; absent, ``default``; anything else is refused in one line
+    (a typo such as ``bfloat=2`` must not silently mean the default)."""
+    if name not in options:
+        return default
+    v = str(options[name]).strip().lower()
     if v in ("1", "true", "yes", "on"):
         return True
-    return False if v in ("0", "false", "no", "off") else default
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise GraphcostError(f"device option {name}={options[name]}: use 1 or 0 "
+                         "(also yes/no, true/false, on/off)")
 
 
 def _sycl_arch(options: dict[str, Any]) -> str:
