@@ -259,7 +259,9 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
 
 def _with_options(b: Backend, a: DeviceArg) -> Backend:
     """The backend's facts with the device's options applied: ``align`` gives a
-    device-dependent alignment (Vulkan's minStorageBufferOffsetAlignment); ``integrated=1``
+    device-dependent alignment (Vulkan's minStorageBufferOffsetAlignment; ``map_align``,
+    Vulkan_Host's minMemoryMapAlignment, is checked here and read by the scheduler);
+    ``suballoc`` the buffer types' max size (Vulkan's suballocation block); ``integrated=1``
     an integrated GPU (CUDA/ROCm: no mmap by default)."""
     import dataclasses
     for k, v in a.options:
@@ -268,14 +270,22 @@ def _with_options(b: Backend, a: DeviceArg) -> Backend:
             raise GraphcostError(f"--device {a.kind},{k}={v}: unknown option for {a.kind} "
                                  f"(options: {known})")
     opts = dict(a.options)
-    if "align" in opts:
-        try:
-            align = int(opts["align"])
-        except ValueError:
-            align = 0
-        if align <= 0 or align & (align - 1):
-            raise GraphcostError(f"--device {a.kind},align={opts['align']}: use a power of 2 in bytes")
-        b = dataclasses.replace(b, alignment=align)
+    for name in ("align", "map_align"):
+        if name in opts:
+            try:
+                align = int(opts[name])
+            except ValueError:
+                align = 0
+            if align <= 0 or align & (align - 1):
+                raise GraphcostError(f"--device {a.kind},{name}={opts[name]}: use a power of 2 in bytes")
+            if name == "align":
+                b = dataclasses.replace(b, alignment=align)
+    if "suballoc" in opts:
+        # Vulkan: the suballocation block, get_max_size of its buffer types
+        size = parse_bytes(opts["suballoc"], f"--device {a.kind},suballoc=")
+        if size <= 0:
+            raise GraphcostError(f"--device {a.kind},suballoc={opts['suballoc']}: use a size above 0")
+        b = dataclasses.replace(b, max_buffer_size=size)
     if device_flag(opts, "integrated", False):
         # ggml_backend_cuda_device_get_props: caps.mmap_support = type != IGPU
         b = dataclasses.replace(b, mmap_support=False)
