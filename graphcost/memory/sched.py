@@ -729,12 +729,16 @@ class ComputeBuffers:
 
     @property
     def chunks_by_buft(self) -> dict[str, tuple[int, ...]]:
-        """Each compute buffer's chunks after the reserve graphs in turn
-        (:func:`graphcost.memory.alloc.reserved_chunks`; one chunk: the largest size)."""
+        """Each compute buffer's chunks after sched_reserve's graphs in turn: prompt,
+        generation, prompt again (:func:`graphcost.memory.alloc.reserved_chunks`; one chunk:
+        the largest size)."""
         out: dict[str, tuple[int, ...]] = {}
         for i, b in enumerate(self.backends):
             if b.buft not in out:
-                out[b.buft] = reserved_chunks(s.buffer_chunks[i] for _, s in self.schedules)
+                graphs = [s.buffer_chunks[i] for _, s in self.schedules]
+                if self.schedules[0][0] == "prompt":
+                    graphs.append(graphs[0])  # "reserve again with pp graph" (the same graph)
+                out[b.buft] = reserved_chunks(graphs)
         return out
 
     def n_splits(self, label: str) -> int:
