@@ -2,8 +2,8 @@
 ggml_graph_optimize (used for Metal's compute buffers; worked cases in
 tests/test_devices_metal.py; checked against ggml's own C++ code, compiled from the vendored
 source, when the llama.cpp tools are built) and Vulkan's ggml_vk_graph_optimize
-(transcribed from ggml-vulkan.cpp, not yet used: Vulkan's compute buffers stay not
-modelled), worked by hand on small graphs, and checked on whole model graphs to be orders
+(transcribed from ggml-vulkan.cpp, used for Vulkan's compute buffers: worked cases in
+tests/test_devices_vulkan.py), worked by hand on small graphs, and checked on whole model graphs to be orders
 ggml could run."""
 from __future__ import annotations
 

@@ -41,8 +41,9 @@ and sizes FLASH_ATTN_EXT with its F16 K/V copies), and what its ``graph_optimize
 (CUDA: allocation dependencies for its MoE fusions, :mod:`graphcost.memory.alloc_deps`,
 added to the allocator's graph after the node they wait for; Metal: those of its fusion
 table, then ``ggml_graph_optimize``'s node reorder, :mod:`graphcost.memory.reorder`, which
-the allocator sees; Vulkan's reorder is transcribed but its compute buffers are not
-modelled). A device's spec may name ACCEL backends llama_context adds before the CPU
+the allocator sees; Vulkan: ``ggml_vk_graph_optimize``'s reorder and the allocation
+dependencies of its top-k MoE patterns, and a 1 GiB max size that splits its compute
+buffers into chunks, :func:`graphcost.memory.alloc.reserved_chunks`). A device's spec may name ACCEL backends llama_context adds before the CPU
 (Metal's macOS build: BLAS). A device whose facts are missing, or whose graph meets a rule
 graphcost does not model (:class:`graphcost.memory.op_rules.Unmodelled`), has its compute
 buffers reported as not modelled, with the reason in the placement's notes. The CPU is
