@@ -11,39 +11,22 @@ import json
 import pytest
 
 from fixtures import write_llama
-from fixtures_moe import write_qwen3moe
 from graphcost.format import ggml_types as gt
-from graphcost.graph.build import load_model
 from graphcost.graph.ops import Op
 from graphcost.graph.settings import RunSettings
 from graphcost.memory.alloc import MAX_CHUNKS, DynAllocator, reserved_chunks
 from graphcost.memory.backends import load
 from graphcost.memory.op_rules import Unmodelled, evaluate
 from graphcost.memory.placement import PlacementFlags, parse_device, plan_devices
+import test_devices_metal
 from test_devices_cuda import tensor
 
 AVX2 = frozenset({"avx2"})
 T = gt.GGMLType
-#: the fixture models, by name: writer and arguments (tests/fixtures.py, fixtures_moe.py)
-MODELS = {
-    # 2 layers, n_embd 256, n_ff 768, 8 heads of 32, 2 KV heads, vocab 300; output Q6_K
-    "llama2": (write_llama, dict(n_layer=2)),
-    # 2 layers, n_embd 320, 5 heads of 64 over 1 KV head, 4 experts of width 96, 2 used
-    "qwen3moe": (write_qwen3moe, dict(n_layer=2)),
-}
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    """model(name): a fixture model of :data:`MODELS`, written and loaded on first use."""
-    d, loaded = tmp_path_factory.mktemp("vk"), {}
-
-    def get(name):
-        if name not in loaded:
-            writer, kw = MODELS[name]
-            loaded[name] = load_model(writer(d / f"{name}.gguf", **kw).path)
-        return loaded[name]
-    return get
+#: model(name): test_devices_metal's fixture models (llama2: 2 layers, n_embd 256, n_ff 768,
+#: 8 heads of 32, 2 KV heads, vocab 300, output Q6_K; qwen3moe: 2 layers, n_embd 320,
+#: 5 heads of 64 over 1 KV head, 4 experts of width 96, 2 used)
+model = test_devices_metal.model
 
 
 def _vk(node, **opts) -> bool:
