@@ -305,3 +305,24 @@ def test_bad_vulkan_options_are_one_line(tmp_path, cli, dev, msg):
     f = write_llama(tmp_path / "m.gguf", n_layer=2)
     r = cli("memory", f.path, "--device", dev, "-c", "512")
     assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_host_buffer_weights_take_the_host_types_facts(model):
+    """--no-mmap: the CPU layers' weights go to the first device's pinned host buffer type,
+    whose alignment and get_alloc_size are not the device's: CUDA_Host takes the CPU's (32,
+    ggml_nbytes), so blk.0.ffn_down, Q4_K [768, 256] = 256 rows x 3 blocks x 144 bytes =
+    110,592 bytes, gets no 512-element row padding there (on CUDA0: 110,592 + 144 = 110,736,
+    padded to 128: 110,848); Vulkan_Host takes minMemoryMapAlignment (map_align), so
+    blk.0.attn_norm, F32 [256] = 1,024 bytes, stays 1,024 at 64 and becomes 4,096 at 4,096."""
+    llama2 = model("llama2")
+    s = RunSettings(ctx_size=512)
+    flags = PlacementFlags(n_gpu_layers=2, cpu_features=AVX2, load_mode="none", repack=False)
+
+    def weights(dev):
+        dp = plan_devices(llama2, s, [parse_device(dev)], flags)
+        return {(w.name, w.buft.name): w.bytes for w in dp.placement.weights}
+    cuda = weights("cuda")
+    assert cuda[("blk.0.ffn_down.weight", "CUDA_Host")] == 256 * 3 * 144 == 110592
+    assert cuda[("blk.1.ffn_down.weight", "CUDA0")] == 110848
+    assert weights("vulkan,align=64")[("blk.0.attn_norm.weight", "Vulkan_Host")] == 1024
+    assert weights("vulkan,align=64,map_align=4096")[("blk.0.attn_norm.weight", "Vulkan_Host")] == 4096

@@ -336,6 +336,26 @@ def layer_devices(model: ModelInfo, devices: list[Device],
 
 # ---- buffer types ----------------------------------------------------------------------------
 
+def host_buffer_backend(d: Device) -> Backend:
+    """The facts of a device's pinned host buffer type (``CUDA_Host``, ``Vulkan_Host``), which
+    are not the device's: the CPU buffer type's get_alignment (32) and get_alloc_size
+    (ggml_nbytes), which ggml-cuda and ggml-sycl's host types take, and no max size; unless
+    the device's spec gives its own under ``scheduler.host_buffer`` (Vulkan_Host:
+    ``alignment`` minMemoryMapAlignment, a device option ``alignment_option``, and
+    ``max_size_of_device``: the device's suballocation block)."""
+    import dataclasses
+    cpu = load_backend("cpu")
+    host = (d.backend.scheduler or {}).get("host_buffer") or {}
+    align, max_size = cpu.alignment, None
+    if host:
+        opt = host.get("alignment_option")
+        align = int(d.options.get(opt, host["alignment"])) if opt else int(host["alignment"])
+        if host.get("max_size_of_device"):
+            max_size = d.backend.max_buffer_size
+    return dataclasses.replace(d.backend, alignment=align, max_buffer_size=max_size,
+                               alloc_padding="none", row_padding=0)
+
+
 def cpu_buft_list(devices: list[Device], flags: PlacementFlags) -> list[Buft]:
     """make_cpu_buft_list: [first device's host type] + [CPU extra types] + [CPU]."""
     cpu = load_backend("cpu")
@@ -343,7 +363,8 @@ def cpu_buft_list(devices: list[Device], flags: PlacementFlags) -> list[Buft]:
     if not flags.no_host:
         for d in devices:
             if d.backend.host_buffer:
-                out.append(Buft(d.backend.host_buffer, d.backend.host_buffer, "host", d.backend))
+                out.append(Buft(d.backend.host_buffer, d.backend.host_buffer, "host",
+                                host_buffer_backend(d)))
                 break
     if flags.repack:
         for e in cpu.extra_buffer_types:

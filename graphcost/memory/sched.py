@@ -63,7 +63,7 @@ from graphcost.memory.alloc_deps import RULES as ALLOC_DEP_RULES
 from graphcost.memory.alloc_deps import SplitGraph, collect, dep_nodes, use_counts
 from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, device_flag, evaluate
 from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, PlacementFlags,
-                                        _layer_of)
+                                        _layer_of, host_buffer_backend)
 
 #: ggml-backend.cpp: GGML_SCHED_MAX_COPIES (copies of inputs with pipeline parallelism)
 MAX_COPIES = 4
@@ -221,25 +221,14 @@ def backends_for(placement: Placement) -> list[SchedBackend] | None:
 
 def _cpu_backend(placement: Placement) -> SchedBackend:
     """The CPU backend, whose compute buffer type is the first device's host buffer type if
-    it has one (llama_context: "use the host buffer of the first device CPU"): the CPU's
-    alignment and no max size, unless the device's spec gives its host type's
-    (``scheduler.host_buffer``: Vulkan_Host's minMemoryMapAlignment, a device option, and
-    the suballocation block as max size)."""
+    it has one (llama_context: "use the host buffer of the first device CPU"), with that
+    type's alignment and max size (:func:`graphcost.memory.placement.host_buffer_backend`:
+    the CPU's, or Vulkan_Host's minMemoryMapAlignment and suballocation block)."""
     from graphcost.memory.backends import load as load_backend
-    cpu = load_backend("cpu")
     if not placement.devices or not placement.devices[0].backend.host_buffer:
-        return SchedBackend("CPU", "CPU", cpu.alignment, True)
-    d = placement.devices[0]
-    host = (d.backend.scheduler or {}).get("host_buffer") or {}
-    align, max_size = cpu.alignment, None
-    if host:
-        opt = host.get("alignment_option")
-        align = int(d.options.get(opt, host["alignment"])) if opt else int(host["alignment"])
-        if align <= 0 or align & (align - 1):
-            raise GraphcostError(f"--device {d.backend.name},{opt}={align}: use a power of 2 in bytes")
-        if host.get("max_size_of_device"):
-            max_size = d.backend.max_buffer_size
-    return SchedBackend("CPU", d.backend.host_buffer, align, True, max_size=max_size)
+        return SchedBackend("CPU", "CPU", load_backend("cpu").alignment, True)
+    host = host_buffer_backend(placement.devices[0])
+    return SchedBackend("CPU", host.host_buffer, host.alignment, True, max_size=host.max_buffer_size)
 
 
 class _Scheduler:
