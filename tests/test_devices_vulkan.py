@@ -326,3 +326,33 @@ def test_host_buffer_weights_take_the_host_types_facts(model):
     assert cuda[("blk.1.ffn_down.weight", "CUDA0")] == 110848
     assert weights("vulkan,align=64")[("blk.0.attn_norm.weight", "Vulkan_Host")] == 1024
     assert weights("vulkan,align=64,map_align=4096")[("blk.0.attn_norm.weight", "Vulkan_Host")] == 4096
+
+
+def test_chunked_allocation_equals_ggml_alloc(capsys):
+    """benchmarks/check_alloc_chunks.py: ggml-alloc.c itself (the tools build's
+    libggml-base.so) sizes graphcost's graphs (llama with and without flash attention at 512
+    and 7 tokens, gpt2, qwen3moe; each in its built order and in ggml_vk_graph_optimize's)
+    for a buffer type of alignment 64 or 32 and max size SIZE_MAX, 4 MiB, 1 MiB, 256 KiB,
+    100,000 bytes and 4 KiB (one chunk per tensor, up to the 16th, unbounded): every buffer
+    size equals graphcost's."""
+    import importlib.util
+    from pathlib import Path
+
+    from test_reorder import _ggml_source_and_lib
+    found, why = _ggml_source_and_lib()
+    if found is None:
+        pytest.skip(why)
+    spec = importlib.util.spec_from_file_location(
+        "check_alloc_chunks", Path(__file__).resolve().parents[1] / "benchmarks" / "check_alloc_chunks.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    src, lib = found
+    assert check.main(["--src", str(src), "--lib", str(lib)]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines()[1:] if ln.strip()]
+    assert len(rows) == 2 * len(check.CASES) == 10
+    assert all(" equal " in ln for ln in rows), out
+    # the 4 MiB limit splits the 512-token llama's compute buffer (fa off): more bytes
+    built = next(ln for ln in rows if ln.startswith("llama fa=off, 512") and " built " in ln)
+    sizes = [int(x) for x in built.split("equal")[1].split()]
+    assert sizes[1] > sizes[0]

@@ -1,0 +1,125 @@
+"""Check graphcost's ggml-alloc mirror with a maximum buffer size (a compute buffer split
+into chunks, as for Vulkan's 1 GiB suballocation block) against ggml-alloc.c itself.
+
+    python benchmarks/check_alloc_chunks.py --src /path/to/llama_cpp_python-0.3.36/vendor/llama.cpp \\
+        --lib ~/.cache/graphcost/llama-tools-0.3.36-build/bin
+
+benchmarks/check_alloc_chunks.cpp is compiled against ``--src``'s headers and linked with a
+built ``libggml-base.so`` (``--lib``: the llama.cpp tools build), whose ggml-alloc.c does the
+allocating. For each fixture model and setting below, graphcost's graph of one step (as one
+buffer type; weights and caches with memory of their own: check_metal_reorder.memory),
+in its built order and in the order ggml_vk_graph_optimize gives it
+(graphcost.memory.reorder_vulkan), goes to the harness, which reports the buffer size
+``ggml_gallocr_reserve_n_size`` gives for each (alignment, max size) of :data:`LIMITS`;
+graphcost.memory.alloc.allocate does the same with ``max_sizes``. One row per case and
+order: nodes, the largest single tensor, and whether every size is equal. Exit status 0 when
+all are, 1 otherwise, 2 when the compiler, the source or the library is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from check_metal_reorder import memory, serialize  # noqa: E402
+from fixtures import write_llama  # noqa: E402
+from fixtures_classic import write_gpt2  # noqa: E402
+from fixtures_moe import write_qwen3moe  # noqa: E402
+from graphcost.graph.build import build_graph, load_model, resolve_for  # noqa: E402
+from graphcost.graph.settings import RunSettings  # noqa: E402
+from graphcost.memory.alloc import allocate  # noqa: E402
+from graphcost.memory.alloc_deps import SplitGraph, use_counts  # noqa: E402
+from graphcost.memory.plan import graph_outputs  # noqa: E402
+from graphcost.memory.reorder_vulkan import vulkan_graph_optimize  # noqa: E402
+
+HARNESS = Path(__file__).with_suffix(".cpp")
+#: (alignment, max size; 0: SIZE_MAX): no chunks, then chunks from several to one per tensor
+LIMITS = [(64, 0), (64, 4 << 20), (64, 1 << 20), (64, 256 << 10), (32, 100_000), (64, 4096)]
+#: (name, writer, writer arguments, run settings, tokens in the step)
+CASES = [
+    ("llama fa=off, 512 tokens", write_llama, dict(n_layer=2), dict(flash_attn="off"), 512),
+    ("llama fa=on, 512 tokens", write_llama, dict(n_layer=2), dict(flash_attn="on"), 512),
+    ("llama fa=off, 7 tokens", write_llama, dict(n_layer=2), dict(flash_attn="off"), 7),
+    ("gpt2, 256 tokens", write_gpt2, dict(n_layer=2), dict(flash_attn="off"), 256),
+    ("qwen3moe, 64 tokens", write_qwen3moe, dict(n_layer=2), dict(flash_attn="on"), 64),
+]
+
+
+def build(src: Path, lib: Path, out: Path) -> Path:
+    g = src / "ggml"
+    exe = out / "check_alloc_chunks"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-w", f"-I{g / 'include'}", f"-I{g / 'src'}",
+                    str(HARNESS), f"-L{lib}", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)],
+                   check=True)
+    return exe
+
+
+def compare(exe: Path, bg, nodes) -> tuple[bool, list[tuple[int, int, int, int]]]:
+    """Whether ggml's buffer size equals graphcost's for every limit; and the rows
+    (alignment, max size, ggml's bytes, graphcost's bytes)."""
+    outputs = {id(t) for t in graph_outputs(nodes)}
+    mem = memory(bg)
+    text, ids = serialize(nodes, outputs, mem)
+    args = [str(x) for lim in LIMITS for x in lim]
+    r = subprocess.run([str(exe), *args], input=text, capture_output=True, text=True, check=True)
+    by_id = {}
+    for t in nodes:
+        for x in [t, *t.src, t.view_src]:
+            if x is not None:
+                by_id[ids[id(x)]] = x
+    c_sizes, leafs = {}, []
+    for line in r.stdout.splitlines():
+        head, *rest = line.split()
+        if head == "leafs":
+            leafs = [by_id[int(x)] for x in rest]
+        elif head == "size":
+            c_sizes[int(rest[0]), int(rest[1])] = int(rest[2])
+    rows = []
+    for align, max_size in LIMITS:
+        a = allocate(nodes, leafs, outputs=[t for t in nodes if id(t) in outputs], inputs=(),
+                     external=lambda t: id(t) in mem, alignment=align,
+                     max_sizes=[max_size or None])
+        rows.append((align, max_size, c_sizes[align, max_size], a.buffer_bytes))
+    return all(c == p for *_, c, p in rows), rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--src", type=Path, required=True, help="the vendored llama.cpp directory")
+    ap.add_argument("--lib", type=Path, required=True, help="a directory with libggml-base.so")
+    a = ap.parse_args(argv)
+    if (not shutil.which("g++") or not (a.src / "ggml" / "src" / "ggml-alloc.c").is_file()
+            or not (a.lib / "libggml-base.so").exists()):
+        print("needs g++, --src with ggml/src/ggml-alloc.c and --lib with libggml-base.so", file=sys.stderr)
+        return 2
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build(a.src, a.lib, Path(tmp))
+        print(f"{'case':34} {'order':9} {'nodes':>6} {'largest':>9}  sizes (ggml = graphcost, by max size)")
+        for name, writer, kw, run_kw, tokens in CASES:
+            m = load_model(writer(Path(tmp) / f"{name.split()[0]}.gguf", **kw).path)
+            run = resolve_for(m, RunSettings(ctx_size=512, **run_kw))
+            bg = build_graph(m, run.step(tokens, 0, tokens))
+            weights = {i for i, (buf, _) in memory(bg).items() if buf == 0}
+            g = SplitGraph(list(bg.nodes), None, use_counts(bg.nodes),
+                           {id(t) for t in graph_outputs(bg.nodes)}, weights)
+            for order, nodes in (("built", list(bg.nodes)),
+                                 ("vulkan", vulkan_graph_optimize(g, None, {}))):
+                same, rows = compare(exe, bg, nodes)
+                ok &= same
+                largest = max(t.nbytes for t in nodes)
+                sizes = " ".join(f"{c}" if c == p else f"{c}!={p}" for *_, c, p in rows)
+                print(f"{name:34} {order:9} {len(nodes):6} {largest:9}  {'equal  ' if same else 'DIFFERS'} {sizes}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
