@@ -17,11 +17,8 @@ all are, 1 otherwise, 2 when the compiler, the source or the library is missing.
 """
 from __future__ import annotations
 
-import argparse
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,12 +26,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from check_metal_reorder import memory, serialize  # noqa: E402
+from check_metal_reorder import memory, run_cases, serialize  # noqa: E402
 from fixtures import write_llama  # noqa: E402
 from fixtures_classic import write_gpt2  # noqa: E402
 from fixtures_moe import write_qwen3moe  # noqa: E402
-from graphcost.graph.build import build_graph, load_model, resolve_for  # noqa: E402
-from graphcost.graph.settings import RunSettings  # noqa: E402
 from graphcost.memory.alloc import allocate  # noqa: E402
 from graphcost.memory.alloc_deps import SplitGraph, use_counts  # noqa: E402
 from graphcost.memory.plan import graph_outputs  # noqa: E402
@@ -91,34 +86,25 @@ def compare(exe: Path, bg, nodes) -> tuple[bool, list[tuple[int, int, int, int]]
     return all(c == p for *_, c, p in rows), rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--src", type=Path, required=True, help="the vendored llama.cpp directory")
-    ap.add_argument("--lib", type=Path, required=True, help="a directory with libggml-base.so")
-    a = ap.parse_args(argv)
-    if (not shutil.which("g++") or not (a.src / "ggml" / "src" / "ggml-alloc.c").is_file()
-            or not (a.lib / "libggml-base.so").exists()):
-        print("needs g++, --src with ggml/src/ggml-alloc.c and --lib with libggml-base.so", file=sys.stderr)
-        return 2
+def _check_case(exe: Path, name: str, bg) -> bool:
+    """Both orders of one case's graph: a row each."""
+    weights = {i for i, (buf, _) in memory(bg).items() if buf == 0}
+    g = SplitGraph(list(bg.nodes), None, use_counts(bg.nodes),
+                   {id(t) for t in graph_outputs(bg.nodes)}, weights)
     ok = True
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = build(a.src, a.lib, Path(tmp))
-        print(f"{'case':34} {'order':9} {'nodes':>6} {'largest':>9}  sizes (ggml = graphcost, by max size)")
-        for name, writer, kw, run_kw, tokens in CASES:
-            m = load_model(writer(Path(tmp) / f"{name.split()[0]}.gguf", **kw).path)
-            run = resolve_for(m, RunSettings(ctx_size=512, **run_kw))
-            bg = build_graph(m, run.step(tokens, 0, tokens))
-            weights = {i for i, (buf, _) in memory(bg).items() if buf == 0}
-            g = SplitGraph(list(bg.nodes), None, use_counts(bg.nodes),
-                           {id(t) for t in graph_outputs(bg.nodes)}, weights)
-            for order, nodes in (("built", list(bg.nodes)),
-                                 ("vulkan", vulkan_graph_optimize(g, None, {}))):
-                same, rows = compare(exe, bg, nodes)
-                ok &= same
-                largest = max(t.nbytes for t in nodes)
-                sizes = " ".join(f"{c}" if c == p else f"{c}!={p}" for *_, c, p in rows)
-                print(f"{name:34} {order:9} {len(nodes):6} {largest:9}  {'equal  ' if same else 'DIFFERS'} {sizes}")
-    return 0 if ok else 1
+    for order, nodes in (("built", list(bg.nodes)), ("vulkan", vulkan_graph_optimize(g, None, {}))):
+        same, rows = compare(exe, bg, nodes)
+        ok &= same
+        largest = max(t.nbytes for t in nodes)
+        sizes = " ".join(f"{c}" if c == p else f"{c}!={p}" for *_, c, p in rows)
+        print(f"{name:34} {order:9} {len(nodes):6} {largest:9}  {'equal  ' if same else 'DIFFERS'} {sizes}")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cases(__doc__, argv, Path("ggml/src/ggml-alloc.c"), build, CASES,
+                     f"{'case':34} {'order':9} {'nodes':>6} {'largest':>9}  sizes (ggml = graphcost, "
+                     "by max size)", _check_case)
 
 
 if __name__ == "__main__":

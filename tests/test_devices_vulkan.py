@@ -335,23 +335,10 @@ def test_chunked_allocation_equals_ggml_alloc(capsys):
     for a buffer type of alignment 64 or 32 and max size SIZE_MAX, 4 MiB, 1 MiB, 256 KiB,
     100,000 bytes and 4 KiB (one chunk per tensor, up to the 16th, unbounded): every buffer
     size equals graphcost's."""
-    import importlib.util
-    from pathlib import Path
-
-    from test_reorder import _ggml_source_and_lib
-    found, why = _ggml_source_and_lib()
-    if found is None:
-        pytest.skip(why)
-    spec = importlib.util.spec_from_file_location(
-        "check_alloc_chunks", Path(__file__).resolve().parents[1] / "benchmarks" / "check_alloc_chunks.py")
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
-    src, lib = found
-    assert check.main(["--src", str(src), "--lib", str(lib)]) == 0, capsys.readouterr().out
-    out = capsys.readouterr().out
-    rows = [ln for ln in out.splitlines()[1:] if ln.strip()]
+    from test_reorder import run_ggml_check
+    check, rows = run_ggml_check("check_alloc_chunks", capsys)
     assert len(rows) == 2 * len(check.CASES) == 10
-    assert all(" equal " in ln for ln in rows), out
+    assert all(" equal " in ln for ln in rows), rows
     # the 4 MiB limit splits the 512-token llama's compute buffer (fa off): more bytes
     built = next(ln for ln in rows if ln.startswith("llama fa=off, 512") and " built " in ln)
     sizes = [int(x) for x in built.split("equal")[1].split()]
