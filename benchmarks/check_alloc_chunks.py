@@ -12,8 +12,11 @@ in its built order and in the order ggml_vk_graph_optimize gives it
 (graphcost.memory.reorder_vulkan), goes to the harness, which reports the buffer size
 ``ggml_gallocr_reserve_n_size`` gives for each (alignment, max size) of :data:`LIMITS`;
 graphcost.memory.alloc.allocate does the same with ``max_sizes``. One row per case and
-order: nodes, the largest single tensor, and whether every size is equal. Exit status 0 when
-all are, 1 otherwise, 2 when the compiler, the source or the library is missing.
+order: nodes, the largest single tensor, and whether every size is equal; then one row for
+sched_reserve's sequence (the case's graph, a 1-token graph, the case's graph again, reserved
+in turn on one allocator, ``ggml_gallocr_reserve_n``): whether the buffer size after each
+equals graphcost.memory.alloc.reserved_chunks's, for every limit. Exit status 0 when all
+are, 1 otherwise, 2 when the compiler, the source or the library is missing.
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ from check_metal_reorder import memory, run_cases, serialize  # noqa: E402
 from fixtures import write_llama  # noqa: E402
 from fixtures_classic import write_gpt2  # noqa: E402
 from fixtures_moe import write_qwen3moe  # noqa: E402
-from graphcost.memory.alloc import allocate  # noqa: E402
+from graphcost.graph.build import build_graph  # noqa: E402
+from graphcost.memory.alloc import allocate, reserved_chunks  # noqa: E402
 from graphcost.memory.alloc_deps import SplitGraph, use_counts  # noqa: E402
 from graphcost.memory.plan import graph_outputs  # noqa: E402
 from graphcost.memory.reorder_vulkan import vulkan_graph_optimize  # noqa: E402
@@ -57,48 +61,76 @@ def build(src: Path, lib: Path, out: Path) -> Path:
     return exe
 
 
-def compare(exe: Path, bg, nodes) -> tuple[bool, list[tuple[int, int, int, int]]]:
-    """Whether ggml's buffer size equals graphcost's for every limit; and the rows
-    (alignment, max size, ggml's bytes, graphcost's bytes)."""
-    outputs = {id(t) for t in graph_outputs(nodes)}
-    mem = memory(bg)
-    text, ids = serialize(nodes, outputs, mem)
-    args = [str(x) for lim in LIMITS for x in lim]
-    r = subprocess.run([str(exe), *args], input=text, capture_output=True, text=True, check=True)
-    by_id = {}
-    for t in nodes:
-        for x in [t, *t.src, t.view_src]:
-            if x is not None:
-                by_id[ids[id(x)]] = x
-    c_sizes, leafs = {}, []
-    for line in r.stdout.splitlines():
-        head, *rest = line.split()
-        if head == "leafs":
-            leafs = [by_id[int(x)] for x in rest]
-        elif head == "size":
-            c_sizes[int(rest[0]), int(rest[1])] = int(rest[2])
-    rows = []
-    for align, max_size in LIMITS:
-        a = allocate(nodes, leafs, outputs=[t for t in nodes if id(t) in outputs], inputs=(),
-                     external=lambda t: id(t) in mem, alignment=align,
+class Graph:
+    """One graph as the harness and graphcost's allocator see it: its text, graph outputs,
+    tensors with memory of their own, and the leaf order ggml builds (asked of the harness)."""
+
+    def __init__(self, exe: Path, bg, nodes) -> None:
+        self.nodes = nodes
+        self.outputs = {id(t) for t in graph_outputs(nodes)}
+        self.mem = memory(bg)
+        self.text, ids = serialize(nodes, self.outputs, self.mem)
+        by_id = {ids[id(x)]: x for t in nodes for x in [t, *t.src, t.view_src] if x is not None}
+        out = run(exe, [], self.text)
+        self.leafs = [by_id[int(x)] for x in out[0].split()[1:]]
+
+    def chunks(self, align: int, max_size: int) -> tuple[int, ...]:
+        """graphcost's chunk sizes for a buffer type of this alignment and max size (0: none)."""
+        a = allocate(self.nodes, self.leafs, outputs=[t for t in self.nodes if id(t) in self.outputs],
+                     inputs=(), external=lambda t: id(t) in self.mem, alignment=align,
                      max_sizes=[max_size or None])
-        rows.append((align, max_size, c_sizes[align, max_size], a.buffer_bytes))
+        return a.chunk_sizes[0]
+
+
+def run(exe: Path, args: list[str], text: str) -> list[str]:
+    return subprocess.run([str(exe), *args], input=text, capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
+def compare(exe: Path, g: Graph) -> tuple[bool, list[tuple[int, int, int, int]]]:
+    """Whether ggml's buffer size equals graphcost's for every limit of :data:`LIMITS`; and the
+    rows (alignment, max size, ggml's bytes, graphcost's bytes)."""
+    c_sizes = {}
+    for line in run(exe, [str(x) for lim in LIMITS for x in lim], g.text):
+        head, *rest = line.split()
+        if head == "size":
+            c_sizes[int(rest[0]), int(rest[1])] = int(rest[2])
+    rows = [(align, m, c_sizes[align, m], sum(g.chunks(align, m))) for align, m in LIMITS]
     return all(c == p for *_, c, p in rows), rows
 
 
+def compare_reserves(exe: Path, graphs: list[Graph]) -> bool:
+    """sched_reserve's graphs in turn on one allocator, for every limit: after each, ggml's
+    buffer size (ggml_gallocr_reserve_n then ggml_gallocr_get_buffer_size) equals the sum of
+    graphcost.memory.alloc.reserved_chunks over the graphs so far."""
+    text = f"{len(graphs)}\n" + "".join(g.text for g in graphs)
+    for align, m in LIMITS:
+        c = [int(ln.split()[1]) for ln in run(exe, ["reserve", str(align), str(m)], text)]
+        chunks = [g.chunks(align, m) for g in graphs]
+        if c != [sum(reserved_chunks(chunks[:k + 1])) for k in range(len(graphs))]:
+            return False
+    return True
+
+
 def _check_case(exe: Path, name: str, bg) -> bool:
-    """Both orders of one case's graph: a row each."""
+    """Both orders of one case's graph, a row each; then, on the built order, the reserve
+    sequence prompt (the case), generation (1 token), prompt."""
     weights = {i for i, (buf, _) in memory(bg).items() if buf == 0}
-    g = SplitGraph(list(bg.nodes), None, use_counts(bg.nodes),
-                   {id(t) for t in graph_outputs(bg.nodes)}, weights)
+    sg = SplitGraph(list(bg.nodes), None, use_counts(bg.nodes),
+                    {id(t) for t in graph_outputs(bg.nodes)}, weights)
     ok = True
-    for order, nodes in (("built", list(bg.nodes)), ("vulkan", vulkan_graph_optimize(g, None, {}))):
-        same, rows = compare(exe, bg, nodes)
+    for order, nodes in (("built", list(bg.nodes)), ("vulkan", vulkan_graph_optimize(sg, None, {}))):
+        same, rows = compare(exe, Graph(exe, bg, nodes))
         ok &= same
         largest = max(t.nbytes for t in nodes)
         sizes = " ".join(f"{c}" if c == p else f"{c}!={p}" for *_, c, p in rows)
         print(f"{name:34} {order:9} {len(nodes):6} {largest:9}  {'equal  ' if same else 'DIFFERS'} {sizes}")
-    return ok
+    gen = build_graph(bg.model, bg.run.step(1, 0, 1))
+    prompt = Graph(exe, bg, list(bg.nodes))
+    same = compare_reserves(exe, [prompt, Graph(exe, gen, list(gen.nodes)), prompt])
+    print(f"{name:34} {'reserve':9} {'':6} {'':9}  {'equal  ' if same else 'DIFFERS'} "
+          "prompt, generation, prompt")
+    return ok and same
 
 
 def main(argv: list[str] | None = None) -> int:
