@@ -29,13 +29,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from check_metal_reorder import memory, run_cases, serialize  # noqa: E402
+from check_metal_reorder import memory, run_cases, serialize, split_of  # noqa: E402
 from fixtures import write_llama  # noqa: E402
 from fixtures_classic import write_gpt2  # noqa: E402
 from fixtures_moe import write_qwen3moe  # noqa: E402
 from graphcost.graph.build import build_graph  # noqa: E402
 from graphcost.memory.alloc import allocate, reserved_chunks  # noqa: E402
-from graphcost.memory.alloc_deps import SplitGraph, use_counts  # noqa: E402
 from graphcost.memory.plan import graph_outputs  # noqa: E402
 from graphcost.memory.reorder_vulkan import vulkan_graph_optimize  # noqa: E402
 
@@ -115,9 +114,7 @@ def compare_reserves(exe: Path, graphs: list[Graph]) -> bool:
 def _check_case(exe: Path, name: str, bg) -> bool:
     """Both orders of one case's graph, a row each; then, on the built order, the reserve
     sequence prompt (the case), generation (1 token), prompt."""
-    weights = {i for i, (buf, _) in memory(bg).items() if buf == 0}
-    sg = SplitGraph(list(bg.nodes), None, use_counts(bg.nodes),
-                    {id(t) for t in graph_outputs(bg.nodes)}, weights)
+    sg = split_of(bg.nodes, {id(t) for t in graph_outputs(bg.nodes)}, memory(bg))
     ok = True
     for order, nodes in (("built", list(bg.nodes)), ("vulkan", vulkan_graph_optimize(sg, None, {}))):
         same, rows = compare(exe, Graph(exe, bg, nodes))

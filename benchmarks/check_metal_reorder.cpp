@@ -52,10 +52,6 @@ static size_t metal_alloc_size(const ggml_tensor * tensor) {
     return res;
 }
 
-static void dep(void *, ggml_tensor * t, ggml_tensor * until) {
-    printf("dep %d %d\n", g_ids[t], g_ids[until]);
-}
-
 int main() {
     ggml_context * ctx = nullptr;
     ggml_cgraph * gf = nullptr;
@@ -63,11 +59,9 @@ int main() {
     for (int i = 0; i < gf->n_nodes; i++) {
         printf("size %d %zu\n", g_ids[gf->nodes[i]], metal_alloc_size(gf->nodes[i]));
     }
-    ggml_metal_fusion_add_alloc_deps(nullptr, dep, gf);
+    ggml_metal_fusion_add_alloc_deps(nullptr, print_dep, gf);
     ggml_graph_optimize(gf);
-    printf("order");
-    for (int i = 0; i < gf->n_nodes; i++) printf(" %d", g_ids[gf->nodes[i]]);
-    printf("\n");
+    print_order(gf);
     ggml_free(ctx);
     return 0;
 }

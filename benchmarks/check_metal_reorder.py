@@ -165,26 +165,44 @@ def build(src: Path, lib: Path, out: Path) -> Path:
     return exe
 
 
+def run_harness(exe: Path, text: str) -> tuple[list[tuple[int, int]], list[int], dict[int, int]]:
+    """A harness's answer for one graph: its "dep T U" pairs, its "order" and its
+    "size ID BYTES" lines."""
+    r = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True)
+    deps, order, sizes = [], [], {}
+    for line in r.stdout.splitlines():
+        head, *rest = line.split()
+        if head == "size":
+            sizes[int(rest[0])] = int(rest[1])
+        elif head == "dep":
+            deps.append((int(rest[0]), int(rest[1])))
+        elif head == "order":
+            order = [int(x) for x in rest]
+    return deps, order, sizes
+
+
+def split_of(nodes: list[Tensor], outputs: set[int], mem: dict) -> SplitGraph:
+    """The graph as one split, the weights (buffer 0 of :func:`memory`) as weights."""
+    weights = {i for i, (buf, _) in mem.items() if buf == 0}
+    return SplitGraph(list(nodes), None, use_counts(nodes), outputs, weights)
+
+
+def ask(exe: Path, bg):
+    """One built graph as one split, its weights and caches in buffers (:func:`memory`):
+    (id(tensor) -> its number, the harness's (deps, order, sizes), the split for graphcost's
+    side, the memory)."""
+    outputs = {id(t) for t in graph_outputs(bg.nodes)}
+    mem = memory(bg)
+    text, ids = serialize(bg.nodes, outputs, mem)
+    return ids, run_harness(exe, text), split_of(bg.nodes, outputs, mem), mem
+
+
 def compare(exe: Path, bg) -> tuple[bool, bool, int, int, bool]:
     """(order equal, deps equal, nodes moved, nodes with scratch, every node's Metal alloc
     size equal) for one built graph taken as one Metal split, its weights and caches in
     buffers (:func:`memory`)."""
     nodes = bg.nodes
-    outputs = {id(t) for t in graph_outputs(nodes)}
-    mem = memory(bg)
-    text, ids = serialize(nodes, outputs, mem)
-    r = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True)
-    c_deps, c_order, c_size = [], [], {}
-    for line in r.stdout.splitlines():
-        head, *rest = line.split()
-        if head == "size":
-            c_size[int(rest[0])] = int(rest[1])
-        elif head == "dep":
-            c_deps.append((int(rest[0]), int(rest[1])))
-        elif head == "order":
-            c_order = [int(x) for x in rest]
-    weights = {i for i, (buf, _) in mem.items() if buf == 0}
-    g = SplitGraph(list(nodes), None, use_counts(nodes), outputs, weights)
+    ids, (c_deps, c_order, c_size), g, mem = ask(exe, bg)
 
     def address(t: Tensor):
         if id(t) not in mem:

@@ -53,6 +53,18 @@ static ggml_backend_buffer * buffer(int k) {
     return g_bufs[k];
 }
 
+// add_alloc_dep as the checks print it: "dep TENSOR UNTIL"
+static void print_dep(void *, ggml_tensor * t, ggml_tensor * until) {
+    printf("dep %d %d\n", g_ids[t], g_ids[until]);
+}
+
+// the graph's node order: "order ID..."
+static void print_order(const ggml_cgraph * gf) {
+    printf("order");
+    for (int i = 0; i < gf->n_nodes; i++) printf(" %d", g_ids[gf->nodes[i]]);
+    printf("\n");
+}
+
 // Read a graph from stdin into a new context; 0 on success, 2 on bad input, 3 when the
 // expanded order differs from the given one.
 static int read_graph(ggml_context ** pctx, ggml_cgraph ** pgf) {

@@ -142,3 +142,16 @@ def test_metal_reorder_equals_ggmls_own_code(capsys):
     check, rows = run_ggml_check("check_metal_reorder", capsys)
     assert len(rows) == len(check.CASES) == 10
     assert all(ln.split()[-3:] == ["equal", "equal", "equal"] for ln in rows), rows
+
+
+def test_vulkan_reorder_equals_ggmls_own_code(capsys):
+    """benchmarks/check_vulkan_reorder.py: ggml_vk_graph_optimize, ggml_vk_can_fuse_unary_mul,
+    ggml_vk_unary_mul_op_index and the fusion patterns, copied verbatim from the vendored
+    ggml-vulkan source (which needs no Vulkan call, only the Vulkan headers its files
+    include) and compiled against libggml-base.so, run on the same 10 graphs: every node
+    order and every allocation dependency (the top-k MoE routings of qwen3moe and glm4moe,
+    qwen3next's) equals graphcost's."""
+    check, rows = run_ggml_check("check_vulkan_reorder", capsys)
+    assert len(rows) == len(check.CASES) == 10
+    assert all(ln.split()[-2:] == ["equal", "equal"] for ln in rows), rows
+    assert sum(int(ln.split()[-3]) for ln in rows) == 2 + 2 + 4 + 4  # deps: the MoE cases
