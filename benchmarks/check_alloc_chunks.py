@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from check_metal_reorder import memory, run_cases, serialize, split_of  # noqa: E402
+from check_metal_reorder import compile_harness, memory, run_cases, serialize, split_of  # noqa: E402
 from fixtures import write_llama  # noqa: E402
 from fixtures_classic import write_gpt2  # noqa: E402
 from fixtures_moe import write_qwen3moe  # noqa: E402
@@ -52,12 +52,7 @@ CASES = [
 
 
 def build(src: Path, lib: Path, out: Path) -> Path:
-    g = src / "ggml"
-    exe = out / "check_alloc_chunks"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-w", f"-I{g / 'include'}", f"-I{g / 'src'}",
-                    str(HARNESS), f"-L{lib}", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)],
-                   check=True)
-    return exe
+    return compile_harness(HARNESS, src, lib, out)
 
 
 class Graph:

@@ -240,6 +240,29 @@ def case_graphs(cases: list, tmp: Path):
         yield name, build_graph(m, run.step(tokens, 0, tokens))
 
 
+def compile_harness(harness: Path, src: Path, lib: Path, out: Path,
+                    includes: dict[str, str] | None = None) -> Path:
+    """g++ ``harness`` against ``src``'s ggml headers, linked with ``lib``'s libggml-base.so,
+    into ``out``; ``includes``: files (name -> text) written to ``out`` first, for the
+    harness to include."""
+    g = src / "ggml"
+    for name, text in (includes or {}).items():
+        (out / name).write_text(text)
+    exe = out / harness.stem
+    subprocess.run(["g++", "-std=c++17", "-O1", "-w", f"-I{g / 'include'}", f"-I{g / 'src'}", f"-I{out}",
+                    str(harness), f"-L{lib}", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)],
+                   check=True)
+    return exe
+
+
+def copy_function(code: list[str], head: str) -> str:
+    """A function's text, verbatim: from the line that starts with ``head`` to the first
+    line that is ``}``."""
+    start = next(i for i, ln in enumerate(code) if ln.startswith(head))
+    end = next(i for i in range(start, len(code)) if code[i] == "}")
+    return "\n".join(code[start:end + 1])
+
+
 def run_cases(doc: str, argv: list[str] | None, needs: Path, build_exe, cases: list,
               header: str, check_case) -> int:
     """A check's main: its arguments (:func:`parse_args`), its harness built in a temporary

@@ -19,7 +19,6 @@ otherwise, 2 when the compiler, the source or the library is missing.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from check_metal_reorder import CASES, ask, run_cases  # noqa: E402
+from check_metal_reorder import CASES, ask, compile_harness, copy_function, run_cases  # noqa: E402
 from graphcost.memory.reorder_vulkan import vulkan_graph_optimize  # noqa: E402
 
 HARNESS = Path(__file__).with_suffix(".cpp")
@@ -44,21 +43,12 @@ def extract(src: Path) -> str:
     types = (vk / "ggml-vulkan-types.h").read_text()
     parts = re.findall(r"^static constexpr std::initializer_list<.*?};$", types, re.M | re.S)
     code = (vk / "ggml-vulkan.cpp").read_text().splitlines()
-    for head in FUNCTIONS:
-        start = next(i for i, ln in enumerate(code) if ln.startswith(head))
-        end = next(i for i in range(start, len(code)) if code[i] == "}")
-        parts.append("\n".join(code[start:end + 1]))
+    parts += [copy_function(code, head) for head in FUNCTIONS]
     return "\n\n".join(parts) + "\n"
 
 
 def build(src: Path, lib: Path, out: Path) -> Path:
-    g = src / "ggml"
-    (out / "vk_extracted.inc").write_text(extract(src))
-    exe = out / "check_vulkan_reorder"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-w", f"-I{g / 'include'}", f"-I{g / 'src'}", f"-I{out}",
-                    str(HARNESS), f"-L{lib}", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)],
-                   check=True)
-    return exe
+    return compile_harness(HARNESS, src, lib, out, {"vk_extracted.inc": extract(src)})
 
 
 def compare(exe: Path, bg) -> tuple[bool, bool, int, int]:

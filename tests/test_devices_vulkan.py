@@ -346,3 +346,20 @@ def test_chunked_allocation_equals_ggml_alloc(capsys):
     built = next(ln for ln in rows if ln.startswith("llama fa=off, 512") and " built " in ln)
     sizes = [int(x) for x in built.split("equal")[1].split()]
     assert sizes[1] > sizes[0]
+
+
+def test_supports_op_equals_ggmls_own_code(capsys):
+    """benchmarks/check_vulkan_supports_op.py: ggml_backend_vk_device_supports_op and its
+    helpers copied verbatim from the vendored ggml-vulkan source, compiled beside a stub
+    device set from the same device options, answer every node of 10 graphs (llama with and
+    without flash attention, q8_0 caches, gpt2, qwen3moe, glm4moe, qwen3next) under 11
+    option sets (the defaults, no subgroups, small storage ranges with and without 64-bit
+    indexing, a small maxBufferSize, no MUL_MAT_ID tile, no memory model, ...) as the spec's
+    rules do; some sets refuse nodes (a case with flash attention and no subgroups: its FA
+    nodes)."""
+    from test_reorder import run_ggml_check
+    check, rows = run_ggml_check("check_vulkan_supports_op", capsys)
+    assert len(rows) == len(check.CASES) * len(check.OPTIONS) == 110
+    assert all(ln.endswith(" equal") for ln in rows), rows
+    refused = [int(ln.split()[-3]) for ln in rows]
+    assert sum(1 for r in refused if r) >= 30  # the option sets do refuse nodes
