@@ -165,26 +165,44 @@ def build(src: Path, lib: Path, out: Path) -> Path:
     return exe
 
 
+def run_harness(exe: Path, text: str) -> tuple[list[tuple[int, int]], list[int], dict[int, int]]:
+    """A harness's answer for one graph: its "dep T U" pairs, its "order" and its
+    "size ID BYTES" lines."""
+    r = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True)
+    deps, order, sizes = [], [], {}
+    for line in r.stdout.splitlines():
+        head, *rest = line.split()
+        if head == "size":
+            sizes[int(rest[0])] = int(rest[1])
+        elif head == "dep":
+            deps.append((int(rest[0]), int(rest[1])))
+        elif head == "order":
+            order = [int(x) for x in rest]
+    return deps, order, sizes
+
+
+def split_of(nodes: list[Tensor], outputs: set[int], mem: dict) -> SplitGraph:
+    """The graph as one split, the weights (buffer 0 of :func:`memory`) as weights."""
+    weights = {i for i, (buf, _) in mem.items() if buf == 0}
+    return SplitGraph(list(nodes), None, use_counts(nodes), outputs, weights)
+
+
+def ask(exe: Path, bg):
+    """One built graph as one split, its weights and caches in buffers (:func:`memory`):
+    (id(tensor) -> its number, the harness's (deps, order, sizes), the split for graphcost's
+    side, the memory)."""
+    outputs = {id(t) for t in graph_outputs(bg.nodes)}
+    mem = memory(bg)
+    text, ids = serialize(bg.nodes, outputs, mem)
+    return ids, run_harness(exe, text), split_of(bg.nodes, outputs, mem), mem
+
+
 def compare(exe: Path, bg) -> tuple[bool, bool, int, int, bool]:
     """(order equal, deps equal, nodes moved, nodes with scratch, every node's Metal alloc
     size equal) for one built graph taken as one Metal split, its weights and caches in
     buffers (:func:`memory`)."""
     nodes = bg.nodes
-    outputs = {id(t) for t in graph_outputs(nodes)}
-    mem = memory(bg)
-    text, ids = serialize(nodes, outputs, mem)
-    r = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True)
-    c_deps, c_order, c_size = [], [], {}
-    for line in r.stdout.splitlines():
-        head, *rest = line.split()
-        if head == "size":
-            c_size[int(rest[0])] = int(rest[1])
-        elif head == "dep":
-            c_deps.append((int(rest[0]), int(rest[1])))
-        elif head == "order":
-            c_order = [int(x) for x in rest]
-    weights = {i for i, (buf, _) in mem.items() if buf == 0}
-    g = SplitGraph(list(nodes), None, use_counts(nodes), outputs, weights)
+    ids, (c_deps, c_order, c_size), g, mem = ask(exe, bg)
 
     def address(t: Tensor):
         if id(t) not in mem:
@@ -200,31 +218,83 @@ def compare(exe: Path, bg) -> tuple[bool, bool, int, int, bool]:
     return py_order == c_order, py_deps == c_deps, moved, scratch, py_size == c_size
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(doc: str, argv: list[str] | None, needs: Path) -> argparse.Namespace | None:
+    """--src and --lib; None (after one line on stderr) when g++, ``--src``/``needs`` or
+    ``--lib``'s libggml-base.so is missing."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--src", type=Path, required=True, help="the vendored llama.cpp directory")
     ap.add_argument("--lib", type=Path, required=True, help="a directory with libggml-base.so")
     a = ap.parse_args(argv)
-    metal = a.src / "ggml" / "src" / "ggml-metal" / "ggml-metal-common.cpp"
-    if not shutil.which("g++") or not metal.is_file() or not (a.lib / "libggml-base.so").exists():
-        print("needs g++, --src with ggml/src/ggml-metal and --lib with libggml-base.so", file=sys.stderr)
+    if not shutil.which("g++") or not (a.src / needs).is_file() or not (a.lib / "libggml-base.so").exists():
+        print(f"needs g++, --src with {needs} and --lib with libggml-base.so", file=sys.stderr)
+        return None
+    return a
+
+
+def case_graphs(cases: list, tmp: Path):
+    """(name, built graph) of each case: (name, writer, writer arguments, run settings,
+    tokens), one step of that many tokens at -c 512."""
+    for name, writer, kw, run_kw, tokens in cases:
+        m = load_model(writer(tmp / f"{name.split()[0]}.gguf", **kw).path)
+        run = resolve_for(m, RunSettings(ctx_size=512, **run_kw))
+        yield name, build_graph(m, run.step(tokens, 0, tokens))
+
+
+def compile_harness(harness: Path, src: Path, lib: Path, out: Path,
+                    includes: dict[str, str] | None = None) -> Path:
+    """g++ ``harness`` against ``src``'s ggml headers, linked with ``lib``'s libggml-base.so,
+    into ``out``; ``includes``: files (name -> text) written to ``out`` first, for the
+    harness to include."""
+    g = src / "ggml"
+    for name, text in (includes or {}).items():
+        (out / name).write_text(text)
+    exe = out / harness.stem
+    subprocess.run(["g++", "-std=c++17", "-O1", "-w", f"-I{g / 'include'}", f"-I{g / 'src'}", f"-I{out}",
+                    str(harness), f"-L{lib}", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)],
+                   check=True)
+    return exe
+
+
+def copy_function(code: list[str], head: str) -> str:
+    """A function's text, verbatim: from the line that starts with ``head`` to the first
+    line that is ``}``."""
+    start = next(i for i, ln in enumerate(code) if ln.startswith(head))
+    end = next(i for i in range(start, len(code)) if code[i] == "}")
+    return "\n".join(code[start:end + 1])
+
+
+def run_cases(doc: str, argv: list[str] | None, needs: Path, build_exe, cases: list,
+              header: str, check_case) -> int:
+    """A check's main: its arguments (:func:`parse_args`), its harness built in a temporary
+    directory (``build_exe(src, lib, dir)``), the header, then ``check_case(exe, name, bg)``
+    (prints its rows, returns whether all are equal) for each case's graph. Exit status 0
+    when every case is equal, 1 otherwise, 2 when something is missing."""
+    a = parse_args(doc, argv, needs)
+    if a is None:
         return 2
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        exe = build(a.src, a.lib, Path(tmp))
-        print(f"{'case':36} {'nodes':>6} {'moved':>6} {'scratch':>7}  order  deps   sizes")
-        for name, writer, kw, run_kw, tokens in CASES:
-            m = load_model(writer(Path(tmp) / f"{name.split()[0]}.gguf", **kw).path)
-            run = resolve_for(m, RunSettings(ctx_size=512, **run_kw))
-            bg = build_graph(m, run.step(tokens, 0, tokens))
-            same_order, same_deps, moved, scratch, same_sizes = compare(exe, bg)
-            ok &= same_order and same_deps and same_sizes
-
-            def word(b: bool) -> str:
-                return "equal " if b else "DIFFERS"
-            print(f"{name:36} {len(bg.nodes):6} {moved:6} {scratch:7}  {word(same_order)} "
-                  f"{word(same_deps)} {word(same_sizes)}")
+        exe = build_exe(a.src, a.lib, Path(tmp))
+        print(header)
+        for name, bg in case_graphs(cases, Path(tmp)):
+            ok &= check_case(exe, name, bg)
     return 0 if ok else 1
+
+
+def _check_case(exe: Path, name: str, bg) -> bool:
+    same_order, same_deps, moved, scratch, same_sizes = compare(exe, bg)
+
+    def word(b: bool) -> str:
+        return "equal " if b else "DIFFERS"
+    print(f"{name:36} {len(bg.nodes):6} {moved:6} {scratch:7}  {word(same_order)} "
+          f"{word(same_deps)} {word(same_sizes)}")
+    return same_order and same_deps and same_sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cases(__doc__, argv, Path("ggml/src/ggml-metal/ggml-metal-common.cpp"), build, CASES,
+                     f"{'case':36} {'nodes':>6} {'moved':>6} {'scratch':>7}  order  deps   sizes",
+                     _check_case)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 ggml_graph_optimize (used for Metal's compute buffers; worked cases in
 tests/test_devices_metal.py; checked against ggml's own C++ code, compiled from the vendored
 source, when the llama.cpp tools are built) and Vulkan's ggml_vk_graph_optimize
-(transcribed from ggml-vulkan.cpp, not yet used: Vulkan's compute buffers stay not
-modelled), worked by hand on small graphs, and checked on whole model graphs to be orders
+(transcribed from ggml-vulkan.cpp, used for Vulkan's compute buffers: worked cases in
+tests/test_devices_vulkan.py), worked by hand on small graphs, and checked on whole model graphs to be orders
 ggml could run."""
 from __future__ import annotations
 
@@ -115,6 +115,23 @@ def _ggml_source_and_lib():
     return None, f"{cache}: no llama.cpp source with ggml-metal"
 
 
+def run_ggml_check(name: str, capsys):
+    """Run benchmarks/NAME.py against the tools build's source and libggml-base.so (skipped
+    when not built); asserts exit 0; returns the module and its table's rows."""
+    import importlib.util
+    found, why = _ggml_source_and_lib()
+    if found is None:
+        pytest.skip(why)
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    src, lib = found
+    assert check.main(["--src", str(src), "--lib", str(lib)]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    return check, [ln for ln in out.splitlines()[1:] if ln.strip()]
+
+
 def test_metal_reorder_equals_ggmls_own_code(capsys):
     """benchmarks/check_metal_reorder.py: ggml-metal-common.cpp, ggml-metal-fusion.cpp and
     ggml-metal-ops.cpp's scratch sizes (plain C++) compiled against the vendored source and
@@ -122,17 +139,19 @@ def test_metal_reorder_equals_ggmls_own_code(capsys):
     tokens, a q8_0 cache at 7 and 64 tokens, gpt2's layer norms, three MoE routings,
     qwen3next's gated delta net; weights and caches in buffers): every node order, every
     allocation dependency and every node's Metal allocation size equals graphcost's."""
-    import importlib.util
-    found, why = _ggml_source_and_lib()
-    if found is None:
-        pytest.skip(why)
-    spec = importlib.util.spec_from_file_location(
-        "check_metal_reorder", Path(__file__).resolve().parents[1] / "benchmarks" / "check_metal_reorder.py")
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
-    src, lib = found
-    assert check.main(["--src", str(src), "--lib", str(lib)]) == 0, capsys.readouterr().out
-    out = capsys.readouterr().out
-    rows = [ln for ln in out.splitlines()[1:] if ln.strip()]
+    check, rows = run_ggml_check("check_metal_reorder", capsys)
     assert len(rows) == len(check.CASES) == 10
-    assert all(ln.split()[-3:] == ["equal", "equal", "equal"] for ln in rows), out
+    assert all(ln.split()[-3:] == ["equal", "equal", "equal"] for ln in rows), rows
+
+
+def test_vulkan_reorder_equals_ggmls_own_code(capsys):
+    """benchmarks/check_vulkan_reorder.py: ggml_vk_graph_optimize, ggml_vk_can_fuse_unary_mul,
+    ggml_vk_unary_mul_op_index and the fusion patterns, copied verbatim from the vendored
+    ggml-vulkan source (which needs no Vulkan call, only the Vulkan headers its files
+    include) and compiled against libggml-base.so, run on the same 10 graphs: every node
+    order and every allocation dependency (the top-k MoE routings of qwen3moe and glm4moe,
+    qwen3next's) equals graphcost's."""
+    check, rows = run_ggml_check("check_vulkan_reorder", capsys)
+    assert len(rows) == len(check.CASES) == 10
+    assert all(ln.split()[-2:] == ["equal", "equal"] for ln in rows), rows
+    assert sum(int(ln.split()[-3]) for ln in rows) == 2 + 2 + 4 + 4  # deps: the MoE cases

@@ -108,7 +108,8 @@ def test_analyze_device_gives_each_node_its_device_and_the_copied_bytes(llama5_p
 
 @pytest.mark.parametrize("args,msg", [
     (["-ngl", "3"], "go with --device"),
-    (["--device", "vulkan,align=64"], "scheduler is not modelled here: Vulkan0"),
+    # Vulkan's buffer alignment (minStorageBufferOffsetAlignment) is the device's to give
+    (["--device", "vulkan"], "scheduler is not modelled here: Vulkan0: its buffer alignment"),
     (["--device", "rpc", "--device", "rpc", "-sm", "row"], "-sm row"),
 ], ids=["flags-without-device", "vulkan", "sm-row"])
 def test_analyze_device_refusals_are_one_line(llama5_path, args, msg):

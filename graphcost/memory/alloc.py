@@ -37,6 +37,10 @@ and leaf names the buffer it is allocated in (``node_buffer_ids`` / ``leaf_buffe
 each buffer has its own dynamic allocator and alignment, and a node that runs in place
 takes over its source's block in the source's buffer. :mod:`graphcost.memory.sched`
 passes these; with one buffer everything above is unchanged.
+
+A buffer type with a maximum size (``ggml_backend_buft_get_max_size``: Vulkan's 1 GiB
+suballocation block) bounds each chunk of its buffer: a block that fits in no chunk opens
+a new one (up to 16), and the buffer is the sum of its chunks (:class:`DynAllocator`).
 """
 from __future__ import annotations
 
@@ -69,66 +73,137 @@ def same_layout(a: Tensor, b: Tensor) -> bool:
     return a.type == b.type and a.ne == b.ne and a.nb == b.nb
 
 
-class DynAllocator:
-    """ggml_dyn_tallocr for one chunk: an address-sorted free list whose last block is
-    unbounded (``SIZE_MAX/2``); ``max_size`` is the high-water mark (the buffer size)."""
+#: INT64_MIN, ggml_dyn_tallocr_alloc's first best_reuse
+INT64_MIN = -(1 << 63)
+#: ggml-alloc.c GGML_VBUFFER_MAX_CHUNKS: the most chunks (backend buffers) one buffer splits into
+MAX_CHUNKS = 16
 
-    #: the last block's size in ggml (SIZE_MAX/2 on 64-bit); only ever compared against
+
+class DynAllocator:
+    """ggml_dyn_tallocr: per chunk, an address-sorted free list; ``max_size`` (the buffer size
+    ggml_gallocr_reserve_n_size reports) is the sum of the chunks' high-water marks.
+
+    ``max_chunk_size`` is the buffer type's ``get_max_size`` (ggml_dyn_tallocr_new clamps it
+    to SIZE_MAX/2; None: SIZE_MAX, one unbounded chunk, the CPU's case). A chunk
+    (ggml_dyn_tallocr_new_chunk, made when no chunk has room) starts as one free block of
+    ``max(size, max_chunk_size)`` bytes, the 16th of SIZE_MAX/2; each chunk becomes its own
+    backend buffer of its high-water mark (ggml_vbuffer_alloc)."""
+
+    #: SIZE_MAX/2 on 64-bit, the unbounded block; only ever compared against
     UNBOUNDED = (1 << 63) - 1
 
-    def __init__(self, alignment: int = CPU_ALIGNMENT):
+    def __init__(self, alignment: int = CPU_ALIGNMENT, max_chunk_size: int | None = None):
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(f"alignment {alignment} is not a power of 2")
         self.alignment = alignment
-        self.blocks: list[list[int]] = [[0, self.UNBOUNDED]]  # [offset, size], sorted
-        self.max_size = 0
+        self.max_chunk_size = min(max_chunk_size or self.UNBOUNDED, self.UNBOUNDED)
+        self.chunks: list[list[list[int]]] = []  # per chunk: free blocks [offset, size], sorted
+        self.chunk_max: list[int] = []  # per chunk: its high-water mark
         self.in_use = 0  # bytes handed out and not freed (not in ggml; for live bytes)
 
-    def alloc(self, size: int) -> int:
-        """ggml_dyn_tallocr_alloc: the offset of a new block of ``size`` bytes."""
+    @property
+    def blocks(self) -> list[list[int]]:
+        """The first chunk's free list (the whole free list of an unbounded allocator)."""
+        return self.chunks[0] if self.chunks else [[0, self.UNBOUNDED]]
+
+    @property
+    def max_size(self) -> int:
+        return sum(self.chunk_max)
+
+    def _new_chunk(self, min_size: int) -> int:
+        """ggml_dyn_tallocr_new_chunk."""
+        if len(self.chunks) >= MAX_CHUNKS:
+            raise ValueError(f"graph allocation: more than {MAX_CHUNKS} chunks of "
+                             f"{self.max_chunk_size} bytes (ggml aborts)")
+        size = max(min_size, self.max_chunk_size)
+        if len(self.chunks) == MAX_CHUNKS - 1:
+            size = self.UNBOUNDED
+        self.chunks.append([[0, size]])
+        self.chunk_max.append(0)
+        return len(self.chunks) - 1
+
+    def alloc_at(self, size: int) -> tuple[int, int]:
+        """ggml_dyn_tallocr_alloc: (chunk, offset) of a new block of ``size`` bytes. The
+        best-fitting free block other than a chunk's last, searched chunk by chunk (a later
+        chunk's fit wins: the best size restarts per chunk; on equal sizes the later block);
+        else the chunk whose last block wastes least (reuse factor: its high-water mark
+        less the block's offset and the size; growing the chunk least when all must grow);
+        else a new chunk."""
         size = ggml_pad(size, self.alignment)
-        best, best_size = -1, None
-        for i, (_, bsize) in enumerate(self.blocks[:-1]):
-            if bsize >= size and (best_size is None or bsize <= best_size):
-                best, best_size = i, bsize
-        if best == -1:  # the last block: one chunk, so its reuse factor always wins
-            best = len(self.blocks) - 1
-        block = self.blocks[best]
+        best_chunk = best_block = -1
+        for c, blocks in enumerate(self.chunks):
+            best_size = None
+            for i, (_, bsize) in enumerate(blocks[:-1]):
+                if bsize >= size and (best_size is None or bsize <= best_size):
+                    best_chunk, best_block, best_size = c, i, bsize
+        if best_block == -1:
+            best_reuse = INT64_MIN
+            for c, blocks in enumerate(self.chunks):
+                if not blocks:
+                    continue
+                offset, bsize = blocks[-1]
+                reuse = self.chunk_max[c] - offset - size
+                better_reuse = best_reuse < 0 and reuse > best_reuse
+                better_fit = reuse >= 0 and reuse < best_reuse
+                if bsize >= size and (better_reuse or better_fit):
+                    best_chunk, best_block, best_reuse = c, len(blocks) - 1, reuse
+        if best_block == -1:
+            best_chunk, best_block = self._new_chunk(size), 0
+        blocks = self.chunks[best_chunk]
+        block = blocks[best_block]
         offset = block[0]
         block[0] += size
         block[1] -= size
         if block[1] == 0:
-            del self.blocks[best]
-        self.max_size = max(self.max_size, offset + size)
+            del blocks[best_block]
+        self.chunk_max[best_chunk] = max(self.chunk_max[best_chunk], offset + size)
         self.in_use += size
-        return offset
+        return best_chunk, offset
 
-    def free(self, offset: int, size: int) -> None:
+    def alloc(self, size: int) -> int:
+        """The offset of a new block (in its chunk: :meth:`alloc_at` says which)."""
+        return self.alloc_at(size)[1]
+
+    def free(self, offset: int, size: int, chunk: int = 0) -> None:
         """ggml_dyn_tallocr_free_bytes: give a block back, merging with its neighbours."""
         size = ggml_pad(size, self.alignment)
         self.in_use -= size
-        for i, block in enumerate(self.blocks):
+        blocks = self.chunks[chunk]
+        for i, block in enumerate(blocks):
             if block[0] + block[1] == offset:  # the freed bytes follow this block
                 block[1] += size
-                if i < len(self.blocks) - 1:
-                    nxt = self.blocks[i + 1]
+                if i < len(blocks) - 1:
+                    nxt = blocks[i + 1]
                     if block[0] + block[1] == nxt[0]:
                         block[1] += nxt[1]
-                        del self.blocks[i + 1]
+                        del blocks[i + 1]
                 return
             if offset + size == block[0]:  # the freed bytes precede this block
                 block[0] = offset
                 block[1] += size
                 if i > 0:
-                    prev = self.blocks[i - 1]
+                    prev = blocks[i - 1]
                     if prev[0] + prev[1] == block[0]:
                         prev[1] += block[1]
-                        del self.blocks[i]
+                        del blocks[i]
                 return
         pos = 0
-        while pos < len(self.blocks) and self.blocks[pos][0] < offset:
+        while pos < len(blocks) and blocks[pos][0] < offset:
             pos += 1
-        self.blocks.insert(pos, [offset, size])
+        blocks.insert(pos, [offset, size])
+
+
+def reserved_chunks(graphs: Iterable[Sequence[int]]) -> tuple[int, ...]:
+    """The chunk sizes of one buffer after ggml_gallocr_reserve_n over several graphs in turn
+    (llama_context::sched_reserve: prompt, generation, prompt): a graph reallocates the
+    buffer, to exactly its own chunk sizes, when the buffer is not there yet or one of its
+    chunks is larger than the buffer's chunk of that index (ggml_gallocr_reserve_n_impl);
+    otherwise the buffer stays. With one chunk this is the largest size."""
+    cur: tuple[int, ...] | None = None
+    for new in graphs:
+        if cur is None or any(n > (cur[c] if c < len(cur) else 0) for c, n in enumerate(new)):
+            cur = tuple(new)
+    return cur or ()
 
 
 @dataclass(frozen=True)
@@ -152,7 +227,12 @@ class Allocation:
     inplace: dict[int, Tensor]
     high_water: Tensor | None
     #: per buffer (``alignments``' order): its size, the high-water mark of its allocator
+    #: (the sum over its chunks)
     buffer_sizes: tuple[int, ...] = ()
+    #: per buffer: each chunk's size (one chunk unless the buffer type has a max size)
+    chunk_sizes: tuple[tuple[int, ...], ...] = ()
+    #: id(tensor) -> its chunk, for tensors in a chunk other than the first
+    chunks: dict[int, int] | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -162,7 +242,7 @@ class Allocation:
 class _Hash:
     """hash_node: per-tensor allocator state."""
 
-    __slots__ = ("n_children", "n_views", "allocated", "offset", "size", "buffer")
+    __slots__ = ("n_children", "n_views", "allocated", "offset", "size", "buffer", "chunk")
 
     def __init__(self) -> None:
         self.n_children = 0
@@ -171,6 +251,7 @@ class _Hash:
         self.offset = 0
         self.size = 0  # aligned bytes this tensor's block spans (for live accounting)
         self.buffer = 0  # hash_node.buffer_id
+        self.chunk = 0  # hash_node.addr.chunk
 
 
 def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
@@ -181,7 +262,8 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
              node_buffers: Sequence[int] | None = None,
              leaf_buffers: Sequence[int] | None = None,
              alignments: Sequence[int] | None = None,
-             alloc_sizes: Sequence[Callable[[Tensor], int] | None] | None = None) -> Allocation:
+             alloc_sizes: Sequence[Callable[[Tensor], int] | None] | None = None,
+             max_sizes: Sequence[int | None] | None = None) -> Allocation:
     """Run ggml_gallocr_alloc_graph_impl over ``nodes`` (execution order) and ``leafs``.
 
     ``outputs``: tensors flagged GGML_TENSOR_FLAG_OUTPUT (never freed, never reused in
@@ -193,6 +275,8 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
     its buffer type's ``get_alloc_size`` (bytes a tensor takes; None or a None entry:
     ``ggml_nbytes``, as for the CPU), used wherever ggml-alloc.c asks
     ``ggml_backend_buft_get_alloc_size`` (allocating, freeing, the in-place tail).
+    ``max_sizes``: per buffer, its buffer type's ``get_max_size`` (None: SIZE_MAX): a
+    buffer whose tensors outgrow it is split into chunks (:class:`DynAllocator`).
     """
     out_ids = {id(t) for t in outputs}
     if inputs is None:
@@ -203,10 +287,13 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         def external(t: Tensor) -> bool:
             return t.role in ("weight", "kv")
 
-    dyns = [DynAllocator(a) for a in (alignments or (alignment,))]
+    aligns = alignments or (alignment,)
+    dyns = [DynAllocator(a, max_sizes[k] if max_sizes is not None else None)
+            for k, a in enumerate(aligns)]
     state: dict[int, _Hash] = {}
     owner: dict[int, Tensor] = {}  # id -> tensor for every allocated block (live set)
     offsets: dict[int, int] = {}
+    chunk_of: dict[int, int] = {}
     inplace: dict[int, Tensor] = {}
     high: list[Tensor | None] = [None]  # the tensor whose block raised max_size last
 
@@ -236,7 +323,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         nsize = ggml_pad(size_of(node, hp.buffer), dyn.alignment)
         assert psize >= nsize
         if psize > nsize:
-            dyn.free(hp.offset + nsize, psize - nsize)
+            dyn.free(hp.offset + nsize, psize - nsize, hp.chunk)
         h(node).size = nsize
 
     def allocate_node(node: Tensor, buffer: int = 0) -> None:
@@ -259,6 +346,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
                         if vs.n_views == 1 and vs.n_children == 0:
                             hn.offset = hp.offset
                             hn.buffer = hp.buffer
+                            hn.chunk = hp.chunk
                             hp.allocated = False
                             vs.allocated = False
                             _take(node, parent.view_src)
@@ -267,6 +355,7 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
                     else:
                         hn.offset = hp.offset
                         hn.buffer = hp.buffer
+                        hn.chunk = hp.chunk
                         hp.allocated = False
                         _take(node, parent)
                         free_extra_space(node, parent)
@@ -275,7 +364,9 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         dyn = dyns[buffer]
         before = dyn.max_size
         hn.buffer = buffer
-        hn.offset = dyn.alloc(size)
+        hn.chunk, hn.offset = dyn.alloc_at(size)
+        if hn.chunk:
+            chunk_of[id(node)] = hn.chunk
         hn.size = ggml_pad(size, dyn.alignment)
         owner[id(node)] = node
         offsets[id(node)] = hn.offset
@@ -286,13 +377,15 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
         owner.pop(id(parent), None)
         owner[id(node)] = node
         offsets[id(node)] = h(parent).offset
+        if h(parent).chunk:
+            chunk_of[id(node)] = h(parent).chunk
         inplace[id(node)] = parent
 
     def free_node(node: Tensor) -> None:
         if is_output(node):
             return
         hn = h(node)
-        dyns[hn.buffer].free(hn.offset, size_of(node, hn.buffer))
+        dyns[hn.buffer].free(hn.offset, size_of(node, hn.buffer), hn.chunk)
         hn.allocated = False
         owner.pop(id(node), None)
 
@@ -338,4 +431,4 @@ def allocate(nodes: Sequence[Tensor], leafs: Sequence[Tensor], *,
     peak_tensors.sort(key=lambda ts: -ts[1])
     sizes = tuple(d.max_size for d in dyns)
     return Allocation(offsets, sum(sizes), live, peak_index, peak_tensors, inplace, high[0],
-                      sizes)
+                      sizes, tuple(tuple(d.chunk_max) for d in dyns), chunk_of)

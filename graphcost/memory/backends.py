@@ -15,7 +15,9 @@ with its ``source`` (file and function in the ggml that llama-cpp-python 0.3.36 
   buffer is ``mapped_buffer_name`` and spans the file range of its tensors);
 * the CPU's ``extra_buffer_types`` (``CPU_REPACK`` and its repacking rules);
 * for the backend scheduler (:mod:`graphcost.memory.sched`): ``scheduler`` (async and
-  events, ``offload_op``'s minimum batch, graph optimisation), ``supports_op`` (which ops
+  events, ``offload_op``'s minimum batch, graph optimisation, and ``host_buffer``: the host
+  buffer type's own alignment and max size where they are not the CPU's, Vulkan_Host's),
+  ``supports_op`` (which ops
   the device runs: rules in :mod:`graphcost.memory.op_rules`) and ``compute_alloc_size``
   (``get_alloc_size`` for compute tensors); a backend without ``supports_op`` has its
   compute buffers reported as not modelled unless ``scheduler.all_ops`` says it runs every op.

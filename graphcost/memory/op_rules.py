@@ -21,12 +21,17 @@ The expression language (a safe evaluator over :mod:`ast`, nothing else of Pytho
   ``tsize(t)`` (ggml_type_size), ``param(name, default)`` (the node's op parameter),
   ``opt(name, default)`` (the device option given with ``--device KIND,name=value``),
   ``flag(name, default)`` (a yes/no device option, :func:`device_flag`),
-  ``unmodelled('what')`` (a case not transcribed: raises :class:`Unmodelled`);
+  ``unmodelled('what')`` (a case not transcribed: raises :class:`Unmodelled`),
+  ``optn(name, default)`` (a numeric device option), ``all_sources_f32(n)`` (the first
+  ``n`` sources there and F32; without ``n``, every source there F32),
+  ``any_source_quantized(n)`` (one of the first ``n`` sources there and quantized);
 * backend functions that are too long for one expression, written here and named after
   the ggml function they mirror: ``cuda_fattn_supported(dst)``
   (ggml-cuda/fattn.cu ``ggml_cuda_flash_attn_ext_supported``: a kernel other than
   ``BEST_FATTN_KERNEL_NONE``, :func:`cuda_fattn_kernel`), ``sycl_fattn_supported(dst)``
-  (ggml-sycl/fattn.cpp ``ggml_sycl_flash_attn_ext_supported``, :func:`sycl_fattn_kernel`).
+  (ggml-sycl/fattn.cpp ``ggml_sycl_flash_attn_ext_supported``, :func:`sycl_fattn_kernel`),
+  ``vulkan_tensor_size_supported()`` and ``vulkan_mul_mat_supported()``
+  (ggml-vulkan/ggml-vulkan.cpp ``ggml_backend_vk_device_supports_op``).
 
 A rule that needs a fact graphcost does not know (a device property not given as an
 option, a branch not transcribed) raises :class:`Unmodelled` with the reason; the
@@ -42,6 +47,11 @@ from typing import Any, Callable
 from graphcost.errors import GraphcostError
 from graphcost.format import ggml_types as gt
 from graphcost.graph.ggml_graph import Tensor
+from graphcost.graph.ops import Op
+
+
+#: ggml.h GGML_MAX_SRC: the sources a node may have (src0 ... src9 in rules)
+GGML_MAX_SRC = 10
 
 
 class Unmodelled(Exception):
@@ -109,6 +119,7 @@ _TENSOR_FUNCS: dict[str, Callable[..., Any]] = {
     "nrows": _tensor_fn(_nrows),
     "permuted": _tensor_fn(lambda t: t.nb[0] > t.nb[1] or t.nb[1] > t.nb[2] or t.nb[2] > t.nb[3]),
     "transposed": _tensor_fn(lambda t: t.nb[0] > t.nb[1]),
+    "dim01_contiguous": _tensor_fn(lambda t: dim01_contiguous(t)),
     "pow2ceil": lambda x: 1 << max(0, int(x) - 1).bit_length(),  # smallest power of 2 >= x
 }
 
@@ -127,7 +138,7 @@ def evaluate(expr: Any, node: Tensor, options: dict[str, Any], where: str) -> bo
         return expr
     tree = _parse(str(expr), where)
     names: dict[str, Any] = {"dst": _T(node)}
-    for i in range(6):
+    for i in range(GGML_MAX_SRC):
         names[f"src{i}"] = _T(node.src[i]) if i < len(node.src) and node.src[i] is not None else None
 
     def call(fn: str, args: list[Any]) -> Any:
@@ -149,6 +160,16 @@ def evaluate(expr: Any, node: Tensor, options: dict[str, Any], where: str) -> bo
             raise Unmodelled(f"{where}: {args[0]} is not transcribed")
         if fn == "sycl_fattn_supported":
             return sycl_fattn_kernel(node, options) != "none"
+        if fn == "optn":
+            return option_number(options, args[0], args[1])
+        if fn == "all_sources_f32":
+            return all_sources_f32(node, *args)
+        if fn == "any_source_quantized":
+            return any(s is not None and gt.is_quantized(s.type) for s in node.src[:args[0]])
+        if fn == "vulkan_tensor_size_supported":
+            return vulkan_tensor_size_supported(node, options)
+        if fn == "vulkan_mul_mat_supported":
+            return vulkan_mul_mat_supported(node)
         f = _TENSOR_FUNCS.get(fn)
         if f is None:
             raise GraphcostError(f"{where}: unknown function {fn!r} in {expr!r}")
@@ -659,6 +680,85 @@ def metal_fattn_alloc_size(t: Tensor) -> int:
 def metal_top_k_alloc_size(t: Tensor) -> int:
     """TOP_K: 2 x sizeof(int32_t) x ggml_nelements(src0), whatever the result's size."""
     return 2 * gt.type_size(gt.GGMLType.I32) * t.src[0].n_elements
+
+
+# ---- Vulkan: ggml_backend_vk_device_supports_op (ggml-vulkan/ggml-vulkan.cpp) ----------------
+
+#: maxStorageBufferRange assumed when not given (device option ``storage_range``): 2^32 - 1,
+#: the most a 32-bit range says, what discrete NVIDIA and AMD (RADV) drivers report
+VK_STORAGE_RANGE = (1 << 32) - 1
+#: the src0 types the MUL_MAT / MUL_MAT_ID switch accepts
+VK_MUL_MAT_TYPES = frozenset((
+    "F32", "F16", "BF16", "Q1_0", "Q2_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
+    "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+    "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "MXFP4", "NVFP4", "TQ1_0", "TQ2_0"))
+
+
+def option_number(options: dict[str, Any], name: str, default: int) -> int:
+    """A numeric device option (``shared_memory=65536``); absent: ``default``."""
+    v = options.get(name)
+    if v is None:
+        return default
+    try:
+        return int(str(v), 0)
+    except ValueError:
+        raise GraphcostError(f"device option {name}={v}: not a whole number") from None
+
+
+def all_sources_f32(t: Tensor, n: int | None = None) -> bool:
+    """Every source F32: with ``n``, the first ``n`` sources must be there (GATED_DELTA_NET's
+    loop over 6); without, every source that is there (the DSV4_HC loops over GGML_MAX_SRC)."""
+    if n is None:
+        srcs = [s for s in t.src if s is not None]
+    else:
+        srcs = list(t.src[:n]) + [None] * max(0, n - len(t.src))
+    return all(s is not None and type_name(s) == "F32" for s in srcs)
+
+
+def dim01_contiguous(t: Tensor) -> bool:
+    """ggml_vk_dim01_contiguous: dense rows, rows dense in a matrix, matrices dense in ne3."""
+    blk, size = gt.block(t.type)
+    return (t.nb[0] == size and t.nb[1] == t.nb[0] * t.ne[0] // blk
+            and (t.ne[3] == 1 or t.nb[3] == t.nb[2] * t.ne[2]))
+
+
+def vulkan_tensor_size_supported(t: Tensor, options: dict[str, Any]) -> bool:
+    """supports_op's first check: every source and the result have ggml_nbytes within the
+    device's max_buffer_size (device option ``max_buffer``; default no limit) and, unless
+    VK_EXT_shader_64bit_indexing (``int64_indexing=1``) or an IM2COL/IM2COL_3D with
+    shaderInt64 and bufferDeviceAddress (``bda``, default 1), within maxStorageBufferRange
+    (``storage_range``, default :data:`VK_STORAGE_RANGE`)."""
+    max_buffer = option_number(options, "max_buffer", 0)
+    storage = option_number(options, "storage_range", VK_STORAGE_RANGE)
+    uses_bda = t.op in (Op.IM2COL, Op.IM2COL_3D) and device_flag(options, "bda", True)
+    unlimited_range = uses_bda or device_flag(options, "int64_indexing", False)
+    for x in [s for s in t.src if s is not None] + [t]:
+        if max_buffer and x.nbytes > max_buffer:
+            return False
+        if not unlimited_range and x.nbytes > storage:
+            return False
+    return True
+
+
+def vulkan_mul_mat_supported(t: Tensor) -> bool:
+    """The MUL_MAT / MUL_MAT_ID case after MUL_MAT_ID's own checks: a src0 type with shaders;
+    ``a`` (src0, or MUL_MAT_ID's ids src2) and src1 agree on ne3; a source that is not a
+    float type (src0: F32/F16/BF16, src1: F32/F16) must be dim01-contiguous; no BF16 x F16;
+    a BF16 src1 only with a BF16 src0."""
+    src0, src1 = t.src[0], t.src[1]
+    t0, t1 = type_name(src0), type_name(src1)
+    if t0 not in VK_MUL_MAT_TYPES:
+        return False
+    a = src0 if t.op == Op.MUL_MAT else t.src[2]
+    if a.ne[3] != src1.ne[3]:
+        return False
+    if not (dim01_contiguous(src0) or t0 in ("F32", "F16", "BF16")):
+        return False
+    if not (dim01_contiguous(src1) or t1 in ("F32", "F16")):
+        return False
+    if t0 == "BF16" and t1 == "F16":
+        return False  # no bf16 x f16 shader
+    return not (t1 == "BF16" and t0 != "BF16")
 
 
 def compute_alloc_size(rule: dict | None, t: Tensor, options: dict[str, Any]) -> int:

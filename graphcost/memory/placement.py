@@ -259,7 +259,9 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
 
 def _with_options(b: Backend, a: DeviceArg) -> Backend:
     """The backend's facts with the device's options applied: ``align`` gives a
-    device-dependent alignment (Vulkan's minStorageBufferOffsetAlignment); ``integrated=1``
+    device-dependent alignment (Vulkan's minStorageBufferOffsetAlignment; ``map_align``,
+    Vulkan_Host's minMemoryMapAlignment, is checked here and read by the scheduler);
+    ``suballoc`` the buffer types' max size (Vulkan's suballocation block); ``integrated=1``
     an integrated GPU (CUDA/ROCm: no mmap by default)."""
     import dataclasses
     for k, v in a.options:
@@ -268,14 +270,22 @@ def _with_options(b: Backend, a: DeviceArg) -> Backend:
             raise GraphcostError(f"--device {a.kind},{k}={v}: unknown option for {a.kind} "
                                  f"(options: {known})")
     opts = dict(a.options)
-    if "align" in opts:
-        try:
-            align = int(opts["align"])
-        except ValueError:
-            align = 0
-        if align <= 0 or align & (align - 1):
-            raise GraphcostError(f"--device {a.kind},align={opts['align']}: use a power of 2 in bytes")
-        b = dataclasses.replace(b, alignment=align)
+    for name in ("align", "map_align"):
+        if name in opts:
+            try:
+                align = int(opts[name])
+            except ValueError:
+                align = 0
+            if align <= 0 or align & (align - 1):
+                raise GraphcostError(f"--device {a.kind},{name}={opts[name]}: use a power of 2 in bytes")
+            if name == "align":
+                b = dataclasses.replace(b, alignment=align)
+    if "suballoc" in opts:
+        # Vulkan: the suballocation block, get_max_size of its buffer types
+        size = parse_bytes(opts["suballoc"], f"--device {a.kind},suballoc=")
+        if size <= 0:
+            raise GraphcostError(f"--device {a.kind},suballoc={opts['suballoc']}: use a size above 0")
+        b = dataclasses.replace(b, max_buffer_size=size)
     if device_flag(opts, "integrated", False):
         # ggml_backend_cuda_device_get_props: caps.mmap_support = type != IGPU
         b = dataclasses.replace(b, mmap_support=False)
@@ -326,6 +336,26 @@ def layer_devices(model: ModelInfo, devices: list[Device],
 
 # ---- buffer types ----------------------------------------------------------------------------
 
+def host_buffer_backend(d: Device) -> Backend:
+    """The facts of a device's pinned host buffer type (``CUDA_Host``, ``Vulkan_Host``), which
+    are not the device's: the CPU buffer type's get_alignment (32) and get_alloc_size
+    (ggml_nbytes), which ggml-cuda and ggml-sycl's host types take, and no max size; unless
+    the device's spec gives its own under ``scheduler.host_buffer`` (Vulkan_Host:
+    ``alignment`` minMemoryMapAlignment, a device option ``alignment_option``, and
+    ``max_size_of_device``: the device's suballocation block)."""
+    import dataclasses
+    cpu = load_backend("cpu")
+    host = (d.backend.scheduler or {}).get("host_buffer") or {}
+    align, max_size = cpu.alignment, None
+    if host:
+        opt = host.get("alignment_option")
+        align = int(d.options.get(opt, host["alignment"])) if opt else int(host["alignment"])
+        if host.get("max_size_of_device"):
+            max_size = d.backend.max_buffer_size
+    return dataclasses.replace(d.backend, alignment=align, max_buffer_size=max_size,
+                               alloc_padding="none", row_padding=0)
+
+
 def cpu_buft_list(devices: list[Device], flags: PlacementFlags) -> list[Buft]:
     """make_cpu_buft_list: [first device's host type] + [CPU extra types] + [CPU]."""
     cpu = load_backend("cpu")
@@ -333,7 +363,8 @@ def cpu_buft_list(devices: list[Device], flags: PlacementFlags) -> list[Buft]:
     if not flags.no_host:
         for d in devices:
             if d.backend.host_buffer:
-                out.append(Buft(d.backend.host_buffer, d.backend.host_buffer, "host", d.backend))
+                out.append(Buft(d.backend.host_buffer, d.backend.host_buffer, "host",
+                                host_buffer_backend(d)))
                 break
     if flags.repack:
         for e in cpu.extra_buffer_types:

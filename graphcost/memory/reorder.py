@@ -15,7 +15,8 @@ under ``scheduler.graph_optimize_reorder``:
   ``ggml_metal_graph_optimize``, ggml-metal-context.m, unless
   ``GGML_METAL_GRAPH_OPTIMIZE_DISABLE``: device option ``graph_optimize=0``);
 * ``vulkan``: ``ggml-vulkan/ggml-vulkan.cpp`` ``ggml_vk_graph_optimize``
-  (:mod:`graphcost.memory.reorder_vulkan`; Vulkan's compute buffers are not modelled yet).
+  (:mod:`graphcost.memory.reorder_vulkan`), unless ``GGML_VK_DISABLE_GRAPH_OPTIMIZE``
+  (device option ``graph_optimize=0``).
 
 Memory ranges (``ggml_mem_range_from_tensor``): a tensor stands for its view source's memory.
 When the graph is optimized only the weights, the KV cache and recurrent states have memory

@@ -19,8 +19,9 @@ nodes are taken in rounds from the first unused one:
   fuses with; then, unless the set ends with an ADD, the views among the next 19 whose
   sources are done or in the set.
 
-Vulkan's compute buffers stay not modelled (its supports_op and the 1 GiB chunking of its
-compute buffer are not transcribed): this reorder is here for when they are.
+The scheduler (:mod:`graphcost.memory.sched`) runs it on every Vulkan split before the
+allocator plans Vulkan's compute buffer (specs/backends/vulkan.yaml
+``graph_optimize_reorder: vulkan``).
 """
 from __future__ import annotations
 

@@ -41,8 +41,9 @@ and sizes FLASH_ATTN_EXT with its F16 K/V copies), and what its ``graph_optimize
 (CUDA: allocation dependencies for its MoE fusions, :mod:`graphcost.memory.alloc_deps`,
 added to the allocator's graph after the node they wait for; Metal: those of its fusion
 table, then ``ggml_graph_optimize``'s node reorder, :mod:`graphcost.memory.reorder`, which
-the allocator sees; Vulkan's reorder is transcribed but its compute buffers are not
-modelled). A device's spec may name ACCEL backends llama_context adds before the CPU
+the allocator sees; Vulkan: ``ggml_vk_graph_optimize``'s reorder and the allocation
+dependencies of its top-k MoE patterns, and a 1 GiB max size that splits its compute
+buffers into chunks, :func:`graphcost.memory.alloc.reserved_chunks`). A device's spec may name ACCEL backends llama_context adds before the CPU
 (Metal's macOS build: BLAS). A device whose facts are missing, or whose graph meets a rule
 graphcost does not model (:class:`graphcost.memory.op_rules.Unmodelled`), has its compute
 buffers reported as not modelled, with the reason in the placement's notes. The CPU is
@@ -57,12 +58,12 @@ from graphcost.errors import GraphcostError
 from graphcost.format import ggml_types as gt
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.ops import VIEWS, Op
-from graphcost.memory.alloc import Allocation, allocate
+from graphcost.memory.alloc import Allocation, allocate, reserved_chunks
 from graphcost.memory.alloc_deps import RULES as ALLOC_DEP_RULES
 from graphcost.memory.alloc_deps import SplitGraph, collect, dep_nodes, use_counts
 from graphcost.memory.op_rules import Unmodelled, compute_alloc_size, device_flag, evaluate
 from graphcost.memory.placement import (ROPE_FACTORS, Buft, Placement, PlacementFlags,
-                                        _layer_of)
+                                        _layer_of, host_buffer_backend)
 
 #: ggml-backend.cpp: GGML_SCHED_MAX_COPIES (copies of inputs with pipeline parallelism)
 MAX_COPIES = 4
@@ -102,6 +103,8 @@ class SchedBackend:
     #: an ACCEL backend that reads every host buffer type but CPU_REPACK (BLAS:
     #: ggml_backend_buft_is_host) and shares the CPU buffer type
     reads_host_buffers: bool = False
+    #: its compute buffer type's get_max_size (None: SIZE_MAX): larger buffers are chunked
+    max_size: int | None = None
 
     def alloc_size(self, t: Tensor) -> int:
         """ggml_backend_buft_get_alloc_size of this backend's compute buffer type."""
@@ -132,6 +135,8 @@ class Schedule:
     #: per backend: bytes of its compute buffer for this graph (0 when it shares an
     #: earlier backend's buffer type: ggml_gallocr_get_buffer_size)
     buffer_bytes: list[int]
+    #: per backend: the chunk sizes behind ``buffer_bytes`` (empty when shared)
+    buffer_chunks: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def copy_bytes(self) -> int:
@@ -204,15 +209,26 @@ def backends_for(placement: Placement) -> list[SchedBackend] | None:
                                              else None),
                                 reads_host=(d.backend.host_buffer if s.get("integrated_reads_host")
                                             and device_flag(d.options, "integrated", False)
-                                            else None)))
+                                            else None),
+                                max_size=d.backend.max_buffer_size))
     for a in accel_backends(placement):
         out.append(SchedBackend(a.device_name, a.buffer_type, a.alignment, False, None,
                                 kind=a.name, supports=a.supports_op,
                                 reads_host_buffers=bool(a.scheduler.get("reads_host_buffers"))))
-    host = placement.devices[0].backend.host_buffer if placement.devices else None
-    from graphcost.memory.backends import load as load_backend
-    out.append(SchedBackend("CPU", host or "CPU", load_backend("cpu").alignment, True))
+    out.append(_cpu_backend(placement))
     return out
+
+
+def _cpu_backend(placement: Placement) -> SchedBackend:
+    """The CPU backend, whose compute buffer type is the first device's host buffer type if
+    it has one (llama_context: "use the host buffer of the first device CPU"), with that
+    type's alignment and max size (:func:`graphcost.memory.placement.host_buffer_backend`:
+    the CPU's, or Vulkan_Host's minMemoryMapAlignment and suballocation block)."""
+    from graphcost.memory.backends import load as load_backend
+    if not placement.devices or not placement.devices[0].backend.host_buffer:
+        return SchedBackend("CPU", "CPU", load_backend("cpu").alignment, True)
+    host = host_buffer_backend(placement.devices[0])
+    return SchedBackend("CPU", host.host_buffer, host.alignment, True, max_size=host.max_buffer_size)
 
 
 class _Scheduler:
@@ -564,8 +580,10 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
         backend_buf.append(buf_index.setdefault(b.buft, len(buf_index)))
     alignments = [0] * len(buf_index)
     alloc_sizes: list = [None] * len(buf_index)
+    max_sizes: list = [None] * len(buf_index)
     for b in backends:
         alignments[buf_index[b.buft]] = b.alignment
+        max_sizes[buf_index[b.buft]] = b.max_size
         if b.alloc_rule:
             alloc_sizes[buf_index[b.buft]] = b.alloc_size
     for sp in splits:
@@ -612,15 +630,17 @@ def schedule(bg, placement: Placement, flags: PlacementFlags,
 
     alloc = allocate(gc_nodes, gc_leafs, outputs=flagged_out, inputs=flagged_in,
                      external=external, node_buffers=gc_bufs, leaf_buffers=leaf_bufs,
-                     alignments=alignments, alloc_sizes=alloc_sizes)
+                     alignments=alignments, alloc_sizes=alloc_sizes, max_sizes=max_sizes)
     sizes = []
+    chunks: list[tuple[int, ...]] = []
     seen: set[int] = set()
     for i, b in enumerate(backends):
         k = backend_buf[i]
         sizes.append(0 if k in seen else alloc.buffer_sizes[k])
+        chunks.append(() if k in seen else alloc.chunk_sizes[k])
         seen.add(k)
     return Schedule(backends, new_nodes, [sched.get(n) for n in new_nodes], splits,
-                    n_copies, alloc, sizes)
+                    n_copies, alloc, sizes, chunks)
 
 
 def _graph_optimize(splits: list[Split], nodes: list[Tensor], backends: list[SchedBackend],
@@ -693,12 +713,22 @@ class ComputeBuffers:
 
     @property
     def bytes_by_buft(self) -> dict[str, int]:
-        """Compute buffer bytes by buffer type name (as llama.cpp logs them)."""
-        out: dict[str, int] = {}
+        """Compute buffer bytes by buffer type name (as llama.cpp logs them: the sum of the
+        buffer's chunks, ggml_vbuffer_size)."""
+        return {buft: sum(c) for buft, c in self.chunks_by_buft.items()}
+
+    @property
+    def chunks_by_buft(self) -> dict[str, tuple[int, ...]]:
+        """Each compute buffer's chunks after sched_reserve's graphs in turn: prompt,
+        generation, prompt again (:func:`graphcost.memory.alloc.reserved_chunks`; one chunk:
+        the largest size)."""
+        out: dict[str, tuple[int, ...]] = {}
         for i, b in enumerate(self.backends):
-            n = max(s.buffer_bytes[i] for _, s in self.schedules)
             if b.buft not in out:
-                out[b.buft] = n
+                graphs = [s.buffer_chunks[i] for _, s in self.schedules]
+                if self.schedules[0][0] == "prompt":
+                    graphs.append(graphs[0])  # "reserve again with pp graph" (the same graph)
+                out[b.buft] = reserved_chunks(graphs)
         return out
 
     def n_splits(self, label: str) -> int:
