@@ -547,6 +547,9 @@ def fit_inputs(model, args: list[DeviceArg], flags: PlacementFlags, *, n_ctx: in
     from graphcost.memory.placement import LOAD_MODES, resolve_devices
     if flags.load_mode not in LOAD_MODES:  # checked here: the measurements use "none"
         raise GraphcostError(f"--load-mode {flags.load_mode!r}: use one of {', '.join(LOAD_MODES)}")
+    if flags.split_mode == "tensor":
+        from graphcost.memory.tensor_split import FIT_REFUSAL
+        raise GraphcostError(FIT_REFUSAL)
     devices = resolve_devices(args, flags)
     if devices and host_total is not None:
         raise GraphcostError("--host-memory goes without devices (llama.cpp fits the host's "

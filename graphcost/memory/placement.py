@@ -215,7 +215,9 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
     if flags.split_mode not in SPLIT_MODES:
         raise GraphcostError(f"-sm {flags.split_mode!r}: use one of {', '.join(SPLIT_MODES)}")
     if flags.split_mode == "tensor":
-        raise GraphcostError("-sm tensor: the meta device of tensor parallelism is not modelled")
+        # the Meta device: graphcost.memory.tensor_split (graphcost memory)
+        raise GraphcostError("-sm tensor: the Meta device's scheduler (its split graph) is "
+                             "not modelled here; graphcost memory gives its buffers")
     specs = [(_with_options(load_backend(a.kind), a), a) for a in args]
     for b, a in specs:
         if b.device_type == "cpu":
@@ -830,6 +832,11 @@ def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
     from graphcost.graph.build import resolve_for
     from graphcost.memory.plan import plan_memory
     from graphcost.memory.sched import compute_buffers, flash_attn_auto_fails
+    if flags.split_mode == "tensor":
+        from graphcost.memory.tensor_split import FIT_REFUSAL, plan_tensor_split
+        if no_alloc:
+            raise GraphcostError(FIT_REFUSAL)
+        return plan_tensor_split(model, settings, args, flags)
     p = place(model, args, flags)
     run = resolve_for(model, settings)
     fa_note = flash_attn_auto_fails(model, run, p, flags)
