@@ -284,6 +284,7 @@ def split_state(name: str, ne: tuple[int, ...], model: ModelInfo, ts: list[float
     """llama_meta_device_get_split_state for one tensor (weight or KV cache) of the Meta
     device: ``ts`` holds one proportion per device (all 0: no ``-ts``)."""
     n_dev = len(ts)
+    ne = tuple(ne) + (1,) * (4 - len(ne))
     axis, ref, fallback = _config(name, ne)
     if not isinstance(axis, int):
         return SplitState(axis)
@@ -304,39 +305,63 @@ def split_state(name: str, ne: tuple[int, ...], model: ModelInfo, ts: list[float
                       tuple(r for _, r in segs))
 
 
+def slice_shape(ne: tuple[int, ...], state: SplitState, j: int) -> tuple[int, int, int, int]:
+    """Device ``j``'s slice (init_tensor_impl): ne[axis] replaced by its share."""
+    ne4 = tuple(ne) + (1,) * (4 - len(ne))
+    if not isinstance(state.axis, int):
+        return ne4
+    a = state.axis
+    return ne4[:a] + (state.device_ne(j),) + ne4[a + 1:]
+
+
 def slice_nbytes(type_: gt.GGMLType, ne: tuple[int, ...], state: SplitState, j: int) -> int:
     """ggml_nbytes of device ``j``'s slice as init_tensor_impl makes it: ne[axis] replaced
-    by the device's share, the strides above the split axis scaled by share / ne[axis]."""
+    by the device's share, and every stride larger than the split axis's scaled by
+    share / ne[axis] (a stride equal to it is kept: a row of one quant block)."""
     ne4 = tuple(ne) + (1,) * (4 - len(ne))
     blck, tsize = gt.block(type_)
     nb = [tsize, tsize * (ne4[0] // blck)]
     for i in range(2, 4):
         nb.append(nb[i - 1] * ne4[i - 1])
+    sl = slice_shape(ne4, state, j)
     if isinstance(state.axis, int):
-        a, n_j = state.axis, state.device_ne(j)
-        full = list(nb)
-        for i in range(4):
-            if full[i] > full[a]:
-                nb[i] = full[i] * n_j // ne4[a]
-        ne4 = ne4[:a] + (n_j,) + ne4[a + 1:]
-    if any(x <= 0 for x in ne4):
+        a = state.axis
+        nb = [x * sl[a] // ne4[a] if x > nb[a] else x for x in nb]
+    if any(x <= 0 for x in sl):
         return 0
     if blck == 1:
-        return tsize + sum((ne4[i] - 1) * nb[i] for i in range(4))
-    return ne4[0] * nb[0] // blck + sum((ne4[i] - 1) * nb[i] for i in range(1, 4))
+        return tsize + sum((sl[i] - 1) * nb[i] for i in range(4))
+    return sl[0] * nb[0] // blck + sum((sl[i] - 1) * nb[i] for i in range(1, 4))
 
 
 def device_bytes(tensors, model: ModelInfo, ts: list[float], backends) -> list[int]:
     """Each device's buffer for these Meta tensors ((name, type, ne) triples):
     ``sum(GGML_PAD(alloc_size(slice), alignment))`` with the device's buffer type
-    (ggml_backend_meta_alloc_ctx_tensors_from_buft -> ggml_backend_alloc_ctx_tensors_from_buft)."""
+    (ggml_backend_meta_alloc_ctx_tensors_from_buft -> ggml_backend_alloc_ctx_tensors_from_buft;
+    a zero-sized slice is asked too: CUDA pads its quantized row)."""
     from graphcost.memory.placement import alloc_size
     out = [0] * len(ts)
     for name, type_, ne in tensors:
         state = split_state(name, ne, model, ts)
         for j, b in enumerate(backends):
             n = slice_nbytes(type_, ne, state, j)
-            out[j] += gt.ggml_pad(alloc_size(b, type_, ne, n), b.alignment)
+            out[j] += gt.ggml_pad(alloc_size(b, type_, slice_shape(ne, state, j), n), b.alignment)
+    return out
+
+
+def load_aborts(tensors, model: ModelInfo, ts: list[float]) -> list[str]:
+    """Weights llama.cpp cannot load (``ggml_backend_meta_buffer_set_tensor`` aborts with
+    "tensor write out of bounds"): split by columns, a row of exactly one quant block (its
+    row stride equals the block's, so init_tensor_impl does not scale it) and a device
+    with no share, whose empty slice is still written a row per row."""
+    out = []
+    for name, type_, ne in tensors:
+        blck = gt.block(type_)[0]
+        if blck == 1 or ne[0] != blck:
+            continue
+        state = split_state(name, ne, model, ts)
+        if state.axis == AXIS_0 and any(state.device_ne(j) == 0 for j in range(len(ts))):
+            out.append(name)
     return out
 
 
@@ -406,6 +431,7 @@ def plan_tensor_split(model: ModelInfo, settings, args, flags):
     meta_w = [(w.name, model.tensors[w.name].type, tuple(model.tensors[w.name].ne))
               for w in p1.weights if w.buft.kind == "device"]
     model_j = device_bytes(meta_w, model, ts, backends)
+    aborts = load_aborts(meta_w, model, ts)
     kv_j = [0] * len(devs)
     kvb = [b for b in kv1 if b.row != stand_in]
     for c in caches:
@@ -440,6 +466,11 @@ def plan_tensor_split(model: ModelInfo, settings, args, flags):
     else:
         notes.append("compute: every device allocates the Meta compute buffer (the unsplit "
                      "graph's); the all-reduce scratch allocated at compute is not in it")
+    if aborts:
+        notes.append(f"llama.cpp aborts loading {aborts[0]} (and {len(aborts) - 1} more): "
+                     "a row of one quant block split by columns with a device given none "
+                     "(ggml_backend_meta_buffer_set_tensor: tensor write out of bounds); "
+                     "the buffers above are allocated before it")
     dev_layer = [label if x == stand_in else x for x in p1.dev_layer]
     p = Placement(devs, dev_layer, label if p1.dev_output == stand_in else p1.dev_output,
                   p1.weights, buffers, p1.use_mmap, p1.repacked, p1.cpu_features, notes,
