@@ -441,7 +441,8 @@ def plan_tensor_split(model: ModelInfo, settings, args, flags):
         if kv_t:
             per = device_bytes(kv_t, model, ts, backends)
             kv_j = [a + b for a, b in zip(kv_j, per)]
-            kvb.append(KVBuffer(c.name, label, max(per)))  # as llama.cpp logs it
+            # one buffer per cache on each device (llama.cpp logs the largest as Meta())
+            kvb += [KVBuffer(c.name, d.name, per[j]) for j, d in enumerate(devs)]
     meta_comp = None if comp is None else comp.bytes_by_buft.get(stand_in, 0)
 
     rows = []
