@@ -211,13 +211,10 @@ class Placement:
 def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device]:
     """llama.cpp's model device list: RPC devices first, then the others in the given order
     (src/llama.cpp: "add RPC servers at the front"); each backend numbers its own devices
-    (RPC across all servers). ``-sm none`` keeps only ``devices[-mg]``."""
+    (RPC across all servers). ``-sm none`` keeps only ``devices[-mg]``; ``-sm tensor``: the
+    Meta device's devices, RPC last (graphcost.memory.tensor_split)."""
     if flags.split_mode not in SPLIT_MODES:
         raise GraphcostError(f"-sm {flags.split_mode!r}: use one of {', '.join(SPLIT_MODES)}")
-    if flags.split_mode == "tensor":
-        # the Meta device: graphcost.memory.tensor_split (graphcost memory)
-        raise GraphcostError("-sm tensor: the Meta device's scheduler (its split graph) is "
-                             "not modelled here; graphcost memory gives its buffers")
     specs = [(_with_options(load_backend(a.kind), a), a) for a in args]
     for b, a in specs:
         if b.device_type == "cpu":
@@ -226,6 +223,11 @@ def resolve_devices(args: list[DeviceArg], flags: PlacementFlags) -> list[Device
             raise GraphcostError(f"--device {a.kind}: {b.device_name} comes with the build, not as a "
                                  f"device (--device metal,{a.kind}=0 for a macOS build without it)")
     ordered = [s for s in specs if s[0].name == "rpc"] + [s for s in specs if s[0].name != "rpc"]
+    if flags.split_mode == "tensor":
+        # llama_prepare_model_devices builds the Meta device from the registry's devices:
+        # the GPU backends, then the RPC servers' (common/arg.cpp add_rpc_devices registers
+        # them after the built-in backends); the names stay each backend's count
+        ordered = [s for s in specs if s[0].name != "rpc"] + [s for s in specs if s[0].name == "rpc"]
     counters: dict[str, int] = {}
     out = []
     for b, a in ordered:
@@ -526,6 +528,10 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
     """Every weight's buffer type and the model and KV buffers of each device."""
     if flags.load_mode not in LOAD_MODES:
         raise GraphcostError(f"--load-mode {flags.load_mode!r}: use one of {', '.join(LOAD_MODES)}")
+    if flags.split_mode == "tensor":
+        # the Meta device: graphcost.memory.tensor_split, through plan_devices
+        raise GraphcostError("-sm tensor: the Meta device's scheduler (its split graph) is "
+                             "not modelled here; graphcost memory gives its buffers")
     devices = resolve_devices(args, flags)
     dev_layer, dev_output = layer_devices(model, devices, flags)
     cpu_list = cpu_buft_list(devices, flags)

@@ -368,12 +368,10 @@ def load_aborts(tensors, model: ModelInfo, ts: list[float]) -> list[str]:
 # ---- the memory plan -------------------------------------------------------------------------
 
 def meta_devices(args, flags):
-    """The Meta device's devices: GPU-kind devices in the order given, then the RPC ones
-    (registered last), or ``-dev`` as given."""
+    """The Meta device's devices (:func:`~graphcost.memory.placement.resolve_devices`: GPU
+    kinds in the order given, then the RPC ones, or ``-dev`` as given); at least one."""
     from graphcost.memory.placement import resolve_devices
-    devs = resolve_devices(args, dataclasses.replace(flags, split_mode="layer"))
-    if flags.select_devices is None:
-        devs = [d for d in devs if d.backend.name != "rpc"] + [d for d in devs if d.backend.name == "rpc"]
+    devs = resolve_devices(args, flags)
     if not devs:
         # llama_prepare_model_devices: "LLAMA_SPLIT_MODE_TENSOR needs >= 1 devices"
         raise GraphcostError("-sm tensor: LLAMA_SPLIT_MODE_TENSOR needs >= 1 devices "
