@@ -20,9 +20,13 @@ from gguf import GGMLQuantizationType as QT
 from typer.testing import CliRunner
 
 from fixtures import write_gemma3, write_llama
+from fixtures_classic import write_phi3
+from fixtures_dense import write_qwen2, write_qwen3
 from fixtures_gemma3n import write_gemma3n
+from fixtures_gptoss import write_gptoss
 from fixtures_hybrid import write_lfm2
 from fixtures_moe import write_mixtral, write_qwen3moe
+from fixtures_simple import write_qwen2moe
 from graphcost.cli import app
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import load_model as load_model_info
@@ -49,6 +53,17 @@ WRITERS = {
     "gemma3": lambda p: write_gemma3(p, weight_types={k: QT.Q8_0 for k in KINDS if k != "output"}),
     # experts split by rows (up/gate) and columns (down), tied output
     "qwen3moe": lambda p: write_qwen3moe(p),
+    # fused attn_qkv (segments Q, then K and V x 2) and fused up+gate ffn_up (n_ff x 2)
+    "phi3": lambda p: write_phi3(p),
+    # attention sinks (one value a head), biases, expert biases (ffn_down_exps.bias:
+    # PARTIAL, whole on every device), sliding-window layers
+    "gptoss": lambda p: write_gptoss(p),
+    # Q/K/V biases split by columns with their heads, output.bias with the output rows
+    "qwen2": lambda p: write_qwen2(p),
+    # per-head Q/K norms ([head_dim]: mirrored)
+    "qwen3": lambda p: write_qwen3(p),
+    # a shared expert (mirrored: its patterns split only DeepSeek V4's)
+    "qwen2moe": lambda p: write_qwen2moe(p),
     # the default fixture: Q4_K attn_output of 256 columns, one block per row
     "llama-q4k": lambda p: write_llama(p),
     "mixtral": lambda p: write_mixtral(p, n_layer=3),
@@ -239,6 +254,12 @@ CASES = {
     "q8-nkvo-ts1,2": ("q8", 2, ["-nkvo", "-ts", "1,2"]),
     "q8-ub128": ("q8", 2, ["-ub", "128", "-b", "128"]),
     "q8-no-mmap-ngl3": ("q8", 2, ["-lm", "none", "-ngl", "3"]),
+    "phi3-fused-ts1,2": ("phi3", 2, ["-ts", "1,2"]),
+    "gptoss": ("gptoss", 2, []),
+    "gptoss-ts2,1": ("gptoss", 2, ["-ts", "2,1"]),
+    "qwen2-biases-ts1,3": ("qwen2", 2, ["-ts", "1,3"]),
+    "qwen3-qk-norm-ts2,1": ("qwen3", 2, ["-ts", "2,1"]),
+    "qwen2moe-shexp": ("qwen2moe", 2, []),
 }
 
 needs_tools = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
