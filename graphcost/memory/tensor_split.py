@@ -144,45 +144,41 @@ class SplitState:
         return sum(ne[j] * nr for ne, nr in zip(self.ne, self.nr))
 
 
+_AO, _SO = "attn_output.weight", "ssm_out.weight"
+_DOWN, _DOWN_X = "ffn_down.weight", "ffn_down_exps.weight"
+#: get_tensor_config (the non-DeepSeek-V4, non-HRM branch), in its order: the patterns, the
+#: axis, the tensor whose type sets the block size (None: the tensor itself) and its fallback
+_RULES: tuple[tuple[tuple[re.Pattern, ...], int | str, str | None, str | None], ...] = (
+    ((P_IDX_CACHE,), MIRRORED, None, None),
+    ((P_Q_WEIGHT, P_KV_WEIGHT, P_QKV_WEIGHT), AXIS_1, _AO, _SO),
+    ((P_Q_BIAS, P_KV_BIAS, P_QKV_BIAS), AXIS_0, _AO, _SO),
+    ((P_QK_NORM,), AXIS_1, _AO, None),  # one row ([head_dim]): MIRRORED
+    ((P_KV_CACHE, P_ATTN_SINKS), AXIS_0, _AO, None),
+    ((P_ATTN_OUT_WEIGHT,), AXIS_0, None, None),
+    ((P_ATTN_OUT_BIAS,), MIRRORED, None, None),
+    ((P_ATTN_GATE_WEIGHT,), AXIS_1, _AO, _SO),
+    ((P_FFN_UP_WEIGHT, P_FFN_GATE_WEIGHT, P_FFN_GATE_UP_WEIGHT), AXIS_1, _DOWN, _DOWN_X),
+    ((P_FFN_UP_BIAS, P_FFN_GATE_BIAS), AXIS_0, _DOWN, _DOWN_X),
+    ((P_FFN_DOWN_WEIGHT,), AXIS_0, _DOWN, _DOWN_X),
+    ((P_FFN_DOWN_BIAS,), MIRRORED, None, None),
+    ((P_FFN_DOWN_EXPS_BIAS,), PARTIAL, None, None),  # a partial sum: whole on every device
+    ((P_OUTPUT_WEIGHT,), AXIS_1, None, None),
+    ((P_OUTPUT_BIAS,), AXIS_0, None, None),
+)
+
+
 def _config(name: str, ne: tuple[int, ...]) -> tuple[int | str, str | None, str | None]:
-    """get_tensor_config (the non-DeepSeek-V4, non-HRM branch): (axis, the tensor whose
-    type sets the block size - ``None``: this one -, its fallback)."""
-    ao, so = "attn_output.weight", "ssm_out.weight"
-    down, down_x = "ffn_down.weight", "ffn_down_exps.weight"
-    if _m(P_IDX_CACHE, name):
-        return MIRRORED, None, None
+    """get_tensor_config: (axis, the tensor whose type sets the block size - ``None``: this
+    one -, its fallback); everything no rule names (norms, shared experts, the tied output,
+    rope factors) is MIRRORED."""
     if P_RECURRENT.fullmatch(name):
         raise GraphcostError(f"-sm tensor: the split of {name} (a recurrent layer's) is not modelled")
-    if _m(P_Q_WEIGHT, name) or _m(P_KV_WEIGHT, name) or _m(P_QKV_WEIGHT, name):
-        return AXIS_1, ao, so
-    if _m(P_Q_BIAS, name) or _m(P_KV_BIAS, name) or _m(P_QKV_BIAS, name):
-        return AXIS_0, ao, so
-    if _m(P_QK_NORM, name):
-        return (MIRRORED if ne[1] == 1 else AXIS_1), ao, None
-    if _m(P_KV_CACHE, name) or _m(P_ATTN_SINKS, name):
-        return AXIS_0, ao, None
-    if _m(P_ATTN_OUT_WEIGHT, name):
-        return AXIS_0, None, None
-    if _m(P_ATTN_OUT_BIAS, name):
-        return MIRRORED, None, None
-    if _m(P_ATTN_GATE_WEIGHT, name):
-        return AXIS_1, ao, so
-    if (_m(P_FFN_UP_WEIGHT, name) or _m(P_FFN_GATE_WEIGHT, name)
-            or _m(P_FFN_GATE_UP_WEIGHT, name)):
-        return AXIS_1, down, down_x
-    if _m(P_FFN_UP_BIAS, name) or _m(P_FFN_GATE_BIAS, name):
-        return AXIS_0, down, down_x
-    if _m(P_FFN_DOWN_WEIGHT, name):
-        return AXIS_0, down, down_x
-    if _m(P_FFN_DOWN_BIAS, name):
-        return MIRRORED, None, None
-    if _m(P_FFN_DOWN_EXPS_BIAS, name):
-        return PARTIAL, None, None  # a partial sum: the whole vector on every device
-    if _m(P_OUTPUT_WEIGHT, name):
-        return AXIS_1, None, None
-    if _m(P_OUTPUT_BIAS, name):
-        return AXIS_0, None, None
-    return MIRRORED, None, None  # everything else (norms, shared experts, tied output)
+    for patterns, axis, ref, fallback in _RULES:
+        if any(_m(p, name) for p in patterns):
+            if patterns == (P_QK_NORM,) and ne[1] == 1:
+                return MIRRORED, ref, fallback
+            return axis, ref, fallback
+    return MIRRORED, None, None
 
 
 def _layer(name: str, model: ModelInfo, n_dev: int) -> tuple[int, str, int]:
