@@ -366,3 +366,21 @@ def test_load_abort_equals_llama_cpp(models, server_sets):
     rows = _rows(_ours(models["llama-q4k"], 2, []))
     for i, s in enumerate(servers):
         assert s.alloc_sizes(marks[i]) == [rows[f"RPC{i}"]["model_bytes"]]
+
+
+def test_max_ctx_uses_each_device_s_share(models):
+    """``memory --max-ctx`` under -sm tensor: the largest context at which every device's
+    own share fits its budget (RPC1 holds 3/4 of the KV heads with -ts 1,3)."""
+    base = ["memory", str(models["q8"]), "--device", "rpc:11MiB", "--device", "rpc:11MiB",
+            "-sm", "tensor", "-ts", "1,3", "--format", "json"]
+    r = CliRunner().invoke(app, base + ["--max-ctx"])
+    assert r.exit_code == 0, (r.output, r.exception)
+    best = json.loads(r.stdout)["max_ctx"]["max_ctx"]
+
+    def rpc1_total(n_ctx: int) -> int:
+        out = CliRunner().invoke(app, base + ["-c", str(n_ctx)])
+        row = _rows(json.loads(out.stdout)["memory"])["RPC1"]
+        return sum(row[k] for k in ("model_bytes", "kv_bytes", "recurrent_state_bytes",
+                                    "compute_bytes", "output_bytes"))
+    assert best < 2048  # the training context does not fit
+    assert rpc1_total(best) <= 11 * MiB < rpc1_total(best + 256)
