@@ -29,8 +29,8 @@ Mirrors llama.cpp as vendored by llama-cpp-python 0.3.36:
 
 Not in any buffer llama.cpp logs: ``ggml_backend_meta_graph_compute``'s all-reduce scratch,
 ``ceil(log2(n_devices))`` buffers per device of the largest PARTIAL node of the graph being
-computed (allocated at the first compute; 2,048 bytes = 256 x 2 tokens x 4 B in the tests'
-2-token prompt).
+computed (none on one device or without a partial sum; allocated at the first compute;
+2,048 bytes = 256 x 2 tokens x 4 B in the tests' 2-token prompt): not modelled.
 
 All sizes are bytes.
 """
