@@ -104,6 +104,8 @@ class Buffers:
 
     model: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     kv: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: llama_memory_recurrent: "NAME RS buffer size" (recurrent states)
+    rs: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     output: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     compute: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     #: ~llama_context (debug): "NAME compute buffer size is X MiB" (four decimals)
@@ -117,6 +119,7 @@ class Buffers:
 _LINES = {
     "model": re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB"),
     "kv": re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB"),
+    "rs": re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+([\d.]+) MiB"),
     "output": re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB"),
     "compute": re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB"),
     "compute4": re.compile(r"~llama_context:\s+(\S+) compute buffer size is\s+([\d.]+) MiB"),

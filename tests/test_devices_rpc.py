@@ -232,6 +232,9 @@ def test_per_device_buffers_equal_llama_cpp(models, server_sets, case):
         logged(run.model), run.log[-4000:]
     assert ours_by((b["device"], b["bytes"]) for b in ours["kv_buffers"]) == logged(run.kv)
     rows = {r["device"]: r for r in ours["devices"]}
+    # recurrent states (hybrids): one RS buffer per device holding layers
+    assert ours_by((k, r["recurrent_state_bytes"]) for k, r in rows.items()
+                   if r["recurrent_state_bytes"]) == logged(run.rs), run.log[-4000:]
     assert ours_by((k, r["output_bytes"]) for k, r in rows.items() if r["output_bytes"]) == \
         logged(run.output)
 
@@ -240,6 +243,8 @@ def test_per_device_buffers_equal_llama_cpp(models, server_sets, case):
         sizes = s.alloc_sizes(marks[i])
         mine = [b["bytes"] for b in ours["model_buffers"] if b["name"] == f"RPC{i}"]
         mine += [b["bytes"] for b in ours["kv_buffers"] if b["device"] == f"RPC{i}"]
+        mine += [rows[f"RPC{i}"]["recurrent_state_bytes"]] if rows.get(f"RPC{i}", {}).get(
+            "recurrent_state_bytes") else []
         for n in mine:
             assert n in sizes, (case, f"RPC{i}", n, sizes)
 

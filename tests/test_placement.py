@@ -286,6 +286,28 @@ def test_encoder_has_no_tied_output(tmp_path):
     assert [w.buft.name for w in p.weights if w.name == "token_embd.weight"] == ["CPU"]
 
 
+def test_recurrent_state_per_device(tmp_path):
+    # lfm2: each short-conv layer keeps cache_r = (l_cache - 1) * n_embd F32 values of one
+    # cell (-np 1) = 2 * 160 * 4 = 1280 B and an empty cache_s (n_embd_s = 0), on its
+    # layer's device (llama_memory_recurrent: dev_layer(il) when offload_kqv), the CPU's
+    # with -nkvo; RPC alignment 32 divides 1280. Before: 0 in every row.
+    from fixtures_hybrid import LFM2_PATTERN, write_lfm2
+    from graphcost.memory.placement import plan_devices
+    m = load_model(write_lfm2(tmp_path / "l.gguf").path)
+    conv = [il for il, c in enumerate(LFM2_PATTERN) if c]
+    for nkvo in (False, True):
+        dp = plan_devices(m, RunSettings(ctx_size=512), RPC2,
+                          PlacementFlags(tensor_split=(1, 1), no_kv_offload=nkvo,
+                                         cpu_features=frozenset()))
+        rows = {r.device: r.recurrent_state_bytes for r in dp.rows}
+        want = {}
+        for il in conv:
+            row = "CPU" if nkvo else dp.placement.dev_layer[il]
+            want[row] = want.get(row, 0) + 1280
+        assert {k: v for k, v in rows.items() if v} == want
+        assert sum(rows.values()) == 1280 * len(conv) == dp.plan.recurrent_state_bytes
+
+
 # ---- the command -----------------------------------------------------------------------------
 
 def test_parse_bytes():

@@ -649,27 +649,50 @@ class KVBuffer:
     bytes: int | None  # None: a device-dependent alignment (not modelled)
 
 
-def kv_buffers(placement: Placement, caches, no_kv_offload: bool) -> list[KVBuffer]:
-    """Each cache layer's K and V go to dev_layer(il)'s buffer type (llama_kv_cache
-    constructor), the CPU with -nkvo; one buffer per cache and type, each tensor padded to
-    the type's alignment (ggml_backend_alloc_ctx_tensors_from_buft)."""
+def _layer_buffers(placement: Placement, layers: dict[int, list], no_kv_offload: bool
+                   ) -> dict[str, int | None]:
+    """Bytes per row of one cache's per-layer tensors: layer ``il``'s go to dev_layer(il)'s
+    buffer type, the CPU with -nkvo; one buffer per type, each tensor padded to the type's
+    alignment (ggml_backend_alloc_ctx_tensors_from_buft); None: an alignment not modelled."""
     by_name = {d.name: d for d in placement.devices}
     cpu = load_backend("cpu")
+    sizes: dict[str, int | None] = {}
+    for il in sorted(layers):
+        row = "CPU" if no_kv_offload else placement.dev_layer[il]
+        backend = cpu if row == "CPU" else by_name[row].backend
+        for t in layers[il]:
+            if t is None:
+                continue
+            if backend.alignment is None or sizes.get(row, 0) is None:
+                sizes[row] = None
+                continue
+            sizes[row] = sizes.get(row, 0) + gt.ggml_pad(alloc_size(backend, t.type, t.ne, t.nbytes),
+                                                  backend.alignment)
+    return sizes
+
+
+def kv_buffers(placement: Placement, caches, no_kv_offload: bool) -> list[KVBuffer]:
+    """Each cache layer's K and V go to dev_layer(il)'s buffer type (llama_kv_cache
+    constructor), the CPU with -nkvo; one buffer per cache and type."""
     out: list[KVBuffer] = []
     for c in caches:
-        sizes: dict[str, int | None] = {}
-        for il in sorted(c.k):
-            row = "CPU" if no_kv_offload else placement.dev_layer[il]
-            backend = cpu if row == "CPU" else by_name[row].backend
-            for t in (c.k.get(il), c.v.get(il)):
-                if t is None:
-                    continue
-                if backend.alignment is None or sizes.get(row, 0) is None:
-                    sizes[row] = None
-                    continue
-                sizes[row] = sizes.get(row, 0) + gt.ggml_pad(alloc_size(backend, t.type, t.ne, t.nbytes),
-                                                      backend.alignment)
+        layers = {il: [c.k.get(il), c.v.get(il)] for il in set(c.k) | set(c.v)}
+        sizes = _layer_buffers(placement, layers, no_kv_offload)
         out += [KVBuffer(c.name, row, n) for row, n in sizes.items()]
+    return out
+
+
+def state_buffers(placement: Placement, states, no_kv_offload: bool) -> dict[str, int | None]:
+    """The recurrent states' RS buffers per row (llama_memory_recurrent constructor:
+    ``cache_r_l*`` and ``cache_s_l*`` of layer ``il`` on dev_layer(il)'s buffer type when
+    offload_kqv, else the CPU's; llama.cpp logs ``llama_memory_recurrent: NAME RS buffer
+    size``), summed over the states."""
+    out: dict[str, int | None] = {}
+    for st in states:
+        layers = {il: [st.r.get(il), st.s.get(il)] for il in set(st.r) | set(st.s)}
+        for row, n in _layer_buffers(placement, layers, no_kv_offload).items():
+            prev = out.get(row, 0)
+            out[row] = None if prev is None or n is None else prev + n
     return out
 
 
@@ -693,16 +716,20 @@ def output_row(placement: Placement) -> str:
 
 def device_memory(placement: Placement, kv: list[KVBuffer], *, output_bytes: int,
                   cpu_compute_bytes: int,
-                  compute: dict[str, int] | None = None) -> list[DeviceMemory]:
+                  compute: dict[str, int] | None = None,
+                  states: dict[str, int | None] | None = None) -> list[DeviceMemory]:
     """One row per device (llama.cpp's order), then CPU, then CPU extra and host buffer
     types that hold something. ``compute``: each compute buffer by buffer type name
     (:func:`graphcost.memory.sched.compute_buffers`); without it, ``cpu_compute_bytes``
     (the single-CPU plan's compute buffer) is used when there is no device, and compute
-    buffers with devices are not modelled (None)."""
+    buffers with devices are not modelled (None). ``states``: the RS buffers per row
+    (:func:`state_buffers`)."""
     kv = kv_bytes_per_row(kv)
+    states = states or {}
     out_row = output_row(placement)
     rows = [d.name for d in placement.devices] + ["CPU"]
-    for name in [b.row for b in placement.model_buffers] + list(kv) + [out_row] + list(compute or ()):
+    for name in ([b.row for b in placement.model_buffers] + list(kv) + list(states) + [out_row]
+                 + list(compute or ())):
         if name not in rows:
             rows.append(name)
     free = {d.name: d.free_bytes for d in placement.devices}
@@ -720,7 +747,7 @@ def device_memory(placement: Placement, kv: list[KVBuffer], *, output_bytes: int
             comp = 0  # extra buffer types hold weights only
         else:
             comp = None
-        result.append(DeviceMemory(r, model, kv.get(r, 0), 0, comp,
+        result.append(DeviceMemory(r, model, kv.get(r, 0), states.get(r, 0), comp,
                                    output_bytes if r == out_row else 0, free.get(r)))
     return result
 
@@ -852,9 +879,11 @@ def plan_devices(model: ModelInfo, settings, args: list[DeviceArg],
         p.notes.append(fa_note)
     plan = plan_memory(model, run)
     kv = kv_buffers(p, plan.reserves[0].graph.caches, flags.no_kv_offload)
+    rs = state_buffers(p, plan.reserves[0].graph.states, flags.no_kv_offload)
     comp = (compute_buffers(plan.reserves, p, flags, model.n_layer, no_alloc=no_alloc)
             if p.devices else None)
     rows = device_memory(p, kv, output_bytes=plan.output_buffer_bytes,
                          cpu_compute_bytes=plan.compute_buffer_bytes,
-                         compute=comp.bytes_by_buft if comp is not None else None)
+                         compute=comp.bytes_by_buft if comp is not None else None,
+                         states=rs)
     return DevicePlan(plan, p, flags, kv, rows, comp)
