@@ -99,6 +99,20 @@ class Hardware:
         pts = table.get(key)
         return sorted(pts) if pts else None
 
+    def matmul_points(self, type_name: str | None) -> list | None:
+        """The probe's prompt-matmul points for ``type_name`` weights
+        (``op_costs.matmul``: ``[[weight bytes, flops, seconds], ...]``, the same weights
+        at several activation row counts), or None."""
+        pts = ((self.extra.get("op_costs") or {}).get("matmul") or {}).get(type_name)
+        return sorted(pts, key=lambda p: p[1]) if pts else None
+
+    @property
+    def matvec_max_rows(self) -> int:
+        """Most activation rows the executor's matvec kernels take (``op_costs.
+        matvec_max_rows``, ``kernels.matmul.MATVEC_MAX_N``; 1 if the profile does not
+        say): a matmul with more takes the prompt kernels."""
+        return int((self.extra.get("op_costs") or {}).get("matvec_max_rows") or 1)
+
     def to_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "description": self.description,
                 "threads": self.threads, "bandwidth_bytes_per_s": self.bandwidth,
@@ -134,20 +148,47 @@ def curve_seconds(points: list, nbytes: float) -> float:
     return float(t1 + slope * (nbytes - b1))
 
 
+def matmul_fit(points: list) -> tuple[float, float] | None:
+    """(seconds per weight byte, FLOP/s) of a prompt matmul from the probe's points
+    ``[[weight bytes, flops, seconds], ...]`` of one weight matrix at several activation
+    row counts: the line through the fewest and the most FLOPs. Its slope is the per-row
+    work (seconds per FLOP: the kernel's FLOP rate); what is left at the fewest FLOPs is
+    the per-call work, counted per weight byte (unpacking the weight blocks once per
+    call, the call itself), never below zero. None with fewer than two distinct FLOP
+    counts or a slope that is not positive (noise)."""
+    if len(points) < 2:
+        return None
+    pts = sorted(points, key=lambda p: p[1])
+    (w0, f0, t0), (_, f1, t1) = pts[0], pts[-1]
+    if f1 <= f0 or t1 <= t0:
+        return None
+    per_flop = (t1 - t0) / (f1 - f0)
+    return max(0.0, t0 - per_flop * f0) / w0, 1.0 / per_flop
+
+
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
                      weight_type: str | None = None, after_matmul: bool = True,
-                     head_size: int | None = None) -> float:
+                     head_size: int | None = None, rows: int = 1,
+                     weight_bytes: float | None = None) -> float:
     """Modelled seconds of one node on graphcost's executor.
 
-    With the probe's curve for ``op`` (a matmul: for ``weight_type``; another op: the
-    curve measured right after a matmul, or with ``after_matmul`` False after a small op,
-    whose output it reads from the cache): the curve's time at ``nbytes``
-    (:func:`curve_seconds`), never below the compute roof ``flops / peak`` (a matmul's
-    peak is its weight type's; flash attention's curve is its ``head_size``'s). Without one (an op the probe did not time,
-    an older or datasheet profile): the per-call overhead of ``op`` plus the roofline with
-    the memory roof lowered to the matvec rate for ``weight_type`` (other ops stream at
-    the bandwidth)."""
+    A matmul of more than :attr:`Hardware.matvec_max_rows` activation ``rows`` (a
+    prompt's) with the probe's prompt points for ``weight_type``: ``weight_bytes`` times
+    the per-weight-byte cost plus ``flops`` at the per-row FLOP rate
+    (:func:`matmul_fit`). Otherwise, with the probe's curve for ``op`` (a matmul: its
+    decode matvec for ``weight_type``; another op: the curve measured right after a
+    matmul, or with ``after_matmul`` False after a small op, whose output it reads from
+    the cache): the curve's time at ``nbytes`` (:func:`curve_seconds`), never below the
+    compute roof ``flops / peak`` (a matmul's peak is its weight type's; flash
+    attention's curve is its ``head_size``'s). Without one (an op the probe did not
+    time, an older or datasheet profile): the per-call overhead of ``op`` plus the
+    roofline with the memory roof lowered to the matvec rate for ``weight_type`` (other
+    ops stream at the bandwidth)."""
     mat = op in ops.MATMUL and weight_type is not None
+    if mat and rows > hw.matvec_max_rows and weight_bytes:
+        fit = matmul_fit(hw.matmul_points(weight_type) or [])
+        if fit is not None:
+            return weight_bytes * fit[0] + flops / fit[1]
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
     curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size)
     if curve:
@@ -219,10 +260,14 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         mapping_of(pk["by_type"], "positive", "peak_flops.by_type", where)
     if doc.get("op_costs") is not None:
         oc = need(doc["op_costs"], "dict", "op_costs", where)
-        for part in ("by_op", "by_op_chained", "matvec"):
+        for part in ("by_op", "by_op_chained", "matvec", "matmul"):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
                                        where).items():
                 _check_curve(pts, f"op_costs.{part}.{key}", where)
+        mvr = oc.get("matvec_max_rows")
+        if mvr is not None and (not _is_int(mvr) or mvr < 1):
+            raise GraphcostError(f"{where}: op_costs.matvec_max_rows must be an integer >= 1, "
+                                 f"got {_show(mvr)}")
     overhead = 0.0
     if doc.get("op_overhead") is not None:
         ov = need(doc["op_overhead"], "dict", "op_overhead", where)

@@ -5,17 +5,21 @@ the same Numba kernels the executor runs.
   float32 array much larger than the caches (default 256 MiB): every byte read once, the
   plainest loop a kernel can be. This is the profile's bandwidth, the roofline's memory
   roof.
-* **Matrix-vector rate per weight type** (``memory_bandwidth.by_type``): the matmul the
-  executor runs for that type with ``--numerics fast`` (:func:`graphcost.execute.exec_ops.matmul_fn`)
-  of one activation row by a matrix of the same size; each weight byte is read once, so
-  rate / bandwidth is how close that kernel comes to the memory's limit. Each type's runs
-  alternate with runs of the streaming read, so both see the same load (the bandwidth is
-  the median over all of those runs).
-* **Peak FLOP rate**: ``kernels.matmul.mul_mat``'s tiled path on an F32 matrix that fits in L2-sized
-  tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs); and per weight
-  type (``peak_flops.by_type``) the executor's matmul for that type
-  (:func:`graphcost.execute.exec_ops.matmul_fn`) on a cache-resident 256 x 4096 matrix
-  times 256 rows, so a quantized matmul meets its own compute roof, not the F32 one.
+* **Matrix-vector rate per weight type** (``memory_bandwidth.by_type``): a MUL_MAT node
+  of one activation row by a matrix of the same size, compiled by
+  :mod:`graphcost.execute.exec_ops` and called as the executor calls it (decode: the
+  fused ``kernels.matmul.fused_matvec`` for the block types, ``--numerics fast``); each
+  weight byte is read once, so rate / bandwidth is how close that kernel comes to the
+  memory's limit. Each type's runs alternate with runs of the streaming read, so both
+  see the same load (the bandwidth is the median over all of those runs).
+* **Peak FLOP rate**: ``kernels.matmul.mul_mat``'s tiled path on an F32 matrix that fits in
+  L2-sized tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs); and
+  per weight type (``peak_flops.by_type``) the best rate the executor's matmul nodes of
+  that type reach: the per-row rate of its prompt MUL_MAT (``op_costs.matmul``:
+  :data:`PROMPT_M` x 4096 cache-resident weights by 16 and by 64 activation rows,
+  ``kernels.gemm``'s panels where the type has them) or its decode matvec on 256 KiB of
+  cache-resident weights, whichever is higher; so a quantized matvec meets its own
+  compute roof, not the F32 one.
 * **Op costs** (``op_costs``): each op kind the executor runs, compiled by
   :mod:`graphcost.execute.exec_ops` exactly as for a graph node and called the way the
   executor calls it (bound to its arrays where the node allows), at a ladder of sizes
@@ -93,7 +97,7 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
 def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dict:
     import numba
 
-    from graphcost.execute.exec_ops import Ctx, matmul_fn
+    from graphcost.execute.exec_ops import Ctx
     from graphcost.execute.kernels_loader import load_kernels
     from graphcost.execute.weights import random_raw
 
@@ -107,22 +111,24 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     stream_runs: list[float] = []
     by_type = {}
     matvec = {}
+    hot: dict[str, float] = {}          # FLOP/s of each type's matvec on cache-resident weights
     calls = max(5, 4 * repeat)          # each op-cost and matvec-ladder point: median of calls
     for t in K_.quants.SUPPORTED:
         t = gt.GGMLType(int(t))
         rows = max(1, (mib << 20) // gt.row_size(t, K))
         say(f"matvec: {gt.type_name(t)} {rows} x {K}")
         w = random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K))
-        mv = matmul_fn(ctx, t, K, rows)
-        mv(w, x)                                    # compile or load from cache
+        node = _matmul_node(t, K, rows, 1)
+        mv = _node_calls(node, ctx, [[w, x]])[0]    # compiled or loaded from cache
         runs = []
         for _ in range(repeat):                     # alternate: the same load for both
             stream_runs.append(_seconds(lambda: K_.stream.read_rows(big)))
-            runs.append(_seconds(lambda: mv(w, x)))
+            runs.append(_seconds(mv))
         by_type[gt.type_name(t)] = round(w.nbytes / float(np.median(runs)))
-        big_point = _point(_matvec_node(t, K, rows), float(np.median(runs)))
-        matvec[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng) + [big_point]
-        del w
+        big_point = _point(node, float(np.median(runs)))
+        ladder, hot[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng)
+        matvec[gt.type_name(t)] = ladder + [big_point]
+        del w, mv
     bandwidth = round(big.nbytes / float(np.median(stream_runs)))
     big = None                                      # free before the FLOP probe
 
@@ -132,8 +138,10 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     xs = rng.standard_normal((n, K)).astype(np.float32)
     sec = _median_seconds(lambda: K_.matmul.mul_mat(w, gt.F32, K, m, xs), repeat)
     flops = 2.0 * m * n * K / sec
-    say("peak FLOP rate per weight type")
-    peak_by_type = type_peaks(ctx, rng, repeat)
+    say("prompt matmuls per weight type")
+    prompt_mm = prompt_matmuls(ctx, rng, repeat)
+    peak_by_type = {name: round(max(hot[name], prompt_rate(pts) or 0.0))
+                    for name, pts in prompt_mm.items()}
     say("op costs")
     by_op, chained = op_costs(ctx, rng, calls, mib)
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
@@ -161,8 +169,11 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "how": f"kernels.matmul.mul_mat tiled path, f32 {m}x{K} weights x {n} rows "
                    f"(2*M*N*K FLOPs), median of {repeat}",
             "by_type": peak_by_type,
-            "by_type_how": f"the executor's matmul (--numerics fast) per weight type, "
-                           f"{PEAK_M}x{K} weights x {PEAK_N} rows, median of {repeat}",
+            "by_type_how": f"per weight type, the higher of: the per-row rate of the "
+                           f"executor's prompt MUL_MAT node ({PROMPT_M}x{K} weights, "
+                           f"{' and '.join(map(str, PROMPT_ROWS))} rows: op_costs.matmul), "
+                           f"and its decode matvec node on {HOT_BYTES >> 10} KiB of "
+                           f"cache-resident weights (median of {calls} calls)",
             "source": "graphcost hwprobe on this machine",
         },
         "op_overhead": {
@@ -182,6 +193,12 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "by_op": by_op,
             "by_op_chained": chained,
             "matvec": matvec,
+            "matmul": prompt_mm,
+            "matmul_how": f"prompt MUL_MAT nodes as the executor runs them: {PROMPT_M}x{K} "
+                          f"weights (cache-resident) x {' and '.join(map(str, PROMPT_ROWS))} "
+                          f"activation rows, median of {repeat}; points are [weight bytes, "
+                          f"flops, seconds]; used above matvec_max_rows activation rows",
+            "matvec_max_rows": int(K_.matmul.MATVEC_MAX_N),
             "source": "graphcost hwprobe on this machine",
         },
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
@@ -197,62 +214,110 @@ def _point(node, seconds: float) -> list:
     return [int(sum(c.reads) + c.write + 2 * c.work), int(c.flops), float(seconds)]
 
 
-def _matvec_node(t: gt.GGMLType, k: int, rows: int):
+def _matmul_node(t: gt.GGMLType, k: int, rows: int, n: int):
+    """A MUL_MAT of ``rows`` weight rows of ``k`` columns (type ``t``) by ``n`` F32
+    activation rows, built with the ggml graph mirror."""
     from graphcost.graph.ggml_graph import Graph
 
     g = Graph()
-    return g.mul_mat(g.new_tensor(t, [k, rows], role="weight"), g.new_tensor(gt.F32, [k, 1]))
+    return g.mul_mat(g.new_tensor(t, [k, rows], role="weight"), g.new_tensor(gt.F32, [k, n]))
+
+
+def _node_calls(node, ctx, arg_sets: list[list[np.ndarray]]) -> list[Callable[[], object]]:
+    """``node`` compiled by :mod:`graphcost.execute.exec_ops` once, and one zero-argument
+    call for each set of source values (numpy arrays in the kernels' layout, as
+    :func:`~graphcost.execute.exec_ops.tensor_view` makes them), each called as the
+    executor calls a node whose sources are fixed (``graphcost/execute/plan.py``): bound
+    to its arrays where the node allows (:meth:`~graphcost.execute.exec_ops.KernelNode.bind`)
+    and through the numba overload it compiled
+    (:func:`~graphcost.execute.exec_ops.resolve_entry`). Each call has run once (compile
+    or load from Numba's cache)."""
+    from graphcost.execute.exec_ops import compile_node, resolve_entry, tensor_view
+
+    fn = compile_node(node, ctx)
+    calls = []
+    for vals in arg_sets:
+        args = [tensor_view(np.ascontiguousarray(v).reshape(-1).view(np.uint8), s, 0)
+                for s, v in zip(node.src, vals)]
+        bound = fn.bind(*args) if hasattr(fn, "bind") else None
+        call = partial(fn, *args) if bound is None else bound
+        call()
+        calls.append(call if bound is None else resolve_entry(bound))
+    return calls
 
 
 #: row length of the matvec ladder's slices, and their sizes (bytes of weights)
 LADDER_K = 1024
 LADDER_BYTES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
+#: the ladder size whose slice is also timed over and over, in the caches: the matvec's
+#: own compute rate (a candidate for the type's peak FLOP rate)
+HOT_BYTES = 256 << 10
 
 
-def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int, rng) -> list[list]:
+def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int,
+                  rng) -> tuple[list[list], float]:
     """Points of one activation row times slices of ``w`` (its bytes read as rows of
     :data:`LADDER_K`) of :data:`LADDER_BYTES`, a new slice each call (cold when ``w`` is
-    larger than the last-level cache), into a preallocated output as the executor's node."""
-    from graphcost.execute.exec_ops import matmul_fn
-
+    larger than the last-level cache), each a MUL_MAT node run as the executor runs it
+    (decode: ``kernels.matmul.fused_matvec`` for the block types, into the node's own
+    output); and the FLOP/s of the :data:`HOT_BYTES` slice called ``calls`` times in a row
+    (cache-resident weights: the kernel's compute rate)."""
     rb = gt.row_size(t, LADDER_K)
     pool = w.reshape(-1)[: (w.nbytes // rb) * rb].reshape(-1, rb)
     x = rng.standard_normal((1, LADDER_K)).astype(np.float32)
-    pts = []
+    pts, hot = [], 0.0
     for size in LADDER_BYTES:
         rows = max(1, size // rb)
         if rows * 2 > len(pool):
             break
-        mv = matmul_fn(ctx, t, LADDER_K, rows)
-        out = np.empty((1, rows), dtype=np.float32)
-        mv(pool[:rows], x, out=out)                 # compile or load from cache
-        n_slices = len(pool) // rows
-        runs = []
-        for i in range(calls):
-            sl = pool[(i % n_slices) * rows:(i % n_slices + 1) * rows]
-            runs.append(_seconds(lambda: mv(sl, x, out=out)))
-        pts.append(_point(_matvec_node(t, LADDER_K, rows), float(np.median(runs))))
-    return pts
+        node = _matmul_node(t, LADDER_K, rows, 1)
+        n_slices = min(len(pool) // rows, calls)
+        mvs = _node_calls(node, ctx, [[pool[i * rows:(i + 1) * rows], x]
+                                      for i in range(n_slices)])
+        runs = [_seconds(mvs[i % n_slices]) for i in range(calls)]
+        pts.append(_point(node, float(np.median(runs))))
+        if size == HOT_BYTES:
+            sec = float(np.median([_seconds(mvs[0]) for _ in range(calls)]))
+            hot = _point(node, sec)[1] / sec
+    return pts, hot
 
 
-#: shape of the per-type peak probe: PEAK_M x K weights (cache-resident) x PEAK_N rows
-PEAK_M, PEAK_N = 256, 256
+#: the prompt-matmul probe: PROMPT_M x K weights (cache-resident) times each of
+#: PROMPT_ROWS activation rows (more than ``kernels.matmul.MATVEC_MAX_N``: the prompt kernels)
+PROMPT_M, PROMPT_ROWS = 256, (16, 64)
 
 
-def type_peaks(ctx, rng, repeat: int) -> dict[str, float]:
-    """FLOP/s of the executor's matmul per weight type on many rows (compute-bound)."""
-    from graphcost.execute.exec_ops import matmul_fn
+def prompt_matmuls(ctx, rng, repeat: int) -> dict[str, list[list]]:
+    """Per weight type, ``[[weight bytes, flops, seconds], ...]`` of a MUL_MAT node of
+    :data:`PROMPT_M` x :data:`K` weights by each of :data:`PROMPT_ROWS` activation rows,
+    run as the executor runs it (``kernels.gemm``'s 16-row panels for Q4_0/Q5_0/Q4_1/
+    Q5_1/Q4_K/Q6_K, the four-row dots for the other block types, the tiled float path
+    for F32/F16/BF16 with ``fast`` numerics). Same weights at every row count: the
+    difference between two points is the per-row work, the rest is per call and per
+    weight byte (:func:`graphcost.cost.hardware.matmul_fit`)."""
     from graphcost.execute.weights import random_raw
 
-    xs = rng.standard_normal((PEAK_N, K)).astype(np.float32)
     out = {}
     for t in ctx.K.quants.SUPPORTED:
         t = gt.GGMLType(int(t))
-        w = random_raw(t, (K, PEAK_M), rng).reshape(PEAK_M, gt.row_size(t, K))
-        mm = matmul_fn(ctx, t, K, PEAK_M)
-        sec = _median_seconds(lambda: mm(w, xs), repeat)
-        out[gt.type_name(t)] = round(2.0 * PEAK_M * PEAK_N * K / sec)
+        w = random_raw(t, (K, PROMPT_M), rng).reshape(PROMPT_M, gt.row_size(t, K))
+        pts = []
+        for n in PROMPT_ROWS:
+            xs = rng.standard_normal((n, K)).astype(np.float32)
+            node = _matmul_node(t, K, PROMPT_M, n)
+            mm = _node_calls(node, ctx, [[w, xs]])[0]
+            sec = _median_seconds(mm, repeat)
+            pts.append([int(w.nbytes), int(_point(node, sec)[1]), sec])
+        out[gt.type_name(t)] = pts
     return out
+
+
+def prompt_rate(points: list[list]) -> float | None:
+    """FLOP/s of the per-row work of :func:`prompt_matmuls`' points (None: not measured)."""
+    from graphcost.cost.hardware import matmul_fit
+
+    fit = matmul_fit(points)
+    return None if fit is None else fit[1]
 
 
 #: sizes of the op-cost ladder: values a row (flash attention: KV cells)

@@ -217,12 +217,17 @@ class Profile:
         return sorted(self.rollup(lambda n: n.layer),
                       key=lambda r: (r.key is None, r.key if r.key is not None else 0))
 
-    def estimate_accuracy(self, min_seconds: float = 10e-6) -> dict:
+    def estimate_accuracy(self, min_seconds: float = 10e-6, phase: str | None = None) -> dict:
         """median |estimate/measured - 1| over nodes slower than ``min_seconds`` (0: every
-        executed node), overall and per op kind (phase steps), for the roofline and for the
-        executor model. A threshold on the measured time picks, for a kind whose nodes
-        mostly run under it, only its slowest (interrupted) calls: judge such kinds with 0."""
-        _, steps = self.phase()
+        executed node), overall and per op kind, for the roofline and for the executor
+        model, over the ``phase``'s steps (``"prompt"``, ``"decode"``; default: the
+        roll-ups' phase, :meth:`phase`). A threshold on the measured time picks, for a kind
+        whose nodes mostly run under it, only its slowest (interrupted) calls: judge such
+        kinds with 0."""
+        if phase not in (None, "prompt", "decode"):
+            raise ValueError(f"phase {phase!r}: prompt or decode")
+        steps = self.phase()[1] if phase is None else \
+            [self.prompt] if phase == "prompt" else self.decode
         hw = self.hardware
         ovh = hw.overhead
         ratios: dict[str, list[tuple[float, float]]] = {}
@@ -273,10 +278,14 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
             pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
             # a step's first node follows the previous step's last, the output matmul
             f = attended_fraction(n, attended)
+            mat = n.op in ops.MATMUL
             model = executor_seconds(n.op, nbytes * f, flops * f, hw, wtype,
                                      after_matmul=prev is None or prev in ops.MATMUL,
                                      head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
-                                     else None)
+                                     else None,
+                                     rows=n.src[1].ne[1] * n.src[1].ne[2] * n.src[1].ne[3]
+                                     if mat else 1,
+                                     weight_bytes=n.src[0].data_bytes if mat else None)
         if ran:
             prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
