@@ -78,18 +78,25 @@ class Hardware:
         return float(by_type.get(type_name, self.peak_flops)) if type_name else self.peak_flops
 
     def op_curve(self, op: str, type_name: str | None = None,
-                 after_matmul: bool = True, head_size: int | None = None) -> list | None:
+                 after_matmul: bool = True, head_size: int | None = None,
+                 tokens: int = 1) -> list | None:
         """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
         weight type; another op: run right after a matmul, or with ``after_matmul`` False
         right after a small op; flash attention: at the measured head size nearest
-        ``head_size``, keys ``FLASH_ATTN_EXT@D``), sorted by bytes; None when the profile
-        did not measure it."""
+        ``head_size``, keys ``FLASH_ATTN_EXT@D``, and for ``tokens`` queries from
+        ``op_costs.flash_attn_tile_min_tokens`` on, the query-tile kernel's curves,
+        ``op_costs.flash_attn_tiled``), sorted by bytes; None when the profile did not
+        measure it."""
         oc = self.extra.get("op_costs") or {}
         if op in ops.MATMUL:
             pts = (oc.get("matvec") or {}).get(type_name)
             return sorted(pts) if pts else None
         table = (oc.get("by_op" if after_matmul else "by_op_chained") or {}) \
             or (oc.get("by_op") or {})
+        tile_min = oc.get("flash_attn_tile_min_tokens")
+        if op == "FLASH_ATTN_EXT" and tile_min and tokens >= tile_min \
+                and oc.get("flash_attn_tiled"):
+            table = oc["flash_attn_tiled"]
         key = op
         if head_size:
             sizes = {int(k.split("@")[1]) if "@" in k else 128: k for k in table
@@ -131,56 +138,69 @@ def roofline_seconds(nbytes: float, flops: float, hw: Hardware,
     return (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "compute")
 
 
-def curve_seconds(points: list, nbytes: float) -> float:
-    """Seconds at ``nbytes`` on a probe curve (``[[bytes, flops, seconds], ...]`` sorted by
-    bytes): linear between the two measured sizes around it; below the smallest, that
-    size's time (the fixed cost of a call); above the largest, the last segment's bytes/s
-    carried on (a slope below zero, noise, counts as zero)."""
+def curve_seconds(points: list, nbytes: float, column: int = 0) -> float:
+    """Seconds at ``nbytes`` on a probe curve (``[[bytes, flops, seconds], ...]``; with
+    ``column`` 1, ``nbytes`` is FLOPs and the curve is read by its FLOPs): linear between
+    the two measured sizes around it; below the smallest, that size's time (the fixed
+    cost of a call); above the largest, the last segment's slope carried on (a slope below
+    zero, noise, counts as zero)."""
+    points = sorted(([p[column], p[2]] for p in points))
     if nbytes <= points[0][0]:
-        return float(points[0][2])
-    for (b0, _, t0), (b1, _, t1) in zip(points, points[1:]):
+        return float(points[0][1])
+    for (b0, t0), (b1, t1) in zip(points, points[1:]):
         if nbytes <= b1:
             return float(t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)) if b1 > b0 else float(t1)
     if len(points) == 1:
-        return float(points[0][2])
-    (b0, _, t0), (b1, _, t1) = points[-2], points[-1]
+        return float(points[0][1])
+    (b0, t0), (b1, t1) = points[-2], points[-1]
     slope = max(0.0, (t1 - t0) / (b1 - b0)) if b1 > b0 else 0.0
     return float(t1 + slope * (nbytes - b1))
 
 
-def matmul_fit(points: list) -> tuple[float, float] | None:
-    """(seconds per weight byte, FLOP/s) of a prompt matmul from the probe's points
-    ``[[weight bytes, flops, seconds], ...]`` of one weight matrix at several activation
-    row counts: the line through the fewest and the most FLOPs. Its slope is the per-row
-    work (seconds per FLOP: the kernel's FLOP rate); what is left at the fewest FLOPs is
-    the per-call work, counted per weight byte (unpacking the weight blocks once per
-    call, the call itself), never below zero. None with fewer than two distinct FLOP
-    counts or a slope that is not positive (noise)."""
-    if len(points) < 2:
+def matmul_fit(points: list) -> tuple[float, float, float] | None:
+    """(seconds per call, seconds per weight byte, FLOP/s) of a prompt matmul from the
+    probe's points ``[[weight bytes, flops, seconds], ...]`` (``op_costs.matmul``): the
+    matrix with the most points (the largest on a tie) at its fewest and most FLOPs gives
+    the per-row work (its slope: seconds per FLOP); what is left at the fewest FLOPs, on
+    that matrix and on the smallest other one, is the per-call cost plus the per-weight-
+    byte cost (unpacking the weight blocks once per call), each never below zero (noise);
+    with one matrix only, all of it per weight byte. None without two FLOP counts on one
+    matrix or with a slope that is not positive (noise)."""
+    by_w: dict[float, list] = {}
+    for w, f, t in points:
+        by_w.setdefault(w, []).append((f, t))
+    main = max(by_w, key=lambda w: (len(by_w[w]), w), default=None)
+    if main is None:
         return None
-    pts = sorted(points, key=lambda p: p[1])
-    (w0, f0, t0), (_, f1, t1) = pts[0], pts[-1]
+    (f0, t0), (f1, t1) = min(by_w[main]), max(by_w[main])
     if f1 <= f0 or t1 <= t0:
         return None
     per_flop = (t1 - t0) / (f1 - f0)
-    return max(0.0, t0 - per_flop * f0) / w0, 1.0 / per_flop
+    rest = t0 - per_flop * f0
+    others = [w for w in by_w if w != main]
+    if not others:
+        return 0.0, max(0.0, rest) / main, 1.0 / per_flop
+    w2 = min(others)
+    f2, t2 = min(by_w[w2])
+    per_byte = max(0.0, (rest - (t2 - per_flop * f2)) / (main - w2))
+    return max(0.0, rest - per_byte * main), per_byte, 1.0 / per_flop
 
 
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
                      weight_type: str | None = None, after_matmul: bool = True,
                      head_size: int | None = None, rows: int = 1,
-                     weight_bytes: float | None = None) -> float:
+                     weight_bytes: float | None = None, tokens: int = 1) -> float:
     """Modelled seconds of one node on graphcost's executor.
 
     A matmul of more than :attr:`Hardware.matvec_max_rows` activation ``rows`` (a
-    prompt's) with the probe's prompt points for ``weight_type``: ``weight_bytes`` times
-    the per-weight-byte cost plus ``flops`` at the per-row FLOP rate
+    prompt's) with the probe's prompt points for ``weight_type``: the per-call cost, plus
+    ``weight_bytes`` at the per-weight-byte cost, plus ``flops`` at the per-row FLOP rate
     (:func:`matmul_fit`). Otherwise, with the probe's curve for ``op`` (a matmul: its
     decode matvec for ``weight_type``; another op: the curve measured right after a
     matmul, or with ``after_matmul`` False after a small op, whose output it reads from
-    the cache): the curve's time at ``nbytes`` (:func:`curve_seconds`), never below the
-    compute roof ``flops / peak`` (a matmul's peak is its weight type's; flash
-    attention's curve is its ``head_size``'s). Without one (an op the probe did not
+    the cache): the curve's time at ``nbytes`` (:func:`curve_seconds`; flash attention:
+    at ``flops``, on its ``head_size``'s curve for ``tokens`` queries), never below the
+    compute roof ``flops / peak`` (a matmul's peak is its weight type's). Without one (an op the probe did not
     time, an older or datasheet profile): the per-call overhead of ``op`` plus the
     roofline with the memory roof lowered to the matvec rate for ``weight_type`` (other
     ops stream at the bandwidth)."""
@@ -188,11 +208,14 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     if mat and rows > hw.matvec_max_rows and weight_bytes:
         fit = matmul_fit(hw.matmul_points(weight_type) or [])
         if fit is not None:
-            return weight_bytes * fit[0] + flops / fit[1]
+            return fit[0] + weight_bytes * fit[1] + flops / fit[2]
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
-    curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size)
+    curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size, tokens)
     if curve:
-        return max(curve_seconds(curve, nbytes), flops / peak)
+        # flash attention's work is per (query, attended cell) pair: its FLOPs, not its
+        # bytes (a prompt's q and output rows are most of its bytes)
+        at = (flops, 1) if op == "FLASH_ATTN_EXT" else (nbytes, 0)
+        return max(curve_seconds(curve, *at), flops / peak)
     rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth
     return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate, peak)[0]
 
@@ -260,14 +283,15 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         mapping_of(pk["by_type"], "positive", "peak_flops.by_type", where)
     if doc.get("op_costs") is not None:
         oc = need(doc["op_costs"], "dict", "op_costs", where)
-        for part in ("by_op", "by_op_chained", "matvec", "matmul"):
+        for part in ("by_op", "by_op_chained", "matvec", "matmul", "flash_attn_tiled"):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
                                        where).items():
                 _check_curve(pts, f"op_costs.{part}.{key}", where)
-        mvr = oc.get("matvec_max_rows")
-        if mvr is not None and (not _is_int(mvr) or mvr < 1):
-            raise GraphcostError(f"{where}: op_costs.matvec_max_rows must be an integer >= 1, "
-                                 f"got {_show(mvr)}")
+        for key in ("matvec_max_rows", "flash_attn_tile_min_tokens"):
+            v = oc.get(key)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise GraphcostError(f"{where}: op_costs.{key} must be an integer >= 1, "
+                                     f"got {_show(v)}")
     overhead = 0.0
     if doc.get("op_overhead") is not None:
         ov = need(doc["op_overhead"], "dict", "op_overhead", where)

@@ -16,7 +16,7 @@ the same Numba kernels the executor runs.
   L2-sized tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs); and
   per weight type (``peak_flops.by_type``) the best rate the executor's matmul nodes of
   that type reach: the per-row rate of its prompt MUL_MAT (``op_costs.matmul``:
-  :data:`PROMPT_M` x 4096 cache-resident weights by 16 and by 64 activation rows,
+  cache-resident 1024-column weights by 16 and by 64 activation rows,
   ``kernels.gemm``'s panels where the type has them) or its decode matvec on 256 KiB of
   cache-resident weights, whichever is higher; so a quantized matvec meets its own
   compute roof, not the F32 one.
@@ -112,6 +112,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     by_type = {}
     matvec = {}
     hot: dict[str, float] = {}          # FLOP/s of each type's matvec on cache-resident weights
+    prompt_mm: dict[str, list[list]] = {}
     calls = max(5, 4 * repeat)          # each op-cost and matvec-ladder point: median of calls
     for t in K_.quants.SUPPORTED:
         t = gt.GGMLType(int(t))
@@ -119,7 +120,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         say(f"matvec: {gt.type_name(t)} {rows} x {K}")
         w = random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K))
         node = _matmul_node(t, K, rows, 1)
-        mv = _node_calls(node, ctx, [[w, x]])[0]    # compiled or loaded from cache
+        mv = _node_calls(node, ctx, [_values(node, [w, x])])[1][0]  # compiled or loaded from cache
         runs = []
         for _ in range(repeat):                     # alternate: the same load for both
             stream_runs.append(_seconds(lambda: K_.stream.read_rows(big)))
@@ -128,6 +129,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         big_point = _point(node, float(np.median(runs)))
         ladder, hot[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng)
         matvec[gt.type_name(t)] = ladder + [big_point]
+        say(f"prompt matmuls: {gt.type_name(t)}")
+        prompt_mm[gt.type_name(t)] = prompt_matmul(ctx, t, w, calls, rng)
         del w, mv
     bandwidth = round(big.nbytes / float(np.median(stream_runs)))
     big = None                                      # free before the FLOP probe
@@ -138,12 +141,10 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     xs = rng.standard_normal((n, K)).astype(np.float32)
     sec = _median_seconds(lambda: K_.matmul.mul_mat(w, gt.F32, K, m, xs), repeat)
     flops = 2.0 * m * n * K / sec
-    say("prompt matmuls per weight type")
-    prompt_mm = prompt_matmuls(ctx, rng, repeat)
     peak_by_type = {name: round(max(hot[name], prompt_rate(pts) or 0.0))
                     for name, pts in prompt_mm.items()}
     say("op costs")
-    by_op, chained = op_costs(ctx, rng, calls, mib)
+    by_op, chained, fa_tiled = op_costs(ctx, rng, calls, mib)
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
     overhead = float(np.median(list(overheads.values())))
@@ -170,8 +171,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"(2*M*N*K FLOPs), median of {repeat}",
             "by_type": peak_by_type,
             "by_type_how": f"per weight type, the higher of: the per-row rate of the "
-                           f"executor's prompt MUL_MAT node ({PROMPT_M}x{K} weights, "
-                           f"{' and '.join(map(str, PROMPT_ROWS))} rows: op_costs.matmul), "
+                           f"executor's prompt MUL_MAT nodes (op_costs.matmul), "
                            f"and its decode matvec node on {HOT_BYTES >> 10} KiB of "
                            f"cache-resident weights (median of {calls} calls)",
             "source": "graphcost hwprobe on this machine",
@@ -193,11 +193,14 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "by_op": by_op,
             "by_op_chained": chained,
             "matvec": matvec,
+            "flash_attn_tiled": fa_tiled,
+            "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
             "matmul": prompt_mm,
-            "matmul_how": f"prompt MUL_MAT nodes as the executor runs them: {PROMPT_M}x{K} "
-                          f"weights (cache-resident) x {' and '.join(map(str, PROMPT_ROWS))} "
-                          f"activation rows, median of {repeat}; points are [weight bytes, "
-                          f"flops, seconds]; used above matvec_max_rows activation rows",
+            "matmul_how": f"prompt MUL_MAT nodes as the executor runs them, {LADDER_K} "
+                          f"columns, (weight rows, activation rows) = {PROMPT_SHAPES}, "
+                          f"a new slice of the matvec's matrix each call, median of {calls}; "
+                          f"points are [weight "
+                          f"bytes, flops, seconds]; used above matvec_max_rows activation rows",
             "matvec_max_rows": int(K_.matmul.MATVEC_MAX_N),
             "source": "graphcost hwprobe on this machine",
         },
@@ -223,27 +226,36 @@ def _matmul_node(t: gt.GGMLType, k: int, rows: int, n: int):
     return g.mul_mat(g.new_tensor(t, [k, rows], role="weight"), g.new_tensor(gt.F32, [k, n]))
 
 
-def _node_calls(node, ctx, arg_sets: list[list[np.ndarray]]) -> list[Callable[[], object]]:
-    """``node`` compiled by :mod:`graphcost.execute.exec_ops` once, and one zero-argument
+def _values(node, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """``node``'s sources over C-contiguous ``arrays`` (raw weight rows, float32 rows),
+    in the kernels' layout (:func:`~graphcost.execute.exec_ops.tensor_view`, no copy)."""
+    from graphcost.execute.exec_ops import flat_bytes, tensor_view
+
+    return [tensor_view(flat_bytes(a), s, 0) for s, a in zip(node.src, arrays)]
+
+
+def _node_calls(node, ctx, arg_sets: list[list[np.ndarray]]) -> tuple[object, list[Callable[[], object]]]:
+    """``node`` compiled by :mod:`graphcost.execute.exec_ops` once (returned first: a
+    :class:`~graphcost.execute.exec_ops.KernelNode` keeps its output in ``out``), and one zero-argument
     call for each set of source values (numpy arrays in the kernels' layout, as
-    :func:`~graphcost.execute.exec_ops.tensor_view` makes them), each called as the
+    :func:`~graphcost.execute.exec_ops.tensor_view` makes them: :func:`_values`), each called as the
     executor calls a node whose sources are fixed (``graphcost/execute/plan.py``): bound
     to its arrays where the node allows (:meth:`~graphcost.execute.exec_ops.KernelNode.bind`)
     and through the numba overload it compiled
     (:func:`~graphcost.execute.exec_ops.resolve_entry`). Each call has run once (compile
-    or load from Numba's cache)."""
-    from graphcost.execute.exec_ops import compile_node, resolve_entry, tensor_view
+    or load from Numba's cache) on the first set only: the others' data stays where it
+    was (not pulled into the caches)."""
+    from graphcost.execute.exec_ops import compile_node, resolve_entry
 
     fn = compile_node(node, ctx)
     calls = []
-    for vals in arg_sets:
-        args = [tensor_view(np.ascontiguousarray(v).reshape(-1).view(np.uint8), s, 0)
-                for s, v in zip(node.src, vals)]
+    for i, args in enumerate(arg_sets):
         bound = fn.bind(*args) if hasattr(fn, "bind") else None
         call = partial(fn, *args) if bound is None else bound
-        call()
+        if i == 0:
+            call()                  # compiles the overload the others use (same types)
         calls.append(call if bound is None else resolve_entry(bound))
-    return calls
+    return fn, calls
 
 
 #: row length of the matvec ladder's slices, and their sizes (bytes of weights)
@@ -272,8 +284,8 @@ def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int,
             break
         node = _matmul_node(t, LADDER_K, rows, 1)
         n_slices = min(len(pool) // rows, calls)
-        mvs = _node_calls(node, ctx, [[pool[i * rows:(i + 1) * rows], x]
-                                      for i in range(n_slices)])
+        mvs = _node_calls(node, ctx, [_values(node, [pool[i * rows:(i + 1) * rows], x])
+                                      for i in range(n_slices)])[1]
         runs = [_seconds(mvs[i % n_slices]) for i in range(calls)]
         pts.append(_point(node, float(np.median(runs))))
         if size == HOT_BYTES:
@@ -282,34 +294,34 @@ def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int,
     return pts, hot
 
 
-#: the prompt-matmul probe: PROMPT_M x K weights (cache-resident) times each of
-#: PROMPT_ROWS activation rows (more than ``kernels.matmul.MATVEC_MAX_N``: the prompt kernels)
-PROMPT_M, PROMPT_ROWS = 256, (16, 64)
+#: the prompt-matmul probe: MUL_MAT nodes of :data:`LADDER_K` columns (a panel of 16 rows
+#: fits in L1) and, as (weight rows, activation rows), these shapes: two row counts above
+#: ``kernels.matmul.MATVEC_MAX_N`` (the prompt kernels) on one matrix, and a smaller matrix
+PROMPT_SHAPES = ((1024, 16), (1024, 64), (128, 16))
 
 
-def prompt_matmuls(ctx, rng, repeat: int) -> dict[str, list[list]]:
-    """Per weight type, ``[[weight bytes, flops, seconds], ...]`` of a MUL_MAT node of
-    :data:`PROMPT_M` x :data:`K` weights by each of :data:`PROMPT_ROWS` activation rows,
-    run as the executor runs it (``kernels.gemm``'s 16-row panels for Q4_0/Q5_0/Q4_1/
-    Q5_1/Q4_K/Q6_K, the four-row dots for the other block types, the tiled float path
-    for F32/F16/BF16 with ``fast`` numerics). Same weights at every row count: the
-    difference between two points is the per-row work, the rest is per call and per
-    weight byte (:func:`graphcost.cost.hardware.matmul_fit`)."""
-    from graphcost.execute.weights import random_raw
-
-    out = {}
-    for t in ctx.K.quants.SUPPORTED:
-        t = gt.GGMLType(int(t))
-        w = random_raw(t, (K, PROMPT_M), rng).reshape(PROMPT_M, gt.row_size(t, K))
-        pts = []
-        for n in PROMPT_ROWS:
-            xs = rng.standard_normal((n, K)).astype(np.float32)
-            node = _matmul_node(t, K, PROMPT_M, n)
-            mm = _node_calls(node, ctx, [[w, xs]])[0]
-            sec = _median_seconds(mm, repeat)
-            pts.append([int(w.nbytes), int(_point(node, sec)[1]), sec])
-        out[gt.type_name(t)] = pts
-    return out
+def prompt_matmul(ctx, t: gt.GGMLType, w: np.ndarray, calls: int, rng) -> list[list]:
+    """``[[weight bytes, flops, seconds], ...]`` of MUL_MAT nodes of the
+    :data:`PROMPT_SHAPES` with ``t`` weights (slices of ``w``'s bytes read as rows of
+    :data:`LADDER_K`, a new slice each call: cold when ``w`` is larger than the last-level
+    cache, as a prompt's weights come from memory), run as the executor runs them
+    (``kernels.gemm``'s 16-row panels for Q4_0/Q5_0/Q4_1/Q5_1/Q4_K/Q6_K, the four-row
+    dots for the other block types, the tiled float path for F32/F16/BF16 with ``fast``
+    numerics), median of ``calls``: the two row counts on one matrix size part the per-row
+    work from the rest, the smaller matrix the per-weight-byte work from the per-call cost
+    (:func:`graphcost.cost.hardware.matmul_fit`)."""
+    rb = gt.row_size(t, LADDER_K)
+    pool = w.reshape(-1)[: (w.nbytes // rb) * rb].reshape(-1, rb)
+    pts = []
+    for m, n in PROMPT_SHAPES:
+        xs = rng.standard_normal((n, LADDER_K)).astype(np.float32)
+        node = _matmul_node(t, LADDER_K, m, n)
+        n_slices = max(1, min(calls + 1, len(pool) // m))
+        mms = _node_calls(node, ctx, [_values(node, [pool[i * m:(i + 1) * m], xs])
+                                      for i in range(n_slices)])[1]
+        sec = float(np.median([_seconds(mms[(i + 1) % n_slices]) for i in range(calls)]))
+        pts.append([m * rb, int(_point(node, sec)[1]), sec])
+    return pts
 
 
 def prompt_rate(points: list[list]) -> float | None:
@@ -317,15 +329,27 @@ def prompt_rate(points: list[list]) -> float | None:
     from graphcost.cost.hardware import matmul_fit
 
     fit = matmul_fit(points)
-    return None if fit is None else fit[1]
+    return None if fit is None else fit[2]
 
 
-#: sizes of the op-cost ladder: values a row (flash attention: KV cells)
+#: sizes of the op-cost ladder: values a row (flash attention: KV cells attended)
 LADDER = tuple(64 << i for i in range(11))          # 64 .. 65536
 FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
 #: flash attention's head sizes: its cost is per cell and head more than per byte, so each
 #: head size has its own curve (``FLASH_ATTN_EXT`` is 128's, the others ``FLASH_ATTN_EXT@D``)
 FA_HEAD_SIZES, FA_HEADS = (64, 128, 256), 4
+#: KV cells of the probe's flash attention at least: fewer attended cells are the first
+#: cells of a window this long, the rest masked (-inf), as a decode early in a padded KV
+#: cache runs (llama.cpp pads the attended window to 256 cells); the kernel reads every
+#: mask value and picks its serial or parallel variant by the window's size
+FA_MIN_KV = 256
+#: a prompt's flash attention (``kernels.attention``'s query tiles, from
+#: ``TILE_MIN_TOKENS`` queries): FA_TILE_TOKENS queries of each head attending the same
+#: first cells, over FA_TILE_CELLS; its curves are ``op_costs.flash_attn_tiled``
+FA_TILE_TOKENS = 16
+FA_TILE_CELLS = tuple(16 << i for i in range(7))    # 16 .. 1024
+#: the key prefix of those curves while the ladder runs (they leave in their own table)
+TILED = "tiled:"
 
 
 def fa_key(d: int) -> str:
@@ -334,8 +358,9 @@ def fa_key(d: int) -> str:
 
 
 def _ladder_nodes():
-    """[(op, node)] for every op kind and size of the ladder, built with the ggml graph
-    mirror (one graph: sources are leaves, filled with random values)."""
+    """([(op, node, attended fraction)], {id(mask storage): attended cells}) for every op
+    kind and size of the ladder, built with the ggml graph mirror (one graph: sources are
+    leaves, filled with random values; flash attention's masks unmask their first cells)."""
     from graphcost.graph.ggml_graph import Graph
 
     Q8 = gt.GGMLType.Q8_0
@@ -364,110 +389,126 @@ def _ladder_nodes():
             g.set_rows(cache, x, idx), g.get_rows(table, rows),
             g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
         ]
-    fa = []
-    for d in FA_HEAD_SIZES:
-        for cells in FA_CELLS:
-            q = g.reshape(g.new_tensor(gt.F32, [d * FA_HEADS, 1]), [d, FA_HEADS, 1])
-            cache = g.new_tensor(gt.F16, [d, cells], role="kv")
-            k = g.view(cache, [d, 1, cells], [2 * d, 2 * d], 0)  # [D, Hkv, n_kv] as get_k
-            kp = g.permute(k, 0, 2, 1, 3)
-            fa.append((fa_key(d), g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kp, kp,
-                                                   g.new_tensor(gt.F16, [cells, 1]),
-                                                   d ** -0.5, 0.0, 0.0)))
-    return [(node.op, node) for node in out] + fa
+    fa, masks = [], {}
+    for tokens, table, cells_ladder in ((1, "", FA_CELLS), (FA_TILE_TOKENS, TILED, FA_TILE_CELLS)):
+        for d in FA_HEAD_SIZES:
+            for cells in cells_ladder:
+                n_kv = max(cells, FA_MIN_KV)
+                q = g.reshape(g.new_tensor(gt.F32, [d * FA_HEADS * tokens, 1]),
+                              [d, FA_HEADS, tokens])
+                kv = []
+                for _ in "kv":              # K and V: caches of their own, as get_k/get_v
+                    cache = g.new_tensor(gt.F16, [d, n_kv], role="kv")
+                    kv.append(g.permute(g.view(cache, [d, 1, n_kv], [2 * d, 2 * d], 0),
+                                        0, 2, 1, 3))    # [D, n_kv, Hkv]
+                mask = g.new_tensor(gt.F16, [n_kv, tokens])
+                masks[id(mask.storage)] = cells
+                fa.append((table + fa_key(d),
+                           g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kv[0], kv[1], mask,
+                                            d ** -0.5, 0.0, 0.0), cells / n_kv))
+    return [(node.op, node, 1.0) for node in out] + fa, masks
 
 
-def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], dict[str, list[list]]]:
+def feed_width(n: int) -> int:
+    """Columns of a feeding matvec with ``n`` rows: about 0.5 MiB of Q8_0 weights."""
+    return int(max(32, min(LADDER_K, (1 << 19) // (n * 34 // 32) // 32 * 32)))
+
+
+def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...]:
     """Each op kind's ``[[bytes, flops, seconds], ...]`` over the ladder (see the module
     docstring), twice: called right after matvecs over weights not in the caches wrote its
     float inputs, and called right after the op before it in the ladder's list (a node in
-    a chain of small ops)."""
-    from graphcost.execute.exec_ops import compile_node, matmul_fn, resolve_entry, tensor_view
+    a chain of small ops); and a prompt's flash attention (:data:`FA_TILE_TOKENS` queries
+    a head) after a matmul. Flash attention's bytes and FLOPs are those of the cells it
+    attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``)."""
+    from graphcost.execute.exec_ops import flat_bytes, tensor_view
     from graphcost.execute.weights import random_raw
 
-    store: dict[int, np.ndarray] = {}
+    # the weights a decode's matvecs stream: a pool larger than the last-level cache
+    q8 = gt.GGMLType.Q8_0
+    pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // gt.row_size(q8, LADDER_K))),
+                      rng)
+    turn = [0]
 
-    def value(t):
+    def feeder(rows: int) -> tuple[Callable[[], None], np.ndarray]:
+        """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
+        columns) over the next slice of the pool each run, run as the executor runs it
+        (the fused decode matvec, on the kernel threads), into its own output: the next
+        node reads that output as it reads the matvec's before it."""
+        k = feed_width(rows)
+        w = pool[: (pool.nbytes // gt.row_size(q8, k)) * gt.row_size(q8, k)] \
+            .reshape(-1, gt.row_size(q8, k))
+        n_slices = max(1, min(calls, len(w) // rows))
+        xk = rng.standard_normal((1, k)).astype(np.float32)
+        node = _matmul_node(q8, k, rows, 1)
+        fn, mvs = _node_calls(node, ctx, [_values(node, [w[i * rows:(i + 1) * rows], xk])
+                                          for i in range(n_slices)])
+
+        def run():
+            mvs[turn[0] % n_slices]()
+            turn[0] += 1
+        return run, flat_bytes(fn.out)
+
+    nodes, masks = _ladder_nodes()
+    store: dict[int, np.ndarray] = {}
+    feeds: dict[int, Callable[[], None]] = {}
+
+    def value(t, op: str):
         base = t.storage
         if id(base) not in store:
             if base.type in (gt.I32, gt.I64):
                 raw = np.zeros(base.nbytes, np.uint8)
+            elif id(base) in masks:         # the first cells attended, the rest -inf
+                m = np.full((base.ne[1], base.ne[0]), -np.inf, np.float16)
+                m[:, :masks[id(base)]] = 0
+                raw = m.reshape(-1).view(np.uint8)
+            elif base.type == gt.F32 and op != "GET_ROWS" and base.n_elements >= 64:
+                feeds[id(base)], raw = feeder(base.n_elements)
             else:
                 raw = random_raw(base.type, base.ne, rng)
             store[id(base)] = raw
         return tensor_view(store[id(base)], t, t.view_offs if t.is_view else 0)
 
-    # the weights a decode's matvecs stream: a pool larger than the last-level cache
-    q8 = gt.GGMLType.Q8_0
+    # GET_ROWS, a step's first node, follows the output matmul: a matvec over the whole pool
     rb = gt.row_size(q8, LADDER_K)
-    pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // rb)), rng)
-    turn = [0]
-    feeders: dict[tuple[int, int], Callable] = {}
-
-    def feeder(rows: int, k: int):
-        """A matvec of ``k`` columns and ``rows`` rows over the next slice of the pool (as
-        wide as fits 0.5 MiB), writing ``out``: the next node's input, as a decode's
-        matvec writes it from the kernel threads."""
-        if (rows, k) not in feeders:
-            w = pool[: (pool.nbytes // gt.row_size(q8, k)) * gt.row_size(q8, k)] \
-                .reshape(-1, gt.row_size(q8, k))
-            n_slices = max(1, len(w) // rows)
-            mv = matmul_fn(ctx, q8, k, rows)
-            xk = rng.standard_normal((1, k)).astype(np.float32)
-
-            def run(out):
-                i = turn[0] % n_slices
-                turn[0] += 1
-                mv(w[i * rows:(i + 1) * rows], xk, out=out)
-            run(np.empty((1, rows), np.float32))        # compile or load from cache
-            feeders[rows, k] = run
-        return feeders[rows, k]
-
-    def feed_width(n: int) -> int:
-        """Columns of a feeding matvec with ``n`` rows: about 0.5 MiB of Q8_0 weights."""
-        return int(max(32, min(LADDER_K, (1 << 19) // (n * 34 // 32) // 32 * 32)))
-
-    whole = feeder(len(pool) // rb, LADDER_K)
-    scratch = np.empty((1, len(pool) // rb), np.float32)
+    node = _matmul_node(q8, LADDER_K, len(pool) // rb, 1)
+    whole = _node_calls(node, ctx, [_values(node, [pool[: len(pool) // rb * rb], rng
+                                                   .standard_normal((1, LADDER_K))
+                                                   .astype(np.float32)])])[1][0]
+    small = None
     calls_by = []
-    for op, node in _ladder_nodes():
-        fn = compile_node(node, ctx)
-        args = [value(s) for s in node.src]
-        fn(*args)                                   # compile or load from cache
+    for op, node, frac in nodes:
+        args = [value(s, op) for s in node.src]
         # called as the executor calls it: bound to its arrays when the node allows it
-        bound = fn.bind(*args) if hasattr(fn, "bind") else None
-        call = partial(fn, *args) if bound is None else bound
-        call()
-        if bound is not None:
-            call = resolve_entry(bound)
-        # what the nodes before it do: a matvec writes each float input it reads whole
-        # (GET_ROWS: the output matmul streams the whole pool, writing elsewhere)
-        feeds = []
-        for src, v in zip(node.src, args):
-            if op != "GET_ROWS" and src.type == gt.F32 and v.flags.c_contiguous \
-                    and v.size >= 64:
-                feeds.append(partial(feeder(v.size, feed_width(v.size)), v.reshape(1, -1)))
-        if not feeds:
-            feeds = [partial(whole, scratch)] if op == "GET_ROWS" else \
-                [partial(feeder(1024, 512), scratch[:, :1024])]
-        calls_by.append((op, node, call, feeds))
+        call = _node_calls(node, ctx, [args])[1][0]
+        before = [feeds[id(s.storage)] for s in node.src if id(s.storage) in feeds]
+        if not before:
+            if op == "GET_ROWS":
+                before = [whole]
+            else:
+                small = small or feeder(1024)[0]
+                before = [small]
+        calls_by.append((op, node, frac, call, list(dict.fromkeys(before))))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
     for _ in range(calls):
-        for i, (_, _, call, feeds) in enumerate(calls_by):
-            for f in feeds:
+        for i, (_, _, _, call, before) in enumerate(calls_by):
+            for f in before:
                 f()
             cold[i].append(_seconds(call))
         # then as a chain of small ops: each right after the one before it in the list
-        for i, (_, _, call, _) in enumerate(calls_by):
+        for i, (_, _, _, call, _) in enumerate(calls_by):
             hot[i].append(_seconds(call))
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
-    for (op, node, _, _), c, h in zip(calls_by, cold, hot):
-        after_mm.setdefault(op, []).append(_point(node, float(np.median(c))))
-        chained.setdefault(op, []).append(_point(node, float(np.median(h))))
-    return ({op: sorted(pts) for op, pts in after_mm.items()},
-            {op: sorted(pts) for op, pts in chained.items()})
+    for (op, node, frac, _, _), c, h in zip(calls_by, cold, hot):
+        for table, runs in ((after_mm, c), (chained, h)):
+            b, fl, sec = _point(node, float(np.median(runs)))
+            table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
+    tiled = {op[len(TILED):]: sorted(pts) for op, pts in after_mm.items() if op.startswith(TILED)}
+    return ({op: sorted(pts) for op, pts in after_mm.items() if not op.startswith(TILED)},
+            {op: sorted(pts) for op, pts in chained.items() if not op.startswith(TILED)},
+            tiled)
 
 
 def default_name() -> str:

@@ -285,7 +285,8 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
                                      else None,
                                      rows=n.src[1].ne[1] * n.src[1].ne[2] * n.src[1].ne[3]
                                      if mat else 1,
-                                     weight_bytes=n.src[0].data_bytes if mat else None)
+                                     weight_bytes=n.src[0].data_bytes if mat else None,
+                                     tokens=n.src[0].ne[1] if n.op == "FLASH_ATTN_EXT" else 1)
         if ran:
             prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
