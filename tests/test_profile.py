@@ -225,16 +225,40 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert "matvec, % of it:" in r.output and str(target) in r.output
     assert doc["peak_flops"]["flops_per_second"] > 0 and doc["op_overhead"]["seconds"] > 0
     # a peak FLOP rate and a matvec cost curve per weight type; a cost curve per op kind
-    from graphcost.execute.hwprobe import FA_CELLS, LADDER, LADDER_BYTES
+    from graphcost.execute.hwprobe import (FA_CELLS, FA_MIN_KV, FA_TILE_CELLS, LADDER,
+                                           LADDER_BYTES, LADDER_K, PROMPT_SHAPES)
     assert set(doc["peak_flops"]["by_type"]) == set(bw["by_type"])
     oc = doc["op_costs"]
-    assert set(oc["matvec"]) == set(bw["by_type"])
+    assert set(oc["matvec"]) == set(bw["by_type"]) == set(oc["matmul"])
     # 16 MiB: the 4 slice sizes (the largest, 4 MiB, fits twice) and the whole matrix
     assert all(len(pts) == len(LADDER_BYTES) + 1 for pts in oc["matvec"].values())
+    # prompt matmuls: one point per shape, [weight bytes, flops, seconds]; q8_0: 1024
+    # columns = 32 blocks of 34 bytes a row; FLOPs as the cost model counts them, more
+    # with more activation rows on the same matrix
+    from graphcost.cost.costs import op_cost
+    from graphcost.execute.hwprobe import _matmul_node
+    from graphcost.format import ggml_types as gt
+    q8 = oc["matmul"]["q8_0"]
+    assert [p[0] for p in q8] == [m * 32 * 34 for m, _ in PROMPT_SHAPES]
+    assert [p[1] for p in q8] == [op_cost(_matmul_node(gt.GGMLType.Q8_0, LADDER_K, m, n)).flops
+                                  for m, n in PROMPT_SHAPES]
+    assert oc["matvec_max_rows"] == 4 and oc["flash_attn_tile_min_tokens"] == 4
+    # the per-type peak is at least the per-row rate of the prompt matmuls
+    from graphcost.execute.hwprobe import prompt_rate
+    assert all(doc["peak_flops"]["by_type"][t] >= round(prompt_rate(pts) or 0)
+               for t, pts in oc["matmul"].items())
     assert set(oc["by_op"]) == {"ADD", "MUL", "SCALE", "RMS_NORM", "GELU", "SILU", "GEGLU",
                                 "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS", "CONT",
                                 "FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64", "FLASH_ATTN_EXT@256"}
     assert set(oc["by_op_chained"]) == set(oc["by_op"])
+    assert set(oc["flash_attn_tiled"]) == {"FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64",
+                                           "FLASH_ATTN_EXT@256"}
+    assert all(len(pts) == len(FA_TILE_CELLS) for pts in oc["flash_attn_tiled"].values())
+    # flash attention's points are the attended cells' share of the node's cost: 16 of a
+    # 256-cell window at head size 64, 4 heads, one query: K and V 2 * 16 * 64 * 2 B =
+    # 4096 B, q and the output 2 * 4 * 64 * 4 B = 2048 B, the mask 256 * 2 B, all / 16
+    assert FA_CELLS[0] == 16 and FA_MIN_KV == 256
+    assert oc["by_op"]["FLASH_ATTN_EXT@64"][0][0] == (2 * 256 * 64 * 2 + 2048 + 512) // 16
     for op, pts in oc["by_op"].items():
         assert len(pts) == (len(FA_CELLS) if "FLASH" in op else len(LADDER)), op
         assert [p[0] for p in pts] == sorted(p[0] for p in pts) and all(p[2] > 0 for p in pts)

@@ -157,15 +157,15 @@ def curve_seconds(points: list, nbytes: float, column: int = 0) -> float:
     return float(t1 + slope * (nbytes - b1))
 
 
-def matmul_fit(points: list) -> tuple[float, float, float] | None:
-    """(seconds per call, seconds per weight byte, FLOP/s) of a prompt matmul from the
-    probe's points ``[[weight bytes, flops, seconds], ...]`` (``op_costs.matmul``): the
-    matrix with the most points (the largest on a tie) at its fewest and most FLOPs gives
-    the per-row work (its slope: seconds per FLOP); what is left at the fewest FLOPs, on
-    that matrix and on the smallest other one, is the per-call cost plus the per-weight-
-    byte cost (unpacking the weight blocks once per call), each never below zero (noise);
-    with one matrix only, all of it per weight byte. None without two FLOP counts on one
-    matrix or with a slope that is not positive (noise)."""
+def matmul_fit(points: list) -> tuple[float, list] | None:
+    """(FLOP/s, rest curve) of a prompt matmul from the probe's points ``[[weight bytes,
+    flops, seconds], ...]`` (``op_costs.matmul``): on the matrix with the most points (the
+    largest on a tie), the line through its fewest and most FLOPs gives the per-row work
+    (its slope: seconds per FLOP); what is left of each matrix's time at its fewest FLOPs
+    (never below zero: noise) is the work once per call (the call, unpacking the weight
+    blocks once), as a curve ``[[weight bytes, 0, seconds], ...]`` for
+    :func:`curve_seconds`. None without two FLOP counts on one matrix or with a slope that
+    is not positive (noise)."""
     by_w: dict[float, list] = {}
     for w, f, t in points:
         by_w.setdefault(w, []).append((f, t))
@@ -176,14 +176,9 @@ def matmul_fit(points: list) -> tuple[float, float, float] | None:
     if f1 <= f0 or t1 <= t0:
         return None
     per_flop = (t1 - t0) / (f1 - f0)
-    rest = t0 - per_flop * f0
-    others = [w for w in by_w if w != main]
-    if not others:
-        return 0.0, max(0.0, rest) / main, 1.0 / per_flop
-    w2 = min(others)
-    f2, t2 = min(by_w[w2])
-    per_byte = max(0.0, (rest - (t2 - per_flop * f2)) / (main - w2))
-    return max(0.0, rest - per_byte * main), per_byte, 1.0 / per_flop
+    rest = [[w, 0, max(0.0, t - per_flop * f)] for w, (f, t) in
+            ((w, min(v)) for w, v in sorted(by_w.items()))]
+    return 1.0 / per_flop, rest
 
 
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
@@ -193,9 +188,8 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     """Modelled seconds of one node on graphcost's executor.
 
     A matmul of more than :attr:`Hardware.matvec_max_rows` activation ``rows`` (a
-    prompt's) with the probe's prompt points for ``weight_type``: the per-call cost, plus
-    ``weight_bytes`` at the per-weight-byte cost, plus ``flops`` at the per-row FLOP rate
-    (:func:`matmul_fit`). Otherwise, with the probe's curve for ``op`` (a matmul: its
+    prompt's) with the probe's prompt points for ``weight_type``: the once-a-call work at
+    ``weight_bytes`` plus ``flops`` at the per-row FLOP rate (:func:`matmul_fit`). Otherwise, with the probe's curve for ``op`` (a matmul: its
     decode matvec for ``weight_type``; another op: the curve measured right after a
     matmul, or with ``after_matmul`` False after a small op, whose output it reads from
     the cache): the curve's time at ``nbytes`` (:func:`curve_seconds`; flash attention:
@@ -208,7 +202,7 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     if mat and rows > hw.matvec_max_rows and weight_bytes:
         fit = matmul_fit(hw.matmul_points(weight_type) or [])
         if fit is not None:
-            return fit[0] + weight_bytes * fit[1] + flops / fit[2]
+            return curve_seconds(fit[1], weight_bytes) + flops / fit[0]
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
     curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size, tokens)
     if curve:

@@ -16,7 +16,7 @@ the same Numba kernels the executor runs.
   L2-sized tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs); and
   per weight type (``peak_flops.by_type``) the best rate the executor's matmul nodes of
   that type reach: the per-row rate of its prompt MUL_MAT (``op_costs.matmul``:
-  cache-resident 1024-column weights by 16 and by 64 activation rows,
+  1024-column weights by 16 and by 64 activation rows,
   ``kernels.gemm``'s panels where the type has them) or its decode matvec on 256 KiB of
   cache-resident weights, whichever is higher; so a quantized matvec meets its own
   compute roof, not the F32 one.
@@ -294,9 +294,9 @@ def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int,
     return pts, hot
 
 
-#: the prompt-matmul probe: MUL_MAT nodes of :data:`LADDER_K` columns (a panel of 16 rows
-#: fits in L1) and, as (weight rows, activation rows), these shapes: two row counts above
-#: ``kernels.matmul.MATVEC_MAX_N`` (the prompt kernels) on one matrix, and a smaller matrix
+#: the prompt-matmul probe: MUL_MAT nodes of :data:`LADDER_K` columns and, as (weight rows,
+#: activation rows), these shapes: two row counts above ``kernels.matmul.MATVEC_MAX_N``
+#: (the prompt kernels) on one matrix, and a smaller matrix
 PROMPT_SHAPES = ((1024, 16), (1024, 64), (128, 16))
 
 
@@ -308,7 +308,7 @@ def prompt_matmul(ctx, t: gt.GGMLType, w: np.ndarray, calls: int, rng) -> list[l
     (``kernels.gemm``'s 16-row panels for Q4_0/Q5_0/Q4_1/Q5_1/Q4_K/Q6_K, the four-row
     dots for the other block types, the tiled float path for F32/F16/BF16 with ``fast``
     numerics), median of ``calls``: the two row counts on one matrix size part the per-row
-    work from the rest, the smaller matrix the per-weight-byte work from the per-call cost
+    work from the work once a call, which the smaller matrix measures at another size
     (:func:`graphcost.cost.hardware.matmul_fit`)."""
     rb = gt.row_size(t, LADDER_K)
     pool = w.reshape(-1)[: (w.nbytes // rb) * rb].reshape(-1, rb)
@@ -329,7 +329,7 @@ def prompt_rate(points: list[list]) -> float | None:
     from graphcost.cost.hardware import matmul_fit
 
     fit = matmul_fit(points)
-    return None if fit is None else fit[2]
+    return None if fit is None else fit[0]
 
 
 #: sizes of the op-cost ladder: values a row (flash attention: KV cells attended)
