@@ -281,7 +281,7 @@ def parse(doc: Any, path: Path | None) -> Hardware:
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
                                        where).items():
                 _check_curve(pts, f"op_costs.{part}.{key}", where)
-        for key in ("matvec_max_rows", "flash_attn_tile_min_tokens"):
+        for key in ("matvec_max_rows", "flash_attn_tile_min_tokens", "flash_attn_tile_queries"):
             v = oc.get(key)
             if v is not None and (not _is_int(v) or v < 1):
                 raise GraphcostError(f"{where}: op_costs.{key} must be an integer >= 1, "

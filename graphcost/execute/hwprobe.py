@@ -195,6 +195,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "matvec": matvec,
             "flash_attn_tiled": fa_tiled,
             "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
+            "flash_attn_tile_queries": int(K_.attention.QT),
             "matmul": prompt_mm,
             "matmul_how": f"prompt MUL_MAT nodes as the executor runs them, {LADDER_K} "
                           f"columns, (weight rows, activation rows) = {PROMPT_SHAPES}, "
@@ -344,9 +345,8 @@ FA_HEAD_SIZES, FA_HEADS = (64, 128, 256), 4
 #: mask value and picks its serial or parallel variant by the window's size
 FA_MIN_KV = 256
 #: a prompt's flash attention (``kernels.attention``'s query tiles, from
-#: ``TILE_MIN_TOKENS`` queries): FA_TILE_TOKENS queries of each head attending the same
-#: first cells, over FA_TILE_CELLS; its curves are ``op_costs.flash_attn_tiled``
-FA_TILE_TOKENS = 16
+#: ``TILE_MIN_TOKENS`` queries): one tile of ``QT`` queries of each head attending the
+#: same first cells, over FA_TILE_CELLS; its curves are ``op_costs.flash_attn_tiled``
 FA_TILE_CELLS = tuple(16 << i for i in range(7))    # 16 .. 1024
 #: the key prefix of those curves while the ladder runs (they leave in their own table)
 TILED = "tiled:"
@@ -357,10 +357,11 @@ def fa_key(d: int) -> str:
     return "FLASH_ATTN_EXT" if d == 128 else f"FLASH_ATTN_EXT@{d}"
 
 
-def _ladder_nodes():
+def _ladder_nodes(tile: int):
     """([(op, node, attended fraction)], {id(mask storage): attended cells}) for every op
     kind and size of the ladder, built with the ggml graph mirror (one graph: sources are
-    leaves, filled with random values; flash attention's masks unmask their first cells)."""
+    leaves, filled with random values; flash attention's masks unmask their first cells;
+    the prompt's flash attention with ``tile`` queries a head)."""
     from graphcost.graph.ggml_graph import Graph
 
     Q8 = gt.GGMLType.Q8_0
@@ -390,7 +391,7 @@ def _ladder_nodes():
             g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
         ]
     fa, masks = [], {}
-    for tokens, table, cells_ladder in ((1, "", FA_CELLS), (FA_TILE_TOKENS, TILED, FA_TILE_CELLS)):
+    for tokens, table, cells_ladder in ((1, "", FA_CELLS), (tile, TILED, FA_TILE_CELLS)):
         for d in FA_HEAD_SIZES:
             for cells in cells_ladder:
                 n_kv = max(cells, FA_MIN_KV)
@@ -418,9 +419,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     """Each op kind's ``[[bytes, flops, seconds], ...]`` over the ladder (see the module
     docstring), twice: called right after matvecs over weights not in the caches wrote its
     float inputs, and called right after the op before it in the ladder's list (a node in
-    a chain of small ops); and a prompt's flash attention (:data:`FA_TILE_TOKENS` queries
-    a head) after a matmul. Flash attention's bytes and FLOPs are those of the cells it
-    attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``)."""
+    a chain of small ops); and a prompt's flash attention (a tile of
+    ``kernels.attention.QT`` queries a head) after a matmul. Flash attention's bytes and FLOPs are those of the cells it
+    attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``,
+    ``tile_fraction``)."""
     from graphcost.execute.exec_ops import flat_bytes, tensor_view
     from graphcost.execute.weights import random_raw
 
@@ -449,7 +451,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
             turn[0] += 1
         return run, flat_bytes(fn.out)
 
-    nodes, masks = _ladder_nodes()
+    nodes, masks = _ladder_nodes(int(ctx.K.attention.QT))
     store: dict[int, np.ndarray] = {}
     feeds: dict[int, Callable[[], None]] = {}
 
