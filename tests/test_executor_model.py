@@ -246,6 +246,21 @@ def test_flash_attention_is_read_by_flops_and_prompts_by_the_tile_curve():
                             tokens=21) == pytest.approx(2e-6)
 
 
+def test_nodes_of_several_tokens_take_the_curve_measured_on_several_tokens():
+    rows = [[1000, 10, 5e-6], [7000, 70, 6e-6]]
+    hw = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_chained": {"RMS_NORM": CURVE},
+                            "by_op_tokens": {"RMS_NORM": rows}, "by_op_tokens_rows": 16})
+    # one token: the one-row curve, 4 us at 3000 B; 21 tokens: 5 + 1 * 2000 / 6000 us,
+    # whether after a matmul or a small op
+    assert executor_seconds("RMS_NORM", 3000, 0, hw) == pytest.approx(4e-6)
+    for after in (True, False):
+        assert executor_seconds("RMS_NORM", 3000, 0, hw, after_matmul=after,
+                                tokens=21) == pytest.approx((5 + 2000 / 6000) * 1e-6)
+    # an op without a several-token curve keeps its one-row curve
+    hw1 = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_tokens": {"ADD": rows}})
+    assert executor_seconds("RMS_NORM", 3000, 0, hw1, tokens=21) == pytest.approx(4e-6)
+
+
 def test_curve_read_by_flops():
     # column 1: sorted and interpolated by FLOPs (10 -> 2 us, 30 -> 4 us, 70 -> 12 us)
     assert curve_seconds(CURVE, 20, column=1) == pytest.approx(3e-6)
@@ -253,11 +268,32 @@ def test_curve_read_by_flops():
 
 
 @pytest.mark.parametrize("key,value", [("matvec_max_rows", 0), ("matvec_max_rows", 2.5),
-                                       ("flash_attn_tile_min_tokens", "4")],
-                         ids=["zero", "float", "string"])
+                                       ("flash_attn_tile_min_tokens", "4"),
+                                       ("flash_attn_tile_queries", -16),
+                                       ("by_op_tokens_rows", True)],
+                         ids=["zero", "float", "string", "negative", "bool"])
 def test_bad_row_thresholds_are_one_line(key, value):
     with pytest.raises(GraphcostError, match=f"op_costs.{key} must be an integer >= 1"):
         measured(op_costs={key: value})
+
+
+def test_prompt_flash_attention_runs_the_lanes_of_whole_tiles():
+    from graphcost.execute.profile import tile_fraction
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+
+    g = Graph()
+    q = g.permute(g.reshape(g.new_tensor(gt.F32, [64 * 4 * 21, 1]), [64, 4, 21]), 0, 2, 1, 3)
+    k = g.permute(g.view(g.new_tensor(gt.F16, [64, 256], role="kv"), [64, 1, 256],
+                         [128, 128], 0), 0, 2, 1, 3)
+    fa = g.flash_attn_ext(q, k, k, g.new_tensor(gt.F16, [256, 21]), 0.125, 0.0, 0.0)
+    # 21 queries from position 0 in tiles of 16: tile 0's 16 lanes over cells 0..15, tile
+    # 1's 16 lanes (5 queries) over cells 0..20: 16 * 16 + 16 * 21 = 592 of 21 * 256 pairs
+    assert tile_fraction(fa, 0, 16) == 592 / (21 * 256)
+    # after 100 cells: 16 * 116 + 16 * 121; never more cells than the window's 256
+    assert tile_fraction(fa, 100, 16) == (16 * 116 + 16 * 121) / (21 * 256)
+    assert tile_fraction(fa, 250, 16) == 2 * 16 * 256 / (21 * 256)
+    assert tile_fraction(g.add(q, q), 0, 16) == 1.0                 # other ops: as costed
 
 
 def test_flash_attention_uses_the_nearest_head_size():

@@ -251,6 +251,11 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
                                 "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS", "CONT",
                                 "FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64", "FLASH_ATTN_EXT@256"}
     assert set(oc["by_op_chained"]) == set(oc["by_op"])
+    # every op kind but flash attention again on 16 tokens (rows), from 1024 values up
+    from graphcost.execute.hwprobe import LADDER_PROMPT, LADDER_TOKENS
+    assert LADDER_TOKENS == oc["by_op_tokens_rows"] == 16
+    assert set(oc["by_op_tokens"]) == {op for op in oc["by_op"] if "FLASH" not in op}
+    assert all(len(pts) == len(LADDER_PROMPT) for pts in oc["by_op_tokens"].values())
     assert set(oc["flash_attn_tiled"]) == {"FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64",
                                            "FLASH_ATTN_EXT@256"}
     assert all(len(pts) == len(FA_TILE_CELLS) for pts in oc["flash_attn_tiled"].values())

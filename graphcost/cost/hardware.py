@@ -85,8 +85,9 @@ class Hardware:
         right after a small op; flash attention: at the measured head size nearest
         ``head_size``, keys ``FLASH_ATTN_EXT@D``, and for ``tokens`` queries from
         ``op_costs.flash_attn_tile_min_tokens`` on, the query-tile kernel's curves,
-        ``op_costs.flash_attn_tiled``), sorted by bytes; None when the profile did not
-        measure it."""
+        ``op_costs.flash_attn_tiled``; another op of more than one token: its curve
+        measured on several tokens, ``op_costs.by_op_tokens``, where there is one),
+        sorted by bytes; None when the profile did not measure it."""
         oc = self.extra.get("op_costs") or {}
         if op in ops.MATMUL:
             pts = (oc.get("matvec") or {}).get(type_name)
@@ -97,6 +98,8 @@ class Hardware:
         if op == "FLASH_ATTN_EXT" and tile_min and tokens >= tile_min \
                 and oc.get("flash_attn_tiled"):
             table = oc["flash_attn_tiled"]
+        elif tokens > 1 and op in (oc.get("by_op_tokens") or {}):
+            table = oc["by_op_tokens"]
         key = op
         if head_size:
             sizes = {int(k.split("@")[1]) if "@" in k else 128: k for k in table
@@ -277,11 +280,13 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         mapping_of(pk["by_type"], "positive", "peak_flops.by_type", where)
     if doc.get("op_costs") is not None:
         oc = need(doc["op_costs"], "dict", "op_costs", where)
-        for part in ("by_op", "by_op_chained", "matvec", "matmul", "flash_attn_tiled"):
+        for part in ("by_op", "by_op_chained", "by_op_tokens", "matvec", "matmul",
+                     "flash_attn_tiled"):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
                                        where).items():
                 _check_curve(pts, f"op_costs.{part}.{key}", where)
-        for key in ("matvec_max_rows", "flash_attn_tile_min_tokens", "flash_attn_tile_queries"):
+        for key in ("matvec_max_rows", "flash_attn_tile_min_tokens", "flash_attn_tile_queries",
+                    "by_op_tokens_rows"):
             v = oc.get(key)
             if v is not None and (not _is_int(v) or v < 1):
                 raise GraphcostError(f"{where}: op_costs.{key} must be an integer >= 1, "

@@ -144,7 +144,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     peak_by_type = {name: round(max(hot[name], prompt_rate(pts) or 0.0))
                     for name, pts in prompt_mm.items()}
     say("op costs")
-    by_op, chained, fa_tiled = op_costs(ctx, rng, calls, mib)
+    by_op, chained, fa_tiled, by_tokens = op_costs(ctx, rng, calls, mib)
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
     overhead = float(np.median(list(overheads.values())))
@@ -192,6 +192,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"matrix (a new slice each call), and the whole matrix",
             "by_op": by_op,
             "by_op_chained": chained,
+            "by_op_tokens": by_tokens,
+            "by_op_tokens_rows": LADDER_TOKENS,
             "matvec": matvec,
             "flash_attn_tiled": fa_tiled,
             "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
@@ -335,6 +337,12 @@ def prompt_rate(points: list[list]) -> float | None:
 
 #: sizes of the op-cost ladder: values a row (flash attention: KV cells attended)
 LADDER = tuple(64 << i for i in range(11))          # 64 .. 65536
+#: a prompt's nodes hold several tokens (rows): the ladder again with this many, at these
+#: sizes (values in all), as ``op_costs.by_op_tokens``
+LADDER_TOKENS = 16
+LADDER_PROMPT = LADDER[4:]                          # 1024 .. 65536
+#: the key prefix of those curves while the ladder runs (they leave in their own table)
+TOKENS = "tokens:"
 FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
 #: flash attention's head sizes: its cost is per cell and head more than per byte, so each
 #: head size has its own curve (``FLASH_ATTN_EXT`` is 128's, the others ``FLASH_ATTN_EXT@D``)
@@ -367,29 +375,30 @@ def _ladder_nodes(tile: int):
     Q8 = gt.GGMLType.Q8_0
     g = Graph()
     out = []
-    for n in LADDER:
-        x = g.new_tensor(gt.F32, [n, 1])
-        x2 = g.new_tensor(gt.F32, [n, 1])
-        w = g.new_tensor(gt.F32, [n])
-        d = min(n, 128)                     # rope: heads of 128 values
-        h = g.reshape(x, [d, n // d, 1])
-        pos = g.new_tensor(gt.I32, [1])
-        idx = g.new_tensor(gt.I64, [1])
-        rows = g.new_tensor(gt.I32, [1])
-        cache = g.new_tensor(gt.F16, [n, 16], role="kv")
-        table = g.new_tensor(Q8, [n, 64], role="weight")
-        side = 1 << ((n.bit_length() - 1) // 2)
-        kq = g.new_tensor(gt.F32, [n // 4, 1, 4])
-        out += [
-            g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
-            g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
-            g.glu_split("SWIGLU", x, x2),
-            g.soft_max_ext(kq, g.new_tensor(gt.F32, [n // 4, 1]), 1.0, 0.0),
-            g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
-                   n_ctx_orig=4096),
-            g.set_rows(cache, x, idx), g.get_rows(table, rows),
-            g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
-        ]
+    for n_tok, prefix, sizes in ((1, "", LADDER), (LADDER_TOKENS, TOKENS, LADDER_PROMPT)):
+        for n in sizes:
+            v = n // n_tok                  # values a token (a row)
+            x = g.new_tensor(gt.F32, [v, n_tok])
+            x2 = g.new_tensor(gt.F32, [v, n_tok])
+            w = g.new_tensor(gt.F32, [v])
+            d = min(v, 128)                 # rope: heads of 128 values
+            h = g.reshape(x, [d, v // d, n_tok])
+            pos = g.new_tensor(gt.I32, [n_tok])
+            idx = g.new_tensor(gt.I64, [n_tok])
+            rows = g.new_tensor(gt.I32, [n_tok])
+            cache = g.new_tensor(gt.F16, [v, max(16, n_tok)], role="kv")
+            table = g.new_tensor(Q8, [v, 64], role="weight")
+            side = 1 << ((n.bit_length() - 1) // 2)
+            kq = g.new_tensor(gt.F32, [v // 4, n_tok, 4])
+            out += [(prefix + node.op, node) for node in (
+                g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
+                g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
+                g.glu_split("SWIGLU", x, x2),
+                g.soft_max_ext(kq, g.new_tensor(gt.F32, [v // 4, n_tok]), 1.0, 0.0),
+                g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
+                       n_ctx_orig=4096),
+                g.set_rows(cache, x, idx), g.get_rows(table, rows),
+                g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))))]
     fa, masks = [], {}
     for tokens, table, cells_ladder in ((1, "", FA_CELLS), (tile, TILED, FA_TILE_CELLS)):
         for d in FA_HEAD_SIZES:
@@ -407,7 +416,7 @@ def _ladder_nodes(tile: int):
                 fa.append((table + fa_key(d),
                            g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kv[0], kv[1], mask,
                                             d ** -0.5, 0.0, 0.0), cells / n_kv))
-    return [(node.op, node, 1.0) for node in out] + fa, masks
+    return [(op, node, 1.0) for op, node in out] + fa, masks
 
 
 def feed_width(n: int) -> int:
@@ -419,8 +428,9 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     """Each op kind's ``[[bytes, flops, seconds], ...]`` over the ladder (see the module
     docstring), twice: called right after matvecs over weights not in the caches wrote its
     float inputs, and called right after the op before it in the ladder's list (a node in
-    a chain of small ops); and a prompt's flash attention (a tile of
-    ``kernels.attention.QT`` queries a head) after a matmul. Flash attention's bytes and FLOPs are those of the cells it
+    a chain of small ops); and after a matmul, each op kind again on :data:`LADDER_TOKENS`
+    tokens (rows) and a prompt's flash attention (a tile of ``kernels.attention.QT``
+    queries a head). Flash attention's bytes and FLOPs are those of the cells it
     attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``,
     ``tile_fraction``)."""
     from graphcost.execute.exec_ops import flat_bytes, tensor_view
@@ -493,24 +503,31 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         calls_by.append((op, node, frac, call, list(dict.fromkeys(before))))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
-    for _ in range(calls):
-        for i, (_, _, _, call, before) in enumerate(calls_by):
-            for f in before:
-                f()
-            cold[i].append(_seconds(call))
-        # then as a chain of small ops: each right after the one before it in the list
-        for i, (_, _, _, call, _) in enumerate(calls_by):
-            hot[i].append(_seconds(call))
+    # GET_ROWS's matvecs over the whole pool flush the last-level cache, which a decode
+    # does once a step, not before every node: they run in a pass of their own
+    for last in (False, True):
+        part = [i for i, c in enumerate(calls_by) if (c[0] == "GET_ROWS") == last]
+        for _ in range(calls):
+            for i in part:
+                for f in calls_by[i][4]:
+                    f()
+                cold[i].append(_seconds(calls_by[i][3]))
+            # then as a chain of small ops: each right after the one before it in the list
+            for i in part:
+                hot[i].append(_seconds(calls_by[i][3]))
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
     for (op, node, frac, _, _), c, h in zip(calls_by, cold, hot):
         for table, runs in ((after_mm, c), (chained, h)):
             b, fl, sec = _point(node, float(np.median(runs)))
             table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
-    tiled = {op[len(TILED):]: sorted(pts) for op, pts in after_mm.items() if op.startswith(TILED)}
-    return ({op: sorted(pts) for op, pts in after_mm.items() if not op.startswith(TILED)},
-            {op: sorted(pts) for op, pts in chained.items() if not op.startswith(TILED)},
-            tiled)
+    def part(table: dict, prefix: str | None) -> dict[str, list[list]]:
+        """The curves of ``table`` whose key has ``prefix`` (None: no prefix), unprefixed."""
+        pre = (TILED, TOKENS)
+        return {op.split(":", 1)[1] if prefix else op: sorted(pts) for op, pts in table.items()
+                if (op.startswith(prefix) if prefix else not op.startswith(pre))}
+    return (part(after_mm, None), part(chained, None), part(after_mm, TILED),
+            part(after_mm, TOKENS))
 
 
 def default_name() -> str:

@@ -308,7 +308,8 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
                                      rows=n.src[1].ne[1] * n.src[1].ne[2] * n.src[1].ne[3]
                                      if mat else 1,
                                      weight_bytes=n.src[0].data_bytes if mat else None,
-                                     tokens=n.src[0].ne[1] if n.op == "FLASH_ATTN_EXT" else 1)
+                                     tokens=n_tokens if n.ne[1] * n.ne[2] * n.ne[3] > 1
+                                     else 1)
         if ran:
             prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
