@@ -343,6 +343,9 @@ LADDER_TOKENS = 16
 LADDER_PROMPT = LADDER[4:]                          # 1024 .. 65536
 #: the key prefix of those curves while the ladder runs (they leave in their own table)
 TOKENS = "tokens:"
+#: bytes of the tables GET_ROWS gathers from (the probe's pool of weights: not in the
+#: caches after the matvec over the whole pool)
+TABLE_BYTES = 16 << 20
 FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
 #: flash attention's head sizes: its cost is per cell and head more than per byte, so each
 #: head size has its own curve (``FLASH_ATTN_EXT`` is 128's, the others ``FLASH_ATTN_EXT@D``)
@@ -366,15 +369,19 @@ def fa_key(d: int) -> str:
 
 
 def _ladder_nodes(tile: int):
-    """([(op, node, attended fraction)], {id(mask storage): attended cells}) for every op
-    kind and size of the ladder, built with the ggml graph mirror (one graph: sources are
-    leaves, filled with random values; flash attention's masks unmask their first cells;
-    the prompt's flash attention with ``tile`` queries a head)."""
+    """([(op, node, attended fraction, group)], {id(mask storage): attended cells}, {id(GET_ROWS
+    index storage): rows of its table}) for every op kind and size of the ladder, built
+    with the ggml graph mirror (one graph: sources are leaves, filled with random values;
+    flash attention's masks unmask their first cells; the prompt's flash attention with
+    ``tile`` queries a head; GET_ROWS gathers distinct rows of a :data:`TABLE_BYTES` table,
+    as token ids pick rows of an embedding table far larger than the caches). A group
+    names the node's family and size; a family is timed apart from the others."""
     from graphcost.graph.ggml_graph import Graph
 
     Q8 = gt.GGMLType.Q8_0
     g = Graph()
     out = []
+    gathers: dict[int, int] = {}
     for n_tok, prefix, sizes in ((1, "", LADDER), (LADDER_TOKENS, TOKENS, LADDER_PROMPT)):
         for n in sizes:
             v = n // n_tok                  # values a token (a row)
@@ -387,18 +394,21 @@ def _ladder_nodes(tile: int):
             idx = g.new_tensor(gt.I64, [n_tok])
             rows = g.new_tensor(gt.I32, [n_tok])
             cache = g.new_tensor(gt.F16, [v, max(16, n_tok)], role="kv")
-            table = g.new_tensor(Q8, [v, 64], role="weight")
+            table = g.new_tensor(Q8, [v, TABLE_BYTES // gt.row_size(Q8, v)], role="weight")
+            gathers[id(rows.storage)] = table.ne[1]
             side = 1 << ((n.bit_length() - 1) // 2)
             kq = g.new_tensor(gt.F32, [v // 4, n_tok, 4])
-            out += [(prefix + node.op, node) for node in (
+            # in this order, each op that reads x runs soon after another that read it
+            # (a chain of small ops passes each one's output on while it is in the caches)
+            out += [(prefix + node.op, node, (prefix, n)) for node in (
+                g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
+                g.set_rows(cache, x, idx), g.get_rows(table, rows),
                 g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
                 g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
                 g.glu_split("SWIGLU", x, x2),
                 g.soft_max_ext(kq, g.new_tensor(gt.F32, [v // 4, n_tok]), 1.0, 0.0),
                 g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
-                       n_ctx_orig=4096),
-                g.set_rows(cache, x, idx), g.get_rows(table, rows),
-                g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))))]
+                       n_ctx_orig=4096))]
     fa, masks = [], {}
     for tokens, table, cells_ladder in ((1, "", FA_CELLS), (tile, TILED, FA_TILE_CELLS)):
         for d in FA_HEAD_SIZES:
@@ -415,8 +425,9 @@ def _ladder_nodes(tile: int):
                 masks[id(mask.storage)] = cells
                 fa.append((table + fa_key(d),
                            g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kv[0], kv[1], mask,
-                                            d ** -0.5, 0.0, 0.0), cells / n_kv))
-    return [(op, node, 1.0) for op, node in out] + fa, masks
+                                            d ** -0.5, 0.0, 0.0), cells / n_kv,
+                           (table, d, cells)))
+    return [(op, node, 1.0, group) for op, node, group in out] + fa, masks, gathers
 
 
 def feed_width(n: int) -> int:
@@ -433,7 +444,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     queries a head). Flash attention's bytes and FLOPs are those of the cells it
     attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``,
     ``tile_fraction``)."""
-    from graphcost.execute.exec_ops import flat_bytes, tensor_view
+    from graphcost.execute.exec_ops import DTYPES, flat_bytes, tensor_view
     from graphcost.execute.weights import random_raw
 
     # the weights a decode's matvecs stream: a pool larger than the last-level cache
@@ -461,15 +472,20 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
             turn[0] += 1
         return run, flat_bytes(fn.out)
 
-    nodes, masks = _ladder_nodes(int(ctx.K.attention.QT))
+    nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
     store: dict[int, np.ndarray] = {}
     feeds: dict[int, Callable[[], None]] = {}
 
     def value(t, op: str):
         base = t.storage
         if id(base) not in store:
-            if base.type in (gt.I32, gt.I64):
+            if id(base) in gathers:         # distinct rows, spread over the table
+                raw = ((np.arange(base.ne[0], dtype=np.int64) * 7919 + 13) % gathers[id(base)]) \
+                    .astype(DTYPES[base.type]).view(np.uint8)
+            elif base.type in (gt.I32, gt.I64):
                 raw = np.zeros(base.nbytes, np.uint8)
+            elif base.type == q8 and base.nbytes <= pool.nbytes:   # a table: the pool
+                raw = pool[:base.nbytes]
             elif id(base) in masks:         # the first cells attended, the rest -inf
                 m = np.full((base.ne[1], base.ne[0]), -np.inf, np.float16)
                 m[:, :masks[id(base)]] = 0
@@ -489,7 +505,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                                                    .astype(np.float32)])])[1][0]
     small = None
     calls_by = []
-    for op, node, frac in nodes:
+    for op, node, frac, group in nodes:
         args = [value(s, op) for s in node.src]
         # called as the executor calls it: bound to its arrays when the node allows it
         call = _node_calls(node, ctx, [args])[1][0]
@@ -500,13 +516,21 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
             else:
                 small = small or feeder(1024)[0]
                 before = [small]
-        calls_by.append((op, node, frac, call, list(dict.fromkeys(before))))
+        calls_by.append((op, node, frac, call, list(dict.fromkeys(before)),
+                         ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1]))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
-    # GET_ROWS's matvecs over the whole pool flush the last-level cache, which a decode
-    # does once a step, not before every node: they run in a pass of their own
-    for last in (False, True):
-        part = [i for i, c in enumerate(calls_by) if (c[0] == "GET_ROWS") == last]
+    # one family at a time (the one-row ladder, the several-token ladder, flash attention
+    # for one query, for a tile of queries): between two calls of a node only its
+    # family's nodes and their matvecs run, not flash attention over thousands of cells,
+    # whose data (larger than the last-level cache) would push out what a decode's layer
+    # keeps there, such as GEGLU's GELU table; GET_ROWS, whose matvecs over the whole
+    # pool flush that cache as a step's output matmul does, last
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(calls_by):
+        groups.setdefault(c[5], []).append(i)
+    for key in sorted(groups, key=lambda k: k[0] == "GET_ROWS"):
+        part = groups[key]
         for _ in range(calls):
             for i in part:
                 for f in calls_by[i][4]:
@@ -517,7 +541,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                 hot[i].append(_seconds(calls_by[i][3]))
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
-    for (op, node, frac, _, _), c, h in zip(calls_by, cold, hot):
+    for (op, node, frac, _, _, _), c, h in zip(calls_by, cold, hot):
         for table, runs in ((after_mm, c), (chained, h)):
             b, fl, sec = _point(node, float(np.median(runs)))
             table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
