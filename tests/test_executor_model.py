@@ -224,6 +224,13 @@ def test_prompt_matmuls_take_the_prompt_model_above_the_matvec_rows():
     assert executor_seconds("MUL_MAT", 5000, 300, hw2, "q4_K", rows=16,
                             weight_bytes=600) == pytest.approx(8e-6)
     assert executor_seconds("MUL_MAT", 5000, 300, hw, "q4_K", rows=16) == pytest.approx(8e-6)
+    # a type whose kernel pads rows to tiles of 4: 21 rows cost 24 rows' FLOPs,
+    # 1.65 us + 300 * 24 / 21 FLOPs at 100 MFLOP/s
+    hw4 = measured(op_costs={"matmul": {"q4_0": PROMPT}, "matmul_row_tile": {"q4_0": 4}})
+    assert executor_seconds("MUL_MAT", 0, 300, hw4, "q4_0", rows=21, weight_bytes=600) \
+        == pytest.approx(1.65e-6 + 300 * 24 / 21 * 1e-8)
+    assert executor_seconds("MUL_MAT", 0, 300, hw4, "q4_0", rows=20, weight_bytes=600) \
+        == pytest.approx(4.65e-6)
 
 
 def test_flash_attention_is_read_by_flops_and_prompts_by_the_tile_curve():
@@ -275,6 +282,15 @@ def test_curve_read_by_flops():
 def test_bad_row_thresholds_are_one_line(key, value):
     with pytest.raises(GraphcostError, match=f"op_costs.{key} must be an integer >= 1"):
         measured(op_costs={key: value})
+
+
+@pytest.mark.parametrize("tile,message", [({"q4_0": 0}, "must be a finite number > 0"),
+                                          ({"q4_0": 2.5}, "must be an integer >= 1"),
+                                          ([4], "must be a mapping")],
+                         ids=["zero", "float", "list"])
+def test_bad_row_tiles_are_one_line(tile, message):
+    with pytest.raises(GraphcostError, match=message):
+        measured(op_costs={"matmul_row_tile": tile})
 
 
 def test_prompt_flash_attention_runs_the_lanes_of_whole_tiles():

@@ -243,6 +243,8 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert [p[1] for p in q8] == [op_cost(_matmul_node(gt.GGMLType.Q8_0, LADDER_K, m, n)).flops
                                   for m, n in PROMPT_SHAPES]
     assert oc["matvec_max_rows"] == 4 and oc["flash_attn_tile_min_tokens"] == 4
+    assert oc["flash_attn_tile_queries"] == 16
+    assert oc["matmul_row_tile"] == {"q4_0": 4, "q5_0": 4, "q4_1": 4, "q5_1": 4}
     # the per-type peak is at least the per-row rate of the prompt matmuls
     from graphcost.execute.hwprobe import prompt_rate
     assert all(doc["peak_flops"]["by_type"][t] >= round(prompt_rate(pts) or 0)

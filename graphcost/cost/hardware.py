@@ -192,7 +192,9 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
 
     A matmul of more than :attr:`Hardware.matvec_max_rows` activation ``rows`` (a
     prompt's) with the probe's prompt points for ``weight_type``: the once-a-call work at
-    ``weight_bytes`` plus ``flops`` at the per-row FLOP rate (:func:`matmul_fit`). Otherwise, with the probe's curve for ``op`` (a matmul: its
+    ``weight_bytes`` plus ``flops`` at the per-row FLOP rate (:func:`matmul_fit`), the
+    rows rounded up to the type's ``op_costs.matmul_row_tile`` (a kernel that works on
+    tiles of activation rows does the padding's work too). Otherwise, with the probe's curve for ``op`` (a matmul: its
     decode matvec for ``weight_type``; another op: the curve measured right after a
     matmul, or with ``after_matmul`` False after a small op, whose output it reads from
     the cache): the curve's time at ``nbytes`` (:func:`curve_seconds`; flash attention:
@@ -205,7 +207,10 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     if mat and rows > hw.matvec_max_rows and weight_bytes:
         fit = matmul_fit(hw.matmul_points(weight_type) or [])
         if fit is not None:
-            return curve_seconds(fit[1], weight_bytes) + flops / fit[0]
+            tile = int(((hw.extra.get("op_costs") or {}).get("matmul_row_tile") or {})
+                       .get(weight_type, 1))
+            padded = -(-rows // tile) * tile
+            return curve_seconds(fit[1], weight_bytes) + flops * padded / rows / fit[0]
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
     curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size, tokens)
     if curve:
@@ -280,6 +285,11 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         mapping_of(pk["by_type"], "positive", "peak_flops.by_type", where)
     if doc.get("op_costs") is not None:
         oc = need(doc["op_costs"], "dict", "op_costs", where)
+        for key, v in mapping_of(oc.get("matmul_row_tile") or {}, "positive",
+                                 "op_costs.matmul_row_tile", where).items():
+            if not _is_int(v):
+                raise GraphcostError(f"{where}: op_costs.matmul_row_tile.{key} must be an "
+                                     f"integer >= 1, got {_show(v)}")
         for part in ("by_op", "by_op_chained", "by_op_tokens", "matvec", "matmul",
                      "flash_attn_tiled"):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",

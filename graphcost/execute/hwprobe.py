@@ -205,6 +205,10 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                           f"points are [weight "
                           f"bytes, flops, seconds]; used above matvec_max_rows activation rows",
             "matvec_max_rows": int(K_.matmul.MATVEC_MAX_N),
+            # kernels.gemm._gemm pads the activation rows to a multiple of ACTS and does
+            # the padding's work (the K-quant panels and the four-row dots do not)
+            "matmul_row_tile": {gt.type_name(gt.GGMLType(int(c))): int(K_.gemm.ACTS)
+                                for c in K_.gemm.LAYOUT},
             "source": "graphcost hwprobe on this machine",
         },
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
@@ -388,7 +392,10 @@ def _ladder_nodes(tile: int):
             x = g.new_tensor(gt.F32, [v, n_tok])
             x2 = g.new_tensor(gt.F32, [v, n_tok])
             w = g.new_tensor(gt.F32, [v])
-            d = min(v, 128)                 # rope: heads of 128 values
+            # rope: heads of 128 values, for several tokens 256 (its work is per token and
+            # angle, n_dims / 2 of them, as much as per value: gemma's heads of 256 on a
+            # one-head K have 128 a token)
+            d = min(v, 128 if n_tok == 1 else 256)
             h = g.reshape(x, [d, v // d, n_tok])
             pos = g.new_tensor(gt.I32, [n_tok])
             idx = g.new_tensor(gt.I64, [n_tok])
