@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import os
 import platform
+import tempfile
 import time
 from datetime import datetime, timezone
 from functools import partial
@@ -347,7 +348,7 @@ LADDER_TOKENS = 16
 LADDER_PROMPT = LADDER[4:]                          # 1024 .. 65536
 #: the key prefix of those curves while the ladder runs (they leave in their own table)
 TOKENS = "tokens:"
-#: bytes of the tables GET_ROWS gathers from (the probe's pool of weights: not in the
+#: bytes of the table GET_ROWS gathers from (a file mapped into memory: not in the
 #: caches after the matvec over the whole pool)
 TABLE_BYTES = 16 << 20
 FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
@@ -406,11 +407,13 @@ def _ladder_nodes(tile: int):
             side = 1 << ((n.bit_length() - 1) // 2)
             kq = g.new_tensor(gt.F32, [v // 4, n_tok, 4])
             # in this order, each op that reads x runs soon after another that read it
-            # (a chain of small ops passes each one's output on while it is in the caches)
+            # (a chain of small ops passes each one's output on while it is in the caches);
+            # MUL reads w first, as a norm reads its weight (ADD's second operand, a
+            # residual, is an activation: in the caches)
             out += [(prefix + node.op, node, (prefix, n)) for node in (
                 g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
                 g.set_rows(cache, x, idx), g.get_rows(table, rows),
-                g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
+                g.mul(x, w), g.add(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
                 g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
                 g.glu_split("SWIGLU", x, x2),
                 g.soft_max_ext(kq, g.new_tensor(gt.F32, [v // 4, n_tok]), 1.0, 0.0),
@@ -480,6 +483,19 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         return run, flat_bytes(fn.out)
 
     nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
+    mapped: list[np.ndarray] = []
+
+    def embedding() -> np.ndarray:
+        """:data:`TABLE_BYTES` of Q8_0 rows in a file mapped into memory, as the executor
+        maps a GGUF's token embeddings (the page cache's small pages, not anonymous
+        memory's huge ones: a gathered row costs its page walk too)."""
+        if not mapped:
+            with tempfile.TemporaryFile() as f:
+                blk, size = gt.block(q8)          # whole blocks: every table's rows fit
+                f.write(random_raw(q8, (blk, TABLE_BYTES // size), rng).tobytes())
+                f.flush()
+                mapped.append(np.memmap(f, dtype=np.uint8, mode="r"))
+        return mapped[0]
     store: dict[int, np.ndarray] = {}
     feeds: dict[int, Callable[[], None]] = {}
 
@@ -491,8 +507,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                     .astype(DTYPES[base.type]).view(np.uint8)
             elif base.type in (gt.I32, gt.I64):
                 raw = np.zeros(base.nbytes, np.uint8)
-            elif base.type == q8 and base.nbytes <= pool.nbytes:   # a table: the pool
-                raw = pool[:base.nbytes]
+            elif base.type == q8 and base.nbytes <= TABLE_BYTES:    # a GET_ROWS table
+                raw = embedding()[:base.nbytes]
             elif id(base) in masks:         # the first cells attended, the rest -inf
                 m = np.full((base.ne[1], base.ne[0]), -np.inf, np.float16)
                 m[:, :masks[id(base)]] = 0
