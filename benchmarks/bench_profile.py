@@ -310,7 +310,8 @@ def _accuracy(prof, phase: str, hw) -> None:
                    "of the bandwidth")
         else:
             got = statistics.median(n.gflops for n in nodes)
-            why = f"compute-bound: {got:.1f} GFLOP/s = {got / (hw.peak_flops / 1e9):.0%} of peak"
+            why = (f"compute-bound: {got:.1f} GFLOP/s = {got / (hw.peak_flops / 1e9):.0%} of the "
+                   "F32 peak")
         why += f"; probe's per-call overhead {a['op_overhead_seconds'] * 1e6:.0f} us"
         print(f"  {op:15s} {a['nodes']:5d} {meas * 1e6:9.1f} {roof * 1e6:9.2f} "
               f"{a['median_ratio']:6.2f} {a['median_abs_error']:6.2f} "
