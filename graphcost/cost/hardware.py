@@ -16,11 +16,14 @@ A measured profile also holds what graphcost's own executor achieves on that mac
 ``op_overhead`` (seconds one tiny node of each op kind takes end to end: Python, Numba
 dispatch, thread wake-up), ``memory_bandwidth.by_type`` (bytes/s the executor's
 matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP/s the
-executor's matmul reaches per weight type on many rows) and ``op_costs``: each op kind's
-measured time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right
-after a small op; MUL_MAT per weight type in ``matvec``), as
-``[bytes, flops, seconds]`` points. They are not part of the machine's roofline;
-:func:`executor_seconds` models the executor itself from them, and ``graphcost profile``
+executor's matmul nodes reach per weight type) and ``op_costs``: each op kind's measured
+time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right after a
+small op, ``by_op_tokens`` on several tokens; flash attention's query tiles in
+``flash_attn_tiled``; the decode matvec per weight type in ``matvec``), as ``[bytes, flops,
+seconds]`` points, and the prompt matmuls per weight type in ``matmul`` as ``[weight
+bytes, flops, seconds]`` (with ``matvec_max_rows``, ``matmul_row_tile``,
+``flash_attn_tile_min_tokens``, ``flash_attn_tile_queries``: where the kernels switch).
+They are not part of the machine's roofline; :func:`executor_seconds` models the executor itself from them, and ``graphcost profile``
 reports how close both come to the measured node times.
 
 A profile may also hold ``llama_cpp``: the coefficients of llama.cpp's CPU execution

@@ -20,21 +20,34 @@ the same Numba kernels the executor runs.
   ``kernels.gemm``'s panels where the type has them) or its decode matvec on 256 KiB of
   cache-resident weights, whichever is higher; so a quantized matvec meets its own
   compute roof, not the F32 one.
+* **Prompt matmuls** (``op_costs.matmul``): MUL_MAT nodes of :data:`PROMPT_SHAPES`
+  (two activation row counts above ``kernels.matmul.MATVEC_MAX_N`` on one matrix, and a
+  smaller matrix), each call on a new slice of the type's matrix, as the executor runs
+  them (``kernels.gemm``'s panels, the four-row dots, the tiled float path): the per-row
+  rate and the once-a-call work the model (:func:`graphcost.cost.hardware.matmul_fit`)
+  is read from.
 * **Op costs** (``op_costs``): each op kind the executor runs, compiled by
   :mod:`graphcost.execute.exec_ops` exactly as for a graph node and called the way the
-  executor calls it (bound to its arrays where the node allows), at a ladder of sizes
-  (64 to 65536 values a row; flash attention over 16 to 4096 cells, 4 query heads per KV
-  head, head sizes 64, 128 and 256: ``FLASH_ATTN_EXT@64``, ``FLASH_ATTN_EXT``,
-  ``FLASH_ATTN_EXT@256``), each point ``[bytes, flops, seconds]`` with bytes and FLOPs
-  from the cost model (:func:`graphcost.cost.costs.op_cost`). A decode runs a matvec, then a few small ops,
-  then the next matvec. So each call is timed twice: right after matvecs over weights
-  that are not in the caches (about 0.5 MiB slices of a pool larger than the last-level
-  cache, run on the kernel threads) wrote its float inputs, as a node after a matmul
-  runs (``by_op``; GET_ROWS, a step's first node, after a matvec over the whole pool, as
-  the token embedding follows the previous step's output matmul), and right after the
-  op before it in the ladder's list, as a node in a chain of small ops runs
-  (``by_op_chained``). MUL_MAT is measured per weight
-  type (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
+  executor calls it (bound to its arrays where the node allows, through the overload it
+  compiled), at a ladder of sizes (64 to 65536 values a row; again on
+  :data:`LADDER_TOKENS` tokens from 1024 values, ``by_op_tokens``, for a prompt's nodes;
+  flash attention over 16 to 4096 attended cells of a window of at least
+  :data:`FA_MIN_KV`, K and V caches of their own, 4 query heads per KV head, head sizes
+  64, 128 and 256: ``FLASH_ATTN_EXT@64``, ``FLASH_ATTN_EXT``, ``FLASH_ATTN_EXT@256``,
+  and one tile of ``kernels.attention.QT`` queries a head, ``flash_attn_tiled``), each
+  point ``[bytes, flops, seconds]`` with bytes and FLOPs from the cost model
+  (:func:`graphcost.cost.costs.op_cost`; flash attention: the attended cells' share). A
+  decode runs a matvec, then a few small ops, then the next matvec. So each call is
+  timed twice: right after MUL_MAT nodes over weights that are not in the caches (the
+  fused decode matvec over about 0.5 MiB slices of a pool larger than the last-level
+  cache) whose own outputs are its float inputs, as a node after a matmul runs
+  (``by_op``; GET_ROWS, a step's first node, gathers distinct rows of a
+  :data:`TABLE_BYTES` table in a file mapped into memory after a matvec over the whole
+  pool, as the token embedding follows the previous step's output matmul), and right
+  after the op before it in the ladder's list, as a node in a chain of small ops runs
+  (``by_op_chained``). Each family (one row, several tokens, flash attention for one
+  query, for a tile) is timed apart, GET_ROWS last. MUL_MAT is measured per weight type
+  (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
   last-level cache), and the whole matvec itself.
   The smallest size's time of each op kind is its ``op_overhead.by_op``: what a node
