@@ -363,7 +363,7 @@ LADDER_PROMPT = LADDER[4:]                          # 1024 .. 65536
 TOKENS = "tokens:"
 #: bytes of the table GET_ROWS gathers from (a file mapped into memory: not in the
 #: caches after the matvec over the whole pool)
-TABLE_BYTES = 16 << 20
+TABLE_BYTES = 64 << 20
 FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
 #: flash attention's head sizes: its cost is per cell and head more than per byte, so each
 #: head size has its own curve (``FLASH_ATTN_EXT`` is 128's, the others ``FLASH_ATTN_EXT@D``)
@@ -392,7 +392,8 @@ def _ladder_nodes(tile: int):
     with the ggml graph mirror (one graph: sources are leaves, filled with random values;
     flash attention's masks unmask their first cells; the prompt's flash attention with
     ``tile`` queries a head; GET_ROWS gathers distinct rows of a :data:`TABLE_BYTES` table,
-    as token ids pick rows of an embedding table far larger than the caches). A group
+    as token ids pick rows of an embedding table far larger than the caches; SET_ROWS of
+    several tokens writes distinct cells). A group
     names the node's family and size; a family is timed apart from the others."""
     from graphcost.graph.ggml_graph import Graph
 
@@ -415,6 +416,8 @@ def _ladder_nodes(tile: int):
             idx = g.new_tensor(gt.I64, [n_tok])
             rows = g.new_tensor(gt.I32, [n_tok])
             cache = g.new_tensor(gt.F16, [v, max(16, n_tok)], role="kv")
+            if n_tok > 1:                   # SET_ROWS: a prompt's tokens, distinct cells
+                gathers[id(idx.storage)] = cache.ne[1]
             table = g.new_tensor(Q8, [v, TABLE_BYTES // gt.row_size(Q8, v)], role="weight")
             gathers[id(rows.storage)] = table.ne[1]
             side = 1 << ((n.bit_length() - 1) // 2)
