@@ -452,7 +452,7 @@ def _ladder_nodes(tile: int):
                 fa.append((table + fa_key(d),
                            g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kv[0], kv[1], mask,
                                             d ** -0.5, 0.0, 0.0), cells / n_kv,
-                           (table, d, cells)))
+                           ("flash " + table, d, cells)))
     return [(op, node, 1.0, group) for op, node, group in out] + fa, masks, gathers
 
 
@@ -487,7 +487,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         k = feed_width(rows)
         w = pool[: (pool.nbytes // gt.row_size(q8, k)) * gt.row_size(q8, k)] \
             .reshape(-1, gt.row_size(q8, k))
-        n_slices = max(1, min(calls, len(w) // rows))
+        n_slices = max(1, len(w) // rows)   # all of the pool: the feeders take turns
+        # over it, so a slice is back in the last-level cache only after the whole pool
         xk = rng.standard_normal((1, k)).astype(np.float32)
         node = _matmul_node(q8, k, rows, 1)
         fn, mvs = _node_calls(node, ctx, [_values(node, [w[i * rows:(i + 1) * rows], xk])
