@@ -424,14 +424,14 @@ def _ladder_nodes(tile: int):
             kq = g.new_tensor(gt.F32, [v // 4, n_tok, 4])
             # in this order, each op that reads x runs soon after another that read it
             # (a chain of small ops passes each one's output on while it is in the caches);
-            # MUL reads w first, as a norm reads its weight (ADD's second operand, a
-            # residual, is an activation: in the caches)
+            # MUL multiplies by a weight (a norm's) after RMS_NORM, ADD adds two
+            # activations both just read (a residual add after the norm's MUL)
             out += [(prefix + node.op, node, (prefix, n)) for node in (
                 g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
                 g.set_rows(cache, x, idx), g.get_rows(table, rows),
-                g.mul(x, w), g.add(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
+                g.scale(x, 0.5), g.rms_norm(x, 1e-6), g.mul(x, w),
                 g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
-                g.glu_split("SWIGLU", x, x2),
+                g.glu_split("SWIGLU", x, x2), g.add(x, x2),
                 g.soft_max_ext(kq, g.new_tensor(gt.F32, [v // 4, n_tok]), 1.0, 0.0),
                 g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
                        n_ctx_orig=4096))]
