@@ -477,26 +477,31 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     q8 = gt.GGMLType.Q8_0
     pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // gt.row_size(q8, LADDER_K))),
                       rng)
-    turn = [0]
+    cursor = [0]                        # slices of the pool handed to feeders so far
 
     def feeder(rows: int) -> tuple[Callable[[], None], np.ndarray]:
         """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
-        columns) over the next slice of the pool each run, run as the executor runs it
-        (the fused decode matvec, on the kernel threads), into its own output: the next
-        node reads that output as it reads the matvec's before it."""
+        columns) over the next of its slices of the pool each run, run as the executor
+        runs it (the fused decode matvec, on the kernel threads), into its own output:
+        the next node reads that output as it reads the matvec's before it. Each feeder
+        owns ``2 * calls`` slices of the pool after the previous feeder's (wrapping): a
+        slice comes back only after the other feeders' slices went by, out of the
+        last-level cache when the pool is larger than it."""
         k = feed_width(rows)
-        w = pool[: (pool.nbytes // gt.row_size(q8, k)) * gt.row_size(q8, k)] \
-            .reshape(-1, gt.row_size(q8, k))
-        n_slices = max(1, len(w) // rows)   # all of the pool: the feeders take turns
-        # over it, so a slice is back in the last-level cache only after the whole pool
+        rb = gt.row_size(q8, k)
+        w = pool[: (pool.nbytes // rb) * rb].reshape(-1, rb)
+        n_slices = max(1, min(len(w) // rows, 2 * calls))
+        first = cursor[0] % max(1, len(w) // rows - n_slices + 1)
+        cursor[0] = first + n_slices
         xk = rng.standard_normal((1, k)).astype(np.float32)
         node = _matmul_node(q8, k, rows, 1)
         fn, mvs = _node_calls(node, ctx, [_values(node, [w[i * rows:(i + 1) * rows], xk])
-                                          for i in range(n_slices)])
+                                          for i in range(first, first + n_slices)])
+        mine = [0]
 
         def run():
-            mvs[turn[0] % n_slices]()
-            turn[0] += 1
+            mvs[mine[0] % n_slices]()
+            mine[0] += 1
         return run, flat_bytes(fn.out)
 
     nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
