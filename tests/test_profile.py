@@ -277,6 +277,35 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert hw.path == target
 
 
+@pytest.mark.parametrize("n", [1, 16], ids=["decode_matvec", "prompt_matmul"])
+def test_hwprobe_times_the_executors_own_matmul_nodes(n):
+    """The probe's matmul calls are MUL_MAT nodes as exec_ops compiles them for the
+    executor (a decode matvec on a block type: the fused kernel, one numba call into
+    buffers allocated once), bound and called through the overload they compiled, writing
+    the node's own output: the results of kernels.matmul.mul_mat_ggml."""
+    from graphcost.execute import hwprobe as H
+    from graphcost.execute.exec_ops import Ctx
+    from graphcost.execute.kernels_loader import load_kernels
+    from graphcost.execute.weights import random_raw
+    from graphcost.format import ggml_types as gt
+
+    K = load_kernels()
+    ctx = Ctx(K, "fast")
+    rng = np.random.default_rng(0)
+    t = gt.GGMLType.Q8_0
+    w = random_raw(t, (256, 64), rng).reshape(64, gt.row_size(t, 256))
+    x = rng.standard_normal((n, 256)).astype(np.float32)
+    node = H._matmul_node(t, 256, 64, n)
+    fn, (call,) = H._node_calls(node, ctx, [H._values(node, [w, x])])
+    if n == 1:      # 64 rows of 272 bytes: below SERIAL_BELOW, the serial fused kernel
+        assert fn.kern is K.matmul._matvec_ggml_fused_serial
+        assert call.func is not fn.kern         # the compiled overload's entry point
+    fn.out[:] = 0
+    call()
+    np.testing.assert_array_equal(fn.out.reshape(n, 64),
+                                  K.matmul.mul_mat_ggml(w, t, 256, 64, x))
+
+
 def test_hwprobe_writes_to_a_path_given_with_o(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     path, note = hwmod.save({"name": "x", "kind": "measured",
