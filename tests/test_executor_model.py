@@ -152,6 +152,7 @@ def test_model_columns_and_per_kind_accuracy():
     with pytest.raises(ValueError, match="prompt or decode"):
         p.estimate_accuracy(phase="both")
     d = document(p)
+    assert d["estimate_accuracy_prompt"] == prompt
     assert d["node_timing_overhead"] == pytest.approx(0.2)
     assert [s["untimed_seconds"] for s in d["steps"]] == pytest.approx([12e-3, 4e-3, 5e-3, 6e-3])
     row = next(r for r in d["by_op"] if r["key"] == "GEGLU")
@@ -167,6 +168,10 @@ def test_table_prints_the_untimed_rate_beside_the_timed_one():
     assert "node timing adds +20.0% to a step" in flat
     # most nodes first, then by name
     assert "the model per op kind: GEGLU 0.25 (3), MUL_MAT 0.20 (3)" in flat
+    # and the prompt step's own: its one MUL_MAT, modelled 300 us against 400
+    assert ("estimate accuracy (prompt, 1 nodes > 10 us): median |estimate/measured - 1| = "
+            "0.50 for the roofline, 0.25 for the executor model; the model per op kind: "
+            "MUL_MAT 0.25 (1)") in flat
     assert all(len(line) <= 100 for line in out.splitlines())
 
 
