@@ -15,11 +15,11 @@ the same Numba kernels the executor runs.
 * **Peak FLOP rate**: ``kernels.matmul.mul_mat``'s tiled path on an F32 matrix that fits in
   L2-sized tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs); and
   per weight type (``peak_flops.by_type``) the best rate the executor's matmul nodes of
-  that type reach: the per-row rate of its prompt MUL_MAT (``op_costs.matmul``:
-  1024-column weights by 16 and by 64 activation rows,
-  ``kernels.gemm``'s panels where the type has them) or its decode matvec on 256 KiB of
-  cache-resident weights, whichever is higher; so a quantized matvec meets its own
-  compute roof, not the F32 one.
+  that type reach: its prompt MUL_MATs (``op_costs.matmul``: 1024-column weights by 16
+  and by 64 activation rows, ``kernels.gemm``'s panels where the type has them) or its
+  decode matvec on 256 KiB of cache-resident weights, whichever is higher (FLOPs over
+  seconds as measured: no fit, so noise cannot make it larger than what ran); so a
+  quantized matvec meets its own compute roof, not the F32 one.
 * **Prompt matmuls** (``op_costs.matmul``): MUL_MAT nodes of :data:`PROMPT_SHAPES`
   (two activation row counts above ``kernels.matmul.MATVEC_MAX_N`` on one matrix, and a
   smaller matrix), each call on a new slice of the type's matrix, as the executor runs
@@ -155,8 +155,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     xs = rng.standard_normal((n, K)).astype(np.float32)
     sec = _median_seconds(lambda: K_.matmul.mul_mat(w, gt.F32, K, m, xs), repeat)
     flops = 2.0 * m * n * K / sec
-    peak_by_type = {name: round(max(hot[name], prompt_rate(pts) or 0.0))
-                    for name, pts in prompt_mm.items()}
+    peak_by_type = {name: round(best) for name, pts in prompt_mm.items()
+                    if (best := max([hot[name]] + [f / t for _, f, t in pts if t > 0])) > 0}
     say("op costs")
     by_op, chained, fa_tiled, by_tokens = op_costs(ctx, rng, calls, mib)
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
@@ -184,8 +184,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "how": f"kernels.matmul.mul_mat tiled path, f32 {m}x{K} weights x {n} rows "
                    f"(2*M*N*K FLOPs), median of {repeat}",
             "by_type": peak_by_type,
-            "by_type_how": f"per weight type, the higher of: the per-row rate of the "
-                           f"executor's prompt MUL_MAT nodes (op_costs.matmul), "
+            "by_type_how": f"per weight type, the highest FLOP/s of the executor's prompt "
+                           f"MUL_MAT nodes (op_costs.matmul: FLOPs / seconds of each point), "
                            f"and its decode matvec node on {HOT_BYTES >> 10} KiB of "
                            f"cache-resident weights (median of {calls} calls)",
             "source": "graphcost hwprobe on this machine",
@@ -343,14 +343,6 @@ def prompt_matmul(ctx, t: gt.GGMLType, w: np.ndarray, calls: int, rng) -> list[l
         sec = float(np.median([_seconds(mms[(i + 1) % n_slices]) for i in range(calls)]))
         pts.append([m * rb, int(_point(node, sec)[1]), sec])
     return pts
-
-
-def prompt_rate(points: list[list]) -> float | None:
-    """FLOP/s of the per-row work of :func:`prompt_matmuls`' points (None: not measured)."""
-    from graphcost.cost.hardware import matmul_fit
-
-    fit = matmul_fit(points)
-    return None if fit is None else fit[0]
 
 
 #: sizes of the op-cost ladder: values a row (flash attention: KV cells attended)
