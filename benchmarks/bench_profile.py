@@ -26,8 +26,9 @@ roofline estimates the executor's node times.
    larger than any cache) as the executor ran it, against the probe's bandwidth.
 4. **Profile overhead**: ``graphcost profile``'s decode rate with every node timed
    against the same steps replayed untimed through ``Executor.step`` (issue 12: < 10%).
-5. **Estimate accuracy**: ``graphcost profile`` on 8 greedy steps with the measured
-   profile; median |modelled/measured - 1| over nodes slower than 10 us, per op kind, for
+5. **Estimate accuracy**: ``graphcost profile`` on the 21-token prompt and 8 greedy steps
+   with the measured profile; for the decode steps and for the prompt step, median
+   |modelled/measured - 1| over nodes slower than 10 us (and over every node), per op kind, for
    the pure roofline (a matmul's compute roof is its weight type's peak) and for the
    executor model (``hardware.executor_seconds``: the probe's cost curve per op kind and
    per matvec weight type), whether every kind is within 0.25, and the reason a kind misses:
@@ -275,14 +276,28 @@ def main() -> None:
           f"{tps['decode']:.1f} with every node timed: node timing adds "
           f"{prof.timing_overhead():+.1%} to a step (issue 12's target < 10%)")
 
-    acc = prof.estimate_accuracy()
-    print(f"\n== estimate accuracy (decode, nodes > 10 us, {acc['nodes']} nodes): median "
-          f"|modelled/measured - 1| = {acc['median_abs_error']:.2f} for the roofline, "
+    for phase in ("decode", "prompt"):
+        _accuracy(prof, phase, hw)
+    print(f"\n{_load()}")
+
+
+def _accuracy(prof, phase: str, hw) -> None:
+    """Section 5 for one phase (the decode steps, or the prompt step): per op kind, the
+    roofline's and the executor model's median |modelled/measured - 1| over nodes slower
+    than 10 us, why a kind misses, then the same over every executed node."""
+    steps = prof.decode if phase == "decode" else [prof.prompt]
+    acc = prof.estimate_accuracy(phase=phase)
+    if not acc["nodes"]:
+        print(f"\n== estimate accuracy ({phase}): no node over 10 us")
+        return
+    print(f"\n== estimate accuracy ({phase}, {steps[0].n_tokens} token(s) a step, nodes > 10 us, "
+          f"{acc['nodes']} nodes): median |modelled/measured - 1| = "
+          f"{acc['median_abs_error']:.2f} for the roofline, "
           f"{acc['median_abs_error_model']:.2f} for the executor model (target < 0.25)")
     print(f"  {'op':15s} {'nodes':>5s} {'meas us':>9s} {'roof us':>9s} {'ratio':>6s} "
           f"{'|err|':>6s} {'model':>6s} {'|err|':>6s}  why")
     for op, a in sorted(acc["by_op"].items(), key=lambda kv: -kv[1]["nodes"]):
-        nodes = [n for s in dec for n in s.nodes if n.op == op and n.seconds and n.seconds > 1e-5]
+        nodes = [n for s in steps for n in s.nodes if n.op == op and n.seconds and n.seconds > 1e-5]
         meas = statistics.median(n.seconds for n in nodes)
         roof = statistics.median(n.predicted for n in nodes)
         bound = statistics.mode(n.bound for n in nodes)
@@ -295,7 +310,8 @@ def main() -> None:
                    "of the bandwidth")
         else:
             got = statistics.median(n.gflops for n in nodes)
-            why = f"compute-bound: {got:.1f} GFLOP/s = {got / (hw.peak_flops / 1e9):.0%} of peak"
+            why = (f"compute-bound: {got:.1f} GFLOP/s = {got / (hw.peak_flops / 1e9):.0%} of the "
+                   "F32 peak")
         why += f"; probe's per-call overhead {a['op_overhead_seconds'] * 1e6:.0f} us"
         print(f"  {op:15s} {a['nodes']:5d} {meas * 1e6:9.1f} {roof * 1e6:9.2f} "
               f"{a['median_ratio']:6.2f} {a['median_abs_error']:6.2f} "
@@ -304,15 +320,14 @@ def main() -> None:
     print(f"  every op kind within 0.25 (issue 12's target): "
           f"{all(a['median_abs_error_model'] <= 0.25 for a in acc['by_op'].values())} "
           f"(worst {worst[0]} {worst[1]['median_abs_error_model']:.2f})")
-    every = prof.estimate_accuracy(0.0)
-    print(f"\n== the same over every executed decode node ({every['nodes']} nodes; a 10 us "
+    every = prof.estimate_accuracy(0.0, phase=phase)
+    print(f"\n== the same over every executed {phase} node ({every['nodes']} nodes; a 10 us "
           f"threshold keeps only the slowest calls of a kind that mostly runs under it): "
           f"roofline {every['median_abs_error']:.2f}, executor model "
           f"{every['median_abs_error_model']:.2f}")
     for op, a in sorted(every["by_op"].items(), key=lambda kv: -kv[1]["nodes"]):
         print(f"  {op:15s} {a['nodes']:5d} nodes  model/measured {a['median_model_ratio']:5.2f}"
               f"  |err| {a['median_abs_error_model']:.2f}  (roofline {a['median_abs_error']:.2f})")
-    print(f"\n{_load()}")
 
 
 if __name__ == "__main__":

@@ -145,7 +145,14 @@ def test_model_columns_and_per_kind_accuracy():
     assert acc["by_op"]["GEGLU"]["median_abs_error_model"] == pytest.approx(0.25)
     # all six: 0.2, 0.25, 0, 0.25, 0.25, 0.25 -> median 0.25
     assert acc["median_abs_error_model"] == pytest.approx(0.25)
+    # the prompt step alone: one MUL_MAT, 300 / 400 us -> 0.25; decode as the default
+    prompt = p.estimate_accuracy(phase="prompt")
+    assert prompt["nodes"] == 1 and prompt["median_abs_error_model"] == pytest.approx(0.25)
+    assert p.estimate_accuracy(phase="decode") == acc
+    with pytest.raises(ValueError, match="prompt or decode"):
+        p.estimate_accuracy(phase="both")
     d = document(p)
+    assert d["estimate_accuracy_prompt"] == prompt
     assert d["node_timing_overhead"] == pytest.approx(0.2)
     assert [s["untimed_seconds"] for s in d["steps"]] == pytest.approx([12e-3, 4e-3, 5e-3, 6e-3])
     row = next(r for r in d["by_op"] if r["key"] == "GEGLU")
@@ -161,6 +168,10 @@ def test_table_prints_the_untimed_rate_beside_the_timed_one():
     assert "node timing adds +20.0% to a step" in flat
     # most nodes first, then by name
     assert "the model per op kind: GEGLU 0.25 (3), MUL_MAT 0.20 (3)" in flat
+    # and the prompt step's own: its one MUL_MAT, modelled 300 us against 400
+    assert ("estimate accuracy (prompt, 1 nodes > 10 us): median |estimate/measured - 1| = "
+            "0.50 for the roofline, 0.25 for the executor model; the model per op kind: "
+            "MUL_MAT 0.25 (1)") in flat
     assert all(len(line) <= 100 for line in out.splitlines())
 
 
@@ -178,6 +189,132 @@ def test_flash_attention_is_modelled_on_the_cells_it_attends():
     assert attended_fraction(fa, 31 + (1 + 1) / 2) == 32 / 256
     assert attended_fraction(fa, 1000) == 1.0                  # never above all cells
     assert attended_fraction(g.add(q, q), 32) == 1.0           # other ops: as costed
+
+
+#: a prompt matmul's probe points, [weight bytes, flops, seconds]: on the 1000-byte matrix
+#: 400 more FLOPs take 4 us more (1e-8 s a FLOP: 100 MFLOP/s), leaving 3 - 1 = 2 us once a
+#: call; on the 200-byte matrix 1.5 us - 20 FLOPs * 1e-8 s = 1.3 us
+PROMPT = [[1000, 500, 7e-6], [200, 20, 1.5e-6], [1000, 100, 3e-6]]
+
+
+def test_prompt_matmul_fit_parts_per_row_work_from_work_once_a_call():
+    rate, rest = hwmod.matmul_fit(PROMPT)
+    assert rate == pytest.approx(1e8)
+    assert rest == [[200, 0, pytest.approx(1.3e-6)], [1000, 0, pytest.approx(2e-6)]]
+    # one matrix: its rest alone (a flat curve)
+    assert hwmod.matmul_fit(PROMPT[::2])[1] == [[1000, 0, pytest.approx(2e-6)]]
+    # no slope (one FLOP count, or more FLOPs taking less time: noise): no fit
+    assert hwmod.matmul_fit([[1000, 100, 3e-6], [200, 20, 1e-6]]) is None
+    assert hwmod.matmul_fit([[1000, 100, 3e-6], [1000, 500, 2e-6]]) is None
+    assert hwmod.matmul_fit([]) is None
+    # a rest below zero (noise) counts as zero: 1e-6 - 500 * 1e-8 < 0 at the fewest FLOPs
+    assert hwmod.matmul_fit([[1000, 500, 1e-6], [1000, 900, 5e-6]])[1] == [[1000, 0, 0.0]]
+
+
+def test_prompt_matmuls_take_the_prompt_model_above_the_matvec_rows():
+    hw = measured(op_costs={"matvec": {"q4_K": CURVE}, "matmul": {"q4_K": PROMPT},
+                            "matvec_max_rows": 4})
+    assert hw.matvec_max_rows == 4 and hw.matmul_points("q4_K") == sorted(PROMPT, key=lambda p: p[1])
+    # 16 rows, 600 weight bytes, 300 FLOPs: the rest curve at 600 B, 1.3 + 0.7 * 400 / 800
+    # = 1.65 us, plus 300 FLOPs at 100 MFLOP/s = 3 us: 4.65 us (nbytes is not used)
+    assert executor_seconds("MUL_MAT", 9e9, 300, hw, "q4_K", rows=16,
+                            weight_bytes=600) == pytest.approx(4.65e-6)
+    # 4 rows: the matvec kernels, so the matvec curve at 5000 B (8 us; 300 FLOPs at
+    # q4_K's 40 GFLOP/s is below it)
+    assert executor_seconds("MUL_MAT", 5000, 300, hw, "q4_K", rows=4,
+                            weight_bytes=600) == pytest.approx(8e-6)
+    # a type without prompt points: the matvec curve; no weight bytes: the same
+    hw2 = measured(op_costs={"matvec": {"q4_K": CURVE}})
+    assert hw2.matvec_max_rows == 1
+    assert executor_seconds("MUL_MAT", 5000, 300, hw2, "q4_K", rows=16,
+                            weight_bytes=600) == pytest.approx(8e-6)
+    assert executor_seconds("MUL_MAT", 5000, 300, hw, "q4_K", rows=16) == pytest.approx(8e-6)
+    # a type whose kernel pads rows to tiles of 4: 21 rows cost 24 rows' FLOPs,
+    # 1.65 us + 300 * 24 / 21 FLOPs at 100 MFLOP/s
+    hw4 = measured(op_costs={"matmul": {"q4_0": PROMPT}, "matmul_row_tile": {"q4_0": 4}})
+    assert executor_seconds("MUL_MAT", 0, 300, hw4, "q4_0", rows=21, weight_bytes=600) \
+        == pytest.approx(1.65e-6 + 300 * 24 / 21 * 1e-8)
+    assert executor_seconds("MUL_MAT", 0, 300, hw4, "q4_0", rows=20, weight_bytes=600) \
+        == pytest.approx(4.65e-6)
+
+
+def test_flash_attention_is_read_by_flops_and_prompts_by_the_tile_curve():
+    # [bytes, flops, seconds]: read by FLOPs, 1 us at 100 FLOPs to 3 us at 300
+    dec = [[5000, 100, 1e-6], [1000, 300, 3e-6]]
+    tiles = [[5000, 100, 2e-6], [1000, 300, 10e-6]]
+    hw = measured(op_costs={"by_op": {"FLASH_ATTN_EXT@256": dec},
+                            "flash_attn_tiled": {"FLASH_ATTN_EXT@256": tiles},
+                            "flash_attn_tile_min_tokens": 4})
+    # 200 FLOPs: halfway, whatever the bytes
+    assert executor_seconds("FLASH_ATTN_EXT", 3000, 200, hw, head_size=256) == pytest.approx(2e-6)
+    # 3 queries: the one-query kernel's curve; 4 or more: the tiles' (2 + 8 / 2 us)
+    assert executor_seconds("FLASH_ATTN_EXT", 3000, 200, hw, head_size=256,
+                            tokens=3) == pytest.approx(2e-6)
+    assert executor_seconds("FLASH_ATTN_EXT", 3000, 200, hw, head_size=256,
+                            tokens=21) == pytest.approx(6e-6)
+    # a profile without tile curves uses the one-query curve for prompts too
+    hw1 = measured(op_costs={"by_op": {"FLASH_ATTN_EXT@256": dec}})
+    assert executor_seconds("FLASH_ATTN_EXT", 3000, 200, hw1, head_size=256,
+                            tokens=21) == pytest.approx(2e-6)
+
+
+def test_nodes_of_several_tokens_take_the_curve_measured_on_several_tokens():
+    rows = [[1000, 10, 5e-6], [7000, 70, 6e-6]]
+    hw = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_chained": {"RMS_NORM": CURVE},
+                            "by_op_tokens": {"RMS_NORM": rows}, "by_op_tokens_rows": 16})
+    # one token: the one-row curve, 4 us at 3000 B; 21 tokens: 5 + 1 * 2000 / 6000 us,
+    # whether after a matmul or a small op
+    assert executor_seconds("RMS_NORM", 3000, 0, hw) == pytest.approx(4e-6)
+    for after in (True, False):
+        assert executor_seconds("RMS_NORM", 3000, 0, hw, after_matmul=after,
+                                tokens=21) == pytest.approx((5 + 2000 / 6000) * 1e-6)
+    # an op without a several-token curve keeps its one-row curve
+    hw1 = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_tokens": {"ADD": rows}})
+    assert executor_seconds("RMS_NORM", 3000, 0, hw1, tokens=21) == pytest.approx(4e-6)
+
+
+def test_curve_read_by_flops():
+    # column 1: sorted and interpolated by FLOPs (10 -> 2 us, 30 -> 4 us, 70 -> 12 us)
+    assert curve_seconds(CURVE, 20, column=1) == pytest.approx(3e-6)
+    assert curve_seconds(CURVE, 90, column=1) == pytest.approx(16e-6)
+
+
+@pytest.mark.parametrize("key,value", [("matvec_max_rows", 0), ("matvec_max_rows", 2.5),
+                                       ("flash_attn_tile_min_tokens", "4"),
+                                       ("flash_attn_tile_queries", -16),
+                                       ("by_op_tokens_rows", True)],
+                         ids=["zero", "float", "string", "negative", "bool"])
+def test_bad_row_thresholds_are_one_line(key, value):
+    with pytest.raises(GraphcostError, match=f"op_costs.{key} must be an integer >= 1"):
+        measured(op_costs={key: value})
+
+
+@pytest.mark.parametrize("tile,message", [({"q4_0": 0}, "must be a finite number > 0"),
+                                          ({"q4_0": 2.5}, "must be an integer >= 1"),
+                                          ([4], "must be a mapping")],
+                         ids=["zero", "float", "list"])
+def test_bad_row_tiles_are_one_line(tile, message):
+    with pytest.raises(GraphcostError, match=message):
+        measured(op_costs={"matmul_row_tile": tile})
+
+
+def test_prompt_flash_attention_runs_the_lanes_of_whole_tiles():
+    from graphcost.execute.profile import tile_fraction
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+
+    g = Graph()
+    q = g.permute(g.reshape(g.new_tensor(gt.F32, [64 * 4 * 21, 1]), [64, 4, 21]), 0, 2, 1, 3)
+    k = g.permute(g.view(g.new_tensor(gt.F16, [64, 256], role="kv"), [64, 1, 256],
+                         [128, 128], 0), 0, 2, 1, 3)
+    fa = g.flash_attn_ext(q, k, k, g.new_tensor(gt.F16, [256, 21]), 0.125, 0.0, 0.0)
+    # 21 queries from position 0 in tiles of 16: tile 0's 16 lanes over cells 0..15, tile
+    # 1's 16 lanes (5 queries) over cells 0..20: 16 * 16 + 16 * 21 = 592 of 21 * 256 pairs
+    assert tile_fraction(fa, 0, 16) == 592 / (21 * 256)
+    # after 100 cells: 16 * 116 + 16 * 121; never more cells than the window's 256
+    assert tile_fraction(fa, 100, 16) == (16 * 116 + 16 * 121) / (21 * 256)
+    assert tile_fraction(fa, 250, 16) == 2 * 16 * 256 / (21 * 256)
+    assert tile_fraction(g.add(q, q), 0, 16) == 1.0                 # other ops: as costed
 
 
 def test_flash_attention_uses_the_nearest_head_size():

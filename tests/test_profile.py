@@ -225,16 +225,46 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert "matvec, % of it:" in r.output and str(target) in r.output
     assert doc["peak_flops"]["flops_per_second"] > 0 and doc["op_overhead"]["seconds"] > 0
     # a peak FLOP rate and a matvec cost curve per weight type; a cost curve per op kind
-    from graphcost.execute.hwprobe import FA_CELLS, LADDER, LADDER_BYTES
+    from graphcost.execute.hwprobe import (FA_CELLS, FA_MIN_KV, FA_TILE_CELLS, LADDER,
+                                           LADDER_BYTES, LADDER_K, PROMPT_SHAPES)
     assert set(doc["peak_flops"]["by_type"]) == set(bw["by_type"])
     oc = doc["op_costs"]
-    assert set(oc["matvec"]) == set(bw["by_type"])
+    assert set(oc["matvec"]) == set(bw["by_type"]) == set(oc["matmul"])
     # 16 MiB: the 4 slice sizes (the largest, 4 MiB, fits twice) and the whole matrix
     assert all(len(pts) == len(LADDER_BYTES) + 1 for pts in oc["matvec"].values())
+    # prompt matmuls: one point per shape, [weight bytes, flops, seconds]; q8_0: 1024
+    # columns = 32 blocks of 34 bytes a row; FLOPs as the cost model counts them, more
+    # with more activation rows on the same matrix
+    from graphcost.cost.costs import op_cost
+    from graphcost.execute.hwprobe import _matmul_node
+    from graphcost.format import ggml_types as gt
+    q8 = oc["matmul"]["q8_0"]
+    assert [p[0] for p in q8] == [m * 32 * 34 for m, _ in PROMPT_SHAPES]
+    assert [p[1] for p in q8] == [op_cost(_matmul_node(gt.GGMLType.Q8_0, LADDER_K, m, n)).flops
+                                  for m, n in PROMPT_SHAPES]
+    assert oc["matvec_max_rows"] == 4 and oc["flash_attn_tile_min_tokens"] == 4
+    assert oc["flash_attn_tile_queries"] == 16
+    assert oc["matmul_row_tile"] == {"q4_0": 4, "q5_0": 4, "q4_1": 4, "q5_1": 4}
+    # the per-type peak is the best FLOPs / seconds measured: at least every prompt point's
+    assert all(doc["peak_flops"]["by_type"][t] >= max(round(f / s) for _, f, s in pts)
+               for t, pts in oc["matmul"].items())
     assert set(oc["by_op"]) == {"ADD", "MUL", "SCALE", "RMS_NORM", "GELU", "SILU", "GEGLU",
                                 "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS", "CONT",
                                 "FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64", "FLASH_ATTN_EXT@256"}
     assert set(oc["by_op_chained"]) == set(oc["by_op"])
+    # every op kind but flash attention again on 16 tokens (rows), from 1024 values up
+    from graphcost.execute.hwprobe import LADDER_PROMPT, LADDER_TOKENS
+    assert LADDER_TOKENS == oc["by_op_tokens_rows"] == 16
+    assert set(oc["by_op_tokens"]) == {op for op in oc["by_op"] if "FLASH" not in op}
+    assert all(len(pts) == len(LADDER_PROMPT) for pts in oc["by_op_tokens"].values())
+    assert set(oc["flash_attn_tiled"]) == {"FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64",
+                                           "FLASH_ATTN_EXT@256"}
+    assert all(len(pts) == len(FA_TILE_CELLS) for pts in oc["flash_attn_tiled"].values())
+    # flash attention's points are the attended cells' share of the node's cost: 16 of a
+    # 256-cell window at head size 64, 4 heads, one query: K and V 2 * 16 * 64 * 2 B =
+    # 4096 B, q and the output 2 * 4 * 64 * 4 B = 2048 B, the mask 256 * 2 B, all / 16
+    assert FA_CELLS[0] == 16 and FA_MIN_KV == 256
+    assert oc["by_op"]["FLASH_ATTN_EXT@64"][0][0] == (2 * 256 * 64 * 2 + 2048 + 512) // 16
     for op, pts in oc["by_op"].items():
         assert len(pts) == (len(FA_CELLS) if "FLASH" in op else len(LADDER)), op
         assert [p[0] for p in pts] == sorted(p[0] for p in pts) and all(p[2] > 0 for p in pts)
@@ -244,6 +274,35 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     hw = hwmod.load("probe-test")
     assert hw.kind == "measured" and hw.overhead == doc["op_overhead"]["seconds"]
     assert hw.path == target
+
+
+@pytest.mark.parametrize("n", [1, 16], ids=["decode_matvec", "prompt_matmul"])
+def test_hwprobe_times_the_executors_own_matmul_nodes(n):
+    """The probe's matmul calls are MUL_MAT nodes as exec_ops compiles them for the
+    executor (a decode matvec on a block type: the fused kernel, one numba call into
+    buffers allocated once), bound and called through the overload they compiled, writing
+    the node's own output: the results of kernels.matmul.mul_mat_ggml."""
+    from graphcost.execute import hwprobe as H
+    from graphcost.execute.exec_ops import Ctx
+    from graphcost.execute.kernels_loader import load_kernels
+    from graphcost.execute.weights import random_raw
+    from graphcost.format import ggml_types as gt
+
+    K = load_kernels()
+    ctx = Ctx(K, "fast")
+    rng = np.random.default_rng(0)
+    t = gt.GGMLType.Q8_0
+    w = random_raw(t, (256, 64), rng).reshape(64, gt.row_size(t, 256))
+    x = rng.standard_normal((n, 256)).astype(np.float32)
+    node = H._matmul_node(t, 256, 64, n)
+    fn, (call,) = H._node_calls(node, ctx, [H._values(node, [w, x])])
+    if n == 1:      # 64 rows of 272 bytes: below SERIAL_BELOW, the serial fused kernel
+        assert fn.kern is K.matmul._matvec_ggml_fused_serial
+        assert call.func is not fn.kern         # the compiled overload's entry point
+    fn.out[:] = 0
+    call()
+    np.testing.assert_array_equal(fn.out.reshape(n, 64),
+                                  K.matmul.mul_mat_ggml(w, t, 256, 64, x))
 
 
 def test_hwprobe_writes_to_a_path_given_with_o(tmp_path, monkeypatch):

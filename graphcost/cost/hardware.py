@@ -16,11 +16,14 @@ A measured profile also holds what graphcost's own executor achieves on that mac
 ``op_overhead`` (seconds one tiny node of each op kind takes end to end: Python, Numba
 dispatch, thread wake-up), ``memory_bandwidth.by_type`` (bytes/s the executor's
 matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP/s the
-executor's matmul reaches per weight type on many rows) and ``op_costs``: each op kind's
-measured time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right
-after a small op; MUL_MAT per weight type in ``matvec``), as
-``[bytes, flops, seconds]`` points. They are not part of the machine's roofline;
-:func:`executor_seconds` models the executor itself from them, and ``graphcost profile``
+executor's matmul nodes reach per weight type) and ``op_costs``: each op kind's measured
+time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right after a
+small op, ``by_op_tokens`` on several tokens; flash attention's query tiles in
+``flash_attn_tiled``; the decode matvec per weight type in ``matvec``), as ``[bytes, flops,
+seconds]`` points, and the prompt matmuls per weight type in ``matmul`` as ``[weight
+bytes, flops, seconds]`` (with ``matvec_max_rows``, ``matmul_row_tile``,
+``flash_attn_tile_min_tokens``, ``flash_attn_tile_queries``: where the kernels switch).
+They are not part of the machine's roofline; :func:`executor_seconds` models the executor itself from them, and ``graphcost profile``
 reports how close both come to the measured node times.
 
 A profile may also hold ``llama_cpp``: the coefficients of llama.cpp's CPU execution
@@ -78,18 +81,28 @@ class Hardware:
         return float(by_type.get(type_name, self.peak_flops)) if type_name else self.peak_flops
 
     def op_curve(self, op: str, type_name: str | None = None,
-                 after_matmul: bool = True, head_size: int | None = None) -> list | None:
+                 after_matmul: bool = True, head_size: int | None = None,
+                 tokens: int = 1) -> list | None:
         """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
         weight type; another op: run right after a matmul, or with ``after_matmul`` False
         right after a small op; flash attention: at the measured head size nearest
-        ``head_size``, keys ``FLASH_ATTN_EXT@D``), sorted by bytes; None when the profile
-        did not measure it."""
+        ``head_size``, keys ``FLASH_ATTN_EXT@D``, and for ``tokens`` queries from
+        ``op_costs.flash_attn_tile_min_tokens`` on, the query-tile kernel's curves,
+        ``op_costs.flash_attn_tiled``; another op of more than one token: its curve
+        measured on several tokens, ``op_costs.by_op_tokens``, where there is one),
+        sorted by bytes; None when the profile did not measure it."""
         oc = self.extra.get("op_costs") or {}
         if op in ops.MATMUL:
             pts = (oc.get("matvec") or {}).get(type_name)
             return sorted(pts) if pts else None
         table = (oc.get("by_op" if after_matmul else "by_op_chained") or {}) \
             or (oc.get("by_op") or {})
+        tile_min = oc.get("flash_attn_tile_min_tokens")
+        if op == "FLASH_ATTN_EXT" and tile_min and tokens >= tile_min \
+                and oc.get("flash_attn_tiled"):
+            table = oc["flash_attn_tiled"]
+        elif tokens > 1 and op in (oc.get("by_op_tokens") or {}):
+            table = oc["by_op_tokens"]
         key = op
         if head_size:
             sizes = {int(k.split("@")[1]) if "@" in k else 128: k for k in table
@@ -98,6 +111,20 @@ class Hardware:
                 key = sizes[min(sizes, key=lambda d: (abs(d - head_size), d))]
         pts = table.get(key)
         return sorted(pts) if pts else None
+
+    def matmul_points(self, type_name: str | None) -> list | None:
+        """The probe's prompt-matmul points for ``type_name`` weights
+        (``op_costs.matmul``: ``[[weight bytes, flops, seconds], ...]``, the same weights
+        at several activation row counts), or None."""
+        pts = ((self.extra.get("op_costs") or {}).get("matmul") or {}).get(type_name)
+        return sorted(pts, key=lambda p: p[1]) if pts else None
+
+    @property
+    def matvec_max_rows(self) -> int:
+        """Most activation rows the executor's matvec kernels take (``op_costs.
+        matvec_max_rows``, ``kernels.matmul.MATVEC_MAX_N``; 1 if the profile does not
+        say): a matmul with more takes the prompt kernels."""
+        return int((self.extra.get("op_costs") or {}).get("matvec_max_rows") or 1)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "description": self.description,
@@ -117,41 +144,83 @@ def roofline_seconds(nbytes: float, flops: float, hw: Hardware,
     return (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "compute")
 
 
-def curve_seconds(points: list, nbytes: float) -> float:
-    """Seconds at ``nbytes`` on a probe curve (``[[bytes, flops, seconds], ...]`` sorted by
-    bytes): linear between the two measured sizes around it; below the smallest, that
-    size's time (the fixed cost of a call); above the largest, the last segment's bytes/s
-    carried on (a slope below zero, noise, counts as zero)."""
+def curve_seconds(points: list, nbytes: float, column: int = 0) -> float:
+    """Seconds at ``nbytes`` on a probe curve (``[[bytes, flops, seconds], ...]``; with
+    ``column`` 1, ``nbytes`` is FLOPs and the curve is read by its FLOPs): linear between
+    the two measured sizes around it; below the smallest, that size's time (the fixed
+    cost of a call); above the largest, the last segment's slope carried on (a slope below
+    zero, noise, counts as zero)."""
+    points = sorted(([p[column], p[2]] for p in points))
     if nbytes <= points[0][0]:
-        return float(points[0][2])
-    for (b0, _, t0), (b1, _, t1) in zip(points, points[1:]):
+        return float(points[0][1])
+    for (b0, t0), (b1, t1) in zip(points, points[1:]):
         if nbytes <= b1:
             return float(t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)) if b1 > b0 else float(t1)
     if len(points) == 1:
-        return float(points[0][2])
-    (b0, _, t0), (b1, _, t1) = points[-2], points[-1]
+        return float(points[0][1])
+    (b0, t0), (b1, t1) = points[-2], points[-1]
     slope = max(0.0, (t1 - t0) / (b1 - b0)) if b1 > b0 else 0.0
     return float(t1 + slope * (nbytes - b1))
 
 
+def matmul_fit(points: list) -> tuple[float, list] | None:
+    """(FLOP/s, rest curve) of a prompt matmul from the probe's points ``[[weight bytes,
+    flops, seconds], ...]`` (``op_costs.matmul``): on the matrix with the most points (the
+    largest on a tie), the line through its fewest and most FLOPs gives the per-row work
+    (its slope: seconds per FLOP); what is left of each matrix's time at its fewest FLOPs
+    (never below zero: noise) is the work once per call (the call, unpacking the weight
+    blocks once), as a curve ``[[weight bytes, 0, seconds], ...]`` for
+    :func:`curve_seconds`. None without two FLOP counts on one matrix or with a slope that
+    is not positive (noise)."""
+    by_w: dict[float, list] = {}
+    for w, f, t in points:
+        by_w.setdefault(w, []).append((f, t))
+    main = max(by_w, key=lambda w: (len(by_w[w]), w), default=None)
+    if main is None:
+        return None
+    (f0, t0), (f1, t1) = min(by_w[main]), max(by_w[main])
+    if f1 <= f0 or t1 <= t0:
+        return None
+    per_flop = (t1 - t0) / (f1 - f0)
+    rest = [[w, 0, max(0.0, t - per_flop * f)] for w, (f, t) in
+            ((w, min(v)) for w, v in sorted(by_w.items()))]
+    return 1.0 / per_flop, rest
+
+
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
                      weight_type: str | None = None, after_matmul: bool = True,
-                     head_size: int | None = None) -> float:
+                     head_size: int | None = None, rows: int = 1,
+                     weight_bytes: float | None = None, tokens: int = 1) -> float:
     """Modelled seconds of one node on graphcost's executor.
 
-    With the probe's curve for ``op`` (a matmul: for ``weight_type``; another op: the
-    curve measured right after a matmul, or with ``after_matmul`` False after a small op,
-    whose output it reads from the cache): the curve's time at ``nbytes``
-    (:func:`curve_seconds`), never below the compute roof ``flops / peak`` (a matmul's
-    peak is its weight type's; flash attention's curve is its ``head_size``'s). Without one (an op the probe did not time,
-    an older or datasheet profile): the per-call overhead of ``op`` plus the roofline with
-    the memory roof lowered to the matvec rate for ``weight_type`` (other ops stream at
-    the bandwidth)."""
+    A matmul of more than :attr:`Hardware.matvec_max_rows` activation ``rows`` (a
+    prompt's) with the probe's prompt points for ``weight_type``: the once-a-call work at
+    ``weight_bytes`` plus ``flops`` at the per-row FLOP rate (:func:`matmul_fit`), the
+    rows rounded up to the type's ``op_costs.matmul_row_tile`` (a kernel that works on
+    tiles of activation rows does the padding's work too). Otherwise, with the probe's curve for ``op`` (a matmul: its
+    decode matvec for ``weight_type``; another op: the curve measured right after a
+    matmul, or with ``after_matmul`` False after a small op, whose output it reads from
+    the cache): the curve's time at ``nbytes`` (:func:`curve_seconds`; flash attention:
+    at ``flops``, on its ``head_size``'s curve for ``tokens`` queries), never below the
+    compute roof ``flops / peak`` (a matmul's peak is its weight type's). Without one (an op the probe did not
+    time, an older or datasheet profile): the per-call overhead of ``op`` plus the
+    roofline with the memory roof lowered to the matvec rate for ``weight_type`` (other
+    ops stream at the bandwidth)."""
     mat = op in ops.MATMUL and weight_type is not None
+    if mat and rows > hw.matvec_max_rows and weight_bytes:
+        fit = matmul_fit(hw.matmul_points(weight_type) or [])
+        if fit is not None:
+            tile = int(((hw.extra.get("op_costs") or {}).get("matmul_row_tile") or {})
+                       .get(weight_type, 1))
+            padded = -(-rows // tile) * tile
+            return curve_seconds(fit[1], weight_bytes) + flops * padded / rows / fit[0]
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
-    curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size)
+    curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size, tokens)
     if curve:
-        return max(curve_seconds(curve, nbytes), flops / peak)
+        # flash attention's work is per (query, attended cell) pair: its FLOPs, not its
+        # bytes (a prompt's q and output rows are most of its bytes)
+        at = (flops, 1) if op == "FLASH_ATTN_EXT" else (nbytes, 0)
+        return max(curve_seconds(curve, *at), flops / peak)
     rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth
     return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate, peak)[0]
 
@@ -219,10 +288,22 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         mapping_of(pk["by_type"], "positive", "peak_flops.by_type", where)
     if doc.get("op_costs") is not None:
         oc = need(doc["op_costs"], "dict", "op_costs", where)
-        for part in ("by_op", "by_op_chained", "matvec"):
+        for key, v in mapping_of(oc.get("matmul_row_tile") or {}, "positive",
+                                 "op_costs.matmul_row_tile", where).items():
+            if not _is_int(v):
+                raise GraphcostError(f"{where}: op_costs.matmul_row_tile.{key} must be an "
+                                     f"integer >= 1, got {_show(v)}")
+        for part in ("by_op", "by_op_chained", "by_op_tokens", "matvec", "matmul",
+                     "flash_attn_tiled"):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
                                        where).items():
                 _check_curve(pts, f"op_costs.{part}.{key}", where)
+        for key in ("matvec_max_rows", "flash_attn_tile_min_tokens", "flash_attn_tile_queries",
+                    "by_op_tokens_rows"):
+            v = oc.get(key)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise GraphcostError(f"{where}: op_costs.{key} must be an integer >= 1, "
+                                     f"got {_show(v)}")
     overhead = 0.0
     if doc.get("op_overhead") is not None:
         ov = need(doc["op_overhead"], "dict", "op_overhead", where)

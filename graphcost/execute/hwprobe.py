@@ -5,32 +5,49 @@ the same Numba kernels the executor runs.
   float32 array much larger than the caches (default 256 MiB): every byte read once, the
   plainest loop a kernel can be. This is the profile's bandwidth, the roofline's memory
   roof.
-* **Matrix-vector rate per weight type** (``memory_bandwidth.by_type``): the matmul the
-  executor runs for that type with ``--numerics fast`` (:func:`graphcost.execute.exec_ops.matmul_fn`)
-  of one activation row by a matrix of the same size; each weight byte is read once, so
-  rate / bandwidth is how close that kernel comes to the memory's limit. Each type's runs
-  alternate with runs of the streaming read, so both see the same load (the bandwidth is
-  the median over all of those runs).
-* **Peak FLOP rate**: ``kernels.matmul.mul_mat``'s tiled path on an F32 matrix that fits in L2-sized
-  tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs); and per weight
-  type (``peak_flops.by_type``) the executor's matmul for that type
-  (:func:`graphcost.execute.exec_ops.matmul_fn`) on a cache-resident 256 x 4096 matrix
-  times 256 rows, so a quantized matmul meets its own compute roof, not the F32 one.
+* **Matrix-vector rate per weight type** (``memory_bandwidth.by_type``): a MUL_MAT node
+  of one activation row by a matrix of the same size, compiled by
+  :mod:`graphcost.execute.exec_ops` and called as the executor calls it (decode: the
+  fused ``kernels.matmul.fused_matvec`` for the block types, ``--numerics fast``); each
+  weight byte is read once, so rate / bandwidth is how close that kernel comes to the
+  memory's limit. Each type's runs alternate with runs of the streaming read, so both
+  see the same load (the bandwidth is the median over all of those runs).
+* **Peak FLOP rate**: ``kernels.matmul.mul_mat``'s tiled path on an F32 matrix that fits in
+  L2-sized tiles, multiplied by 256 activation rows (compute-bound; FMA = 2 FLOPs); and
+  per weight type (``peak_flops.by_type``) the best rate the executor's matmul nodes of
+  that type reach: its prompt MUL_MATs (``op_costs.matmul``: 1024-column weights by 16
+  and by 64 activation rows, ``kernels.gemm``'s panels where the type has them) or its
+  decode matvec on 256 KiB of cache-resident weights, whichever is higher (FLOPs over
+  seconds as measured: no fit, so noise cannot make it larger than what ran); so a
+  quantized matvec meets its own compute roof, not the F32 one.
+* **Prompt matmuls** (``op_costs.matmul``): MUL_MAT nodes of :data:`PROMPT_SHAPES`
+  (two activation row counts above ``kernels.matmul.MATVEC_MAX_N`` on one matrix, and a
+  smaller matrix), each call on a new slice of the type's matrix, as the executor runs
+  them (``kernels.gemm``'s panels, the four-row dots, the tiled float path): the per-row
+  rate and the once-a-call work the model (:func:`graphcost.cost.hardware.matmul_fit`)
+  is read from.
 * **Op costs** (``op_costs``): each op kind the executor runs, compiled by
   :mod:`graphcost.execute.exec_ops` exactly as for a graph node and called the way the
-  executor calls it (bound to its arrays where the node allows), at a ladder of sizes
-  (64 to 65536 values a row; flash attention over 16 to 4096 cells, 4 query heads per KV
-  head, head sizes 64, 128 and 256: ``FLASH_ATTN_EXT@64``, ``FLASH_ATTN_EXT``,
-  ``FLASH_ATTN_EXT@256``), each point ``[bytes, flops, seconds]`` with bytes and FLOPs
-  from the cost model (:func:`graphcost.cost.costs.op_cost`). A decode runs a matvec, then a few small ops,
-  then the next matvec. So each call is timed twice: right after matvecs over weights
-  that are not in the caches (about 0.5 MiB slices of a pool larger than the last-level
-  cache, run on the kernel threads) wrote its float inputs, as a node after a matmul
-  runs (``by_op``; GET_ROWS, a step's first node, after a matvec over the whole pool, as
-  the token embedding follows the previous step's output matmul), and right after the
-  op before it in the ladder's list, as a node in a chain of small ops runs
-  (``by_op_chained``). MUL_MAT is measured per weight
-  type (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
+  executor calls it (bound to its arrays where the node allows, through the overload it
+  compiled), at a ladder of sizes (64 to 65536 values a row; again on
+  :data:`LADDER_TOKENS` tokens from 1024 values, ``by_op_tokens``, for a prompt's nodes;
+  flash attention over 16 to 4096 attended cells of a window of at least
+  :data:`FA_MIN_KV`, K and V caches of their own, 4 query heads per KV head, head sizes
+  64, 128 and 256: ``FLASH_ATTN_EXT@64``, ``FLASH_ATTN_EXT``, ``FLASH_ATTN_EXT@256``,
+  and one tile of ``kernels.attention.QT`` queries a head, ``flash_attn_tiled``), each
+  point ``[bytes, flops, seconds]`` with bytes and FLOPs from the cost model
+  (:func:`graphcost.cost.costs.op_cost`; flash attention: the attended cells' share). A
+  decode runs a matvec, then a few small ops, then the next matvec. So each call is
+  timed twice: right after MUL_MAT nodes over weights that are not in the caches (the
+  fused decode matvec over about 0.5 MiB slices of a pool larger than the last-level
+  cache) whose own outputs are its float inputs, as a node after a matmul runs
+  (``by_op``; GET_ROWS, a step's first node, gathers distinct rows of a
+  :data:`TABLE_BYTES` table in a file mapped into memory after a matvec over the whole
+  pool, as the token embedding follows the previous step's output matmul), and right
+  after the op before it in the ladder's list, as a node in a chain of small ops runs
+  (``by_op_chained``). Each family (one row, several tokens, flash attention for one
+  query, for a tile) is timed apart, GET_ROWS last. MUL_MAT is measured per weight type
+  (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
   last-level cache), and the whole matvec itself.
   The smallest size's time of each op kind is its ``op_overhead.by_op``: what a node
@@ -45,6 +62,7 @@ from __future__ import annotations
 
 import os
 import platform
+import tempfile
 import time
 from datetime import datetime, timezone
 from functools import partial
@@ -93,7 +111,7 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
 def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dict:
     import numba
 
-    from graphcost.execute.exec_ops import Ctx, matmul_fn
+    from graphcost.execute.exec_ops import Ctx
     from graphcost.execute.kernels_loader import load_kernels
     from graphcost.execute.weights import random_raw
 
@@ -107,22 +125,27 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     stream_runs: list[float] = []
     by_type = {}
     matvec = {}
+    hot: dict[str, float] = {}          # FLOP/s of each type's matvec on cache-resident weights
+    prompt_mm: dict[str, list[list]] = {}
     calls = max(5, 4 * repeat)          # each op-cost and matvec-ladder point: median of calls
     for t in K_.quants.SUPPORTED:
         t = gt.GGMLType(int(t))
         rows = max(1, (mib << 20) // gt.row_size(t, K))
         say(f"matvec: {gt.type_name(t)} {rows} x {K}")
         w = random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K))
-        mv = matmul_fn(ctx, t, K, rows)
-        mv(w, x)                                    # compile or load from cache
+        node = _matmul_node(t, K, rows, 1)
+        mv = _node_calls(node, ctx, [_values(node, [w, x])])[1][0]  # compiled or loaded from cache
         runs = []
         for _ in range(repeat):                     # alternate: the same load for both
             stream_runs.append(_seconds(lambda: K_.stream.read_rows(big)))
-            runs.append(_seconds(lambda: mv(w, x)))
+            runs.append(_seconds(mv))
         by_type[gt.type_name(t)] = round(w.nbytes / float(np.median(runs)))
-        big_point = _point(_matvec_node(t, K, rows), float(np.median(runs)))
-        matvec[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng) + [big_point]
-        del w
+        big_point = _point(node, float(np.median(runs)))
+        ladder, hot[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng)
+        matvec[gt.type_name(t)] = ladder + [big_point]
+        say(f"prompt matmuls: {gt.type_name(t)}")
+        prompt_mm[gt.type_name(t)] = prompt_matmul(ctx, t, w, calls, rng)
+        del w, mv
     bandwidth = round(big.nbytes / float(np.median(stream_runs)))
     big = None                                      # free before the FLOP probe
 
@@ -132,10 +155,10 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     xs = rng.standard_normal((n, K)).astype(np.float32)
     sec = _median_seconds(lambda: K_.matmul.mul_mat(w, gt.F32, K, m, xs), repeat)
     flops = 2.0 * m * n * K / sec
-    say("peak FLOP rate per weight type")
-    peak_by_type = type_peaks(ctx, rng, repeat)
+    peak_by_type = {name: round(best) for name, pts in prompt_mm.items()
+                    if (best := max([hot[name]] + [f / t for _, f, t in pts if t > 0])) > 0}
     say("op costs")
-    by_op, chained = op_costs(ctx, rng, calls, mib)
+    by_op, chained, fa_tiled, by_tokens = op_costs(ctx, rng, calls, mib)
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
     overhead = float(np.median(list(overheads.values())))
@@ -161,8 +184,10 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "how": f"kernels.matmul.mul_mat tiled path, f32 {m}x{K} weights x {n} rows "
                    f"(2*M*N*K FLOPs), median of {repeat}",
             "by_type": peak_by_type,
-            "by_type_how": f"the executor's matmul (--numerics fast) per weight type, "
-                           f"{PEAK_M}x{K} weights x {PEAK_N} rows, median of {repeat}",
+            "by_type_how": f"per weight type, the highest FLOP/s of the executor's prompt "
+                           f"MUL_MAT nodes (op_costs.matmul: FLOPs / seconds of each point), "
+                           f"and its decode matvec node on {HOT_BYTES >> 10} KiB of "
+                           f"cache-resident weights (median of {calls} calls)",
             "source": "graphcost hwprobe on this machine",
         },
         "op_overhead": {
@@ -181,7 +206,23 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"matrix (a new slice each call), and the whole matrix",
             "by_op": by_op,
             "by_op_chained": chained,
+            "by_op_tokens": by_tokens,
+            "by_op_tokens_rows": LADDER_TOKENS,
             "matvec": matvec,
+            "flash_attn_tiled": fa_tiled,
+            "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
+            "flash_attn_tile_queries": int(K_.attention.QT),
+            "matmul": prompt_mm,
+            "matmul_how": f"prompt MUL_MAT nodes as the executor runs them, {LADDER_K} "
+                          f"columns, (weight rows, activation rows) = {PROMPT_SHAPES}, "
+                          f"a new slice of the matvec's matrix each call, median of {calls}; "
+                          f"points are [weight "
+                          f"bytes, flops, seconds]; used above matvec_max_rows activation rows",
+            "matvec_max_rows": int(K_.matmul.MATVEC_MAX_N),
+            # kernels.gemm._gemm pads the activation rows to a multiple of ACTS and does
+            # the padding's work (the K-quant panels and the four-row dots do not)
+            "matmul_row_tile": {gt.type_name(gt.GGMLType(int(c))): int(K_.gemm.ACTS)
+                                for c in K_.gemm.LAYOUT},
             "source": "graphcost hwprobe on this machine",
         },
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
@@ -197,70 +238,139 @@ def _point(node, seconds: float) -> list:
     return [int(sum(c.reads) + c.write + 2 * c.work), int(c.flops), float(seconds)]
 
 
-def _matvec_node(t: gt.GGMLType, k: int, rows: int):
+def _matmul_node(t: gt.GGMLType, k: int, rows: int, n: int):
+    """A MUL_MAT of ``rows`` weight rows of ``k`` columns (type ``t``) by ``n`` F32
+    activation rows, built with the ggml graph mirror."""
     from graphcost.graph.ggml_graph import Graph
 
     g = Graph()
-    return g.mul_mat(g.new_tensor(t, [k, rows], role="weight"), g.new_tensor(gt.F32, [k, 1]))
+    return g.mul_mat(g.new_tensor(t, [k, rows], role="weight"), g.new_tensor(gt.F32, [k, n]))
+
+
+def _values(node, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """``node``'s sources over C-contiguous ``arrays`` (raw weight rows, float32 rows),
+    in the kernels' layout (:func:`~graphcost.execute.exec_ops.tensor_view`, no copy)."""
+    from graphcost.execute.exec_ops import flat_bytes, tensor_view
+
+    return [tensor_view(flat_bytes(a), s, 0) for s, a in zip(node.src, arrays)]
+
+
+def _node_calls(node, ctx, arg_sets: list[list[np.ndarray]]) -> tuple[object, list[Callable[[], object]]]:
+    """``node`` compiled by :mod:`graphcost.execute.exec_ops` once (returned first: a
+    :class:`~graphcost.execute.exec_ops.KernelNode` keeps its output in ``out``), and one zero-argument
+    call for each set of source values (numpy arrays in the kernels' layout, as
+    :func:`~graphcost.execute.exec_ops.tensor_view` makes them: :func:`_values`), each called as the
+    executor calls a node whose sources are fixed (``graphcost/execute/plan.py``): bound
+    to its arrays where the node allows (:meth:`~graphcost.execute.exec_ops.KernelNode.bind`)
+    and through the numba overload it compiled
+    (:func:`~graphcost.execute.exec_ops.resolve_entry`). Each call has run once (compile
+    or load from Numba's cache) on the first set only: the others' data stays where it
+    was (not pulled into the caches)."""
+    from graphcost.execute.exec_ops import compile_node, resolve_entry
+
+    fn = compile_node(node, ctx)
+    calls = []
+    for i, args in enumerate(arg_sets):
+        bound = fn.bind(*args) if hasattr(fn, "bind") else None
+        call = partial(fn, *args) if bound is None else bound
+        if i == 0:
+            call()                  # compiles the overload the others use (same types)
+        calls.append(call if bound is None else resolve_entry(bound))
+    return fn, calls
 
 
 #: row length of the matvec ladder's slices, and their sizes (bytes of weights)
 LADDER_K = 1024
 LADDER_BYTES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
+#: the ladder size whose slice is also timed over and over, in the caches: the matvec's
+#: own compute rate (a candidate for the type's peak FLOP rate)
+HOT_BYTES = 256 << 10
 
 
-def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int, rng) -> list[list]:
+def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int,
+                  rng) -> tuple[list[list], float]:
     """Points of one activation row times slices of ``w`` (its bytes read as rows of
     :data:`LADDER_K`) of :data:`LADDER_BYTES`, a new slice each call (cold when ``w`` is
-    larger than the last-level cache), into a preallocated output as the executor's node."""
-    from graphcost.execute.exec_ops import matmul_fn
-
+    larger than the last-level cache), each a MUL_MAT node run as the executor runs it
+    (decode: ``kernels.matmul.fused_matvec`` for the block types, into the node's own
+    output); and the FLOP/s of the :data:`HOT_BYTES` slice called ``calls`` times in a row
+    (cache-resident weights: the kernel's compute rate)."""
     rb = gt.row_size(t, LADDER_K)
     pool = w.reshape(-1)[: (w.nbytes // rb) * rb].reshape(-1, rb)
     x = rng.standard_normal((1, LADDER_K)).astype(np.float32)
-    pts = []
+    pts, hot = [], 0.0
     for size in LADDER_BYTES:
         rows = max(1, size // rb)
         if rows * 2 > len(pool):
             break
-        mv = matmul_fn(ctx, t, LADDER_K, rows)
-        out = np.empty((1, rows), dtype=np.float32)
-        mv(pool[:rows], x, out=out)                 # compile or load from cache
-        n_slices = len(pool) // rows
-        runs = []
-        for i in range(calls):
-            sl = pool[(i % n_slices) * rows:(i % n_slices + 1) * rows]
-            runs.append(_seconds(lambda: mv(sl, x, out=out)))
-        pts.append(_point(_matvec_node(t, LADDER_K, rows), float(np.median(runs))))
+        node = _matmul_node(t, LADDER_K, rows, 1)
+        n_slices = min(len(pool) // rows, calls)
+        mvs = _node_calls(node, ctx, [_values(node, [pool[i * rows:(i + 1) * rows], x])
+                                      for i in range(n_slices)])[1]
+        runs = [_seconds(mvs[i % n_slices]) for i in range(calls)]
+        pts.append(_point(node, float(np.median(runs))))
+        if size == HOT_BYTES:
+            sec = float(np.median([_seconds(mvs[0]) for _ in range(calls)]))
+            hot = _point(node, sec)[1] / sec
+    return pts, hot
+
+
+#: the prompt-matmul probe: MUL_MAT nodes of :data:`LADDER_K` columns and, as (weight rows,
+#: activation rows), these shapes: two row counts above ``kernels.matmul.MATVEC_MAX_N``
+#: (the prompt kernels) on one matrix, and a smaller matrix
+PROMPT_SHAPES = ((1024, 16), (1024, 64), (128, 16))
+
+
+def prompt_matmul(ctx, t: gt.GGMLType, w: np.ndarray, calls: int, rng) -> list[list]:
+    """``[[weight bytes, flops, seconds], ...]`` of MUL_MAT nodes of the
+    :data:`PROMPT_SHAPES` with ``t`` weights (slices of ``w``'s bytes read as rows of
+    :data:`LADDER_K`, a new slice each call: cold when ``w`` is larger than the last-level
+    cache, as a prompt's weights come from memory), run as the executor runs them
+    (``kernels.gemm``'s 16-row panels for Q4_0/Q5_0/Q4_1/Q5_1/Q4_K/Q6_K, the four-row
+    dots for the other block types, the tiled float path for F32/F16/BF16 with ``fast``
+    numerics), median of ``calls``: the two row counts on one matrix size part the per-row
+    work from the work once a call, which the smaller matrix measures at another size
+    (:func:`graphcost.cost.hardware.matmul_fit`)."""
+    rb = gt.row_size(t, LADDER_K)
+    pool = w.reshape(-1)[: (w.nbytes // rb) * rb].reshape(-1, rb)
+    pts = []
+    for m, n in PROMPT_SHAPES:
+        xs = rng.standard_normal((n, LADDER_K)).astype(np.float32)
+        node = _matmul_node(t, LADDER_K, m, n)
+        n_slices = max(1, min(calls + 1, len(pool) // m))
+        mms = _node_calls(node, ctx, [_values(node, [pool[i * m:(i + 1) * m], xs])
+                                      for i in range(n_slices)])[1]
+        sec = float(np.median([_seconds(mms[(i + 1) % n_slices]) for i in range(calls)]))
+        pts.append([m * rb, int(_point(node, sec)[1]), sec])
     return pts
 
 
-#: shape of the per-type peak probe: PEAK_M x K weights (cache-resident) x PEAK_N rows
-PEAK_M, PEAK_N = 256, 256
-
-
-def type_peaks(ctx, rng, repeat: int) -> dict[str, float]:
-    """FLOP/s of the executor's matmul per weight type on many rows (compute-bound)."""
-    from graphcost.execute.exec_ops import matmul_fn
-    from graphcost.execute.weights import random_raw
-
-    xs = rng.standard_normal((PEAK_N, K)).astype(np.float32)
-    out = {}
-    for t in ctx.K.quants.SUPPORTED:
-        t = gt.GGMLType(int(t))
-        w = random_raw(t, (K, PEAK_M), rng).reshape(PEAK_M, gt.row_size(t, K))
-        mm = matmul_fn(ctx, t, K, PEAK_M)
-        sec = _median_seconds(lambda: mm(w, xs), repeat)
-        out[gt.type_name(t)] = round(2.0 * PEAK_M * PEAK_N * K / sec)
-    return out
-
-
-#: sizes of the op-cost ladder: values a row (flash attention: KV cells)
+#: sizes of the op-cost ladder: values a row (flash attention: KV cells attended)
 LADDER = tuple(64 << i for i in range(11))          # 64 .. 65536
+#: a prompt's nodes hold several tokens (rows): the ladder again with this many, at these
+#: sizes (values in all), as ``op_costs.by_op_tokens``
+LADDER_TOKENS = 16
+LADDER_PROMPT = LADDER[4:]                          # 1024 .. 65536
+#: the key prefix of those curves while the ladder runs (they leave in their own table)
+TOKENS = "tokens:"
+#: bytes of the table GET_ROWS gathers from (a file mapped into memory: not in the
+#: caches after the matvec over the whole pool)
+TABLE_BYTES = 64 << 20
 FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
 #: flash attention's head sizes: its cost is per cell and head more than per byte, so each
 #: head size has its own curve (``FLASH_ATTN_EXT`` is 128's, the others ``FLASH_ATTN_EXT@D``)
 FA_HEAD_SIZES, FA_HEADS = (64, 128, 256), 4
+#: KV cells of the probe's flash attention at least: fewer attended cells are the first
+#: cells of a window this long, the rest masked (-inf), as a decode early in a padded KV
+#: cache runs (llama.cpp pads the attended window to 256 cells); the kernel reads every
+#: mask value and picks its serial or parallel variant by the window's size
+FA_MIN_KV = 256
+#: a prompt's flash attention (``kernels.attention``'s query tiles, from
+#: ``TILE_MIN_TOKENS`` queries): one tile of ``QT`` queries of each head attending the
+#: same first cells, over FA_TILE_CELLS; its curves are ``op_costs.flash_attn_tiled``
+FA_TILE_CELLS = tuple(16 << i for i in range(7))    # 16 .. 1024
+#: the key prefix of those curves while the ladder runs (they leave in their own table)
+TILED = "tiled:"
 
 
 def fa_key(d: int) -> str:
@@ -268,141 +378,217 @@ def fa_key(d: int) -> str:
     return "FLASH_ATTN_EXT" if d == 128 else f"FLASH_ATTN_EXT@{d}"
 
 
-def _ladder_nodes():
-    """[(op, node)] for every op kind and size of the ladder, built with the ggml graph
-    mirror (one graph: sources are leaves, filled with random values)."""
+def _ladder_nodes(tile: int):
+    """([(op, node, attended fraction, group)], {id(mask storage): attended cells}, {id(GET_ROWS
+    index storage): rows of its table}) for every op kind and size of the ladder, built
+    with the ggml graph mirror (one graph: sources are leaves, filled with random values;
+    flash attention's masks unmask their first cells; the prompt's flash attention with
+    ``tile`` queries a head; GET_ROWS gathers distinct rows of a :data:`TABLE_BYTES` table,
+    as token ids pick rows of an embedding table far larger than the caches; SET_ROWS of
+    several tokens writes distinct cells). A group
+    names the node's family and size; a family is timed apart from the others."""
     from graphcost.graph.ggml_graph import Graph
 
     Q8 = gt.GGMLType.Q8_0
     g = Graph()
     out = []
-    for n in LADDER:
-        x = g.new_tensor(gt.F32, [n, 1])
-        x2 = g.new_tensor(gt.F32, [n, 1])
-        w = g.new_tensor(gt.F32, [n])
-        d = min(n, 128)                     # rope: heads of 128 values
-        h = g.reshape(x, [d, n // d, 1])
-        pos = g.new_tensor(gt.I32, [1])
-        idx = g.new_tensor(gt.I64, [1])
-        rows = g.new_tensor(gt.I32, [1])
-        cache = g.new_tensor(gt.F16, [n, 16], role="kv")
-        table = g.new_tensor(Q8, [n, 64], role="weight")
-        side = 1 << ((n.bit_length() - 1) // 2)
-        kq = g.new_tensor(gt.F32, [n // 4, 1, 4])
-        out += [
-            g.add(x, w), g.mul(x, w), g.scale(x, 0.5), g.rms_norm(x, 1e-6),
-            g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
-            g.glu_split("SWIGLU", x, x2),
-            g.soft_max_ext(kq, g.new_tensor(gt.F32, [n // 4, 1]), 1.0, 0.0),
-            g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
-                   n_ctx_orig=4096),
-            g.set_rows(cache, x, idx), g.get_rows(table, rows),
-            g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
-        ]
-    fa = []
-    for d in FA_HEAD_SIZES:
-        for cells in FA_CELLS:
-            q = g.reshape(g.new_tensor(gt.F32, [d * FA_HEADS, 1]), [d, FA_HEADS, 1])
-            cache = g.new_tensor(gt.F16, [d, cells], role="kv")
-            k = g.view(cache, [d, 1, cells], [2 * d, 2 * d], 0)  # [D, Hkv, n_kv] as get_k
-            kp = g.permute(k, 0, 2, 1, 3)
-            fa.append((fa_key(d), g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kp, kp,
-                                                   g.new_tensor(gt.F16, [cells, 1]),
-                                                   d ** -0.5, 0.0, 0.0)))
-    return [(node.op, node) for node in out] + fa
+    gathers: dict[int, int] = {}
+    for n_tok, prefix, sizes in ((1, "", LADDER), (LADDER_TOKENS, TOKENS, LADDER_PROMPT)):
+        for n in sizes:
+            v = n // n_tok                  # values a token (a row)
+            x = g.new_tensor(gt.F32, [v, n_tok])
+            x2 = g.new_tensor(gt.F32, [v, n_tok])
+            w = g.new_tensor(gt.F32, [v])
+            # rope: heads of 128 values, for several tokens 256 (its work is per token and
+            # angle, n_dims / 2 of them, as much as per value: gemma's heads of 256 on a
+            # one-head K have 128 a token)
+            d = min(v, 128 if n_tok == 1 else 256)
+            h = g.reshape(x, [d, v // d, n_tok])
+            pos = g.new_tensor(gt.I32, [n_tok])
+            idx = g.new_tensor(gt.I64, [n_tok])
+            rows = g.new_tensor(gt.I32, [n_tok])
+            cache = g.new_tensor(gt.F16, [v, max(16, n_tok)], role="kv")
+            if n_tok > 1:                   # SET_ROWS: a prompt's tokens, distinct cells
+                gathers[id(idx.storage)] = cache.ne[1]
+            table = g.new_tensor(Q8, [v, TABLE_BYTES // gt.row_size(Q8, v)], role="weight")
+            gathers[id(rows.storage)] = table.ne[1]
+            side = 1 << ((n.bit_length() - 1) // 2)
+            kq = g.new_tensor(gt.F32, [v // 4, n_tok, 4])
+            # in this order, each op that reads x runs soon after another that read it
+            # (a chain of small ops passes each one's output on while it is in the caches);
+            # MUL multiplies by a weight (a norm's) after RMS_NORM, ADD adds two
+            # activations both just read (a residual add after the norm's MUL)
+            out += [(prefix + node.op, node, (prefix, n)) for node in (
+                g.cont(g.transpose(g.new_tensor(gt.F32, [side, n // side]))),
+                g.set_rows(cache, x, idx), g.get_rows(table, rows),
+                g.scale(x, 0.5), g.rms_norm(x, 1e-6), g.mul(x, w),
+                g.unary("GELU", x), g.unary("SILU", x), g.glu_split("GEGLU", x, x2),
+                g.glu_split("SWIGLU", x, x2), g.add(x, x2),
+                g.soft_max_ext(kq, g.new_tensor(gt.F32, [v // 4, n_tok]), 1.0, 0.0),
+                g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
+                       n_ctx_orig=4096))]
+    fa, masks = [], {}
+    for tokens, table, cells_ladder in ((1, "", FA_CELLS), (tile, TILED, FA_TILE_CELLS)):
+        for d in FA_HEAD_SIZES:
+            for cells in cells_ladder:
+                n_kv = max(cells, FA_MIN_KV)
+                q = g.reshape(g.new_tensor(gt.F32, [d * FA_HEADS * tokens, 1]),
+                              [d, FA_HEADS, tokens])
+                kv = []
+                for _ in "kv":              # K and V: caches of their own, as get_k/get_v
+                    cache = g.new_tensor(gt.F16, [d, n_kv], role="kv")
+                    kv.append(g.permute(g.view(cache, [d, 1, n_kv], [2 * d, 2 * d], 0),
+                                        0, 2, 1, 3))    # [D, n_kv, Hkv]
+                mask = g.new_tensor(gt.F16, [n_kv, tokens])
+                masks[id(mask.storage)] = cells
+                fa.append((table + fa_key(d),
+                           g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kv[0], kv[1], mask,
+                                            d ** -0.5, 0.0, 0.0), cells / n_kv,
+                           ("flash " + table, d, cells)))
+    return [(op, node, 1.0, group) for op, node, group in out] + fa, masks, gathers
 
 
-def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], dict[str, list[list]]]:
+def feed_width(n: int) -> int:
+    """Columns of a feeding matvec with ``n`` rows: about 0.5 MiB of Q8_0 weights."""
+    return int(max(32, min(LADDER_K, (1 << 19) // (n * 34 // 32) // 32 * 32)))
+
+
+def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...]:
     """Each op kind's ``[[bytes, flops, seconds], ...]`` over the ladder (see the module
     docstring), twice: called right after matvecs over weights not in the caches wrote its
     float inputs, and called right after the op before it in the ladder's list (a node in
-    a chain of small ops)."""
-    from graphcost.execute.exec_ops import compile_node, matmul_fn, resolve_entry, tensor_view
+    a chain of small ops); and after a matmul, each op kind again on :data:`LADDER_TOKENS`
+    tokens (rows) and a prompt's flash attention (a tile of ``kernels.attention.QT``
+    queries a head). Flash attention's bytes and FLOPs are those of the cells it
+    attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``,
+    ``tile_fraction``)."""
+    from graphcost.execute.exec_ops import DTYPES, flat_bytes, tensor_view
     from graphcost.execute.weights import random_raw
 
-    store: dict[int, np.ndarray] = {}
+    # the weights a decode's matvecs stream: a pool larger than the last-level cache
+    q8 = gt.GGMLType.Q8_0
+    pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // gt.row_size(q8, LADDER_K))),
+                      rng)
+    cursor = [0]                        # slices of the pool handed to feeders so far
 
-    def value(t):
+    def feeder(rows: int) -> tuple[Callable[[], None], np.ndarray]:
+        """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
+        columns) over the next of its slices of the pool each run, run as the executor
+        runs it (the fused decode matvec, on the kernel threads), into its own output:
+        the next node reads that output as it reads the matvec's before it. Each feeder
+        owns ``2 * calls`` slices of the pool after the previous feeder's (wrapping): a
+        slice comes back only after the other feeders' slices went by, out of the
+        last-level cache when the pool is larger than it."""
+        k = feed_width(rows)
+        rb = gt.row_size(q8, k)
+        w = pool[: (pool.nbytes // rb) * rb].reshape(-1, rb)
+        n_slices = max(1, min(len(w) // rows, 2 * calls))
+        first = cursor[0] % max(1, len(w) // rows - n_slices + 1)
+        cursor[0] = first + n_slices
+        xk = rng.standard_normal((1, k)).astype(np.float32)
+        node = _matmul_node(q8, k, rows, 1)
+        fn, mvs = _node_calls(node, ctx, [_values(node, [w[i * rows:(i + 1) * rows], xk])
+                                          for i in range(first, first + n_slices)])
+        mine = [0]
+
+        def run():
+            mvs[mine[0] % n_slices]()
+            mine[0] += 1
+        return run, flat_bytes(fn.out)
+
+    nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
+    mapped: list[np.ndarray] = []
+
+    def embedding() -> np.ndarray:
+        """:data:`TABLE_BYTES` of Q8_0 rows in a file mapped into memory, as the executor
+        maps a GGUF's token embeddings (the page cache's small pages, not anonymous
+        memory's huge ones: a gathered row costs its page walk too)."""
+        if not mapped:
+            with tempfile.TemporaryFile() as f:
+                blk, size = gt.block(q8)          # whole blocks: every table's rows fit
+                f.write(random_raw(q8, (blk, TABLE_BYTES // size), rng).tobytes())
+                f.flush()
+                mapped.append(np.memmap(f, dtype=np.uint8, mode="r"))
+        return mapped[0]
+    store: dict[int, np.ndarray] = {}
+    feeds: dict[int, Callable[[], None]] = {}
+
+    def value(t, op: str):
         base = t.storage
         if id(base) not in store:
-            if base.type in (gt.I32, gt.I64):
+            if id(base) in gathers:         # distinct rows, spread over the table
+                raw = ((np.arange(base.ne[0], dtype=np.int64) * 7919 + 13) % gathers[id(base)]) \
+                    .astype(DTYPES[base.type]).view(np.uint8)
+            elif base.type in (gt.I32, gt.I64):
                 raw = np.zeros(base.nbytes, np.uint8)
+            elif base.type == q8 and base.nbytes <= TABLE_BYTES:    # a GET_ROWS table
+                raw = embedding()[:base.nbytes]
+            elif id(base) in masks:         # the first cells attended, the rest -inf
+                m = np.full((base.ne[1], base.ne[0]), -np.inf, np.float16)
+                m[:, :masks[id(base)]] = 0
+                raw = m.reshape(-1).view(np.uint8)
+            elif base.type == gt.F32 and op != "GET_ROWS" and base.n_elements >= 64:
+                feeds[id(base)], raw = feeder(base.n_elements)
             else:
                 raw = random_raw(base.type, base.ne, rng)
             store[id(base)] = raw
         return tensor_view(store[id(base)], t, t.view_offs if t.is_view else 0)
 
-    # the weights a decode's matvecs stream: a pool larger than the last-level cache
-    q8 = gt.GGMLType.Q8_0
+    # GET_ROWS, a step's first node, follows the output matmul: a matvec over the whole pool
     rb = gt.row_size(q8, LADDER_K)
-    pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // rb)), rng)
-    turn = [0]
-    feeders: dict[tuple[int, int], Callable] = {}
-
-    def feeder(rows: int, k: int):
-        """A matvec of ``k`` columns and ``rows`` rows over the next slice of the pool (as
-        wide as fits 0.5 MiB), writing ``out``: the next node's input, as a decode's
-        matvec writes it from the kernel threads."""
-        if (rows, k) not in feeders:
-            w = pool[: (pool.nbytes // gt.row_size(q8, k)) * gt.row_size(q8, k)] \
-                .reshape(-1, gt.row_size(q8, k))
-            n_slices = max(1, len(w) // rows)
-            mv = matmul_fn(ctx, q8, k, rows)
-            xk = rng.standard_normal((1, k)).astype(np.float32)
-
-            def run(out):
-                i = turn[0] % n_slices
-                turn[0] += 1
-                mv(w[i * rows:(i + 1) * rows], xk, out=out)
-            run(np.empty((1, rows), np.float32))        # compile or load from cache
-            feeders[rows, k] = run
-        return feeders[rows, k]
-
-    def feed_width(n: int) -> int:
-        """Columns of a feeding matvec with ``n`` rows: about 0.5 MiB of Q8_0 weights."""
-        return int(max(32, min(LADDER_K, (1 << 19) // (n * 34 // 32) // 32 * 32)))
-
-    whole = feeder(len(pool) // rb, LADDER_K)
-    scratch = np.empty((1, len(pool) // rb), np.float32)
+    node = _matmul_node(q8, LADDER_K, len(pool) // rb, 1)
+    whole = _node_calls(node, ctx, [_values(node, [pool[: len(pool) // rb * rb], rng
+                                                   .standard_normal((1, LADDER_K))
+                                                   .astype(np.float32)])])[1][0]
+    small = None
     calls_by = []
-    for op, node in _ladder_nodes():
-        fn = compile_node(node, ctx)
-        args = [value(s) for s in node.src]
-        fn(*args)                                   # compile or load from cache
+    for op, node, frac, group in nodes:
+        args = [value(s, op) for s in node.src]
         # called as the executor calls it: bound to its arrays when the node allows it
-        bound = fn.bind(*args) if hasattr(fn, "bind") else None
-        call = partial(fn, *args) if bound is None else bound
-        call()
-        if bound is not None:
-            call = resolve_entry(bound)
-        # what the nodes before it do: a matvec writes each float input it reads whole
-        # (GET_ROWS: the output matmul streams the whole pool, writing elsewhere)
-        feeds = []
-        for src, v in zip(node.src, args):
-            if op != "GET_ROWS" and src.type == gt.F32 and v.flags.c_contiguous \
-                    and v.size >= 64:
-                feeds.append(partial(feeder(v.size, feed_width(v.size)), v.reshape(1, -1)))
-        if not feeds:
-            feeds = [partial(whole, scratch)] if op == "GET_ROWS" else \
-                [partial(feeder(1024, 512), scratch[:, :1024])]
-        calls_by.append((op, node, call, feeds))
+        call = _node_calls(node, ctx, [args])[1][0]
+        before = [feeds[id(s.storage)] for s in node.src if id(s.storage) in feeds]
+        if not before:
+            if op == "GET_ROWS":
+                before = [whole]
+            else:
+                small = small or feeder(1024)[0]
+                before = [small]
+        calls_by.append((op, node, frac, call, list(dict.fromkeys(before)),
+                         ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1]))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
-    for _ in range(calls):
-        for i, (_, _, call, feeds) in enumerate(calls_by):
-            for f in feeds:
-                f()
-            cold[i].append(_seconds(call))
-        # then as a chain of small ops: each right after the one before it in the list
-        for i, (_, _, call, _) in enumerate(calls_by):
-            hot[i].append(_seconds(call))
+    # one family at a time (the one-row ladder, the several-token ladder, flash attention
+    # for one query, for a tile of queries): between two calls of a node only its
+    # family's nodes and their matvecs run, not flash attention over thousands of cells,
+    # whose data (larger than the last-level cache) would push out what a decode's layer
+    # keeps there, such as GEGLU's GELU table; GET_ROWS, whose matvecs over the whole
+    # pool flush that cache as a step's output matmul does, last
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(calls_by):
+        groups.setdefault(c[5], []).append(i)
+    for key in sorted(groups, key=lambda k: k[0] == "GET_ROWS"):
+        part = groups[key]
+        for _ in range(calls):
+            for i in part:
+                for f in calls_by[i][4]:
+                    f()
+                cold[i].append(_seconds(calls_by[i][3]))
+            # then as a chain of small ops: each right after the one before it in the list
+            for i in part:
+                hot[i].append(_seconds(calls_by[i][3]))
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
-    for (op, node, _, _), c, h in zip(calls_by, cold, hot):
-        after_mm.setdefault(op, []).append(_point(node, float(np.median(c))))
-        chained.setdefault(op, []).append(_point(node, float(np.median(h))))
-    return ({op: sorted(pts) for op, pts in after_mm.items()},
-            {op: sorted(pts) for op, pts in chained.items()})
+    for (op, node, frac, _, _, _), c, h in zip(calls_by, cold, hot):
+        for table, runs in ((after_mm, c), (chained, h)):
+            b, fl, sec = _point(node, float(np.median(runs)))
+            table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
+    def part(table: dict, prefix: str | None) -> dict[str, list[list]]:
+        """The curves of ``table`` whose key has ``prefix`` (None: no prefix), unprefixed."""
+        pre = (TILED, TOKENS)
+        return {op.split(":", 1)[1] if prefix else op: sorted(pts) for op, pts in table.items()
+                if (op.startswith(prefix) if prefix else not op.startswith(pre))}
+    return (part(after_mm, None), part(chained, None), part(after_mm, TILED),
+            part(after_mm, TOKENS))
 
 
 def default_name() -> str:

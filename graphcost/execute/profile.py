@@ -217,12 +217,17 @@ class Profile:
         return sorted(self.rollup(lambda n: n.layer),
                       key=lambda r: (r.key is None, r.key if r.key is not None else 0))
 
-    def estimate_accuracy(self, min_seconds: float = 10e-6) -> dict:
+    def estimate_accuracy(self, min_seconds: float = 10e-6, phase: str | None = None) -> dict:
         """median |estimate/measured - 1| over nodes slower than ``min_seconds`` (0: every
-        executed node), overall and per op kind (phase steps), for the roofline and for the
-        executor model. A threshold on the measured time picks, for a kind whose nodes
-        mostly run under it, only its slowest (interrupted) calls: judge such kinds with 0."""
-        _, steps = self.phase()
+        executed node), overall and per op kind, for the roofline and for the executor
+        model, over the ``phase``'s steps (``"prompt"``, ``"decode"``; default: the
+        roll-ups' phase, :meth:`phase`). A threshold on the measured time picks, for a kind
+        whose nodes mostly run under it, only its slowest (interrupted) calls: judge such
+        kinds with 0."""
+        if phase not in (None, "prompt", "decode"):
+            raise ValueError(f"phase {phase!r}: prompt or decode")
+        steps = self.phase()[1] if phase is None else \
+            [self.prompt] if phase == "prompt" else self.decode
         hw = self.hardware
         ovh = hw.overhead
         ratios: dict[str, list[tuple[float, float]]] = {}
@@ -256,10 +261,31 @@ def attended_fraction(node, attended: float) -> float:
     return min(1.0, attended / node.src[1].ne[1])
 
 
+def tile_fraction(node, past: int, tile: int) -> float:
+    """The share of a FLASH_ATTN_EXT node's (query, cell) pairs the query-tile kernel
+    computes (``kernels.attention``'s prompt kernel): ``tile`` queries of a head at a time
+    (their lanes run whether or not a query is past the end) over every cell any of them
+    attends; causal queries at positions ``past`` .. ``past + T - 1`` (query ``t`` attends
+    ``past + t + 1`` cells), so tile ``i`` runs its lanes over ``past + min((i + 1) *
+    tile, T)`` cells. 1 for other nodes. Sliding windows are not modelled (every past
+    cell counts as attended)."""
+    if node.op != "FLASH_ATTN_EXT" or not node.src[1].ne[1]:
+        return 1.0
+    n_tok, n_kv = node.src[0].ne[1], node.src[1].ne[1]
+    tiles = -(-n_tok // tile)
+    lanes = sum(tile * min(n_kv, past + min((i + 1) * tile, n_tok)) for i in range(tiles))
+    return lanes / (n_tok * n_kv)
+
+
 def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
-               attended: float) -> list[NodeRow]:
-    """``attended``: KV cells a query of this step attends on average (causal: past + (T +
-    1) / 2), for the executor model of flash attention (:func:`attended_fraction`)."""
+               past: int, n_tokens: int) -> list[NodeRow]:
+    """``past`` cells before this step's ``n_tokens`` queries: for the executor model of
+    flash attention, the cells a query attends on average (causal: past + (T + 1) / 2,
+    :func:`attended_fraction`), or with the probe's query-tile curves for this many
+    queries, the pairs the tile kernel computes (:func:`tile_fraction`)."""
+    oc = hw.extra.get("op_costs") or {}
+    tile_min, tile = oc.get("flash_attn_tile_min_tokens"), oc.get("flash_attn_tile_queries")
+    tiled = bool(tile and tile_min and n_tokens >= tile_min and oc.get("flash_attn_tiled"))
     rows = []
     prev = None                    # the op of the node executed before (None: the step's first)
     for nc, sec, ran in zip(a.nodes, med, executed):
@@ -272,11 +298,18 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
             wtype = gt.type_name(n.src[0].type) if n.src and n.op in ops.MATMUL else None
             pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
             # a step's first node follows the previous step's last, the output matmul
-            f = attended_fraction(n, attended)
+            f = tile_fraction(n, past, tile) if tiled else \
+                attended_fraction(n, past + (n_tokens + 1) / 2)
+            mat = n.op in ops.MATMUL
             model = executor_seconds(n.op, nbytes * f, flops * f, hw, wtype,
                                      after_matmul=prev is None or prev in ops.MATMUL,
                                      head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
-                                     else None)
+                                     else None,
+                                     rows=n.src[1].ne[1] * n.src[1].ne[2] * n.src[1].ne[3]
+                                     if mat else 1,
+                                     weight_bytes=n.src[0].data_bytes if mat else None,
+                                     tokens=n_tokens if n.ne[1] * n.ne[2] * n.ne[3] > 1
+                                     else 1)
         if ran:
             prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
@@ -360,8 +393,7 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
         wall = float(np.median([tm.wall_ns for tm in res.timings])) / 1e9
         steps.append(StepRow(res.n_tokens, res.past, int(top[0]),
                              [(int(t), float(logits[t])) for t in top], wall,
-                             _node_rows(a, med, executed, hardware,
-                                        res.past + (res.n_tokens + 1) / 2),
+                             _node_rows(a, med, executed, hardware, res.past, res.n_tokens),
                              res.warmup_ns / 1e9 if res.warmup_ns is not None else None))
         if i + 1 < n_steps:
             tokens = [decode_ids[i]] if decode_ids else [int(top[0])]

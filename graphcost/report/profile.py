@@ -122,9 +122,12 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
     shown = ran if top <= 0 else ran[:top]
     con.print(_node_table(f"Slowest nodes (step {p.steps.index(last)}: "
                           f"{len(shown)} of {len(ran)} executed; * = numpy)", shown))
-    acc = p.estimate_accuracy()
-    if acc["median_abs_error"] is not None:
-        con.print(f"estimate accuracy ({phase}, {acc['nodes']} nodes > 10 us): median "
+    # the roll-ups' phase, then the prompt step's own when there are decode steps
+    for ph in [phase] + (["prompt"] if phase == "decode" else []):
+        acc = p.estimate_accuracy(phase=ph)
+        if acc["median_abs_error"] is None:
+            continue
+        con.print(f"estimate accuracy ({ph}, {acc['nodes']} nodes > 10 us): median "
                   f"|estimate/measured - 1| = {acc['median_abs_error']:.2f} for the roofline, "
                   f"{acc['median_abs_error_model']:.2f} for the executor model; the model per "
                   "op kind: " + ", ".join(f"{op} {a['median_abs_error_model']:.2f} ({a['nodes']})"
@@ -166,6 +169,8 @@ def document(p: Profile) -> dict:
         "by_layer": [_rollup_dict(r) for r in p.by_layer()],
         "estimate_accuracy": p.estimate_accuracy(),
         "estimate_accuracy_all_nodes": p.estimate_accuracy(0.0),
+        # the prompt step's own (the two above are the roll-ups' phase: decode if any)
+        "estimate_accuracy_prompt": p.estimate_accuracy(phase="prompt"),
         "notes": p.notes,
         "steps": [{"n_tokens": s.n_tokens, "past": s.past, "argmax": s.argmax,
                    "top5": [[t, v] for t, v in s.top5], "wall_seconds": s.wall,
