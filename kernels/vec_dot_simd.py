@@ -777,21 +777,29 @@ def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 
 # 128-half test bit j, from the second bit 4 + j
 _HM0, _HM1, _HM2, _HM3 = [S.constant([1 << (j if i < 32 else 4 + j) for i in _pairs16()], "u8")
                           for j in range(4)]
-_SC3_0, _SC3_1, _SC3_2, _SC3_3 = [_lane_pairs(j, 4 + j) for j in range(4)]
+#: Q3_K scales as int16 lane t of :func:`_q3_k_scales`: 128-bit lanes 0, 1 hold scales
+#: 0..7 (sub-blocks of the first 128 values), lanes 2, 3 scales 8..15, so that plane j's
+#: scale pairs (2j, 2j + 1 | 8 + 2j, 9 + 2j), one per :func:`_pairs16` dword, are dword j
+#: of each 128-bit lane: one in-lane ``vpshufd`` (_SC3_j) instead of a cross-lane
+#: broadcast of two shuffles
+_Q3_SC_OF = [2 * (4 * (t // 16) + (t // 2) % 4) + t % 2 for t in range(32)]
+_SC3_0, _SC3_1, _SC3_2, _SC3_3 = [S.permutation([4 * (d // 4) + j for d in range(16)])
+                                  for j in range(4)]
 
 
 #: Q3_K scale i as a uint16 lane: low byte the scales byte holding its low 4 bits, high
 #: byte the one holding its high 2 bits (ggml's kmask1/kmask2 unpacking); the 16 bytes
 #: are loaded from p + 94 (the block's last 16), so scales byte k is vector byte 2 + k
-_Q3_SC_BYTES = S.permutation([2 + b for i in range(16)
+_Q3_SC_BYTES = S.permutation([2 + b for i in _Q3_SC_OF
                               for b in (i % 4 + 4 * ((i // 4) % 2), 8 + i % 4)])
-_Q3_SC_LOW = S.constant([4 * (i >= 8) for i in range(16)], "u16")       # -> bits 0..3
-_Q3_SC_HIGH = S.constant([4 + 2 * (i // 4) for i in range(16)], "u16")  # -> bits 4..5
+_Q3_SC_LOW = S.constant([4 * (i >= 8) for i in _Q3_SC_OF], "u16")       # -> bits 0..3
+_Q3_SC_HIGH = S.constant([4 + 2 * (i // 4) for i in _Q3_SC_OF], "u16")  # -> bits 4..5
 
 
 @njit(inline="always", cache=True)
 def _q3_k_scales(row, p):
-    """The 16 scales of a Q3_K block minus 32, int16 pairs (2i, 2i+1) as int32 lanes."""
+    """The 16 scales of a Q3_K block minus 32, as int16 lanes in :data:`_Q3_SC_OF` order
+    (int32 lanes: pairs of scales)."""
     w = S.bitcast(_Q3_SC_BYTES(S.load(row, p + 94, 16, "u8")), "u16")
     v = ((w >> _Q3_SC_LOW()) & 15) | ((w >> _Q3_SC_HIGH()) & 0x30)
     return S.bitcast(S.opaque(S.bitcast(v, "i16") - 32), "i32")
