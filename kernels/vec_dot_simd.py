@@ -740,7 +740,12 @@ def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
 
 _SHL_Q6 = S.constant([4] * 16 + [2] * 16, "u16")      # qh bits 0-1 | 2-3 -> bits 4-5
 _SHR_Q6 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4-5 | 6-7 -> bits 4-5
-_SC16_0, _SC16_1, _SC16_2, _SC16_3 = [_lane_pairs(2 * m, 2 * m + 1) for m in range(4)]
+#: Q6_K scale of int16 lane t of the scales vector: value chunk m's scale pairs (4m, 4m+1
+#: for _pairs16 dwords 0..7, 4m+2, 4m+3 for 8..15) are dword m of each 128-bit lane, taken
+#: by one in-lane ``vpshufd`` (_SC16_m; as :data:`_Q3_SC_OF` for Q3_K)
+_Q6_SC_OF = S.permutation([4 * ((t // 2) % 4) + 2 * (t // 16) + t % 2 for t in range(32)])
+_SC16_0, _SC16_1, _SC16_2, _SC16_3 = [S.permutation([4 * (d // 4) + m for d in range(16)])
+                                      for m in range(4)]
 
 
 @njit(inline="always", cache=True)
@@ -755,7 +760,7 @@ def _pairs_dot(acc, u, yp, pq, pb, scales):
 @njit(inline="always", cache=True)
 def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 210 B
     _prefetch(row, p, 210, ahead)
-    sc = S.bitcast(S.opaque(S.convert(S.load(row, p + 192, 16, "i8"), "i16")), "i32")
+    sc = S.bitcast(S.opaque(S.convert(_Q6_SC_OF(S.load(row, p + 192, 16, "i8")), "i16")), "i32")
     x0 = S.load(row, p, 64, "u8")                      # ql: values 0..63 (low), 64..127 (high)
     h0 = S.load(row, p + 128, 32, "u8")
     h = S.bitcast(S.concat(h0, h0), "u16")
