@@ -778,10 +778,19 @@ def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 
                       pp + 192, pp + 448, _SC16_3(sc))
 
 
-# hmask bit of plane j for each byte of the _pairs16-permuted quants: bytes from the first
-# 128-half test bit j, from the second bit 4 + j
-_HM0, _HM1, _HM2, _HM3 = [S.constant([1 << (j if i < 32 else 4 + j) for i in _pairs16()], "u8")
-                          for j in range(4)]
+#: Q3_K codes of the 4 bit planes from two bytes per value: x holds quant bits 0..3
+#: (planes 0, 1) and the value's hmask bits of planes 0, 1 at bits 4, 5; y quant bits 4..7
+#: (planes 2, 3) and hmask bits of planes 2, 3 at bits 0, 1. The hmask byte holds plane j's
+#: bit at j for the first 128 values and at 4 + j for the second (bytes 0..31 and 32..63
+#: of the _pairs16 order): 16-bit shifts by half move them there (a byte's bits that
+#: cross into its neighbour land outside the bits kept)
+_SHL_HX = S.constant([4] * 16 + [0] * 16, "u16")
+_SHR_HY = S.constant([2] * 16 + [6] * 16, "u16")
+#: plane j's code (crumb + 4 * hmask bit, 0..7; ggml's value + 4) picked from x or y
+_Q3_U0, _Q3_U1 = S.bit_picker((0, 1, 4)), S.bit_picker((2, 3, 5))
+_Q3_U2, _Q3_U3 = S.bit_picker((4, 5, 0)), S.bit_picker((6, 7, 1))
+
+
 #: Q3_K scales as int16 lane t of :func:`_q3_k_scales`: 128-bit lanes 0, 1 hold scales
 #: 0..7 (sub-blocks of the first 128 values), lanes 2, 3 scales 8..15, so that plane j's
 #: scale pairs (2j, 2j + 1 | 8 + 2j, 9 + 2j), one per :func:`_pairs16` dword, are dword j
@@ -811,26 +820,18 @@ def _q3_k_scales(row, p):
 
 
 @njit(inline="always", cache=True)
-def _q3_codes(c, hm, bits):
-    """2-bit plane values ``c`` plus 4 where the hmask bit is set: 0..7 (ggml's value + 4)."""
-    return S.or_if(c, hm & bits, 4)
-
-
-@njit(inline="always", cache=True)
 def _q3_k_ints(row, p, yp, pp, ahead):       # hmask@0 qs@32 scales@96 d@108, 110 B
     _prefetch(row, p, 110, ahead)
     sc = _q3_k_scales(row, p)
     q = _PAIRS16(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
     hm0 = S.load(row, p, 32, "u8")
-    hm = _PAIRS16(S.concat(hm0, hm0))
-    a = _pairs_dot(S.zeros(16, "i32"), _q3_codes(q & 3, hm, _HM0()), yp, pp, pp + 256,
-                   _SC3_0(sc))
-    a = _pairs_dot(a, _q3_codes(S.bit_field(q, 2, 2), hm, _HM1()), yp, pp + 64, pp + 320,
-                   _SC3_1(sc))
-    a = _pairs_dot(a, _q3_codes(S.bit_field(q, 4, 2), hm, _HM2()), yp, pp + 128, pp + 384,
-                   _SC3_2(sc))
-    return _pairs_dot(a, _q3_codes(S.bit_field(q, 6, 2), hm, _HM3()), yp, pp + 192, pp + 448,
-                      _SC3_3(sc))
+    h = S.bitcast(_PAIRS16(S.concat(hm0, hm0)), "u16")
+    x = (q & 15) | (S.bitcast(h << _SHL_HX(), "u8") & 0xF0)
+    y = (q & 0xF0) | (S.bitcast(h >> _SHR_HY(), "u8") & 15)
+    a = _pairs_dot(S.zeros(16, "i32"), _Q3_U0(x), yp, pp, pp + 256, _SC3_0(sc))
+    a = _pairs_dot(a, _Q3_U1(x), yp, pp + 64, pp + 320, _SC3_1(sc))
+    a = _pairs_dot(a, _Q3_U2(y), yp, pp + 128, pp + 384, _SC3_2(sc))
+    return _pairs_dot(a, _Q3_U3(y), yp, pp + 192, pp + 448, _SC3_3(sc))
 
 
 @njit(cache=True)
