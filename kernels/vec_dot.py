@@ -71,14 +71,13 @@ def _lanes(acc):
 PREFETCH_AHEAD = 8192
 
 
-@njit(fastmath=True, cache=True)
-def _dot_f32(row, x, xs):
-    # four 16-lane FMA chains and a prefetch of every line PREFETCH_AHEAD bytes ahead: the
-    # plain loop LLVM vectorized ran at 63% of the streaming read from memory (2 threads),
-    # its hardware prefetch alone not keeping up
-    out_of_line()
-    n = x.shape[0]
-    n64 = n - n % 64
+@njit(inline="always", cache=True)
+def f32_chains4(row, x, n64):
+    """The four 16-lane FMA chains over the first ``n64`` values of a float32 weight row
+    (raw bytes) against ``x`` (float32 values, any array type), chain c taking values
+    64i + 16c..64i + 16c + 15, with a prefetch of every line ``PREFETCH_AHEAD`` bytes
+    ahead (the plain loop LLVM vectorized ran at 63% of the streaming read from memory
+    on 2 threads). The callers reduce the chains in their own order."""
     s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
     for p in range(0, 4 * n64, 256):
         for o in range(0, 256, 64):
@@ -87,6 +86,15 @@ def _dot_f32(row, x, xs):
         s1 = simd.fma(simd.load(row, p + 64, 16, "f32"), simd.load(x, p + 64, 16, "f32"), s1)
         s2 = simd.fma(simd.load(row, p + 128, 16, "f32"), simd.load(x, p + 128, 16, "f32"), s2)
         s3 = simd.fma(simd.load(row, p + 192, 16, "f32"), simd.load(x, p + 192, 16, "f32"), s3)
+    return s0, s1, s2, s3
+
+
+@njit(fastmath=True, cache=True)
+def _dot_f32(row, x, xs):
+    out_of_line()
+    n = x.shape[0]
+    n64 = n - n % 64
+    s0, s1, s2, s3 = f32_chains4(row, x, n64)
     s = simd.reduce_add_ps((s0 + s1) + (s2 + s3))
     w = row.view(np.float32)
     for i in range(n64, n):
