@@ -763,6 +763,38 @@ def bit_field(typingctx, a, shift, width):
     return a(a, shift, width), codegen
 
 
+def bit_picker(picks) -> object:
+    """A function ``f(a)`` for 64 uint8 lanes: output bit i of each byte is its bit
+    ``picks[i]`` (``-1``, or past the end of ``picks``: 0). One ``vgf2p8affineqb`` with
+    GFNI (the bit matrix of the selection); elsewhere a shift, mask and or per bit."""
+    picks = tuple(int(b) for b in picks) + (-1,) * (8 - len(picks))
+    qword = sum((1 << b) << (8 * (7 - i)) for i, b in enumerate(picks) if b >= 0)
+
+    @intrinsic
+    def pick(typingctx, a):
+        if not (isinstance(a, Vec) and a.dtype == types.uint8 and a.n == 64):
+            return None
+
+        def codegen(context, builder, sig, args):
+            feats = _target_features(context)
+            if "gfni" in feats and "avx512bw" in feats:
+                mat = _const_vec(types.uint8, [(qword >> (8 * (k % 8))) & 0xFF for k in range(64)])
+                return _x86_call(builder, "llvm.x86.vgf2p8affineqb.512", args[0].type,
+                                 [args[0], mat, ir.Constant(ir.IntType(8), 0)])
+            out = ir.Constant(args[0].type, None)
+            for i, b in enumerate(picks):
+                if b < 0:
+                    continue
+                v = builder.lshr(args[0], _const_vec(types.uint8, [b] * 64))
+                v = builder.and_(v, _const_vec(types.uint8, [1] * 64))
+                out = builder.or_(out, builder.shl(v, _const_vec(types.uint8, [i] * 64)))
+            return out
+
+        return a(a), codegen
+
+    return pick
+
+
 @intrinsic
 def half_at(typingctx, buf, p):
     """The IEEE half at byte offset ``p`` of ``buf`` as float32.

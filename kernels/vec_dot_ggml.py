@@ -38,7 +38,7 @@ from . import simd
 from .bits import bf16_to_f32, f16_at, f16_to_f32, out_of_line, u32_at
 from .quants import (BF16, F16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                      _q3_k_scale, scale_min_k4)
-from .vec_dot import PREFETCH_AHEAD, fma_chains4, halves16
+from .vec_dot import PREFETCH_AHEAD, f32_chains4, fma_chains4, halves16
 
 F = np.float32
 
@@ -336,14 +336,7 @@ def _ggml_f32(row, y):
     out_of_line()
     n = row.shape[0] // 4
     n64 = n - n % 64
-    s0 = s1 = s2 = s3 = simd.zeros(16, "f32")
-    for p in range(0, 4 * n64, 256):
-        for o in range(0, 256, 64):
-            simd.prefetch(row, p + PREFETCH_AHEAD + o)
-        s0 = simd.fma(simd.load(row, p, 16, "f32"), simd.load(y, p, 16, "f32"), s0)
-        s1 = simd.fma(simd.load(row, p + 64, 16, "f32"), simd.load(y, p + 64, 16, "f32"), s1)
-        s2 = simd.fma(simd.load(row, p + 128, 16, "f32"), simd.load(y, p + 128, 16, "f32"), s2)
-        s3 = simd.fma(simd.load(row, p + 192, 16, "f32"), simd.load(y, p + 192, 16, "f32"), s3)
+    s0, s1, s2, s3 = f32_chains4(row, y, n64)
     sumf = simd.reduce_add_ps((s0 + s2) + (s1 + s3))
     w, v = row.view(np.float32), y.view(np.float32)
     n8 = n - n % 8

@@ -740,7 +740,12 @@ def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
 
 _SHL_Q6 = S.constant([4] * 16 + [2] * 16, "u16")      # qh bits 0-1 | 2-3 -> bits 4-5
 _SHR_Q6 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4-5 | 6-7 -> bits 4-5
-_SC16_0, _SC16_1, _SC16_2, _SC16_3 = [_lane_pairs(2 * m, 2 * m + 1) for m in range(4)]
+#: Q6_K scale of int16 lane t of the scales vector: value chunk m's scale pairs (4m, 4m+1
+#: for _pairs16 dwords 0..7, 4m+2, 4m+3 for 8..15) are dword m of each 128-bit lane, taken
+#: by one in-lane ``vpshufd`` (_SC16_m; as :data:`_Q3_SC_OF` for Q3_K)
+_Q6_SC_OF = S.permutation([4 * ((t // 2) % 4) + 2 * (t // 16) + t % 2 for t in range(32)])
+_SC16_0, _SC16_1, _SC16_2, _SC16_3 = [S.permutation([4 * (d // 4) + m for d in range(16)])
+                                      for m in range(4)]
 
 
 @njit(inline="always", cache=True)
@@ -755,7 +760,7 @@ def _pairs_dot(acc, u, yp, pq, pb, scales):
 @njit(inline="always", cache=True)
 def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 210 B
     _prefetch(row, p, 210, ahead)
-    sc = S.bitcast(S.opaque(S.convert(S.load(row, p + 192, 16, "i8"), "i16")), "i32")
+    sc = S.bitcast(S.opaque(S.convert(_Q6_SC_OF(S.load(row, p + 192, 16, "i8")), "i16")), "i32")
     x0 = S.load(row, p, 64, "u8")                      # ql: values 0..63 (low), 64..127 (high)
     h0 = S.load(row, p + 128, 32, "u8")
     h = S.bitcast(S.concat(h0, h0), "u16")
@@ -773,34 +778,45 @@ def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 
                       pp + 192, pp + 448, _SC16_3(sc))
 
 
-# hmask bit of plane j for each byte of the _pairs16-permuted quants: bytes from the first
-# 128-half test bit j, from the second bit 4 + j
-_HM0, _HM1, _HM2, _HM3 = [S.constant([1 << (j if i < 32 else 4 + j) for i in _pairs16()], "u8")
-                          for j in range(4)]
-_SC3_0, _SC3_1, _SC3_2, _SC3_3 = [_lane_pairs(j, 4 + j) for j in range(4)]
+#: Q3_K codes of the 4 bit planes from two bytes per value: x holds quant bits 0..3
+#: (planes 0, 1) and the value's hmask bits of planes 0, 1 at bits 4, 5; y quant bits 4..7
+#: (planes 2, 3) and hmask bits of planes 2, 3 at bits 0, 1. The hmask byte holds plane j's
+#: bit at j for the first 128 values and at 4 + j for the second (bytes 0..31 and 32..63
+#: of the _pairs16 order): 16-bit shifts by half move them there (a byte's bits that
+#: cross into its neighbour land outside the bits kept)
+_SHL_HX = S.constant([4] * 16 + [0] * 16, "u16")
+_SHR_HY = S.constant([2] * 16 + [6] * 16, "u16")
+#: plane j's code (crumb + 4 * hmask bit, 0..7; ggml's value + 4) picked from x or y
+_Q3_U0, _Q3_U1 = S.bit_picker((0, 1, 4)), S.bit_picker((2, 3, 5))
+_Q3_U2, _Q3_U3 = S.bit_picker((4, 5, 0)), S.bit_picker((6, 7, 1))
+
+
+#: Q3_K scales as int16 lane t of :func:`_q3_k_scales`: 128-bit lanes 0, 1 hold scales
+#: 0..7 (sub-blocks of the first 128 values), lanes 2, 3 scales 8..15, so that plane j's
+#: scale pairs (2j, 2j + 1 | 8 + 2j, 9 + 2j), one per :func:`_pairs16` dword, are dword j
+#: of each 128-bit lane: one in-lane ``vpshufd`` (_SC3_j) instead of a cross-lane
+#: broadcast of two shuffles
+_Q3_SC_OF = [2 * (4 * (t // 16) + (t // 2) % 4) + t % 2 for t in range(32)]
+_SC3_0, _SC3_1, _SC3_2, _SC3_3 = [S.permutation([4 * (d // 4) + j for d in range(16)])
+                                  for j in range(4)]
 
 
 #: Q3_K scale i as a uint16 lane: low byte the scales byte holding its low 4 bits, high
 #: byte the one holding its high 2 bits (ggml's kmask1/kmask2 unpacking); the 16 bytes
 #: are loaded from p + 94 (the block's last 16), so scales byte k is vector byte 2 + k
-_Q3_SC_BYTES = S.permutation([2 + b for i in range(16)
+_Q3_SC_BYTES = S.permutation([2 + b for i in _Q3_SC_OF
                               for b in (i % 4 + 4 * ((i // 4) % 2), 8 + i % 4)])
-_Q3_SC_LOW = S.constant([4 * (i >= 8) for i in range(16)], "u16")       # -> bits 0..3
-_Q3_SC_HIGH = S.constant([4 + 2 * (i // 4) for i in range(16)], "u16")  # -> bits 4..5
+_Q3_SC_LOW = S.constant([4 * (i >= 8) for i in _Q3_SC_OF], "u16")       # -> bits 0..3
+_Q3_SC_HIGH = S.constant([4 + 2 * (i // 4) for i in _Q3_SC_OF], "u16")  # -> bits 4..5
 
 
 @njit(inline="always", cache=True)
 def _q3_k_scales(row, p):
-    """The 16 scales of a Q3_K block minus 32, int16 pairs (2i, 2i+1) as int32 lanes."""
+    """The 16 scales of a Q3_K block minus 32, as int16 lanes in :data:`_Q3_SC_OF` order
+    (int32 lanes: pairs of scales)."""
     w = S.bitcast(_Q3_SC_BYTES(S.load(row, p + 94, 16, "u8")), "u16")
     v = ((w >> _Q3_SC_LOW()) & 15) | ((w >> _Q3_SC_HIGH()) & 0x30)
     return S.bitcast(S.opaque(S.bitcast(v, "i16") - 32), "i32")
-
-
-@njit(inline="always", cache=True)
-def _q3_codes(c, hm, bits):
-    """2-bit plane values ``c`` plus 4 where the hmask bit is set: 0..7 (ggml's value + 4)."""
-    return S.or_if(c, hm & bits, 4)
 
 
 @njit(inline="always", cache=True)
@@ -809,15 +825,13 @@ def _q3_k_ints(row, p, yp, pp, ahead):       # hmask@0 qs@32 scales@96 d@108, 11
     sc = _q3_k_scales(row, p)
     q = _PAIRS16(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
     hm0 = S.load(row, p, 32, "u8")
-    hm = _PAIRS16(S.concat(hm0, hm0))
-    a = _pairs_dot(S.zeros(16, "i32"), _q3_codes(q & 3, hm, _HM0()), yp, pp, pp + 256,
-                   _SC3_0(sc))
-    a = _pairs_dot(a, _q3_codes(S.bit_field(q, 2, 2), hm, _HM1()), yp, pp + 64, pp + 320,
-                   _SC3_1(sc))
-    a = _pairs_dot(a, _q3_codes(S.bit_field(q, 4, 2), hm, _HM2()), yp, pp + 128, pp + 384,
-                   _SC3_2(sc))
-    return _pairs_dot(a, _q3_codes(S.bit_field(q, 6, 2), hm, _HM3()), yp, pp + 192, pp + 448,
-                      _SC3_3(sc))
+    h = S.bitcast(_PAIRS16(S.concat(hm0, hm0)), "u16")
+    x = (q & 15) | (S.bitcast(h << _SHL_HX(), "u8") & 0xF0)
+    y = (q & 0xF0) | (S.bitcast(h >> _SHR_HY(), "u8") & 15)
+    a = _pairs_dot(S.zeros(16, "i32"), _Q3_U0(x), yp, pp, pp + 256, _SC3_0(sc))
+    a = _pairs_dot(a, _Q3_U1(x), yp, pp + 64, pp + 320, _SC3_1(sc))
+    a = _pairs_dot(a, _Q3_U2(y), yp, pp + 128, pp + 384, _SC3_2(sc))
+    return _pairs_dot(a, _Q3_U3(y), yp, pp + 192, pp + 448, _SC3_3(sc))
 
 
 @njit(cache=True)
