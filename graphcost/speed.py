@@ -17,6 +17,7 @@ the profile's coefficients. Graphs with the same shape are built once.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -174,6 +175,10 @@ def parse_list(flag: str, text: str, kind: str) -> list:
             try:
                 x = int(v)
             except ValueError:
+                if re.fullmatch(r"\d+-\d+(?:[+*]\d+)?", v):  # llama-bench's parse_int_range
+                    raise GraphcostError(f"{flag} {text!r}: {part!r}: llama-bench's ranges "
+                                         "(FIRST-LAST[+STEP|*MULT]) are not modelled; list "
+                                         "the values, e.g. 1,2,3") from None
                 raise GraphcostError(f"{flag} {text!r}: {part!r} is not an integer") from None
             if x < 0 or (flag in ("-b", "-ub", "-t", "-r") and x < 1):
                 raise GraphcostError(f"{flag} {text!r}: {x} is out of range")
