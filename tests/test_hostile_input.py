@@ -510,6 +510,13 @@ PROBES: dict[str, tuple[Callable, str]] = {
                          "(1 to 512 layers)"),
     "vocab-2**40": (_bad_header(n_vocab=2**40, drop=("token_embd.weight", "output.weight")),
                     "vocabulary of 1099511627776 tokens"),
+    # QA sweep 2026-11-27: taken as is, analyze -c 0 costed a 2**63-cell KV cache (llama.cpp
+    # reads the key into a uint32_t and refuses a wider one)
+    "context-length-2**63": (_bad_header(kv={"llama.context_length": (VT.UINT64, 2**63)}),
+                             "'llama.context_length' must be a 32-bit non-negative integer"),
+    "head-count-kv-2**40": (
+        _bad_header(kv={"llama.attention.head_count_kv": (VT.UINT64, 2**40)}),
+        "'llama.attention.head_count_kv' must be a 32-bit integer or a per-layer array"),
     # ---- nonsense that parses, refused as llama.cpp would
     "ctx-2**70": (_argv("analyze", "{model}", "-c", 2**70),
                   "--ctx-size 1180591620717411303424 is above 2147483647"),
