@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from graphcost.errors import GraphcostError
+from graphcost.errors import GraphcostError, SettingsError
 from graphcost.units import literal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -251,7 +251,10 @@ def check(
     if not rtol >= 0:
         _fail(f"--rtol {rtol} must be >= 0")
     base = load_baseline(baseline)
-    a = analyze_model(_model_path(model), baseline_settings(base, baseline))
+    try:
+        a = analyze_model(_model_path(model), baseline_settings(base, baseline))
+    except SettingsError as e:  # the settings came from the file, not from flags
+        raise SettingsError(f"{baseline}: the baseline's run settings: {e}") from None
     drifts = compare(base, document(a), rtol)
     if drifts:
         typer.echo(render_drift(drifts, rtol), nl=False)

@@ -411,6 +411,12 @@ PROBES: dict[str, tuple[Callable, str]] = {
                                      "run.flash_attn must be a string"),
     "baseline-swa-full-a-string": (_edit_baseline(_set("run.swa_full", "yes")),
                                    "run.swa_full must be true or false"),
+    # QA sweep 2026-11-27: a setting llama.cpp refuses, read from the baseline, was reported
+    # as a flag ("--flash-attn 'maybe': ...") the user never gave; now the file is named
+    "baseline-flash-attn-maybe": (_edit_baseline(_set("run.flash_attn", "maybe")),
+                                  "base.yaml: the baseline's run settings: --flash-attn 'maybe'"),
+    "baseline-parallel-1000": (_edit_baseline(_set("run.n_seq_max", 1000)),
+                               "base.yaml: the baseline's run settings: --parallel 1000 must be"),
     "baseline-run-a-list": (_edit_baseline(_set("run", [1, 2])), "run must be a mapping"),
     "baseline-totals-a-string": (_edit_baseline(_set("totals", "big")), "totals must be a mapping"),
     "baseline-totals-flops-a-string": (_edit_baseline(_set("totals.flops", "many")),
