@@ -600,6 +600,13 @@ def profile(
         check_output(output, [model, *_hardware_inputs(hardware)])
     hw = load_hardware(hardware) if hardware is not None else None
     info = load_model(model)
+    ctx = resolve_for(info, replace(settings, tokens=1))
+    if len(prompt) > min(ctx.n_ubatch, ctx.kv_size):
+        # the prompt is one ubatch (not split as llama_decode would): say so, naming the flag
+        # given rather than --tokens, which profile does not have
+        _fail(f"--token-ids: {len(prompt)} ids are more than one ubatch of this context "
+              f"holds (-ub {ctx.n_ubatch}, {ctx.kv_size} KV cells); profile runs the prompt "
+              "as one ubatch")
     run = resolve_for(info, settings)   # once: the executor steps through this context
     check_runnable(info, run)  # before the probe: a partial file, a huge -c, at once
     decode = _parse_ids("--decode-ids", decode_ids)

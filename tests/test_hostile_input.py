@@ -538,6 +538,14 @@ PROBES: dict[str, tuple[Callable, str]] = {
     "profile-decode-id-above-vocab": (_argv("profile", "{model}", "--token-ids", "1",
                                             "--decode-ids", "50", *HW),
                                       "token id 50 is not in the vocabulary [0, 50)"),
+    # QA sweep 2026-11-27: these named --tokens and --past, flags profile does not have
+    "profile-prompt-above-ubatch": (_argv("profile", "{model}", "--token-ids", ",".join(["1"] * 40),
+                                          "-ub", 32, *HW),
+                                    "--token-ids: 40 ids are more than one ubatch of this "
+                                    "context holds (-ub 32, 4096 KV cells)"),
+    "profile-prompt-above-context": (_argv("profile", "{model}", "--token-ids",
+                                           ",".join(["1"] * 300), "-c", 256, *HW),
+                                     "--token-ids: 300 ids are more than one ubatch"),
     "profile-threads-above-cores": (_argv("profile", "{model}", "--token-ids", "1",
                                           "--threads", 100000, *HW), "--threads 100000: use 1 to"),
     "hwprobe-mib-2**40": (_argv("hwprobe", "--mib", 2**40, "-o", "{tmp}/p.yaml"),
