@@ -546,6 +546,19 @@ PROBES: dict[str, tuple[Callable, str]] = {
     "profile-prompt-above-context": (_argv("profile", "{model}", "--token-ids",
                                            ",".join(["1"] * 300), "-c", 256, *HW),
                                      "--token-ids: 300 ids are more than one ubatch"),
+    # ... this one ran 255 greedy steps (minutes) before failing on the 256th
+    "profile-greedy-past-context": (_argv("profile", "{model}", "--token-ids", "1",
+                                          "--greedy", 100000, "-c", 256, *HW),
+                                    "--token-ids and --greedy: 1 + 100000 tokens are more "
+                                    "than the context's 256 KV cells"),
+    "profile-decode-past-context": (_argv("profile", "{model}", "--token-ids", "1,2",
+                                          "--decode-ids", ",".join(["3"] * 255), "-c", 256, *HW),
+                                    "--token-ids and --decode-ids: 2 + 255 tokens"),
+    # a remote path reached the reader as 'hf:/x/y/z.gguf' (no such file)
+    "profile-remote": (_argv("profile", "hf://x/y/z.gguf", "--token-ids", "1", *HW),
+                       "hf://x/y/z.gguf: profile needs a local GGUF file"),
+    "verify-remote": (_argv("verify", "https://example.com/m.gguf"),
+                      "https://example.com/m.gguf: verify needs a local GGUF file"),
     "profile-threads-above-cores": (_argv("profile", "{model}", "--token-ids", "1",
                                           "--threads", 100000, *HW), "--threads 100000: use 1 to"),
     "hwprobe-mib-2**40": (_argv("hwprobe", "--mib", 2**40, "-o", "{tmp}/p.yaml"),
