@@ -520,6 +520,10 @@ PROBES: dict[str, tuple[Callable, str]] = {
     # reads the key into a uint32_t and refuses a wider one)
     "context-length-2**63": (_bad_header(kv={"llama.context_length": (VT.UINT64, 2**63)}),
                              "'llama.context_length' must be a 32-bit non-negative integer"),
+    # llama.cpp aborts (GGML_ASSERT) on a rope scaling type it does not know; it was taken
+    "rope-scaling-type-bogus": (_bad_header(kv={"llama.rope.scaling.type": (VT.STRING, "bogus")}),
+                                "'llama.rope.scaling.type' is 'bogus'; llama.cpp knows none, "
+                                "linear, yarn, longrope"),
     "head-count-kv-2**40": (
         _bad_header(kv={"llama.attention.head_count_kv": (VT.UINT64, 2**40)}),
         "'llama.attention.head_count_kv' must be a 32-bit integer or a per-layer array"),

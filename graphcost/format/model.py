@@ -265,6 +265,9 @@ class _Meta:
         return (v,) * n_layer
 
 
+#: src/llama-model.cpp: LLAMA_ROPE_SCALING_TYPES, the names rope.scaling.type may hold
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+
 #: the largest hparam llama.cpp holds (uint32_t fields of llama_hparams)
 UINT32_MAX = 2**32 - 1
 
@@ -335,6 +338,11 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
                              f"(no {m.key(Keys.LLM.VOCAB_SIZE)!r}, no tokenizer.ggml.tokens)")
 
     scaling = m.get(Keys.Rope.SCALING_TYPE, "none")
+    if scaling not in ROPE_SCALING_TYPES:
+        # llama_model::load_hparams: GGML_ASSERT(rope_scaling_type_train != UNSPECIFIED)
+        raise GraphcostError(f"{header.path}: metadata key {m.key(Keys.Rope.SCALING_TYPE)!r} "
+                             f"is {_show(scaling)}; llama.cpp knows "
+                             f"{', '.join(ROPE_SCALING_TYPES)} (it aborts on any other)")
     factor = m.float(Keys.Rope.SCALING_FACTOR, 0.0)
     freq_scale = 1.0 if scaling == "none" or factor == 0.0 else 1.0 / factor
 
