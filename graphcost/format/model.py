@@ -337,7 +337,9 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         raise GraphcostError(f"{header.path}: cannot tell the vocabulary size "
                              f"(no {m.key(Keys.LLM.VOCAB_SIZE)!r}, no tokenizer.ggml.tokens)")
 
-    scaling = m.get(Keys.Rope.SCALING_TYPE, "none")
+    # llama_model::load_hparams: rope_scaling defaults to "linear"; rope_freq_scale_train is
+    # 1 / factor whenever a factor is given (llama_context then uses 1 for type "none")
+    scaling = m.get(Keys.Rope.SCALING_TYPE, "linear")
     if scaling not in ROPE_SCALING_TYPES:
         # llama_model::load_hparams: GGML_ASSERT(rope_scaling_type_train != UNSPECIFIED)
         raise GraphcostError(f"{header.path}: metadata key {m.key(Keys.Rope.SCALING_TYPE)!r} "
