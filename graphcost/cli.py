@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from graphcost.errors import GraphcostError
+from graphcost.errors import GraphcostError, SettingsError
 from graphcost.units import literal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -159,6 +159,16 @@ def _model_path(model: Optional[str]) -> Path | str:
     return model if is_remote(model) else Path(model)
 
 
+def _local_model(model: str, command: str) -> Path:
+    """The model of a command that needs the whole local file (profile, verify): a URL or
+    hf:// path is refused in one line (a Path would have folded 'hf://' into 'hf:/')."""
+    from graphcost.format.remote import is_remote
+    if is_remote(model):
+        _fail(f"{model}: {command} needs a local GGUF file (it reads the tensor data); "
+              "download it first (analyze, memory, fit, speed and check read a remote header)")
+    return Path(model)
+
+
 ModelArg = Annotated[Optional[str], typer.Argument(
     help="GGUF file, https:// URL or hf://ORG/REPO[@REV]/FILE.gguf (default: a bundled example)")]
 
@@ -251,7 +261,10 @@ def check(
     if not rtol >= 0:
         _fail(f"--rtol {rtol} must be >= 0")
     base = load_baseline(baseline)
-    a = analyze_model(_model_path(model), baseline_settings(base, baseline))
+    try:
+        a = analyze_model(_model_path(model), baseline_settings(base, baseline))
+    except SettingsError as e:  # the settings came from the file, not from flags
+        raise SettingsError(f"{baseline}: the baseline's run settings: {e}") from None
     drifts = compare(base, document(a), rtol)
     if drifts:
         typer.echo(render_drift(drifts, rtol), nl=False)
@@ -550,7 +563,7 @@ def _parse_ids(flag: str, spec: str | None) -> list[int]:
 
 @app.command()
 def profile(
-    model: Annotated[Path, typer.Argument(help="GGUF file (header-only files run on random weights)")],
+    model: Annotated[str, typer.Argument(help="GGUF file (header-only files run on random weights)")],
     token_ids: Annotated[str, typer.Option("--token-ids", help="prompt token ids, e.g. 3,10,17,24")],
     decode_ids: Annotated[Optional[str], typer.Option("--decode-ids", help="then decode these ids one by one")] = None,
     greedy: Annotated[int, typer.Option("--greedy", help="then K greedy (argmax) decode steps")] = 0,
@@ -577,6 +590,7 @@ def profile(
     from graphcost.report.renderer import RenderOptions, refuse_unused, render, wants_colour
     from graphcost.graph.settings import RunSettings
 
+    model = _local_model(model, "profile")
     try:
         fmt = ProfileFormat(format)
     except ValueError:
@@ -597,10 +611,23 @@ def profile(
         check_output(output, [model, *_hardware_inputs(hardware)])
     hw = load_hardware(hardware) if hardware is not None else None
     info = load_model(model)
+    ctx = resolve_for(info, replace(settings, tokens=1))
+    if len(prompt) > min(ctx.n_ubatch, ctx.kv_size):
+        # the prompt is one ubatch (not split as llama_decode would): say so, naming the flag
+        # given rather than --tokens, which profile does not have
+        _fail(f"--token-ids: {len(prompt)} ids are more than one ubatch of this context "
+              f"holds (-ub {ctx.n_ubatch}, {ctx.kv_size} KV cells); profile runs the prompt "
+              "as one ubatch")
     run = resolve_for(info, settings)   # once: the executor steps through this context
     check_runnable(info, run)  # before the probe: a partial file, a huge -c, at once
     decode = _parse_ids("--decode-ids", decode_ids)
     check_steps(prompt, decode, greedy, repeat)  # before the probe (tens of seconds)
+    if len(prompt) + (len(decode) or greedy) > ctx.kv_size:
+        # the last decode step would need a cell past the context: refuse now, not after
+        # minutes of steps
+        _fail(f"--token-ids and {'--decode-ids' if decode else '--greedy'}: {len(prompt)} + "
+              f"{len(decode) or greedy} tokens are more than the context's {ctx.kv_size} "
+              "KV cells (-c)")
     for i in prompt + decode:  # before the probe, and before numpy sees a huge id
         if i >= info.n_vocab:
             _fail(f"token id {i} is not in the vocabulary [0, {info.n_vocab})")
@@ -798,7 +825,7 @@ def speed(
 
 @app.command()
 def verify(
-    model: Annotated[Path, typer.Argument(help="GGUF file (header-only and partial files are padded)")],
+    model: Annotated[str, typer.Argument(help="GGUF file (header-only and partial files are padded)")],
     ctx_size: CtxOpt = 4096, batch_size: BatchOpt = 2048, ubatch_size: UbatchOpt = 512,
     flash_attn: FaOpt = None, cache_type_k: CtkOpt = "f16", cache_type_v: CtvOpt = "f16",
     swa_full: SwaOpt = False, tokens: TokOpt = 1, past: PastOpt = 0, outputs: OutOpt = 1,
@@ -814,7 +841,7 @@ def verify(
                            cache_type_v=cache_type_v, swa_full=swa_full, tokens=tokens,
                            past=past, outputs=outputs, embeddings=embeddings,
                            n_seq_max=parallel, kv_unified=kv_unified)
-    v = run_verify(model, settings)
+    v = run_verify(_local_model(model, "verify"), settings)
     sys.stdout.write(render_verification(v))
     raise typer.Exit(0 if v.equal else 1)
 

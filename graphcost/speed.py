@@ -17,13 +17,14 @@ the profile's coefficients. Graphs with the same shape are built once.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from dataclasses import dataclass
 
 from graphcost.cost.speed_model import SpeedModel, counts, from_profile, repacked_weights
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
-from graphcost.graph.settings import RunSettings
+from graphcost.graph.settings import INT32_MAX, RunSettings
 from graphcost.cost.analysis import analyze_graph
 
 #: llama-bench's defaults (cmd_params_defaults)
@@ -66,6 +67,12 @@ def instances(p: list[int], n: list[int], d: list[int], b: list[int], ub: list[i
     for nb, nub, tk, tv, f, nt, nd in itertools.product(b, ub, ctk, ctv, fa, t, d):
         out += [BenchTest(x, 0, nd, nb, nub, f, tk, tv, nt) for x in p if x]
         out += [BenchTest(0, x, nd, nb, nub, f, tk, tv, nt) for x in n if x]
+    for test in out:
+        # llama-bench: ``cparams.n_ctx = n_prompt + n_gen + n_depth``, int arithmetic
+        if test.n_ctx > INT32_MAX:
+            raise GraphcostError(f"-p {test.n_prompt} -n {test.n_gen} -d {test.n_depth}: the "
+                                 f"context p + n + d = {test.n_ctx} is above {INT32_MAX} "
+                                 "(llama-bench's n_ctx is a 32-bit int)")
     return out
 
 
@@ -168,9 +175,16 @@ def parse_list(flag: str, text: str, kind: str) -> list:
             try:
                 x = int(v)
             except ValueError:
+                if re.fullmatch(r"\d+-\d+(?:[+*]\d+)?", v):  # llama-bench's parse_int_range
+                    raise GraphcostError(f"{flag} {text!r}: {part!r}: llama-bench's ranges "
+                                         "(FIRST-LAST[+STEP|*MULT]) are not modelled; list "
+                                         "the values, e.g. 1,2,3") from None
                 raise GraphcostError(f"{flag} {text!r}: {part!r} is not an integer") from None
             if x < 0 or (flag in ("-b", "-ub", "-t", "-r") and x < 1):
                 raise GraphcostError(f"{flag} {text!r}: {x} is out of range")
+            if x > INT32_MAX:  # llama-bench's parse_int_range: std::stoi
+                raise GraphcostError(f"{flag} {text!r}: {x} is above {INT32_MAX}, the largest "
+                                     "value llama-bench accepts")
             out.append(x)
         elif kind == "fa":
             if v not in FA_VALUES:

@@ -300,7 +300,10 @@ def test_memory_json_carries_vulkan_compute(tmp_path, cli):
     ("vulkan,align=64,suballoc=lots", "use a size like"),
     ("vulkan,align=64,map_align=48", "map_align=48: use a power of 2"),
     ("vulkan,align=64,coopmat=1", "unknown option 'coopmat'"),
-], ids=["suballoc", "map-align", "unknown"])
+    # a repeated option was taken silently, the last value winning (QA sweep 2026-11-27)
+    ("vulkan,align=64,align=256", "option 'align' is given twice"),
+    ("vulkan,align=64,FP16=0,fp16=1", "option 'fp16' is given twice"),
+], ids=["suballoc", "map-align", "unknown", "repeated", "repeated-any-case"])
 def test_bad_vulkan_options_are_one_line(tmp_path, cli, dev, msg):
     f = write_llama(tmp_path / "m.gguf", n_layer=2)
     r = cli("memory", f.path, "--device", dev, "-c", "512")

@@ -182,6 +182,23 @@ def test_largest_context_binary_search():
     assert largest_context(32768, lambda n: False).n_ctx == 0
 
 
+def test_largest_context_stops_at_the_largest_ctx_llama_cpp_accepts(tmp_path, cli):
+    """A 10M-token training context (Llama 4 Scout: 10,485,760) with -np 256 is searched up
+    to 2,684,354,560 cells, above INT32_MAX = 2,147,483,647, the largest -c llama.cpp reads:
+    the first probe failed with '--ctx-size ... is above 2147483647' (QA sweep 2026-11-27).
+    The search now stops at the largest multiple of the step (256 x 256 = 65,536) below
+    it: 32,767 x 65,536 = 2,147,418,112."""
+    m = largest_context(10485760 * 256, lambda n: True, pad_to=256 * 256)
+    assert (m.n_ctx, m.limit) == (32767 * 65536, 2147418112)
+    from fixtures import write_llama
+    f = write_llama(tmp_path / "long.gguf", n_layer=1, n_embd=64, n_head=2, n_head_kv=1,
+                    n_ff=64, n_vocab=260, context_length=10485760)
+    r = cli("memory", str(f.path), "--max-ctx", "--device", "cuda:8GiB", "-np", "256",
+            "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["max_ctx"]["searched_up_to"] == 2147418112
+
+
 def _undecided(c):
     raise Undecided("cannot decide: RPC0's compute buffer is not modelled")
 

@@ -411,6 +411,12 @@ PROBES: dict[str, tuple[Callable, str]] = {
                                      "run.flash_attn must be a string"),
     "baseline-swa-full-a-string": (_edit_baseline(_set("run.swa_full", "yes")),
                                    "run.swa_full must be true or false"),
+    # QA sweep 2026-11-27: a setting llama.cpp refuses, read from the baseline, was reported
+    # as a flag ("--flash-attn 'maybe': ...") the user never gave; now the file is named
+    "baseline-flash-attn-maybe": (_edit_baseline(_set("run.flash_attn", "maybe")),
+                                  "base.yaml: the baseline's run settings: --flash-attn 'maybe'"),
+    "baseline-parallel-1000": (_edit_baseline(_set("run.n_seq_max", 1000)),
+                               "base.yaml: the baseline's run settings: --parallel 1000 must be"),
     "baseline-run-a-list": (_edit_baseline(_set("run", [1, 2])), "run must be a mapping"),
     "baseline-totals-a-string": (_edit_baseline(_set("totals", "big")), "totals must be a mapping"),
     "baseline-totals-flops-a-string": (_edit_baseline(_set("totals.flops", "many")),
@@ -510,6 +516,17 @@ PROBES: dict[str, tuple[Callable, str]] = {
                          "(1 to 512 layers)"),
     "vocab-2**40": (_bad_header(n_vocab=2**40, drop=("token_embd.weight", "output.weight")),
                     "vocabulary of 1099511627776 tokens"),
+    # QA sweep 2026-11-27: taken as is, analyze -c 0 costed a 2**63-cell KV cache (llama.cpp
+    # reads the key into a uint32_t and refuses a wider one)
+    "context-length-2**63": (_bad_header(kv={"llama.context_length": (VT.UINT64, 2**63)}),
+                             "'llama.context_length' must be a 32-bit non-negative integer"),
+    # llama.cpp aborts (GGML_ASSERT) on a rope scaling type it does not know; it was taken
+    "rope-scaling-type-bogus": (_bad_header(kv={"llama.rope.scaling.type": (VT.STRING, "bogus")}),
+                                "'llama.rope.scaling.type' is 'bogus'; llama.cpp knows none, "
+                                "linear, yarn, longrope"),
+    "head-count-kv-2**40": (
+        _bad_header(kv={"llama.attention.head_count_kv": (VT.UINT64, 2**40)}),
+        "'llama.attention.head_count_kv' must be a 32-bit integer or a per-layer array"),
     # ---- nonsense that parses, refused as llama.cpp would
     "ctx-2**70": (_argv("analyze", "{model}", "-c", 2**70),
                   "--ctx-size 1180591620717411303424 is above 2147483647"),
@@ -525,6 +542,27 @@ PROBES: dict[str, tuple[Callable, str]] = {
     "profile-decode-id-above-vocab": (_argv("profile", "{model}", "--token-ids", "1",
                                             "--decode-ids", "50", *HW),
                                       "token id 50 is not in the vocabulary [0, 50)"),
+    # QA sweep 2026-11-27: these named --tokens and --past, flags profile does not have
+    "profile-prompt-above-ubatch": (_argv("profile", "{model}", "--token-ids", ",".join(["1"] * 40),
+                                          "-ub", 32, *HW),
+                                    "--token-ids: 40 ids are more than one ubatch of this "
+                                    "context holds (-ub 32, 4096 KV cells)"),
+    "profile-prompt-above-context": (_argv("profile", "{model}", "--token-ids",
+                                           ",".join(["1"] * 300), "-c", 256, *HW),
+                                     "--token-ids: 300 ids are more than one ubatch"),
+    # ... this one ran 255 greedy steps (minutes) before failing on the 256th
+    "profile-greedy-past-context": (_argv("profile", "{model}", "--token-ids", "1",
+                                          "--greedy", 100000, "-c", 256, *HW),
+                                    "--token-ids and --greedy: 1 + 100000 tokens are more "
+                                    "than the context's 256 KV cells"),
+    "profile-decode-past-context": (_argv("profile", "{model}", "--token-ids", "1,2",
+                                          "--decode-ids", ",".join(["3"] * 255), "-c", 256, *HW),
+                                    "--token-ids and --decode-ids: 2 + 255 tokens"),
+    # a remote path reached the reader as 'hf:/x/y/z.gguf' (no such file)
+    "profile-remote": (_argv("profile", "hf://x/y/z.gguf", "--token-ids", "1", *HW),
+                       "hf://x/y/z.gguf: profile needs a local GGUF file"),
+    "verify-remote": (_argv("verify", "https://example.com/m.gguf"),
+                      "https://example.com/m.gguf: verify needs a local GGUF file"),
     "profile-threads-above-cores": (_argv("profile", "{model}", "--token-ids", "1",
                                           "--threads", 100000, *HW), "--threads 100000: use 1 to"),
     "hwprobe-mib-2**40": (_argv("hwprobe", "--mib", 2**40, "-o", "{tmp}/p.yaml"),

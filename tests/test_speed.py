@@ -203,7 +203,13 @@ def test_cli_datasheet_profile_is_labelled_unverified(tiny, cli):
     (["-o", "xml"], "-o/--format 'xml'"),
     (["-p", "0", "-n", "0"], "no test"),
     (["--hardware", "no-such-profile"], "no such profile"),
-], ids=["fa", "p", "ub", "ctk", "format", "nothing", "profile"])
+    # QA sweep 2026-11-27: these named --ctx-size, a flag speed does not have, after
+    # seconds of listing 4 million ubatches; now the flag, at once
+    (["-p", "2147483648"], "-p '2147483648': 2147483648 is above 2147483647"),
+    (["-p", "2147483000", "-d", "1000", "-n", "0"], "p + n + d = 2147484000 is above"),
+    (["-p", "128-512*2"], "llama-bench's ranges (FIRST-LAST[+STEP|*MULT]) are not modelled"),
+], ids=["fa", "p", "ub", "ctk", "format", "nothing", "profile", "p-above-int32",
+        "context-above-int32", "range"])
 def test_cli_bad_flags_one_line_exit_2(tiny, cli, args, needle):
     model, prof = tiny
     base = ["speed", model] + ([] if "--hardware" in args else ["--hardware", prof])

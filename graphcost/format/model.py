@@ -233,10 +233,12 @@ class _Meta:
         return self.md[k]
 
     def int(self, template: str, default: int | None = None, *, required: bool = False) -> int:
+        """A non-negative integer that fits the ``uint32_t`` llama.cpp reads it into (every
+        hparam read here is one: src/llama-hparams.h; get_key refuses a wider key)."""
         v = self.get(template, default, required=required)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= UINT32_MAX:
             raise GraphcostError(f"{self.path}: metadata key {self.key(template)!r} must be a "
-                                 f"non-negative integer, got {_show(v)}")
+                                 f"32-bit non-negative integer, got {_show(v)}")
         return v
 
     def float(self, template: str, default: float) -> float:
@@ -252,15 +254,22 @@ class _Meta:
         if isinstance(v, LazyArray):
             v = v.load()
         if isinstance(v, list):
-            if len(v) != n_layer or not all(isinstance(x, int) and x >= 0 for x in v):
+            if len(v) != n_layer or not all(isinstance(x, int) and 0 <= x <= UINT32_MAX
+                                            for x in v):
                 raise GraphcostError(f"{self.path}: metadata key {self.key(template)!r} must hold "
                                      f"{n_layer} non-negative integers, got {_show(v)}")
             return tuple(v)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise GraphcostError(f"{self.path}: metadata key {self.key(template)!r} must be an "
-                                 f"integer or a per-layer array, got {_show(v)}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= UINT32_MAX:
+            raise GraphcostError(f"{self.path}: metadata key {self.key(template)!r} must be a "
+                                 f"32-bit integer or a per-layer array, got {_show(v)}")
         return (v,) * n_layer
 
+
+#: src/llama-model.cpp: LLAMA_ROPE_SCALING_TYPES, the names rope.scaling.type may hold
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+
+#: the largest hparam llama.cpp holds (uint32_t fields of llama_hparams)
+UINT32_MAX = 2**32 - 1
 
 #: src/llama-hparams.h: load_hparams asserts 0 < block_count <= LLAMA_MAX_LAYERS
 LLAMA_MAX_LAYERS = 512
@@ -328,7 +337,14 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         raise GraphcostError(f"{header.path}: cannot tell the vocabulary size "
                              f"(no {m.key(Keys.LLM.VOCAB_SIZE)!r}, no tokenizer.ggml.tokens)")
 
-    scaling = m.get(Keys.Rope.SCALING_TYPE, "none")
+    # llama_model::load_hparams: rope_scaling defaults to "linear"; rope_freq_scale_train is
+    # 1 / factor whenever a factor is given (llama_context then uses 1 for type "none")
+    scaling = m.get(Keys.Rope.SCALING_TYPE, "linear")
+    if scaling not in ROPE_SCALING_TYPES:
+        # llama_model::load_hparams: GGML_ASSERT(rope_scaling_type_train != UNSPECIFIED)
+        raise GraphcostError(f"{header.path}: metadata key {m.key(Keys.Rope.SCALING_TYPE)!r} "
+                             f"is {_show(scaling)}; llama.cpp knows "
+                             f"{', '.join(ROPE_SCALING_TYPES)} (it aborts on any other)")
     factor = m.float(Keys.Rope.SCALING_FACTOR, 0.0)
     freq_scale = 1.0 if scaling == "none" or factor == 0.0 else 1.0 / factor
 

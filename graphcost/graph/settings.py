@@ -88,6 +88,13 @@ class Resolved:
     n_seq_max: int = 1
 
     @property
+    def n_ctx_seq(self) -> int:
+        """cparams.n_ctx_seq, the context of one sequence in cells (llama_context
+        constructor: n_ctx with -kvu or one sequence, else ``GGML_PAD(n_ctx / n_seq_max,
+        256)``): the cells of one KV stream, ``kv_size``."""
+        return self.kv_size
+
+    @property
     def graph_streams(self) -> int:
         """Streams this ubatch's attention is split into: the KQ mask's ne[3] and the
         4-D K/V views' (build_attn_inp_kq_mask: ``kv_unified ? 1 : ubatch.n_seqs_unq``;

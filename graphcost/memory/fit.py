@@ -43,6 +43,7 @@ from typing import Callable, Sequence
 
 from graphcost.errors import GraphcostError
 from graphcost.format.ggml_types import ggml_pad
+from graphcost.graph.settings import INT32_MAX
 from graphcost.memory.placement import DeviceArg, Override, PlacementFlags
 from graphcost.units import MiB
 
@@ -605,7 +606,7 @@ class MaxContext:
     padding) whose every device row fits the free memory given for it; 0 if none does."""
 
     n_ctx: int
-    limit: int  # the largest context searched (the training context, padded)
+    limit: int  # the largest context searched (the training context, padded; <= INT32_MAX)
     tried: tuple[tuple[int, bool], ...]  # (n_ctx, fits) in the order measured
 
     def as_dict(self) -> dict:
@@ -616,9 +617,12 @@ class MaxContext:
 def largest_context(n_ctx_train: int, fits: Callable[[int], bool], pad_to: int = CTX_ALIGN) -> MaxContext:
     """Binary search over contexts ``k * pad_to`` (llama_context pads n_ctx to 256 cells, so
     every ``-c`` in ``(256 (k-1), 256 k]`` allocates as ``256 k``) up to the training context
-    padded the same way. Exact when memory does not shrink as the context grows (the KV
-    cache is linear in it; the compute buffers grow with n_kv)."""
-    hi = max(1, ggml_pad(n_ctx_train, pad_to) // pad_to)
+    padded the same way, and no further than the largest ``-c`` llama.cpp accepts
+    (INT32_MAX: common/arg.cpp reads it with std::stoi; a 10M-token training context times
+    ``-np 256`` is above it). Exact when memory does not shrink as the context grows (the
+    KV cache is linear in it; the compute buffers grow with n_kv)."""
+    hi = max(1, min(ggml_pad(n_ctx_train, pad_to), INT32_MAX) // pad_to)
+    limit = hi * pad_to
     tried: list[tuple[int, bool]] = []
 
     def ok(k: int) -> bool:
@@ -627,7 +631,7 @@ def largest_context(n_ctx_train: int, fits: Callable[[int], bool], pad_to: int =
         return r
 
     if ok(hi):
-        return MaxContext(hi * pad_to, hi * pad_to, tuple(tried))
+        return MaxContext(limit, limit, tuple(tried))
     lo = 0  # invariant: lo fits (0: nothing known to fit), hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -635,8 +639,7 @@ def largest_context(n_ctx_train: int, fits: Callable[[int], bool], pad_to: int =
             lo = mid
         else:
             hi = mid
-    return MaxContext(lo * pad_to, max(1, ggml_pad(n_ctx_train, pad_to) // pad_to) * pad_to,
-                      tuple(tried))
+    return MaxContext(lo * pad_to, limit, tuple(tried))
 
 
 def largest_device_context(model, settings, args: list[DeviceArg],

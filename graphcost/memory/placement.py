@@ -784,6 +784,8 @@ def parse_device(spec: str) -> DeviceArg:
             known = ", ".join(sorted(backend.options)) or "none"
             raise GraphcostError(f"--device {spec}: unknown option {name!r} for {kind} "
                                  f"(options: {known})")
+        if any(name == seen for seen, _ in options):
+            raise GraphcostError(f"--device {spec}: option {name!r} is given twice")
         options.append((name, value.strip()))
     return DeviceArg(kind, parse_bytes(mem, f"--device {spec}:") if mem else None, tuple(options))
 

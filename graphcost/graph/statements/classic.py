@@ -38,10 +38,11 @@ def when(sb: SpecBuilder, a: dict) -> None:
 def rope_factors(sb: SpecBuilder, a: dict) -> None:
     """``{out: rope_factors}``: llama_model::get_rope_factors(cparams, il) -- the
     ``rope_freqs`` tensor if there is one, else ``rope_factors_long`` when n_ctx_seq
-    (n_ctx with one sequence) exceeds n_ctx_orig_yarn, else ``rope_factors_short``; any of
-    them may be absent (then no factors). Use with ``rope: {factors_var: ...}``."""
+    (one sequence's context: n_ctx / n_seq_max padded, with -np N and no -kvu) exceeds
+    n_ctx_orig_yarn, else ``rope_factors_short``; any of them may be absent (then no
+    factors). Use with ``rope: {factors_var: ...}``."""
     f = sb.weight("/rope_freqs?")
     if f is None:
-        long = sb.b.run.n_ctx > sb.m.n_ctx_orig_yarn
+        long = sb.b.run.n_ctx_seq > sb.m.n_ctx_orig_yarn
         f = sb.weight("/rope_factors_long?" if long else "/rope_factors_short?")
     sb.vars[a.get("out", "rope_factors")] = f
