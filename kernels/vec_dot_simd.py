@@ -131,7 +131,7 @@ def prep_bytes(code: int, k: int) -> int:
         return k // 256 * 512
     if code == Q2_K:
         return k
-    return k // 32 * 40          # 32 quants + float d + int32/float extra per block
+    return k // 32 * PREP32      # see _prep_32
 
 
 @njit(cache=True)
@@ -155,10 +155,28 @@ def _prep_k(yq, out, idx, per_block, pair_offset):
                 S.store_at(out, po + 256 + 2 * j, s, "i16")
 
 
+#: prepared bytes per 32-block of activations: 32 quants, float32 d, int32/float32 extra,
+#: then d and extra again, each four times (one lane per weight row of the 4-row kernels)
+PREP32 = 32 + 4 + 4 + 16 + 16
+
+
+@njit(inline="always", cache=True)
+def _rep_d(nb, b):
+    """Byte offset of block b's d, repeated 4 times, in a prepared row of nb blocks."""
+    return 40 * nb + 16 * b
+
+
+@njit(inline="always", cache=True)
+def _rep_e(nb, b):
+    """Byte offset of block b's extra (``offset * sum(q)`` or s), repeated 4 times."""
+    return 56 * nb + 16 * b
+
+
 @njit(cache=True)
 def _prep_32(yq, out, block_bytes, natural, offset):
     """Q8_0/Q8_1 blocks -> quants (4-block groups in kernel order), float32 d per block,
-    then int32 ``offset * sum(q)`` (offset > 0) or float32 s (Q8_1, offset 0)."""
+    then int32 ``offset * sum(q)`` (offset > 0) or float32 s (Q8_1, offset 0); then the
+    d and the extra of each block repeated 4 times (at ``_rep_d``/``_rep_e``)."""
     q = yq.view(np.int8)
     o8 = out.view(np.int8)
     qoff = block_bytes - 32
@@ -181,6 +199,9 @@ def _prep_32(yq, out, block_bytes, natural, offset):
         else:
             s = f16_to_f32(S.scalar_at(yq, block_bytes * b + 2, "u16"))
             S.store_at(out, 36 * nb + 4 * b, s, "f32")
+        for r in range(4):
+            S.store_at(out, _rep_d(nb, b) + 4 * r, S.scalar_at(out, 32 * nb + 4 * b, "u32"), "u32")
+            S.store_at(out, _rep_e(nb, b) + 4 * r, S.scalar_at(out, 36 * nb + 4 * b, "u32"), "u32")
 
 
 
@@ -328,57 +349,78 @@ _HLO_Q5_1 = _gather4(24, [4 + j // 8 for j in range(16)])
 _HHI_Q5_1 = _gather4(24, [6 + j // 8 for j in range(16)])
 
 
-@njit(inline="always", cache=True)
-def _yd(yp, b0, n, nb):
-    """The activations' float32 d of the n blocks from b0."""
-    return S.load(yp, 32 * nb + 4 * b0, n, "f32")
+# _float_<t>(sumi, d, m, yp, pd, pe, n): the terms of n blocks (lanes), the activations'
+# d and extra read as n lanes from byte offsets pd and pe of the prepared row (one per
+# block: 32 * nb + 4 * b0, 36 * nb + 4 * b0; or a block's 4 lanes: _rep_d, _rep_e)
 
 
 @njit(inline="always", cache=True)
-def _part4_q4_0(row, p, yp, pq):      # block_q4_0: d@0 qs@2, 18 B
-    a, b = _span4(row, p, 18)
+def _codes_q4_0(a, b):                # block_q4_0: d@0 qs@2, 18 B
     q = _QS_Q4_0(a, b)
+    return q & 15, q >> 4
+
+
+@njit(inline="always", cache=True)
+def _part4_q4_0(row, p, yp, pq):
+    a, b = _span4(row, p, 18)
+    lo, hi = _codes_q4_0(a, b)
     d = _halves(_D_Q4_0(a, b))
-    return _nibble_dot4(q & 15, q >> 4, yp, pq), d, d
+    return _nibble_dot4(lo, hi, yp, pq), d, d
 
 
 @njit(inline="always", cache=True)
-def _float_q4_0(sumi, d, m, yp, b0, n, nb):     # sumi*dx*dy, sumi = dot - 8 * sum(y)
-    sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
-    return S.convert(sumi, "f32") * d * _yd(yp, b0, n, nb)
+def _float_q4_0(sumi, d, m, yp, pd, pe, n):     # sumi*dx*dy, sumi = dot - 8 * sum(y)
+    sumi = sumi - S.load(yp, pe, n, "i32")
+    return S.convert(sumi, "f32") * d * S.load(yp, pd, n, "f32")
 
 
 @njit(inline="always", cache=True)
-def _part4_q5_0(row, p, yp, pq):      # block_q5_0: d@0 qh@2 qs@6, 22 B
+def _codes_q5_0(a, b):                # block_q5_0: d@0 qh@2 qs@6, 22 B
+    return _q5_codes(_QS_Q5_0(a, b), _HLO_Q5_0(a, b), _HHI_Q5_0(a, b))
+
+
+@njit(inline="always", cache=True)
+def _part4_q5_0(row, p, yp, pq):
     a, b = _span4(row, p, 22)
-    lo, hi = _q5_codes(_QS_Q5_0(a, b), _HLO_Q5_0(a, b), _HHI_Q5_0(a, b))
+    lo, hi = _codes_q5_0(a, b)
     d = _halves(_D_Q5_0(a, b))
     return _nibble_dot4(lo, hi, yp, pq), d, d
 
 
 @njit(inline="always", cache=True)
-def _float_q5_0(sumi, d, m, yp, b0, n, nb):     # (dx*dy)*sumi, sumi = dot - 16 * sum(y)
-    sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
-    return (d * _yd(yp, b0, n, nb)) * S.convert(sumi, "f32")
+def _float_q5_0(sumi, d, m, yp, pd, pe, n):     # (dx*dy)*sumi, sumi = dot - 16 * sum(y)
+    sumi = sumi - S.load(yp, pe, n, "i32")
+    return (d * S.load(yp, pd, n, "f32")) * S.convert(sumi, "f32")
 
 
 @njit(inline="always", cache=True)
-def _part4_q4_1(row, p, yp, pq):      # block_q4_1: d@0 m@2 qs@4, 20 B
-    a, b = _span4(row, p, 20)
+def _codes_q4_1(a, b):                # block_q4_1: d@0 m@2 qs@4, 20 B
     q = _QS_Q4_1(a, b)
-    return _nibble_dot4(q & 15, q >> 4, yp, pq), _halves(_D_Q4_1(a, b)), _halves(_M_Q4_1(a, b))
+    return q & 15, q >> 4
 
 
 @njit(inline="always", cache=True)
-def _float_q4_1(sumi, d, m, yp, b0, n, nb):     # (dx*dy)*sumi + m*s
-    ms = m * S.load(yp, 36 * nb + 4 * b0, n, "f32")
-    return (d * _yd(yp, b0, n, nb)) * S.convert(sumi, "f32") + ms
+def _part4_q4_1(row, p, yp, pq):
+    a, b = _span4(row, p, 20)
+    lo, hi = _codes_q4_1(a, b)
+    return _nibble_dot4(lo, hi, yp, pq), _halves(_D_Q4_1(a, b)), _halves(_M_Q4_1(a, b))
 
 
 @njit(inline="always", cache=True)
-def _part4_q5_1(row, p, yp, pq):      # block_q5_1: d@0 m@2 qh@4 qs@8, 24 B
+def _float_q4_1(sumi, d, m, yp, pd, pe, n):     # (dx*dy)*sumi + m*s
+    ms = m * S.load(yp, pe, n, "f32")
+    return (d * S.load(yp, pd, n, "f32")) * S.convert(sumi, "f32") + ms
+
+
+@njit(inline="always", cache=True)
+def _codes_q5_1(a, b):                # block_q5_1: d@0 m@2 qh@4 qs@8, 24 B
+    return _q5_codes(_QS_Q5_1(a, b), _HLO_Q5_1(a, b), _HHI_Q5_1(a, b))
+
+
+@njit(inline="always", cache=True)
+def _part4_q5_1(row, p, yp, pq):
     a, b = _span4(row, p, 24)
-    lo, hi = _q5_codes(_QS_Q5_1(a, b), _HLO_Q5_1(a, b), _HHI_Q5_1(a, b))
+    lo, hi = _codes_q5_1(a, b)
     return _nibble_dot4(lo, hi, yp, pq), _halves(_D_Q5_1(a, b)), _halves(_M_Q5_1(a, b))
 
 
@@ -409,10 +451,10 @@ def _part4_q8_0(row, p, yp, pq):      # block_q8_0: d@0 qs:i8@2, 34 B
 
 
 @njit(inline="always", cache=True)
-def _float_q8_0(sumi, d, m, yp, b0, n, nb):     # sumi*(dx*dy)
+def _float_q8_0(sumi, d, m, yp, pd, pe, n):     # sumi*(dx*dy)
     if S.has_vnni():                            # sumi = dot - 128 * sum(y)
-        sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
-    return S.convert(sumi, "f32") * (d * _yd(yp, b0, n, nb))
+        sumi = sumi - S.load(yp, pe, n, "i32")
+    return S.convert(sumi, "f32") * (d * S.load(yp, pd, n, "f32"))
 
 
 _ZIP8 = S.permutation2([i // 2 + 8 * (i % 2) for i in range(16)])    # a0 b0 a1 b1 ...
@@ -460,14 +502,15 @@ def _terms8(part4, flt, size, row, g, nb, yp, ahead):
     _prefetch(row, size * b0, 8 * size, ahead)
     s0, d0, m0 = part4(row, size * b0, yp, 32 * b0)
     s1, d1, m1 = part4(row, size * (b0 + 4), yp, 32 * (b0 + 4))
-    return flt(_block_sums4(s0, s1), S.concat(d0, d1), S.concat(m0, m1), yp, b0, 8, nb)
+    return flt(_block_sums4(s0, s1), S.concat(d0, d1), S.concat(m0, m1), yp, 32 * nb + 4 * b0,
+               36 * nb + 4 * b0, 8)
 
 
 @njit(inline="always", cache=True)
 def _terms4(part4, flt, size, row, b0, nb, yp, ahead):
     _prefetch(row, size * b0, 4 * size, ahead)
     s, d, m = part4(row, size * b0, yp, 32 * b0)
-    return flt(_sum4lanes(s), d, m, yp, b0, 4, nb)
+    return flt(_sum4lanes(s), d, m, yp, 32 * nb + 4 * b0, 36 * nb + 4 * b0, 4)
 
 
 @njit(inline="always", cache=True)
@@ -501,6 +544,145 @@ def _four32(part4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
             blocks(r2, yq, b, nb, S.lane(s, 2)), blocks(r3, yq, b, nb, S.lane(s, 3)))
 
 
+# Four rows of the nibble types take 4 blocks of each row at a time and keep everything
+# in "block-major, row-minor" lanes (lane 4b + r: block b of row r): the rows' dot lanes are
+# summed by a transpose of in-lane unpacks (_rows_sum4), the scales picked straight into
+# that order (_field4x4), the activations' d and extra read from their 4-fold copies
+# (_rep_d, _rep_e), and each block's 4 terms added to the rows' sums as one 4-lane vector.
+# Cross-lane permutes (one per cycle here, where unpacks and blends issue four) are thus
+# only the quant gathers and two per scale field.
+
+_UNPACK_LO32 = S.permutation2([4 * k + i // 2 + 16 * (i % 2) for k in range(4) for i in range(4)])
+_UNPACK_HI32 = S.permutation2([4 * k + 2 + i // 2 + 16 * (i % 2) for k in range(4) for i in range(4)])
+_UNPACK_LO64 = S.permutation2([4 * k + i % 2 + 16 * (i // 2) for k in range(4) for i in range(4)])
+_UNPACK_HI64 = S.permutation2([4 * k + 2 + i % 2 + 16 * (i // 2) for k in range(4) for i in range(4)])
+
+
+@njit(inline="always", cache=True)
+def _rows_sum4(s0, s1, s2, s3):
+    """Four rows' int32 x16 -> x16: lane 4k + r = the sum of lanes 4k..4k+3 of row r."""
+    t01 = _UNPACK_LO32(s0, s1) + _UNPACK_HI32(s0, s1)
+    t23 = _UNPACK_LO32(s2, s3) + _UNPACK_HI32(s2, s3)
+    return _UNPACK_LO64(t01, t23) + _UNPACK_HI64(t01, t23)
+
+
+def _field4x4(size: int, off: int) -> object:
+    """``f(a, b)`` on two rows' first :func:`_span4` vectors (block 3's field must lie in
+    it): 16 uint16 lanes, lane 4b + r (r = 0, 1; lanes r = 2, 3 repeat them) the half at
+    byte ``off`` of block b of row r."""
+    return S.permutation2([64 * (r % 2) + size * b + off + e
+                           for b in range(4) for r in range(4) for e in range(2)])
+
+
+def _fields_row(size: int, offs) -> object:
+    """``f(a, c)`` on one row's two :func:`_span4` vectors: for each field offset in
+    ``offs`` (d, m), 16 uint16 lanes, lane 4b + r (every r) the half of block b."""
+    src = [q if q < 64 else q + 128 - 4 * size
+           for f in offs for b in range(4) for _ in range(4) for e in range(2)
+           for q in [size * b + f + e]]
+    return S.permutation2(src)
+
+
+def _select_rows(n: int, rows) -> object:
+    """``f(x, y)`` on two vectors of n bytes (uint16 lanes 4b + r): lanes of rows ``rows``
+    from x, the others from y (a blend)."""
+    return S.permutation2([j if (j // 2) % 4 in rows else n + j for j in range(n)])
+
+
+_ROW0_32, _ROW2_32, _ROWS01_32 = _select_rows(32, (0,)), _select_rows(32, (2,)), _select_rows(32, (0, 1))
+_ROW0_64, _ROW2_64, _ROWS01_64 = _select_rows(64, (0,)), _select_rows(64, (2,)), _select_rows(64, (0, 1))
+
+
+@njit(inline="always", cache=True)
+def _halves4x4(pick, a0, a1, a2, a3):
+    """float32 x16, lane 4b + r = the half ``pick`` (:func:`_field4x4`) selects in block b
+    of row r."""
+    return _halves(_ROWS01_32(pick(a0, a1), pick(a2, a3)))
+
+
+@njit(inline="always", cache=True)
+def _d_rows(pick, a0, c0, a1, c1, a2, c2, a3, c3):
+    """float32 x16, lane 4b + r = d of block b of row r (``pick``: :func:`_fields_row` of
+    d alone): one permute per row, then blends."""
+    x01 = _ROW0_32(pick(a0, c0), pick(a1, c1))
+    x23 = _ROW2_32(pick(a2, c2), pick(a3, c3))
+    return _halves(_ROWS01_32(x01, x23))
+
+
+@njit(inline="always", cache=True)
+def _dm_rows(pick, a0, c0, a1, c1, a2, c2, a3, c3):
+    """(d, m) as :func:`_d_rows`, ``pick`` the :func:`_fields_row` of (d, m)."""
+    x01 = _ROW0_64(pick(a0, c0), pick(a1, c1))
+    x23 = _ROW2_64(pick(a2, c2), pick(a3, c3))
+    h = S.bitcast(_ROWS01_64(x01, x23), "u16")
+    return S.f16_to_f32(S.lanes(h, 0, 16)), S.f16_to_f32(S.lanes(h, 16, 16))
+
+
+@njit(inline="always", cache=True)
+def _dm_q4_0(a0, c0, a1, c1, a2, c2, a3, c3):
+    d = _halves4x4(_D4X4_Q4_0, a0, a1, a2, a3)
+    return d, d
+
+
+@njit(inline="always", cache=True)
+def _dm_q5_0(a0, c0, a1, c1, a2, c2, a3, c3):
+    d = _d_rows(_D_ROW_Q5_0, a0, c0, a1, c1, a2, c2, a3, c3)
+    return d, d
+
+
+@njit(inline="always", cache=True)
+def _dm_q4_1(a0, c0, a1, c1, a2, c2, a3, c3):
+    return _dm_rows(_DM_ROW_Q4_1, a0, c0, a1, c1, a2, c2, a3, c3)
+
+
+@njit(inline="always", cache=True)
+def _dm_q5_1(a0, c0, a1, c1, a2, c2, a3, c3):
+    return _dm_rows(_DM_ROW_Q5_1, a0, c0, a1, c1, a2, c2, a3, c3)
+
+
+_D4X4_Q4_0, _D_ROW_Q5_0 = _field4x4(18, 0), _fields_row(22, (0,))
+_DM_ROW_Q4_1, _DM_ROW_Q5_1 = _fields_row(20, (0, 2)), _fields_row(24, (0, 2))
+
+
+@njit(inline="always", cache=True)
+def _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, b0, nb, yp, ahead):
+    """The float terms of blocks b0..b0+3 of four rows, lane 4b + r = block b0 + b of
+    row r (``codes``: _codes_<t>, ``dm``: _dm_<t>)."""
+    p, pq = size * b0, 32 * b0
+    _prefetch(r0, p, 4 * size, ahead)
+    _prefetch(r1, p, 4 * size, ahead)
+    _prefetch(r2, p, 4 * size, ahead)
+    _prefetch(r3, p, 4 * size, ahead)
+    a0, c0 = _span4(r0, p, size)
+    a1, c1 = _span4(r1, p, size)
+    a2, c2 = _span4(r2, p, size)
+    a3, c3 = _span4(r3, p, size)
+    l0, h0 = codes(a0, c0)
+    l1, h1 = codes(a1, c1)
+    l2, h2 = codes(a2, c2)
+    l3, h3 = codes(a3, c3)
+    sums = _rows_sum4(_nibble_dot4(l0, h0, yp, pq), _nibble_dot4(l1, h1, yp, pq),
+                      _nibble_dot4(l2, h2, yp, pq), _nibble_dot4(l3, h3, yp, pq))
+    d, m = dm(a0, c0, a1, c1, a2, c2, a3, c3)
+    return flt(sums, d, m, yp, _rep_d(nb, b0), _rep_e(nb, b0), 16)
+
+
+@njit(inline="always", cache=True)
+def _four_nibbles(codes, dm, flt, blocks, size, r0, r1, r2, r3, yq, yp):
+    """Four rows of a nibble type (Q4_0 Q4_1 Q5_0 Q5_1): 4 blocks of each at a time, each
+    block's 4 terms (one per row) added to the rows' sums in block order."""
+    nb, s, ahead = r0.shape[0] // size, S.zeros(4, "f32"), _ahead4(r0)
+    for g in range(nb // 4):
+        t = _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, 4 * g, nb, yp, ahead)
+        s = s + S.lanes(t, 0, 4)
+        s = s + S.lanes(t, 4, 4)
+        s = s + S.lanes(t, 8, 4)
+        s = s + S.lanes(t, 12, 4)
+    b = nb // 4 * 4
+    return (blocks(r0, yq, b, nb, S.lane(s, 0)), blocks(r1, yq, b, nb, S.lane(s, 1)),
+            blocks(r2, yq, b, nb, S.lane(s, 2)), blocks(r3, yq, b, nb, S.lane(s, 3)))
+
+
 @njit(cache=True)
 def _simd_q4_0(row, yq, yp):
     out_of_line()
@@ -510,7 +692,8 @@ def _simd_q4_0(row, yq, yp):
 @njit(cache=True)
 def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q4_0, _float_q4_0, blocks_q4_0, 18, r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q4_0, _dm_q4_0, _float_q4_0, blocks_q4_0, 18,
+                         r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -522,7 +705,8 @@ def _simd_q5_0(row, yq, yp):
 @njit(cache=True)
 def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q5_0, _float_q5_0, blocks_q5_0, 22, r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q5_0, _dm_q5_0, _float_q5_0, blocks_q5_0, 22,
+                         r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -534,7 +718,8 @@ def _simd_q4_1(row, yq, yp):
 @njit(cache=True)
 def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q4_1, _float_q4_1, blocks_q4_1, 20, r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q4_1, _dm_q4_1, _float_q4_1, blocks_q4_1, 20,
+                         r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -546,7 +731,8 @@ def _simd_q5_1(row, yq, yp):
 @njit(cache=True)
 def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q5_1, _float_q5_1, blocks_q5_1, 24, r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q5_1, _dm_q5_1, _float_q5_1, blocks_q5_1, 24,
+                         r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
