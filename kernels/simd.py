@@ -13,7 +13,8 @@ kernel say which vector operations it wants while staying plain numba code:
 * the rest are functions: :func:`load`, :func:`splat`, :func:`convert`,
   :func:`bitcast`, :func:`select_neg`, :func:`absolute`, :func:`concat`,
   :func:`lanes`, :func:`permutation`/:func:`permutation2` (constant shuffles),
-  :func:`maddubs`, :func:`madd`, :func:`dpbusd`, :func:`dpwssd`, :func:`hsum`.
+  :func:`maddubs`, :func:`madd`, :func:`dpbusd`, :func:`dpwssd`, :func:`hsum`,
+  :func:`bit_field`/:func:`bit_select` (bit fields, one ``vgf2p8affineqb`` with GFNI).
 
 Everything is plain LLVM IR (``shufflevector``, ``mul``, ``sext``...) except the byte
 dot products, which are emitted as x86 intrinsics when the target has them and as
@@ -761,6 +762,50 @@ def bit_field(typingctx, a, shift, width):
         return builder.and_(v, _const_vec(types.uint8, [(1 << wd) - 1] * a.n))
 
     return a(a, shift, width), codegen
+
+
+@intrinsic
+def has_gfni(typingctx):
+    """Whether the code being compiled has GFNI with AVX512BW (a constant LLVM folds):
+    there :func:`bit_field` and :func:`bit_select` are one ``vgf2p8affineqb``."""
+    def codegen(context, builder, sig, args):
+        feats = _target_features(context)
+        return ir.Constant(ir.IntType(1), int("gfni" in feats and "avx512bw" in feats))
+
+    return types.boolean(), codegen
+
+
+def bit_select(qword_bits, dst: int) -> object:
+    """A function ``f(a)`` on 64 uint8 lanes: lane k is ``1 << dst`` where bit
+    ``qword_bits[k // 8]`` of ``a[k]`` is set, else 0 (one source bit per 8-byte group).
+    With GFNI one ``vgf2p8affineqb`` (a bit matrix per 64-bit lane moving that bit to
+    bit ``dst``); elsewhere a shift by each lane's bit, a mask and a shift."""
+    bits = tuple(int(b) for b in qword_bits)
+    if len(bits) != 8 or not all(0 <= b < 8 for b in bits) or not 0 <= dst < 8:
+        raise ValueError(f"bit_select: 8 source bits and a destination bit, got {bits} {dst}")
+    # output bit i = parity(matrix byte 7 - i & x): byte 7 - dst selects the source bit
+    qwords = [(1 << b) << (8 * (7 - dst)) for b in bits]
+    mat = [(qwords[k // 8] >> (8 * (k % 8))) & 0xFF for k in range(64)]
+    shifts = [bits[k // 8] for k in range(64)]
+
+    @intrinsic
+    def select(typingctx, a):
+        if not (isinstance(a, Vec) and a.dtype == types.uint8 and a.n == 64):
+            return None
+
+        def codegen(context, builder, sig, args):
+            feats = _target_features(context)
+            if "gfni" in feats and "avx512bw" in feats:
+                return _x86_call(builder, "llvm.x86.vgf2p8affineqb.512", args[0].type,
+                                 [args[0], _const_vec(types.uint8, mat),
+                                  ir.Constant(ir.IntType(8), 0)])
+            v = builder.lshr(args[0], _const_vec(types.uint8, shifts))
+            v = builder.and_(v, _const_vec(types.uint8, [1] * 64))
+            return builder.shl(v, _const_vec(types.uint8, [dst] * 64))
+
+        return a(a), codegen
+
+    return select
 
 
 @intrinsic
