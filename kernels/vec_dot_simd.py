@@ -10,10 +10,12 @@ those of :func:`.vec_dot_ggml.dot_row_ggml` (``tests/test_kernels.py``).
 What ggml's generic order fixes, and how the vector code keeps it:
 
 * 32-blocks (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0): ``sumf += f(sumi_b, d_b ...)`` one block after
-  the other. Eight blocks are summed at once (lanes of one vector, reduced by a
-  transposed add tree to one int32 lane per block), their float terms computed as an
+  the other. One row: eight blocks are summed at once (lanes of one vector, reduced by
+  a transposed add tree to one int32 lane per block), their float terms computed as an
   8-lane vector, then added to ``sumf`` lane by lane in block order
-  (:func:`.simd.add_in_order`).
+  (:func:`.simd.add_in_order`). Four rows of the nibble types: 4 blocks of each row,
+  lane 4b + r holding block b of row r (:func:`_four_nibbles`), each block's 4 terms
+  added to the 4 rows' sums as one vector.
 * K-quants except Q2_K: ggml's ``aux32[l]`` collects the products of the values
   ``k`` with ``k % 8 == l`` (times their sub-block scale) and adds ``d * aux32[l]`` to
   float lane ``l`` once per 256 values. The weight bytes are therefore permuted in
@@ -28,12 +30,13 @@ What ggml's generic order fixes, and how the vector code keeps it:
 Numbers are bounded so that no 16-bit pair sum saturates (see :mod:`.simd`): unsigned
 codes are at most 63 (Q6_K), ``|w| <= 128`` for Q8_0, activations in [-127, 127].
 
-Each weight row is streamed with a software prefetch into L2 ``PREFETCH`` bytes ahead
-(``PREFETCH4`` for the four-row kernels, every byte of the four rows covered): the
-kernels do ~15 GB/s per core from cache, and without the hint a core's misses and its
-arithmetic took turns (6.7 GB/s on Q4_K from memory, 12 GB/s with it). A prefetch into
-L1 2-3 KB ahead held the Q8_0 output matvec of gemma3 270M (640 columns) at 6 GB/s per
-core; into L2 8 KB ahead, 14 GB/s (:func:`.simd.prefetch`).
+Each weight row is streamed with a software prefetch into L2 ``PREFETCH`` bytes ahead;
+the four-row kernels instead sweep the next four rows in address order
+(:func:`_prefetch_next4`): without a hint a core's misses and its arithmetic took turns
+(6.7 GB/s on Q4_K from memory, 12 GB/s with it). A prefetch into L1 2-3 KB ahead held
+the Q8_0 output matvec of gemma3 270M (640 columns) at 6 GB/s per core; into L2 8 KB
+ahead, 14 GB/s (:func:`.simd.prefetch`). Four per-row streams 8 KB ahead left the 2-core
+matvecs at 70-86% of the streaming read; the one sequential sweep at 86-99%.
 
 Activation layout (:func:`prepare_row`, ``prep_bytes(code, k)`` bytes per row; ``yq``
 itself is still read for the scales ``d`` and Q2_K's ``bsums``):
@@ -47,7 +50,8 @@ Q3_K           as Q6_K over the bit-plane order (:data:`_PLANES`), ``4 * (y[a] +
 Q2_K           per 256: int8 quants in bit-plane order
 32-blocks      quants (per 4 blocks: Q8_0 natural, others :func:`_nibble_order`), then
                float32 ``d`` of every block, then int32 ``offset * sum(q)`` (Q4_0,
-               Q5_0, Q8_0) or float32 ``s`` (Q4_1, Q5_1) of every block
+               Q5_0, Q8_0) or float32 ``s`` (Q4_1, Q5_1) of every block; then both
+               again, each value 4 times (:func:`_rep_d`, :func:`_rep_e`)
 =============  =======================================================================
 """
 from __future__ import annotations
@@ -55,18 +59,31 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from gguf import GGMLQuantizationType as QT
+
+from graphcost.format import ggml_types as gt
+
 from . import simd as S
 from .bits import f16_to_f32, out_of_line
-from .quants import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+from .quants import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, Q8_1, Q8_K
 from .vec_dot_ggml import (blocks_q4_0, blocks_q4_1, blocks_q5_0, blocks_q5_1,
                            blocks_q8_0)
 
 F = np.float32
 
+#: bytes per block of each type (graphcost.format.ggml_types: gguf's GGML_QUANT_SIZES)
+B_Q4_0, B_Q4_1, B_Q5_0, B_Q5_1, B_Q8_0, B_Q8_1 = (gt.block(QT(c))[1] for c in
+                                                  (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1))
+B_Q2_K, B_Q3_K, B_Q4_K, B_Q5_K, B_Q6_K, B_Q8_K = (gt.block(QT(c))[1] for c in
+                                                  (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K))
+
 #: bytes ahead of the current weight block that each kernel prefetches
 PREFETCH = 8192
-#: bytes ahead that the four-row kernels prefetch (:func:`_ahead4`)
-PREFETCH4 = 8192
+#: the four-row kernels prefetch the next four rows this many bytes ahead of 4 times
+#: their position (:func:`_prefetch_next4`)
+PREFETCH_NEXT4 = 4096
+#: ``ahead`` that makes :func:`_prefetch` do nothing (the four-row kernels)
+NO_PREFETCH = -1
 
 #: weight types with a kernel here (the others use :mod:`.vec_dot_ggml`)
 CODES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
@@ -131,7 +148,7 @@ def prep_bytes(code: int, k: int) -> int:
         return k // 256 * 512
     if code == Q2_K:
         return k
-    return k // 32 * 40          # 32 quants + float d + int32/float extra per block
+    return k // 32 * PREP32      # see _prep_32
 
 
 @njit(cache=True)
@@ -140,8 +157,8 @@ def _prep_k(yq, out, idx, per_block, pair_offset):
     Q4_K/Q5_K) or ``pair_offset * (y[a] + y[b])`` for each byte pair (Q6_K, Q3_K)."""
     q = yq.view(np.int8)
     o8 = out.view(np.int8)
-    for i in range(yq.shape[0] // 292):
-        py, po = 292 * i, per_block * i
+    for i in range(yq.shape[0] // B_Q8_K):
+        py, po = B_Q8_K * i, per_block * i
         for j in range(256):
             o8[po + j] = q[py + 4 + idx[j]]
         if per_block == 272:
@@ -155,10 +172,28 @@ def _prep_k(yq, out, idx, per_block, pair_offset):
                 S.store_at(out, po + 256 + 2 * j, s, "i16")
 
 
+#: prepared bytes per 32-block of activations: 32 quants, float32 d, int32/float32 extra,
+#: then d and extra again, each four times (one lane per weight row of the 4-row kernels)
+PREP32 = 32 + 4 + 4 + 16 + 16
+
+
+@njit(inline="always", cache=True)
+def _rep_d(nb, b):
+    """Byte offset of block b's d, repeated 4 times, in a prepared row of nb blocks."""
+    return 40 * nb + 16 * b
+
+
+@njit(inline="always", cache=True)
+def _rep_e(nb, b):
+    """Byte offset of block b's extra (``offset * sum(q)`` or s), repeated 4 times."""
+    return 56 * nb + 16 * b
+
+
 @njit(cache=True)
 def _prep_32(yq, out, block_bytes, natural, offset):
     """Q8_0/Q8_1 blocks -> quants (4-block groups in kernel order), float32 d per block,
-    then int32 ``offset * sum(q)`` (offset > 0) or float32 s (Q8_1, offset 0)."""
+    then int32 ``offset * sum(q)`` (offset > 0) or float32 s (Q8_1, offset 0); then the
+    d and the extra of each block repeated 4 times (at ``_rep_d``/``_rep_e``)."""
     q = yq.view(np.int8)
     o8 = out.view(np.int8)
     qoff = block_bytes - 32
@@ -181,6 +216,9 @@ def _prep_32(yq, out, block_bytes, natural, offset):
         else:
             s = f16_to_f32(S.scalar_at(yq, block_bytes * b + 2, "u16"))
             S.store_at(out, 36 * nb + 4 * b, s, "f32")
+        for r in range(4):
+            S.store_at(out, _rep_d(nb, b) + 4 * r, S.scalar_at(out, 32 * nb + 4 * b, "u32"), "u32")
+            S.store_at(out, _rep_e(nb, b) + 4 * r, S.scalar_at(out, 36 * nb + 4 * b, "u32"), "u32")
 
 
 
@@ -197,13 +235,13 @@ def prepare_row(code, yq, out):
     elif code == Q2_K:
         _prep_k(yq, out, _IDX_K2, 256, 0)
     elif code == Q8_0:
-        _prep_32(yq, out, 34, True, 128)
+        _prep_32(yq, out, B_Q8_0, True, 128)
     elif code == Q4_0:
-        _prep_32(yq, out, 34, False, 8)
+        _prep_32(yq, out, B_Q8_0, False, 8)
     elif code == Q5_0:
-        _prep_32(yq, out, 34, False, 16)
+        _prep_32(yq, out, B_Q8_0, False, 16)
     elif code == Q4_1 or code == Q5_1:
-        _prep_32(yq, out, 36, False, 0)
+        _prep_32(yq, out, B_Q8_1, False, 0)
 
 
 # ---------------------------------------------------------------------------- shared pieces
@@ -211,19 +249,26 @@ def prepare_row(code, yq, out):
 
 @njit(inline="always", cache=True)
 def _prefetch(row, p, nbytes, ahead):
-    """Prefetch the cache lines ``ahead`` bytes after [p, p + nbytes): ``PREFETCH`` for a
-    kernel walking one row, 4 rows for one walking 4 (the same bytes of the 4 rows it
-    will do next; weight rows are contiguous)."""
+    """Prefetch the cache lines ``ahead`` bytes after [p, p + nbytes) (``PREFETCH``, a
+    kernel walking one row); none for ``NO_PREFETCH`` (the four-row kernels, which call
+    :func:`_prefetch_next4`)."""
+    if ahead < 0:
+        return
     for o in range(0, nbytes, 64):
         S.prefetch(row, p + ahead + o)
 
 
 @njit(inline="always", cache=True)
-def _ahead4(r0):
-    """Prefetch distance of the four-row kernels, in bytes past each row's current block
-    (rows are contiguous, so the four rows' prefetches cover the span ``PREFETCH4``
-    bytes ahead of the first): at least the next four rows."""
-    return max(4 * r0.shape[0], PREFETCH4)
+def _prefetch_next4(r0, p, nbytes):
+    """Prefetch, once each, the cache lines the next four rows hold at 4 * [p, p + nbytes)
+    + ``PREFETCH_NEXT4`` (from the first of them; weight rows are contiguous): while a
+    four-row kernel walks bytes p..p + nbytes of rows r0..r0+3, one sequential sweep
+    runs 4 times as fast through the 4 rows after them. Per row ``ahead`` bytes ahead
+    (:func:`_prefetch`, the one-row kernels) reached 72-80% of the streaming read with 2
+    threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run)."""
+    start = 4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4
+    for q in range((start + 63) // 64 * 64, start + 4 * nbytes, 64):
+        S.prefetch(r0, q)
 
 
 @njit(inline="always", cache=True)
@@ -312,73 +357,95 @@ def _halves(v):
 # _part4_<t>(row, p, yp, pq): for the 4 blocks from byte p (activations at pq), int32
 # lanes 4i..4i+3 holding partial sums of block i, and the blocks' d and m (float32 x4;
 # d again where the type has no m); the nibble types load the 4 blocks as two vectors
-# (_span4) and pick quants, qh and scales from them with one byte permute each.
-# _float_<t>(sumi, d, m, yp, b0, n, nb): the float32 terms ggml adds to sumf for the n
-# blocks from b0, lanes in block order. A row's dot is sumf += term, term after term
-# (add_in_order); four rows at a time transpose their terms and add them as 4-lane
-# vectors (_add_rows4), which halves the shuffles and runs four such chains at once.
+# (_span4) and pick quants, qh and scales from them with one byte permute each
+# (_codes_<t>). A row's dot is sumf += term, term after term (add_in_order). Four rows
+# of Q8_0 transpose their terms and add them as 4-lane vectors (_add_rows4); four rows
+# of the nibble types keep block-major lanes throughout (_four_nibbles, below).
 
-_QS_Q4_0, _D_Q4_0 = _gather4(18, range(2, 18)), _gather4(18, (0, 1))
-_QS_Q4_1, _D_Q4_1, _M_Q4_1 = _gather4(20, range(4, 20)), _gather4(20, (0, 1)), _gather4(20, (2, 3))
-_QS_Q5_0, _D_Q5_0 = _gather4(22, range(6, 22)), _gather4(22, (0, 1))
-_HLO_Q5_0 = _gather4(22, [2 + j // 8 for j in range(16)])
-_HHI_Q5_0 = _gather4(22, [4 + j // 8 for j in range(16)])
-_QS_Q5_1, _D_Q5_1, _M_Q5_1 = _gather4(24, range(8, 24)), _gather4(24, (0, 1)), _gather4(24, (2, 3))
-_HLO_Q5_1 = _gather4(24, [4 + j // 8 for j in range(16)])
-_HHI_Q5_1 = _gather4(24, [6 + j // 8 for j in range(16)])
+_QS_Q4_0, _D_Q4_0 = _gather4(B_Q4_0, range(2, B_Q4_0)), _gather4(B_Q4_0, (0, 1))
+_QS_Q4_1, _D_Q4_1 = _gather4(B_Q4_1, range(4, B_Q4_1)), _gather4(B_Q4_1, (0, 1))
+_M_Q4_1 = _gather4(B_Q4_1, (2, 3))
+_QS_Q5_0, _D_Q5_0 = _gather4(B_Q5_0, range(6, B_Q5_0)), _gather4(B_Q5_0, (0, 1))
+_HLO_Q5_0 = _gather4(B_Q5_0, [2 + j // 8 for j in range(16)])
+_HHI_Q5_0 = _gather4(B_Q5_0, [4 + j // 8 for j in range(16)])
+_QS_Q5_1, _D_Q5_1 = _gather4(B_Q5_1, range(8, B_Q5_1)), _gather4(B_Q5_1, (0, 1))
+_M_Q5_1 = _gather4(B_Q5_1, (2, 3))
+_HLO_Q5_1 = _gather4(B_Q5_1, [4 + j // 8 for j in range(16)])
+_HHI_Q5_1 = _gather4(B_Q5_1, [6 + j // 8 for j in range(16)])
+
+
+# _float_<t>(sumi, d, m, yp, pd, pe, n): the terms of n blocks (lanes), the activations'
+# d and extra read as n lanes from byte offsets pd and pe of the prepared row (one per
+# block: 32 * nb + 4 * b0, 36 * nb + 4 * b0; or a block's 4 lanes: _rep_d, _rep_e)
 
 
 @njit(inline="always", cache=True)
-def _yd(yp, b0, n, nb):
-    """The activations' float32 d of the n blocks from b0."""
-    return S.load(yp, 32 * nb + 4 * b0, n, "f32")
-
-
-@njit(inline="always", cache=True)
-def _part4_q4_0(row, p, yp, pq):      # block_q4_0: d@0 qs@2, 18 B
-    a, b = _span4(row, p, 18)
+def _codes_q4_0(a, b):                # block_q4_0: d@0 qs@2, 18 B
     q = _QS_Q4_0(a, b)
+    return q & 15, q >> 4
+
+
+@njit(inline="always", cache=True)
+def _part4_q4_0(row, p, yp, pq):
+    a, b = _span4(row, p, B_Q4_0)
+    lo, hi = _codes_q4_0(a, b)
     d = _halves(_D_Q4_0(a, b))
-    return _nibble_dot4(q & 15, q >> 4, yp, pq), d, d
+    return _nibble_dot4(lo, hi, yp, pq), d, d
 
 
 @njit(inline="always", cache=True)
-def _float_q4_0(sumi, d, m, yp, b0, n, nb):     # sumi*dx*dy, sumi = dot - 8 * sum(y)
-    sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
-    return S.convert(sumi, "f32") * d * _yd(yp, b0, n, nb)
+def _float_q4_0(sumi, d, m, yp, pd, pe, n):     # sumi*dx*dy, sumi = dot - 8 * sum(y)
+    sumi = sumi - S.load(yp, pe, n, "i32")
+    return S.convert(sumi, "f32") * d * S.load(yp, pd, n, "f32")
 
 
 @njit(inline="always", cache=True)
-def _part4_q5_0(row, p, yp, pq):      # block_q5_0: d@0 qh@2 qs@6, 22 B
-    a, b = _span4(row, p, 22)
-    lo, hi = _q5_codes(_QS_Q5_0(a, b), _HLO_Q5_0(a, b), _HHI_Q5_0(a, b))
+def _codes_q5_0(a, b):                # block_q5_0: d@0 qh@2 qs@6, 22 B
+    return _q5_codes(_QS_Q5_0(a, b), _HLO_Q5_0(a, b), _HHI_Q5_0(a, b))
+
+
+@njit(inline="always", cache=True)
+def _part4_q5_0(row, p, yp, pq):
+    a, b = _span4(row, p, B_Q5_0)
+    lo, hi = _codes_q5_0(a, b)
     d = _halves(_D_Q5_0(a, b))
     return _nibble_dot4(lo, hi, yp, pq), d, d
 
 
 @njit(inline="always", cache=True)
-def _float_q5_0(sumi, d, m, yp, b0, n, nb):     # (dx*dy)*sumi, sumi = dot - 16 * sum(y)
-    sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
-    return (d * _yd(yp, b0, n, nb)) * S.convert(sumi, "f32")
+def _float_q5_0(sumi, d, m, yp, pd, pe, n):     # (dx*dy)*sumi, sumi = dot - 16 * sum(y)
+    sumi = sumi - S.load(yp, pe, n, "i32")
+    return (d * S.load(yp, pd, n, "f32")) * S.convert(sumi, "f32")
 
 
 @njit(inline="always", cache=True)
-def _part4_q4_1(row, p, yp, pq):      # block_q4_1: d@0 m@2 qs@4, 20 B
-    a, b = _span4(row, p, 20)
+def _codes_q4_1(a, b):                # block_q4_1: d@0 m@2 qs@4, 20 B
     q = _QS_Q4_1(a, b)
-    return _nibble_dot4(q & 15, q >> 4, yp, pq), _halves(_D_Q4_1(a, b)), _halves(_M_Q4_1(a, b))
+    return q & 15, q >> 4
 
 
 @njit(inline="always", cache=True)
-def _float_q4_1(sumi, d, m, yp, b0, n, nb):     # (dx*dy)*sumi + m*s
-    ms = m * S.load(yp, 36 * nb + 4 * b0, n, "f32")
-    return (d * _yd(yp, b0, n, nb)) * S.convert(sumi, "f32") + ms
+def _part4_q4_1(row, p, yp, pq):
+    a, b = _span4(row, p, B_Q4_1)
+    lo, hi = _codes_q4_1(a, b)
+    return _nibble_dot4(lo, hi, yp, pq), _halves(_D_Q4_1(a, b)), _halves(_M_Q4_1(a, b))
 
 
 @njit(inline="always", cache=True)
-def _part4_q5_1(row, p, yp, pq):      # block_q5_1: d@0 m@2 qh@4 qs@8, 24 B
-    a, b = _span4(row, p, 24)
-    lo, hi = _q5_codes(_QS_Q5_1(a, b), _HLO_Q5_1(a, b), _HHI_Q5_1(a, b))
+def _float_q4_1(sumi, d, m, yp, pd, pe, n):     # (dx*dy)*sumi + m*s
+    ms = m * S.load(yp, pe, n, "f32")
+    return (d * S.load(yp, pd, n, "f32")) * S.convert(sumi, "f32") + ms
+
+
+@njit(inline="always", cache=True)
+def _codes_q5_1(a, b):                # block_q5_1: d@0 m@2 qh@4 qs@8, 24 B
+    return _q5_codes(_QS_Q5_1(a, b), _HLO_Q5_1(a, b), _HHI_Q5_1(a, b))
+
+
+@njit(inline="always", cache=True)
+def _part4_q5_1(row, p, yp, pq):
+    a, b = _span4(row, p, B_Q5_1)
+    lo, hi = _codes_q5_1(a, b)
     return _nibble_dot4(lo, hi, yp, pq), _halves(_D_Q5_1(a, b)), _halves(_M_Q5_1(a, b))
 
 
@@ -409,10 +476,10 @@ def _part4_q8_0(row, p, yp, pq):      # block_q8_0: d@0 qs:i8@2, 34 B
 
 
 @njit(inline="always", cache=True)
-def _float_q8_0(sumi, d, m, yp, b0, n, nb):     # sumi*(dx*dy)
+def _float_q8_0(sumi, d, m, yp, pd, pe, n):     # sumi*(dx*dy)
     if S.has_vnni():                            # sumi = dot - 128 * sum(y)
-        sumi = sumi - S.load(yp, 36 * nb + 4 * b0, n, "i32")
-    return S.convert(sumi, "f32") * (d * _yd(yp, b0, n, nb))
+        sumi = sumi - S.load(yp, pe, n, "i32")
+    return S.convert(sumi, "f32") * (d * S.load(yp, pd, n, "f32"))
 
 
 _ZIP8 = S.permutation2([i // 2 + 8 * (i % 2) for i in range(16)])    # a0 b0 a1 b1 ...
@@ -460,14 +527,15 @@ def _terms8(part4, flt, size, row, g, nb, yp, ahead):
     _prefetch(row, size * b0, 8 * size, ahead)
     s0, d0, m0 = part4(row, size * b0, yp, 32 * b0)
     s1, d1, m1 = part4(row, size * (b0 + 4), yp, 32 * (b0 + 4))
-    return flt(_block_sums4(s0, s1), S.concat(d0, d1), S.concat(m0, m1), yp, b0, 8, nb)
+    return flt(_block_sums4(s0, s1), S.concat(d0, d1), S.concat(m0, m1), yp, 32 * nb + 4 * b0,
+               36 * nb + 4 * b0, 8)
 
 
 @njit(inline="always", cache=True)
 def _terms4(part4, flt, size, row, b0, nb, yp, ahead):
     _prefetch(row, size * b0, 4 * size, ahead)
     s, d, m = part4(row, size * b0, yp, 32 * b0)
-    return flt(_sum4lanes(s), d, m, yp, b0, 4, nb)
+    return flt(_sum4lanes(s), d, m, yp, 32 * nb + 4 * b0, 36 * nb + 4 * b0, 4)
 
 
 @njit(inline="always", cache=True)
@@ -484,14 +552,16 @@ def _one32(part4, flt, blocks, size, row, yq, yp):
 @njit(inline="always", cache=True)
 def _four32(part4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
     """Four rows of a 32-block type, their terms added as 4-lane vectors."""
-    nb, s, ahead = r0.shape[0] // size, S.zeros(4, "f32"), _ahead4(r0)
+    nb, s, ahead = r0.shape[0] // size, S.zeros(4, "f32"), NO_PREFETCH
     for g in range(nb // 8):
+        _prefetch_next4(r0, 8 * size * g, 8 * size)
         s = _add_rows4(s, _terms8(part4, flt, size, r0, g, nb, yp, ahead),
                        _terms8(part4, flt, size, r1, g, nb, yp, ahead),
                        _terms8(part4, flt, size, r2, g, nb, yp, ahead),
                        _terms8(part4, flt, size, r3, g, nb, yp, ahead))
     if nb % 8 >= 4:
         b0 = nb // 8 * 8
+        _prefetch_next4(r0, size * b0, 4 * size)
         s = _add_rows4x4(s, _terms4(part4, flt, size, r0, b0, nb, yp, ahead),
                          _terms4(part4, flt, size, r1, b0, nb, yp, ahead),
                          _terms4(part4, flt, size, r2, b0, nb, yp, ahead),
@@ -501,64 +571,210 @@ def _four32(part4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
             blocks(r2, yq, b, nb, S.lane(s, 2)), blocks(r3, yq, b, nb, S.lane(s, 3)))
 
 
+# Four rows of the nibble types take 4 blocks of each row at a time and keep everything
+# in "block-major, row-minor" lanes (lane 4b + r: block b of row r): the rows' dot lanes are
+# summed by a transpose of in-lane unpacks (_rows_sum4), the scales picked straight into
+# that order (_field4x4), the activations' d and extra read from their 4-fold copies
+# (_rep_d, _rep_e), and each block's 4 terms added to the rows' sums as one 4-lane vector.
+# Cross-lane permutes (one per cycle here, where unpacks and blends issue four) are thus
+# only the quant gathers and two per scale field.
+
+#: vpunpck{l,h}dq and vpunpck{l,h}qdq: within each 128-bit lane k, the low or high half
+#: of a and of b interleaved by int32 (first two) or by int64 (last two)
+_UNPACK_LO32 = S.permutation2([4 * k + i // 2 + 16 * (i % 2)
+                               for k in range(4) for i in range(4)])
+_UNPACK_HI32 = S.permutation2([4 * k + 2 + i // 2 + 16 * (i % 2)
+                               for k in range(4) for i in range(4)])
+_UNPACK_LO64 = S.permutation2([4 * k + i % 2 + 16 * (i // 2)
+                               for k in range(4) for i in range(4)])
+_UNPACK_HI64 = S.permutation2([4 * k + 2 + i % 2 + 16 * (i // 2)
+                               for k in range(4) for i in range(4)])
+
+
+@njit(inline="always", cache=True)
+def _rows_sum4(s0, s1, s2, s3):
+    """Four rows' int32 x16 -> x16: lane 4k + r = the sum of lanes 4k..4k+3 of row r."""
+    t01 = _UNPACK_LO32(s0, s1) + _UNPACK_HI32(s0, s1)
+    t23 = _UNPACK_LO32(s2, s3) + _UNPACK_HI32(s2, s3)
+    return _UNPACK_LO64(t01, t23) + _UNPACK_HI64(t01, t23)
+
+
+def _field4x4(size: int, off: int) -> object:
+    """``f(a, b)`` on two rows' first :func:`_span4` vectors (block 3's field must lie in
+    it): 16 uint16 lanes, lane 4b + r (r = 0, 1; lanes r = 2, 3 repeat them) the half at
+    byte ``off`` of block b of row r."""
+    return S.permutation2([64 * (r % 2) + size * b + off + e
+                           for b in range(4) for r in range(4) for e in range(2)])
+
+
+def _fields_row(size: int, offs) -> object:
+    """``f(a, c)`` on one row's two :func:`_span4` vectors: for each field offset in
+    ``offs`` (d, m), 16 uint16 lanes, lane 4b + r (every r) the half of block b."""
+    src = [q if q < 64 else q + 128 - 4 * size
+           for f in offs for b in range(4) for _ in range(4) for e in range(2)
+           for q in [size * b + f + e]]
+    return S.permutation2(src)
+
+
+def _select_rows(n: int, rows) -> object:
+    """``f(x, y)`` on two vectors of n bytes (uint16 lanes 4b + r): lanes of rows ``rows``
+    from x, the others from y (a blend)."""
+    return S.permutation2([j if (j // 2) % 4 in rows else n + j for j in range(n)])
+
+
+_ROW0_32, _ROW2_32, _ROWS01_32 = (_select_rows(32, r) for r in ((0,), (2,), (0, 1)))
+_ROW0_64, _ROW2_64, _ROWS01_64 = (_select_rows(64, r) for r in ((0,), (2,), (0, 1)))
+
+
+@njit(inline="always", cache=True)
+def _halves4x4(pick, a0, a1, a2, a3):
+    """float32 x16, lane 4b + r = the half ``pick`` (:func:`_field4x4`) selects in block b
+    of row r."""
+    return _halves(_ROWS01_32(pick(a0, a1), pick(a2, a3)))
+
+
+@njit(inline="always", cache=True)
+def _d_rows(pick, a0, c0, a1, c1, a2, c2, a3, c3):
+    """float32 x16, lane 4b + r = d of block b of row r (``pick``: :func:`_fields_row` of
+    d alone): one permute per row, then blends."""
+    x01 = _ROW0_32(pick(a0, c0), pick(a1, c1))
+    x23 = _ROW2_32(pick(a2, c2), pick(a3, c3))
+    return _halves(_ROWS01_32(x01, x23))
+
+
+@njit(inline="always", cache=True)
+def _dm_rows(pick, a0, c0, a1, c1, a2, c2, a3, c3):
+    """(d, m) as :func:`_d_rows`, ``pick`` the :func:`_fields_row` of (d, m)."""
+    x01 = _ROW0_64(pick(a0, c0), pick(a1, c1))
+    x23 = _ROW2_64(pick(a2, c2), pick(a3, c3))
+    h = S.bitcast(_ROWS01_64(x01, x23), "u16")
+    return S.f16_to_f32(S.lanes(h, 0, 16)), S.f16_to_f32(S.lanes(h, 16, 16))
+
+
+@njit(inline="always", cache=True)
+def _dm_q4_0(a0, c0, a1, c1, a2, c2, a3, c3):
+    d = _halves4x4(_D4X4_Q4_0, a0, a1, a2, a3)
+    return d, d
+
+
+@njit(inline="always", cache=True)
+def _dm_q5_0(a0, c0, a1, c1, a2, c2, a3, c3):
+    d = _d_rows(_D_ROW_Q5_0, a0, c0, a1, c1, a2, c2, a3, c3)
+    return d, d
+
+
+@njit(inline="always", cache=True)
+def _dm_q4_1(a0, c0, a1, c1, a2, c2, a3, c3):
+    return _dm_rows(_DM_ROW_Q4_1, a0, c0, a1, c1, a2, c2, a3, c3)
+
+
+@njit(inline="always", cache=True)
+def _dm_q5_1(a0, c0, a1, c1, a2, c2, a3, c3):
+    return _dm_rows(_DM_ROW_Q5_1, a0, c0, a1, c1, a2, c2, a3, c3)
+
+
+_D4X4_Q4_0, _D_ROW_Q5_0 = _field4x4(B_Q4_0, 0), _fields_row(B_Q5_0, (0,))
+_DM_ROW_Q4_1, _DM_ROW_Q5_1 = _fields_row(B_Q4_1, (0, 2)), _fields_row(B_Q5_1, (0, 2))
+
+
+@njit(inline="always", cache=True)
+def _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, b0, nb, yp):
+    """The float terms of blocks b0..b0+3 of four rows, lane 4b + r = block b0 + b of
+    row r (``codes``: _codes_<t>, ``dm``: _dm_<t>)."""
+    p, pq = size * b0, 32 * b0
+    _prefetch_next4(r0, p, 4 * size)
+    a0, c0 = _span4(r0, p, size)
+    a1, c1 = _span4(r1, p, size)
+    a2, c2 = _span4(r2, p, size)
+    a3, c3 = _span4(r3, p, size)
+    l0, h0 = codes(a0, c0)
+    l1, h1 = codes(a1, c1)
+    l2, h2 = codes(a2, c2)
+    l3, h3 = codes(a3, c3)
+    sums = _rows_sum4(_nibble_dot4(l0, h0, yp, pq), _nibble_dot4(l1, h1, yp, pq),
+                      _nibble_dot4(l2, h2, yp, pq), _nibble_dot4(l3, h3, yp, pq))
+    d, m = dm(a0, c0, a1, c1, a2, c2, a3, c3)
+    return flt(sums, d, m, yp, _rep_d(nb, b0), _rep_e(nb, b0), 16)
+
+
+@njit(inline="always", cache=True)
+def _four_nibbles(codes, dm, flt, blocks, size, r0, r1, r2, r3, yq, yp):
+    """Four rows of a nibble type (Q4_0 Q4_1 Q5_0 Q5_1): 4 blocks of each at a time, each
+    block's 4 terms (one per row) added to the rows' sums in block order."""
+    nb, s = r0.shape[0] // size, S.zeros(4, "f32")
+    for g in range(nb // 4):
+        t = _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, 4 * g, nb, yp)
+        s = s + S.lanes(t, 0, 4)
+        s = s + S.lanes(t, 4, 4)
+        s = s + S.lanes(t, 8, 4)
+        s = s + S.lanes(t, 12, 4)
+    b = nb // 4 * 4
+    return (blocks(r0, yq, b, nb, S.lane(s, 0)), blocks(r1, yq, b, nb, S.lane(s, 1)),
+            blocks(r2, yq, b, nb, S.lane(s, 2)), blocks(r3, yq, b, nb, S.lane(s, 3)))
+
+
 @njit(cache=True)
 def _simd_q4_0(row, yq, yp):
     out_of_line()
-    return _one32(_part4_q4_0, _float_q4_0, blocks_q4_0, 18, row, yq, yp)
+    return _one32(_part4_q4_0, _float_q4_0, blocks_q4_0, B_Q4_0, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q4_0, _float_q4_0, blocks_q4_0, 18, r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q4_0, _dm_q4_0, _float_q4_0, blocks_q4_0, B_Q4_0,
+                         r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _simd_q5_0(row, yq, yp):
     out_of_line()
-    return _one32(_part4_q5_0, _float_q5_0, blocks_q5_0, 22, row, yq, yp)
+    return _one32(_part4_q5_0, _float_q5_0, blocks_q5_0, B_Q5_0, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q5_0, _float_q5_0, blocks_q5_0, 22, r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q5_0, _dm_q5_0, _float_q5_0, blocks_q5_0, B_Q5_0,
+                         r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _simd_q4_1(row, yq, yp):
     out_of_line()
-    return _one32(_part4_q4_1, _float_q4_1, blocks_q4_1, 20, row, yq, yp)
+    return _one32(_part4_q4_1, _float_q4_1, blocks_q4_1, B_Q4_1, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q4_1, _float_q4_1, blocks_q4_1, 20, r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q4_1, _dm_q4_1, _float_q4_1, blocks_q4_1, B_Q4_1,
+                         r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _simd_q5_1(row, yq, yp):
     out_of_line()
-    return _one32(_part4_q5_1, _float_q5_1, blocks_q5_1, 24, row, yq, yp)
+    return _one32(_part4_q5_1, _float_q5_1, blocks_q5_1, B_Q5_1, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q5_1, _float_q5_1, blocks_q5_1, 24, r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q5_1, _dm_q5_1, _float_q5_1, blocks_q5_1, B_Q5_1,
+                         r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _simd_q8_0(row, yq, yp):
     out_of_line()
-    return _one32(_part4_q8_0, _float_q8_0, blocks_q8_0, 34, row, yq, yp)
+    return _one32(_part4_q8_0, _float_q8_0, blocks_q8_0, B_Q8_0, row, yq, yp)
 
 
 @njit(cache=True)
 def _simd4_q8_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q8_0, _float_q8_0, blocks_q8_0, 34, r0, r1, r2, r3, yq, yp)
+    return _four32(_part4_q8_0, _float_q8_0, blocks_q8_0, B_Q8_0, r0, r1, r2, r3, yq, yp)
 
 
 # ---------------------------------------------------------------------------- K-quants
@@ -637,7 +853,7 @@ def _k4_dots(lo0, hi0, lo1, hi1, sc, yp, pp):
 
 @njit(inline="always", cache=True)
 def _q4_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qs@16, 144 B
-    _prefetch(row, p, 144, ahead)
+    _prefetch(row, p, B_Q4_K, ahead)
     sc8, mins = _k4_scales(row, p)
     sc = S.opaque(S.convert(sc8, "i32"))
     w0 = _CLASS32X2(S.load(row, p + 16, 64, "u8"))
@@ -647,7 +863,7 @@ def _q4_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qs@16, 144 B
 
 @njit(inline="always", cache=True)
 def _q5_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qh@16 qs@48, 176 B
-    _prefetch(row, p, 176, ahead)
+    _prefetch(row, p, B_Q5_K, ahead)
     sc8, mins = _k4_scales(row, p)
     sc = S.opaque(S.convert(sc8, "i32"))
     qh = S.load(row, p + 16, 32, "u8")
@@ -690,24 +906,26 @@ def _k4_float4(r0, r1, r2, r3, p, yq, py, yp, pp, a0, a1, a2, a3, m0, m1, m2, m3
 def _simd_q4_k(row, yq, yp):
     out_of_line()
     sums, sumf = S.zeros(8, "f32"), F(0)
-    for i in range(row.shape[0] // 144):
-        acc, mins = _q4_k_ints(row, 144 * i, yp, 272 * i, PREFETCH)
-        sums, sumf = _k4_float(row, 144 * i, yq, 292 * i, yp, 272 * i, acc, mins, sums, sumf)
+    for i in range(row.shape[0] // B_Q4_K):
+        acc, mins = _q4_k_ints(row, B_Q4_K * i, yp, 272 * i, PREFETCH)
+        sums, sumf = _k4_float(row, B_Q4_K * i, yq, B_Q8_K * i, yp, 272 * i, acc, mins, sums,
+                               sumf)
     return S.add_in_order(sumf, sums)
 
 
 @njit(cache=True)
 def _simd4_q4_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = _ahead4(r0)
+    ahead = NO_PREFETCH
     s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
-    for i in range(r0.shape[0] // 144):
-        p, pp = 144 * i, 272 * i
+    for i in range(r0.shape[0] // B_Q4_K):
+        p, pp = B_Q4_K * i, 272 * i
+        _prefetch_next4(r0, p, B_Q4_K)
         a0, m0 = _q4_k_ints(r0, p, yp, pp, ahead)
         a1, m1 = _q4_k_ints(r1, p, yp, pp, ahead)
         a2, m2 = _q4_k_ints(r2, p, yp, pp, ahead)
         a3, m3 = _q4_k_ints(r3, p, yp, pp, ahead)
-        s01, s23, sumf = _k4_float4(r0, r1, r2, r3, p, yq, 292 * i, yp, pp, a0, a1, a2, a3,
+        s01, s23, sumf = _k4_float4(r0, r1, r2, r3, p, yq, B_Q8_K * i, yp, pp, a0, a1, a2, a3,
                                     m0, m1, m2, m3, s01, s23, sumf)
     return _rows4_result(sumf, s01, s23)
 
@@ -716,24 +934,26 @@ def _simd4_q4_k(r0, r1, r2, r3, yq, yp):
 def _simd_q5_k(row, yq, yp):
     out_of_line()
     sums, sumf = S.zeros(8, "f32"), F(0)
-    for i in range(row.shape[0] // 176):
-        acc, mins = _q5_k_ints(row, 176 * i, yp, 272 * i, PREFETCH)
-        sums, sumf = _k4_float(row, 176 * i, yq, 292 * i, yp, 272 * i, acc, mins, sums, sumf)
+    for i in range(row.shape[0] // B_Q5_K):
+        acc, mins = _q5_k_ints(row, B_Q5_K * i, yp, 272 * i, PREFETCH)
+        sums, sumf = _k4_float(row, B_Q5_K * i, yq, B_Q8_K * i, yp, 272 * i, acc, mins, sums,
+                               sumf)
     return S.add_in_order(sumf, sums)
 
 
 @njit(cache=True)
 def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = _ahead4(r0)
+    ahead = NO_PREFETCH
     s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
-    for i in range(r0.shape[0] // 176):
-        p, pp = 176 * i, 272 * i
+    for i in range(r0.shape[0] // B_Q5_K):
+        p, pp = B_Q5_K * i, 272 * i
+        _prefetch_next4(r0, p, B_Q5_K)
         a0, m0 = _q5_k_ints(r0, p, yp, pp, ahead)
         a1, m1 = _q5_k_ints(r1, p, yp, pp, ahead)
         a2, m2 = _q5_k_ints(r2, p, yp, pp, ahead)
         a3, m3 = _q5_k_ints(r3, p, yp, pp, ahead)
-        s01, s23, sumf = _k4_float4(r0, r1, r2, r3, p, yq, 292 * i, yp, pp, a0, a1, a2, a3,
+        s01, s23, sumf = _k4_float4(r0, r1, r2, r3, p, yq, B_Q8_K * i, yp, pp, a0, a1, a2, a3,
                                     m0, m1, m2, m3, s01, s23, sumf)
     return _rows4_result(sumf, s01, s23)
 
@@ -759,7 +979,7 @@ def _pairs_dot(acc, u, yp, pq, pb, scales):
 
 @njit(inline="always", cache=True)
 def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 210 B
-    _prefetch(row, p, 210, ahead)
+    _prefetch(row, p, B_Q6_K, ahead)
     sc = S.bitcast(S.opaque(S.convert(_Q6_SC_OF(S.load(row, p + 192, 16, "i8")), "i16")), "i32")
     x0 = S.load(row, p, 64, "u8")                      # ql: values 0..63 (low), 64..127 (high)
     h0 = S.load(row, p + 128, 32, "u8")
@@ -821,7 +1041,7 @@ def _q3_k_scales(row, p):
 
 @njit(inline="always", cache=True)
 def _q3_k_ints(row, p, yp, pp, ahead):       # hmask@0 qs@32 scales@96 d@108, 110 B
-    _prefetch(row, p, 110, ahead)
+    _prefetch(row, p, B_Q3_K, ahead)
     sc = _q3_k_scales(row, p)
     q = _PAIRS16(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
     hm0 = S.load(row, p, 32, "u8")
@@ -838,9 +1058,9 @@ def _q3_k_ints(row, p, yp, pp, ahead):       # hmask@0 qs@32 scales@96 d@108, 11
 def _simd_q6_k(row, yq, yp):
     out_of_line()
     sums = S.zeros(8, "f32")
-    for i in range(row.shape[0] // 210):
-        acc = _q6_k_ints(row, 210 * i, yp, 512 * i, PREFETCH)
-        d = S.half_at(row, 210 * i + 208) * S.scalar_at(yq, 292 * i, "f32")
+    for i in range(row.shape[0] // B_Q6_K):
+        acc = _q6_k_ints(row, B_Q6_K * i, yp, 512 * i, PREFETCH)
+        d = S.half_at(row, B_Q6_K * i + 208) * S.scalar_at(yq, B_Q8_K * i, "f32")
         sums = sums + S.convert(_fold8(acc), "f32") * d
     return S.add_in_order(F(0), sums)
 
@@ -848,13 +1068,14 @@ def _simd_q6_k(row, yq, yp):
 @njit(cache=True)
 def _simd4_q6_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = _ahead4(r0)
+    ahead = NO_PREFETCH
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
-    for i in range(r0.shape[0] // 210):
-        p, pp = 210 * i, 512 * i
+    for i in range(r0.shape[0] // B_Q6_K):
+        p, pp = B_Q6_K * i, 512 * i
+        _prefetch_next4(r0, p, B_Q6_K)
         a0, a1 = _q6_k_ints(r0, p, yp, pp, ahead), _q6_k_ints(r1, p, yp, pp, ahead)
         a2, a3 = _q6_k_ints(r2, p, yp, pp, ahead), _q6_k_ints(r3, p, yp, pp, ahead)
-        d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 208) * S.scalar_at(yq, 292 * i, "f32"))
+        d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 208) * S.scalar_at(yq, B_Q8_K * i, "f32"))
         s01 = s01 + S.convert(_fold2(a0, a1), "f32") * d01
         s23 = s23 + S.convert(_fold2(a2, a3), "f32") * d23
     return _rows4_result(S.zeros(4, "f32"), s01, s23)
@@ -864,9 +1085,9 @@ def _simd4_q6_k(r0, r1, r2, r3, yq, yp):
 def _simd_q3_k(row, yq, yp):
     out_of_line()
     sums = S.zeros(8, "f32")
-    for i in range(row.shape[0] // 110):
-        acc = _q3_k_ints(row, 110 * i, yp, 512 * i, PREFETCH)
-        d = S.half_at(row, 110 * i + 108) * S.scalar_at(yq, 292 * i, "f32")
+    for i in range(row.shape[0] // B_Q3_K):
+        acc = _q3_k_ints(row, B_Q3_K * i, yp, 512 * i, PREFETCH)
+        d = S.half_at(row, B_Q3_K * i + 108) * S.scalar_at(yq, B_Q8_K * i, "f32")
         sums = sums + S.convert(_fold8(acc), "f32") * d
     return S.add_in_order(F(0), sums)
 
@@ -874,13 +1095,14 @@ def _simd_q3_k(row, yq, yp):
 @njit(cache=True)
 def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = _ahead4(r0)
+    ahead = NO_PREFETCH
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
-    for i in range(r0.shape[0] // 110):
-        p, pp = 110 * i, 512 * i
+    for i in range(r0.shape[0] // B_Q3_K):
+        p, pp = B_Q3_K * i, 512 * i
+        _prefetch_next4(r0, p, B_Q3_K)
         a0, a1 = _q3_k_ints(r0, p, yp, pp, ahead), _q3_k_ints(r1, p, yp, pp, ahead)
         a2, a3 = _q3_k_ints(r2, p, yp, pp, ahead), _q3_k_ints(r3, p, yp, pp, ahead)
-        d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, 292 * i, "f32"))
+        d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32"))
         s01 = s01 + S.convert(_fold2(a0, a1), "f32") * d01
         s23 = s23 + S.convert(_fold2(a2, a3), "f32") * d23
     return _rows4_result(S.zeros(4, "f32"), s01, s23)
@@ -898,7 +1120,7 @@ def _q2_k_ints(row, p, yq, py, yp, pp, ahead):   # scales@0 qs@16 d@80 dmin@82, 
     int32 lanes (16 and 8) whose sums they are. Each plane's pair sums (``maddubs``, at
     most 2 * 3 * 127) are scaled and added into one accumulator by ``vpdpwssd`` (isum is
     an integer: any order is exact)."""
-    _prefetch(row, p, 84, ahead)
+    _prefetch(row, p, B_Q2_K, ahead)
     s16 = S.convert(S.load(row, p, 16, "u8"), "i16")
     sc = S.opaque(s16 & 15)
     q = S.load(row, p + 16, 64, "u8")
@@ -927,8 +1149,8 @@ def _q2_k_sums4(i0, i1, i2, i3, m0, m1, m2, m3):
 def _simd_q2_k(row, yq, yp):
     out_of_line()
     sumf = F(0)
-    for i in range(row.shape[0] // 84):
-        p, py = 84 * i, 292 * i
+    for i in range(row.shape[0] // B_Q2_K):
+        p, py = B_Q2_K * i, B_Q8_K * i
         isum, summs = _q2_k_ints(row, p, yq, py, yp, 256 * i, PREFETCH)
         yd = S.scalar_at(yq, py, "f32")
         dd = S.halves_at(row, p + 80, 2)
@@ -940,10 +1162,11 @@ def _simd_q2_k(row, yq, yp):
 @njit(cache=True)
 def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    ahead = _ahead4(r0)
+    ahead = NO_PREFETCH
     sumf = S.zeros(4, "f32")
-    for i in range(r0.shape[0] // 84):
-        p, py, pp = 84 * i, 292 * i, 256 * i
+    for i in range(r0.shape[0] // B_Q2_K):
+        p, py, pp = B_Q2_K * i, B_Q8_K * i, 256 * i
+        _prefetch_next4(r0, p, B_Q2_K)
         i0, m0 = _q2_k_ints(r0, p, yq, py, yp, pp, ahead)
         i1, m1 = _q2_k_ints(r1, p, yq, py, yp, pp, ahead)
         i2, m2 = _q2_k_ints(r2, p, yq, py, yp, pp, ahead)

@@ -307,7 +307,7 @@ from gguf import GGMLQuantizationType as QT
 from graphcost.execute.kernels_loader import load_kernels
 K = load_kernels()
 MM, V, Q = K.matmul, K.vec_dot_simd, K.quants
-for name in ("Q4_K", "Q6_K", "Q3_K", "Q2_K", "Q8_0", "Q5_0", "Q4_1"):
+for name in ("Q4_K", "Q6_K", "Q3_K", "Q2_K", "Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1"):
     # the per-type dots directly (compiling mul_mat_ggml's dispatch for every type costs
     # a minute per CPU model); 13 rows: three 4-row calls and one row, like the kernel
     qt, code = QT[name], np.int64(int(QT[name]))
