@@ -81,6 +81,16 @@ def baseline_settings(doc: dict, path: str | Path) -> RunSettings:
     return RunSettings(**{k: run[k] for k in RunSettings.__dataclass_fields__ if k in run})
 
 
+def unknown_run_keys(baseline: dict, current: dict, path: str | Path) -> None:
+    """Refuse a baseline whose ``run`` section holds a key this graphcost does not write
+    (a typo such as ``ctx_sise`` would otherwise be ignored and the check run at the
+    default): one line naming the keys. Missing keys are fine (the defaults)."""
+    extra = sorted(set(baseline["run"]) - set(current.get("run", {})))
+    if extra:
+        raise GraphcostError(f"{path}: the baseline's run section has unknown key(s) "
+                             f"{', '.join(map(repr, extra))}")
+
+
 def metrics(doc: dict) -> dict[str, float]:
     """Flatten the compared numbers: totals, per-op totals, memory."""
     out: dict[str, float] = {}

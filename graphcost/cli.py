@@ -253,7 +253,7 @@ def check(
     rtol: Annotated[float, typer.Option("--rtol", help="allowed relative change")] = 0.0,
 ) -> None:
     """Exit 0 if the costs match the baseline within --rtol, 1 (with a diff table) if not."""
-    from graphcost.check import baseline_settings, compare, load_baseline
+    from graphcost.check import baseline_settings, compare, load_baseline, unknown_run_keys
     from graphcost.pipeline import analyze_model
     from graphcost.report.check_table import render_drift
     from graphcost.document import document
@@ -265,7 +265,9 @@ def check(
         a = analyze_model(_model_path(model), baseline_settings(base, baseline))
     except SettingsError as e:  # the settings came from the file, not from flags
         raise SettingsError(f"{baseline}: the baseline's run settings: {e}") from None
-    drifts = compare(base, document(a), rtol)
+    current = document(a)
+    unknown_run_keys(base, current, baseline)
+    drifts = compare(base, current, rtol)
     if drifts:
         typer.echo(render_drift(drifts, rtol), nl=False)
         raise typer.Exit(1)

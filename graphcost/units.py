@@ -1,9 +1,25 @@
-"""Human-readable numbers: binary byte units and SI FLOP units, fixed precision; and
-strings from files made safe to print. A shared utility: any stage may import it."""
+"""Human-readable numbers: binary byte units and SI FLOP units, fixed precision; sizes as
+users write them (``24GiB``); and strings from files made safe to print. A shared utility:
+any stage may import it."""
 from __future__ import annotations
+
+import re
+
+from graphcost.errors import GraphcostError
 
 #: bytes in a MiB, the unit llama.cpp logs its buffers in
 MiB = 1024 * 1024
+
+_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024 ** 2, "GIB": 1024 ** 3, "TIB": 1024 ** 4,
+          "KB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3, "TB": 1000 ** 4}
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """'24GiB', '24105MiB', '8e9' -> bytes; anything else is one line starting ``what``."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise GraphcostError(f"{what} {text!r}: use a size like 24GiB, 24105MiB or 8GB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 def mib(n: int | float, digits: int = 2) -> str:

@@ -57,6 +57,9 @@ def test_vulkan_tensor_size_check_before_the_switch():
     assert not _vk(mm, storage_range="62999")      # the weight is 1 byte over: to the CPU
     assert _vk(mm, storage_range="62999", int64_indexing="1")
     assert not _vk(mm, storage_range="62999", int64_indexing="1", max_buffer="62999")
+    # sizes also with a unit, as --device's memory: 63KB = 63,000 bytes fits, 61.5KiB =
+    # 62,976 does not
+    assert _vk(mm, storage_range="63KB") and not _vk(mm, storage_range="61.5KiB")
     # IM2COL with shaderInt64 + bufferDeviceAddress is not bound by the storage range
     im = tensor(T.F32, (9, 64), "IM2COL", [tensor(T.F32, (3, 3)), tensor(T.F32, (8, 8))])
     assert _vk(im, storage_range="1") and not _vk(im, storage_range="1", bda="0")

@@ -418,6 +418,10 @@ PROBES: dict[str, tuple[Callable, str]] = {
     "baseline-parallel-1000": (_edit_baseline(_set("run.n_seq_max", 1000)),
                                "base.yaml: the baseline's run settings: --parallel 1000 must be"),
     "baseline-run-a-list": (_edit_baseline(_set("run", [1, 2])), "run must be a mapping"),
+    # a misspelt setting was ignored (the check then ran at the default context)
+    "baseline-run-unknown-key": (_edit_baseline(_set("run.ctx_sise", 8192)),
+                                 "base.yaml: the baseline's run section has unknown key(s) "
+                                 "'ctx_sise'"),
     "baseline-totals-a-string": (_edit_baseline(_set("totals", "big")), "totals must be a mapping"),
     "baseline-totals-flops-a-string": (_edit_baseline(_set("totals.flops", "many")),
                                        "totals.flops must be a finite number"),

@@ -45,6 +45,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from graphcost.errors import GraphcostError
+from graphcost.units import parse_bytes
 from graphcost.format import ggml_types as gt
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.ops import Op
@@ -705,6 +706,13 @@ def option_number(options: dict[str, Any], name: str, default: int) -> int:
         raise GraphcostError(f"device option {name}={v}: not a whole number") from None
 
 
+def option_bytes(options: dict[str, Any], name: str, default: int) -> int:
+    """A size device option in bytes, with a unit or without (``max_buffer=4GiB``,
+    ``storage_range=4294967295``); absent: ``default``."""
+    v = options.get(name)
+    return default if v is None else parse_bytes(str(v), f"device option {name}=")
+
+
 def all_sources_f32(t: Tensor, n: int | None = None) -> bool:
     """Every source F32: with ``n``, the first ``n`` sources must be there (GATED_DELTA_NET's
     loop over 6); without, every source that is there (the DSV4_HC loops over GGML_MAX_SRC)."""
@@ -728,8 +736,8 @@ def vulkan_tensor_size_supported(t: Tensor, options: dict[str, Any]) -> bool:
     VK_EXT_shader_64bit_indexing (``int64_indexing=1``) or an IM2COL/IM2COL_3D with
     shaderInt64 and bufferDeviceAddress (``bda``, default 1), within maxStorageBufferRange
     (``storage_range``, default :data:`VK_STORAGE_RANGE`)."""
-    max_buffer = option_number(options, "max_buffer", 0)
-    storage = option_number(options, "storage_range", VK_STORAGE_RANGE)
+    max_buffer = option_bytes(options, "max_buffer", 0)
+    storage = option_bytes(options, "storage_range", VK_STORAGE_RANGE)
     uses_bda = t.op in (Op.IM2COL, Op.IM2COL_3D) and device_flag(options, "bda", True)
     unlimited_range = uses_bda or device_flag(options, "int64_indexing", False)
     for x in [s for s in t.src if s is not None] + [t]:

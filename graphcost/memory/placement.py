@@ -40,6 +40,7 @@ import numpy as np
 from graphcost.format import ggml_types as gt
 from graphcost.memory.backends import Backend, ExtraBufferType, load as load_backend
 from graphcost.memory.op_rules import device_flag
+from graphcost.units import parse_bytes  # noqa: F401 (re-exported: tests, cli)
 from graphcost.errors import GraphcostError
 from graphcost.format.model import ModelInfo
 
@@ -753,18 +754,6 @@ def device_memory(placement: Placement, kv: list[KVBuffer], *, output_bytes: int
 
 
 # ---- flags as llama.cpp spells them ----------------------------------------------------------
-
-_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024 ** 2, "GIB": 1024 ** 3, "TIB": 1024 ** 4,
-          "KB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3, "TB": 1000 ** 4}
-
-
-def parse_bytes(text: str, what: str) -> int:
-    """'24GiB', '24105MiB', '8e9' -> bytes."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).upper() not in _UNITS:
-        raise GraphcostError(f"{what} {text!r}: use a size like 24GiB, 24105MiB or 8GB")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
 
 def parse_device(spec: str) -> DeviceArg:
     """--device KIND[:MEM][,NAME=VALUE...] (KIND: a specs/backends file; MEM: the free memory
