@@ -21,7 +21,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from graphcost.cost.speed_model import SpeedModel, counts, from_profile, repacked_weights
+from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, from_profile,
+                                        repacked_weights)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
 from graphcost.graph.settings import INT32_MAX, RunSettings
@@ -106,37 +107,149 @@ class Prediction:
 
 
 class Predictor:
-    """Builds (once per shape) and counts the graphs of llama-bench tests for one model."""
+    """Counts the graphs of llama-bench tests for one model.
 
-    def __init__(self, model, speed: SpeedModel, features=None):
+    A graph's counts depend on its position only through the cells each cache attends
+    (``get_n_kv``: ``n_kv``, ``n_kv_swa``); for one ubatch shape they are affine in those
+    cells between the switches of :data:`~graphcost.cost.speed_model.N_KV_SWITCHES`
+    (attention reads and MACs grow with the cells, the rest is constant). So of a long run's
+    points (thousands of ``n_kv`` values) only a few are built: each segment's two ends,
+    checked at its middle; the rest are interpolated where that is exact in integers, else
+    built (:meth:`_solve`). ``progress(built)`` is called every :data:`PROGRESS_EVERY` builds."""
+
+    def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model
         self.speed = speed
         self.repacked = repacked_weights(model, features)
+        self.progress = progress
+        self.built = 0
         self._cache: dict[tuple, Counter] = {}
 
-    def step_counts(self, t: BenchTest, tokens: int, past: int, output: bool) -> Counter:
-        # a graph's shape (hence its counts) depends on the past only through the cells
-        # each cache attends (get_n_kv): build one graph per distinct shape
-        rs = RunSettings(ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
-                         flash_attn=t.flash_attn, cache_type_k=t.type_k,
-                         cache_type_v=t.type_v, tokens=tokens, past=past, outputs=1)
-        run = resolve_for(self.model, rs)
-        key = (tokens, output, run.n_kv, run.n_kv_swa, t.flash_attn, t.type_k, t.type_v,
-               run.n_ctx, run.n_ubatch)
+    def _key_run(self, t: BenchTest, base, tokens: int, past: int, output: bool):
+        run = base.step(tokens, past, 1)
+        return (tokens, output, run.n_kv, run.n_kv_swa, t.flash_attn, t.type_k, t.type_v,
+                run.n_ctx, run.n_ubatch), run
+
+    def _points(self, t: BenchTest) -> tuple[dict[tuple, int], dict[tuple, object]]:
+        """The distinct graphs of ``t``'s timed part (first-seen order): how many ubatches
+        each, and one resolved ubatch of each."""
+        mult: dict[tuple, int] = {}
+        runs: dict[tuple, object] = {}
+        base = None
+        for tokens, past, output in steps(t):
+            if base is None:
+                base = resolve_for(self.model, RunSettings(
+                    ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
+                    flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
+                    tokens=tokens, past=past, outputs=1))
+            key, run = self._key_run(t, base, tokens, past, output)
+            if key not in mult:
+                mult[key] = 0
+                runs[key] = run
+            mult[key] += 1
+        return mult, runs
+
+    def _build(self, key: tuple, run) -> Counter:
         if key not in self._cache:
-            a = analyze_graph(build_graph(self.model, rs))
-            self._cache[key] = counts(a, self.repacked, outputs=output)
+            a = analyze_graph(build_graph(self.model, run))
+            self._cache[key] = counts(a, self.repacked, outputs=key[1])
+            self.built += 1
+            if self.progress and self.built % PROGRESS_EVERY == 0:
+                self.progress(self.built)
         return self._cache[key]
 
+    def _solve(self, runs: dict[tuple, object]) -> None:
+        """Fill the cache for every key of ``runs``: per ubatch shape, the points in order of
+        cells, cut where they stop lying on one line or cross a switch, each piece affine."""
+        shapes: dict[tuple, list[tuple]] = {}
+        for key in runs:
+            if key not in self._cache:
+                shapes.setdefault(key[:2] + key[4:], []).append(key)
+        for keys in shapes.values():
+            keys.sort(key=_cells)
+            i = 0
+            while i < len(keys):
+                j = i + 1
+                while j < len(keys) and _same_piece(keys[i], keys[i + 1], keys[j]):
+                    j += 1
+                self._affine(keys[i:j], runs)
+                i = j
+
+    def _affine(self, keys: list[tuple], runs) -> None:
+        """Counts of ``keys`` (points on one line, no switch between them): the ends built,
+        the middle built and compared with the interpolation (a difference halves the piece),
+        the rest interpolated, or built where the interpolation is not an exact integer."""
+        if len(keys) <= 3:
+            for k in keys:
+                self._build(k, runs[k])
+            return
+        a, b = self._build(keys[0], runs[keys[0]]), self._build(keys[-1], runs[keys[-1]])
+        m = len(keys) // 2
+        mid = self._build(keys[m], runs[keys[m]])
+        if (list(a) != list(b) or list(mid) != list(a)
+                or _interpolate(a, b, keys[0], keys[-1], keys[m]) != mid):
+            self._affine(keys[:m + 1], runs)
+            self._affine(keys[m:], runs)
+            return
+        for k in keys[1:-1]:
+            if k not in self._cache:
+                c = _interpolate(a, b, keys[0], keys[-1], k)
+                self._cache[k] = c if c is not None else self._build(k, runs[k])
+
+    def step_counts(self, t: BenchTest, tokens: int, past: int, output: bool) -> Counter:
+        """The counts of one ubatch of ``t``, built (no interpolation)."""
+        base = resolve_for(self.model, RunSettings(
+            ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
+            flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
+            tokens=tokens, past=past, outputs=1))
+        return self._build(*self._key_run(t, base, tokens, past, output))
+
     def counts(self, t: BenchTest) -> Counter:
+        """The summed counts of ``t``'s ubatches (in their order, so keys come in the same
+        order as a ubatch-by-ubatch sum)."""
+        mult, runs = self._points(t)
+        self._solve(runs)
         total: Counter = Counter()
-        for tokens, past, output in steps(t):
-            total.update(self.step_counts(t, tokens, past, output))
+        for key, n in mult.items():
+            for k, v in self._cache[key].items():
+                total[k] += v * n
         return total
 
     def predict(self, t: BenchTest) -> Prediction:
         c = self.counts(t)
         return Prediction(t, self.speed.seconds(c, t.threads), t.n_prompt + t.n_gen, c)
+
+
+#: builds between two ``progress`` calls of a :class:`Predictor`
+PROGRESS_EVERY = 256
+
+
+def _cells(key: tuple) -> tuple[int, int]:
+    """A point's attended cells: (n_kv, n_kv_swa or 0)."""
+    return key[2], key[3] or 0
+
+
+def _same_piece(first: tuple, second: tuple, k: tuple) -> bool:
+    """``k`` lies on the line through ``first`` and ``second`` (in cells) and on the same
+    side of every switch as ``first``."""
+    (x0, y0), (x1, y1), (x, y) = _cells(first), _cells(second), _cells(k)
+    side = [(c >= s) for c in (x0, y0) for s in N_KV_SWITCHES]
+    return ((x1 - x0) * (y - y0) == (y1 - y0) * (x - x0)
+            and side == [(c >= s) for c in (x, y) for s in N_KV_SWITCHES])
+
+
+def _interpolate(a: Counter, b: Counter, ka: tuple, kb: tuple, k: tuple) -> Counter | None:
+    """Counts at ``k`` on the line from ``ka`` (counts ``a``) to ``kb`` (``b``), in the key
+    order of ``a``; None where a value is not an exact integer."""
+    (xa, ya), (xb, yb), (x, y) = _cells(ka), _cells(kb), _cells(k)
+    num, den = (x - xa, xb - xa) if xb != xa else (y - ya, yb - ya)
+    out: Counter = Counter()
+    for key, va in a.items():
+        q, r = divmod((b[key] - va) * num, den)
+        if r:
+            return None
+        out[key] = va + q
+    return out
 
 
 # ------------------------------------------------------------------- model description
@@ -199,11 +312,13 @@ def parse_list(flag: str, text: str, kind: str) -> list:
     return out
 
 
-def predict_all(path, hw, tests: list[BenchTest]) -> tuple[object, SpeedModel, list[Prediction]]:
-    """Load ``path``, price every test with ``hw``'s speed model."""
+def predict_all(path, hw, tests: list[BenchTest], progress=None
+                ) -> tuple[object, SpeedModel, list[Prediction]]:
+    """Load ``path``, price every test with ``hw``'s speed model (``progress``: see
+    :class:`Predictor`)."""
     from graphcost.graph.build import load_model
 
     model = load_model(path)
     sm = from_profile(hw)
-    pr = Predictor(model, sm)
+    pr = Predictor(model, sm, progress=progress)
     return model, sm, [pr.predict(t) for t in tests]

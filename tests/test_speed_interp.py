@@ -1,0 +1,83 @@
+"""graphcost speed's interpolation of counts between KV lengths (graphcost.speed.Predictor):
+every interpolated point equals a real build of that point, key for key and in key order
+(exact integers), and a test's summed counts equal the ubatch-by-ubatch sum of real builds,
+for dense, SWA (gemma3, gpt-oss), chunked (llama4) and hybrid (lfm2) fixtures, flash
+attention on and off, through the FA split switch (512 cells) and the SWA cache's cap."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from graphcost.cost.analysis import analyze_graph
+from graphcost.cost.speed_model import SpeedModel, counts
+from graphcost.graph.build import build_graph, load_model
+from graphcost.speed import BenchTest, Predictor, steps
+
+from fixtures import write_gemma3, write_llama
+from fixtures_gptoss import write_gptoss
+from fixtures_hybrid import write_lfm2
+from fixtures_simple import write_llama4
+
+NO_COEF = SpeedModel({}, None, "", False)
+WRITERS = {
+    "llama": lambda p: write_llama(p, n_layer=2, context_length=8192),
+    # window 600: the SWA cache (pad(600 + ub, 256) cells) caps inside the run
+    "gemma3": lambda p: write_gemma3(p, n_layer=3, swa_pattern=2, sliding_window=600,
+                                     context_length=8192),
+    "gptoss": lambda p: write_gptoss(p, n_layer=2, context_length=8192),
+    "llama4": lambda p: write_llama4(p, n_layer=4),
+    "lfm2": lambda p: write_lfm2(p, context_length=8192),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(WRITERS))
+def model(request, tmp_path_factory):
+    path = WRITERS[request.param](tmp_path_factory.mktemp("interp") / f"{request.param}.gguf")
+    return load_model(path)
+
+
+def _built(pr: Predictor, key: tuple, run) -> Counter:
+    """The counts of a fresh build of ``run`` (no cache, no interpolation)."""
+    return counts(analyze_graph(build_graph(pr.model, run)), pr.repacked, outputs=key[1])
+
+
+@pytest.mark.parametrize("fa", ["off", "on"])
+@pytest.mark.parametrize("test", [
+    # tg 2600 after 100: n_kv 256, 512, ..., 2816 (11 points), one ubatch shape
+    BenchTest(0, 2600, 100, 2048, 512, "", "f16", "f16", 2),
+    # pp 2600, -b 1000 -ub 64: shapes 64 (no output), 40 (output), 24 (output, last batch)
+    BenchTest(2600, 0, 0, 1000, 64, "", "f16", "f16", 2),
+], ids=["tg", "pp"])
+def test_interpolated_counts_equal_real_builds(model, fa, test):
+    t = BenchTest(test.n_prompt, test.n_gen, test.n_depth, test.n_batch, test.n_ubatch, fa,
+                  "f16", "f16", 2)
+    pr = Predictor(model, NO_COEF, features=())
+    mult, runs = pr._points(t)
+    total = pr.counts(t)
+    # fewer builds than points: the rest were interpolated
+    assert pr.built < len(runs), (pr.built, len(runs))
+    for key, run in runs.items():
+        want = _built(pr, key, run)
+        assert list(pr._cache[key].items()) == list(want.items()), key
+    # the sum, in the order of a ubatch-by-ubatch sum (what speed printed before)
+    ref, ref_total = Predictor(model, NO_COEF, features=()), Counter()
+    for tokens, past, output in steps(t):
+        ref_total.update(ref.step_counts(t, tokens, past, output))
+    assert list(total.items()) == list(ref_total.items())
+    assert sum(mult.values()) == len(steps(t))
+
+
+def test_quantized_cache_and_many_points(tmp_path):
+    """q8_0 K cache, tg 6000: 24 n_kv points, of which only the piece ends and middles are
+    built."""
+    m = load_model(write_llama(tmp_path / "l.gguf", n_layer=2, context_length=8192))
+    t = BenchTest(0, 6000, 0, 2048, 512, "on", "q8_0", "q8_0", 2)
+    pr = Predictor(m, NO_COEF, features=())
+    _, runs = pr._points(t)
+    pr.counts(t)
+    # n_kv 256 alone (below the 512-cell FA split), then 512..6144 (23 points) on one line:
+    # its two ends and its middle built
+    assert len(runs) == 24 and pr.built == 1 + 3
+    for key, run in runs.items():
+        assert list(pr._cache[key].items()) == list(_built(pr, key, run).items())
