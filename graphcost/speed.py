@@ -94,6 +94,32 @@ def steps(t: BenchTest) -> list[tuple[int, int, bool]]:
     return out
 
 
+def step_runs(t: BenchTest) -> list[tuple[int, int, int, int, int, bool, int]]:
+    """:func:`steps` in runs: ``(index, index step, tokens, past, past step, has output,
+    count)``: ubatches ``index + j * index step`` of the list (``j < count``) are ``(tokens,
+    past + j * past step, has output)``. Every full batch of ``-b`` tokens has the same
+    ubatches, so a prompt is one run per ubatch of a batch (+ the last, shorter batch) and
+    the generation one run, whatever ``-p`` and ``-n``."""
+    out = []
+    idx = 0
+    if t.n_prompt:
+        ub = min(t.n_ubatch, t.n_batch)
+        full, rest = divmod(t.n_prompt, t.n_batch)
+        per = -(-t.n_batch // ub)                        # ubatches of a full batch
+        for nb, n, past, step in ((t.n_batch, full, t.n_depth, t.n_batch),
+                                  (rest, 1 if rest else 0, t.n_depth + full * t.n_batch, 0)):
+            if not n:
+                continue
+            for s in range(0, nb, ub):
+                k = min(ub, nb - s)
+                out.append((idx + s // ub, per if nb == t.n_batch else 0, k, past + s, step,
+                            s + k == nb, n))
+            idx += n * -(-nb // ub)
+    if t.n_gen:
+        out.append((idx, 1, 1, t.n_depth, 1, True, t.n_gen))
+    return out
+
+
 @dataclass
 class Prediction:
     test: BenchTest
@@ -131,23 +157,45 @@ class Predictor:
                 run.n_ctx, run.n_ubatch), run
 
     def _points(self, t: BenchTest) -> tuple[dict[tuple, int], dict[tuple, object]]:
-        """The distinct graphs of ``t``'s timed part (first-seen order): how many ubatches
-        each, and one resolved ubatch of each."""
+        """The distinct graphs of ``t``'s timed part in the order a ubatch-by-ubatch walk
+        first meets them: how many ubatches each, and one resolved ubatch of each. Walks
+        :func:`step_runs`, jumping over the ubatches of one graph (a run's key is monotone:
+        the attended cells only grow), so a long run costs its distinct graphs, not its
+        ubatches."""
         mult: dict[tuple, int] = {}
         runs: dict[tuple, object] = {}
+        first: dict[tuple, int] = {}
         base = None
-        for tokens, past, output in steps(t):
+        for idx0, idx_step, tokens, past0, past_step, output, n in step_runs(t):
             if base is None:
                 base = resolve_for(self.model, RunSettings(
                     ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
                     flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
-                    tokens=tokens, past=past, outputs=1))
-            key, run = self._key_run(t, base, tokens, past, output)
-            if key not in mult:
-                mult[key] = 0
-                runs[key] = run
-            mult[key] += 1
-        return mult, runs
+                    tokens=tokens, past=past0, outputs=1))
+
+            def key_at(j, _tok=tokens, _p0=past0, _ps=past_step, _out=output):
+                return self._key_run(t, base, _tok, _p0 + j * _ps, _out)
+
+            j = 0
+            while j < n:
+                key, run = key_at(j)
+                lo, step = j, 1                  # gallop, then bisect, to the key's last j
+                while lo + step < n and key_at(lo + step)[0] == key:
+                    lo, step = lo + step, step * 2
+                hi = min(lo + step, n)           # key_at(hi) differs (or hi == n)
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if key_at(mid)[0] == key:
+                        lo = mid
+                    else:
+                        hi = mid
+                if key not in mult:
+                    mult[key], runs[key], first[key] = 0, run, idx0 + j * idx_step
+                mult[key] += lo - j + 1
+                first[key] = min(first[key], idx0 + j * idx_step)
+                j = lo + 1
+        order = sorted(mult, key=first.__getitem__)
+        return {k: mult[k] for k in order}, {k: runs[k] for k in order}
 
     def _build(self, key: tuple, run) -> Counter:
         if key not in self._cache:

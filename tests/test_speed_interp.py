@@ -12,7 +12,7 @@ import pytest
 from graphcost.cost.analysis import analyze_graph
 from graphcost.cost.speed_model import SpeedModel, counts
 from graphcost.graph.build import build_graph, load_model
-from graphcost.speed import BenchTest, Predictor, steps
+from graphcost.speed import BenchTest, Predictor, step_runs, steps
 
 from fixtures import write_gemma3, write_llama
 from fixtures_gptoss import write_gptoss
@@ -81,3 +81,28 @@ def test_quantized_cache_and_many_points(tmp_path):
     assert len(runs) == 24 and pr.built == 1 + 3
     for key, run in runs.items():
         assert list(pr._cache[key].items()) == list(_built(pr, key, run).items())
+
+
+@pytest.mark.parametrize("p,n,d,b,ub", [
+    (512, 128, 100, 2048, 32), (256, 0, 0, 100, 64), (0, 3, 7, 2048, 512), (4096, 5, 0, 2048, 512),
+    (5000, 0, 3, 1000, 64), (7, 0, 0, 2, 8), (2048, 1, 1, 2048, 300), (999, 0, 0, 1000, 1000)])
+def test_step_runs_expand_to_steps(p, n, d, b, ub):
+    t = BenchTest(p, n, d, b, ub, "on", "f16", "f16", 2)
+    expanded = {}
+    for idx, di, tokens, past, dp, output, count in step_runs(t):
+        for j in range(count):
+            assert idx + j * di not in expanded
+            expanded[idx + j * di] = (tokens, past + j * dp, output)
+    assert [expanded[i] for i in range(len(expanded))] == steps(t)
+
+
+def test_huge_generation_costs_its_graphs_not_its_ubatches(tmp_path):
+    """tg 10^7: 39063 n_kv points (10^7 / 256 rounded up), found without walking 10^7
+    ubatches; the counts of each point x its ubatches sum to the total."""
+    m = load_model(write_llama(tmp_path / "l.gguf", n_layer=1, context_length=8192))
+    t = BenchTest(0, 10**7, 0, 2048, 512, "off", "f16", "f16", 2)
+    pr = Predictor(m, NO_COEF, features=())
+    mult, runs = pr._points(t)
+    assert len(runs) == -(-10**7 // 256) == 39063 and sum(mult.values()) == 10**7
+    # first point: n_kv 256 (used 1..256: 256 ubatches); last: 10^7 - 39062 x 256 = 128
+    assert list(mult.values())[0] == 256 and list(mult.values())[-1] == 128
