@@ -141,7 +141,8 @@ class Predictor:
     (attention reads and MACs grow with the cells, the rest is constant). So of a long run's
     points (thousands of ``n_kv`` values) only a few are built: each segment's two ends,
     checked at its middle; the rest are interpolated where that is exact in integers, else
-    built (:meth:`_solve`). ``progress(built)`` is called every :data:`PROGRESS_EVERY` builds."""
+    built (:meth:`_solve`). ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds
+    and every :data:`PROGRESS_POINTS` distinct graphs met (a run of ~10^8 ubatches and more)."""
 
     def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model
@@ -191,6 +192,9 @@ class Predictor:
                         hi = mid
                 if key not in mult:
                     mult[key], runs[key], first[key] = 0, run, idx0 + j * idx_step
+                    if self.progress and len(mult) % PROGRESS_POINTS == 0:
+                        self.progress(f"{t.name}: {len(mult)} distinct graphs (KV lengths) "
+                                      "so far")
                 mult[key] += lo - j + 1
                 first[key] = min(first[key], idx0 + j * idx_step)
                 j = lo + 1
@@ -203,7 +207,8 @@ class Predictor:
             self._cache[key] = counts(a, self.repacked, outputs=key[1])
             self.built += 1
             if self.progress and self.built % PROGRESS_EVERY == 0:
-                self.progress(self.built)
+                self.progress(f"{self.built} graphs built so far (a graph per ubatch shape "
+                              "and KV length that cannot be interpolated)")
         return self._cache[key]
 
     def _solve(self, runs: dict[tuple, object]) -> None:
@@ -268,8 +273,9 @@ class Predictor:
         return Prediction(t, self.speed.seconds(c, t.threads), t.n_prompt + t.n_gen, c)
 
 
-#: builds between two ``progress`` calls of a :class:`Predictor`
+#: builds, and distinct graphs met, between two ``progress`` calls of a :class:`Predictor`
 PROGRESS_EVERY = 256
+PROGRESS_POINTS = 200_000
 
 
 def _cells(key: tuple) -> tuple[int, int]:

@@ -106,3 +106,21 @@ def test_huge_generation_costs_its_graphs_not_its_ubatches(tmp_path):
     assert len(runs) == -(-10**7 // 256) == 39063 and sum(mult.values()) == 10**7
     # first point: n_kv 256 (used 1..256: 256 ubatches); last: 10^7 - 39062 x 256 = 128
     assert list(mult.values())[0] == 256 and list(mult.values())[-1] == 128
+
+
+def test_progress_lines_on_long_runs(tmp_path, monkeypatch):
+    """Every PROGRESS_POINTS distinct graphs met and every PROGRESS_EVERY builds: one line."""
+    import graphcost.speed as speed
+
+    monkeypatch.setattr(speed, "PROGRESS_POINTS", 4)
+    monkeypatch.setattr(speed, "PROGRESS_EVERY", 2)
+    m = load_model(write_llama(tmp_path / "l.gguf", n_layer=1, context_length=8192))
+    lines = []
+    pr = Predictor(m, NO_COEF, features=(), progress=lines.append)
+    # tg 2560: n_kv 256..2560, 10 points -> lines at the 4th and 8th; builds: 256 alone,
+    # 512..2560 (9 points): ends + middle -> 4 builds -> lines at the 2nd and 4th
+    pr.counts(BenchTest(0, 2560, 0, 2048, 512, "on", "f16", "f16", 2))
+    assert pr.built == 4
+    assert [ln.split(" so far")[0] for ln in lines] == [
+        "tg2560: 4 distinct graphs (KV lengths)", "tg2560: 8 distinct graphs (KV lengths)",
+        "2 graphs built", "4 graphs built"]
