@@ -154,6 +154,13 @@ class Predictor:
         self.built = 0
         self._cache: dict[tuple, Counter] = {}
 
+    def _resolve(self, t: BenchTest, tokens: int, past: int):
+        """``t``'s context resolved for this model, at one ubatch (one output row)."""
+        return resolve_for(self.model, RunSettings(
+            ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
+            flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
+            tokens=tokens, past=past, outputs=1))
+
     def _key_run(self, t: BenchTest, base, tokens: int, past: int, output: bool):
         run = base.step(tokens, past, 1)
         return (tokens, output, run.n_kv, run.n_kv_swa, t.flash_attn, t.type_k, t.type_v,
@@ -171,10 +178,7 @@ class Predictor:
         base = None
         for idx0, idx_step, tokens, past0, past_step, output, n in step_runs(t):
             if base is None:
-                base = resolve_for(self.model, RunSettings(
-                    ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
-                    flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
-                    tokens=tokens, past=past0, outputs=1))
+                base = self._resolve(t, tokens, past0)
 
             def key_at(j, _tok=tokens, _p0=past0, _ps=past_step, _out=output):
                 return self._key_run(t, base, _tok, _p0 + j * _ps, _out)
@@ -253,11 +257,8 @@ class Predictor:
 
     def step_counts(self, t: BenchTest, tokens: int, past: int, output: bool) -> Counter:
         """The counts of one ubatch of ``t``, built (no interpolation)."""
-        base = resolve_for(self.model, RunSettings(
-            ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
-            flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
-            tokens=tokens, past=past, outputs=1))
-        return self._build(*self._key_run(t, base, tokens, past, output))
+        return self._build(*self._key_run(t, self._resolve(t, tokens, past), tokens, past,
+                                          output))
 
     def counts(self, t: BenchTest) -> Counter:
         """The summed counts of ``t``'s ubatches (in their order, so keys come in the same
