@@ -183,12 +183,16 @@ class Predictor:
             def key_at(j, _tok=tokens, _p0=past0, _ps=past_step, _out=output):
                 return self._key_run(t, base, _tok, _p0 + j * _ps, _out)
 
-            j = 0
+            j, span = 0, 0
             while j < n:
                 key, run = key_at(j)
                 lo, step = j, 1                  # gallop, then bisect, to the key's last j
-                while lo + step < n and key_at(lo + step)[0] == key:
-                    lo, step = lo + step, step * 2
+                e = j + span - 1                 # first guess: the last key's span again
+                if span > 1 and e + 1 < n and key_at(e)[0] == key and key_at(e + 1)[0] != key:
+                    lo, step = e, 1
+                else:
+                    while lo + step < n and key_at(lo + step)[0] == key:
+                        lo, step = lo + step, step * 2
                 hi = min(lo + step, n)           # key_at(hi) differs (or hi == n)
                 while hi - lo > 1:
                     mid = (lo + hi) // 2
@@ -203,7 +207,7 @@ class Predictor:
                                       "so far")
                 mult[key] += lo - j + 1
                 first[key] = min(first[key], idx0 + j * idx_step)
-                j = lo + 1
+                j, span = lo + 1, lo - j + 1
         order = sorted(mult, key=first.__getitem__)
         return {k: mult[k] for k in order}, {k: runs[k] for k in order}
 
