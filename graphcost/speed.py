@@ -161,14 +161,18 @@ class Predictor:
             flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
             tokens=tokens, past=past, outputs=1))
 
-    def _key_run(self, t: BenchTest, base, tokens: int, past: int, output: bool):
+    @staticmethod
+    def _key(t: BenchTest, base, tokens: int, past: int, output: bool) -> tuple:
+        """A ubatch's graph: its shape and the cells each cache attends (``base``: ``t``'s
+        resolved context, :meth:`_resolve`)."""
         run = base.step(tokens, past, 1)
         return (tokens, output, run.n_kv, run.n_kv_swa, t.flash_attn, t.type_k, t.type_v,
-                run.n_ctx, run.n_ubatch), run
+                run.n_ctx, run.n_ubatch)
 
     def _points(self, t: BenchTest) -> tuple[dict[tuple, int], dict[tuple, object]]:
         """The distinct graphs of ``t``'s timed part in the order a ubatch-by-ubatch walk
-        first meets them: how many ubatches each, and one resolved ubatch of each. Walks
+        first meets them: how many ubatches each, and where to build each (test, tokens,
+        past). Walks
         :func:`step_runs`, jumping over the ubatches of one graph (a run's key is monotone:
         the attended cells only grow), so a long run costs its distinct graphs, not its
         ubatches."""
@@ -181,27 +185,30 @@ class Predictor:
                 base = self._resolve(t, tokens, past0)
 
             def key_at(j, _tok=tokens, _p0=past0, _ps=past_step, _out=output):
-                return self._key_run(t, base, _tok, _p0 + j * _ps, _out)
+                return self._key(t, base, _tok, _p0 + j * _ps, _out)
 
             j, span = 0, 0
             while j < n:
-                key, run = key_at(j)
+                key = key_at(j)
                 lo, step = j, 1                  # gallop, then bisect, to the key's last j
                 e = j + span - 1                 # first guess: the last key's span again
-                if span > 1 and e + 1 < n and key_at(e)[0] == key and key_at(e + 1)[0] != key:
+                if span > 1 and e + 1 < n and key_at(e) == key and key_at(e + 1) != key:
                     lo, step = e, 1
                 else:
-                    while lo + step < n and key_at(lo + step)[0] == key:
+                    while lo + step < n and key_at(lo + step) == key:
                         lo, step = lo + step, step * 2
                 hi = min(lo + step, n)           # key_at(hi) differs (or hi == n)
                 while hi - lo > 1:
                     mid = (lo + hi) // 2
-                    if key_at(mid)[0] == key:
+                    if key_at(mid) == key:
                         lo = mid
                     else:
                         hi = mid
                 if key not in mult:
-                    mult[key], runs[key], first[key] = 0, run, idx0 + j * idx_step
+                    # where to build it from: (test, tokens, past), not the resolved ubatch
+                    # (kilobytes; a long run has millions of points)
+                    mult[key], first[key] = 0, idx0 + j * idx_step
+                    runs[key] = (t, tokens, past0 + j * past_step)
                     if self.progress and len(mult) % PROGRESS_POINTS == 0:
                         self.progress(f"{t.name}: {len(mult)} distinct graphs (KV lengths) "
                                       "so far")
@@ -211,9 +218,11 @@ class Predictor:
         order = sorted(mult, key=first.__getitem__)
         return {k: mult[k] for k in order}, {k: runs[k] for k in order}
 
-    def _build(self, key: tuple, run) -> Counter:
+    def _build(self, key: tuple, where: tuple) -> Counter:
+        """The counts of ``key``'s graph, built at ``where`` = (test, tokens, past)."""
         if key not in self._cache:
-            a = analyze_graph(build_graph(self.model, run))
+            t, tokens, past = where
+            a = analyze_graph(build_graph(self.model, self._resolve(t, tokens, past)))
             self._cache[key] = counts(a, self.repacked, outputs=key[1])
             self.built += 1
             if self.progress and self.built % PROGRESS_EVERY == 0:
@@ -261,8 +270,8 @@ class Predictor:
 
     def step_counts(self, t: BenchTest, tokens: int, past: int, output: bool) -> Counter:
         """The counts of one ubatch of ``t``, built (no interpolation)."""
-        return self._build(*self._key_run(t, self._resolve(t, tokens, past), tokens, past,
-                                          output))
+        key = self._key(t, self._resolve(t, tokens, past), tokens, past, output)
+        return self._build(key, (t, tokens, past))
 
     def counts(self, t: BenchTest) -> Counter:
         """The summed counts of ``t``'s ubatches (in their order, so keys come in the same

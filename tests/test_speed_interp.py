@@ -12,6 +12,7 @@ import pytest
 from graphcost.cost.analysis import analyze_graph
 from graphcost.cost.speed_model import SpeedModel, counts
 from graphcost.graph.build import build_graph, load_model
+from graphcost.graph.settings import RunSettings
 from graphcost.speed import BenchTest, Predictor, step_runs, steps
 
 from fixtures import write_gemma3, write_llama
@@ -37,9 +38,14 @@ def model(request, tmp_path_factory):
     return load_model(path)
 
 
-def _built(pr: Predictor, key: tuple, run) -> Counter:
-    """The counts of a fresh build of ``run`` (no cache, no interpolation)."""
-    return counts(analyze_graph(build_graph(pr.model, run)), pr.repacked, outputs=key[1])
+def _built(pr: Predictor, key: tuple, where: tuple) -> Counter:
+    """The counts of a fresh build at ``where`` = (test, tokens, past): no cache, no
+    interpolation, the settings as speed built them before (RunSettings of the ubatch)."""
+    t, tokens, past = where
+    rs = RunSettings(ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
+                     flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
+                     tokens=tokens, past=past, outputs=1)
+    return counts(analyze_graph(build_graph(pr.model, rs)), pr.repacked, outputs=key[1])
 
 
 @pytest.mark.parametrize("fa", ["off", "on"])
