@@ -814,7 +814,8 @@ def speed(
     if not tests:
         _fail("-p and -n are both 0: no test to predict")
     path = _model_path(model)
-    info, sm, preds = predict_all(path, hw, tests)
+    info, sm, preds = predict_all(path, hw, tests, progress=lambda line: typer.echo(
+        f"graphcost speed: {line}", err=True))
     desc = model_description(info)
     note = describe(sm, hw)
     missing = sorted({k for p in preds for k in sm.missing(p.counts)})

@@ -12,7 +12,9 @@ each after ``-d`` tokens of context, with ``n_ctx = p + n + d``:
 
 Each ubatch is one graph; graphcost builds it (same nodes as llama.cpp), counts what the
 CPU backend does with it (:mod:`graphcost.cost.speed_model`) and prices the counts with
-the profile's coefficients. Graphs with the same shape are built once.
+the profile's coefficients. Graphs with the same shape are built once, and along a run
+only a few KV lengths per ubatch shape are built: the others are interpolated exactly
+(:class:`Predictor`).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from graphcost.cost.speed_model import SpeedModel, counts, from_profile, repacked_weights
+from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, from_profile,
+                                        repacked_weights)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
 from graphcost.graph.settings import INT32_MAX, RunSettings
@@ -93,6 +96,32 @@ def steps(t: BenchTest) -> list[tuple[int, int, bool]]:
     return out
 
 
+def step_runs(t: BenchTest) -> list[tuple[int, int, int, int, int, bool, int]]:
+    """:func:`steps` in runs: ``(index, index step, tokens, past, past step, has output,
+    count)``: ubatches ``index + j * index step`` of the list (``j < count``) are ``(tokens,
+    past + j * past step, has output)``. Every full batch of ``-b`` tokens has the same
+    ubatches, so a prompt is one run per ubatch of a batch (+ the last, shorter batch) and
+    the generation one run, whatever ``-p`` and ``-n``."""
+    out = []
+    idx = 0
+    if t.n_prompt:
+        ub = min(t.n_ubatch, t.n_batch)
+        full, rest = divmod(t.n_prompt, t.n_batch)
+        per = -(-t.n_batch // ub)                        # ubatches of a full batch
+        for nb, n, past, step in ((t.n_batch, full, t.n_depth, t.n_batch),
+                                  (rest, 1 if rest else 0, t.n_depth + full * t.n_batch, 0)):
+            if not n:
+                continue
+            for s in range(0, nb, ub):
+                k = min(ub, nb - s)
+                out.append((idx + s // ub, per if nb == t.n_batch else 0, k, past + s, step,
+                            s + k == nb, n))
+            idx += n * -(-nb // ub)
+    if t.n_gen:
+        out.append((idx, 1, 1, t.n_depth, 1, True, t.n_gen))
+    return out
+
+
 @dataclass
 class Prediction:
     test: BenchTest
@@ -106,37 +135,191 @@ class Prediction:
 
 
 class Predictor:
-    """Builds (once per shape) and counts the graphs of llama-bench tests for one model."""
+    """Counts the graphs of llama-bench tests for one model.
 
-    def __init__(self, model, speed: SpeedModel, features=None):
+    A graph's counts depend on its position only through the cells each cache attends
+    (``get_n_kv``: ``n_kv``, ``n_kv_swa``); for one ubatch shape they are affine in those
+    cells between the switches of :data:`~graphcost.cost.speed_model.N_KV_SWITCHES`
+    (attention reads and MACs grow with the cells, the rest is constant). So of a long run's
+    points (thousands of ``n_kv`` values) only a few are built: each segment's two ends,
+    checked at its middle; the rest are interpolated where that is exact in integers, else
+    built (:meth:`_solve`). ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds
+    and every :data:`PROGRESS_POINTS` distinct graphs met (a run of ~10^8 ubatches and more)."""
+
+    def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model
         self.speed = speed
         self.repacked = repacked_weights(model, features)
+        self.progress = progress
+        self.built = 0
         self._cache: dict[tuple, Counter] = {}
 
-    def step_counts(self, t: BenchTest, tokens: int, past: int, output: bool) -> Counter:
-        # a graph's shape (hence its counts) depends on the past only through the cells
-        # each cache attends (get_n_kv): build one graph per distinct shape
-        rs = RunSettings(ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
-                         flash_attn=t.flash_attn, cache_type_k=t.type_k,
-                         cache_type_v=t.type_v, tokens=tokens, past=past, outputs=1)
-        run = resolve_for(self.model, rs)
-        key = (tokens, output, run.n_kv, run.n_kv_swa, t.flash_attn, t.type_k, t.type_v,
-               run.n_ctx, run.n_ubatch)
+    def _resolve(self, t: BenchTest, tokens: int, past: int):
+        """``t``'s context resolved for this model, at one ubatch (one output row)."""
+        return resolve_for(self.model, RunSettings(
+            ctx_size=t.n_ctx, batch_size=t.n_batch, ubatch_size=t.n_ubatch,
+            flash_attn=t.flash_attn, cache_type_k=t.type_k, cache_type_v=t.type_v,
+            tokens=tokens, past=past, outputs=1))
+
+    @staticmethod
+    def _key(t: BenchTest, base, tokens: int, past: int, output: bool) -> tuple:
+        """A ubatch's graph: its shape and the cells each cache attends (``base``: ``t``'s
+        resolved context, :meth:`_resolve`)."""
+        run = base.step(tokens, past, 1)
+        return (tokens, output, run.n_kv, run.n_kv_swa, t.flash_attn, t.type_k, t.type_v,
+                run.n_ctx, run.n_ubatch)
+
+    def _points(self, t: BenchTest) -> tuple[dict[tuple, int], dict[tuple, object]]:
+        """The distinct graphs of ``t``'s timed part in the order a ubatch-by-ubatch walk
+        first meets them: how many ubatches each, and where to build each (test, tokens,
+        past). Walks
+        :func:`step_runs`, jumping over the ubatches of one graph (a run's key is monotone:
+        the attended cells only grow), so a long run costs its distinct graphs, not its
+        ubatches."""
+        mult: dict[tuple, int] = {}
+        runs: dict[tuple, object] = {}
+        first: dict[tuple, int] = {}
+        base = None
+        for idx0, idx_step, tokens, past0, past_step, output, n in step_runs(t):
+            if base is None:
+                base = self._resolve(t, tokens, past0)
+
+            def key_at(j, _tok=tokens, _p0=past0, _ps=past_step, _out=output):
+                return self._key(t, base, _tok, _p0 + j * _ps, _out)
+
+            j, span = 0, 0
+            while j < n:
+                key = key_at(j)
+                lo, step = j, 1                  # gallop, then bisect, to the key's last j
+                e = j + span - 1                 # first guess: the last key's span again
+                if span > 1 and e + 1 < n and key_at(e) == key and key_at(e + 1) != key:
+                    lo, step = e, 1
+                else:
+                    while lo + step < n and key_at(lo + step) == key:
+                        lo, step = lo + step, step * 2
+                hi = min(lo + step, n)           # key_at(hi) differs (or hi == n)
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if key_at(mid) == key:
+                        lo = mid
+                    else:
+                        hi = mid
+                if key not in mult:
+                    # where to build it from: (test, tokens, past), not the resolved ubatch
+                    # (kilobytes; a long run has millions of points)
+                    mult[key], first[key] = 0, idx0 + j * idx_step
+                    runs[key] = (t, tokens, past0 + j * past_step)
+                    if self.progress and len(mult) % PROGRESS_POINTS == 0:
+                        self.progress(f"{t.name}: {len(mult)} distinct graphs (KV lengths) "
+                                      "so far")
+                mult[key] += lo - j + 1
+                first[key] = min(first[key], idx0 + j * idx_step)
+                j, span = lo + 1, lo - j + 1
+        order = sorted(mult, key=first.__getitem__)
+        return {k: mult[k] for k in order}, {k: runs[k] for k in order}
+
+    def _build(self, key: tuple, where: tuple) -> Counter:
+        """The counts of ``key``'s graph, built at ``where`` = (test, tokens, past)."""
         if key not in self._cache:
-            a = analyze_graph(build_graph(self.model, rs))
-            self._cache[key] = counts(a, self.repacked, outputs=output)
+            t, tokens, past = where
+            a = analyze_graph(build_graph(self.model, self._resolve(t, tokens, past)))
+            self._cache[key] = counts(a, self.repacked, outputs=key[1])
+            self.built += 1
+            if self.progress and self.built % PROGRESS_EVERY == 0:
+                self.progress(f"{self.built} graphs built so far (a graph per ubatch shape "
+                              "and KV length that cannot be interpolated)")
         return self._cache[key]
 
+    def _solve(self, runs: dict[tuple, object]) -> None:
+        """Fill the cache for every key of ``runs``: per ubatch shape, the points in order of
+        cells, cut where they stop lying on one line or cross a switch, each piece affine."""
+        shapes: dict[tuple, list[tuple]] = {}
+        for key in runs:
+            if key not in self._cache:
+                shapes.setdefault(key[:2] + key[4:], []).append(key)
+        for keys in shapes.values():
+            keys.sort(key=_cells)
+            i = 0
+            while i < len(keys):
+                j = i + 1
+                while j < len(keys) and _same_piece(keys[i], keys[i + 1], keys[j]):
+                    j += 1
+                self._affine(keys[i:j], runs)
+                i = j
+
+    def _affine(self, keys: list[tuple], runs) -> None:
+        """Counts of ``keys`` (points on one line, no switch between them): the ends built,
+        the middle built and compared with the interpolation (a difference halves the piece),
+        the rest interpolated, or built where the interpolation is not an exact integer."""
+        if len(keys) <= 3:
+            for k in keys:
+                self._build(k, runs[k])
+            return
+        a, b = self._build(keys[0], runs[keys[0]]), self._build(keys[-1], runs[keys[-1]])
+        m = len(keys) // 2
+        mid = self._build(keys[m], runs[keys[m]])
+        if (list(a) != list(b) or list(mid) != list(a)
+                or _interpolate(a, b, keys[0], keys[-1], keys[m]) != mid):
+            self._affine(keys[:m + 1], runs)
+            self._affine(keys[m:], runs)
+            return
+        for k in keys[1:-1]:
+            if k not in self._cache:
+                c = _interpolate(a, b, keys[0], keys[-1], k)
+                self._cache[k] = c if c is not None else self._build(k, runs[k])
+
+    def step_counts(self, t: BenchTest, tokens: int, past: int, output: bool) -> Counter:
+        """The counts of one ubatch of ``t``, built (no interpolation)."""
+        key = self._key(t, self._resolve(t, tokens, past), tokens, past, output)
+        return self._build(key, (t, tokens, past))
+
     def counts(self, t: BenchTest) -> Counter:
+        """The summed counts of ``t``'s ubatches (in their order, so keys come in the same
+        order as a ubatch-by-ubatch sum)."""
+        mult, runs = self._points(t)
+        self._solve(runs)
         total: Counter = Counter()
-        for tokens, past, output in steps(t):
-            total.update(self.step_counts(t, tokens, past, output))
+        for key, n in mult.items():
+            for k, v in self._cache[key].items():
+                total[k] += v * n
         return total
 
     def predict(self, t: BenchTest) -> Prediction:
         c = self.counts(t)
         return Prediction(t, self.speed.seconds(c, t.threads), t.n_prompt + t.n_gen, c)
+
+
+#: builds, and distinct graphs met, between two ``progress`` calls of a :class:`Predictor`
+PROGRESS_EVERY = 256
+PROGRESS_POINTS = 200_000
+
+
+def _cells(key: tuple) -> tuple[int, int]:
+    """A point's attended cells: (n_kv, n_kv_swa or 0)."""
+    return key[2], key[3] or 0
+
+
+def _same_piece(first: tuple, second: tuple, k: tuple) -> bool:
+    """``k`` lies on the line through ``first`` and ``second`` (in cells) and on the same
+    side of every switch as ``first``."""
+    (x0, y0), (x1, y1), (x, y) = _cells(first), _cells(second), _cells(k)
+    side = [(c >= s) for c in (x0, y0) for s in N_KV_SWITCHES]
+    return ((x1 - x0) * (y - y0) == (y1 - y0) * (x - x0)
+            and side == [(c >= s) for c in (x, y) for s in N_KV_SWITCHES])
+
+
+def _interpolate(a: Counter, b: Counter, ka: tuple, kb: tuple, k: tuple) -> Counter | None:
+    """Counts at ``k`` on the line from ``ka`` (counts ``a``) to ``kb`` (``b``), in the key
+    order of ``a``; None where a value is not an exact integer."""
+    (xa, ya), (xb, yb), (x, y) = _cells(ka), _cells(kb), _cells(k)
+    num, den = (x - xa, xb - xa) if xb != xa else (y - ya, yb - ya)
+    out: Counter = Counter()
+    for key, va in a.items():
+        q, r = divmod((b[key] - va) * num, den)
+        if r:
+            return None
+        out[key] = va + q
+    return out
 
 
 # ------------------------------------------------------------------- model description
@@ -199,11 +382,13 @@ def parse_list(flag: str, text: str, kind: str) -> list:
     return out
 
 
-def predict_all(path, hw, tests: list[BenchTest]) -> tuple[object, SpeedModel, list[Prediction]]:
-    """Load ``path``, price every test with ``hw``'s speed model."""
+def predict_all(path, hw, tests: list[BenchTest], progress=None
+                ) -> tuple[object, SpeedModel, list[Prediction]]:
+    """Load ``path``, price every test with ``hw``'s speed model (``progress``: see
+    :class:`Predictor`)."""
     from graphcost.graph.build import load_model
 
     model = load_model(path)
     sm = from_profile(hw)
-    pr = Predictor(model, sm)
+    pr = Predictor(model, sm, progress=progress)
     return model, sm, [pr.predict(t) for t in tests]

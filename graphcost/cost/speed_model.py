@@ -56,6 +56,9 @@ REPACK_GEMM_ROWS = 4
 FA_TILE_Q = 64
 #: ops.cpp use_split_kv_path: KV cells from which one query row's cells are split
 FA_SPLIT_KV = 512
+#: attended KV cells at which :func:`counts` switches a key (its only choice keyed by the
+#: cells: :func:`_fa_key`); between two of them a graph's counts are affine in the cells
+N_KV_SWITCHES = (FA_SPLIT_KV,)
 #: names of the output-row index input (llm_graph_input_out_ids; ``out_ids`` in
 #: llama.cpp's graph callbacks)
 OUT_IDS = ("out_ids", "inp_out_ids")
