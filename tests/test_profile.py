@@ -249,7 +249,8 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert all(doc["peak_flops"]["by_type"][t] >= max(round(f / s) for _, f, s in pts)
                for t, pts in oc["matmul"].items())
     assert set(oc["by_op"]) == {"ADD", "MUL", "SCALE", "RMS_NORM", "GELU", "SILU", "GEGLU",
-                                "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS", "CONT",
+                                "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS",
+                                "GET_ROWS@activation", "CONT",
                                 "FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64", "FLASH_ATTN_EXT@256"}
     assert set(oc["by_op_chained"]) == set(oc["by_op"])
     # every op kind but flash attention again on 16 tokens (rows), from 1024 values up
