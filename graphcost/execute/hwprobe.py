@@ -43,7 +43,9 @@ the same Numba kernels the executor runs.
   cache) whose own outputs are its float inputs, as a node after a matmul runs
   (``by_op``; GET_ROWS, a step's first node, gathers distinct rows of a
   :data:`TABLE_BYTES` table in a file mapped into memory after a matvec over the whole
-  pool, as the token embedding follows the previous step's output matmul), and right
+  pool, as the token embedding follows the previous step's output matmul;
+  ``GET_ROWS@activation``, a GET_ROWS from rows of an activation its matvecs just wrote,
+  as the last layer's ``get_rows(cur, inp_out_ids)``), and right
   after the op before it in the ladder's list, as a node in a chain of small ops runs
   (``by_op_chained``). Each family (one row, several tokens, flash attention for one
   query, for a tile) is timed apart, GET_ROWS last. MUL_MAT is measured per weight type
