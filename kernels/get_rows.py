@@ -34,7 +34,7 @@ SERIAL_BELOW = 32768
 
 
 def kernel(work: int):
-    """The gather kernel ``(w[rows, row_bytes], code, idx int64, out[n, K])`` for ``work``
+    """The gather kernel ``(w[rows, row_bytes], code, idx int32 or int64, out[n, K])`` for ``work``
     decoded values (serial below ``SERIAL_BELOW``); it does not check ``idx``."""
     return _get_rows_serial if work < SERIAL_BELOW else _get_rows
 

@@ -71,6 +71,31 @@ def test_model_picks_the_curve_for_what_ran_before():
     assert executor_seconds("RMS_NORM", 3000, 0, hw1, after_matmul=False) == pytest.approx(4e-6)
 
 
+def test_get_rows_from_an_activation_has_a_curve_of_its_own():
+    """The token embedding gather (rows of a weight table, from memory) and the last
+    layer's row select (rows of an activation in the caches) are modelled apart (issue
+    12); a profile without the activation's curve models both with GET_ROWS's."""
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+
+    g = Graph()
+    table = g.new_tensor(gt.GGMLType.Q8_0, [64, 10], role="weight")
+    cur = g.add(g.new_tensor(gt.F32, [64, 3]), g.new_tensor(gt.F32, [64, 3]))
+    ids = g.new_tensor(gt.I32, [1])
+    assert hwmod.model_op(g.get_rows(table, ids)) == "GET_ROWS"
+    assert hwmod.model_op(g.get_rows(cur, ids)) == hwmod.GET_ROWS_ACTIVATION \
+        == "GET_ROWS@activation"
+    assert hwmod.model_op(cur) == "ADD"
+    act = [[1000, 0, 1e-6], [7000, 0, 3e-6]]
+    hw = measured(op_costs={"by_op": {"GET_ROWS": CURVE, "GET_ROWS@activation": act}})
+    # 3000 B: the table's curve 4 us; the activation's 1 + 2 * 2000 / 6000 us
+    assert executor_seconds("GET_ROWS", 3000, 0, hw) == pytest.approx(4e-6)
+    assert executor_seconds(hwmod.GET_ROWS_ACTIVATION, 3000, 0, hw) == pytest.approx(
+        (1 + 2 * 2000 / 6000) * 1e-6)
+    hw0 = measured(op_costs={"by_op": {"GET_ROWS": CURVE}})
+    assert executor_seconds(hwmod.GET_ROWS_ACTIVATION, 3000, 0, hw0) == pytest.approx(4e-6)
+
+
 def test_peak_per_weight_type_sets_the_compute_roof():
     hw = measured()
     assert hw.peak_for("q4_K") == 40e9 and hw.peak_for("q8_0") == 100e9

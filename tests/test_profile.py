@@ -249,7 +249,8 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert all(doc["peak_flops"]["by_type"][t] >= max(round(f / s) for _, f, s in pts)
                for t, pts in oc["matmul"].items())
     assert set(oc["by_op"]) == {"ADD", "MUL", "SCALE", "RMS_NORM", "GELU", "SILU", "GEGLU",
-                                "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS", "CONT",
+                                "SWIGLU", "SOFT_MAX", "ROPE", "SET_ROWS", "GET_ROWS",
+                                "GET_ROWS@activation", "CONT",
                                 "FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64", "FLASH_ATTN_EXT@256"}
     assert set(oc["by_op_chained"]) == set(oc["by_op"])
     # every op kind but flash attention again on 16 tokens (rows), from 1024 values up
@@ -303,6 +304,36 @@ def test_hwprobe_times_the_executors_own_matmul_nodes(n):
     call()
     np.testing.assert_array_equal(fn.out.reshape(n, 64),
                                   K.matmul.mul_mat_ggml(w, t, 256, 64, x))
+
+
+@pytest.mark.parametrize("index_type", ["I32", "I64"])
+def test_get_rows_node_is_one_call_of_the_gather_overload(index_type):
+    """A decode's GET_ROWS (one index row, contiguous table) compiles to the gather kernel
+    itself, bound to the index array as it is (I32 token ids or I64, no copy into int64
+    and no Python wrapper, issue 12): its bound call resolves to the compiled overload's
+    entry point and gathers the rows kernels.get_rows.get_rows_ref decodes."""
+    from graphcost.execute import hwprobe as H
+    from graphcost.execute.exec_ops import Ctx
+    from graphcost.execute.kernels_loader import load_kernels
+    from graphcost.execute.weights import random_raw
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+
+    K = load_kernels()
+    ctx = Ctx(K, "fast")
+    rng = np.random.default_rng(0)
+    t = gt.GGMLType.Q8_0
+    w = random_raw(t, (64, 10), rng).reshape(10, gt.row_size(t, 64))   # 10 rows of 68 bytes
+    it = getattr(gt, index_type)
+    g = Graph()
+    node = g.get_rows(g.new_tensor(t, [64, 10], role="weight"), g.new_tensor(it, [3]))
+    ids = np.array([7, 0, 7], dtype=np.int32 if index_type == "I32" else np.int64)
+    fn, (call,) = H._node_calls(node, ctx, [H._values(node, [w, ids])])
+    assert fn.kern is K.get_rows._get_rows_serial       # 3 * 64 values < SERIAL_BELOW
+    assert call.func is not fn.kern                     # the compiled overload's entry point
+    fn.out[:] = 0
+    call()
+    np.testing.assert_array_equal(fn.out.reshape(3, 64), K.get_rows.get_rows_ref(w, t, 64, ids))
 
 
 def test_hwprobe_writes_to_a_path_given_with_o(tmp_path, monkeypatch):

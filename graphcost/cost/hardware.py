@@ -110,6 +110,8 @@ class Hardware:
             if sizes:
                 key = sizes[min(sizes, key=lambda d: (abs(d - head_size), d))]
         pts = table.get(key)
+        if not pts and op == GET_ROWS_ACTIVATION:     # a profile from before the key
+            return self.op_curve("GET_ROWS", type_name, after_matmul, head_size, tokens)
         return sorted(pts) if pts else None
 
     def matmul_points(self, type_name: str | None) -> list | None:
@@ -185,6 +187,21 @@ def matmul_fit(points: list) -> tuple[float, list] | None:
     rest = [[w, 0, max(0.0, t - per_flop * f)] for w, (f, t) in
             ((w, min(v)) for w, v in sorted(by_w.items()))]
     return 1.0 / per_flop, rest
+
+
+#: the ``op_costs`` key of a GET_ROWS whose rows are an activation the graph computed
+#: (the last layer's ``get_rows(cur, inp_out_ids)``: a few KB in the caches), measured
+#: apart from the token embedding gather (rows of a mapped weight table, from memory);
+#: a profile without it models both with GET_ROWS's curve
+GET_ROWS_ACTIVATION = "GET_ROWS@activation"
+
+
+def model_op(node) -> str:
+    """The op key the executor model reads for ``node``: :data:`GET_ROWS_ACTIVATION` for
+    a GET_ROWS from rows that are not a weight, else the node's op."""
+    if node.op == "GET_ROWS" and node.src[0].storage.role != "weight":
+        return GET_ROWS_ACTIVATION
+    return node.op
 
 
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,

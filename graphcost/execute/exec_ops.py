@@ -333,16 +333,13 @@ def _get_rows(node: Tensor, ctx: Ctx) -> OpFn:
     n0, n1, n2 = idx.ne[0], idx.ne[1], idx.ne[2]
 
     if n1 == n2 == 1 and is_contiguous(a) and idx.type in (gt.I32, gt.I64):
+        # the kernel reads the I32/I64 index as it is (one compiled overload per index
+        # type): a bound call is one call of that overload, with no Python wrapper and no
+        # copy of the index (issue 12: those paths run cold once a step and cost 4-15 us)
         kern = ctx.K.get_rows.kernel(n0 * k)
         code = np.int64(int(kernel_type))
-        idx64 = np.empty(n0, dtype=np.int64)     # the kernel's index type
-
-        def gather(w, iv, out):
-            np.copyto(idx64, iv, casting="unsafe")
-            kern(w, code, idx64, out)
-
-        return KernelNode(gather, lambda av, iv, out: (_rows2d(av[0, 0]), iv[0, 0, 0], out[0, 0]),
-                          (1, 1, n0, k))
+        return KernelNode(kern, lambda av, iv, out: (_rows2d(av[0, 0]), code, iv[0, 0, 0],
+                                                     out[0, 0]), (1, 1, n0, k))
 
     if n1 == n2 == 1:
         def run(av, iv):

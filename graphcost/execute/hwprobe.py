@@ -43,7 +43,9 @@ the same Numba kernels the executor runs.
   cache) whose own outputs are its float inputs, as a node after a matmul runs
   (``by_op``; GET_ROWS, a step's first node, gathers distinct rows of a
   :data:`TABLE_BYTES` table in a file mapped into memory after a matvec over the whole
-  pool, as the token embedding follows the previous step's output matmul), and right
+  pool, as the token embedding follows the previous step's output matmul;
+  ``GET_ROWS@activation``, a GET_ROWS from rows of an activation its matvecs just wrote,
+  as the last layer's ``get_rows(cur, inp_out_ids)``), and right
   after the op before it in the ladder's list, as a node in a chain of small ops runs
   (``by_op_chained``). Each family (one row, several tokens, flash attention for one
   query, for a tile) is timed apart, GET_ROWS last. MUL_MAT is measured per weight type
@@ -71,6 +73,7 @@ from typing import Callable
 import numpy as np
 
 from graphcost.format import ggml_types as gt
+from graphcost.cost.hardware import GET_ROWS_ACTIVATION
 
 #: row length of the probe matrices (elements)
 K = 4096
@@ -427,6 +430,10 @@ def _ladder_nodes(tile: int):
                 g.soft_max_ext(kq, g.new_tensor(gt.F32, [v // 4, n_tok]), 1.0, 0.0),
                 g.rope(h, pos, None, n_dims=d, mode=2, freq_base=1e4, freq_scale=1.0,
                        n_ctx_orig=4096))]
+            # GET_ROWS from an activation (the last layer's row select): rows of x, just
+            # written by its matvecs, not of a mapped weight table; last, so no other
+            # op's chained predecessor changes
+            out.append((prefix + GET_ROWS_ACTIVATION, g.get_rows(x, pos), (prefix, n)))
     fa, masks = [], {}
     for tokens, table, cells_ladder in ((1, "", FA_CELLS), (tile, TILED, FA_TILE_CELLS)):
         for d in FA_HEAD_SIZES:

@@ -41,7 +41,8 @@ from graphcost.graph.build import load_model
 from graphcost.errors import SettingsError
 from graphcost.execute.exec_ops import NUMPY_OPS
 from graphcost.execute.executor import Executor
-from graphcost.cost.hardware import Hardware, executor_seconds, parse, roofline_seconds
+from graphcost.cost.hardware import (Hardware, executor_seconds, model_op, parse,
+                                     roofline_seconds)
 from graphcost.format.model import ModelInfo
 from graphcost.graph.settings import Resolved, RunSettings
 
@@ -301,7 +302,7 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
             f = tile_fraction(n, past, tile) if tiled else \
                 attended_fraction(n, past + (n_tokens + 1) / 2)
             mat = n.op in ops.MATMUL
-            model = executor_seconds(n.op, nbytes * f, flops * f, hw, wtype,
+            model = executor_seconds(model_op(n), nbytes * f, flops * f, hw, wtype,
                                      after_matmul=prev is None or prev in ops.MATMUL,
                                      head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
                                      else None,
