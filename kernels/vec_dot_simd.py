@@ -1137,12 +1137,48 @@ def _q2_k_ints(row, p, yq, py, yp, pp, ahead):   # scales@0 qs@16 d@80 dmin@82, 
 _DMIN_LAST = S.permutation([0, 2, 4, 6, 1, 3, 5, 7])
 
 
+def _in_lanes(n, picks):
+    """Two n-lane int32 vectors -> n lanes: in each 128-bit lane (4 int32 lanes) c, its
+    lanes ``picks`` of a then of b (``vpunpck*``: no lane crossing)."""
+    return S.permutation2([4 * c + i + (n if src else 0)
+                           for c in range(n // 4) for src, i in picks])
+
+
+#: interleaved int32 (``vpunpck[lh]dq``) and int64 (``vpunpck[lh]qdq``) halves
+_LO32, _HI32 = [(0, 0), (1, 0), (0, 1), (1, 1)], [(0, 2), (1, 2), (0, 3), (1, 3)]
+_LO64, _HI64 = [(0, 0), (0, 1), (1, 0), (1, 1)], [(0, 2), (0, 3), (1, 2), (1, 3)]
+_LO32_16, _HI32_16 = _in_lanes(16, _LO32), _in_lanes(16, _HI32)
+_LO64_16, _HI64_16 = _in_lanes(16, _LO64), _in_lanes(16, _HI64)
+_LO32_8, _HI32_8 = _in_lanes(8, _LO32), _in_lanes(8, _HI32)
+_LO64_8, _HI64_8 = _in_lanes(8, _LO64), _in_lanes(8, _HI64)
+
+
+@njit(inline="always", cache=True)
+def _lane_sums16(a, b, c, d):
+    """Four 16-lane int32 vectors -> 16 lanes: int32 lane 4L + r holds the sum of 128-bit
+    lane L of the r-th of a, b, c, d (6 in-lane unpacks, 3 adds)."""
+    t0 = _LO32_16(a, b) + _HI32_16(a, b)
+    t1 = _LO32_16(c, d) + _HI32_16(c, d)
+    return _LO64_16(t0, t1) + _HI64_16(t0, t1)
+
+
+@njit(inline="always", cache=True)
+def _lane_sums8(a, b, c, d):
+    """:func:`_lane_sums16` of four 8-lane vectors."""
+    t0 = _LO32_8(a, b) + _HI32_8(a, b)
+    t1 = _LO32_8(c, d) + _HI32_8(c, d)
+    return _LO64_8(t0, t1) + _HI64_8(t0, t1)
+
+
 @njit(inline="always", cache=True)
 def _q2_k_sums4(i0, i1, i2, i3, m0, m1, m2, m3):
-    """Four rows' isum and summs lanes -> int32 x8: isum of rows 0..3, then summs."""
-    rows = _pairwise(_pairwise(i0, i1), _pairwise(i2, i3))       # 4 isum lanes per row
-    both = _pairwise(rows, _pairwise(S.concat(m0, m1), S.concat(m2, m3)))
-    return _EVEN8(both) + _ODD8(both)
+    """Four rows' isum and summs lanes -> int32 x8: isum of rows 0..3, then summs. In-lane
+    unpacks first, then two 128-bit lane folds: the cross-lane ``vpermt2d`` tree cost
+    27% of the in-cache time (22.5 GB/s with it, 30.8 without any reduction)."""
+    v = _lane_sums16(i0, i1, i2, i3)
+    v = S.lanes(v, 0, 8) + S.lanes(v, 8, 8)
+    m = _lane_sums8(m0, m1, m2, m3)
+    return S.concat(S.lanes(v, 0, 4) + S.lanes(v, 4, 4), S.lanes(m, 0, 4) + S.lanes(m, 4, 4))
 
 
 @njit(cache=True)
