@@ -477,7 +477,7 @@ def fit(
                              no_host, load_mode, mmap, cpu_features, dev, no_op_offload)
     host_total = None
     if host_memory is not None:
-        from graphcost.memory.placement import parse_bytes
+        from graphcost.units import parse_bytes
         host_total = parse_bytes(host_memory, "--host-memory")
     info = load_model(_model_path(model))
     settings = RunSettings(ctx_size=ctx_size or 0, batch_size=batch_size, ubatch_size=ubatch_size,

@@ -19,8 +19,9 @@ from graphcost.format import ggml_types as gt
 from graphcost.memory.backends import host_cpu_features, load, names
 from graphcost.graph.build import load_model
 from graphcost.errors import GraphcostError
-from graphcost.memory.placement import (DeviceArg, PlacementFlags, alloc_size, cpu_moe_override, layer_devices, n_cpu_moe_overrides, parse_bytes, parse_device, parse_overrides, place, plan_devices, resolve_devices)
+from graphcost.memory.placement import (DeviceArg, PlacementFlags, alloc_size, cpu_moe_override, layer_devices, n_cpu_moe_overrides, parse_device, parse_overrides, place, plan_devices, resolve_devices)
 from graphcost.graph.settings import RunSettings
+from graphcost.units import parse_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 AVX2 = frozenset({"avx2"})

@@ -40,7 +40,7 @@ import numpy as np
 from graphcost.format import ggml_types as gt
 from graphcost.memory.backends import Backend, ExtraBufferType, load as load_backend
 from graphcost.memory.op_rules import device_flag
-from graphcost.units import parse_bytes  # noqa: F401 (re-exported: tests, cli)
+from graphcost.units import parse_bytes
 from graphcost.errors import GraphcostError
 from graphcost.format.model import ModelInfo
 
@@ -688,13 +688,12 @@ def state_buffers(placement: Placement, states, no_kv_offload: bool) -> dict[str
     ``cache_r_l*`` and ``cache_s_l*`` of layer ``il`` on dev_layer(il)'s buffer type when
     offload_kqv, else the CPU's; llama.cpp logs ``llama_memory_recurrent: NAME RS buffer
     size``), summed over the states."""
-    out: dict[str, int | None] = {}
+    bufs: list[KVBuffer] = []
     for st in states:
         layers = {il: [st.r.get(il), st.s.get(il)] for il in set(st.r) | set(st.s)}
-        for row, n in _layer_buffers(placement, layers, no_kv_offload).items():
-            prev = out.get(row, 0)
-            out[row] = None if prev is None or n is None else prev + n
-    return out
+        bufs += [KVBuffer("rs", row, n)
+                 for row, n in _layer_buffers(placement, layers, no_kv_offload).items()]
+    return kv_bytes_per_row(bufs)  # summed per row as the KV buffers are
 
 
 def kv_bytes_per_row(buffers: list[KVBuffer]) -> dict[str, int | None]:
