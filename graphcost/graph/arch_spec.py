@@ -19,6 +19,20 @@ from graphcost.resources import bundled
 
 
 @dataclass(frozen=True)
+class CreatedTensors:
+    """The tensors llama.cpp's loader creates for a family when the file has them (the
+    spec's ``tensors:``, from ``load_arch_tensors`` in ``src/models/<family>.cpp``): names
+    outside blocks (``token_embd.weight``), names inside a trunk block (``attn_q.weight`` for
+    ``blk.<il>.attn_q.weight``, il < n_layer) and inside a NextN/MTP block (n_layer <= il <
+    block_count; None: the loader creates no such block). A union over the loader's
+    branches: llama.cpp creates each of them only where its hyperparameters take that branch."""
+
+    model: frozenset[str]
+    layer: frozenset[str]
+    nextn: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
 class ArchSpec:
     """A parsed ``specs/arch/<name>.yaml``."""
 
@@ -36,6 +50,8 @@ class ArchSpec:
     path: Path | None = None
     #: "kv" (a KV cache) or "none" (llama_model::create_memory returns nullptr: encoders)
     memory: str = "kv"
+    #: every tensor the family's loader creates (None: a flavour's spec, which has none)
+    tensors: CreatedTensors | None = None
 
     @property
     def has_lm_head(self) -> bool:
@@ -87,6 +103,29 @@ def statement_list(v: Any, what: str, where: Any) -> list[dict]:
     return v
 
 
+def _names(v: Any, what: str, where: Any) -> frozenset[str]:
+    """A list of tensor names; a nested list (a YAML alias of another list) is flattened."""
+    if not isinstance(v, list):
+        raise GraphcostError(f"{where}: tensors.{what} must be a list of tensor names")
+    out = []
+    for x in v:
+        out += x if isinstance(x, list) else [x]
+    if not all(isinstance(x, str) and x for x in out):
+        raise GraphcostError(f"{where}: tensors.{what} must be a list of tensor names")
+    return frozenset(out)
+
+
+def created_tensors(v: Any, where: Any) -> CreatedTensors | None:
+    """The spec's ``tensors:`` (``model``, ``layer``, optional ``nextn``) checked and parsed."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not {"model", "layer"} <= set(v) <= {"model", "layer", "nextn"}:
+        raise GraphcostError(f"{where}: tensors must map model, layer and (optionally) nextn "
+                             "to lists of tensor names")
+    return CreatedTensors(_names(v["model"], "model", where), _names(v["layer"], "layer", where),
+                          _names(v["nextn"], "nextn", where) if "nextn" in v else None)
+
+
 def parse_spec(path: Path) -> ArchSpec:
     try:
         doc = yaml.safe_load(path.read_text())
@@ -109,6 +148,8 @@ def parse_spec(path: Path) -> ArchSpec:
             raise GraphcostError(f"{path}: a 'graph_of' spec names only architecture, source, "
                                  "proven and the architecture whose graph it uses")
         b = parse_spec(path.parent / f"{base}.yaml")
+        # the base's tensors too: nemotron_h_moe's loader is nemotron_h's (llama_model_nemotron_h_moe
+        # derives from llama_model_nemotron_h, src/models/models.h)
         return replace(b, name=str(doc["architecture"]), source=str(doc.get("source", b.source)),
                        proven={k: str(v) for k, v in proven.items()}, path=path)
     return ArchSpec(
@@ -118,7 +159,8 @@ def parse_spec(path: Path) -> ArchSpec:
         layer=statement_list(doc.get("layer"), "layer", path),
         epilogue=statement_list(doc.get("epilogue"), "epilogue", path),
         unsupported_tensors=dict(doc.get("unsupported_tensors") or {}),
-        proven={k: str(v) for k, v in proven.items()}, path=path, memory=memory)
+        proven={k: str(v) for k, v in proven.items()}, path=path, memory=memory,
+        tensors=created_tensors(doc.get("tensors"), path))
 
 
 @lru_cache(maxsize=1)

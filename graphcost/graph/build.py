@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from graphcost.graph.arch_spec import load_specs
 from graphcost.format.consistency import check_model
+from graphcost.graph.created_tensors import refuse_extra_tensors
 from graphcost.errors import UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.gguf_reader import read_model
@@ -35,8 +36,9 @@ class BuiltGraph:
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
     """Read the header (all shards) and the hyperparameters of a supported architecture,
-    and check once that they agree with each other (:mod:`graphcost.format.consistency`).
-    ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
+    and check once that they agree with each other (:mod:`graphcost.format.consistency`) and
+    that llama.cpp's loader creates every tensor of the file
+    (:mod:`graphcost.graph.created_tensors`). ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
     from graphcost.format.remote import is_remote
     if is_remote(path):
         from graphcost.format.remote import read_remote_model
@@ -44,6 +46,7 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     else:
         m = model_info(read_model(path), load_specs())
     check_model(m)
+    refuse_extra_tensors(m, load_specs()[m.arch])
     return m
 
 
