@@ -1,0 +1,233 @@
+"""A file with a tensor llama.cpp's loader does not create is refused in one line, as
+llama.cpp refuses it (``llama_model_loader::done_getting_tensors``: "wrong number of
+tensors; expected N, got M"); every tensor a family's loader does create (optional ones,
+ones the graph never reads) is accepted. The lists are the ``tensors:`` of each spec and
+``specs/loader.yaml`` (:mod:`graphcost.graph.created_tensors`).
+
+Proof: every tiny model of the parity tests (tests/parity_models.py ``MODELS``, all
+families) and every bundled example header is accepted; each family's model with an
+unknown ``blk.0.frob.weight`` is refused with the counts; where llama-cpp-python is
+installed, llama.cpp refuses the same files and loads the same accepted ones.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+from graphcost.cli import main
+from graphcost.errors import GraphcostError
+from graphcost.graph.arch_spec import load_specs
+from graphcost.graph.build import load_model
+from graphcost.graph.created_tensors import extra_tensors, loader_rules
+from graphcost.judge.oracle import (OracleError, capture_log, llama_cpp_available,
+                                    llama_cpp_unavailable_reason)
+from graphcost.resources import bundled
+from parity_models import MODELS
+
+#: one tiny model of tests/parity_models.py for each family with a spec (a new family
+#: without an entry fails test_every_family_has_a_model_here)
+FAMILY_MODEL = {
+    "bert": "bert", "cohere2": "cohere2", "deepseek2": "deepseek2", "ernie4_5-moe": "ernie",
+    "exaone4": "exaone4", "falcon": "falcon", "gemma2": "gemma2", "gemma3": "gemma3",
+    "gemma3n": "gemma3n", "gemma4": "gemma4", "glm4": "glm4", "glm4moe": "glm45",
+    "gpt-oss": "gptoss", "gpt2": "gpt2", "granite": "granite", "granitehybrid": "granitehybrid",
+    "lfm2": "lfm2", "lfm2moe": "lfm2moe", "llama": "llama", "llama4": "llama4",
+    "minimax-m2": "minimax", "mistral3": "mistral3", "nemotron_h": "nemotron_h",
+    "nemotron_h_moe": "nemotron_h_moe", "nomic-bert": "nomic", "olmo2": "olmo2",
+    "olmoe": "olmoe", "phi3": "phi3", "qwen2": "qwen2", "qwen2moe": "qwen2moe",
+    "qwen3": "qwen3", "qwen35": "qwen35", "qwen35moe": "qwen35moe", "qwen3moe": "qwen3moe",
+    "qwen3next": "qwen3next", "qwen3vl": "qwen3vl", "qwen3vlmoe": "qwen3vlmoe",
+    "seed_oss": "seed_oss", "smollm3": "smollm3", "starcoder2": "starcoder2",
+}
+FAMILIES = sorted(k for k in load_specs() if "@" not in k)
+#: families whose llama.cpp refusal is shown (tests skip without llama-cpp-python)
+JUDGED = ["llama", "qwen3", "gemma2", "deepseek2"]
+
+needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
+                                     reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
+
+
+def _path(written) -> Path:
+    return Path(getattr(written, "path", written))
+
+
+def with_tensors(src: Path, dst: Path, extra: dict[str, tuple[list[int], QT]]) -> Path:
+    """A copy of the GGUF ``src`` (every key and tensor) with the tensors ``extra`` added:
+    {name: (ne, type)}, filled with small F32 values (F32 only)."""
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(dst), arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vt = f.types[0]
+        w.add_key_value(f.name, f.contents(), vt,
+                        sub_type=f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None)
+    for t in r.tensors:
+        # t.data: numpy order, quantized rows as their bytes (the writer turns them back)
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    for name, (ne, qt) in extra.items():
+        assert qt == QT.F32
+        w.add_tensor(name, np.full(list(reversed(ne)), 0.01, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """Every tiny model, written once: name -> path."""
+    d = tmp_path_factory.mktemp("created")
+    return {n: _path(MODELS[n][0](d / f"{n}.gguf", **MODELS[n][1])) for n in MODELS}
+
+
+def test_every_family_has_a_spec_list_and_a_model_here():
+    assert sorted(FAMILY_MODEL) == FAMILIES
+    assert [f for f in FAMILIES if load_specs()[f].tensors is None] == []
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_tiny_model_is_accepted(written, name):
+    m = load_model(written[name])
+    assert extra_tensors(m, load_specs()[m.arch]) == []
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in bundled("examples").glob("*.gguf")))
+def test_every_bundled_example_is_accepted(example):
+    m = load_model(bundled("examples") / example)
+    assert extra_tensors(m, load_specs()[m.arch]) == []
+
+
+def _frob(written, family: str, tmp_path: Path) -> tuple[Path, int]:
+    """The family's tiny model plus ``blk.0.frob.weight``; and the model's tensor count."""
+    src = written[FAMILY_MODEL[family]]
+    n = len(gguf.GGUFReader(src).tensors)
+    return with_tensors(src, tmp_path / "frob.gguf", {"blk.0.frob.weight": ([8], QT.F32)}), n
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_unknown_tensor_is_refused_with_the_counts(written, family, tmp_path):
+    bad, n = _frob(written, family, tmp_path)
+    source = load_specs()[family].source
+    # the file holds n + 1 tensors; llama.cpp's loader creates the model's n
+    with pytest.raises(GraphcostError) as e:
+        load_model(bad)
+    assert str(e.value) == (
+        f"{bad}: tensor 'blk.0.frob.weight' not created by llama.cpp's {family} loader "
+        f"(load_arch_tensors in {source}); llama.cpp refuses the file: wrong number of "
+        f"tensors; expected {n + 1}, got {n}")
+
+
+def test_the_cli_refuses_in_one_line_with_exit_2(written, tmp_path, monkeypatch, capsys):
+    src = written["llama"]
+    bad = with_tensors(src, tmp_path / "two.gguf", {"blk.0.frob.weight": ([8], QT.F32),
+                                                   "frob.weight": ([8], QT.F32)})
+    n = len(gguf.GGUFReader(src).tensors)
+    for cmd in (["analyze", "-c", "256"], ["memory", "-c", "256"], ["speed", "--hardware", "amd-ryzen9-7950x"],
+                ["profile", "--token-ids", "1,2"]):
+        monkeypatch.setattr(sys, "argv", ["graphcost", cmd[0], str(bad), *cmd[1:]])
+        monkeypatch.delenv("GRAPHCOST_DEBUG", raising=False)
+        with pytest.raises(SystemExit) as e:
+            main()
+        err = capsys.readouterr().err
+        lines = [x for x in err.splitlines() if x.strip()]
+        assert e.value.code == 2, err
+        assert len(lines) == 1 and "Traceback" not in err, err
+        # n + 2 tensors in the file, n created
+        assert lines[0].endswith(f"2 tensors 'blk.0.frob.weight', 'frob.weight' not created by "
+                                 f"llama.cpp's llama loader (load_arch_tensors in "
+                                 f"src/models/llama.cpp); llama.cpp refuses the file: wrong "
+                                 f"number of tensors; expected {n + 2}, got {n}"), lines[0]
+
+
+def test_more_than_three_are_counted_not_listed(written, tmp_path):
+    extra = {f"blk.0.frob{i}.weight": ([8], QT.F32) for i in range(5)}
+    bad = with_tensors(written["llama"], tmp_path / "five.gguf", extra)
+    with pytest.raises(GraphcostError, match=r"5 tensors 'blk\.0\.frob0\.weight', "
+                       r"'blk\.0\.frob1\.weight', 'blk\.0\.frob2\.weight' and 2 more not created"):
+        load_model(bad)
+
+
+# what the loader creates though the graph may not read it, and what it does not create
+# (llama tiny model: 3 layers, n_embd 256, n_ff 768, head_dim 32; tests/fixtures.py write_llama)
+ACCEPTED = {
+    # TENSOR_NOT_REQUIRED: an attention output bias, a dense FFN bias
+    "attn_output.bias": {"blk.1.attn_output.bias": ([256], QT.F32)},
+    "ffn_up.bias": {"blk.0.ffn_up.bias": ([768], QT.F32)},
+    # the generic pass of llama_model_base::load_tensors: a weight scale beside attn_q
+    "attn_q.scale": {"blk.0.attn_q.scale": ([1], QT.F32)},
+}
+REFUSED = {
+    # another family's tensor (qwen3's q norm)
+    "attn_q_norm": {"blk.0.attn_q_norm.weight": ([32], QT.F32)},
+    # a scale beside a weight the block does not have (llama has no attn_gate)
+    "attn_gate.scale": {"blk.0.attn_gate.scale": ([1], QT.F32)},
+    # output.scale of an output matrix that is not NVFP4
+    "output.scale": {"output.scale": ([1], QT.F32)},
+}
+
+
+@pytest.mark.parametrize("case", sorted(ACCEPTED))
+def test_tensors_the_loader_creates_are_accepted(written, case, tmp_path):
+    m = load_model(with_tensors(written["llama"], tmp_path / "ok.gguf", ACCEPTED[case]))
+    assert extra_tensors(m, load_specs()["llama"]) == []
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_tensors_the_loader_does_not_create_are_refused(written, case, tmp_path):
+    bad = with_tensors(written["llama"], tmp_path / "bad.gguf", REFUSED[case])
+    (name,) = REFUSED[case]
+    with pytest.raises(GraphcostError, match=f"tensor '{name}' not created"):
+        load_model(bad)
+
+
+def test_nextn_blocks_take_the_nextn_list(written, tmp_path):
+    """deepseek2_nextn has a NextN block past its 2 trunk layers: its nextn.* tensors are
+    accepted there and refused in a trunk block."""
+    m = load_model(written["deepseek2_nextn"])
+    assert m.n_layer_nextn > 0
+    nextn = [n for n in m.header.tensors if ".nextn." in n]
+    assert nextn and all(int(n.split(".")[1]) >= m.n_layer for n in nextn)
+    bad = with_tensors(written["deepseek2_nextn"], tmp_path / "bad.gguf",
+                       {"blk.0.nextn.enorm.weight": ([m.n_embd], QT.F32)})
+    with pytest.raises(GraphcostError, match="tensor 'blk.0.nextn.enorm.weight' not created"):
+        load_model(bad)
+
+
+def test_the_loader_rules_name_output_scales_of_nvfp4():
+    assert loader_rules().scale_suffixes == ("scale", "input_scale")
+    assert loader_rules().scaled_output_type == QT.NVFP4
+
+
+# ---- the judge: llama.cpp refuses the same files and loads the same accepted ones ----
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("family", JUDGED)
+def test_llama_cpp_refuses_the_unknown_tensor_too(written, family, tmp_path):
+    assert capture_log(written[FAMILY_MODEL[family]], n_ctx=256)["kv_caches"]
+    bad, n = _frob(written, family, tmp_path)
+    with pytest.raises(OracleError, match=f"wrong number of tensors; expected {n + 1}, got {n}"):
+        capture_log(bad, n_ctx=256)
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("case", sorted(ACCEPTED))
+def test_llama_cpp_loads_what_we_accept(written, case, tmp_path):
+    assert capture_log(with_tensors(written["llama"], tmp_path / "ok.gguf", ACCEPTED[case]),
+                       n_ctx=256)["kv_caches"]
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_llama_cpp_refuses_what_we_refuse(written, case, tmp_path):
+    with pytest.raises(OracleError, match="wrong number of tensors"):
+        capture_log(with_tensors(written["llama"], tmp_path / "bad.gguf", REFUSED[case]),
+                    n_ctx=256)
