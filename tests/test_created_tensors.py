@@ -45,8 +45,8 @@ FAMILY_MODEL = {
     "seed_oss": "seed_oss", "smollm3": "smollm3", "starcoder2": "starcoder2",
 }
 FAMILIES = sorted(k for k in load_specs() if "@" not in k)
-#: families whose llama.cpp refusal is shown (tests skip without llama-cpp-python)
-JUDGED = ["llama", "qwen3", "gemma2", "deepseek2"]
+#: families whose refusal llama.cpp judges too (every one; tests skip without llama-cpp-python)
+JUDGED = FAMILIES
 
 needs_llama_cpp = pytest.mark.skipif(not llama_cpp_available(),
                                      reason="llama-cpp-python: " + llama_cpp_unavailable_reason())
@@ -212,7 +212,7 @@ def test_the_loader_rules_name_output_scales_of_nvfp4():
 @needs_llama_cpp
 @pytest.mark.parametrize("family", JUDGED)
 def test_llama_cpp_refuses_the_unknown_tensor_too(written, family, tmp_path):
-    assert capture_log(written[FAMILY_MODEL[family]], n_ctx=256)["kv_caches"]
+    assert capture_log(written[FAMILY_MODEL[family]], n_ctx=256)["model_buffers"]
     bad, n = _frob(written, family, tmp_path)
     with pytest.raises(OracleError, match=f"wrong number of tensors; expected {n + 1}, got {n}"):
         capture_log(bad, n_ctx=256)
@@ -222,7 +222,7 @@ def test_llama_cpp_refuses_the_unknown_tensor_too(written, family, tmp_path):
 @pytest.mark.parametrize("case", sorted(ACCEPTED))
 def test_llama_cpp_loads_what_we_accept(written, case, tmp_path):
     assert capture_log(with_tensors(written["llama"], tmp_path / "ok.gguf", ACCEPTED[case]),
-                       n_ctx=256)["kv_caches"]
+                       n_ctx=256)["model_buffers"]
 
 
 @needs_llama_cpp
