@@ -231,3 +231,17 @@ def test_llama_cpp_refuses_what_we_refuse(written, case, tmp_path):
     with pytest.raises(OracleError, match="wrong number of tensors"):
         capture_log(with_tensors(written["llama"], tmp_path / "bad.gguf", REFUSED[case]),
                     n_ctx=256)
+
+
+def test_a_spec_without_its_tensor_list_is_refused(tmp_path):
+    from graphcost.graph.arch_spec import parse_spec
+    p = tmp_path / "fam.yaml"
+    p.write_text("architecture: fam\nlayer: []\n")
+    with pytest.raises(GraphcostError, match=r"fam\.yaml: 'tensors' is required"):
+        parse_spec(p)
+    p.write_text("architecture: fam\ntensors: {model: [a.weight], layer: [b, [c.bias]]}\n")
+    t = parse_spec(p).tensors
+    assert (t.model, t.layer, t.nextn) == ({"a.weight"}, {"b", "c.bias"}, None)
+    p.write_text("architecture: fam\ntensors: {model: [a.weight]}\n")
+    with pytest.raises(GraphcostError, match="tensors must map model, layer"):
+        parse_spec(p)

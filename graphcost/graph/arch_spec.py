@@ -50,7 +50,8 @@ class ArchSpec:
     path: Path | None = None
     #: "kv" (a KV cache) or "none" (llama_model::create_memory returns nullptr: encoders)
     memory: str = "kv"
-    #: every tensor the family's loader creates (None: a flavour's spec, which has none)
+    #: every tensor the family's loader creates (required; None only for a flavour's spec,
+    #: ``llama@2024-08``: files are checked against the head spec's list)
     tensors: CreatedTensors | None = None
 
     @property
@@ -152,6 +153,9 @@ def parse_spec(path: Path) -> ArchSpec:
         # derives from llama_model_nemotron_h, src/models/models.h)
         return replace(b, name=str(doc["architecture"]), source=str(doc.get("source", b.source)),
                        proven={k: str(v) for k, v in proven.items()}, path=path)
+    if "tensors" not in doc and "@" not in str(doc["architecture"]):
+        raise GraphcostError(f"{path}: 'tensors' is required: every tensor the family's "
+                             "llama.cpp loader creates (docs/architectures.md)")
     return ArchSpec(
         name=str(doc["architecture"]), source=str(doc.get("source", "")), rope=rope,
         hparams=dict(doc.get("hparams") or {}),
