@@ -201,6 +201,35 @@ def test_nextn_blocks_take_the_nextn_list(written, tmp_path):
         load_model(bad)
 
 
+def _fused_qkv(written, name: str, il: int, tmp_path: Path) -> Path:
+    """Model ``name`` plus a fused ``blk.<il>.attn_qkv.weight`` beside its Q, K and V, as
+    long as the three: {n_embd, n_q + n_k + n_v}."""
+    t = load_model(written[name]).header.tensors
+    ne = [t[f"blk.{il}.attn_q.weight"].ne[0],
+          sum(t[f"blk.{il}.attn_{x}.weight"].ne[1] for x in "qkv")]
+    return with_tensors(written[name], tmp_path / "qkv.gguf",
+                        {f"blk.{il}.attn_qkv.weight": (ne, QT.F32)})
+
+
+def test_a_fused_qkv_replaces_the_separate_tensors_in_a_trunk_block(written, tmp_path):
+    # create_tensor_qkv: with attn_qkv the loader creates it and not attn_q/k/v: the file's
+    # n + 1 tensors, n + 1 - 3 created
+    n = len(load_model(written["llama"]).header.tensors)
+    with pytest.raises(GraphcostError) as e:
+        load_model(_fused_qkv(written, "llama", 1, tmp_path))
+    assert ("3 tensors 'blk.1.attn_q.weight', 'blk.1.attn_k.weight', 'blk.1.attn_v.weight' "
+            "not created by llama.cpp's llama loader") in str(e.value)
+    assert str(e.value).endswith(f"expected {n + 1}, got {n - 2}")
+
+
+def test_a_nextn_block_creates_fused_and_separate_tensors(written, tmp_path):
+    """glm4's NextN blocks load with TENSOR_SKIP: create_tensor_qkv creates (counts) all."""
+    m = load_model(written["glm4_nextn"])
+    assert m.n_layer_nextn == 2
+    m2 = load_model(_fused_qkv(written, "glm4_nextn", m.n_layer, tmp_path))
+    assert extra_tensors(m2, load_specs()["glm4"]) == []
+
+
 def test_the_loader_rules_name_output_scales_of_nvfp4():
     assert loader_rules().scale_suffixes == ("scale", "input_scale")
     assert loader_rules().scaled_output_type == QT.NVFP4
@@ -245,3 +274,13 @@ def test_a_spec_without_its_tensor_list_is_refused(tmp_path):
     p.write_text("architecture: fam\ntensors: {model: [a.weight]}\n")
     with pytest.raises(GraphcostError, match="tensors must map model, layer"):
         parse_spec(p)
+
+
+@needs_llama_cpp
+def test_llama_cpp_counts_fused_qkv_as_we_do(written, tmp_path):
+    n = len(load_model(written["llama"]).header.tensors)
+    with pytest.raises(OracleError, match=f"wrong number of tensors; expected {n + 1}, got {n - 2}"):
+        capture_log(_fused_qkv(written, "llama", 1, tmp_path), n_ctx=256)
+    m = load_model(written["glm4_nextn"])
+    assert capture_log(_fused_qkv(written, "glm4_nextn", m.n_layer, tmp_path),
+                       n_ctx=256)["model_buffers"]

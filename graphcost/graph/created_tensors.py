@@ -10,10 +10,11 @@ NextN blocks) are created and count; token_embd created again as the output
 (TENSOR_DUPLICATED) and per-layer copies of ``rope_freqs`` count once.
 
 What each family creates is data: the ``tensors:`` of its spec (:class:`CreatedTensors`);
-what the generic pass adds (weight and input scales) is ``specs/loader.yaml``. The lists are
-unions over the loader's branches, so a tensor of a branch the file's hyperparameters do
-not take (``ffn_gate_inp`` in a dense llama, ``attn_q`` beside ``attn_qkv``) is accepted here
-though llama.cpp refuses it.
+what the generic pass adds (weight and input scales) and which fused tensors replace
+separate ones (``attn_qkv`` for ``attn_q``/``attn_k``/``attn_v``) is ``specs/loader.yaml``.
+The lists are unions over the loader's branches that hyperparameters choose, so a tensor
+of a branch the file's hyperparameters do not take (``ffn_gate_inp`` in a dense llama,
+``rope_factors_long`` without longrope scaling) is accepted here though llama.cpp refuses it.
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ class LoaderRules:
     scaled_layer_weights: frozenset[str]
     #: the type of the output matrix that makes ``output.scale`` / ``output.input_scale`` created
     scaled_output_type: gt.GGMLType
+    #: fused block tensor -> the separate ones it replaces in a trunk block that has it
+    fused: dict[str, frozenset[str]]
 
 
 @lru_cache(maxsize=1)
@@ -49,16 +52,20 @@ def loader_rules() -> LoaderRules:
     try:
         doc = yaml.safe_load(path.read_text())
         return LoaderRules(tuple(doc["scale_suffixes"]), frozenset(doc["scaled_layer_weights"]),
-                           gt.GGMLType[doc["scaled_output_type"]])
+                           gt.GGMLType[doc["scaled_output_type"]],
+                           {k: frozenset(v) for k, v in doc["fused"].items()})
     except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
         raise GraphcostError(f"{path}: cannot read the loader rules: {e}") from None
 
 
-def _block_names(t: CreatedTensors, il: int, m: ModelInfo) -> frozenset[str]:
-    """What the loader creates in block ``il``: a trunk block's names below n_layer, a
-    NextN block's up to block_count (n_layer + nextn_predict_layers), nothing past it."""
+def _block_names(t: CreatedTensors, il: int, m: ModelInfo, rules: LoaderRules) -> frozenset[str]:
+    """What the loader creates in block ``il``: a trunk block's names below n_layer (less
+    the separate tensors a fused one the block has replaces), a NextN block's up to
+    block_count (n_layer + nextn_predict_layers), nothing past it."""
     if il < m.n_layer:
-        return t.layer
+        files = m.header.tensors
+        replaced = [v for k, v in rules.fused.items() if f"blk.{il}.{k}" in files and k in t.layer]
+        return t.layer.difference(*replaced)
     if il < m.n_layer + m.n_layer_nextn and t.nextn is not None:
         return t.nextn
     return frozenset()
@@ -71,7 +78,7 @@ def _is_created(name: str, t: CreatedTensors, m: ModelInfo, spec: ArchSpec,
     parts = name.split(".", 2)
     if parts[0] == "blk" and len(parts) == 3 and parts[1].isdigit():
         il, short = int(parts[1]), parts[2]
-        names = _block_names(t, il, m)
+        names = _block_names(t, il, m, rules)
         if short in names:
             return True
         # the generic pass: <w>.scale / <w>.input_scale beside a block weight it created
