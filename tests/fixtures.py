@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, done, embeddings, ffn, ffn_types, llama_layers, qkv, rope_freqs_tensor,
+from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, done, embeddings, ffn, ffn_types, llama_layers, longrope as longrope_factors, qkv, rope_freqs_tensor,
                          sliding_window_keys, start, swa_layers)
 
 __all__ = ["LLAMA_DEFAULT_TYPES", "GEMMA3_DEFAULT_TYPES", "LLAMA64", "write_llama",
@@ -47,14 +47,16 @@ def write_llama(
     n_ff: int = 768, n_layer: int = 3, n_vocab: int = 300, head_dim: int | None = None,
     weight_types: Mapping[str, QT] | None = None, tie_embeddings: bool = False,
     context_length: int = 2048, rope_freqs: bool = False, rope_freq_base: float = 10000.0,
-    rms_eps: float = 1e-5, seed: int = 0,
+    longrope: int | None = None, rms_eps: float = 1e-5, seed: int = 0,
 ) -> FixtureInfo:
     """Write a tiny arch-``llama`` GGUF and return a :class:`FixtureInfo` (os.PathLike).
 
     ``head_dim`` defaults to ``n_embd // n_head``; when it differs, key_length,
     value_length and rope.dimension_count are written (llama requires
     n_rot == head_dim).  ``rope_freqs=True`` adds the optional ``rope_freqs.weight``
-    tensor (n_rot/2 F32 factors, as llama-3.1 style models have).
+    tensor (n_rot/2 F32 factors, as llama-3.1 style models have). ``longrope=N`` adds
+    LongRoPE's ``rope_factors_long/short`` (n_rot/2 each) and rope.scaling.original_context_length
+    N: llama_model::get_rope_factors picks the long ones when a sequence's context exceeds N.
     """
     hd = head_dim if head_dim is not None else n_embd // n_head
     sink = start(path, "llama", LLAMA_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
@@ -64,6 +66,8 @@ def write_llama(
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2)
+    if longrope is not None:
+        longrope_factors(sink, hd // 2, longrope)
     llama_layers(sink, n_layer, n_embd, n_head * hd, n_head_kv * hd, n_ff)
     return done(sink, tie=tie_embeddings)
 

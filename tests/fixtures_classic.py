@@ -19,9 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
-
-from gguf_writer import QT, FixtureInfo, TensorSink, bias, done, embeddings, ffn, layer_norm, start
+from gguf_writer import (QT, FixtureInfo, TensorSink, bias, done, embeddings, ffn, layer_norm, longrope,
+                         start)
 
 __all__ = ["write_gpt2", "write_starcoder2", "write_falcon", "write_phi3"]
 
@@ -164,8 +163,7 @@ def write_phi3(path: str | Path, *, n_embd: int = 288, n_head: int = 3, n_head_k
         sink.w.add_rope_scaling_attn_factors(1.19)
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_factors:
-        for which, hi in (("long", 8.0), ("short", 1.5)):
-            sink.array(f"rope_factors_{which}.weight", np.linspace(1.0, hi, hd // 2))
+        longrope(sink, hd // 2)
     kv = n_head_kv * hd
     for i in range(n_layer):
         p = f"blk.{i}."

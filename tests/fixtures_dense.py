@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gguf_writer import (ATTN_TYPES, QT, FixtureInfo, attention, bias, done, embeddings, ffn,
-                         ffn_types, granite_keys, llama_layers, qk_norms, qkv, rope_freqs_tensor,
+                         ffn_types, granite_keys, llama_layers, longrope, qk_norms, qkv, rope_freqs_tensor,
                          sliding_window_keys, start, swa_layers)
 
 __all__ = ["write_qwen2", "write_qwen3", "write_olmo2", "write_granite"]
@@ -113,6 +113,7 @@ def write_granite(
     path: str | Path, *, n_embd: int = 256, n_head: int = 4, n_head_kv: int = 2,
     n_ff: int = 544, n_layer: int = 3, n_vocab: int = 299, tie_embeddings: bool = False,
     biases: bool = True, rope_freqs: bool = False, rope_finetuned: bool | None = None,
+    longrope_ctx: int | None = None,
     embedding_scale: float | None = 12.0, residual_scale: float | None = 0.22,
     logit_scale: float | None = 8.0, attention_scale: float | None = 0.015625,
     weight_types: Mapping[str, QT] | None = None, context_length: int = 4096,
@@ -124,7 +125,8 @@ def write_granite(
     ``logit_scale``). ``biases`` adds the optional Q/K/V, attention-output and FFN
     biases; ``rope_finetuned=False`` writes ``rope.scaling.finetuned = false``, which
     granite uses to switch rope off; ``rope_freqs`` adds the optional
-    ``rope_freqs.weight``."""
+    ``rope_freqs.weight``; ``longrope_ctx=N`` LongRoPE's long/short factors with original
+    context N (:func:`gguf_writer.longrope`)."""
     hd = n_embd // n_head
     sink = start(path, "granite", DENSE_DEFAULT_TYPES, weight_types=weight_types, seed=seed,
                  n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
@@ -136,6 +138,8 @@ def write_granite(
     embeddings(sink, n_embd, n_vocab, tie_embeddings)
     if rope_freqs:
         rope_freqs_tensor(sink, hd // 2)
+    if longrope_ctx is not None:
+        longrope(sink, hd // 2, longrope_ctx)
     kv_dim = n_head_kv * hd
     for i in range(n_layer):
         p = f"blk.{i}."

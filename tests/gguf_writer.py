@@ -393,6 +393,18 @@ def rope_freqs_tensor(sink: TensorSink, n: int, top: float = 8.0) -> None:
     sink.array("rope_freqs.weight", np.linspace(1.0, top, n).astype(np.float32))
 
 
+def longrope(sink: TensorSink, n: int, original_context_length: int | None = None) -> None:
+    """LongRoPE's ``rope_factors_long/short.weight`` (F32 [n] each, 1 up to 8 and 1.5).
+    With ``original_context_length``: also rope.scaling.type longrope (llama and granite
+    create the factors only then) and the context above which
+    llama_model::get_rope_factors picks the long ones."""
+    if original_context_length is not None:
+        sink.w.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
+        sink.w.add_rope_scaling_orig_ctx_len(original_context_length)
+    for which, hi in (("long", 8.0), ("short", 1.5)):
+        sink.array(f"rope_factors_{which}.weight", np.linspace(1.0, hi, n).astype(np.float32))
+
+
 def attention(sink: TensorSink, p: str, n_embd: int, q_dim: int, kv_dim: int,
               biases: bool = False) -> None:
     """A pre-norm attention block of layer prefix ``p``: ``attn_norm``, Q/K/V (and their

@@ -44,6 +44,9 @@ MODELS: dict[str, tuple[Callable, dict]] = {
     # head_dim 64 (Hadamard path for quantized KV), tied embeddings, llama3 rope_freqs, odd vocab
     "llama64": (F.write_llama, F.LLAMA64),
     # head_dim 64, untied, no rope_freqs: quantized caches add the rotation matmuls
+    # LongRoPE factors (rope_factors_long/short, original context 256): the short ones at
+    # n_ctx <= 256, the long ones above (llama_model::get_rope_factors)
+    "llama_longrope": (F.write_llama, dict(n_layer=2, longrope=256)),
     "llama64_untied": (F.write_llama, dict(n_embd=384, n_head=6, n_head_kv=3, head_dim=64,
                                            n_ff=1024, n_layer=2, n_vocab=333,
                                            weight_types={"attn_q": QT.Q4_0,
@@ -107,6 +110,8 @@ MODELS: dict[str, tuple[Callable, dict]] = {
                                              rope_freqs=True, n_layer=2)),
     # rope on with llama-3 style rope_freqs, no biases
     "granite_freqs": (D.write_granite, dict(rope_freqs=True, biases=False, n_layer=2)),
+    # LongRoPE factors with original context 256 (short at n_ctx <= 256, long above)
+    "granite_longrope": (D.write_granite, dict(longrope_ctx=256, n_layer=2)),
 
     # ---- llama with Mixtral-style experts, qwen3moe, gemma2 (tests/fixtures_moe.py)
     # 6 experts of 352, 2 used; Q4_0 gate / Q8_0 up / Q5_0 down experts, F32 router

@@ -171,6 +171,8 @@ REFUSED = {
     "attn_gate.scale": {"blk.0.attn_gate.scale": ([1], QT.F32)},
     # output.scale of an output matrix that is not NVFP4
     "output.scale": {"output.scale": ([1], QT.F32)},
+    # LongRoPE's factors without rope.scaling.type longrope (llama creates rope_freqs then)
+    "rope_factors_long": {"rope_factors_long.weight": ([16], QT.F32)},
 }
 
 
@@ -186,6 +188,23 @@ def test_tensors_the_loader_does_not_create_are_refused(written, case, tmp_path)
     (name,) = REFUSED[case]
     with pytest.raises(GraphcostError, match=f"tensor '{name}' not created"):
         load_model(bad)
+
+
+def _longrope_with_freqs(written, tmp_path: Path) -> Path:
+    """llama_longrope (rope.scaling.type longrope, its long/short factors: head_dim 32, 16
+    each) plus a rope_freqs.weight, which llama creates only without longrope scaling."""
+    return with_tensors(written["llama_longrope"], tmp_path / "freqs.gguf",
+                        {"rope_freqs.weight": ([16], QT.F32)})
+
+
+def test_rope_freqs_is_refused_under_longrope_scaling(written, tmp_path):
+    m = load_model(written["llama_longrope"])
+    assert m.rope_scaling_type == "longrope" and "rope_factors_long.weight" in m.header.tensors
+    n = len(m.header.tensors)
+    with pytest.raises(GraphcostError) as e:
+        load_model(_longrope_with_freqs(written, tmp_path))
+    assert "tensor 'rope_freqs.weight' not created" in str(e.value)
+    assert str(e.value).endswith(f"expected {n + 1}, got {n}")
 
 
 def test_nextn_blocks_take_the_nextn_list(written, tmp_path):
@@ -260,6 +279,13 @@ def test_llama_cpp_refuses_what_we_refuse(written, case, tmp_path):
     with pytest.raises(OracleError, match="wrong number of tensors"):
         capture_log(with_tensors(written["llama"], tmp_path / "bad.gguf", REFUSED[case]),
                     n_ctx=256)
+
+
+@needs_llama_cpp
+def test_llama_cpp_refuses_rope_freqs_under_longrope_scaling(written, tmp_path):
+    assert capture_log(written["llama_longrope"], n_ctx=256)["model_buffers"]
+    with pytest.raises(OracleError, match="wrong number of tensors"):
+        capture_log(_longrope_with_freqs(written, tmp_path), n_ctx=256)
 
 
 def test_a_spec_without_its_tensor_list_is_refused(tmp_path):

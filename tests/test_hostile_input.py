@@ -750,11 +750,13 @@ def test_random_weights_are_drawn_lazily_in_their_own_dtype(tmp_path):
     """An unused 64 MiB F32 tensor is never drawn (it used to be, in float64: 192 MiB);
     only the tensors asked for are. The tensor is one llama's loader creates (a file with
     one it does not create is refused: tests/test_created_tensors.py) and the llama graph
-    never reads: rope_factors_short (TENSOR_NOT_REQUIRED, src/models/llama.cpp)."""
+    does not read: rope_factors_long of a longrope file run within its original context
+    (256 = n_ctx_train here), where llama_model::get_rope_factors picks the short ones."""
     from graphcost.graph.build import load_model
     from graphcost.execute.weights import random_weights
-    unused = "rope_factors_short.weight"
-    p = header_only(tmp_path / "h.gguf", tensors={unused: ((4096, 4096), QT.F32)})
+    unused = "rope_factors_long.weight"
+    p = header_only(tmp_path / "h.gguf", kv={"llama.rope.scaling.type": (VT.STRING, "longrope")},
+                    tensors={unused: ((4096, 4096), QT.F32)})
     m = load_model(p)
     w = random_weights(m)
     assert len(w) == 0

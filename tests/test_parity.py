@@ -27,6 +27,8 @@ CASES = [(model, settings(text)) for model, text in [
     ("llama", "tokens=5 past=300 n_outputs=2"),
     ("llama", "tokens=1 past=0 type_k=q8_0"),
     ("llama", "tokens=3 past=2 type_k=q8_0 type_v=q4_0 fa"),
+    ("llama_longrope", "tokens=2 past=1 n_ctx=256"),
+    ("llama_longrope", "tokens=3 past=2 n_ctx=512"),
     ("llama64", "tokens=1 past=5"),
     ("llama64", "tokens=6 past=0 type_k=q8_0 type_v=q8_0 fa"),
     ("llama64", "tokens=2 past=1 type_k=q4_0"),
@@ -85,6 +87,8 @@ CASES = [(model, settings(text)) for model, text in [
     ("granite_norope", "tokens=3 past=1"),
     ("granite_norope", "tokens=1 past=2 type_k=q4_0"),
     ("granite_freqs", "tokens=2 past=4"),
+    ("granite_longrope", "tokens=2 past=1 n_ctx=256"),
+    ("granite_longrope", "tokens=3 past=2 n_ctx=512"),
     # ---- llama with Mixtral-style experts, qwen3moe, gemma2 (tests/fixtures_moe.py)
     ("mixtral", "tokens=1 past=3"),
     ("mixtral", "tokens=7 past=0"),

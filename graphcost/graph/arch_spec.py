@@ -25,11 +25,17 @@ class CreatedTensors:
     outside blocks (``token_embd.weight``), names inside a trunk block (``attn_q.weight`` for
     ``blk.<il>.attn_q.weight``, il < n_layer) and inside a NextN/MTP block (n_layer <= il <
     block_count; None: the loader creates no such block). A union over the loader's
-    branches: llama.cpp creates each of them only where its hyperparameters take that branch."""
+    branches: llama.cpp creates each of them only where its hyperparameters take that branch,
+    but for one branch told apart: ``longrope`` names created only when
+    rope.scaling.type is longrope, ``not_longrope`` only when it is not
+    (``hparams.rope_scaling_type_train == LLAMA_ROPE_SCALING_TYPE_LONGROPE``: llama, granite,
+    mistral3)."""
 
     model: frozenset[str]
     layer: frozenset[str]
     nextn: frozenset[str] | None = None
+    longrope: frozenset[str] = frozenset()
+    not_longrope: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -117,14 +123,19 @@ def _names(v: Any, what: str, where: Any) -> frozenset[str]:
 
 
 def created_tensors(v: Any, where: Any) -> CreatedTensors | None:
-    """The spec's ``tensors:`` (``model``, ``layer``, optional ``nextn``) checked and parsed."""
+    """The spec's ``tensors:`` (``model``, ``layer``, optional ``nextn``, ``longrope``,
+    ``not_longrope``) checked and parsed."""
     if v is None:
         return None
-    if not isinstance(v, dict) or not {"model", "layer"} <= set(v) <= {"model", "layer", "nextn"}:
-        raise GraphcostError(f"{where}: tensors must map model, layer and (optionally) nextn "
-                             "to lists of tensor names")
-    return CreatedTensors(_names(v["model"], "model", where), _names(v["layer"], "layer", where),
-                          _names(v["nextn"], "nextn", where) if "nextn" in v else None)
+    optional = {"nextn", "longrope", "not_longrope"}
+    if not isinstance(v, dict) or not {"model", "layer"} <= set(v) <= {"model", "layer"} | optional:
+        raise GraphcostError(f"{where}: tensors must map model, layer and (optionally) nextn, "
+                             "longrope, not_longrope to lists of tensor names")
+    return CreatedTensors(
+        _names(v["model"], "model", where), _names(v["layer"], "layer", where),
+        _names(v["nextn"], "nextn", where) if "nextn" in v else None,
+        _names(v.get("longrope", []), "longrope", where),
+        _names(v.get("not_longrope", []), "not_longrope", where))
 
 
 def parse_spec(path: Path) -> ArchSpec:

@@ -13,8 +13,10 @@ What each family creates is data: the ``tensors:`` of its spec (:class:`CreatedT
 what the generic pass adds (weight and input scales) and which fused tensors replace
 separate ones (``attn_qkv`` for ``attn_q``/``attn_k``/``attn_v``) is ``specs/loader.yaml``.
 The lists are unions over the loader's branches that hyperparameters choose, so a tensor
-of a branch the file's hyperparameters do not take (``ffn_gate_inp`` in a dense llama,
-``rope_factors_long`` without longrope scaling) is accepted here though llama.cpp refuses it.
+of a branch the file's hyperparameters do not take (``ffn_gate_inp`` in a dense llama) is
+accepted here though llama.cpp refuses it; the one branch told apart is LongRoPE's
+(``rope_factors_long/short`` only under rope.scaling.type longrope, ``rope_freqs`` only
+without it: :class:`CreatedTensors`).
 """
 from __future__ import annotations
 
@@ -86,6 +88,8 @@ def _is_created(name: str, t: CreatedTensors, m: ModelInfo, spec: ArchSpec,
         return (suffix in rules.scale_suffixes and w in rules.scaled_layer_weights
                 and f"{w}.weight" in names and f"{base}.weight" in files)
     if name in t.model:
+        return True
+    if name in (t.longrope if m.rope_scaling_type == "longrope" else t.not_longrope):
         return True
     # output.scale / output.input_scale: when the output matrix (output.weight, else the
     # tied token_embd.weight) is NVFP4
