@@ -116,6 +116,28 @@ class Resolved:
                                 memory_full=memory_full, seqs=seqs)
         return dataclasses.replace(self, settings=s, **_ubatch(s, self))
 
+    @property
+    def kv_pads(self) -> tuple[int, int]:
+        """Cells ``n_kv`` and ``n_kv_swa`` are padded to (llama_kv_cache::get_n_kv's
+        ``n_pad``: the flavour's, and 256 for the SWA cache)."""
+        return self.flavour.kv_pad(self.flash_attn), KV_PAD
+
+    def kv_cells_sum(self, tokens: int, past: int, past_step: int, count: int
+                     ) -> tuple[int, int]:
+        """``(sum of n_kv, sum of n_kv_swa or 0)`` over the ubatches ``step(tokens, past + j *
+        past_step, 1)``, ``j < count`` (one sequence each), in closed form
+        (:func:`n_kv_sum`): cells. Refuses a ubatch that does not fit, as :meth:`step`."""
+        if count:
+            self.step(tokens, past + (count - 1) * past_step, 1)     # the fullest one fits
+        pad, pad_swa = self.kv_pads
+        used = past + tokens
+        # n_kv_swa = n_kv_for(min(used, S), S): for used >= 1 it equals n_kv_for(used, S)
+        # (at used >= S both are S: p * ceil(min(used, S) / p) >= S and p * ceil(used / p)
+        # >= used >= S, each capped at S)
+        swa = (0 if self.kv_size_swa is None
+               else n_kv_sum(used, past_step, count, self.kv_size_swa, pad_swa))
+        return n_kv_sum(used, past_step, count, self.kv_size, pad), swa
+
     def to_dict(self) -> dict:
         return {
             **self.settings.to_dict(),
@@ -142,6 +164,46 @@ def _cache_type(flag: str, value: str) -> gt.GGMLType:
 def n_kv_for(used: int, size: int, p: int = KV_PAD) -> int:
     """llama_kv_cache::get_n_kv: attended cells for ``used`` filled cells in a cache of ``size``."""
     return min(size, max(p, gt.ggml_pad(used, p)))
+
+
+def n_kv_sum(used: int, step: int, count: int, size: int, p: int = KV_PAD) -> int:
+    """``sum(n_kv_for(used + j * step, size, p) for j in range(count))`` in closed form, in
+    O(log count) integer operations (cells; ``used >= 1``, ``step >= 0``).
+
+    For ``u >= 1``, ``n_kv_for(u) = min(size, p * ceil(u / p))`` (the ``max`` with ``p`` never
+    binds); it is ``size`` from the first ``u > p * (ceil(size / p) - 1)`` on, and before that
+    ``p * floor((u + p - 1) / p)``, whose sum over an arithmetic progression of ``u`` is a
+    floor sum (:func:`floor_sum`)."""
+    if used < 1 or step < 0 or count < 0:
+        raise ValueError(f"n_kv_sum({used}, {step}, {count}): needs used >= 1, step, count >= 0")
+    cap = p * (-(-size // p) - 1)            # n_kv_for(u) == size exactly when u > cap
+    if used > cap:
+        below = 0
+    elif step == 0:
+        below = count
+    else:
+        below = min(count, (cap - used) // step + 1)
+    return p * floor_sum(below, p, step, used + p - 1) + (count - below) * size
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """``sum(floor((a * i + b) / m) for i in range(n))`` for ``n, a, b >= 0``, ``m >= 1``, by
+    Euclid-like reduction (the standard floor-sum identity: take ``a // m`` and ``b // m``
+    out, then swap the roles of ``a`` and ``m`` on the lattice points under the line)."""
+    total = 0
+    while n > 0:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        y_max = a * n + b
+        if y_max < m:
+            break
+        n, b = divmod(y_max, m)
+        m, a = a, m
+    return total
 
 
 #: llama.cpp parses -c, -b, -ub, -np as C ``int`` (common/arg.cpp: the handler takes ``int
@@ -268,10 +330,11 @@ def _ubatch(s: RunSettings, ctx: Resolved) -> dict:
                     n_kv=ctx.kv_size, n_kv_swa=ctx.kv_size_swa)
     used = s.past + per_seq
     n_kv_swa = None
+    pad, pad_swa = ctx.kv_pads
     if ctx.kv_size_swa is not None:
-        n_kv_swa = n_kv_for(min(used, ctx.kv_size_swa), ctx.kv_size_swa)
+        n_kv_swa = n_kv_for(min(used, ctx.kv_size_swa), ctx.kv_size_swa, pad_swa)
     return dict(n_tokens=s.tokens, n_outputs=outputs, past=s.past, n_kv_swa=n_kv_swa,
-                n_seqs=s.seqs, n_kv=n_kv_for(used, ctx.kv_size, ctx.flavour.kv_pad(ctx.flash_attn)))
+                n_seqs=s.seqs, n_kv=n_kv_for(used, ctx.kv_size, pad))
 
 
 def refuse_cache_types(run: Resolved, head_dims_k: Sequence[int], head_dims_v: Sequence[int],
