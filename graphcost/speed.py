@@ -99,27 +99,41 @@ def steps(t: BenchTest) -> list[tuple[int, int, bool]]:
 def step_runs(t: BenchTest) -> list[tuple[int, int, int, int, int, bool, int]]:
     """:func:`steps` in runs: ``(index, index step, tokens, past, past step, has output,
     count)``: ubatches ``index + j * index step`` of the list (``j < count``) are ``(tokens,
-    past + j * past step, has output)``. Every full batch of ``-b`` tokens has the same
-    ubatches, so a prompt is one run per ubatch of a batch (+ the last, shorter batch) and
-    the generation one run, whatever ``-p`` and ``-n``."""
+    past + j * past step, has output)``.
+
+    Every full batch of ``-b`` tokens has the same ``per`` ubatches (``per - 1`` of ``-ub``
+    tokens without output, then the last, with the output), so the full batches are either
+    one run per ubatch position (over the batches: ``per`` runs) or one run per batch (its
+    ubatches without output) plus one run of the last ubatches (``batches + 1`` runs),
+    whichever is fewer; the last, shorter batch is at most two runs, the generation one.
+    So a test is at most ``min(-b / -ub, -p / -b) + 3`` runs, whatever ``-n`` and ``-d``."""
     out = []
     idx = 0
     if t.n_prompt:
         ub = min(t.n_ubatch, t.n_batch)
         full, rest = divmod(t.n_prompt, t.n_batch)
         per = -(-t.n_batch // ub)                        # ubatches of a full batch
-        for nb, n, past, step in ((t.n_batch, full, t.n_depth, t.n_batch),
-                                  (rest, 1 if rest else 0, t.n_depth + full * t.n_batch, 0)):
-            if not n:
-                continue
-            for s in range(0, nb, ub):
-                k = min(ub, nb - s)
-                out.append((idx + s // ub, per if nb == t.n_batch else 0, k, past + s, step,
-                            s + k == nb, n))
-            idx += n * -(-nb // ub)
+        last = t.n_batch - (per - 1) * ub                # tokens of its last ubatch
+        if per <= full + 1:
+            for s in range(0, t.n_batch, ub):            # one run per ubatch position
+                k = min(ub, t.n_batch - s)
+                out.append((s // ub, per, k, t.n_depth + s, t.n_batch, s + k == t.n_batch,
+                            full))
+        else:
+            for i in range(full):                        # one run per batch
+                out.append((i * per, 1, ub, t.n_depth + i * t.n_batch, ub, False, per - 1))
+            out.append((per - 1, per, last, t.n_depth + (per - 1) * ub, t.n_batch, True, full))
+        idx = full * per
+        if rest:
+            r_per = -(-rest // ub)
+            past = t.n_depth + full * t.n_batch
+            out.append((idx, 1, ub, past, ub, False, r_per - 1))
+            out.append((idx + r_per - 1, 0, rest - (r_per - 1) * ub, past + (r_per - 1) * ub,
+                        0, True, 1))
+            idx += r_per
     if t.n_gen:
         out.append((idx, 1, 1, t.n_depth, 1, True, t.n_gen))
-    return out
+    return [r for r in out if r[-1]]
 
 
 @dataclass

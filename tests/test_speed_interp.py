@@ -149,15 +149,22 @@ def test_quantized_cache_builds_the_line_ends_and_middle(tmp_path):
 
 @pytest.mark.parametrize("p,n,d,b,ub", [
     (512, 128, 100, 2048, 32), (256, 0, 0, 100, 64), (0, 3, 7, 2048, 512), (4096, 5, 0, 2048, 512),
-    (5000, 0, 3, 1000, 64), (7, 0, 0, 2, 8), (2048, 1, 1, 2048, 300), (999, 0, 0, 1000, 1000)])
+    (5000, 0, 3, 1000, 64), (7, 0, 0, 2, 8), (2048, 1, 1, 2048, 300), (999, 0, 0, 1000, 1000),
+    (3000, 0, 5, 700, 3), (100, 0, 0, 10**6, 1), (64, 0, 0, 64, 64), (130, 0, 0, 64, 64)],
+    ids=["pp-tg", "pp-b100", "tg", "pp4096", "per-batch", "ub>b", "ub300", "one-batch",
+         "per-batch-rest", "one-huge-batch", "ub=b", "ub=b-rest"])
 def test_step_runs_expand_to_steps(p, n, d, b, ub):
     t = BenchTest(p, n, d, b, ub, "on", "f16", "f16", 2)
     expanded = {}
-    for idx, di, tokens, past, dp, output, count in step_runs(t):
+    runs = step_runs(t)
+    for idx, di, tokens, past, dp, output, count in runs:
         for j in range(count):
             assert idx + j * di not in expanded
             expanded[idx + j * di] = (tokens, past + j * dp, output)
     assert [expanded[i] for i in range(len(expanded))] == steps(t)
+    # at most min(ubatches per batch, batches + 1) + 3 runs
+    per, full = -(-b // min(ub, b)), p // b
+    assert len(runs) <= min(per, full + 1) + 3
 
 
 def test_work_does_not_grow_with_the_run(tmp_path, monkeypatch):
