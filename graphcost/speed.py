@@ -12,9 +12,9 @@ each after ``-d`` tokens of context, with ``n_ctx = p + n + d``:
 
 Each ubatch is one graph; graphcost builds it (same nodes as llama.cpp), counts what the
 CPU backend does with it (:mod:`graphcost.cost.speed_model`) and prices the counts with
-the profile's coefficients. Graphs with the same shape are built once, and along a run
-only a few KV lengths per ubatch shape are built: the others are interpolated exactly
-(:class:`Predictor`).
+the profile's coefficients. Graphs with the same shape are built once, and a test's
+counts are summed in closed form over its runs of ubatches (:class:`Predictor`): a few
+graphs per ubatch shape are built, and the work does not grow with ``-n``, ``-p`` or ``-d``.
 """
 from __future__ import annotations
 

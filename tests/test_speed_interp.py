@@ -147,6 +147,28 @@ def test_quantized_cache_builds_the_line_ends_and_middle(tmp_path):
     assert list(total.items()) == list(_step_by_step(m, t)[0].items())
 
 
+@pytest.mark.parametrize("t", [BenchTest(0, 3000, 100, 2048, 512, "on", "f16", "f16", 2),
+                               BenchTest(3000, 0, 0, 700, 3, "off", "f16", "f16", 2)],
+                         ids=["tg", "pp-per-batch"])
+def test_counts_off_the_line_are_cut_down_to_exact_builds(tmp_path, monkeypatch, t):
+    """A count that is not affine in the cells ((n_kv / 256)^2, added to every graph) fails
+    the middle check: the pieces are cut and halved until every sum is exact, still equal to
+    the step-by-step sum (the path real graphs never took in these tests)."""
+    m = load_model(write_llama(tmp_path / "l.gguf", n_layer=1, context_length=8192))
+    build = Predictor._build
+
+    def curved(self, key, where):
+        return Counter({**build(self, key, where), "curve": (key[2] // 256) ** 2})
+
+    monkeypatch.setattr(Predictor, "_build", curved)
+    pr = Predictor(m, NO_COEF, features=())
+    total = pr.counts(t)
+    want, ref = _step_by_step(m, t)
+    assert list(total.items()) == list(want.items())
+    # more graphs built than the 4-6 of a line (ends, middle) per shape
+    assert pr.built > 6
+
+
 @pytest.mark.parametrize("p,n,d,b,ub", [
     (512, 128, 100, 2048, 32), (256, 0, 0, 100, 64), (0, 3, 7, 2048, 512), (4096, 5, 0, 2048, 512),
     (5000, 0, 3, 1000, 64), (7, 0, 0, 2, 8), (2048, 1, 1, 2048, 300), (999, 0, 0, 1000, 1000),
