@@ -14,7 +14,8 @@ Each ubatch is one graph; graphcost builds it (same nodes as llama.cpp), counts 
 CPU backend does with it (:mod:`graphcost.cost.speed_model`) and prices the counts with
 the profile's coefficients. Graphs with the same shape are built once, and a test's
 counts are summed in closed form over its runs of ubatches (:class:`Predictor`): a few
-graphs per ubatch shape are built, and the work does not grow with ``-n``, ``-p`` or ``-d``.
+graphs per ubatch shape are built, and the work does not grow with ``-n`` or ``-d`` (nor
+with ``-p`` for given ``-b`` and ``-ub``).
 """
 from __future__ import annotations
 
@@ -163,9 +164,9 @@ class Predictor:
     halves them, down to single graphs); a piece's summed counts are then ``count x (counts
     at the line's start) + (slope per cell) x (its summed cells - count x start)``, its
     summed cells being :meth:`~graphcost.graph.settings.Resolved.kv_cells_sum` (a floor
-    sum). All in integers: equal to the ubatch-by-ubatch sum, and the work does not grow
-    with ``-n``, ``-p`` or ``-d``. ``progress(line)`` is called every
-    :data:`PROGRESS_EVERY` builds."""
+    sum). All in integers: equal to the ubatch-by-ubatch sum. The work does not grow with
+    ``-n`` or ``-d``, nor with ``-p`` past the ``min(-b / -ub, -p / -b) + 3`` runs of
+    :func:`step_runs`. ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds."""
 
     def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model
