@@ -14,8 +14,8 @@ Each ubatch is one graph; graphcost builds it (same nodes as llama.cpp), counts 
 CPU backend does with it (:mod:`graphcost.cost.speed_model`) and prices the counts with
 the profile's coefficients. Graphs with the same shape are built once, and a test's
 counts are summed in closed form over its runs of ubatches (:class:`Predictor`): a few
-graphs per ubatch shape are built, and the work does not grow with ``-n`` or ``-d`` (nor
-with ``-p`` for given ``-b`` and ``-ub``).
+graphs per ubatch shape are built, and the work does not grow with ``-p``, ``-n``, ``-d``,
+``-b`` or ``-ub``.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, from_
                                         repacked_weights)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
-from graphcost.graph.settings import INT32_MAX, RunSettings
+from graphcost.graph.settings import INT32_MAX, Rows, RunSettings
 from graphcost.cost.analysis import analyze_graph
 
 #: llama-bench's defaults (cmd_params_defaults)
@@ -97,17 +97,36 @@ def steps(t: BenchTest) -> list[tuple[int, int, bool]]:
     return out
 
 
-def step_runs(t: BenchTest) -> list[tuple[int, int, int, int, int, bool, int]]:
-    """:func:`steps` in runs: ``(index, index step, tokens, past, past step, has output,
-    count)``: ubatches ``index + j * index step`` of the list (``j < count``) are ``(tokens,
-    past + j * past step, has output)``.
+@dataclass(frozen=True)
+class Run:
+    """Ubatches of a test that differ only in position: all ``tokens`` tokens, ``output``
+    (each has the output row) or not. Ubatch ``m < cells.length`` (``j, k = m % cells.row,
+    m // cells.row``) is number ``index + j * index_step + k * row_index_step`` of the test's
+    list (:func:`steps`) and leaves ``cells.at(m)`` filled cells: one arithmetic run
+    (``cells.rows == 1``) or rows of them (a prompt's full batches)."""
 
-    Every full batch of ``-b`` tokens has the same ``per`` ubatches (``per - 1`` of ``-ub``
-    tokens without output, then the last, with the output), so the full batches are either
-    one run per ubatch position (over the batches: ``per`` runs) or one run per batch (its
-    ubatches without output) plus one run of the last ubatches (``batches + 1`` runs),
-    whichever is fewer; the last, shorter batch is at most two runs, the generation one.
-    So a test is at most ``min(-b / -ub, -p / -b) + 3`` runs, whatever ``-n`` and ``-d``."""
+    index: int
+    index_step: int
+    row_index_step: int
+    tokens: int
+    output: bool
+    cells: Rows
+
+    def position(self, m: int) -> int:
+        k, j = divmod(m, self.cells.row)
+        return self.index + j * self.index_step + k * self.row_index_step
+
+    def past(self, m: int) -> int:
+        return self.cells.at(m) - self.tokens
+
+
+def step_runs(t: BenchTest) -> list[Run]:
+    """:func:`steps` as at most five :class:`Run`, whatever ``-p``, ``-n``, ``-d``, ``-b``
+    and ``-ub``: every full batch of ``-b`` tokens has the same ``per`` ubatches (``per - 1``
+    of ``-ub`` tokens without output, then the last, with the output), so the full batches
+    are the rows (a row per batch) of their ubatches without output, plus a run of their
+    last ubatches; the last, shorter batch is a run and its last ubatch; the generation is a
+    run. Along each the filled cells and the index only grow."""
     out = []
     idx = 0
     if t.n_prompt:
@@ -115,26 +134,24 @@ def step_runs(t: BenchTest) -> list[tuple[int, int, int, int, int, bool, int]]:
         full, rest = divmod(t.n_prompt, t.n_batch)
         per = -(-t.n_batch // ub)                        # ubatches of a full batch
         last = t.n_batch - (per - 1) * ub                # tokens of its last ubatch
-        if per <= full + 1:
-            for s in range(0, t.n_batch, ub):            # one run per ubatch position
-                k = min(ub, t.n_batch - s)
-                out.append((s // ub, per, k, t.n_depth + s, t.n_batch, s + k == t.n_batch,
-                            full))
-        else:
-            for i in range(full):                        # one run per batch
-                out.append((i * per, 1, ub, t.n_depth + i * t.n_batch, ub, False, per - 1))
-            out.append((per - 1, per, last, t.n_depth + (per - 1) * ub, t.n_batch, True, full))
+        if full and per > 1:                             # row k: batch k, past d + k b
+            out.append(Run(0, 1, per, ub, False,
+                           Rows(t.n_depth + ub, ub, per - 1, t.n_batch, full)))
+        if full:
+            out.append(Run(per - 1, per, 0, last, True,
+                           Rows(t.n_depth + (per - 1) * ub + last, t.n_batch, full)))
         idx = full * per
         if rest:
             r_per = -(-rest // ub)
             past = t.n_depth + full * t.n_batch
-            out.append((idx, 1, ub, past, ub, False, r_per - 1))
-            out.append((idx + r_per - 1, 0, rest - (r_per - 1) * ub, past + (r_per - 1) * ub,
-                        0, True, 1))
+            if r_per > 1:
+                out.append(Run(idx, 1, 0, ub, False, Rows(past + ub, ub, r_per - 1)))
+            out.append(Run(idx + r_per - 1, 0, 0, rest - (r_per - 1) * ub, True,
+                           Rows(past + rest, 0, 1)))
             idx += r_per
     if t.n_gen:
-        out.append((idx, 1, 1, t.n_depth, 1, True, t.n_gen))
-    return [r for r in out if r[-1]]
+        out.append(Run(idx, 1, 0, 1, True, Rows(t.n_depth + 1, 1, t.n_gen)))
+    return out
 
 
 @dataclass
@@ -164,9 +181,9 @@ class Predictor:
     halves them, down to single graphs); a piece's summed counts are then ``count x (counts
     at the line's start) + (slope per cell) x (its summed cells - count x start)``, its
     summed cells being :meth:`~graphcost.graph.settings.Resolved.kv_cells_sum` (a floor
-    sum). All in integers: equal to the ubatch-by-ubatch sum. The work does not grow with
-    ``-n`` or ``-d``, nor with ``-p`` past the ``min(-b / -ub, -p / -b) + 3`` runs of
-    :func:`step_runs`. ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds."""
+    sum). All in integers: equal to the ubatch-by-ubatch sum, and the work does not grow
+    with ``-p``, ``-n``, ``-d``, ``-b`` or ``-ub`` (at most five runs, a few pieces each).
+    ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds."""
 
     def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model
@@ -210,13 +227,13 @@ class Predictor:
         return self._build(key, (t, tokens, past))
 
     def _pieces(self, t: BenchTest, base, run: tuple) -> list["_Piece"]:
-        """``run`` (a :func:`step_runs` tuple) cut where its graphs change side of a switch
+        """``run`` (a :class:`Run`) cut where its graphs change side of a switch
         or a cache fills (:func:`_side`; monotone along a run, the cells only grow): the
         cut points are found by galloping and bisection, a few key evaluations each."""
-        idx0, idx_step, tokens, past0, past_step, output, n = run
+        n = run.cells.length
 
-        def side(j):
-            return _side(self._key(t, base, tokens, past0 + j * past_step, output), base)
+        def side(m):
+            return _side(self._key(t, base, run.tokens, run.past(m), run.output), base)
 
         out, lo = [], 0
         while lo < n:
@@ -280,7 +297,7 @@ class Predictor:
         base = None
         for run in step_runs(t):
             if base is None:
-                base = self._resolve(t, run[2], run[3])
+                base = self._resolve(t, run.tokens, run.past(0))
             for p in self._pieces(t, base, run):
                 k = p.key(p.lo)
                 groups.setdefault(k[:2] + k[4:] + _side(k, base), []).append(p)
@@ -299,13 +316,13 @@ class Predictor:
 
 @dataclass(frozen=True)
 class _Piece:
-    """Ubatches ``j in [lo, hi)`` of one :func:`step_runs` run (``run``) whose graphs are
-    on one side of every switch (:func:`_side`), for :meth:`Predictor._solve`."""
+    """Ubatches ``m in [lo, hi)`` of one :class:`Run` whose graphs are on one side of
+    every switch (:func:`_side`), for :meth:`Predictor._solve`."""
 
     pr: Predictor
     t: BenchTest
     base: object               # t's resolved context
-    run: tuple
+    run: Run
     lo: int
     hi: int
 
@@ -316,16 +333,14 @@ class _Piece:
     @property
     def first(self) -> int:
         """The index of its first ubatch in the test's list (:func:`steps`)."""
-        return self.run[0] + self.lo * self.run[1]
+        return self.run.position(self.lo)
 
-    def past(self, j: int) -> int:
-        return self.run[3] + j * self.run[4]
+    def key(self, m: int) -> tuple:
+        return self.pr._key(self.t, self.base, self.run.tokens, self.run.past(m),
+                            self.run.output)
 
-    def key(self, j: int) -> tuple:
-        return self.pr._key(self.t, self.base, self.run[2], self.past(j), self.run[5])
-
-    def build(self, j: int) -> Counter:
-        return self.pr._build(self.key(j), (self.t, self.run[2], self.past(j)))
+    def build(self, m: int) -> Counter:
+        return self.pr._build(self.key(m), (self.t, self.run.tokens, self.run.past(m)))
 
     def s(self, j: int, axis: int) -> int:
         """Ubatch ``j``'s position on the line: its cells on ``axis`` (:func:`_axis`)."""
@@ -333,8 +348,8 @@ class _Piece:
 
     def s_sum(self, axis: int) -> int:
         """The piece's positions summed over its ubatches, in closed form."""
-        return self.base.kv_cells_sum(self.run[2], self.past(self.lo), self.run[4],
-                                      self.count)[axis]
+        return self.base.kv_cells_sum(self.run.tokens, self.run.cells, self.lo,
+                                      self.hi)[axis]
 
     def inner(self, sa: int, sb: int, axis: int) -> list[tuple["_Piece", int]]:
         """Its ubatches nearest the middle of ``sa..sb`` (the last below it and the first

@@ -15,7 +15,7 @@ import pytest
 
 from graphcost.cost.speed_model import SpeedModel, roofline_coefficients
 from graphcost.graph.build import load_model
-from graphcost.graph.settings import floor_sum, n_kv_for, n_kv_sum
+from graphcost.graph.settings import Rows, floor_sum, n_kv_for, n_kv_sum
 from graphcost.speed import BenchTest, Predictor, step_runs, steps
 
 from fixtures import write_gemma3, write_llama
@@ -56,7 +56,10 @@ def _step_by_step(model, t: BenchTest) -> tuple[Counter, Predictor]:
     BenchTest(0, 2600, 100, 2048, 512, "", "f16", "f16", 2),
     # pp 2600, -b 1000 -ub 64: shapes 64 (no output), 40 (output), 24 (output, last batch)
     BenchTest(2600, 0, 0, 1000, 64, "", "f16", "f16", 2),
-], ids=["tg", "pp"])
+    # pp 3000 after 7, -b 10 -ub 3: 300 full batches (rows of 3 ubatches without output,
+    # more rows than the 256-cell padding) + their 1-token last ubatches
+    BenchTest(3000, 0, 7, 10, 3, "", "f16", "f16", 2),
+], ids=["tg", "pp", "pp-rows"])
 def test_closed_form_equals_step_by_step(model, fa, test):
     t = BenchTest(test.n_prompt, test.n_gen, test.n_depth, test.n_batch, test.n_ubatch, fa,
                   "f16", "f16", 2)
@@ -179,14 +182,16 @@ def test_step_runs_expand_to_steps(p, n, d, b, ub):
     t = BenchTest(p, n, d, b, ub, "on", "f16", "f16", 2)
     expanded = {}
     runs = step_runs(t)
-    for idx, di, tokens, past, dp, output, count in runs:
-        for j in range(count):
-            assert idx + j * di not in expanded
-            expanded[idx + j * di] = (tokens, past + j * dp, output)
+    for run in runs:
+        for m in range(run.cells.length):
+            i = run.position(m)
+            assert i not in expanded
+            expanded[i] = (run.tokens, run.past(m), run.output)
+        # along a run the index and the filled cells only grow
+        pos = [run.position(m) for m in range(run.cells.length)]
+        assert pos == sorted(pos)
     assert [expanded[i] for i in range(len(expanded))] == steps(t)
-    # at most min(ubatches per batch, batches + 1) + 3 runs
-    per, full = -(-b // min(ub, b)), p // b
-    assert len(runs) <= min(per, full + 1) + 3
+    assert len(runs) <= 5
 
 
 def test_work_does_not_grow_with_the_run(tmp_path, monkeypatch):
@@ -219,16 +224,24 @@ def test_progress_line_every_few_builds(tmp_path, monkeypatch):
 
 
 def test_cell_sums_equal_brute_force():
+    """floor_sum and n_kv_sum (runs and rows of runs, across the cache's cap, rows more
+    than the padding so that they are grouped by row number modulo it) against the sums."""
     rng = random.Random(7)
     for _ in range(3000):
         n, mod, a, b = rng.randint(0, 60), rng.randint(1, 50), rng.randint(0, 120), rng.randint(0, 120)
         assert floor_sum(n, mod, a, b) == sum((a * i + b) // mod for i in range(n))
     for _ in range(3000):
-        pad, size = rng.choice([32, 256]), rng.randint(1, 5000)
-        used, step, count = rng.randint(1, 5000), rng.randint(0, 700), rng.randint(0, 40)
-        want = sum(n_kv_for(used + j * step, size, pad) for j in range(count))
-        assert n_kv_sum(used, step, count, size, pad) == want
+        pad, size = rng.choice([32, 256]), rng.randint(1, 6000)
+        row, step = rng.randint(1, 12), rng.randint(0, 300)
+        r = Rows(rng.randint(1, 3000), step, row, rng.randint((row - 1) * step, row * step + 900),
+                 rng.randint(0, 700) if rng.random() < 0.3 else rng.randint(0, 12))
+        lo = rng.randint(0, r.length)
+        hi = rng.randint(lo, r.length)
+        want = sum(n_kv_for(r.at(m), size, pad) for m in range(lo, hi))
+        assert n_kv_sum(r, lo, hi, size, pad) == want, (r, lo, hi, size, pad)
         # the SWA form: n_kv_for(min(used, size), size) sums the same
-        assert want == sum(n_kv_for(min(used + j * step, size), size, pad) for j in range(count))
+        assert want == sum(n_kv_for(min(r.at(m), size), size, pad) for m in range(lo, hi))
     with pytest.raises(ValueError):
-        n_kv_sum(0, 1, 1, 256)
+        Rows(0, 1, 1)
+    with pytest.raises(ValueError):
+        Rows(1, 5, 3, 9, 2)           # rows overlapping: 9 < (3 - 1) x 5

@@ -122,21 +122,20 @@ class Resolved:
         ``n_pad``: the flavour's, and 256 for the SWA cache)."""
         return self.flavour.kv_pad(self.flash_attn), KV_PAD
 
-    def kv_cells_sum(self, tokens: int, past: int, past_step: int, count: int
-                     ) -> tuple[int, int]:
-        """``(sum of n_kv, sum of n_kv_swa or 0)`` over the ubatches ``step(tokens, past + j *
-        past_step, 1)``, ``j < count`` (one sequence each), in closed form
-        (:func:`n_kv_sum`): cells. Refuses a ubatch that does not fit, as :meth:`step`."""
-        if count:
-            self.step(tokens, past + (count - 1) * past_step, 1)     # the fullest one fits
+    def kv_cells_sum(self, tokens: int, rows: "Rows", lo: int, hi: int) -> tuple[int, int]:
+        """``(sum of n_kv, sum of n_kv_swa or 0)`` over the ubatches ``m`` in ``lo..hi`` of
+        ``rows`` (``rows.used``: past + ``tokens``), each ``step(tokens, rows.at(m) - tokens,
+        1)`` (one sequence), in closed form (:func:`n_kv_sum`): cells. Refuses a ubatch that
+        does not fit, as :meth:`step`."""
+        if hi > lo:
+            self.step(tokens, rows.at(hi - 1) - tokens, 1)   # the fullest one fits
         pad, pad_swa = self.kv_pads
-        used = past + tokens
         # n_kv_swa = n_kv_for(min(used, S), S): for used >= 1 it equals n_kv_for(used, S)
         # (at used >= S both are S: p * ceil(min(used, S) / p) >= S and p * ceil(used / p)
         # >= used >= S, each capped at S)
         swa = (0 if self.kv_size_swa is None
-               else n_kv_sum(used, past_step, count, self.kv_size_swa, pad_swa))
-        return n_kv_sum(used, past_step, count, self.kv_size, pad), swa
+               else n_kv_sum(rows, lo, hi, self.kv_size_swa, pad_swa))
+        return n_kv_sum(rows, lo, hi, self.kv_size, pad), swa
 
     def to_dict(self) -> dict:
         return {
@@ -166,24 +165,78 @@ def n_kv_for(used: int, size: int, p: int = KV_PAD) -> int:
     return min(size, max(p, gt.ggml_pad(used, p)))
 
 
-def n_kv_sum(used: int, step: int, count: int, size: int, p: int = KV_PAD) -> int:
-    """``sum(n_kv_for(used + j * step, size, p) for j in range(count))`` in closed form, in
-    O(log count) integer operations (cells; ``used >= 1``, ``step >= 0``).
+@dataclass(frozen=True)
+class Rows:
+    """Ubatches laid out in rows: ubatch ``m`` (``0 <= m < row * rows``) is ``j = m % row``
+    of row ``k = m // row`` and has ``used + j * step + k * row_step`` filled cells after it
+    (``used >= 1``, ``step >= 0``; with several rows ``row_step >= (row - 1) * step``: the
+    cells never fall along ``m``). One row is an arithmetic run of ubatches; rows of them are the ubatches without
+    output of a prompt's full batches (a row per batch)."""
+
+    used: int
+    step: int
+    row: int
+    row_step: int = 0
+    rows: int = 1
+
+    def __post_init__(self):
+        if (self.used < 1 or self.step < 0 or self.row < 1 or self.rows < 0
+                or (self.rows > 1 and self.row_step < (self.row - 1) * self.step)):
+            raise ValueError(f"{self}: needs used >= 1, step >= 0, row >= 1, rows >= 0 and "
+                             "(between rows) row_step >= (row - 1) * step")
+
+    @property
+    def length(self) -> int:
+        return self.row * self.rows
+
+    def at(self, m: int) -> int:
+        """Filled cells after ubatch ``m``."""
+        k, j = divmod(m, self.row)
+        return self.used + j * self.step + k * self.row_step
+
+
+def n_kv_sum(r: Rows, lo: int, hi: int, size: int, p: int = KV_PAD) -> int:
+    """``sum(n_kv_for(r.at(m), size, p) for m in range(lo, hi))`` in closed form (cells),
+    in O(log + p) integer operations whatever ``hi - lo``.
 
     For ``u >= 1``, ``n_kv_for(u) = min(size, p * ceil(u / p))`` (the ``max`` with ``p`` never
-    binds); it is ``size`` from the first ``u > p * (ceil(size / p) - 1)`` on, and before that
-    ``p * floor((u + p - 1) / p)``, whose sum over an arithmetic progression of ``u`` is a
-    floor sum (:func:`floor_sum`)."""
-    if used < 1 or step < 0 or count < 0:
-        raise ValueError(f"n_kv_sum({used}, {step}, {count}): needs used >= 1, step, count >= 0")
+    binds); it is ``size`` from the first ``u > p * (ceil(size / p) - 1)`` on (a suffix of
+    ``lo..hi``: the cells never fall along ``m``, found by bisection), and before that
+    ``p * floor((u + p - 1) / p)``, summed row by row by :func:`floor_sum`
+    (:func:`_floor_sum_rows`)."""
     cap = p * (-(-size // p) - 1)            # n_kv_for(u) == size exactly when u > cap
-    if used > cap:
-        below = 0
-    elif step == 0:
-        below = count
-    else:
-        below = min(count, (cap - used) // step + 1)
-    return p * floor_sum(below, p, step, used + p - 1) + (count - below) * size
+    a, b = lo, max(lo, hi)
+    while a < b:                             # the first ubatch past the cap
+        mid = (a + b) // 2
+        if r.at(mid) > cap:
+            b = mid
+        else:
+            a = mid + 1
+    return p * _floor_sum_rows(r, lo, a, p) + (max(lo, hi) - a) * size
+
+
+def _floor_sum_rows(r: Rows, lo: int, hi: int, p: int) -> int:
+    """``sum(floor((r.at(m) + p - 1) / p) for m in range(lo, hi))``: the partial first and
+    last rows by :func:`floor_sum`, the whole rows between them grouped by their row number
+    modulo ``p`` (row ``k + p t`` is row ``k`` with ``t p row_step`` more cells, so each of its
+    ``row`` terms is ``t row_step`` more): ``min(rows, p)`` floor sums."""
+    if lo >= hi:
+        return 0
+    (k_lo, j_lo), (k_hi, j_hi) = divmod(lo, r.row), divmod(hi, r.row)
+    c = r.used + p - 1
+
+    def row_part(k: int, j0: int, j1: int) -> int:      # row k, j0 <= j < j1
+        return floor_sum(j1 - j0, p, r.step, c + k * r.row_step + j0 * r.step)
+
+    if k_lo == k_hi:
+        return row_part(k_lo, j_lo, j_hi)
+    total = row_part(k_lo, j_lo, r.row) + row_part(k_hi, 0, j_hi)
+    whole = k_hi - k_lo - 1                              # rows k_lo + 1 .. k_hi - 1
+    for k0 in range(min(whole, p)):
+        n = -(-(whole - k0) // p)                        # rows k0, k0 + p, ... of them
+        total += (n * row_part(k_lo + 1 + k0, 0, r.row)
+                  + r.row * r.row_step * n * (n - 1) // 2)
+    return total
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
