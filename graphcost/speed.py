@@ -226,7 +226,7 @@ class Predictor:
         key = self._key(t, self._resolve(t, tokens, past), tokens, past, output)
         return self._build(key, (t, tokens, past))
 
-    def _pieces(self, t: BenchTest, base, run: tuple) -> list["_Piece"]:
+    def _pieces(self, t: BenchTest, base, run: Run) -> list["_Piece"]:
         """``run`` (a :class:`Run`) cut where its graphs change side of a switch
         or a cache fills (:func:`_side`; monotone along a run, the cells only grow): the
         cut points are found by galloping and bisection, a few key evaluations each."""
@@ -255,8 +255,9 @@ class Predictor:
         """The summed counts of ``pieces`` (one shape, one side of every switch: points on
         one line in cells), each with the index of its first ubatch. The line through the
         lowest and highest point is built; the point nearest its middle is built and must
-        equal the interpolation, and the slope must be whole per padding step, else the
-        pieces are solved one by one, and a single piece is halved at that point."""
+        equal the interpolation, key for key in the same order, and the slope must be whole
+        per padding step, else the pieces are solved one by one, and a single piece is
+        halved at that point."""
         axis = _axis(pieces)
         lo = min(pieces, key=lambda p: p.s(p.lo, axis))
         hi = max(pieces, key=lambda p: p.s(p.hi - 1, axis))
@@ -273,7 +274,8 @@ class Predictor:
         ok = list(a) == list(b) and all((b[k] - a[k]) * step % d == 0 for k in a)
         if ok and probe is not None:
             p, j = probe
-            ok = _interpolate(a, b, ka, kb, p.key(j)) == p.build(j)
+            mid = _interpolate(a, b, ka, kb, p.key(j))
+            ok = mid is not None and list(mid.items()) == list(p.build(j).items())
         if ok:
             # per piece: sum over its ubatches of a + (b - a) * (s - sa) / d, in integers
             # (each term is: the slope is whole per padding step, s - sa a multiple of it)
