@@ -12,9 +12,10 @@ each after ``-d`` tokens of context, with ``n_ctx = p + n + d``:
 
 Each ubatch is one graph; graphcost builds it (same nodes as llama.cpp), counts what the
 CPU backend does with it (:mod:`graphcost.cost.speed_model`) and prices the counts with
-the profile's coefficients. Graphs with the same shape are built once, and along a run
-only a few KV lengths per ubatch shape are built: the others are interpolated exactly
-(:class:`Predictor`).
+the profile's coefficients. Graphs with the same shape are built once, and a test's
+counts are summed in closed form over its runs of ubatches (:class:`Predictor`): a few
+graphs per ubatch shape are built, and the work does not grow with ``-p``, ``-n``, ``-d``,
+``-b`` or ``-ub``.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, from_
                                         repacked_weights)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
-from graphcost.graph.settings import INT32_MAX, RunSettings
+from graphcost.graph.settings import INT32_MAX, Rows, RunSettings
 from graphcost.cost.analysis import analyze_graph
 
 #: llama-bench's defaults (cmd_params_defaults)
@@ -96,29 +97,60 @@ def steps(t: BenchTest) -> list[tuple[int, int, bool]]:
     return out
 
 
-def step_runs(t: BenchTest) -> list[tuple[int, int, int, int, int, bool, int]]:
-    """:func:`steps` in runs: ``(index, index step, tokens, past, past step, has output,
-    count)``: ubatches ``index + j * index step`` of the list (``j < count``) are ``(tokens,
-    past + j * past step, has output)``. Every full batch of ``-b`` tokens has the same
-    ubatches, so a prompt is one run per ubatch of a batch (+ the last, shorter batch) and
-    the generation one run, whatever ``-p`` and ``-n``."""
+@dataclass(frozen=True)
+class Run:
+    """Ubatches of a test that differ only in position: all ``tokens`` tokens, ``output``
+    (each has the output row) or not. Ubatch ``m < cells.length`` (``j, k = m % cells.row,
+    m // cells.row``) is number ``index + j * index_step + k * row_index_step`` of the test's
+    list (:func:`steps`) and leaves ``cells.at(m)`` filled cells: one arithmetic run
+    (``cells.rows == 1``) or rows of them (a prompt's full batches)."""
+
+    index: int
+    index_step: int
+    row_index_step: int
+    tokens: int
+    output: bool
+    cells: Rows
+
+    def position(self, m: int) -> int:
+        k, j = divmod(m, self.cells.row)
+        return self.index + j * self.index_step + k * self.row_index_step
+
+    def past(self, m: int) -> int:
+        return self.cells.at(m) - self.tokens
+
+
+def step_runs(t: BenchTest) -> list[Run]:
+    """:func:`steps` as at most five :class:`Run`, whatever ``-p``, ``-n``, ``-d``, ``-b``
+    and ``-ub``: every full batch of ``-b`` tokens has the same ``per`` ubatches (``per - 1``
+    of ``-ub`` tokens without output, then the last, with the output), so the full batches
+    are the rows (a row per batch) of their ubatches without output, plus a run of their
+    last ubatches; the last, shorter batch is a run and its last ubatch; the generation is a
+    run. Along each the filled cells and the index only grow."""
     out = []
     idx = 0
     if t.n_prompt:
         ub = min(t.n_ubatch, t.n_batch)
         full, rest = divmod(t.n_prompt, t.n_batch)
         per = -(-t.n_batch // ub)                        # ubatches of a full batch
-        for nb, n, past, step in ((t.n_batch, full, t.n_depth, t.n_batch),
-                                  (rest, 1 if rest else 0, t.n_depth + full * t.n_batch, 0)):
-            if not n:
-                continue
-            for s in range(0, nb, ub):
-                k = min(ub, nb - s)
-                out.append((idx + s // ub, per if nb == t.n_batch else 0, k, past + s, step,
-                            s + k == nb, n))
-            idx += n * -(-nb // ub)
+        last = t.n_batch - (per - 1) * ub                # tokens of its last ubatch
+        if full and per > 1:                             # row k: batch k, past d + k b
+            out.append(Run(0, 1, per, ub, False,
+                           Rows(t.n_depth + ub, ub, per - 1, t.n_batch, full)))
+        if full:
+            out.append(Run(per - 1, per, 0, last, True,
+                           Rows(t.n_depth + (per - 1) * ub + last, t.n_batch, full)))
+        idx = full * per
+        if rest:
+            r_per = -(-rest // ub)
+            past = t.n_depth + full * t.n_batch
+            if r_per > 1:
+                out.append(Run(idx, 1, 0, ub, False, Rows(past + ub, ub, r_per - 1)))
+            out.append(Run(idx + r_per - 1, 0, 0, rest - (r_per - 1) * ub, True,
+                           Rows(past + rest, 0, 1)))
+            idx += r_per
     if t.n_gen:
-        out.append((idx, 1, 1, t.n_depth, 1, True, t.n_gen))
+        out.append(Run(idx, 1, 0, 1, True, Rows(t.n_depth + 1, 1, t.n_gen)))
     return out
 
 
@@ -135,16 +167,23 @@ class Prediction:
 
 
 class Predictor:
-    """Counts the graphs of llama-bench tests for one model.
+    """Counts the graphs of llama-bench tests for one model, in closed form.
 
     A graph's counts depend on its position only through the cells each cache attends
     (``get_n_kv``: ``n_kv``, ``n_kv_swa``); for one ubatch shape they are affine in those
     cells between the switches of :data:`~graphcost.cost.speed_model.N_KV_SWITCHES`
-    (attention reads and MACs grow with the cells, the rest is constant). So of a long run's
-    points (thousands of ``n_kv`` values) only a few are built: each segment's two ends,
-    checked at its middle; the rest are interpolated where that is exact in integers, else
-    built (:meth:`_solve`). ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds
-    and every :data:`PROGRESS_POINTS` distinct graphs met (a run of ~10^8 ubatches and more)."""
+    (attention reads and MACs grow with the cells, the rest is constant). A test's ubatches
+    come in arithmetic runs (:func:`step_runs`); each run is cut where a graph crosses a
+    switch or a cache fills (:meth:`_pieces`, a bisection: a few cuts whatever its length),
+    and the pieces of one shape on one side of every switch lie on one line in cells. That
+    line is built at its two ends and checked at its middle (:meth:`_solve`: a point that
+    differs, or a slope that is not whole per padding step, cuts the pieces apart and
+    halves them, down to single graphs); a piece's summed counts are then ``count x (counts
+    at the line's start) + (slope per cell) x (its summed cells - count x start)``, its
+    summed cells being :meth:`~graphcost.graph.settings.Resolved.kv_cells_sum` (a floor
+    sum). All in integers: equal to the ubatch-by-ubatch sum, and the work does not grow
+    with ``-p``, ``-n``, ``-d``, ``-b`` or ``-ub`` (at most five runs, a few pieces each).
+    ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds."""
 
     def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model
@@ -169,55 +208,6 @@ class Predictor:
         return (tokens, output, run.n_kv, run.n_kv_swa, t.flash_attn, t.type_k, t.type_v,
                 run.n_ctx, run.n_ubatch)
 
-    def _points(self, t: BenchTest) -> tuple[dict[tuple, int], dict[tuple, object]]:
-        """The distinct graphs of ``t``'s timed part in the order a ubatch-by-ubatch walk
-        first meets them: how many ubatches each, and where to build each (test, tokens,
-        past). Walks
-        :func:`step_runs`, jumping over the ubatches of one graph (a run's key is monotone:
-        the attended cells only grow), so a long run costs its distinct graphs, not its
-        ubatches."""
-        mult: dict[tuple, int] = {}
-        runs: dict[tuple, object] = {}
-        first: dict[tuple, int] = {}
-        base = None
-        for idx0, idx_step, tokens, past0, past_step, output, n in step_runs(t):
-            if base is None:
-                base = self._resolve(t, tokens, past0)
-
-            def key_at(j, _tok=tokens, _p0=past0, _ps=past_step, _out=output):
-                return self._key(t, base, _tok, _p0 + j * _ps, _out)
-
-            j, span = 0, 0
-            while j < n:
-                key = key_at(j)
-                lo, step = j, 1                  # gallop, then bisect, to the key's last j
-                e = j + span - 1                 # first guess: the last key's span again
-                if span > 1 and e + 1 < n and key_at(e) == key and key_at(e + 1) != key:
-                    lo, step = e, 1
-                else:
-                    while lo + step < n and key_at(lo + step) == key:
-                        lo, step = lo + step, step * 2
-                hi = min(lo + step, n)           # key_at(hi) differs (or hi == n)
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    if key_at(mid) == key:
-                        lo = mid
-                    else:
-                        hi = mid
-                if key not in mult:
-                    # where to build it from: (test, tokens, past), not the resolved ubatch
-                    # (kilobytes; a long run has millions of points)
-                    mult[key], first[key] = 0, idx0 + j * idx_step
-                    runs[key] = (t, tokens, past0 + j * past_step)
-                    if self.progress and len(mult) % PROGRESS_POINTS == 0:
-                        self.progress(f"{t.name}: {len(mult)} distinct graphs (KV lengths) "
-                                      "so far")
-                mult[key] += lo - j + 1
-                first[key] = min(first[key], idx0 + j * idx_step)
-                j, span = lo + 1, lo - j + 1
-        order = sorted(mult, key=first.__getitem__)
-        return {k: mult[k] for k in order}, {k: runs[k] for k in order}
-
     def _build(self, key: tuple, where: tuple) -> Counter:
         """The counts of ``key``'s graph, built at ``where`` = (test, tokens, past)."""
         if key not in self._cache:
@@ -227,61 +217,98 @@ class Predictor:
             self.built += 1
             if self.progress and self.built % PROGRESS_EVERY == 0:
                 self.progress(f"{self.built} graphs built so far (a graph per ubatch shape "
-                              "and KV length that cannot be interpolated)")
+                              "and line of KV lengths)")
         return self._cache[key]
 
-    def _solve(self, runs: dict[tuple, object]) -> None:
-        """Fill the cache for every key of ``runs``: per ubatch shape, the points in order of
-        cells, cut where they stop lying on one line or cross a switch, each piece affine."""
-        shapes: dict[tuple, list[tuple]] = {}
-        for key in runs:
-            if key not in self._cache:
-                shapes.setdefault(key[:2] + key[4:], []).append(key)
-        for keys in shapes.values():
-            keys.sort(key=_cells)
-            i = 0
-            while i < len(keys):
-                j = i + 1
-                while j < len(keys) and _same_piece(keys[i], keys[i + 1], keys[j]):
-                    j += 1
-                self._affine(keys[i:j], runs)
-                i = j
-
-    def _affine(self, keys: list[tuple], runs) -> None:
-        """Counts of ``keys`` (points on one line, no switch between them): the ends built,
-        the middle built and compared with the interpolation (a difference halves the piece),
-        the rest interpolated, or built where the interpolation is not an exact integer."""
-        if len(keys) <= 3:
-            for k in keys:
-                self._build(k, runs[k])
-            return
-        a, b = self._build(keys[0], runs[keys[0]]), self._build(keys[-1], runs[keys[-1]])
-        m = len(keys) // 2
-        mid = self._build(keys[m], runs[keys[m]])
-        if (list(a) != list(b) or list(mid) != list(a)
-                or _interpolate(a, b, keys[0], keys[-1], keys[m]) != mid):
-            self._affine(keys[:m + 1], runs)
-            self._affine(keys[m:], runs)
-            return
-        for k in keys[1:-1]:
-            if k not in self._cache:
-                c = _interpolate(a, b, keys[0], keys[-1], k)
-                self._cache[k] = c if c is not None else self._build(k, runs[k])
-
     def step_counts(self, t: BenchTest, tokens: int, past: int, output: bool) -> Counter:
-        """The counts of one ubatch of ``t``, built (no interpolation)."""
+        """The counts of one ubatch of ``t``, built (no interpolation): the per-step mode
+        (the reference the closed form is tested against)."""
         key = self._key(t, self._resolve(t, tokens, past), tokens, past, output)
         return self._build(key, (t, tokens, past))
+
+    def _pieces(self, t: BenchTest, base, run: Run) -> list["_Piece"]:
+        """``run`` (a :class:`Run`) cut where its graphs change side of a switch
+        or a cache fills (:func:`_side`; monotone along a run, the cells only grow): the
+        cut points are found by galloping and bisection, a few key evaluations each."""
+        n = run.cells.length
+
+        def side(m):
+            return _side(self._key(t, base, run.tokens, run.past(m), run.output), base)
+
+        out, lo = [], 0
+        while lo < n:
+            s, last, step = side(lo), lo, 1
+            while last + step < n and side(last + step) == s:
+                last, step = last + step, step * 2
+            hi = min(last + step, n)                # side(hi) differs (or hi == n)
+            while hi - last > 1:
+                mid = (last + hi) // 2
+                if side(mid) == s:
+                    last = mid
+                else:
+                    hi = mid
+            out.append(_Piece(self, t, base, run, lo, last + 1))
+            lo = last + 1
+        return out
+
+    def _solve(self, pieces: list["_Piece"]) -> list[tuple[int, Counter]]:
+        """The summed counts of ``pieces`` (one shape, one side of every switch: points on
+        one line in cells), each with the index of its first ubatch. The line through the
+        lowest and highest point is built; the point nearest its middle is built and must
+        equal the interpolation, key for key in the same order, and the slope must be whole
+        per padding step, else the pieces are solved one by one, and a single piece is
+        halved at that point."""
+        axis = _axis(pieces)
+        lo = min(pieces, key=lambda p: p.s(p.lo, axis))
+        hi = max(pieces, key=lambda p: p.s(p.hi - 1, axis))
+        ka, kb = lo.key(lo.lo), hi.key(hi.hi - 1)
+        sa, sb = _cells(ka)[axis], _cells(kb)[axis]
+        a = lo.build(lo.lo)
+        if sa == sb:                                 # one graph
+            return [(p.first, _scaled(a, p.count)) for p in pieces]
+        b = hi.build(hi.hi - 1)
+        probe = min((c for p in pieces for c in p.inner(sa, sb, axis)),
+                    key=lambda c: abs(2 * c[0].s(c[1], axis) - sa - sb), default=None)
+        d = sb - sa
+        step = lo.base.kv_pads[axis]            # cells between two points of the line
+        ok = list(a) == list(b) and all((b[k] - a[k]) * step % d == 0 for k in a)
+        if ok and probe is not None:
+            p, j = probe
+            mid = _interpolate(a, b, ka, kb, p.key(j))
+            ok = mid is not None and list(mid.items()) == list(p.build(j).items())
+        if ok:
+            # per piece: sum over its ubatches of a + (b - a) * (s - sa) / d, in integers
+            # (each term is: the slope is whole per padding step, s - sa a multiple of it)
+            return [(p.first, _line_sum(a, b, sa, d, p.count, p.s_sum(axis)))
+                    for p in pieces]
+        if len(pieces) > 1:
+            return [x for p in pieces for x in self._solve([p])]
+        p = pieces[0]
+        if probe is None:
+            # two graphs only (no point between the ends): count each
+            n_b = (p.s_sum(axis) - p.count * sa) // d
+            return [(p.first, _scaled(a, p.count - n_b) + _scaled(b, n_b))]
+        j = probe[1]                                 # halve the piece at the probe
+        return (self._solve([_Piece(self, p.t, p.base, p.run, p.lo, j + 1)])
+                + self._solve([_Piece(self, p.t, p.base, p.run, j + 1, p.hi)]))
 
     def counts(self, t: BenchTest) -> Counter:
         """The summed counts of ``t``'s ubatches (in their order, so keys come in the same
         order as a ubatch-by-ubatch sum)."""
-        mult, runs = self._points(t)
-        self._solve(runs)
+        groups: dict[tuple, list[_Piece]] = {}
+        base = None
+        for run in step_runs(t):
+            if base is None:
+                base = self._resolve(t, run.tokens, run.past(0))
+            for p in self._pieces(t, base, run):
+                k = p.key(p.lo)
+                groups.setdefault(k[:2] + k[4:] + _side(k, base), []).append(p)
+        sums = sorted((x for g in groups.values() for x in self._solve(g)),
+                      key=lambda x: x[0])
         total: Counter = Counter()
-        for key, n in mult.items():
-            for k, v in self._cache[key].items():
-                total[k] += v * n
+        for _, c in sums:
+            for k, v in c.items():
+                total[k] += v
         return total
 
     def predict(self, t: BenchTest) -> Prediction:
@@ -289,9 +316,73 @@ class Predictor:
         return Prediction(t, self.speed.seconds(c, t.threads), t.n_prompt + t.n_gen, c)
 
 
-#: builds, and distinct graphs met, between two ``progress`` calls of a :class:`Predictor`
+@dataclass(frozen=True)
+class _Piece:
+    """Ubatches ``m in [lo, hi)`` of one :class:`Run` whose graphs are on one side of
+    every switch (:func:`_side`), for :meth:`Predictor._solve`."""
+
+    pr: Predictor
+    t: BenchTest
+    base: object               # t's resolved context
+    run: Run
+    lo: int
+    hi: int
+
+    @property
+    def count(self) -> int:
+        return self.hi - self.lo
+
+    @property
+    def first(self) -> int:
+        """The index of its first ubatch in the test's list (:func:`steps`)."""
+        return self.run.position(self.lo)
+
+    def key(self, m: int) -> tuple:
+        return self.pr._key(self.t, self.base, self.run.tokens, self.run.past(m),
+                            self.run.output)
+
+    def build(self, m: int) -> Counter:
+        return self.pr._build(self.key(m), (self.t, self.run.tokens, self.run.past(m)))
+
+    def s(self, j: int, axis: int) -> int:
+        """Ubatch ``j``'s position on the line: its cells on ``axis`` (:func:`_axis`)."""
+        return _cells(self.key(j))[axis]
+
+    def s_sum(self, axis: int) -> int:
+        """The piece's positions summed over its ubatches, in closed form."""
+        return self.base.kv_cells_sum(self.run.tokens, self.run.cells, self.lo,
+                                      self.hi)[axis]
+
+    def inner(self, sa: int, sb: int, axis: int) -> list[tuple["_Piece", int]]:
+        """Its ubatches nearest the middle of ``sa..sb`` (the last below it and the first
+        at or above it, by bisection) that lie strictly between ``sa`` and ``sb``."""
+        lo, hi = self.lo, self.hi                # first j with 2 s(j) >= sa + sb, in lo..hi
+        while lo < hi:
+            m = (lo + hi) // 2
+            if 2 * self.s(m, axis) >= sa + sb:
+                hi = m
+            else:
+                lo = m + 1
+        return [(self, j) for j in (lo - 1, lo)
+                if self.lo <= j < self.hi and sa < self.s(j, axis) < sb]
+
+
+def _axis(pieces: list[_Piece]) -> int:
+    """The cells that move along the pieces' line: 0 (``n_kv``) unless it is the same at
+    every point, then 1 (``n_kv_swa``). Where both move, both caches are below their size
+    (:func:`_side`), so each is its padded used cells: the same cells when their paddings
+    agree (the points lie on ``n_kv_swa = n_kv``), not on one line where they do not."""
+    x = [_cells(p.key(j)) for p in pieces for j in (p.lo, p.hi - 1)]
+    moves = [min(c[i] for c in x) != max(c[i] for c in x) for i in (0, 1)]
+    pads = pieces[0].base.kv_pads
+    if all(moves) and pads[0] != pads[1]:
+        raise GraphcostError(f"graphcost speed: n_kv and n_kv_swa padded to different cells "
+                             f"{pads} are not modelled")
+    return 0 if moves[0] else 1
+
+
+#: builds between two ``progress`` calls of a :class:`Predictor`
 PROGRESS_EVERY = 256
-PROGRESS_POINTS = 200_000
 
 
 def _cells(key: tuple) -> tuple[int, int]:
@@ -299,13 +390,30 @@ def _cells(key: tuple) -> tuple[int, int]:
     return key[2], key[3] or 0
 
 
-def _same_piece(first: tuple, second: tuple, k: tuple) -> bool:
-    """``k`` lies on the line through ``first`` and ``second`` (in cells) and on the same
-    side of every switch as ``first``."""
-    (x0, y0), (x1, y1), (x, y) = _cells(first), _cells(second), _cells(k)
-    side = [(c >= s) for c in (x0, y0) for s in N_KV_SWITCHES]
-    return ((x1 - x0) * (y - y0) == (y1 - y0) * (x - x0)
-            and side == [(c >= s) for c in (x, y) for s in N_KV_SWITCHES])
+def _side(key: tuple, base) -> tuple[bool, ...]:
+    """Which side of every switch a graph's cells are on, and whether the SWA cache is full
+    (its cells stop growing there): a piece of a run keeps the same value. (The main cache
+    never stops growing inside a run: every ubatch fits, so its used cells stay within
+    ``kv_size``, a multiple of its padding, and ``n_kv`` is the padded used cells.)"""
+    x, y = _cells(key)
+    return (tuple(c >= s for c in (x, y) for s in N_KV_SWITCHES)
+            + (y == (base.kv_size_swa or 0),))
+
+
+def _scaled(c: Counter, n: int) -> Counter:
+    """``c`` times ``n``, keys in ``c``'s order."""
+    return Counter({k: v * n for k, v in c.items()})
+
+
+def _line_sum(a: Counter, b: Counter, sa: int, d: int, n: int, s_sum: int) -> Counter:
+    """The sum over ``n`` points at positions summing to ``s_sum`` of the line from ``a``
+    (position ``sa``) to ``b`` (position ``sa + d``): ``n a + (b - a) (s_sum - n sa) / d``."""
+    out: Counter = Counter()
+    for k, va in a.items():
+        q, r = divmod((b[k] - va) * (s_sum - n * sa), d)
+        assert not r, (k, va, b[k], d)      # _solve checked the slope is whole per step
+        out[k] = n * va + q
+    return out
 
 
 def _interpolate(a: Counter, b: Counter, ka: tuple, kb: tuple, k: tuple) -> Counter | None:

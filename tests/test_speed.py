@@ -208,14 +208,40 @@ def test_cli_datasheet_profile_is_labelled_unverified(tiny, cli):
     (["-p", "2147483648"], "-p '2147483648': 2147483648 is above 2147483647"),
     (["-p", "2147483000", "-d", "1000", "-n", "0"], "p + n + d = 2147484000 is above"),
     (["-p", "128-512*2"], "llama-bench's ranges (FIRST-LAST[+STEP|*MULT]) are not modelled"),
+    # absurd values: llama-bench's parse_int_range (regex ``\d+``, std::stoi) rejects a
+    # negative value and one above INT32_MAX; its n_ctx = p + n + d is a 32-bit int
+    (["-n", "1000000000000000000"], "-n '1000000000000000000': 1000000000000000000 is above "
+     "2147483647"),
+    (["-n", "-5"], "-n '-5': -5 is out of range"),
+    (["-d", "-1"], "-d '-1': -1 is out of range"),
+    (["-p", "0", "-n", "2147483647", "-d", "1"], "p + n + d = 2147483648 is above 2147483647"),
 ], ids=["fa", "p", "ub", "ctk", "format", "nothing", "profile", "p-above-int32",
-        "context-above-int32", "range"])
+        "context-above-int32", "range", "n-1e18", "n-negative", "d-negative",
+        "context-int32-plus-1"])
 def test_cli_bad_flags_one_line_exit_2(tiny, cli, args, needle):
     model, prof = tiny
     base = ["speed", model] + ([] if "--hardware" in args else ["--hardware", prof])
     r = cli(*base, *args)
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args,rows", [
+    # -p 0: llama-bench skips the pp test (get_cmd_params_instances: n_prompt == 0)
+    (["-p", "0", "-n", "16"], [(0, 16, 0)]),
+    # the largest -n llama-bench takes alone (n_ctx = INT32_MAX): predicted, in closed form
+    (["-p", "0", "-n", "2147483647"], [(0, 2147483647, 0)]),
+    # past the model's context_length (2048): llama.cpp warns and runs (n_ctx_train is
+    # not a limit), so it is predicted
+    (["-p", "3000", "-n", "5000", "-d", "1000"], [(3000, 0, 1000), (0, 5000, 1000)]),
+], ids=["p0", "n-int32-max", "past-n_ctx_train"])
+def test_cli_extreme_values_are_predicted(tiny, cli, args, rows):
+    model, prof = tiny
+    r = cli("speed", model, "--hardware", prof, *args, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert [(x["n_prompt"], x["n_gen"], x["n_depth"]) for x in got] == rows
+    assert all(x["avg_ts"] > 0 for x in got)
 
 
 def test_analyze_hardware_gains_the_predicted_step(tiny, cli):

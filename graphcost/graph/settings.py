@@ -116,6 +116,27 @@ class Resolved:
                                 memory_full=memory_full, seqs=seqs)
         return dataclasses.replace(self, settings=s, **_ubatch(s, self))
 
+    @property
+    def kv_pads(self) -> tuple[int, int]:
+        """Cells ``n_kv`` and ``n_kv_swa`` are padded to (llama_kv_cache::get_n_kv's
+        ``n_pad``: the flavour's, and 256 for the SWA cache)."""
+        return self.flavour.kv_pad(self.flash_attn), KV_PAD
+
+    def kv_cells_sum(self, tokens: int, rows: "Rows", lo: int, hi: int) -> tuple[int, int]:
+        """``(sum of n_kv, sum of n_kv_swa or 0)`` over the ubatches ``m`` in ``lo..hi`` of
+        ``rows`` (``rows.used``: past + ``tokens``), each ``step(tokens, rows.at(m) - tokens,
+        1)`` (one sequence), in closed form (:func:`n_kv_sum`): cells. Refuses a ubatch that
+        does not fit, as :meth:`step`."""
+        if hi > lo:
+            self.step(tokens, rows.at(hi - 1) - tokens, 1)   # the fullest one fits
+        pad, pad_swa = self.kv_pads
+        # n_kv_swa = n_kv_for(min(used, S), S): for used >= 1 it equals n_kv_for(used, S)
+        # (at used >= S both are S: p * ceil(min(used, S) / p) >= S and p * ceil(used / p)
+        # >= used >= S, each capped at S)
+        swa = (0 if self.kv_size_swa is None
+               else n_kv_sum(rows, lo, hi, self.kv_size_swa, pad_swa))
+        return n_kv_sum(rows, lo, hi, self.kv_size, pad), swa
+
     def to_dict(self) -> dict:
         return {
             **self.settings.to_dict(),
@@ -142,6 +163,100 @@ def _cache_type(flag: str, value: str) -> gt.GGMLType:
 def n_kv_for(used: int, size: int, p: int = KV_PAD) -> int:
     """llama_kv_cache::get_n_kv: attended cells for ``used`` filled cells in a cache of ``size``."""
     return min(size, max(p, gt.ggml_pad(used, p)))
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Ubatches laid out in rows: ubatch ``m`` (``0 <= m < row * rows``) is ``j = m % row``
+    of row ``k = m // row`` and has ``used + j * step + k * row_step`` filled cells after it
+    (``used >= 1``, ``step >= 0``; with several rows ``row_step >= (row - 1) * step``: the
+    cells never fall along ``m``). One row is an arithmetic run of ubatches; rows of them are the ubatches without
+    output of a prompt's full batches (a row per batch)."""
+
+    used: int
+    step: int
+    row: int
+    row_step: int = 0
+    rows: int = 1
+
+    def __post_init__(self):
+        if (self.used < 1 or self.step < 0 or self.row < 1 or self.rows < 0
+                or (self.rows > 1 and self.row_step < (self.row - 1) * self.step)):
+            raise ValueError(f"{self}: needs used >= 1, step >= 0, row >= 1, rows >= 0 and "
+                             "(between rows) row_step >= (row - 1) * step")
+
+    @property
+    def length(self) -> int:
+        return self.row * self.rows
+
+    def at(self, m: int) -> int:
+        """Filled cells after ubatch ``m``."""
+        k, j = divmod(m, self.row)
+        return self.used + j * self.step + k * self.row_step
+
+
+def n_kv_sum(r: Rows, lo: int, hi: int, size: int, p: int = KV_PAD) -> int:
+    """``sum(n_kv_for(r.at(m), size, p) for m in range(lo, hi))`` in closed form (cells),
+    in O(log + p) integer operations whatever ``hi - lo``.
+
+    For ``u >= 1``, ``n_kv_for(u) = min(size, p * ceil(u / p))`` (the ``max`` with ``p`` never
+    binds); it is ``size`` from the first ``u > p * (ceil(size / p) - 1)`` on (a suffix of
+    ``lo..hi``: the cells never fall along ``m``, found by bisection), and before that
+    ``p * floor((u + p - 1) / p)``, summed row by row by :func:`floor_sum`
+    (:func:`_floor_sum_rows`)."""
+    cap = p * (-(-size // p) - 1)            # n_kv_for(u) == size exactly when u > cap
+    a, b = lo, max(lo, hi)
+    while a < b:                             # the first ubatch past the cap
+        mid = (a + b) // 2
+        if r.at(mid) > cap:
+            b = mid
+        else:
+            a = mid + 1
+    return p * _floor_sum_rows(r, lo, a, p) + (max(lo, hi) - a) * size
+
+
+def _floor_sum_rows(r: Rows, lo: int, hi: int, p: int) -> int:
+    """``sum(floor((r.at(m) + p - 1) / p) for m in range(lo, hi))``: the partial first and
+    last rows by :func:`floor_sum`, the whole rows between them grouped by their row number
+    modulo ``p`` (row ``k + p t`` is row ``k`` with ``t p row_step`` more cells, so each of its
+    ``row`` terms is ``t row_step`` more): ``min(rows, p)`` floor sums."""
+    if lo >= hi:
+        return 0
+    (k_lo, j_lo), (k_hi, j_hi) = divmod(lo, r.row), divmod(hi, r.row)
+    c = r.used + p - 1
+
+    def row_part(k: int, j0: int, j1: int) -> int:      # row k, j0 <= j < j1
+        return floor_sum(j1 - j0, p, r.step, c + k * r.row_step + j0 * r.step)
+
+    if k_lo == k_hi:
+        return row_part(k_lo, j_lo, j_hi)
+    total = row_part(k_lo, j_lo, r.row) + row_part(k_hi, 0, j_hi)
+    whole = k_hi - k_lo - 1                              # rows k_lo + 1 .. k_hi - 1
+    for k0 in range(min(whole, p)):
+        n = -(-(whole - k0) // p)                        # rows k0, k0 + p, ... of them
+        total += (n * row_part(k_lo + 1 + k0, 0, r.row)
+                  + r.row * r.row_step * n * (n - 1) // 2)
+    return total
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """``sum(floor((a * i + b) / m) for i in range(n))`` for ``n, a, b >= 0``, ``m >= 1``, by
+    Euclid-like reduction (the standard floor-sum identity: take ``a // m`` and ``b // m``
+    out, then swap the roles of ``a`` and ``m`` on the lattice points under the line)."""
+    total = 0
+    while n > 0:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        y_max = a * n + b
+        if y_max < m:
+            break
+        n, b = divmod(y_max, m)
+        m, a = a, m
+    return total
 
 
 #: llama.cpp parses -c, -b, -ub, -np as C ``int`` (common/arg.cpp: the handler takes ``int
@@ -268,10 +383,11 @@ def _ubatch(s: RunSettings, ctx: Resolved) -> dict:
                     n_kv=ctx.kv_size, n_kv_swa=ctx.kv_size_swa)
     used = s.past + per_seq
     n_kv_swa = None
+    pad, pad_swa = ctx.kv_pads
     if ctx.kv_size_swa is not None:
-        n_kv_swa = n_kv_for(min(used, ctx.kv_size_swa), ctx.kv_size_swa)
+        n_kv_swa = n_kv_for(min(used, ctx.kv_size_swa), ctx.kv_size_swa, pad_swa)
     return dict(n_tokens=s.tokens, n_outputs=outputs, past=s.past, n_kv_swa=n_kv_swa,
-                n_seqs=s.seqs, n_kv=n_kv_for(used, ctx.kv_size, ctx.flavour.kv_pad(ctx.flash_attn)))
+                n_seqs=s.seqs, n_kv=n_kv_for(used, ctx.kv_size, pad))
 
 
 def refuse_cache_types(run: Resolved, head_dims_k: Sequence[int], head_dims_v: Sequence[int],
