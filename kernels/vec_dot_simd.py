@@ -267,8 +267,8 @@ def _prefetch_next4(r0, p, nbytes):
     (:func:`_prefetch`, the one-row kernels) reached 72-80% of the streaming read with 2
     threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run)."""
     start = 4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4
-    for q in range((start + 63) // 64 * 64, start + 4 * nbytes, 64):
-        S.prefetch(r0, q)
+    for k in range((4 * nbytes + 63) // 64):
+        S.prefetch(r0, start + 64 * k)
 
 
 @njit(inline="always", cache=True)
