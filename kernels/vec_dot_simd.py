@@ -1195,6 +1195,14 @@ def _simd_q2_k(row, yq, yp):
     return sumf
 
 
+@njit(inline="always", cache=True)
+def _rows4_u32(r0, r1, r2, r3, p):
+    """The 4 bytes at p of each of four rows (int32 lane r: row r): one vector and one
+    ``vcvtph2ps`` for four rows' (d, dmin), where four half-pair loads took four."""
+    return S.concat(S.concat(S.load(r0, p, 1, "u32"), S.load(r1, p, 1, "u32")),
+                    S.concat(S.load(r2, p, 1, "u32"), S.load(r3, p, 1, "u32")))
+
+
 @njit(cache=True)
 def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
@@ -1208,8 +1216,7 @@ def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
         i2, m2 = _q2_k_ints(r2, p, yq, py, yp, pp, ahead)
         i3, m3 = _q2_k_ints(r3, p, yq, py, yp, pp, ahead)
         sums = S.convert(_q2_k_sums4(i0, i1, i2, i3, m0, m1, m2, m3), "f32")
-        dd = S.concat(S.concat(S.halves_at(r0, p + 80, 2), S.halves_at(r1, p + 80, 2)),
-                      S.concat(S.halves_at(r2, p + 80, 2), S.halves_at(r3, p + 80, 2)))
+        dd = _halves(_rows4_u32(r0, r1, r2, r3, p + 80))          # d, dmin of rows 0..3
         t = _DMIN_LAST(S.scalar_at(yq, py, "f32") * dd) * sums   # dall*isum, dmin*summs
         sumf = sumf + (S.lanes(t, 0, 4) - S.lanes(t, 4, 4))
     return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
