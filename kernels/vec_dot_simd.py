@@ -260,12 +260,15 @@ def _prefetch(row, p, nbytes, ahead):
 
 @njit(inline="always", cache=True)
 def _prefetch_next4(r0, p, nbytes):
-    """Prefetch, once each, the cache lines the next four rows hold at 4 * [p, p + nbytes)
-    + ``PREFETCH_NEXT4`` (from the first of them; weight rows are contiguous): while a
+    """Prefetch the cache lines the next four rows hold at 4 * [p, p + nbytes) +
+    ``PREFETCH_NEXT4`` (from the first of them; weight rows are contiguous): while a
     four-row kernel walks bytes p..p + nbytes of rows r0..r0+3, one sequential sweep
     runs 4 times as fast through the 4 rows after them. Per row ``ahead`` bytes ahead
     (:func:`_prefetch`, the one-row kernels) reached 72-80% of the streaming read with 2
-    threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run)."""
+    threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run).
+    A fixed count of addresses 64 bytes apart (consecutive steps' spans abut, so every
+    line is hit; a line may be hit twice), unrolled: a loop over exactly the lines a
+    step crosses (5 or 6 for Q2_K) cost ~12% of the in-cache time (kernels/README.md)."""
     start = 4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4
     for k in range((4 * nbytes + 63) // 64):
         S.prefetch(r0, start + 64 * k)
