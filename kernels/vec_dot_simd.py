@@ -260,15 +260,18 @@ def _prefetch(row, p, nbytes, ahead):
 
 @njit(inline="always", cache=True)
 def _prefetch_next4(r0, p, nbytes):
-    """Prefetch, once each, the cache lines the next four rows hold at 4 * [p, p + nbytes)
-    + ``PREFETCH_NEXT4`` (from the first of them; weight rows are contiguous): while a
+    """Prefetch the cache lines the next four rows hold at 4 * [p, p + nbytes) +
+    ``PREFETCH_NEXT4`` (from the first of them; weight rows are contiguous): while a
     four-row kernel walks bytes p..p + nbytes of rows r0..r0+3, one sequential sweep
     runs 4 times as fast through the 4 rows after them. Per row ``ahead`` bytes ahead
     (:func:`_prefetch`, the one-row kernels) reached 72-80% of the streaming read with 2
-    threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run)."""
+    threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run).
+    A fixed count of addresses 64 bytes apart (consecutive steps' spans abut, so every
+    line is hit; a line may be hit twice), unrolled: a loop over exactly the lines a
+    step crosses (5 or 6 for Q2_K) cost ~12% of the in-cache time (kernels/README.md)."""
     start = 4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4
-    for q in range((start + 63) // 64 * 64, start + 4 * nbytes, 64):
-        S.prefetch(r0, q)
+    for k in range((4 * nbytes + 63) // 64):
+        S.prefetch(r0, start + 64 * k)
 
 
 @njit(inline="always", cache=True)
@@ -1195,6 +1198,14 @@ def _simd_q2_k(row, yq, yp):
     return sumf
 
 
+@njit(inline="always", cache=True)
+def _rows4_u32(r0, r1, r2, r3, p):
+    """The 4 bytes at p of each of four rows (int32 lane r: row r): one vector and one
+    ``vcvtph2ps`` for four rows' (d, dmin), where four half-pair loads took four."""
+    return S.concat(S.concat(S.load(r0, p, 1, "u32"), S.load(r1, p, 1, "u32")),
+                    S.concat(S.load(r2, p, 1, "u32"), S.load(r3, p, 1, "u32")))
+
+
 @njit(cache=True)
 def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
     out_of_line()
@@ -1208,8 +1219,7 @@ def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
         i2, m2 = _q2_k_ints(r2, p, yq, py, yp, pp, ahead)
         i3, m3 = _q2_k_ints(r3, p, yq, py, yp, pp, ahead)
         sums = S.convert(_q2_k_sums4(i0, i1, i2, i3, m0, m1, m2, m3), "f32")
-        dd = S.concat(S.concat(S.halves_at(r0, p + 80, 2), S.halves_at(r1, p + 80, 2)),
-                      S.concat(S.halves_at(r2, p + 80, 2), S.halves_at(r3, p + 80, 2)))
+        dd = _halves(_rows4_u32(r0, r1, r2, r3, p + 80))          # d, dmin of rows 0..3
         t = _DMIN_LAST(S.scalar_at(yq, py, "f32") * dd) * sums   # dall*isum, dmin*summs
         sumf = sumf + (S.lanes(t, 0, 4) - S.lanes(t, 4, 4))
     return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
