@@ -290,7 +290,8 @@ def select_neg(typingctx, s, a):
 def convert(typingctx, a, dtype):
     """Lane-wise conversion: integers widen (sign- or zero-extend by the source's
     signedness) or truncate; integers to "f32" convert exactly below 2**24; float32
-    to "f64" exactly (and back, rounding to nearest)."""
+    to "f64" exactly (and back, rounding to nearest); floats to integers truncate
+    toward zero (exact for the integral values :func:`rint` returns)."""
     if not isinstance(a, Vec):
         return None
     t = _dtype(dtype)
@@ -304,6 +305,8 @@ def convert(typingctx, a, dtype):
             return builder.fpext(x, dst) if t.bitwidth > a.dtype.bitwidth else builder.fptrunc(x, dst)
         if _is_float(t):
             return builder.sitofp(x, dst) if _signed(a.dtype) else builder.uitofp(x, dst)
+        if _is_float(a.dtype):                  # float -> int: truncates toward zero
+            return builder.fptosi(x, dst) if _signed(t) else builder.fptoui(x, dst)
         if t.bitwidth > a.dtype.bitwidth:
             return builder.sext(x, dst) if _signed(a.dtype) else builder.zext(x, dst)
         if t.bitwidth < a.dtype.bitwidth:
@@ -919,3 +922,67 @@ def reduce_add_ps(typingctx, a):
                             builder.extract_element(v, ir.Constant(i32, 1)))
 
     return types.float32(a), codegen
+
+
+# ---------------------------------------------------------------------------- float rounding, max
+
+
+def _minmax(pred: str):
+    def impl(typingctx, a, b):
+        if not (isinstance(a, Vec) and a == b):
+            return None
+
+        def codegen(context, builder, sig, args):
+            x, y = args
+            if _is_float(a.dtype):
+                c = builder.fcmp_ordered(pred, x, y)
+            elif _signed(a.dtype):
+                c = builder.icmp_signed(pred, x, y)
+            else:
+                c = builder.icmp_unsigned(pred, x, y)
+            return builder.select(c, x, y)
+
+        return a(a, b), codegen
+
+    return intrinsic(impl)
+
+
+#: lane-wise ``a if a > b else b`` / ``a if a < b else b`` (floats: ordered compares,
+#: so a NaN in ``a`` gives ``b``, as ``_mm256_max_ps(b, a)``)
+vmax, vmin = _minmax(">"), _minmax("<")
+
+
+@intrinsic
+def reduce_max(typingctx, a):
+    """The largest lane of ``a`` (lanes halved with :func:`vmax`: exact, no NaN rules
+    beyond vmax's)."""
+    if not (isinstance(a, Vec) and a.n & (a.n - 1) == 0):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v, n = args[0], a.n
+        while n > 1:
+            n //= 2
+            hi, lo = _shuffle(builder, v, v, range(n, 2 * n)), _shuffle(builder, v, v, range(n))
+            c = (builder.fcmp_ordered(">", hi, lo) if _is_float(a.dtype)
+                 else builder.icmp_signed(">", hi, lo))
+            v = builder.select(c, hi, lo)
+        return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+
+    return a.dtype(a), codegen
+
+
+@intrinsic
+def rint(typingctx, a):
+    """Float lanes rounded to the nearest integer, ties to even (``llvm.rint``: the
+    default rounding mode; ``np.rint``, ``_mm256_round_ps(x, _MM_ROUND_NEAREST)``)."""
+    if not (isinstance(a, Vec) and _is_float(a.dtype)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ty = args[0].type
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty]),
+                                            f"llvm.rint.v{a.n}f{a.dtype.bitwidth}")
+        return builder.call(fn, [args[0]])
+
+    return a(a), codegen
