@@ -108,6 +108,30 @@ def test_activation_quantizers_match_reference(qt, x86):
     assert np.array_equal(got, Q.quantize_activations_ref(x, qt, x86))
 
 
+Q8 = [(QT.Q8_0, True), (QT.Q8_0, False), (QT.Q8_1, True), (QT.Q8_1, False), (QT.Q8_K, True)]
+
+
+@pytest.mark.parametrize("qt,x86", Q8, ids=[f"{t.name}-{'x86' if a else 'ref'}" for t, a in Q8])
+def test_vector_quantizers_keep_ggml_bytes_on_edge_rows_and_strided_rows(qt, x86):
+    # contiguous rows take the 16-lane quantizers (x86 rounding; Q8_K always), strided
+    # rows the scalar loops: both must give the reference's bytes on the cases a vector
+    # max or search could get wrong
+    x = rand((2, 768), scale=3.0)
+    x[0, 0:32] = 0.0                                  # an all-zero 32-block
+    x[0, 40], x[0, 50] = 9.0, -9.0                    # |max| twice, + first: Q8_K's mx = +9
+    x[0, 300], x[0, 301] = -9.5, 9.5                  # - first: mx = -9.5 in block 1
+    x[0, 512:768] = -2.0                              # every value is the max (first lane)
+    x[1, 32:64] = np.arange(32, dtype=np.float32) - 15.5   # halves: x/d on .5 ties
+    x[1, 100] = np.float32(-0.0)
+    ref = Q.quantize_activations_ref(x, qt, x86)
+    assert np.array_equal(Q.quantize_activations(x, qt, x86), ref)
+    wide = np.repeat(x, 2, axis=1)[:, ::2]            # stride 8 bytes: the scalar path
+    out = np.empty_like(ref)
+    for r in range(2):
+        Q.quantize_row(wide[r], np.int64(qt), x86, out[r])
+    assert np.array_equal(out, ref)
+
+
 def test_q8_0_reference_rounding_is_ggml_ref_and_x86_rounds_ties_to_even():
     x = np.zeros((1, 32), np.float32)
     x[0, 0], x[0, 1], x[0, 2] = 127.0, 2.5, -3.5                  # d = 1: x/d hits .5 ties
