@@ -14,7 +14,9 @@ kernel say which vector operations it wants while staying plain numba code:
   :func:`bitcast`, :func:`select_neg`, :func:`absolute`, :func:`concat`,
   :func:`lanes`, :func:`permutation`/:func:`permutation2` (constant shuffles),
   :func:`maddubs`, :func:`madd`, :func:`dpbusd`, :func:`dpwssd`, :func:`hsum`,
-  :func:`bit_field`/:func:`bit_picker` (bit fields, one ``vgf2p8affineqb`` with GFNI).
+  :func:`bit_field`/:func:`bit_picker` (bit fields, one ``vgf2p8affineqb`` with GFNI),
+  :func:`vmax`/:func:`vmin`, :func:`reduce_max`, :func:`rint` (the activation
+  quantizers of :mod:`.quants`).
 
 Everything is plain LLVM IR (``shufflevector``, ``mul``, ``sext``...) except the byte
 dot products, which are emitted as x86 intrinsics when the target has them and as
