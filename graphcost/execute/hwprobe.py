@@ -161,7 +161,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     peak_by_type = {name: round(best) for name, pts in prompt_mm.items()
                     if (best := max([hot[name]] + [f / t for _, f, t in pts if t > 0])) > 0}
     say("op costs")
-    by_op, chained, fa_tiled, by_tokens = op_costs(ctx, rng, calls, mib)
+    by_op, chained, fa_tiled, by_tokens, by_op_cold, by_tokens_cold, since = \
+        op_costs(ctx, rng, calls, mib)
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
     overhead = float(np.median(list(overheads.values())))
@@ -211,6 +212,15 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "by_op_chained": chained,
             "by_op_tokens": by_tokens,
             "by_op_tokens_rows": LADDER_TOKENS,
+            "by_op_cold": by_op_cold,
+            "by_op_tokens_cold": by_tokens_cold,
+            "since_bytes": since,
+            "cold_how": f"by_op_cold, by_op_tokens_cold: each node right after a matvec "
+                        f"streaming {min(FLUSH_MIB, 4 * mib)} MiB (a step's output "
+                        f"matmul) and its own feeding matvecs, its op kind not run since, "
+                        f"median of {max(3, calls // 2)}; since_bytes: per curve, the "
+                        f"median bytes streamed (matvec weights, nodes' bytes) since a "
+                        f"node of its op kind last ran, at its calls",
             "matvec": matvec,
             "flash_attn_tiled": fa_tiled,
             "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
@@ -451,8 +461,33 @@ def _ladder_nodes(tile: int):
                 fa.append((table + fa_key(d),
                            g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kv[0], kv[1], mask,
                                             d ** -0.5, 0.0, 0.0), cells / n_kv,
-                           ("flash " + table, d, cells)))
+                           (FLASH + table, d, cells)))
     return [(op, node, 1.0, group) for op, node, group in out] + fa, masks, gathers
+
+
+#: the group name of flash attention's families (they have no flushed curves)
+FLASH = "flash "
+#: MiB the probe's flush streams (at most 4x its ``mib``): a matvec over a matrix of its
+#: own, like a step's output matmul (gemma3 270M's: 171 MiB), which pushes out of the
+#: caches what the step's nodes left there. On the 32 MiB-L3 EPYC VM a stream of 64 MiB
+#: left a GEGLU's and a row select's code and state warm (2.6 and 0.7 us against 1.7
+#: and 0.2 hot) and one of 128 MiB did not (5.7 and 2.1 us), as after the output matmul
+FLUSH_MIB = 192
+
+
+def flusher(ctx, rng, nbytes: int) -> tuple[Callable[[], None], int]:
+    """(call, bytes it streams): a MUL_MAT node of one row by about ``nbytes`` of Q8_0
+    weights of its own, run as the executor runs it (the fused decode matvec)."""
+    from graphcost.execute.weights import random_raw
+
+    q8 = gt.GGMLType.Q8_0
+    rb = gt.row_size(q8, LADDER_K)
+    rows = max(1, nbytes // rb)
+    node = _matmul_node(q8, LADDER_K, rows, 1)
+    w = random_raw(q8, (LADDER_K, rows), rng).reshape(rows, rb)
+    call = _node_calls(node, ctx, [_values(node, [w, rng.standard_normal((1, LADDER_K))
+                                                  .astype(np.float32)])])[1][0]
+    return call, rows * rb
 
 
 def feed_width(n: int) -> int:
@@ -477,6 +512,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // gt.row_size(q8, LADDER_K))),
                       rng)
     cursor = [0]                        # slices of the pool handed to feeders so far
+    streamed = [0]                      # bytes the loops' matvecs and nodes moved so far
 
     def feeder(rows: int) -> tuple[Callable[[], None], np.ndarray]:
         """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
@@ -501,6 +537,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         def run():
             mvs[mine[0] % n_slices]()
             mine[0] += 1
+            streamed[0] += rows * rb
         return run, flat_bytes(fn.out)
 
     nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
@@ -544,9 +581,18 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     # GET_ROWS, a step's first node, follows the output matmul: a matvec over the whole pool
     rb = gt.row_size(q8, LADDER_K)
     node = _matmul_node(q8, LADDER_K, len(pool) // rb, 1)
-    whole = _node_calls(node, ctx, [_values(node, [pool[: len(pool) // rb * rb], rng
-                                                   .standard_normal((1, LADDER_K))
-                                                   .astype(np.float32)])])[1][0]
+    whole_call = _node_calls(node, ctx, [_values(node, [pool[: len(pool) // rb * rb], rng
+                                                        .standard_normal((1, LADDER_K))
+                                                        .astype(np.float32)])])[1][0]
+
+    def whole():
+        whole_call()
+        streamed[0] += len(pool) // rb * rb
+    flush, flush_bytes = flusher(ctx, rng, min(FLUSH_MIB, 4 * mib) << 20)
+
+    def flushed():
+        flush()
+        streamed[0] += flush_bytes
     small = None
     calls_by = []
     for op, node, frac, group in nodes:
@@ -561,9 +607,27 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                 small = small or feeder(1024)[0]
                 before = [small]
         calls_by.append((op, node, frac, call, list(dict.fromkeys(before)),
-                         ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1]))
+                         ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1],
+                         str(node.op), _point(node, 0.0)[0]))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
+    flush_cold: list[list[float]] = [[] for _ in calls_by]
+    since: list[list[int]] = [[] for _ in calls_by]
+    since_cold: list[list[int]] = [[] for _ in calls_by]
+    last: dict[str, int] = {}           # op kind -> ``streamed`` when a node of it last ran
+
+    def timed(i: int, feed: bool, since_to: list | None) -> float:
+        """Seconds of ``calls_by[i]``'s call, after its feeding matvecs if ``feed``; the
+        bytes streamed since a node of its op kind last ran go to ``since_to``."""
+        _, _, _, call, before, _, kind, nbytes = calls_by[i]
+        for f in before if feed else ():
+            f()
+        if since_to is not None and kind in last:
+            since_to.append(streamed[0] - last[kind])
+        sec = _seconds(call)
+        streamed[0] += nbytes
+        last[kind] = streamed[0]
+        return sec
     # one family at a time (the one-row ladder, the several-token ladder, flash attention
     # for one query, for a tile of queries): between two calls of a node only its
     # family's nodes and their matvecs run, not flash attention over thousands of cells,
@@ -575,27 +639,56 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         groups.setdefault(c[5], []).append(i)
     for key in sorted(groups, key=lambda k: k[0] == "GET_ROWS"):
         part = groups[key]
-        for _ in range(calls):
-            for i in part:
-                for f in calls_by[i][4]:
-                    f()
-                cold[i].append(_seconds(calls_by[i][3]))
+        for r in range(calls):
+            # a decode step ends with the output matmul, which streams more than the
+            # last-level cache holds: every node meets its own state (output buffer,
+            # arguments) cold, its kind's code and tables warm from the layer before. So
+            # each round starts with a flush, and starts at another place in the list (a
+            # kind's first call after the flush, cold, falls on another size each round)
+            flushed()
+            at = r * len(part) // calls
+            order = part[at:] + part[:at]
+            for i in order:
+                cold[i].append(timed(i, True, since[i]))
             # then as a chain of small ops: each right after the one before it in the list
+            for i in order:
+                hot[i].append(timed(i, False, None))
+        if key[0].startswith(FLASH):
+            continue
+        # and each node as a step's first node of its kind meets it (the token embedding
+        # gather, layer 0's nodes after the output matmul): right after a flush, its kind
+        # not run since
+        for _ in range(max(3, calls // 2)):
             for i in part:
-                hot[i].append(_seconds(calls_by[i][3]))
+                flushed()
+                flush_cold[i].append(timed(i, True, since_cold[i]))
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
-    for (op, node, frac, _, _, _), c, h in zip(calls_by, cold, hot):
-        for table, runs in ((after_mm, c), (chained, h)):
-            b, fl, sec = _point(node, float(np.median(runs)))
-            table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
+    after_flush: dict[str, list[list]] = {}
+    for (op, node, frac, *_), c, h, f in zip(calls_by, cold, hot, flush_cold):
+        for table, runs in ((after_mm, c), (chained, h), (after_flush, f)):
+            if runs:
+                b, fl, sec = _point(node, float(np.median(runs)))
+                table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
+    streamed_since: dict[str, dict[str, list[int]]] = {"by_op": {}, "cold": {}}
+    for (op, *_), s_warm, s_cold in zip(calls_by, since, since_cold):
+        for name, vals in (("by_op", s_warm), ("cold", s_cold)):
+            streamed_since[name].setdefault(op, []).extend(vals)
+
     def part(table: dict, prefix: str | None) -> dict[str, list[list]]:
         """The curves of ``table`` whose key has ``prefix`` (None: no prefix), unprefixed."""
         pre = (TILED, TOKENS)
         return {op.split(":", 1)[1] if prefix else op: sorted(pts) for op, pts in table.items()
                 if (op.startswith(prefix) if prefix else not op.startswith(pre))}
+    def since_part(name: str, prefix: str | None) -> dict[str, int]:
+        """Median bytes streamed since the kind last ran, over each curve's calls."""
+        return {k: int(np.median(v)) for k, v in part(streamed_since[name], prefix).items()
+                if v}
     return (part(after_mm, None), part(chained, None), part(after_mm, TILED),
-            part(after_mm, TOKENS))
+            part(after_mm, TOKENS), part(after_flush, None), part(after_flush, TOKENS),
+            {"by_op": since_part("by_op", None), "by_op_cold": since_part("cold", None),
+             "by_op_tokens": since_part("by_op", TOKENS),
+             "by_op_tokens_cold": since_part("cold", TOKENS)})
 
 
 def default_name() -> str:
