@@ -48,7 +48,17 @@ the same Numba kernels the executor runs.
   as the last layer's ``get_rows(cur, inp_out_ids)``), and right
   after the op before it in the ladder's list, as a node in a chain of small ops runs
   (``by_op_chained``). Each family (one row, several tokens, flash attention for one
-  query, for a tile) is timed apart, GET_ROWS last. MUL_MAT is measured per weight type
+  query, for a tile) is timed apart, GET_ROWS last. Each round over a family starts with
+  a flush (a matvec streaming :data:`FLUSH_MIB` MiB, as a step's output matmul does), so
+  every node meets its own state (output buffer, arguments) one flush old, as every node
+  of a decode step does, and its kind warm from the nodes of its kind before it. Then
+  each node of the ladders again after a flush with its kind not run since
+  (``by_op_cold``, ``by_op_tokens_cold``: a step's first node of its kind, after the
+  output matmul; one flush before the nodes of one size, one of each kind, so that the
+  path all calls share is warm again as in a step); ``since_bytes`` gives, per curve, the median bytes streamed (matvec
+  weights and the nodes' bytes) since a node of its kind last ran at its calls, the
+  figure the executor model places a node between the two by
+  (:func:`graphcost.cost.hardware.cold_share`). MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
   last-level cache), and the whole matvec itself.
@@ -215,10 +225,11 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "by_op_cold": by_op_cold,
             "by_op_tokens_cold": by_tokens_cold,
             "since_bytes": since,
-            "cold_how": f"by_op_cold, by_op_tokens_cold: each node right after a matvec "
+            "cold_how": f"by_op_cold, by_op_tokens_cold: each node after a matvec "
                         f"streaming {min(FLUSH_MIB, 4 * mib)} MiB (a step's output "
-                        f"matmul) and its own feeding matvecs, its op kind not run since, "
-                        f"median of {max(3, calls // 2)}; since_bytes: per curve, the "
+                        f"matmul), its op kind not run since (one flush before the nodes "
+                        f"of one size, one of each kind, in an order turning round by "
+                        f"round), median of {max(3, calls // 2)}; since_bytes: per curve, the "
                         f"median bytes streamed (matvec weights, nodes' bytes) since a "
                         f"node of its op kind last ran, at its calls",
             "matvec": matvec,
@@ -608,7 +619,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                 before = [small]
         calls_by.append((op, node, frac, call, list(dict.fromkeys(before)),
                          ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1],
-                         str(node.op), _point(node, 0.0)[0]))
+                         str(node.op), _point(node, 0.0)[0], group[1]))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
     flush_cold: list[list[float]] = [[] for _ in calls_by]
@@ -619,7 +630,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     def timed(i: int, feed: bool, since_to: list | None) -> float:
         """Seconds of ``calls_by[i]``'s call, after its feeding matvecs if ``feed``; the
         bytes streamed since a node of its op kind last ran go to ``since_to``."""
-        _, _, _, call, before, _, kind, nbytes = calls_by[i]
+        _, _, _, call, before, _, kind, nbytes, _ = calls_by[i]
         for f in before if feed else ():
             f()
         if since_to is not None and kind in last:
@@ -656,12 +667,20 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         if key[0].startswith(FLASH):
             continue
         # and each node as a step's first node of its kind meets it (the token embedding
-        # gather, layer 0's nodes after the output matmul): right after a flush, its kind
-        # not run since
-        for _ in range(max(3, calls // 2)):
-            for i in part:
+        # gather, layer 0's nodes after the output matmul): after a flush, its kind not
+        # run since. One flush before each size's nodes (one of each kind; GET_ROWS's
+        # two, of one kind, each after a flush of its own), in an order that turns
+        # round by round: as in a step, other kinds' nodes ran since the flush, so what
+        # all calls share (the call path, the kernel threads) is warm again
+        rows: dict[object, list[int]] = {}
+        for i in part:
+            rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][8], []).append(i)
+        for r in range(max(3, calls // 2)):
+            for row in rows.values():
                 flushed()
-                flush_cold[i].append(timed(i, True, since_cold[i]))
+                at = r % len(row)
+                for i in row[at:] + row[:at]:
+                    flush_cold[i].append(timed(i, True, since_cold[i]))
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
     after_flush: dict[str, list[list]] = {}
