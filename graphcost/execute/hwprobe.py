@@ -48,11 +48,9 @@ the same Numba kernels the executor runs.
   as the last layer's ``get_rows(cur, inp_out_ids)``), and right
   after the op before it in the ladder's list, as a node in a chain of small ops runs
   (``by_op_chained``). Each family (one row, several tokens, flash attention for one
-  query, for a tile) is timed apart, GET_ROWS last. Each round over a family starts with
-  a flush (a matvec streaming :data:`FLUSH_MIB` MiB, as a step's output matmul does), so
-  every node meets its own state (output buffer, arguments) one flush old, as every node
-  of a decode step does, and its kind warm from the nodes of its kind before it. Then
-  each node of the ladders again after a flush with its kind not run since
+  query, for a tile) is timed apart, GET_ROWS last. Then each node of the ladders again
+  after a flush (a matvec streaming :data:`FLUSH_MIB` MiB, as a step's output matmul
+  does) with its kind not run since
   (``by_op_cold``, ``by_op_tokens_cold``: a step's first node of its kind, after the
   output matmul; one flush before the nodes of one size, one of each kind, so that the
   path all calls share is warm again as in a step); ``since_bytes`` gives, per curve, the median bytes streamed (matvec
@@ -627,18 +625,17 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     since_cold: list[list[int]] = [[] for _ in calls_by]
     last: dict[str, int] = {}           # op kind -> ``streamed`` when a node of it last ran
 
-    def timed(i: int, feed: bool, since_to: list | None) -> float:
-        """Seconds of ``calls_by[i]``'s call, after its feeding matvecs if ``feed``; the
-        bytes streamed since a node of its op kind last ran go to ``since_to``."""
-        _, _, _, call, before, _, kind, nbytes, _ = calls_by[i]
-        for f in before if feed else ():
-            f()
+    def ran(i: int, pre: int | None = None, since_to: list | None = None) -> None:
+        """Book ``calls_by[i]``'s node as run (its bytes streamed, its kind last run now);
+        with ``since_to``, the bytes streamed since its kind last ran before its call
+        (``pre``: ``streamed`` just before it) go there. Kept out of the timed loops'
+        way: between two timed calls only what ran there before runs."""
+        kind, nbytes = calls_by[i][6], calls_by[i][7]
         if since_to is not None and kind in last:
-            since_to.append(streamed[0] - last[kind])
-        sec = _seconds(call)
+            since_to.append(pre - last[kind])
         streamed[0] += nbytes
         last[kind] = streamed[0]
-        return sec
+
     # one family at a time (the one-row ladder, the several-token ladder, flash attention
     # for one query, for a tile of queries): between two calls of a node only its
     # family's nodes and their matvecs run, not flash attention over thousands of cells,
@@ -650,20 +647,18 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         groups.setdefault(c[5], []).append(i)
     for key in sorted(groups, key=lambda k: k[0] == "GET_ROWS"):
         part = groups[key]
-        for r in range(calls):
-            # a decode step ends with the output matmul, which streams more than the
-            # last-level cache holds: every node meets its own state (output buffer,
-            # arguments) cold, its kind's code and tables warm from the layer before. So
-            # each round starts with a flush, and starts at another place in the list (a
-            # kind's first call after the flush, cold, falls on another size each round)
-            flushed()
-            at = r * len(part) // calls
-            order = part[at:] + part[:at]
-            for i in order:
-                cold[i].append(timed(i, True, since[i]))
+        for _ in range(calls):
+            for i in part:
+                for f in calls_by[i][4]:
+                    f()
+                pre = streamed[0]
+                cold[i].append(_seconds(calls_by[i][3]))
+                ran(i, pre, since[i])
             # then as a chain of small ops: each right after the one before it in the list
-            for i in order:
-                hot[i].append(timed(i, False, None))
+            for i in part:
+                hot[i].append(_seconds(calls_by[i][3]))
+            for i in part:
+                ran(i)
         if key[0].startswith(FLASH):
             continue
         # and each node as a step's first node of its kind meets it (the token embedding
@@ -680,7 +675,11 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                 flushed()
                 at = r % len(row)
                 for i in row[at:] + row[:at]:
-                    flush_cold[i].append(timed(i, True, since_cold[i]))
+                    for f in calls_by[i][4]:
+                        f()
+                    pre = streamed[0]
+                    flush_cold[i].append(_seconds(calls_by[i][3]))
+                    ran(i, pre, since_cold[i])
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
     after_flush: dict[str, list[list]] = {}
