@@ -522,6 +522,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                       rng)
     cursor = [0]                        # slices of the pool handed to feeders so far
     streamed = [0]                      # bytes the loops' matvecs and nodes moved so far
+    fed: dict[Callable[[], None], int] = {}     # bytes of weights each feeding matvec reads
 
     def feeder(rows: int) -> tuple[Callable[[], None], np.ndarray]:
         """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
@@ -546,7 +547,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         def run():
             mvs[mine[0] % n_slices]()
             mine[0] += 1
-            streamed[0] += rows * rb
+        fed[run] = rows * rb
         return run, flat_bytes(fn.out)
 
     nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
@@ -590,18 +591,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     # GET_ROWS, a step's first node, follows the output matmul: a matvec over the whole pool
     rb = gt.row_size(q8, LADDER_K)
     node = _matmul_node(q8, LADDER_K, len(pool) // rb, 1)
-    whole_call = _node_calls(node, ctx, [_values(node, [pool[: len(pool) // rb * rb], rng
-                                                        .standard_normal((1, LADDER_K))
-                                                        .astype(np.float32)])])[1][0]
-
-    def whole():
-        whole_call()
-        streamed[0] += len(pool) // rb * rb
-    flush, flush_bytes = flusher(ctx, rng, min(FLUSH_MIB, 4 * mib) << 20)
-
-    def flushed():
-        flush()
-        streamed[0] += flush_bytes
+    whole = _node_calls(node, ctx, [_values(node, [pool[: len(pool) // rb * rb], rng
+                                                   .standard_normal((1, LADDER_K))
+                                                   .astype(np.float32)])])[1][0]
+    fed[whole] = len(pool) // rb * rb
     small = None
     calls_by = []
     for op, node, frac, group in nodes:
@@ -625,14 +618,18 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     since_cold: list[list[int]] = [[] for _ in calls_by]
     last: dict[str, int] = {}           # op kind -> ``streamed`` when a node of it last ran
 
-    def ran(i: int, pre: int | None = None, since_to: list | None = None) -> None:
-        """Book ``calls_by[i]``'s node as run (its bytes streamed, its kind last run now);
-        with ``since_to``, the bytes streamed since its kind last ran before its call
-        (``pre``: ``streamed`` just before it) go there. Kept out of the timed loops'
-        way: between two timed calls only what ran there before runs."""
+    def ran(i: int, since_to: list | None = None) -> None:
+        """Book ``calls_by[i]``'s node as run, after its feeding matvecs if ``since_to``
+        is given (their weights and its bytes streamed, its kind last run now); the
+        bytes streamed since its kind last ran before its call go to ``since_to``. Called
+        after the timed calls: between a matvec and the node it feeds, and between two
+        chained calls, only what ran there before runs (a few Python statements more
+        moved the small ops' curves by 0.1-0.2 us)."""
         kind, nbytes = calls_by[i][6], calls_by[i][7]
-        if since_to is not None and kind in last:
-            since_to.append(pre - last[kind])
+        if since_to is not None:
+            streamed[0] += sum(fed[f] for f in calls_by[i][4])
+            if kind in last:
+                since_to.append(streamed[0] - last[kind])
         streamed[0] += nbytes
         last[kind] = streamed[0]
 
@@ -651,35 +648,37 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
             for i in part:
                 for f in calls_by[i][4]:
                     f()
-                pre = streamed[0]
                 cold[i].append(_seconds(calls_by[i][3]))
-                ran(i, pre, since[i])
+                ran(i, since[i])
             # then as a chain of small ops: each right after the one before it in the list
             for i in part:
                 hot[i].append(_seconds(calls_by[i][3]))
             for i in part:
                 ran(i)
+    # then each node as a step's first node of its kind meets it (the token embedding
+    # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
+    # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
+    # kind, each after a flush of its own), in an order that turns round by round: as in
+    # a step, other kinds' nodes ran since the flush, so what all calls share (the call
+    # path, the kernel threads) is warm again. After every warm curve, so that those are
+    # timed as before there were cold ones (the flush's weights not yet in memory)
+    flush, flush_bytes = flusher(ctx, rng, min(FLUSH_MIB, 4 * mib) << 20)
+    for key in sorted(groups, key=lambda k: k[0] == "GET_ROWS"):
         if key[0].startswith(FLASH):
             continue
-        # and each node as a step's first node of its kind meets it (the token embedding
-        # gather, layer 0's nodes after the output matmul): after a flush, its kind not
-        # run since. One flush before each size's nodes (one of each kind; GET_ROWS's
-        # two, of one kind, each after a flush of its own), in an order that turns
-        # round by round: as in a step, other kinds' nodes ran since the flush, so what
-        # all calls share (the call path, the kernel threads) is warm again
         rows: dict[object, list[int]] = {}
-        for i in part:
+        for i in groups[key]:
             rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][8], []).append(i)
         for r in range(max(3, calls // 2)):
             for row in rows.values():
-                flushed()
+                flush()
+                streamed[0] += flush_bytes
                 at = r % len(row)
                 for i in row[at:] + row[:at]:
                     for f in calls_by[i][4]:
                         f()
-                    pre = streamed[0]
                     flush_cold[i].append(_seconds(calls_by[i][3]))
-                    ran(i, pre, since_cold[i])
+                    ran(i, since_cold[i])
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
     after_flush: dict[str, list[list]] = {}
