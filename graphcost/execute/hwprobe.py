@@ -521,7 +521,6 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // gt.row_size(q8, LADDER_K))),
                       rng)
     cursor = [0]                        # slices of the pool handed to feeders so far
-    streamed = [0]                      # bytes the loops' matvecs and nodes moved so far
     fed: dict[Callable[[], None], int] = {}     # bytes of weights each feeding matvec reads
 
     def feeder(rows: int) -> tuple[Callable[[], None], np.ndarray]:
@@ -614,25 +613,6 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
     flush_cold: list[list[float]] = [[] for _ in calls_by]
-    since: list[list[int]] = [[] for _ in calls_by]
-    since_cold: list[list[int]] = [[] for _ in calls_by]
-    last: dict[str, int] = {}           # op kind -> ``streamed`` when a node of it last ran
-
-    def ran(i: int, since_to: list | None = None) -> None:
-        """Book ``calls_by[i]``'s node as run, after its feeding matvecs if ``since_to``
-        is given (their weights and its bytes streamed, its kind last run now); the
-        bytes streamed since its kind last ran before its call go to ``since_to``. Called
-        after the timed calls: between a matvec and the node it feeds, and between two
-        chained calls, only what ran there before runs (a few Python statements more
-        moved the small ops' curves by 0.1-0.2 us)."""
-        kind, nbytes = calls_by[i][6], calls_by[i][7]
-        if since_to is not None:
-            streamed[0] += sum(fed[f] for f in calls_by[i][4])
-            if kind in last:
-                since_to.append(streamed[0] - last[kind])
-        streamed[0] += nbytes
-        last[kind] = streamed[0]
-
     # one family at a time (the one-row ladder, the several-token ladder, flash attention
     # for one query, for a tile of queries): between two calls of a node only its
     # family's nodes and their matvecs run, not flash attention over thousands of cells,
@@ -642,19 +622,17 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(calls_by):
         groups.setdefault(c[5], []).append(i)
-    for key in sorted(groups, key=lambda k: k[0] == "GET_ROWS"):
+    order = sorted(groups, key=lambda k: k[0] == "GET_ROWS")
+    for key in order:
         part = groups[key]
         for _ in range(calls):
             for i in part:
                 for f in calls_by[i][4]:
                     f()
                 cold[i].append(_seconds(calls_by[i][3]))
-                ran(i, since[i])
             # then as a chain of small ops: each right after the one before it in the list
             for i in part:
                 hot[i].append(_seconds(calls_by[i][3]))
-            for i in part:
-                ran(i)
     # then each node as a step's first node of its kind meets it (the token embedding
     # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
     # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
@@ -663,21 +641,57 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     # path, the kernel threads) is warm again. After every warm curve, so that those are
     # timed as before there were cold ones (the flush's weights not yet in memory)
     flush, flush_bytes = flusher(ctx, rng, min(FLUSH_MIB, 4 * mib) << 20)
-    for key in sorted(groups, key=lambda k: k[0] == "GET_ROWS"):
-        if key[0].startswith(FLASH):
-            continue
+    rounds = max(3, calls // 2)
+
+    def cold_rows(key) -> list[list[int]]:
+        """The cold pass's rows of ``key``'s family: the nodes one flush precedes."""
         rows: dict[object, list[int]] = {}
         for i in groups[key]:
             rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][8], []).append(i)
-        for r in range(max(3, calls // 2)):
-            for row in rows.values():
+        return list(rows.values())
+    cold_order = [key for key in order if not key[0].startswith(FLASH)]
+    for key in cold_order:
+        rows = cold_rows(key)
+        for r in range(rounds):
+            for row in rows:
                 flush()
-                streamed[0] += flush_bytes
                 at = r % len(row)
                 for i in row[at:] + row[:at]:
                     for f in calls_by[i][4]:
                         f()
                     flush_cold[i].append(_seconds(calls_by[i][3]))
+    # the bytes streamed since each timed call's kind last ran, from the loops' order
+    # replayed in bytes (not counted as they ran: a few Python statements between a
+    # matvec and the node it feeds moved the small ops' curves by 0.1-0.2 us)
+    since: list[list[int]] = [[] for _ in calls_by]
+    since_cold: list[list[int]] = [[] for _ in calls_by]
+    last: dict[str, int] = {}           # op kind -> bytes streamed when a node of it last ran
+    streamed = 0
+
+    def ran(i: int, since_to: list | None) -> None:
+        """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to``, where
+        the bytes streamed since its kind last ran go)."""
+        nonlocal streamed
+        kind = calls_by[i][6]
+        if since_to is not None:
+            streamed += sum(fed[f] for f in calls_by[i][4])
+            if kind in last:
+                since_to.append(streamed - last[kind])
+        streamed += calls_by[i][7]
+        last[kind] = streamed
+    for key in order:
+        for _ in range(calls):
+            for i in groups[key]:
+                ran(i, since[i])
+            for i in groups[key]:
+                ran(i, None)
+    for key in cold_order:
+        rows = cold_rows(key)
+        for r in range(rounds):
+            for row in rows:
+                streamed += flush_bytes
+                at = r % len(row)
+                for i in row[at:] + row[:at]:
                     ran(i, since_cold[i])
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
