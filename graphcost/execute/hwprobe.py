@@ -609,7 +609,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                 before = [small]
         calls_by.append((op, node, frac, call, list(dict.fromkeys(before)),
                          ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1],
-                         str(node.op), _point(node, 0.0)[0], group[1]))
+                         group[1:2]))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
     flush_cold: list[list[float]] = [[] for _ in calls_by]
@@ -647,7 +647,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         """The cold pass's rows of ``key``'s family: the nodes one flush precedes."""
         rows: dict[object, list[int]] = {}
         for i in groups[key]:
-            rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][8], []).append(i)
+            rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][6], []).append(i)
         return list(rows.values())
     cold_order = [key for key in order if not key[0].startswith(FLASH)]
     for key in cold_order:
@@ -667,17 +667,18 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     since_cold: list[list[int]] = [[] for _ in calls_by]
     last: dict[str, int] = {}           # op kind -> bytes streamed when a node of it last ran
     streamed = 0
+    moved = [_point(c[1], 0.0)[0] for c in calls_by]     # each node's bytes
 
     def ran(i: int, since_to: list | None) -> None:
         """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to``, where
         the bytes streamed since its kind last ran go)."""
         nonlocal streamed
-        kind = calls_by[i][6]
+        kind = str(calls_by[i][1].op)
         if since_to is not None:
             streamed += sum(fed[f] for f in calls_by[i][4])
             if kind in last:
                 since_to.append(streamed - last[kind])
-        streamed += calls_by[i][7]
+        streamed += moved[i]
         last[kind] = streamed
     for key in order:
         for _ in range(calls):
