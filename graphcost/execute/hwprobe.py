@@ -50,12 +50,12 @@ the same Numba kernels the executor runs.
   (``by_op_chained``). Each family (one row, several tokens, flash attention for one
   query, for a tile) is timed apart, GET_ROWS last. Then each node of the ladders again
   after a flush (a matvec streaming :data:`FLUSH_MIB` MiB, as a step's output matmul
-  does) with its kind not run since
-  (``by_op_cold``, ``by_op_tokens_cold``: a step's first node of its kind, after the
-  output matmul; one flush before the nodes of one size, one of each kind, so that the
-  path all calls share is warm again as in a step); ``since_bytes`` gives, per curve, the median bytes streamed (matvec
-  weights and the nodes' bytes) since a node of its kind last ran at its calls, the
-  figure the executor model places a node between the two by
+  does) with its kind not run since (``by_op_cold``, ``by_op_tokens_cold``: a step's
+  first node of its kind, after the output matmul; one flush before the nodes of one
+  size, one of each kind, so that the path all calls share is warm again as in a
+  step); ``since_bytes`` gives, per curve, the median bytes streamed (matvec weights
+  and the nodes' bytes) since a node of its kind last ran at its calls, the figure the
+  executor model places a node between the two by
   (:func:`graphcost.cost.hardware.cold_share`). MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
@@ -512,7 +512,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     tokens (rows) and a prompt's flash attention (a tile of ``kernels.attention.QT``
     queries a head). Flash attention's bytes and FLOPs are those of the cells it
     attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``,
-    ``tile_fraction``)."""
+    ``tile_fraction``). Then the one-row and several-token curves again after a flush
+    (:func:`flusher`) with the kind not run since, and the bytes streamed since the kind
+    last ran at each curve's calls. Returns (by_op, by_op_chained, flash_attn_tiled,
+    by_op_tokens, by_op_cold, by_op_tokens_cold, since_bytes)."""
     from graphcost.execute.exec_ops import DTYPES, flat_bytes, tensor_view
     from graphcost.execute.weights import random_raw
 
