@@ -132,11 +132,6 @@ _CLASS32X2 = S.permutation(_class32(0) + _class32(32))
 _PAIRS16 = S.permutation(_pairs16())
 
 
-def _lane_pairs(a: int, b: int, width: int = 8) -> object:
-    """16 int32 lanes: ``width`` copies of source lane a, then of b, and so on."""
-    return S.permutation(([a] * width + [b] * width) * (8 // width))
-
-
 # ---------------------------------------------------------------------------- activations
 
 
@@ -266,9 +261,9 @@ def _prefetch_next4(r0, p, nbytes):
     runs 4 times as fast through the 4 rows after them. Per row ``ahead`` bytes ahead
     (:func:`_prefetch`, the one-row kernels) reached 72-80% of the streaming read with 2
     threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run)."""
-    start = 4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4
-    for q in range((start + 63) // 64 * 64, start + 4 * nbytes, 64):
-        S.prefetch(r0, q)
+    start = (4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4 + 63) & -64
+    for q in range(0, 4 * nbytes, 64):
+        S.prefetch(r0, start + q)
 
 
 @njit(inline="always", cache=True)
@@ -312,11 +307,16 @@ def _sum4lanes(v):
     return _EVEN4(h) + _ODD4(h)
 
 
+def _span4_bytes(size: int, offsets) -> list[int]:
+    """Where, block after block, the bytes at ``offsets`` of each of 4 blocks of ``size``
+    bytes lie in :func:`_span4`'s two vectors (``64 <= 4 * size <= 128``)."""
+    return [i if i < 64 else i + 128 - 4 * size
+            for blk in range(4) for o in offsets for i in [size * blk + o]]
+
+
 def _gather4(size: int, offsets) -> object:
-    """``f(a, b)`` picking, block after block, the bytes at ``offsets`` of each of 4 blocks
-    of ``size`` bytes from :func:`_span4`'s two vectors (``64 <= 4 * size <= 128``)."""
-    return S.permutation2([i if i < 64 else i + 128 - 4 * size
-                           for blk in range(4) for o in offsets for i in [size * blk + o]])
+    """``f(a, b)`` picking :func:`_span4_bytes` from :func:`_span4`'s two vectors."""
+    return S.permutation2(_span4_bytes(size, offsets))
 
 
 @njit(inline="always", cache=True)
@@ -326,8 +326,10 @@ def _span4(row, p, size):
     return S.load(row, p, 64, "u8"), S.load(row, p + 4 * size - 64, 64, "u8")
 
 
-#: bit ``j % 8`` for value j of each of 4 blocks (Q5 ``qh`` bytes against their values)
-_BIT8 = S.constant([1 << (j % 8) for _ in range(4) for j in range(16)], "u8")
+#: Q5 code byte 16b + j (value j of block b, or 16 + j) against its block's ``qh``, which
+#: :func:`_qh2` puts in 64-bit lanes 2b and 2b + 1: the bit number of its value
+_QH_BIT_LO = S.constant([j for _ in range(4) for j in range(16)], "u8")
+_QH_BIT_HI = S.constant([16 + j for _ in range(4) for j in range(16)], "u8")
 
 
 @njit(inline="always", cache=True)
@@ -339,10 +341,21 @@ def _nibble_dot4(lo, hi, yp, pq):
 
 
 @njit(inline="always", cache=True)
-def _q5_codes(q, hlo, hhi):
-    """Q5 codes of 4 blocks: nibbles of their quants ``q`` plus 16 where the ``qh`` byte
-    beside each value (``hlo`` for values 0..15, ``hhi`` for 16..31) has its bit set."""
-    return S.or_if(q & 15, hlo & _BIT8(), 16), S.or_if(q >> 4, hhi & _BIT8(), 16)
+def _q5_codes(q, qh):
+    """Q5 codes of 4 blocks: nibbles of their quants ``q`` plus 16 where the value's
+    ``qh`` bit is set (``qh``: each block's 32 bits twice, :func:`_qh2`): one bit pick
+    into a mask per 64 codes, where a byte spread of ``qh`` took a 2-source permute and
+    a ``vptestmb``."""
+    return (S.add_if_bit(q & 15, qh, _QH_BIT_LO(), 16),
+            S.add_if_bit(q >> 4, qh, _QH_BIT_HI(), 16))
+
+
+def _qh2(size: int, qh_at: int) -> object:
+    """``f(a, b)`` on :func:`_span4`'s two vectors: uint16 x32, the ``qh`` (2 halves at
+    ``qh_at``) of block b in 64-bit lanes 2b and 2b + 1 (their upper 32 bits unused)."""
+    src = _span4_bytes(size, (qh_at, qh_at + 2))            # even: word offsets
+    return S.permutation2([src[2 * b + h] // 2 for b in range(4) for _ in range(4)
+                           for h in range(2)])
 
 
 @njit(inline="always", cache=True)
@@ -365,13 +378,11 @@ def _halves(v):
 _QS_Q4_0, _D_Q4_0 = _gather4(B_Q4_0, range(2, B_Q4_0)), _gather4(B_Q4_0, (0, 1))
 _QS_Q4_1, _D_Q4_1 = _gather4(B_Q4_1, range(4, B_Q4_1)), _gather4(B_Q4_1, (0, 1))
 _M_Q4_1 = _gather4(B_Q4_1, (2, 3))
+_QH_Q5_0 = _qh2(B_Q5_0, 2)
 _QS_Q5_0, _D_Q5_0 = _gather4(B_Q5_0, range(6, B_Q5_0)), _gather4(B_Q5_0, (0, 1))
-_HLO_Q5_0 = _gather4(B_Q5_0, [2 + j // 8 for j in range(16)])
-_HHI_Q5_0 = _gather4(B_Q5_0, [4 + j // 8 for j in range(16)])
+_QH_Q5_1 = _qh2(B_Q5_1, 4)
 _QS_Q5_1, _D_Q5_1 = _gather4(B_Q5_1, range(8, B_Q5_1)), _gather4(B_Q5_1, (0, 1))
 _M_Q5_1 = _gather4(B_Q5_1, (2, 3))
-_HLO_Q5_1 = _gather4(B_Q5_1, [4 + j // 8 for j in range(16)])
-_HHI_Q5_1 = _gather4(B_Q5_1, [6 + j // 8 for j in range(16)])
 
 
 # _float_<t>(sumi, d, m, yp, pd, pe, n): the terms of n blocks (lanes), the activations'
@@ -401,7 +412,7 @@ def _float_q4_0(sumi, d, m, yp, pd, pe, n):     # sumi*dx*dy, sumi = dot - 8 * s
 
 @njit(inline="always", cache=True)
 def _codes_q5_0(a, b):                # block_q5_0: d@0 qh@2 qs@6, 22 B
-    return _q5_codes(_QS_Q5_0(a, b), _HLO_Q5_0(a, b), _HHI_Q5_0(a, b))
+    return _q5_codes(_QS_Q5_0(a, b), _QH_Q5_0(S.bitcast(a, 'u16'), S.bitcast(b, 'u16')))
 
 
 @njit(inline="always", cache=True)
@@ -439,7 +450,7 @@ def _float_q4_1(sumi, d, m, yp, pd, pe, n):     # (dx*dy)*sumi + m*s
 
 @njit(inline="always", cache=True)
 def _codes_q5_1(a, b):                # block_q5_1: d@0 m@2 qh@4 qs@8, 24 B
-    return _q5_codes(_QS_Q5_1(a, b), _HLO_Q5_1(a, b), _HHI_Q5_1(a, b))
+    return _q5_codes(_QS_Q5_1(a, b), _QH_Q5_1(S.bitcast(a, 'u16'), S.bitcast(b, 'u16')))
 
 
 @njit(inline="always", cache=True)
@@ -784,12 +795,12 @@ def _simd4_q8_0(r0, r1, r2, r3, yq, yp):
 # mins of Q4_K/Q5_K). The float parts follow per row (_simd_<t>) or four rows at a time
 # (_simd4_<t>), whose per-row lanes see exactly the same operations.
 
-_SC02, _SC13 = _lane_pairs(0, 2), _lane_pairs(1, 3)
-_SC46, _SC57 = _lane_pairs(4, 6), _lane_pairs(5, 7)
-_SHL_42 = S.constant([4] * 16 + [2] * 16, "u16")      # Q5_K qh bits 0 | 2 -> bit 4
-_SHL_31 = S.constant([3] * 16 + [1] * 16, "u16")      # bits 1 | 3
-_SHR_02 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4 | 6
-_SHR_13 = S.constant([1] * 16 + [3] * 16, "u16")      # bits 5 | 7
+#: Q4_K/Q5_K scales (int32 x8) laid out so that each :func:`_k4_dots` step's pair of
+#: sub-block scales (0 | 2, 1 | 3, 4 | 6, 5 | 7 for int32 lanes 0..7 | 8..15) is dword
+#: 0, 1, 2, 3 of every 128-bit lane: one in-lane ``vpshufd`` each (_SC16_k, as for
+#: Q6_K) after this one cross-lane permute, where four cross-lane permutes (each a
+#: register of indices) took them
+_K4_SC_LAYOUT = S.permutation([0, 1, 4, 5] * 2 + [2, 3, 6, 7] * 2)
 _FOLD2 = S.permutation2([i % 8 + (16 if i >= 8 else 0) for i in range(16)])
 _FOLD2_HI = S.permutation2([8 + i % 8 + (16 if i >= 8 else 0) for i in range(16)])
 _SPREAD01 = S.permutation([0] * 8 + [1] * 8)            # 4 row scalars -> 8 lanes each
@@ -842,39 +853,43 @@ def _k4_scales(row, p):
 
 
 @njit(inline="always", cache=True)
-def _k4_dots(lo0, hi0, lo1, hi1, sc, yp, pp):
-    """The scaled class sums of a Q4_K/Q5_K block from its codes, in 16 int32 lanes."""
+def _k4_dots(lo0, hi0, lo1, hi1, sc8, yp, pp):
+    """The scaled class sums of a Q4_K/Q5_K block from its codes and its scales (uint16
+    x8), in 16 int32 lanes."""
+    sc = S.opaque(_K4_SC_LAYOUT(S.opaque(S.convert(sc8, "i32"))))   # LLVM would merge
     z = S.zeros(16, "i32")
-    a = _scaled(z, S.dpbusd(z, lo0, S.load(yp, pp, 64, "i8")), _SC02(sc))
-    a = _scaled(a, S.dpbusd(z, hi0, S.load(yp, pp + 64, 64, "i8")), _SC13(sc))
-    a = _scaled(a, S.dpbusd(z, lo1, S.load(yp, pp + 128, 64, "i8")), _SC46(sc))
-    return _scaled(a, S.dpbusd(z, hi1, S.load(yp, pp + 192, 64, "i8")), _SC57(sc))
+    a = _scaled(z, S.dpbusd(z, lo0, S.load(yp, pp, 64, "i8")), _SC16_0(sc))
+    a = _scaled(a, S.dpbusd(z, hi0, S.load(yp, pp + 64, 64, "i8")), _SC16_1(sc))
+    a = _scaled(a, S.dpbusd(z, lo1, S.load(yp, pp + 128, 64, "i8")), _SC16_2(sc))
+    return _scaled(a, S.dpbusd(z, hi1, S.load(yp, pp + 192, 64, "i8")), _SC16_3(sc))
 
 
 @njit(inline="always", cache=True)
 def _q4_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qs@16, 144 B
     _prefetch(row, p, B_Q4_K, ahead)
     sc8, mins = _k4_scales(row, p)
-    sc = S.opaque(S.convert(sc8, "i32"))
     w0 = _CLASS32X2(S.load(row, p + 16, 64, "u8"))
     w1 = _CLASS32X2(S.load(row, p + 80, 64, "u8"))
-    return _k4_dots(w0 & 15, w0 >> 4, w1 & 15, w1 >> 4, sc, yp, pp), mins
+    return _k4_dots(w0 & 15, w0 >> 4, w1 & 15, w1 >> 4, sc8, yp, pp), mins
 
 
 @njit(inline="always", cache=True)
 def _q5_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qh@16 qs@48, 176 B
     _prefetch(row, p, B_Q5_K, ahead)
     sc8, mins = _k4_scales(row, p)
-    sc = S.opaque(S.convert(sc8, "i32"))
-    qh = S.load(row, p + 16, 32, "u8")
-    h = S.bitcast(_CLASS32X2(S.concat(qh, qh)), "u16")     # bit 2j: sub-block 2j's bit 4
+    qh = S.load(row, p + 16, 32, "u8")               # bit s of byte j: value 32s + j's bit 4
+    # the copy for the high halves shifted by 2, so that both halves of w0 (sub-blocks
+    # 0 | 2, 1 | 3) and of w1 (4 | 6, 5 | 7) find their bit at one place: 0, 1, 4, 5
+    # (16-bit shifts by constants: bits crossing into a neighbour byte land outside those)
+    qs = S.bitcast(S.bitcast(qh, "u16") >> 2, "u8")
+    h = S.bitcast(_CLASS32X2(S.concat(qh, qs)), "u16")
     w0 = _CLASS32X2(S.load(row, p + 48, 64, "u8"))
     w1 = _CLASS32X2(S.load(row, p + 112, 64, "u8"))
-    lo0 = (w0 & 15) | (S.bitcast(h << _SHL_42(), "u8") & 16)
-    hi0 = (w0 >> 4) | (S.bitcast(h << _SHL_31(), "u8") & 16)
-    lo1 = (w1 & 15) | (S.bitcast(h >> _SHR_02(), "u8") & 16)
-    hi1 = (w1 >> 4) | (S.bitcast(h >> _SHR_13(), "u8") & 16)
-    return _k4_dots(lo0, hi0, lo1, hi1, sc, yp, pp), mins
+    lo0 = (w0 & 15) | (S.bitcast(h << 4, "u8") & 16)
+    hi0 = (w0 >> 4) | (S.bitcast(h << 3, "u8") & 16)
+    lo1 = (w1 & 15) | (S.bitcast(h, "u8") & 16)
+    hi1 = (w1 >> 4) | (S.bitcast(h >> 1, "u8") & 16)
+    return _k4_dots(lo0, hi0, lo1, hi1, sc8, yp, pp), mins
 
 
 @njit(inline="always", cache=True)
@@ -958,8 +973,13 @@ def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
     return _rows4_result(sumf, s01, s23)
 
 
-_SHL_Q6 = S.constant([4] * 16 + [2] * 16, "u16")      # qh bits 0-1 | 2-3 -> bits 4-5
-_SHR_Q6 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4-5 | 6-7 -> bits 4-5
+#: Q6_K high bits of a 64-value chunk from its 32 ``qh`` bytes held in both 256-bit halves
+#: (values 0..31 of the chunk in the low half, 32..63 in the high): bits 4, 5 of each
+#: byte are its value's 2 high bits, the others 0 (one ``vgf2p8affineqb`` per chunk).
+#: Low-nibble chunks take qh bits 0, 1 (low half) and 2, 3 (high half); high-nibble
+#: chunks bits 4, 5 and 6, 7
+_Q6_HLO = S.bit_pickers([(-1, -1, -1, -1, 0, 1)] * 4 + [(-1, -1, -1, -1, 2, 3)] * 4)
+_Q6_HHI = S.bit_pickers([(-1, -1, -1, -1, 4, 5)] * 4 + [(-1, -1, -1, -1, 6, 7)] * 4)
 #: Q6_K scale of int16 lane t of the scales vector: value chunk m's scale pairs (4m, 4m+1
 #: for _pairs16 dwords 0..7, 4m+2, 4m+3 for 8..15) are dword m of each 128-bit lane, taken
 #: by one in-lane ``vpshufd`` (_SC16_m; as :data:`_Q3_SC_OF` for Q3_K)
@@ -983,19 +1003,24 @@ def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 
     sc = S.bitcast(S.opaque(S.convert(_Q6_SC_OF(S.load(row, p + 192, 16, "i8")), "i16")), "i32")
     x0 = S.load(row, p, 64, "u8")                      # ql: values 0..63 (low), 64..127 (high)
     h0 = S.load(row, p + 128, 32, "u8")
-    h = S.bitcast(S.concat(h0, h0), "u16")
+    h = S.concat(h0, h0)
     z = S.zeros(16, "i32")
-    a = _pairs_dot(z, _PAIRS16((x0 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp, pp,
-                   pp + 256, _SC16_0(sc))
-    a = _pairs_dot(a, _PAIRS16((x0 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
-                   pp + 64, pp + 320, _SC16_1(sc))
+    a = _pairs_dot(z, _PAIRS16((x0 & 15) | _Q6_HLO(h)), yp, pp, pp + 256, _SC16_0(sc))
+    b = _pairs_dot(z, _PAIRS16(_nibbles_hi(x0) | _Q6_HHI(h)), yp, pp + 64, pp + 320,
+                   _SC16_1(sc))
     x1 = S.load(row, p + 64, 64, "u8")                 # values 128..191, 192..255
     h1 = S.load(row, p + 160, 32, "u8")
-    h = S.bitcast(S.concat(h1, h1), "u16")
-    a = _pairs_dot(a, _PAIRS16((x1 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp,
-                   pp + 128, pp + 384, _SC16_2(sc))
-    return _pairs_dot(a, _PAIRS16((x1 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
-                      pp + 192, pp + 448, _SC16_3(sc))
+    h = S.concat(h1, h1)
+    a = _pairs_dot(a, _PAIRS16((x1 & 15) | _Q6_HLO(h)), yp, pp + 128, pp + 384, _SC16_2(sc))
+    b = _pairs_dot(b, _PAIRS16(_nibbles_hi(x1) | _Q6_HHI(h)), yp, pp + 192, pp + 448,
+                   _SC16_3(sc))
+    return a + b
+
+
+@njit(inline="always", cache=True)
+def _nibbles_hi(x):
+    """The high nibble of each byte of x (uint8 x64): a 16-bit shift and a mask."""
+    return S.bitcast(S.bitcast(x, "u16") >> 4, "u8") & 15
 
 
 #: Q3_K codes of the 4 bit planes from two bytes per value: x holds quant bits 0..3
