@@ -828,42 +828,6 @@ def bit_picker(picks) -> object:
     return pick
 
 
-def bit_pickers(picks) -> object:
-    """:func:`bit_picker` with one selection per 64-bit lane: ``picks[q]`` for bytes
-    8q..8q+7 (8 selections; ``vgf2p8affineqb`` takes a bit matrix per 64-bit lane, so
-    still one instruction with GFNI). Used where the two 256-bit halves of a vector hold
-    the same bytes and each half needs other bits of them (Q6_K's ``qh``)."""
-    picks = [tuple(int(b) for b in pk) + (-1,) * (8 - len(pk)) for pk in picks]
-    assert len(picks) == 8
-    qwords = [sum((1 << b) << (8 * (7 - i)) for i, b in enumerate(pk) if b >= 0) for pk in picks]
-
-    @intrinsic
-    def pick(typingctx, a):
-        if not (isinstance(a, Vec) and a.dtype == types.uint8 and a.n == 64):
-            return None
-
-        def codegen(context, builder, sig, args):
-            feats = _target_features(context)
-            if "gfni" in feats and "avx512bw" in feats:
-                mat = _const_vec(types.uint8, [(qwords[k // 8] >> (8 * (k % 8))) & 0xFF
-                                               for k in range(64)])
-                return _x86_call(builder, "llvm.x86.vgf2p8affineqb.512", args[0].type,
-                                 [args[0], mat, ir.Constant(ir.IntType(8), 0)])
-            out = ir.Constant(args[0].type, None)
-            for i in range(8):
-                src = [picks[k // 8][i] for k in range(64)]
-                if all(b < 0 for b in src):
-                    continue
-                v = builder.lshr(args[0], _const_vec(types.uint8, [max(b, 0) for b in src]))
-                v = builder.and_(v, _const_vec(types.uint8, [int(b >= 0) for b in src]))
-                out = builder.or_(out, builder.shl(v, _const_vec(types.uint8, [i] * 64)))
-            return out
-
-        return a(a), codegen
-
-    return pick
-
-
 @intrinsic
 def half_at(typingctx, buf, p):
     """The IEEE half at byte offset ``p`` of ``buf`` as float32.

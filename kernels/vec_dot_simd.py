@@ -132,6 +132,11 @@ _CLASS32X2 = S.permutation(_class32(0) + _class32(32))
 _PAIRS16 = S.permutation(_pairs16())
 
 
+def _lane_pairs(a: int, b: int, width: int = 8) -> object:
+    """16 int32 lanes: ``width`` copies of source lane a, then of b, and so on."""
+    return S.permutation(([a] * width + [b] * width) * (8 // width))
+
+
 # ---------------------------------------------------------------------------- activations
 
 
@@ -261,6 +266,21 @@ def _prefetch_next4(r0, p, nbytes):
     runs 4 times as fast through the 4 rows after them. Per row ``ahead`` bytes ahead
     (:func:`_prefetch`, the one-row kernels) reached 72-80% of the streaming read with 2
     threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run)."""
+    start = 4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4
+    for q in range((start + 63) // 64 * 64, start + 4 * nbytes, 64):
+        S.prefetch(r0, q)
+
+
+@njit(inline="always", cache=True)
+def _prefetch_next4_fixed(r0, p, nbytes):
+    """:func:`_prefetch_next4` as a fixed number of prefetches, ``4 * nbytes / 64``
+    rounded up, from the first line boundary on (the same lines, at most one more) and
+    no loop. Q5_0/Q5_1's four-row kernels (16 blocks, ~100 instructions an iteration)
+    paid 10-15% of their cache-resident speed for the loop. Measured per type (in-process
+    A/B against a streaming read, 2026-11-27), so only they take it: Q4_0/Q4_1 lost
+    5-14 points of the streaming read with it when that read was ~85 GB/s, Q5_K/Q6_K 8-10
+    points when it was ~57 GB/s -- a memory-side effect (their cache-resident speed rose
+    3-7%) this measurement shows but does not explain."""
     start = (4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4 + 63) & -64
     for q in range(0, 4 * nbytes, 64):
         S.prefetch(r0, start + q)
@@ -689,11 +709,12 @@ _DM_ROW_Q4_1, _DM_ROW_Q5_1 = _fields_row(B_Q4_1, (0, 2)), _fields_row(B_Q5_1, (0
 
 
 @njit(inline="always", cache=True)
-def _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, b0, nb, yp):
+def _terms4x4(codes, dm, flt, sweep, size, r0, r1, r2, r3, b0, nb, yp):
     """The float terms of blocks b0..b0+3 of four rows, lane 4b + r = block b0 + b of
-    row r (``codes``: _codes_<t>, ``dm``: _dm_<t>)."""
+    row r (``codes``: _codes_<t>, ``dm``: _dm_<t>, ``sweep``: the prefetch of the next
+    four rows, :func:`_prefetch_next4` or :func:`_prefetch_next4_fixed`)."""
     p, pq = size * b0, 32 * b0
-    _prefetch_next4(r0, p, 4 * size)
+    sweep(r0, p, 4 * size)
     a0, c0 = _span4(r0, p, size)
     a1, c1 = _span4(r1, p, size)
     a2, c2 = _span4(r2, p, size)
@@ -709,12 +730,12 @@ def _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, b0, nb, yp):
 
 
 @njit(inline="always", cache=True)
-def _four_nibbles(codes, dm, flt, blocks, size, r0, r1, r2, r3, yq, yp):
+def _four_nibbles(codes, dm, flt, sweep, blocks, size, r0, r1, r2, r3, yq, yp):
     """Four rows of a nibble type (Q4_0 Q4_1 Q5_0 Q5_1): 4 blocks of each at a time, each
     block's 4 terms (one per row) added to the rows' sums in block order."""
     nb, s = r0.shape[0] // size, S.zeros(4, "f32")
     for g in range(nb // 4):
-        t = _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, 4 * g, nb, yp)
+        t = _terms4x4(codes, dm, flt, sweep, size, r0, r1, r2, r3, 4 * g, nb, yp)
         s = s + S.lanes(t, 0, 4)
         s = s + S.lanes(t, 4, 4)
         s = s + S.lanes(t, 8, 4)
@@ -733,8 +754,8 @@ def _simd_q4_0(row, yq, yp):
 @njit(cache=True)
 def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four_nibbles(_codes_q4_0, _dm_q4_0, _float_q4_0, blocks_q4_0, B_Q4_0,
-                         r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q4_0, _dm_q4_0, _float_q4_0, _prefetch_next4, blocks_q4_0,
+                         B_Q4_0, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -746,8 +767,8 @@ def _simd_q5_0(row, yq, yp):
 @njit(cache=True)
 def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four_nibbles(_codes_q5_0, _dm_q5_0, _float_q5_0, blocks_q5_0, B_Q5_0,
-                         r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q5_0, _dm_q5_0, _float_q5_0, _prefetch_next4_fixed, blocks_q5_0,
+                         B_Q5_0, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -759,8 +780,8 @@ def _simd_q4_1(row, yq, yp):
 @njit(cache=True)
 def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four_nibbles(_codes_q4_1, _dm_q4_1, _float_q4_1, blocks_q4_1, B_Q4_1,
-                         r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q4_1, _dm_q4_1, _float_q4_1, _prefetch_next4, blocks_q4_1,
+                         B_Q4_1, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -772,8 +793,8 @@ def _simd_q5_1(row, yq, yp):
 @njit(cache=True)
 def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four_nibbles(_codes_q5_1, _dm_q5_1, _float_q5_1, blocks_q5_1, B_Q5_1,
-                         r0, r1, r2, r3, yq, yp)
+    return _four_nibbles(_codes_q5_1, _dm_q5_1, _float_q5_1, _prefetch_next4_fixed, blocks_q5_1,
+                         B_Q5_1, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -795,12 +816,12 @@ def _simd4_q8_0(r0, r1, r2, r3, yq, yp):
 # mins of Q4_K/Q5_K). The float parts follow per row (_simd_<t>) or four rows at a time
 # (_simd4_<t>), whose per-row lanes see exactly the same operations.
 
-#: Q4_K/Q5_K scales (int32 x8) laid out so that each :func:`_k4_dots` step's pair of
-#: sub-block scales (0 | 2, 1 | 3, 4 | 6, 5 | 7 for int32 lanes 0..7 | 8..15) is dword
-#: 0, 1, 2, 3 of every 128-bit lane: one in-lane ``vpshufd`` each (_SC16_k, as for
-#: Q6_K) after this one cross-lane permute, where four cross-lane permutes (each a
-#: register of indices) took them
-_K4_SC_LAYOUT = S.permutation([0, 1, 4, 5] * 2 + [2, 3, 6, 7] * 2)
+_SC02, _SC13 = _lane_pairs(0, 2), _lane_pairs(1, 3)
+_SC46, _SC57 = _lane_pairs(4, 6), _lane_pairs(5, 7)
+_SHL_42 = S.constant([4] * 16 + [2] * 16, "u16")      # Q5_K qh bits 0 | 2 -> bit 4
+_SHL_31 = S.constant([3] * 16 + [1] * 16, "u16")      # bits 1 | 3
+_SHR_02 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4 | 6
+_SHR_13 = S.constant([1] * 16 + [3] * 16, "u16")      # bits 5 | 7
 _FOLD2 = S.permutation2([i % 8 + (16 if i >= 8 else 0) for i in range(16)])
 _FOLD2_HI = S.permutation2([8 + i % 8 + (16 if i >= 8 else 0) for i in range(16)])
 _SPREAD01 = S.permutation([0] * 8 + [1] * 8)            # 4 row scalars -> 8 lanes each
@@ -853,43 +874,39 @@ def _k4_scales(row, p):
 
 
 @njit(inline="always", cache=True)
-def _k4_dots(lo0, hi0, lo1, hi1, sc8, yp, pp):
-    """The scaled class sums of a Q4_K/Q5_K block from its codes and its scales (uint16
-    x8), in 16 int32 lanes."""
-    sc = S.opaque(_K4_SC_LAYOUT(S.opaque(S.convert(sc8, "i32"))))   # LLVM would merge
+def _k4_dots(lo0, hi0, lo1, hi1, sc, yp, pp):
+    """The scaled class sums of a Q4_K/Q5_K block from its codes, in 16 int32 lanes."""
     z = S.zeros(16, "i32")
-    a = _scaled(z, S.dpbusd(z, lo0, S.load(yp, pp, 64, "i8")), _SC16_0(sc))
-    a = _scaled(a, S.dpbusd(z, hi0, S.load(yp, pp + 64, 64, "i8")), _SC16_1(sc))
-    a = _scaled(a, S.dpbusd(z, lo1, S.load(yp, pp + 128, 64, "i8")), _SC16_2(sc))
-    return _scaled(a, S.dpbusd(z, hi1, S.load(yp, pp + 192, 64, "i8")), _SC16_3(sc))
+    a = _scaled(z, S.dpbusd(z, lo0, S.load(yp, pp, 64, "i8")), _SC02(sc))
+    a = _scaled(a, S.dpbusd(z, hi0, S.load(yp, pp + 64, 64, "i8")), _SC13(sc))
+    a = _scaled(a, S.dpbusd(z, lo1, S.load(yp, pp + 128, 64, "i8")), _SC46(sc))
+    return _scaled(a, S.dpbusd(z, hi1, S.load(yp, pp + 192, 64, "i8")), _SC57(sc))
 
 
 @njit(inline="always", cache=True)
 def _q4_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qs@16, 144 B
     _prefetch(row, p, B_Q4_K, ahead)
     sc8, mins = _k4_scales(row, p)
+    sc = S.opaque(S.convert(sc8, "i32"))
     w0 = _CLASS32X2(S.load(row, p + 16, 64, "u8"))
     w1 = _CLASS32X2(S.load(row, p + 80, 64, "u8"))
-    return _k4_dots(w0 & 15, w0 >> 4, w1 & 15, w1 >> 4, sc8, yp, pp), mins
+    return _k4_dots(w0 & 15, w0 >> 4, w1 & 15, w1 >> 4, sc, yp, pp), mins
 
 
 @njit(inline="always", cache=True)
 def _q5_k_ints(row, p, yp, pp, ahead):       # d@0 dmin@2 scales@4 qh@16 qs@48, 176 B
     _prefetch(row, p, B_Q5_K, ahead)
     sc8, mins = _k4_scales(row, p)
-    qh = S.load(row, p + 16, 32, "u8")               # bit s of byte j: value 32s + j's bit 4
-    # the copy for the high halves shifted by 2, so that both halves of w0 (sub-blocks
-    # 0 | 2, 1 | 3) and of w1 (4 | 6, 5 | 7) find their bit at one place: 0, 1, 4, 5
-    # (16-bit shifts by constants: bits crossing into a neighbour byte land outside those)
-    qs = S.bitcast(S.bitcast(qh, "u16") >> 2, "u8")
-    h = S.bitcast(_CLASS32X2(S.concat(qh, qs)), "u16")
+    sc = S.opaque(S.convert(sc8, "i32"))
+    qh = S.load(row, p + 16, 32, "u8")
+    h = S.bitcast(_CLASS32X2(S.concat(qh, qh)), "u16")     # bit 2j: sub-block 2j's bit 4
     w0 = _CLASS32X2(S.load(row, p + 48, 64, "u8"))
     w1 = _CLASS32X2(S.load(row, p + 112, 64, "u8"))
-    lo0 = (w0 & 15) | (S.bitcast(h << 4, "u8") & 16)
-    hi0 = (w0 >> 4) | (S.bitcast(h << 3, "u8") & 16)
-    lo1 = (w1 & 15) | (S.bitcast(h, "u8") & 16)
-    hi1 = (w1 >> 4) | (S.bitcast(h >> 1, "u8") & 16)
-    return _k4_dots(lo0, hi0, lo1, hi1, sc8, yp, pp), mins
+    lo0 = (w0 & 15) | (S.bitcast(h << _SHL_42(), "u8") & 16)
+    hi0 = (w0 >> 4) | (S.bitcast(h << _SHL_31(), "u8") & 16)
+    lo1 = (w1 & 15) | (S.bitcast(h >> _SHR_02(), "u8") & 16)
+    hi1 = (w1 >> 4) | (S.bitcast(h >> _SHR_13(), "u8") & 16)
+    return _k4_dots(lo0, hi0, lo1, hi1, sc, yp, pp), mins
 
 
 @njit(inline="always", cache=True)
@@ -973,13 +990,8 @@ def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
     return _rows4_result(sumf, s01, s23)
 
 
-#: Q6_K high bits of a 64-value chunk from its 32 ``qh`` bytes held in both 256-bit halves
-#: (values 0..31 of the chunk in the low half, 32..63 in the high): bits 4, 5 of each
-#: byte are its value's 2 high bits, the others 0 (one ``vgf2p8affineqb`` per chunk).
-#: Low-nibble chunks take qh bits 0, 1 (low half) and 2, 3 (high half); high-nibble
-#: chunks bits 4, 5 and 6, 7
-_Q6_HLO = S.bit_pickers([(-1, -1, -1, -1, 0, 1)] * 4 + [(-1, -1, -1, -1, 2, 3)] * 4)
-_Q6_HHI = S.bit_pickers([(-1, -1, -1, -1, 4, 5)] * 4 + [(-1, -1, -1, -1, 6, 7)] * 4)
+_SHL_Q6 = S.constant([4] * 16 + [2] * 16, "u16")      # qh bits 0-1 | 2-3 -> bits 4-5
+_SHR_Q6 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4-5 | 6-7 -> bits 4-5
 #: Q6_K scale of int16 lane t of the scales vector: value chunk m's scale pairs (4m, 4m+1
 #: for _pairs16 dwords 0..7, 4m+2, 4m+3 for 8..15) are dword m of each 128-bit lane, taken
 #: by one in-lane ``vpshufd`` (_SC16_m; as :data:`_Q3_SC_OF` for Q3_K)
@@ -1003,24 +1015,19 @@ def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 
     sc = S.bitcast(S.opaque(S.convert(_Q6_SC_OF(S.load(row, p + 192, 16, "i8")), "i16")), "i32")
     x0 = S.load(row, p, 64, "u8")                      # ql: values 0..63 (low), 64..127 (high)
     h0 = S.load(row, p + 128, 32, "u8")
-    h = S.concat(h0, h0)
+    h = S.bitcast(S.concat(h0, h0), "u16")
     z = S.zeros(16, "i32")
-    a = _pairs_dot(z, _PAIRS16((x0 & 15) | _Q6_HLO(h)), yp, pp, pp + 256, _SC16_0(sc))
-    b = _pairs_dot(z, _PAIRS16(_nibbles_hi(x0) | _Q6_HHI(h)), yp, pp + 64, pp + 320,
-                   _SC16_1(sc))
+    a = _pairs_dot(z, _PAIRS16((x0 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp, pp,
+                   pp + 256, _SC16_0(sc))
+    a = _pairs_dot(a, _PAIRS16((x0 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
+                   pp + 64, pp + 320, _SC16_1(sc))
     x1 = S.load(row, p + 64, 64, "u8")                 # values 128..191, 192..255
     h1 = S.load(row, p + 160, 32, "u8")
-    h = S.concat(h1, h1)
-    a = _pairs_dot(a, _PAIRS16((x1 & 15) | _Q6_HLO(h)), yp, pp + 128, pp + 384, _SC16_2(sc))
-    b = _pairs_dot(b, _PAIRS16(_nibbles_hi(x1) | _Q6_HHI(h)), yp, pp + 192, pp + 448,
-                   _SC16_3(sc))
-    return a + b
-
-
-@njit(inline="always", cache=True)
-def _nibbles_hi(x):
-    """The high nibble of each byte of x (uint8 x64): a 16-bit shift and a mask."""
-    return S.bitcast(S.bitcast(x, "u16") >> 4, "u8") & 15
+    h = S.bitcast(S.concat(h1, h1), "u16")
+    a = _pairs_dot(a, _PAIRS16((x1 & 15) | (S.bitcast(h << _SHL_Q6(), "u8") & 0x30)), yp,
+                   pp + 128, pp + 384, _SC16_2(sc))
+    return _pairs_dot(a, _PAIRS16((x1 >> 4) | (S.bitcast(h >> _SHR_Q6(), "u8") & 0x30)), yp,
+                      pp + 192, pp + 448, _SC16_3(sc))
 
 
 #: Q3_K codes of the 4 bit planes from two bytes per value: x holds quant bits 0..3
