@@ -18,7 +18,7 @@ dispatch, thread wake-up), ``memory_bandwidth.by_type`` (bytes/s the executor's
 matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP/s the
 executor's matmul nodes reach per weight type) and ``op_costs``: each op kind's measured
 time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right after a
-small op, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
+small op, measured but not modelled, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
 right after a flush with the kind not run since, ``since_bytes`` the bytes streamed since
 the kind last ran at each curve's calls; flash attention's query tiles in
 ``flash_attn_tiled``; the decode matvec per weight type in ``matvec``), as ``[bytes, flops,
@@ -84,11 +84,12 @@ class Hardware:
         return float(by_type.get(type_name, self.peak_flops)) if type_name else self.peak_flops
 
     def op_curve(self, op: str, type_name: str | None = None,
-                 after_matmul: bool = True, head_size: int | None = None,
-                 tokens: int = 1) -> list | None:
+                 head_size: int | None = None, tokens: int = 1) -> list | None:
         """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
-        weight type; another op: run right after a matmul, or with ``after_matmul`` False
-        right after a small op; flash attention: at the measured head size nearest
+        weight type; another op: ``by_op``, run right after a matmul, whatever ran before
+        the node: ``by_op_chained``, the call repeated after a small op, read 1.5-2x a
+        decode's SCALE after a ROPE and SET_ROWS after a SET_ROWS, docs/executor.md;
+        flash attention: at the measured head size nearest
         ``head_size``, keys ``FLASH_ATTN_EXT@D``, and for ``tokens`` queries from
         ``op_costs.flash_attn_tile_min_tokens`` on, the query-tile kernel's curves,
         ``op_costs.flash_attn_tiled``; another op of more than one token: its curve
@@ -98,8 +99,7 @@ class Hardware:
         if op in ops.MATMUL:
             pts = (oc.get("matvec") or {}).get(type_name)
             return sorted(pts) if pts else None
-        table = (oc.get("by_op" if after_matmul else "by_op_chained") or {}) \
-            or (oc.get("by_op") or {})
+        table = oc.get("by_op") or {}
         tile_min = oc.get("flash_attn_tile_min_tokens")
         if op == "FLASH_ATTN_EXT" and tile_min and tokens >= tile_min \
                 and oc.get("flash_attn_tiled"):
@@ -114,7 +114,7 @@ class Hardware:
                 key = sizes[min(sizes, key=lambda d: (abs(d - head_size), d))]
         pts = table.get(key)
         if not pts and op == GET_ROWS_ACTIVATION:     # a profile from before the key
-            return self.op_curve("GET_ROWS", type_name, after_matmul, head_size, tokens)
+            return self.op_curve("GET_ROWS", type_name, head_size, tokens)
         return sorted(pts) if pts else None
 
     def cold_curve(self, op: str, tokens: int = 1) -> tuple[list, float, float] | None:
@@ -240,8 +240,7 @@ def cold_share(since: float, warm: float, cold: float) -> float:
 
 
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
-                     weight_type: str | None = None, after_matmul: bool = True,
-                     head_size: int | None = None, rows: int = 1,
+                     weight_type: str | None = None, head_size: int | None = None, rows: int = 1,
                      weight_bytes: float | None = None, tokens: int = 1,
                      since: float | None = None) -> float:
     """Modelled seconds of one node on graphcost's executor.
@@ -252,8 +251,7 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     rows rounded up to the type's ``op_costs.matmul_row_tile`` (a kernel that works on
     tiles of activation rows does the padding's work too). Otherwise, with the probe's curve for ``op`` (a matmul: its
     decode matvec for ``weight_type``; another op: the curve measured right after a
-    matmul, or with ``after_matmul`` False after a small op, whose output it reads from
-    the cache): the curve's time at ``nbytes`` (:func:`curve_seconds`; flash attention:
+    matmul, whatever ran before the node, :meth:`Hardware.op_curve`): the curve's time at ``nbytes`` (:func:`curve_seconds`; flash attention:
     at ``flops``, on its ``head_size``'s curve for ``tokens`` queries), never below the
     compute roof ``flops / peak`` (a matmul's peak is its weight type's). A node whose op
     kind last ran ``since`` bytes of streaming ago (matmul weights and every node's bytes,
@@ -273,7 +271,7 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
             padded = -(-rows // tile) * tile
             return curve_seconds(fit[1], weight_bytes) + flops * padded / rows / fit[0]
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
-    curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size, tokens)
+    curve = hw.op_curve(op, weight_type if mat else None, head_size, tokens)
     if curve:
         # flash attention's work is per (query, attended cell) pair: its FLOPs, not its
         # bytes (a prompt's q and output rows are most of its bytes)

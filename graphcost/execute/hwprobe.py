@@ -47,7 +47,7 @@ the same Numba kernels the executor runs.
   ``GET_ROWS@activation``, a GET_ROWS from rows of an activation its matvecs just wrote,
   as the last layer's ``get_rows(cur, inp_out_ids)``), and right
   after the op before it in the ladder's list, as a node in a chain of small ops runs
-  (``by_op_chained``). Each family (one row, several tokens, flash attention for one
+  (``by_op_chained``: measured, not modelled, docs/executor.md). Each family (one row, several tokens, flash attention for one
   query, for a tile) is timed apart, GET_ROWS last. Then each node of the ladders again
   after a flush (a matvec streaming :data:`FLUSH_MIB` MiB, as a step's output matmul
   does) with its kind not run since (``by_op_cold``, ``by_op_tokens_cold``: a step's
@@ -212,7 +212,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         "op_costs": {
             "how": f"each op kind compiled and called as the executor does, at a ladder of "
                    f"sizes: by_op called after a matvec over weights not in the caches, "
-                   f"by_op_chained called again at once (a node after a small op); median "
+                   f"by_op_chained called again at once (a node after a small op; not "
+                   f"modelled: a decode's nodes after a small op take by_op's time); median "
                    f"of {calls} calls; points are [bytes, flops, seconds] (cost model's "
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
                    f"matrix (a new slice each call), and the whole matrix",

@@ -309,7 +309,6 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
     tile_min, tile = oc.get("flash_attn_tile_min_tokens"), oc.get("flash_attn_tile_queries")
     tiled = bool(tile and tile_min and n_tokens >= tile_min and oc.get("flash_attn_tiled"))
     rows = []
-    prev = None                    # the op of the node executed before (None: the step's first)
     moved = [(nc.node.op, 0.0 if nc.cost is None else nc.cost.bytes_read + nc.cost.bytes_written)
              for nc, ran in zip(a.nodes, executed) if ran]
     since = iter(streamed_since([k for k, _ in moved], [b for _, b in moved]))
@@ -323,12 +322,10 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
         if c is not None and ran:
             wtype = gt.type_name(n.src[0].type) if n.src and n.op in ops.MATMUL else None
             pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
-            # a step's first node follows the previous step's last, the output matmul
             f = tile_fraction(n, past, tile) if tiled else \
                 attended_fraction(n, past + (n_tokens + 1) / 2)
             mat = n.op in ops.MATMUL
             model = executor_seconds(model_op(n), nbytes * f, flops * f, hw, wtype,
-                                     after_matmul=prev is None or prev in ops.MATMUL,
                                      head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
                                      else None,
                                      rows=n.src[1].ne[1] * n.src[1].ne[2] * n.src[1].ne[3]
@@ -336,8 +333,6 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
                                      weight_bytes=n.src[0].data_bytes if mat else None,
                                      tokens=n_tokens if n.ne[1] * n.ne[2] * n.ne[3] > 1
                                      else 1, since=since_n)
-        if ran:
-            prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
                             float(sec) if ran else None, nbytes, flops, pred, bound, model,
                             n.op in NUMPY_OPS))
