@@ -746,6 +746,38 @@ def or_if(typingctx, a, cond, value):
 
 
 @intrinsic(prefer_literal=True)
+def add_if_bit(typingctx, a, src, idx, value):
+    """``a[i] + value`` where bit ``idx[i] % 64`` of 64-bit lane ``i // 8`` of ``src`` is
+    set, else ``a[i]`` (64 uint8 lanes; ``src`` any 64-byte vector, ``idx`` uint8 x64).
+    With AVX512_BITALG one ``vpshufbitqmb`` (the bit pick, into a mask register) and a
+    masked ``vpaddb``; elsewhere shifts of the 64-bit lanes."""
+    if not (isinstance(a, Vec) and a.n == 64 and a.dtype in (types.uint8, types.int8)
+            and isinstance(src, Vec) and src.n * src.dtype.bitwidth == 512
+            and isinstance(idx, Vec) and idx.n == 64 and idx.dtype == types.uint8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        feats = _target_features(context)
+        x, i8x64 = args[0], ir.VectorType(ir.IntType(8), 64)
+        s8 = builder.bitcast(args[1], i8x64)
+        if "avx512bitalg" in feats and "avx512bw" in feats:
+            mask = _x86_call(builder, "llvm.x86.avx512.vpshufbitqmb.512",
+                             ir.VectorType(ir.IntType(1), 64), [s8, args[2]])
+            x = builder.asm(ir.FunctionType(x.type, [x.type]), "", "=v,0", [x], False)
+        else:
+            i64 = ir.IntType(64)
+            q = builder.bitcast(args[1], ir.VectorType(i64, 8))
+            q = _shuffle(builder, q, q, [i // 8 for i in range(64)])
+            sh = builder.zext(builder.and_(args[2], _const_vec(types.uint8, [63] * 64)),
+                              ir.VectorType(i64, 64))
+            mask = builder.trunc(builder.lshr(q, sh), ir.VectorType(ir.IntType(1), 64))
+        v = _splat_ir(context, builder, args[3], value, a)
+        return builder.select(mask, builder.add(x, v), x)
+
+    return a(a, src, idx, value), codegen
+
+
+@intrinsic(prefer_literal=True)
 def bit_field(typingctx, a, shift, width):
     """``(a[i] >> shift) & (2**width - 1)`` for uint8 lanes (literal shift and width):
     one ``vgf2p8affineqb`` with GFNI (a bit matrix moving bits shift..shift+width-1 to

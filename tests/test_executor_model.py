@@ -59,16 +59,15 @@ def test_model_uses_the_curve_of_the_op_and_of_the_weight_type():
     assert executor_seconds("ADD", 2e6, 5e5, hw) == pytest.approx(1.05e-4)
 
 
-def test_model_picks_the_curve_for_what_ran_before():
+def test_model_reads_the_after_matmul_curve_whatever_ran_before():
+    """``by_op_chained`` (the call repeated after a small op) is measured but not
+    modelled: a decode's SCALE after a ROPE and SET_ROWS after a SET_ROWS take what the
+    probe's call right after a matmul takes (docs/executor.md)."""
     hot = [[1000, 10, 1e-6], [7000, 70, 3e-6]]
     hw = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_chained": {"RMS_NORM": hot}})
-    # right after a matmul: 4 us at 3000 B; after a small op: 1 + 2 * 2000 / 6000 us
+    # by_op's point at 3000 B: 4 us (the chained curve would give 1 + 2 * 2000 / 6000 us)
     assert executor_seconds("RMS_NORM", 3000, 0, hw) == pytest.approx(4e-6)
-    assert executor_seconds("RMS_NORM", 3000, 0, hw, after_matmul=False) == pytest.approx(
-        (1 + 2 * 2000 / 6000) * 1e-6)
-    # a profile with no chained curve uses the one it has
-    hw1 = measured(op_costs={"by_op": {"RMS_NORM": CURVE}})
-    assert executor_seconds("RMS_NORM", 3000, 0, hw1, after_matmul=False) == pytest.approx(4e-6)
+    assert hw.op_curve("RMS_NORM") == sorted(CURVE)
 
 
 def test_get_rows_from_an_activation_has_a_curve_of_its_own():
@@ -94,6 +93,82 @@ def test_get_rows_from_an_activation_has_a_curve_of_its_own():
         (1 + 2 * 2000 / 6000) * 1e-6)
     hw0 = measured(op_costs={"by_op": {"GET_ROWS": CURVE}})
     assert executor_seconds(hwmod.GET_ROWS_ACTIVATION, 3000, 0, hw0) == pytest.approx(4e-6)
+
+
+@pytest.mark.parametrize("since,share", [
+    (1e6, 0.0),                        # below the warm curve's figure: warm
+    (2e6, 0.0),
+    (4e6, 0.5),                        # log(4/2) / log(8/2) = 1/2
+    (2e6 * 2 ** 1.5, 0.75),            # log(2^1.5) / log(4) = 1.5 / 2
+    (8e6, 1.0),
+    (171e6, 1.0),                      # past the cold curve's figure: cold
+], ids=["below", "warm", "half", "three_quarters", "cold", "beyond"])
+def test_cold_share_is_log_linear_between_the_probes_two_figures(since, share):
+    assert hwmod.cold_share(since, 2e6, 8e6) == pytest.approx(share, abs=1e-12)
+
+
+def test_streamed_since_counts_back_to_the_kinds_last_node_a_step_taken_as_repeating():
+    from graphcost.execute.profile import streamed_since
+    # a step of A(1 B) B(2) A(4) C(8), 15 B in all, run again and again:
+    # A first: since the A of the step before, C's 8; B, the only B: since itself a step
+    # before, 4 + 8 + 1 = 13; A second: since the first A, B's 2; C: 1 + 2 + 4 = 7
+    assert streamed_since(["A", "B", "A", "C"], [1, 2, 4, 8]) == [8, 13, 2, 7]
+    assert streamed_since(["A"], [5]) == [0]       # one node: nothing ran in between
+    assert streamed_since([], []) == []
+
+
+#: a cold curve: 10 us at 1000 B, 30 us at 7000 B
+COLD = [[1000, 10, 10e-6], [7000, 70, 30e-6]]
+
+
+def test_a_node_whose_kind_ran_long_ago_moves_toward_the_cold_curve():
+    """issue 12: a step's first node of its kind, after the output matmul (layer 0's GEGLU,
+    the token embedding gather), meets its code and tables out of the caches; the probe
+    times each kind right after a flush (by_op_cold) and says how much streamed since the
+    kind last ran at the calls of both curves (since_bytes)."""
+    since = {"by_op": {"GEGLU": 2e6}, "by_op_cold": {"GEGLU": 8e6},
+             "by_op_tokens": {"GEGLU": 1e6}, "by_op_tokens_cold": {"GEGLU": 4e6}}
+    rows = [[1000, 10, 20e-6], [7000, 70, 40e-6]]
+    hw = measured(op_costs={"by_op": {"GEGLU": CURVE}, "by_op_cold": {"GEGLU": COLD},
+                            "by_op_tokens": {"GEGLU": rows},
+                            "by_op_tokens_cold": {"GEGLU": [[1000, 10, 60e-6]]},
+                            "since_bytes": since})
+    assert hw.cold_curve("GEGLU") == (COLD, 2e6, 8e6)
+    assert hw.cold_curve("ADD") is None
+    # 3000 B: warm 4 us, cold 10 + 20 * 2000 / 6000 us = 16.67 us
+    cold_3000 = (10 + 20 * 2000 / 6000) * 1e-6
+    assert executor_seconds("GEGLU", 3000, 0, hw) == pytest.approx(4e-6)
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=1.5e6) == pytest.approx(4e-6)
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=8e6) == pytest.approx(cold_3000)
+    # 4 MB since: half way (cold_share 0.5)
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=4e6) == pytest.approx(
+        4e-6 + 0.5 * (cold_3000 - 4e-6))
+    # several tokens: the curves measured on several tokens and their figures; 2 MB is
+    # log(2/1) / log(4/1) = half way from 20 + 20 * 2000 / 6000 us to 60 us
+    warm_rows = (20 + 20 * 2000 / 6000) * 1e-6
+    assert executor_seconds("GEGLU", 3000, 0, hw, tokens=16, since=2e6) == pytest.approx(
+        warm_rows + 0.5 * (60e-6 - warm_rows))
+    # a profile without the figures, or with figures that do not grow: the warm curve
+    for oc in ({"by_op": {"GEGLU": CURVE}, "by_op_cold": {"GEGLU": COLD}},
+               {"by_op": {"GEGLU": CURVE}, "by_op_cold": {"GEGLU": COLD},
+                "since_bytes": {"by_op": {"GEGLU": 8e6}, "by_op_cold": {"GEGLU": 8e6}}}):
+        assert executor_seconds("GEGLU", 3000, 0, measured(op_costs=oc),
+                                since=171e6) == pytest.approx(4e-6)
+    # matmuls have no cold curve: their weights stream from memory either way
+    hw_mm = measured(op_costs={"matvec": {"q4_K": CURVE}, "by_op_cold": {"MUL_MAT": COLD},
+                               "since_bytes": {"by_op": {"MUL_MAT": 1.0},
+                                               "by_op_cold": {"MUL_MAT": 2.0}}})
+    assert executor_seconds("MUL_MAT", 5000, 1e4, hw_mm, "q4_K", since=1e9) == \
+        pytest.approx(8e-6)
+
+
+def test_bad_since_bytes_are_one_line():
+    with pytest.raises(GraphcostError, match=r"op_costs.since_bytes.by_op.GEGLU must be"):
+        measured(op_costs={"since_bytes": {"by_op": {"GEGLU": -1}}})
+    with pytest.raises(GraphcostError, match=r"op_costs.since_bytes.by_op must be"):
+        measured(op_costs={"since_bytes": {"by_op": 3}})
+    with pytest.raises(GraphcostError, match=r"op_costs.by_op_cold.ADD must list"):
+        measured(op_costs={"by_op_cold": {"ADD": []}})
 
 
 def test_peak_per_weight_type_sets_the_compute_roof():
@@ -287,12 +362,10 @@ def test_nodes_of_several_tokens_take_the_curve_measured_on_several_tokens():
     rows = [[1000, 10, 5e-6], [7000, 70, 6e-6]]
     hw = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_chained": {"RMS_NORM": CURVE},
                             "by_op_tokens": {"RMS_NORM": rows}, "by_op_tokens_rows": 16})
-    # one token: the one-row curve, 4 us at 3000 B; 21 tokens: 5 + 1 * 2000 / 6000 us,
-    # whether after a matmul or a small op
+    # one token: the one-row curve, 4 us at 3000 B; 21 tokens: 5 + 1 * 2000 / 6000 us
     assert executor_seconds("RMS_NORM", 3000, 0, hw) == pytest.approx(4e-6)
-    for after in (True, False):
-        assert executor_seconds("RMS_NORM", 3000, 0, hw, after_matmul=after,
-                                tokens=21) == pytest.approx((5 + 2000 / 6000) * 1e-6)
+    assert executor_seconds("RMS_NORM", 3000, 0, hw,
+                            tokens=21) == pytest.approx((5 + 2000 / 6000) * 1e-6)
     # an op without a several-token curve keeps its one-row curve
     hw1 = measured(op_costs={"by_op": {"RMS_NORM": CURVE}, "by_op_tokens": {"ADD": rows}})
     assert executor_seconds("RMS_NORM", 3000, 0, hw1, tokens=21) == pytest.approx(4e-6)

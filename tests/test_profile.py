@@ -261,6 +261,18 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert set(oc["flash_attn_tiled"]) == {"FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64",
                                            "FLASH_ATTN_EXT@256"}
     assert all(len(pts) == len(FA_TILE_CELLS) for pts in oc["flash_attn_tiled"].values())
+    # every op kind of the ladders again right after a flush, its kind not run since
+    # (issue 12: a step's first node of a kind, after the output matmul), and how much
+    # streamed since the kind last ran at the calls of each curve: the flush (at most 4x
+    # --mib: 64 MiB here) and the node's own feeding matvecs at the cold calls, more
+    # than at the warm ones
+    assert set(oc["by_op_cold"]) == {op for op in oc["by_op"] if "FLASH" not in op}
+    assert set(oc["by_op_tokens_cold"]) == set(oc["by_op_tokens"])
+    assert all(len(pts) == len(LADDER) for pts in oc["by_op_cold"].values())
+    since = oc["since_bytes"]
+    for warm in ("by_op", "by_op_tokens"):
+        for op in oc[warm + "_cold"]:
+            assert since[warm + "_cold"][op] >= 64 << 20 > since[warm][op] > 0, (warm, op)
     # flash attention's points are the attended cells' share of the node's cost: 16 of a
     # 256-cell window at head size 64, 4 heads, one query: K and V 2 * 16 * 64 * 2 B =
     # 4096 B, q and the output 2 * 4 * 64 * 4 B = 2048 B, the mask 256 * 2 B, all / 16

@@ -18,7 +18,9 @@ dispatch, thread wake-up), ``memory_bandwidth.by_type`` (bytes/s the executor's
 matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP/s the
 executor's matmul nodes reach per weight type) and ``op_costs``: each op kind's measured
 time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right after a
-small op, ``by_op_tokens`` on several tokens; flash attention's query tiles in
+small op, measured but not modelled, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
+right after a flush with the kind not run since, ``since_bytes`` the bytes streamed since
+the kind last ran at each curve's calls; flash attention's query tiles in
 ``flash_attn_tiled``; the decode matvec per weight type in ``matvec``), as ``[bytes, flops,
 seconds]`` points, and the prompt matmuls per weight type in ``matmul`` as ``[weight
 bytes, flops, seconds]`` (with ``matvec_max_rows``, ``matmul_row_tile``,
@@ -33,6 +35,7 @@ model (:mod:`graphcost.cost.speed_model`) fitted against llama-bench on that mac
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -81,11 +84,12 @@ class Hardware:
         return float(by_type.get(type_name, self.peak_flops)) if type_name else self.peak_flops
 
     def op_curve(self, op: str, type_name: str | None = None,
-                 after_matmul: bool = True, head_size: int | None = None,
-                 tokens: int = 1) -> list | None:
+                 head_size: int | None = None, tokens: int = 1) -> list | None:
         """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
-        weight type; another op: run right after a matmul, or with ``after_matmul`` False
-        right after a small op; flash attention: at the measured head size nearest
+        weight type; another op: ``by_op``, run right after a matmul, whatever ran before
+        the node: ``by_op_chained``, the call repeated after a small op, read 1.5-2x a
+        decode's SCALE after a ROPE and SET_ROWS after a SET_ROWS, docs/executor.md;
+        flash attention: at the measured head size nearest
         ``head_size``, keys ``FLASH_ATTN_EXT@D``, and for ``tokens`` queries from
         ``op_costs.flash_attn_tile_min_tokens`` on, the query-tile kernel's curves,
         ``op_costs.flash_attn_tiled``; another op of more than one token: its curve
@@ -95,8 +99,7 @@ class Hardware:
         if op in ops.MATMUL:
             pts = (oc.get("matvec") or {}).get(type_name)
             return sorted(pts) if pts else None
-        table = (oc.get("by_op" if after_matmul else "by_op_chained") or {}) \
-            or (oc.get("by_op") or {})
+        table = oc.get("by_op") or {}
         tile_min = oc.get("flash_attn_tile_min_tokens")
         if op == "FLASH_ATTN_EXT" and tile_min and tokens >= tile_min \
                 and oc.get("flash_attn_tiled"):
@@ -111,8 +114,27 @@ class Hardware:
                 key = sizes[min(sizes, key=lambda d: (abs(d - head_size), d))]
         pts = table.get(key)
         if not pts and op == GET_ROWS_ACTIVATION:     # a profile from before the key
-            return self.op_curve("GET_ROWS", type_name, after_matmul, head_size, tokens)
+            return self.op_curve("GET_ROWS", type_name, head_size, tokens)
         return sorted(pts) if pts else None
+
+    def cold_curve(self, op: str, tokens: int = 1) -> tuple[list, float, float] | None:
+        """(curve, warm bytes, cold bytes) for ``op`` met cold: the probe's
+        ``op_costs.by_op_cold`` curve (``by_op_tokens_cold`` for a node of several tokens
+        where ``op`` has a curve on several tokens, as :meth:`op_curve` picks), each call
+        right after a flush, the op kind not run since; with the median bytes streamed
+        since the kind last ran at the calls of the warm curve (``by_op`` or
+        ``by_op_tokens``) and of the cold one (``op_costs.since_bytes``). None when the
+        profile has no such curve or figures (an older profile), or they do not grow."""
+        oc = self.extra.get("op_costs") or {}
+        warm = "by_op_tokens" if tokens > 1 and op in (oc.get("by_op_tokens") or {}) \
+            else "by_op"
+        pts = (oc.get(warm + "_cold") or {}).get(op)
+        since = oc.get("since_bytes") or {}
+        lo = (since.get(warm) or {}).get(op)
+        hi = (since.get(warm + "_cold") or {}).get(op)
+        if not pts or not lo or not hi or hi <= lo:
+            return None
+        return sorted(pts), float(lo), float(hi)
 
     def matmul_points(self, type_name: str | None) -> list | None:
         """The probe's prompt-matmul points for ``type_name`` weights
@@ -204,10 +226,23 @@ def model_op(node) -> str:
     return node.op
 
 
+def cold_share(since: float, warm: float, cold: float) -> float:
+    """How far a node whose op kind last ran ``since`` bytes of streaming ago is from its
+    warm probe curve (measured ``warm`` bytes after the kind last ran) toward its cold one
+    (``cold`` bytes after): 0 up to ``warm``, 1 from ``cold`` on, linear in log(bytes)
+    between (what a cache keeps falls off with each doubling of what streamed through
+    it; the probe measured only the two ends)."""
+    if since <= warm:
+        return 0.0
+    if since >= cold:
+        return 1.0
+    return math.log(since / warm) / math.log(cold / warm)
+
+
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
-                     weight_type: str | None = None, after_matmul: bool = True,
-                     head_size: int | None = None, rows: int = 1,
-                     weight_bytes: float | None = None, tokens: int = 1) -> float:
+                     weight_type: str | None = None, head_size: int | None = None, rows: int = 1,
+                     weight_bytes: float | None = None, tokens: int = 1,
+                     since: float | None = None) -> float:
     """Modelled seconds of one node on graphcost's executor.
 
     A matmul of more than :attr:`Hardware.matvec_max_rows` activation ``rows`` (a
@@ -216,10 +251,14 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     rows rounded up to the type's ``op_costs.matmul_row_tile`` (a kernel that works on
     tiles of activation rows does the padding's work too). Otherwise, with the probe's curve for ``op`` (a matmul: its
     decode matvec for ``weight_type``; another op: the curve measured right after a
-    matmul, or with ``after_matmul`` False after a small op, whose output it reads from
-    the cache): the curve's time at ``nbytes`` (:func:`curve_seconds`; flash attention:
+    matmul, whatever ran before the node, :meth:`Hardware.op_curve`): the curve's time at ``nbytes`` (:func:`curve_seconds`; flash attention:
     at ``flops``, on its ``head_size``'s curve for ``tokens`` queries), never below the
-    compute roof ``flops / peak`` (a matmul's peak is its weight type's). Without one (an op the probe did not
+    compute roof ``flops / peak`` (a matmul's peak is its weight type's). A node whose op
+    kind last ran ``since`` bytes of streaming ago (matmul weights and every node's bytes,
+    :func:`graphcost.execute.profile.streamed_since`) moves from that curve toward the
+    kind's cold curve by :func:`cold_share` (:meth:`Hardware.cold_curve`: a step's first
+    node of its kind, after the output matmul, meets its code and tables out of the
+    caches). Without a curve (an op the probe did not
     time, an older or datasheet profile): the per-call overhead of ``op`` plus the
     roofline with the memory roof lowered to the matvec rate for ``weight_type`` (other
     ops stream at the bandwidth)."""
@@ -232,12 +271,18 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
             padded = -(-rows // tile) * tile
             return curve_seconds(fit[1], weight_bytes) + flops * padded / rows / fit[0]
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
-    curve = hw.op_curve(op, weight_type if mat else None, after_matmul, head_size, tokens)
+    curve = hw.op_curve(op, weight_type if mat else None, head_size, tokens)
     if curve:
         # flash attention's work is per (query, attended cell) pair: its FLOPs, not its
         # bytes (a prompt's q and output rows are most of its bytes)
         at = (flops, 1) if op == "FLASH_ATTN_EXT" else (nbytes, 0)
-        return max(curve_seconds(curve, *at), flops / peak)
+        sec = curve_seconds(curve, *at)
+        cold = None if since is None or mat else hw.cold_curve(op, tokens)
+        if cold is not None:
+            share = cold_share(since, cold[1], cold[2])
+            if share:
+                sec += share * (curve_seconds(cold[0], *at) - sec)
+        return max(sec, flops / peak)
     rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth
     return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate, peak)[0]
 
@@ -310,11 +355,14 @@ def parse(doc: Any, path: Path | None) -> Hardware:
             if not _is_int(v):
                 raise GraphcostError(f"{where}: op_costs.matmul_row_tile.{key} must be an "
                                      f"integer >= 1, got {_show(v)}")
-        for part in ("by_op", "by_op_chained", "by_op_tokens", "matvec", "matmul",
-                     "flash_attn_tiled"):
+        for part in ("by_op", "by_op_chained", "by_op_tokens", "by_op_cold",
+                     "by_op_tokens_cold", "matvec", "matmul", "flash_attn_tiled"):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
                                        where).items():
                 _check_curve(pts, f"op_costs.{part}.{key}", where)
+        for part, v in mapping_of(oc.get("since_bytes") or {}, "dict",
+                                  "op_costs.since_bytes", where).items():
+            mapping_of(v, "positive", f"op_costs.since_bytes.{part}", where)
         for key in ("matvec_max_rows", "flash_attn_tile_min_tokens", "flash_attn_tile_queries",
                     "by_op_tokens_rows"):
             v = oc.get(key)

@@ -47,8 +47,16 @@ the same Numba kernels the executor runs.
   ``GET_ROWS@activation``, a GET_ROWS from rows of an activation its matvecs just wrote,
   as the last layer's ``get_rows(cur, inp_out_ids)``), and right
   after the op before it in the ladder's list, as a node in a chain of small ops runs
-  (``by_op_chained``). Each family (one row, several tokens, flash attention for one
-  query, for a tile) is timed apart, GET_ROWS last. MUL_MAT is measured per weight type
+  (``by_op_chained``: measured, not modelled, docs/executor.md). Each family (one row, several tokens, flash attention for one
+  query, for a tile) is timed apart, GET_ROWS last. Then each node of the ladders again
+  after a flush (a matvec streaming :data:`FLUSH_MIB` MiB, as a step's output matmul
+  does) with its kind not run since (``by_op_cold``, ``by_op_tokens_cold``: a step's
+  first node of its kind, after the output matmul; one flush before the nodes of one
+  size, one of each kind, so that the path all calls share is warm again as in a
+  step); ``since_bytes`` gives, per curve, the median bytes streamed (matvec weights
+  and the nodes' bytes) since a node of its kind last ran at its calls, the figure the
+  executor model places a node between the two by
+  (:func:`graphcost.cost.hardware.cold_share`). MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
   last-level cache), and the whole matvec itself.
@@ -161,7 +169,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     peak_by_type = {name: round(best) for name, pts in prompt_mm.items()
                     if (best := max([hot[name]] + [f / t for _, f, t in pts if t > 0])) > 0}
     say("op costs")
-    by_op, chained, fa_tiled, by_tokens = op_costs(ctx, rng, calls, mib)
+    by_op, chained, fa_tiled, by_tokens, by_op_cold, by_tokens_cold, since = \
+        op_costs(ctx, rng, calls, mib)
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
     overhead = float(np.median(list(overheads.values())))
@@ -203,7 +212,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         "op_costs": {
             "how": f"each op kind compiled and called as the executor does, at a ladder of "
                    f"sizes: by_op called after a matvec over weights not in the caches, "
-                   f"by_op_chained called again at once (a node after a small op); median "
+                   f"by_op_chained called again at once (a node after a small op; not "
+                   f"modelled: a decode's nodes after a small op take by_op's time); median "
                    f"of {calls} calls; points are [bytes, flops, seconds] (cost model's "
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
                    f"matrix (a new slice each call), and the whole matrix",
@@ -211,6 +221,16 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "by_op_chained": chained,
             "by_op_tokens": by_tokens,
             "by_op_tokens_rows": LADDER_TOKENS,
+            "by_op_cold": by_op_cold,
+            "by_op_tokens_cold": by_tokens_cold,
+            "since_bytes": since,
+            "cold_how": f"by_op_cold, by_op_tokens_cold: each node after a matvec "
+                        f"streaming {min(FLUSH_MIB, 4 * mib)} MiB (a step's output "
+                        f"matmul), its op kind not run since (one flush before the nodes "
+                        f"of one size, one of each kind, in an order turning round by "
+                        f"round), median of {max(3, calls // 2)}; since_bytes: per curve, the "
+                        f"median bytes streamed (matvec weights, nodes' bytes) since a "
+                        f"node of its op kind last ran, at its calls",
             "matvec": matvec,
             "flash_attn_tiled": fa_tiled,
             "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
@@ -451,8 +471,33 @@ def _ladder_nodes(tile: int):
                 fa.append((table + fa_key(d),
                            g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kv[0], kv[1], mask,
                                             d ** -0.5, 0.0, 0.0), cells / n_kv,
-                           ("flash " + table, d, cells)))
+                           (FLASH + table, d, cells)))
     return [(op, node, 1.0, group) for op, node, group in out] + fa, masks, gathers
+
+
+#: the group name of flash attention's families (they have no flushed curves)
+FLASH = "flash "
+#: MiB the probe's flush streams (at most 4x its ``mib``): a matvec over a matrix of its
+#: own, like a step's output matmul (gemma3 270M's: 171 MiB), which pushes out of the
+#: caches what the step's nodes left there. On the 32 MiB-L3 EPYC VM a stream of 64 MiB
+#: left a GEGLU's and a row select's code and state warm (2.6 and 0.7 us against 1.7
+#: and 0.2 hot) and one of 128 MiB did not (5.7 and 2.1 us), as after the output matmul
+FLUSH_MIB = 192
+
+
+def flusher(ctx, rng, nbytes: int) -> tuple[Callable[[], None], int]:
+    """(call, bytes it streams): a MUL_MAT node of one row by about ``nbytes`` of Q8_0
+    weights of its own, run as the executor runs it (the fused decode matvec)."""
+    from graphcost.execute.weights import random_raw
+
+    q8 = gt.GGMLType.Q8_0
+    rb = gt.row_size(q8, LADDER_K)
+    rows = max(1, nbytes // rb)
+    node = _matmul_node(q8, LADDER_K, rows, 1)
+    w = random_raw(q8, (LADDER_K, rows), rng).reshape(rows, rb)
+    call = _node_calls(node, ctx, [_values(node, [w, rng.standard_normal((1, LADDER_K))
+                                                  .astype(np.float32)])])[1][0]
+    return call, rows * rb
 
 
 def feed_width(n: int) -> int:
@@ -468,7 +513,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     tokens (rows) and a prompt's flash attention (a tile of ``kernels.attention.QT``
     queries a head). Flash attention's bytes and FLOPs are those of the cells it
     attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``,
-    ``tile_fraction``)."""
+    ``tile_fraction``). Then the one-row and several-token curves again after a flush
+    (:func:`flusher`) with the kind not run since, and the bytes streamed since the kind
+    last ran at each curve's calls. Returns (by_op, by_op_chained, flash_attn_tiled,
+    by_op_tokens, by_op_cold, by_op_tokens_cold, since_bytes)."""
     from graphcost.execute.exec_ops import DTYPES, flat_bytes, tensor_view
     from graphcost.execute.weights import random_raw
 
@@ -477,6 +525,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // gt.row_size(q8, LADDER_K))),
                       rng)
     cursor = [0]                        # slices of the pool handed to feeders so far
+    fed: dict[Callable[[], None], int] = {}     # bytes of weights each feeding matvec reads
 
     def feeder(rows: int) -> tuple[Callable[[], None], np.ndarray]:
         """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
@@ -501,6 +550,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         def run():
             mvs[mine[0] % n_slices]()
             mine[0] += 1
+        fed[run] = rows * rb
         return run, flat_bytes(fn.out)
 
     nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
@@ -547,6 +597,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     whole = _node_calls(node, ctx, [_values(node, [pool[: len(pool) // rb * rb], rng
                                                    .standard_normal((1, LADDER_K))
                                                    .astype(np.float32)])])[1][0]
+    fed[whole] = len(pool) // rb * rb
     small = None
     calls_by = []
     for op, node, frac, group in nodes:
@@ -561,9 +612,11 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                 small = small or feeder(1024)[0]
                 before = [small]
         calls_by.append((op, node, frac, call, list(dict.fromkeys(before)),
-                         ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1]))
+                         ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1],
+                         group[1:2]))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
+    flush_cold: list[list[float]] = [[] for _ in calls_by]
     # one family at a time (the one-row ladder, the several-token ladder, flash attention
     # for one query, for a tile of queries): between two calls of a node only its
     # family's nodes and their matvecs run, not flash attention over thousands of cells,
@@ -573,7 +626,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(calls_by):
         groups.setdefault(c[5], []).append(i)
-    for key in sorted(groups, key=lambda k: k[0] == "GET_ROWS"):
+    order = sorted(groups, key=lambda k: k[0] == "GET_ROWS")
+    for key in order:
         part = groups[key]
         for _ in range(calls):
             for i in part:
@@ -583,19 +637,94 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
             # then as a chain of small ops: each right after the one before it in the list
             for i in part:
                 hot[i].append(_seconds(calls_by[i][3]))
+    # then each node as a step's first node of its kind meets it (the token embedding
+    # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
+    # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
+    # kind, each after a flush of its own), in an order that turns round by round: as in
+    # a step, other kinds' nodes ran since the flush, so what all calls share (the call
+    # path, the kernel threads) is warm again. After every warm curve, so that those are
+    # timed as before there were cold ones (the flush's weights not yet in memory)
+    flush, flush_bytes = flusher(ctx, rng, min(FLUSH_MIB, 4 * mib) << 20)
+    rounds = max(3, calls // 2)
+
+    def cold_rows(key) -> list[list[int]]:
+        """The cold pass's rows of ``key``'s family: the nodes one flush precedes."""
+        rows: dict[object, list[int]] = {}
+        for i in groups[key]:
+            rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][6], []).append(i)
+        return list(rows.values())
+    cold_order = [key for key in order if not key[0].startswith(FLASH)]
+    for key in cold_order:
+        rows = cold_rows(key)
+        for r in range(rounds):
+            for row in rows:
+                flush()
+                at = r % len(row)
+                for i in row[at:] + row[:at]:
+                    for f in calls_by[i][4]:
+                        f()
+                    flush_cold[i].append(_seconds(calls_by[i][3]))
+    # the bytes streamed since each timed call's kind last ran, from the loops' order
+    # replayed in bytes (not counted as they ran: a few Python statements between a
+    # matvec and the node it feeds moved the small ops' curves by 0.1-0.2 us)
+    since: list[list[int]] = [[] for _ in calls_by]
+    since_cold: list[list[int]] = [[] for _ in calls_by]
+    last: dict[str, int] = {}           # op kind -> bytes streamed when a node of it last ran
+    streamed = 0
+    moved = [_point(c[1], 0.0)[0] for c in calls_by]     # each node's bytes
+
+    def ran(i: int, since_to: list | None) -> None:
+        """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to``, where
+        the bytes streamed since its kind last ran go)."""
+        nonlocal streamed
+        kind = str(calls_by[i][1].op)
+        if since_to is not None:
+            streamed += sum(fed[f] for f in calls_by[i][4])
+            if kind in last:
+                since_to.append(streamed - last[kind])
+        streamed += moved[i]
+        last[kind] = streamed
+    for key in order:
+        for _ in range(calls):
+            for i in groups[key]:
+                ran(i, since[i])
+            for i in groups[key]:
+                ran(i, None)
+    for key in cold_order:
+        rows = cold_rows(key)
+        for r in range(rounds):
+            for row in rows:
+                streamed += flush_bytes
+                at = r % len(row)
+                for i in row[at:] + row[:at]:
+                    ran(i, since_cold[i])
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
-    for (op, node, frac, _, _, _), c, h in zip(calls_by, cold, hot):
-        for table, runs in ((after_mm, c), (chained, h)):
-            b, fl, sec = _point(node, float(np.median(runs)))
-            table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
+    after_flush: dict[str, list[list]] = {}
+    for (op, node, frac, *_), c, h, f in zip(calls_by, cold, hot, flush_cold):
+        for table, runs in ((after_mm, c), (chained, h), (after_flush, f)):
+            if runs:
+                b, fl, sec = _point(node, float(np.median(runs)))
+                table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
+    streamed_since: dict[str, dict[str, list[int]]] = {"by_op": {}, "cold": {}}
+    for (op, *_), s_warm, s_cold in zip(calls_by, since, since_cold):
+        for name, vals in (("by_op", s_warm), ("cold", s_cold)):
+            streamed_since[name].setdefault(op, []).extend(vals)
+
     def part(table: dict, prefix: str | None) -> dict[str, list[list]]:
         """The curves of ``table`` whose key has ``prefix`` (None: no prefix), unprefixed."""
         pre = (TILED, TOKENS)
         return {op.split(":", 1)[1] if prefix else op: sorted(pts) for op, pts in table.items()
                 if (op.startswith(prefix) if prefix else not op.startswith(pre))}
+    def since_part(name: str, prefix: str | None) -> dict[str, int]:
+        """Median bytes streamed since the kind last ran, over each curve's calls."""
+        return {k: int(np.median(v)) for k, v in part(streamed_since[name], prefix).items()
+                if v}
     return (part(after_mm, None), part(chained, None), part(after_mm, TILED),
-            part(after_mm, TOKENS))
+            part(after_mm, TOKENS), part(after_flush, None), part(after_flush, TOKENS),
+            {"by_op": since_part("by_op", None), "by_op_cold": since_part("cold", None),
+             "by_op_tokens": since_part("by_op", TOKENS),
+             "by_op_tokens_cold": since_part("cold", TOKENS)})
 
 
 def default_name() -> str:

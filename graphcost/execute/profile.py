@@ -278,6 +278,27 @@ def tile_fraction(node, past: int, tile: int) -> float:
     return lanes / (n_tok * n_kv)
 
 
+def streamed_since(kinds: list[str], nbytes: list[float]) -> list[float]:
+    """For each node of a step (``kinds``: their ops in run order, ``nbytes``: the bytes
+    each reads and writes), the bytes the nodes run since the last node of its kind moved,
+    the step taken as repeating (``profile`` runs each step's graph back to back, and
+    decode steps repeat one graph): a step's first node of a kind counts from that kind's
+    last node a step before, the only node of its kind from itself a step before. The
+    executor model's measure of how cold a node's code and tables are
+    (:func:`graphcost.cost.hardware.cold_share`)."""
+    n = len(kinds)
+    out = [0.0] * n
+    last: dict[str, float] = {}
+    total = 0.0
+    for j in range(2 * n):          # the first pass only sets where each kind last ran
+        k = kinds[j % n]
+        if j >= n:
+            out[j - n] = total - last[k]
+        total += nbytes[j % n]
+        last[k] = total
+    return out
+
+
 def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
                past: int, n_tokens: int) -> list[NodeRow]:
     """``past`` cells before this step's ``n_tokens`` queries: for the executor model of
@@ -288,31 +309,30 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
     tile_min, tile = oc.get("flash_attn_tile_min_tokens"), oc.get("flash_attn_tile_queries")
     tiled = bool(tile and tile_min and n_tokens >= tile_min and oc.get("flash_attn_tiled"))
     rows = []
-    prev = None                    # the op of the node executed before (None: the step's first)
+    moved = [(nc.node.op, 0.0 if nc.cost is None else nc.cost.bytes_read + nc.cost.bytes_written)
+             for nc, ran in zip(a.nodes, executed) if ran]
+    since = iter(streamed_since([k for k, _ in moved], [b for _, b in moved]))
     for nc, sec, ran in zip(a.nodes, med, executed):
         n = nc.node
         c = nc.cost
         nbytes = None if c is None else c.bytes_read + c.bytes_written
         flops = None if c is None else c.flops
         pred, bound, model = None, None, None
+        since_n = next(since) if ran else None
         if c is not None and ran:
             wtype = gt.type_name(n.src[0].type) if n.src and n.op in ops.MATMUL else None
             pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
-            # a step's first node follows the previous step's last, the output matmul
             f = tile_fraction(n, past, tile) if tiled else \
                 attended_fraction(n, past + (n_tokens + 1) / 2)
             mat = n.op in ops.MATMUL
             model = executor_seconds(model_op(n), nbytes * f, flops * f, hw, wtype,
-                                     after_matmul=prev is None or prev in ops.MATMUL,
                                      head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
                                      else None,
                                      rows=n.src[1].ne[1] * n.src[1].ne[2] * n.src[1].ne[3]
                                      if mat else 1,
                                      weight_bytes=n.src[0].data_bytes if mat else None,
                                      tokens=n_tokens if n.ne[1] * n.ne[2] * n.ne[3] > 1
-                                     else 1)
-        if ran:
-            prev = n.op
+                                     else 1, since=since_n)
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
                             float(sec) if ran else None, nbytes, flops, pred, bound, model,
                             n.op in NUMPY_OPS))
