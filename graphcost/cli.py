@@ -811,8 +811,8 @@ def speed(
                       parse_list("-d", n_depth, "int"),
                       *(given[k] or DEFAULTS[k] for k in ("n_batch", "n_ubatch", "flash_attn",
                                                           "type_k", "type_v")), t_list)
-    if not tests:
-        _fail("-p and -n are both 0: no test to predict")
+    # no test (-p 0 -n 0): llama-bench prints its header and no row, exit 0 (main in
+    # tools/llama-bench/llama-bench.cpp prints the header before looping over the instances)
     path = _model_path(model)
     info, sm, preds = predict_all(path, hw, tests, progress=lambda line: typer.echo(
         f"graphcost speed: {line}", err=True))

@@ -201,7 +201,6 @@ def test_cli_datasheet_profile_is_labelled_unverified(tiny, cli):
     (["-ub", "0"], "-ub '0'"),
     (["-ctk", "q9"], "-ctk 'q9'"),
     (["-o", "xml"], "-o/--format 'xml'"),
-    (["-p", "0", "-n", "0"], "no test"),
     (["--hardware", "no-such-profile"], "no such profile"),
     # QA sweep 2026-11-27: these named --ctx-size, a flag speed does not have, after
     # seconds of listing 4 million ubatches; now the flag, at once
@@ -215,7 +214,7 @@ def test_cli_datasheet_profile_is_labelled_unverified(tiny, cli):
     (["-n", "-5"], "-n '-5': -5 is out of range"),
     (["-d", "-1"], "-d '-1': -1 is out of range"),
     (["-p", "0", "-n", "2147483647", "-d", "1"], "p + n + d = 2147483648 is above 2147483647"),
-], ids=["fa", "p", "ub", "ctk", "format", "nothing", "profile", "p-above-int32",
+], ids=["fa", "p", "ub", "ctk", "format", "profile", "p-above-int32",
         "context-above-int32", "range", "n-1e18", "n-negative", "d-negative",
         "context-int32-plus-1"])
 def test_cli_bad_flags_one_line_exit_2(tiny, cli, args, needle):
@@ -234,7 +233,9 @@ def test_cli_bad_flags_one_line_exit_2(tiny, cli, args, needle):
     # past the model's context_length (2048): llama.cpp warns and runs (n_ctx_train is
     # not a limit), so it is predicted
     (["-p", "3000", "-n", "5000", "-d", "1000"], [(3000, 0, 1000), (0, 5000, 1000)]),
-], ids=["p0", "n-int32-max", "past-n_ctx_train"])
+    # no test at all: llama-bench prints its header (JSON: an empty list) and exits 0
+    (["-p", "0", "-n", "0"], []),
+], ids=["p0", "n-int32-max", "past-n_ctx_train", "nothing"])
 def test_cli_extreme_values_are_predicted(tiny, cli, args, rows):
     model, prof = tiny
     r = cli("speed", model, "--hardware", prof, *args, "-o", "json")
@@ -242,6 +243,17 @@ def test_cli_extreme_values_are_predicted(tiny, cli, args, rows):
     got = json.loads(r.stdout)
     assert [(x["n_prompt"], x["n_gen"], x["n_depth"]) for x in got] == rows
     assert all(x["avg_ts"] > 0 for x in got)
+
+
+def test_cli_no_test_prints_the_header_only(tiny, cli):
+    """-p 0 -n 0: llama-bench's markdown header and its separator line, no row, exit 0."""
+    model, prof = tiny
+    r = cli("speed", model, "--hardware", prof, "-p", "0", "-n", "0")
+    assert r.returncode == 0, r.stderr
+    table = [ln for ln in r.stdout.splitlines() if ln.startswith("|")]
+    assert len(table) == 2 and [c.strip() for c in table[0].split("|")][1] == "model"
+    assert "t/s" in table[0]
+    assert set(table[1]) <= set("|-: ")
 
 
 def test_analyze_hardware_gains_the_predicted_step(tiny, cli):
