@@ -331,11 +331,22 @@ def _block_sums4(v0, v1):
     return _EVEN8(c) + _ODD8(c)
 
 
+#: in-lane swaps of int32 lanes (``vpshufd``): of 64-bit halves, of neighbours
+_SWAP64 = S.permutation([i ^ 2 for i in range(16)])
+_SWAP32 = S.permutation([i ^ 1 for i in range(16)])
+_LANE0_OF4 = S.permutation([0, 4, 8, 12])
+
+
 @njit(inline="always", cache=True)
-def _sum4lanes(v):
-    """int32 x16 -> x4: the sums of lanes 4r..4r+3 (block or row r)."""
-    h = _EVEN8(v) + _ODD8(v)
-    return _EVEN4(h) + _ODD4(h)
+def _sums_in_lanes(v):
+    """int32 x16 -> x4: the sums of lanes 4r..4r+3 (128-bit lane r: block or row r), by
+    two in-lane swaps and adds and one cross-lane pick, where LLVM made even/odd picks
+    (the sums' earlier form) two ``vphaddd`` (3 uops each) and extracts. Q4_K/Q5_K
+    four-row kernels 2-4% faster cache-resident (2026-11-27; without the whole mins sum
+    Q5_K's was 17% faster: the rest is the mins' packing and the register spills of a
+    loop that keeps ~40 vectors live)."""
+    v = v + _SWAP64(v)
+    return _LANE0_OF4(S.opaque(v + _SWAP32(v)))    # else LLVM picks twice, then adds
 
 
 def _span4_bytes(size: int, offsets) -> list[int]:
@@ -577,7 +588,7 @@ def _terms8(part4, flt, size, row, g, nb, yp, ahead):
 def _terms4(part4, flt, size, row, b0, nb, yp, ahead):
     _prefetch(row, size * b0, 4 * size, ahead)
     s, d, m = part4(row, size * b0, yp, 32 * b0)
-    return flt(_sum4lanes(s), d, m, yp, 32 * nb + 4 * b0, 36 * nb + 4 * b0, 4)
+    return flt(_sums_in_lanes(s), d, m, yp, 32 * nb + 4 * b0, 36 * nb + 4 * b0, 4)
 
 
 @njit(inline="always", cache=True)
@@ -928,24 +939,6 @@ def _k4_float(row, p, yq, py, yp, pp, acc, mins, sums, sumf):
     dd = S.halves_at(row, p, 2)
     sums = sums + S.convert(_fold8(acc), "f32") * (S.lane(dd, 0) * yd)
     return sums, sumf - (S.lane(dd, 1) * yd) * F(sumi)
-
-
-#: in-lane swaps of int32 lanes (``vpshufd``): of 64-bit halves, of neighbours
-_SWAP64 = S.permutation([i ^ 2 for i in range(16)])
-_SWAP32 = S.permutation([i ^ 1 for i in range(16)])
-_LANE0_OF4 = S.permutation([0, 4, 8, 12])
-
-
-@njit(inline="always", cache=True)
-def _sums_in_lanes(v):
-    """int32 x16 -> x4: the sum of 128-bit lane r (lanes 4r..4r+3), as :func:`_sum4lanes`
-    but by two in-lane swaps and adds and one cross-lane pick, where LLVM made
-    _sum4lanes' even/odd picks two ``vphaddd`` (3 uops each) and extracts. Q4_K/Q5_K
-    four-row kernels 2-4% faster cache-resident (2026-11-27; without the whole mins sum
-    Q5_K's was 17% faster: the rest is the mins' packing and the register spills of a
-    loop that keeps ~40 vectors live)."""
-    v = v + _SWAP64(v)
-    return _LANE0_OF4(S.opaque(v + _SWAP32(v)))    # else LLVM picks twice, then adds
 
 
 @njit(inline="always", cache=True)
