@@ -961,20 +961,25 @@ def reduce_add_ps(typingctx, a):
 # ---------------------------------------------------------------------------- float rounding, max
 
 
+def _pick(builder, dtype, pred: str, x, y):
+    """Lane-wise ``x if x <pred> y else y`` for lanes of ``dtype`` (floats: ordered
+    compares, false with a NaN; integers by their signedness)."""
+    if _is_float(dtype):
+        c = builder.fcmp_ordered(pred, x, y)
+    elif _signed(dtype):
+        c = builder.icmp_signed(pred, x, y)
+    else:
+        c = builder.icmp_unsigned(pred, x, y)
+    return builder.select(c, x, y)
+
+
 def _minmax(pred: str):
     def impl(typingctx, a, b):
         if not (isinstance(a, Vec) and a == b):
             return None
 
         def codegen(context, builder, sig, args):
-            x, y = args
-            if _is_float(a.dtype):
-                c = builder.fcmp_ordered(pred, x, y)
-            elif _signed(a.dtype):
-                c = builder.icmp_signed(pred, x, y)
-            else:
-                c = builder.icmp_unsigned(pred, x, y)
-            return builder.select(c, x, y)
+            return _pick(builder, a.dtype, pred, *args)
 
         return a(a, b), codegen
 
@@ -998,9 +1003,7 @@ def reduce_max(typingctx, a):
         while n > 1:
             n //= 2
             hi, lo = _shuffle(builder, v, v, range(n, 2 * n)), _shuffle(builder, v, v, range(n))
-            c = (builder.fcmp_ordered(">", hi, lo) if _is_float(a.dtype)
-                 else builder.icmp_signed(">", hi, lo))
-            v = builder.select(c, hi, lo)
+            v = _pick(builder, a.dtype, ">", hi, lo)
         return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
     return a.dtype(a), codegen
