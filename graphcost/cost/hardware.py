@@ -87,9 +87,9 @@ class Hardware:
                  head_size: int | None = None, tokens: int = 1) -> list | None:
         """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
         weight type; another op: ``by_op``, run right after a matmul, whatever ran before
-        the node: ``by_op_chained``, the call repeated after a small op, read 1.5-2x a
-        decode's SCALE after a ROPE and SET_ROWS after a SET_ROWS, docs/executor.md;
-        flash attention: at the measured head size nearest
+        the node -- ``by_op_chained``, the call repeated after a small op, is not read: it
+        put a decode's SCALE after a ROPE and SET_ROWS after a SET_ROWS at 1.5-2x their
+        time, docs/executor.md; flash attention: at the measured head size nearest
         ``head_size``, keys ``FLASH_ATTN_EXT@D``, and for ``tokens`` queries from
         ``op_costs.flash_attn_tile_min_tokens`` on, the query-tile kernel's curves,
         ``op_costs.flash_attn_tiled``; another op of more than one token: its curve

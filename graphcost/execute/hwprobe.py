@@ -647,23 +647,29 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     flush, flush_bytes = flusher(ctx, rng, min(FLUSH_MIB, 4 * mib) << 20)
     rounds = max(3, calls // 2)
 
-    def cold_rows(key) -> list[list[int]]:
-        """The cold pass's rows of ``key``'s family: the nodes one flush precedes."""
-        rows: dict[object, list[int]] = {}
-        for i in groups[key]:
-            rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][6], []).append(i)
-        return list(rows.values())
-    cold_order = [key for key in order if not key[0].startswith(FLASH)]
-    for key in cold_order:
-        rows = cold_rows(key)
-        for r in range(rounds):
-            for row in rows:
-                flush()
-                at = r % len(row)
-                for i in row[at:] + row[:at]:
-                    for f in calls_by[i][4]:
-                        f()
-                    flush_cold[i].append(_seconds(calls_by[i][3]))
+    def cold_schedule() -> list[list[int]]:
+        """The cold pass, in order: per family (flash attention's have no cold curves),
+        round and size, the nodes one flush precedes (GET_ROWS's each alone), turned
+        round by round; the timing loop and the replay of its bytes below both walk it."""
+        out = []
+        for key in order:
+            if key[0].startswith(FLASH):
+                continue
+            rows: dict[object, list[int]] = {}
+            for i in groups[key]:
+                rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][6], []).append(i)
+            for r in range(rounds):
+                for row in rows.values():
+                    at = r % len(row)
+                    out.append(row[at:] + row[:at])
+        return out
+    schedule = cold_schedule()
+    for row in schedule:
+        flush()
+        for i in row:
+            for f in calls_by[i][4]:
+                f()
+            flush_cold[i].append(_seconds(calls_by[i][3]))
     # the bytes streamed since each timed call's kind last ran, from the loops' order
     # replayed in bytes (not counted as they ran: a few Python statements between a
     # matvec and the node it feeds moved the small ops' curves by 0.1-0.2 us)
@@ -690,14 +696,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                 ran(i, since[i])
             for i in groups[key]:
                 ran(i, None)
-    for key in cold_order:
-        rows = cold_rows(key)
-        for r in range(rounds):
-            for row in rows:
-                streamed += flush_bytes
-                at = r % len(row)
-                for i in row[at:] + row[:at]:
-                    ran(i, since_cold[i])
+    for row in schedule:
+        streamed += flush_bytes
+        for i in row:
+            ran(i, since_cold[i])
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
     after_flush: dict[str, list[list]] = {}
