@@ -9,7 +9,7 @@ On a machine with an NVIDIA GPU (this is not a test: the test suite runs without
 source llama-cpp-python 0.3.36 vendors) into ``--build-dir`` (default
 ``~/.cache/graphcost/llama-cuda-build``), targets ``llama-completion`` and
 ``llama-fit-params``. Then it writes tiny fixture models (tests/fixtures*.py), runs
-``llama-completion -fit off -c 512 -n 1 -lv 5`` with several ``-ngl``/``-fa``/``-ctk`` settings
+``llama-completion -if -fit off -c 512 -n 1 -lv 5`` with several ``-ngl``/``-fa``/``-ctk`` settings
 (and ``-ts 1,1`` when two GPUs are visible), parses every ``model``, ``KV``, ``output`` and
 ``compute buffer size`` line and the graph split counts, asks ``graphcost memory --device
 cuda,cc=<the GPU's compute capability> --format json`` for the same flags, and prints one
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from fixtures import write_llama  # noqa: E402
 from fixtures_moe import write_mixtral, write_qwen3moe  # noqa: E402
-from llama_runs import parse_buffers  # noqa: E402
+from llama_runs import parse_buffers, run_interactive  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -111,13 +111,11 @@ def build(src: Path, out: Path) -> Path:
 
 def run_llama(bin_dir: Path, model: Path, args: list[str], env: dict | None = None):
     cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-n", "1", "-p", "hi",
-           "-no-cnv", "-fit", "off", "-t", "1", "--no-warmup", "--seed", "1", "-lv", "5",
+           "-no-cnv", "-if", "-fit", "off", "-t", "1", "--no-warmup", "--seed", "1", "-lv", "5",
            "-c", "512"] + args
-    r = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace",
-                       timeout=600, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
-    return parse_buffers(r.stdout + r.stderr)
+    # interactive-first: it waits for input until its sched_reserve lines have been read
+    # (llama.cpp's async log can lose a run's last lines at exit; tests/llama_runs.py)
+    return parse_buffers(run_interactive(cmd, env={**os.environ, **(env or {})}, timeout=600))
 
 
 def run_graphcost(model: Path, devices: list[str], args: list[str]) -> dict:

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -142,23 +143,67 @@ def parse_buffers(log: str) -> Buffers:
 
 
 def run_completion(model: Path, servers: list[RpcServer], args: list[str]) -> Buffers:
-    """``llama-completion -m MODEL --rpc ... ARGS -n 1 -p hi``: one token, fit off, the
-    buffers it logged. Raises with the log's tail when llama.cpp fails."""
+    """``llama-completion -m MODEL --rpc ... ARGS -p hi -if``: the prompt decoded, fit off,
+    the buffers it logged. Raises with the log's tail when llama.cpp fails.
+
+    llama.cpp writes its log from a worker thread (common_log) that nothing joins at exit,
+    so a run that ends at once can lose its last lines; on a loaded machine it lost
+    everything after graph_reserve, sched_reserve's buffer lines included, three runs in a
+    row. So the run is interactive-first (``-if``): it decodes the prompt, then waits for
+    input, and its stdin is closed (EOF: it exits) only once sched_reserve's last line has
+    been read. (``-i`` would also decode the sampled token, one more graph: with ``-sm
+    tensor`` a one-token qwen3moe graph trips a GGML_ASSERT in ggml-backend-meta.cpp.)"""
     exe = find_tool("llama-completion")
-    cmd = [str(exe), "-m", str(model), "-n", "1", "-p", "hi", "-no-cnv", "-fit", "off",
+    cmd = [str(exe), "-m", str(model), "-n", "1", "-p", "hi", "-no-cnv", "-if", "-fit", "off",
            "-t", "1", "--no-warmup", "--seed", "1",
            "-lv", "5"]  # buffer lines: verbosity 4 (info); layer devices: 5 (debug)
     if servers:
         cmd += ["--rpc", ",".join(s.endpoint for s in servers)]
-    for _ in range(3):
-        # the one generated token of a random model may be any bytes: decode leniently
-        r = subprocess.run(cmd + args, capture_output=True, text=True, encoding="utf-8",
-                           errors="replace", timeout=RUN_S, stdin=subprocess.DEVNULL)
-        log = r.stdout + r.stderr
-        if r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd + args)} failed ({r.returncode}):\n{log[-3000:]}")
-        # on a loaded machine llama.cpp's log (common_log's worker thread) now and then
-        # comes back without lines a complete run prints: run it again
-        if "sched_reserve: graph" in log and "load_tensors:" in log:
-            break
-    return parse_buffers(log)
+    cmd += args
+    return parse_buffers(run_interactive(cmd))
+
+
+def run_interactive(cmd: list[str], env: dict | None = None, timeout: float = RUN_S) -> str:
+    """stdout + stderr of an interactive llama-completion ``cmd`` (``-if``): its stdin is a
+    pipe, closed once sched_reserve's last line (``sched_reserve: graph ...``) has been read
+    from stderr. Raises with the log's tail if it fails or never logs that line; killed
+    after ``timeout`` seconds."""
+    marker = "sched_reserve: graph"
+    rc, log = _run_until(cmd, marker, env, timeout)
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({rc}):\n{log[-3000:]}")
+    if marker not in log:
+        raise RuntimeError(f"{' '.join(cmd)} exited without sched_reserve's lines:\n"
+                           f"{log[-3000:]}")
+    return log
+
+
+def _run_until(cmd: list[str], marker: str, env: dict | None,
+               timeout: float) -> tuple[int, str]:
+    """Run ``cmd`` with its stdin a pipe, closed once a stderr line containing ``marker`` has
+    been read (or stderr ends). Returns (exit status, stdout + stderr)."""
+    # the prompt's echo from a random model may be any bytes: decode leniently
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace",
+                         env=env)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.append(p.stdout.read()), daemon=True)
+    reader.start()
+    timer = threading.Timer(timeout, p.kill)
+    timer.start()
+    err: list[str] = []
+    try:
+        for line in p.stderr:
+            err.append(line)
+            if marker in line and not p.stdin.closed:
+                p.stdin.close()
+        if not p.stdin.closed:
+            p.stdin.close()
+        rc = p.wait()
+        reader.join()
+    finally:
+        timer.cancel()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return rc, "".join(out) + "".join(err)
