@@ -245,6 +245,28 @@ def test_cli_extreme_values_are_predicted(tiny, cli, args, rows):
     assert all(x["avg_ts"] > 0 for x in got)
 
 
+def test_cli_json_refuses_a_time_past_llama_bench_uint64(tiny, cli, tmp_path):
+    """llama-bench's avg_ns is a uint64 of nanoseconds (at most 2**64 - 1 ~ 1.84e19 ns).
+    With every coefficient 1e6 times the tiny profile's, -n 2147483647 takes ~5.3e20 ns
+    (the tiny profile's 5.34e14 ns x 1e6): JSON is refused in one line, markdown prints."""
+    model, prof = tiny
+    slow = yaml.safe_load(prof.read_text())
+    c = slow["llama_cpp"]["coefficients"]
+    slow["llama_cpp"]["coefficients"] = {k: v * 1e6 for k, v in c.items()}
+    slow_path = tmp_path / "slow.yaml"
+    slow_path.write_text(yaml.safe_dump(slow))
+    args = ("speed", model, "--hardware", slow_path, "-p", "0", "-n", "2147483647")
+    r = cli(*args, "-o", "json")
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "tg2147483647 is predicted to take" in r.stderr and "avg_ns" in r.stderr
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    # and the same test at the tiny profile's speed fits: its avg_ns is written
+    r = cli("speed", model, "--hardware", prof, "-p", "0", "-n", "2147483647", "-o", "json")
+    assert 0 < json.loads(r.stdout)[0]["avg_ns"] < 2 ** 64
+
+
 def test_cli_no_test_prints_the_header_only(tiny, cli):
     """-p 0 -n 0: llama-bench's markdown header and its separator line, no row, exit 0."""
     model, prof = tiny

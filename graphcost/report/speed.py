@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+from graphcost.errors import SettingsError
 from graphcost.speed import DEFAULTS, Prediction
 from graphcost.units import mib
+
+#: llama-bench's test::avg_ns() is a uint64_t (nanoseconds): at most 2**64 - 1, 584 years
+_AVG_NS_MAX = 2 ** 64 - 1
 
 FORMATS = ("md", "json")
 
@@ -59,6 +63,8 @@ def render_md(preds: list[Prediction], fields: list[str], desc: str, model) -> s
         for f in fields:
             w = _WIDTH[f]
             v = _value(f, p, desc, model)
+            # a minimum width, as llama-bench's printf("%*s"): a longer value (a test name
+            # like tg2147483647) widens its row's cell, not the column.
             # llama-bench's HACK: '±' is two bytes, so its column is one wider in bytes
             cells.append(f" {v:>{w}} |" if w > 0 else f" {v:<{-w}} |")
         lines.append("|" + "".join(cells))
@@ -67,11 +73,19 @@ def render_md(preds: list[Prediction], fields: list[str], desc: str, model) -> s
 
 def render_json(preds: list[Prediction], desc: str, model, path: str, hw_name: str,
                 note: dict) -> str:
-    """llama-bench's JSON rows (the fields a prediction has), plus ``graphcost``: how."""
+    """llama-bench's JSON rows (the fields a prediction has), plus ``graphcost``: how.
+
+    Raises :class:`SettingsError` when a test's predicted time does not fit llama-bench's
+    ``avg_ns`` (a uint64 of nanoseconds): such a row would break its schema."""
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     rows = []
     for p in preds:
         t = p.test
+        if round(p.seconds * 1e9) > _AVG_NS_MAX:
+            raise SettingsError(
+                f"-o json: test {t.name} is predicted to take {p.seconds:.3g} s, more than "
+                f"llama-bench's avg_ns field holds (uint64: {_AVG_NS_MAX / 1e9:.3g} s, 584 "
+                f"years); use -o md, or fewer tokens")
         rows.append({
             "backends": "CPU", "model_filename": path, "model_type": desc,
             "model_size": model.weights_bytes, "model_n_params": model.n_params,
