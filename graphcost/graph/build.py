@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from graphcost.graph.arch_spec import load_specs
 from graphcost.format.consistency import check_model
-from graphcost.graph.created_tensors import refuse_extra_tensors
+from graphcost.graph.created_tensors import refuse_uncreated_tensors
 from graphcost.errors import UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.gguf_reader import read_model
@@ -46,7 +46,7 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     else:
         m = model_info(read_model(path), load_specs())
     check_model(m)
-    refuse_extra_tensors(m, load_specs()[m.arch])
+    refuse_uncreated_tensors(m, load_specs()[m.arch])
     return m
 
 
