@@ -36,17 +36,19 @@ class BuiltGraph:
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
     """Read the header (all shards) and the hyperparameters of a supported architecture,
-    and check once that they agree with each other (:mod:`graphcost.format.consistency`) and
-    that llama.cpp's loader creates every tensor of the file
-    (:mod:`graphcost.graph.created_tensors`). ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
+    and check once that llama.cpp's loader creates every tensor of the file and finds every
+    one it requires (:mod:`graphcost.graph.created_tensors`) and that they agree with each
+    other (:mod:`graphcost.format.consistency`). ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
     from graphcost.format.remote import is_remote
     if is_remote(path):
         from graphcost.format.remote import read_remote_model
         m = model_info(read_remote_model(str(path)), load_specs())
     else:
         m = model_info(read_model(path), load_specs())
-    check_model(m)
+    # llama.cpp's loader refuses a tensor it does not create before any shape is looked at
+    # (it checks the shapes of the tensors it creates only)
     refuse_uncreated_tensors(m, load_specs()[m.arch])
+    check_model(m)
     return m
 
 
