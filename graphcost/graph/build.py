@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 
 from graphcost.graph.arch_spec import load_specs
-from graphcost.format.consistency import check_model
+from graphcost.format.consistency import check_hparams, check_tensors
 from graphcost.graph.created_tensors import refuse_uncreated_tensors
 from graphcost.errors import UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
@@ -45,10 +45,12 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
         m = model_info(read_remote_model(str(path)), load_specs())
     else:
         m = model_info(read_model(path), load_specs())
-    # llama.cpp's loader refuses a tensor it does not create before any shape is looked at
-    # (it checks the shapes of the tensors it creates only)
+    # llama.cpp's order, nearly: load_hparams, then load_tensors, which checks the shapes of
+    # the tensors it creates only (a missing one and a bad shape refused as it meets them,
+    # the count last; here the created tensors first, then the shapes)
+    check_hparams(m)
     refuse_uncreated_tensors(m, load_specs()[m.arch])
-    check_model(m)
+    check_tensors(m)
     return m
 
 
