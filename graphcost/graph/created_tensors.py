@@ -13,19 +13,20 @@ NextN blocks) are created and count; token_embd created again as the output
 (``llama_model_loader::check_tensor_dims``: "tensor 'X' not found"), whether or not the
 graph reads it.
 
-What each family creates is data: the ``tensors:`` of its spec (:class:`CreatedTensors`),
-with the loader's branches on the hyperparameters (``{if: n_expert == 0, then: [dense
-FFN], else: [experts]}``, ``il < n_layer_dense_lead``, ``is_recr``, ``longrope``...) and
-on a tensor the loader probes first (``{has: ffn_gate_inp.weight, ...}``: gemma4),
+What each family creates is data: the ``tensors:`` of its spec
+(:class:`graphcost.graph.arch_spec.CreatedTensors`), with the loader's branches on the
+hyperparameters (``{if: n_expert == 0, then: [dense FFN], else: [experts]}``, ``il <
+n_layer_dense_lead``, ``is_recr``, ``longrope``...) and on a tensor the loader probes first (``{has: ffn_gate_inp.weight, ...}``: gemma4),
 evaluated here for the file's hyperparameters, block by block (:func:`created`). What the
 generic pass adds (weight and input scales) and which fused tensors replace separate ones
 (``attn_qkv`` for ``attn_q``/``attn_k``/``attn_v``) is ``specs/loader.yaml``.
 
-Not modelled: the probes deepseek2, glm4moe, qwen35(moe), qwen3next and nemotron_h make
-for MTP-only files (no ``blk.0.attn_norm.weight``: the trunk is optional) and, in
-deepseek2/glm4moe, for trunk-only ones (no ``blk.<n_layer>.nextn.eh_proj.weight``: the
-NextN block is optional): their specs list those NextN tensors as optional, and a
-trunk-less file is refused here (graphcost builds no MTP-only graph).
+Not modelled: the probe deepseek2, glm4moe, qwen35(moe), qwen3next and nemotron_h make
+for MTP-only files (no ``blk.0.attn_norm.weight``: the trunk is optional): such a file is
+refused here for its missing trunk (graphcost builds no MTP-only graph). deepseek2's and
+glm4moe's trunk_only probe (no ``blk.<n_layer>.nextn.eh_proj.weight``: every NextN block's
+tensors optional) is made on each NextN block's own ``nextn.eh_proj`` (``has:``): the same
+where nextn_predict_layers is 1 (DeepSeek V3, GLM-4.5).
 """
 from __future__ import annotations
 
