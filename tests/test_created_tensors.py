@@ -1,13 +1,18 @@
 """A file with a tensor llama.cpp's loader does not create is refused in one line, as
 llama.cpp refuses it (``llama_model_loader::done_getting_tensors``: "wrong number of
-tensors; expected N, got M"); every tensor a family's loader does create (optional ones,
-ones the graph never reads) is accepted. The lists are the ``tensors:`` of each spec and
-``specs/loader.yaml`` (:mod:`graphcost.graph.created_tensors`).
+tensors; expected N, got M"), and so is a file without a tensor it requires
+(``check_tensor_dims``: "tensor 'X' not found"); every tensor a family's loader does create
+(optional ones, ones the graph never reads) is accepted. The lists are the ``tensors:`` of
+each spec, with the loader's branches on the hyperparameters, and ``specs/loader.yaml``
+(:mod:`graphcost.graph.created_tensors`).
 
 Proof: every tiny model of the parity tests (tests/parity_models.py ``MODELS``, all
 families) and every bundled example header is accepted; each family's model with an
-unknown ``blk.0.frob.weight`` is refused with the counts; where llama-cpp-python is
-installed, llama.cpp refuses the same files and loads the same accepted ones.
+unknown ``blk.0.frob.weight`` is refused with the counts; for each branch of a family's
+loader (``BRANCHES``), a model given a tensor of the branch its hyperparameters do not take
+is refused, and one without a required tensor (read by the graph or not: NextN blocks) is
+refused; where llama-cpp-python is installed, llama.cpp refuses the same files and loads
+the same accepted ones.
 """
 from __future__ import annotations
 
