@@ -16,6 +16,7 @@ the same accepted ones.
 """
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -28,7 +29,8 @@ from gguf import GGMLQuantizationType as QT
 
 from graphcost.cli import main
 from graphcost.errors import GraphcostError
-from graphcost.graph.arch_spec import load_specs
+from graphcost.format.model import expr_names
+from graphcost.graph.arch_spec import TensorBranch, load_specs
 from graphcost.graph.build import load_model
 from graphcost.graph.created_tensors import extra_tensors, loader_rules, missing_tensors
 from graphcost.judge.oracle import (OracleError, capture_log, llama_cpp_available,
@@ -302,7 +304,7 @@ def test_llama_cpp_refuses_rope_freqs_under_longrope_scaling(written, tmp_path):
 
 
 def test_a_spec_without_its_tensor_list_is_refused(tmp_path):
-    from graphcost.graph.arch_spec import TensorBranch, parse_spec
+    from graphcost.graph.arch_spec import parse_spec
     p = tmp_path / "fam.yaml"
     p.write_text("architecture: fam\nlayer: []\n")
     with pytest.raises(GraphcostError, match=r"fam\.yaml: 'tensors' is required"):
@@ -321,6 +323,28 @@ def test_a_spec_without_its_tensor_list_is_refused(tmp_path):
     with pytest.raises(GraphcostError, match=r"tensors\.layer: \{'when': 'x', 'then': \['b'\]\} "
                        r"is neither a tensor name, \{optional: \[\.\.\.\]\} nor a branch"):
         parse_spec(p)
+
+
+def _conditions(items) -> list[str]:
+    """Every ``if:`` expression of a ``tensors:`` list, taken branch or not."""
+    out = []
+    for it in items or ():
+        if isinstance(it, TensorBranch):
+            out += ([it.arg] if it.test == "if" else []) + _conditions(it.then) \
+                + _conditions(it.orelse)
+    return out
+
+
+def test_every_branch_names_known_hyperparameters(written):
+    """A branch no tiny model takes is still checked: each name its expression uses is one
+    :func:`created` gives a block (expr_names, il, is_swa, is_recr, n_ff_layer)."""
+    known = set(expr_names(load_model(written["llama"]))) | {"il", "is_swa", "is_recr",
+                                                              "n_ff_layer"}
+    for fam in FAMILIES:
+        t = load_specs()[fam].tensors
+        for e in _conditions(t.model + t.layer + (t.nextn or ())):
+            used = {n.id for n in ast.walk(ast.parse(e, mode="eval")) if isinstance(n, ast.Name)}
+            assert used <= known, (fam, e, used - known)
 
 
 @needs_llama_cpp
@@ -368,6 +392,8 @@ BRANCHES: dict[str, list[Case]] = {
         _extra("mixtral", "blk.0.ffn_gate.weight"),      # n_expert 6: experts, no dense FFN
         _extra("mixtral", "blk.1.ffn_up_shexp.weight"),  # n_ff_shexp == 0: no shared expert
         _missing("llama", "blk.2.ffn_up.weight"),        # required, read by the graph too
+        # create_tensor_qkv: a fused bias only beside a fused weight
+        _extra("llama", "blk.1.attn_qkv.bias"),
     ],
     "mistral3": [_extra("mistral3_moe", "blk.2.ffn_down.weight")],
     "granite": [_extra("granite", "blk.0.ffn_down_exps.weight")],

@@ -58,6 +58,8 @@ class LoaderRules:
     scaled_output_type: gt.GGMLType
     #: fused block tensor -> the separate ones it replaces in a trunk block that has it
     fused: dict[str, frozenset[str]]
+    #: block tensor -> the tensor without which a trunk block does not create it
+    only_with: dict[str, str]
 
 
 @lru_cache(maxsize=1)
@@ -67,8 +69,9 @@ def loader_rules() -> LoaderRules:
         doc = yaml.safe_load(path.read_text())
         return LoaderRules(tuple(doc["scale_suffixes"]), frozenset(doc["scaled_layer_weights"]),
                            gt.GGMLType[doc["scaled_output_type"]],
-                           {k: frozenset(v) for k, v in doc["fused"].items()})
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+                           {k: frozenset(v) for k, v in doc["fused"].items()},
+                           {str(k): str(v) for k, v in doc["only_with"].items()})
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
         raise GraphcostError(f"{path}: cannot read the loader rules: {e}") from None
 
 
@@ -98,7 +101,8 @@ def _block_expr_names(m: ModelInfo, il: int) -> dict[str, float]:
 def created(m: ModelInfo, spec: ArchSpec) -> dict[str, bool]:
     """Every tensor llama.cpp's loader creates for this file, in the loader's order: full
     name -> whether it is required (a name required in any block is). Trunk blocks (il <
-    n_layer) take ``layer``, less the separate tensors a fused one the block has replaces;
+    n_layer) take ``layer``, less the separate tensors a fused one the block has replaces
+    and the fused bias of a block without the fused weight;
     NextN blocks (up to block_count = n_layer + nextn_predict_layers) take ``nextn``, fused
     and separate alike (create_tensor_qkv and create_tensor_gate_up_exps under TENSOR_SKIP
     create both, optional). Empty when the spec lists none (a flavour's spec)."""
@@ -136,6 +140,9 @@ def created(m: ModelInfo, spec: ArchSpec) -> dict[str, bool]:
             elif prefix + fused in files:
                 for name in separate:
                     block.pop(name, None)
+        for name, needs in rules.only_with.items():
+            if il < m.n_layer and name in block and prefix + needs not in files:
+                del block[name]
         for name, req in block.items():
             add(prefix + name, req)
     return out
