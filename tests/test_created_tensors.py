@@ -1,18 +1,26 @@
 """A file with a tensor llama.cpp's loader does not create is refused in one line, as
 llama.cpp refuses it (``llama_model_loader::done_getting_tensors``: "wrong number of
-tensors; expected N, got M"); every tensor a family's loader does create (optional ones,
-ones the graph never reads) is accepted. The lists are the ``tensors:`` of each spec and
-``specs/loader.yaml`` (:mod:`graphcost.graph.created_tensors`).
+tensors; expected N, got M"), and so is a file without a tensor it requires
+(``check_tensor_dims``: "tensor 'X' not found"); every tensor a family's loader does create
+(optional ones, ones the graph never reads) is accepted. The lists are the ``tensors:`` of
+each spec, with the loader's branches on the hyperparameters, and ``specs/loader.yaml``
+(:mod:`graphcost.graph.created_tensors`).
 
 Proof: every tiny model of the parity tests (tests/parity_models.py ``MODELS``, all
 families) and every bundled example header is accepted; each family's model with an
-unknown ``blk.0.frob.weight`` is refused with the counts; where llama-cpp-python is
-installed, llama.cpp refuses the same files and loads the same accepted ones.
+unknown ``blk.0.frob.weight`` is refused with the counts; for each branch of a family's
+loader (``BRANCHES``), a model given a tensor of the branch its hyperparameters do not take
+is refused, and one without a required tensor (read by the graph or not: NextN blocks) is
+refused; where llama-cpp-python is installed, llama.cpp refuses the same files and loads
+the same accepted ones.
 """
 from __future__ import annotations
 
+import ast
+import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import gguf
 import numpy as np
@@ -21,9 +29,10 @@ from gguf import GGMLQuantizationType as QT
 
 from graphcost.cli import main
 from graphcost.errors import GraphcostError
-from graphcost.graph.arch_spec import load_specs
+from graphcost.format.model import expr_names
+from graphcost.graph.arch_spec import TensorBranch, load_specs
 from graphcost.graph.build import load_model
-from graphcost.graph.created_tensors import extra_tensors, loader_rules
+from graphcost.graph.created_tensors import extra_tensors, loader_rules, missing_tensors
 from graphcost.judge.oracle import (OracleError, capture_log, llama_cpp_available,
                                     llama_cpp_unavailable_reason)
 from graphcost.resources import bundled
@@ -56,19 +65,25 @@ def _path(written) -> Path:
     return Path(getattr(written, "path", written))
 
 
-def with_tensors(src: Path, dst: Path, extra: dict[str, tuple[list[int], QT]]) -> Path:
+def with_tensors(src: Path, dst: Path, extra: dict[str, tuple[list[int], QT]],
+                 drop: tuple[str, ...] = (), kv: dict[str, int] | None = None) -> Path:
     """A copy of the GGUF ``src`` (every key and tensor) with the tensors ``extra`` added:
-    {name: (ne, type)}, filled with small F32 values (F32 only)."""
+    {name: (ne, type)}, filled with small F32 values (F32 only); less the tensors ``drop``
+    (each must be there); with the values ``kv`` for keys it has ({key: value}, same type)."""
     r = gguf.GGUFReader(src)
     arch = r.fields["general.architecture"].contents()
     w = gguf.GGUFWriter(str(dst), arch)
+    kv = kv or {}
+    assert set(kv) <= set(r.fields) and set(drop) <= {t.name for t in r.tensors}
     for f in r.fields.values():
         if f.name.startswith("GGUF.") or f.name == "general.architecture":
             continue
         vt = f.types[0]
-        w.add_key_value(f.name, f.contents(), vt,
+        w.add_key_value(f.name, kv.get(f.name, f.contents()), vt,
                         sub_type=f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None)
     for t in r.tensors:
+        if t.name in drop:
+            continue
         # t.data: numpy order, quantized rows as their bytes (the writer turns them back)
         w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
     for name, (ne, qt) in extra.items():
@@ -294,12 +309,42 @@ def test_a_spec_without_its_tensor_list_is_refused(tmp_path):
     p.write_text("architecture: fam\nlayer: []\n")
     with pytest.raises(GraphcostError, match=r"fam\.yaml: 'tensors' is required"):
         parse_spec(p)
-    p.write_text("architecture: fam\ntensors: {model: [a.weight], layer: [b, [c.bias]]}\n")
+    p.write_text("architecture: fam\ntensors: {model: [a.weight], layer: [b, [c.bias], "
+                 "{optional: [d]}, {if: n_expert == 0, then: [e], else: [f]}, "
+                 "{has: g, then: [h], else: optional}]}\n")
     t = parse_spec(p).tensors
-    assert (t.model, t.layer, t.nextn) == ({"a.weight"}, {"b", "c.bias"}, None)
+    assert (t.model, t.nextn) == (("a.weight",), None)
+    assert t.layer == ("b", "c.bias", "d?", TensorBranch("if", "n_expert == 0", ("e",), ("f",)),
+                       TensorBranch("has", "g", ("h",), ("h?",)))
     p.write_text("architecture: fam\ntensors: {model: [a.weight]}\n")
     with pytest.raises(GraphcostError, match="tensors must map model, layer"):
         parse_spec(p)
+    p.write_text("architecture: fam\ntensors: {model: [a.weight], layer: [{when: x, then: [b]}]}\n")
+    with pytest.raises(GraphcostError, match=r"tensors\.layer: \{'when': 'x', 'then': \['b'\]\} "
+                       r"is neither a tensor name, \{optional: \[\.\.\.\]\} nor a branch"):
+        parse_spec(p)
+
+
+def _conditions(items) -> list[str]:
+    """Every ``if:`` expression of a ``tensors:`` list, taken branch or not."""
+    out = []
+    for it in items or ():
+        if isinstance(it, TensorBranch):
+            out += ([it.arg] if it.test == "if" else []) + _conditions(it.then) \
+                + _conditions(it.orelse)
+    return out
+
+
+def test_every_branch_names_known_hyperparameters(written):
+    """A branch no tiny model takes is still checked: each name its expression uses is one
+    :func:`created` gives a block (expr_names, il, is_swa, is_recr, n_ff_layer)."""
+    known = set(expr_names(load_model(written["llama"]))) | {"il", "is_swa", "is_recr",
+                                                              "n_ff_layer"}
+    for fam in FAMILIES:
+        t = load_specs()[fam].tensors
+        for e in _conditions(t.model + t.layer + (t.nextn or ())):
+            used = {n.id for n in ast.walk(ast.parse(e, mode="eval")) if isinstance(n, ast.Name)}
+            assert used <= known, (fam, e, used - known)
 
 
 @needs_llama_cpp
@@ -310,3 +355,192 @@ def test_llama_cpp_counts_fused_qkv_as_we_do(written, tmp_path):
     m = load_model(written["glm4_nextn"])
     assert capture_log(_fused_qkv(written, "glm4_nextn", m.n_layer, tmp_path),
                        n_ctx=256)["model_buffers"]
+
+
+# ---- the loader's branches on the hyperparameters, and the tensors it requires ----
+
+
+class Case(NamedTuple):
+    """A tiny model with the [8] F32 tensors ``add`` added, ``drop`` removed and the keys
+    ``kv`` set; ``refused``: the (first) tensor named in the refusal (not created if added or
+    if ``kv`` changes the branch, missing if dropped), None where llama.cpp loads the file;
+    ``n_refused``: how many tensors are refused. The tiny models themselves, each
+    family's taken branches, are accepted here and loaded by llama.cpp (the tests above
+    and tests/test_parity*.py)."""
+
+    model: str
+    add: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+    refused: str | None = None
+    kv: dict | None = None
+    n_refused: int = 1
+
+
+def _extra(model: str, name: str) -> Case:
+    return Case(model, add=(name,), refused=name)
+
+
+def _missing(model: str, name: str) -> Case:
+    return Case(model, drop=(name,), refused=name)
+
+
+#: family -> the files that show its loader's branches (the hyperparameters of each model:
+#: tests/parity_models.py)
+BRANCHES: dict[str, list[Case]] = {
+    "llama": [
+        _extra("llama", "blk.0.ffn_gate_inp.weight"),    # n_expert == 0: dense FFN only
+        _extra("mixtral", "blk.0.ffn_gate.weight"),      # n_expert 6: experts, no dense FFN
+        _extra("mixtral", "blk.1.ffn_up_shexp.weight"),  # n_ff_shexp == 0: no shared expert
+        _missing("llama", "blk.2.ffn_up.weight"),        # required, read by the graph too
+        # create_tensor_qkv: a fused bias only beside a fused weight
+        _extra("llama", "blk.1.attn_qkv.bias"),
+    ],
+    "mistral3": [_extra("mistral3_moe", "blk.2.ffn_down.weight")],
+    "granite": [_extra("granite", "blk.0.ffn_down_exps.weight")],
+    "deepseek2": [
+        _extra("deepseek2", "blk.0.attn_q.weight"),          # q_lora_rank 160: Q LoRA only
+        _extra("deepseek2_lite", "blk.0.attn_q_a.weight"),   # q_lora_rank 0: attn_q only
+        _extra("deepseek2", "blk.1.attn_kv_b.weight"),       # MLA: attn_k_b / attn_v_b
+        _extra("deepseek2_legacy", "blk.1.attn_k_b.weight"),  # not MLA: attn_kv_b
+        _extra("deepseek2", "blk.0.ffn_gate_inp.weight"),    # il < n_layer_dense_lead 1
+        _extra("deepseek2", "blk.1.ffn_gate.weight"),        # a MoE layer
+        # a NextN block the graph never reads: its tensors are required where the file has
+        # its nextn.eh_proj, optional where not (trunk_only)
+        _missing("deepseek2_nextn", "blk.2.nextn.enorm.weight"),
+        Case("deepseek2_nextn", drop=("blk.2.nextn.eh_proj.weight", "blk.2.nextn.enorm.weight")),
+    ],
+    "ernie4_5-moe": [
+        _extra("ernie", "blk.0.ffn_gate_exps.weight"),   # il < n_layer_dense_lead 1
+        _extra("ernie", "blk.1.ffn_gate.weight"),        # a MoE layer
+        _extra("ernie_bare", "blk.0.ffn_up_shexp.weight"),  # n_ff_shexp == 0
+    ],
+    "gemma4": [
+        # n_embd_per_layer 48 / 0: the per-layer inputs' tensors, required / not created
+        _missing("gemma4", "blk.3.inp_gate.weight"),
+        _extra("gemma4_fused", "blk.0.inp_gate.weight"),
+        # layers 4-6 of 7 share KV (shared_kv_layers 3): their K is optional (the model has
+        # none there), layer 0's is not
+        _missing("gemma4", "blk.0.attn_k.weight"),
+        # rope_freqs: required by the full-attention layer 3
+        _missing("gemma4", "rope_freqs.weight"),
+        # a layer without ffn_gate_inp creates no experts; one with it requires them
+        _extra("gemma4", "blk.0.ffn_gate_exps.weight"),
+        _missing("gemma4_moe", "blk.0.pre_ffw_norm_2.weight"),
+    ],
+    "glm4moe": [
+        _extra("glm45", "blk.0.ffn_gate_inp.weight"),    # il < n_layer_dense_lead 1
+        _extra("glm45", "blk.1.ffn_gate.weight"),        # a MoE layer
+        # expert_shared_count 0: no shared expert; the file's 3 in each of the MoE layers 1,
+        # 2 and the NextN block 3 are not created
+        Case("glm45", kv={"glm4moe.expert_shared_count": 0},
+             refused="blk.1.ffn_gate_shexp.weight", n_refused=3 * 3),
+        _missing("glm45", "blk.3.nextn.enorm.weight"),
+        Case("glm45", drop=("blk.3.nextn.eh_proj.weight", "blk.3.nextn.enorm.weight")),
+    ],
+    "glm4": [_missing("glm4_nextn", "blk.3.nextn.eh_proj.weight")],  # TENSOR_SKIP, required
+    "exaone4": [_missing("exaone4_nextn", "blk.2.nextn.hnorm.weight")],
+    "granitehybrid": [
+        _extra("granitehybrid", "blk.0.attn_q.weight"),  # layer 0 recurrent
+        _extra("granitehybrid", "blk.1.ssm_in.weight"),  # layer 1 attention
+        _extra("granitehybrid", "blk.0.ffn_gate_inp.weight"),  # n_expert 0
+        _extra("granitehybrid_moe", "blk.0.ffn_gate.weight"),  # n_expert 5
+    ],
+    "lfm2": [
+        _extra("lfm2", "blk.0.attn_q_norm.weight"),      # layer 0 short-conv
+        _extra("lfm2", "blk.2.shortconv.conv.weight"),   # layer 2 attention
+        _extra("lfm2", "blk.0.ffn_gate_inp.weight"),     # every lfm2 layer dense
+    ],
+    "lfm2moe": [
+        _extra("lfm2moe", "blk.0.ffn_gate_inp.weight"),  # il < n_layer_dense_lead 1
+        _extra("lfm2moe", "blk.1.ffn_gate.weight"),
+    ],
+    "llama4": [
+        _extra("llama4", "blk.0.ffn_gate_inp.weight"),   # interleave_moe_layer_step 2: dense
+        _extra("llama4", "blk.1.ffn_gate.weight"),       # MoE
+    ],
+    "nemotron_h": [
+        # layers R.R..R: 0 recurrent, 1 MLP (n_ff 160), 3 attention (n_ff 0)
+        _extra("nemotron_h", "blk.1.attn_q.weight"),
+        _extra("nemotron_h", "blk.3.ffn_up.weight"),
+        _extra("nemotron_h", "blk.1.ffn_gate_inp.weight"),   # n_expert 0
+        _extra("nemotron_h_moe", "blk.1.ffn_up.weight"),     # n_expert 6
+    ],
+    "qwen35": [
+        _extra("qwen35", "blk.0.attn_q_norm.weight"),    # layers RRR.R
+        _extra("qwen35", "blk.3.ssm_a"),
+    ],
+    "qwen35moe": [_extra("qwen35moe", "blk.1.ssm_conv1d.weight")],  # layers R.R.
+    "qwen3next": [
+        _extra("qwen3next", "blk.3.ssm_ba.weight"),      # layers RRR.
+        _extra("qwen3next", "blk.0.attn_output.weight"),
+    ],
+}
+
+
+def _branch_file(written, c: Case, path: Path) -> Path:
+    return with_tensors(written[c.model], path, {n: ([8], QT.F32) for n in c.add},
+                        drop=c.drop, kv=c.kv)
+
+
+@pytest.mark.parametrize("family", sorted(BRANCHES))
+def test_the_loader_branches_on_the_hyperparameters(written, family, tmp_path):
+    for i, c in enumerate(BRANCHES[family]):
+        path = _branch_file(written, c, tmp_path / f"{i}.gguf")
+        arch = load_model(written[c.model]).arch
+        if c.refused is None:
+            m = load_model(path)
+            assert (extra_tensors(m, load_specs()[arch]), missing_tensors(m, load_specs()[arch])) \
+                == ([], []), c
+            continue
+        where = (f"llama.cpp's {arch} loader (load_arch_tensors in "
+                 f"{load_specs()[arch].source})")
+        n = len(gguf.GGUFReader(path).tensors)
+        with pytest.raises(GraphcostError) as e:
+            load_model(path)
+        if c.refused in c.drop:
+            assert str(e.value) == (f"{path}: tensor '{c.refused}' required by {where} missing "
+                                    f"from the file; llama.cpp refuses it: tensor "
+                                    f"'{c.refused}' not found"), c
+        elif c.n_refused == 1:
+            # n tensors in the file, all but the refused one created
+            assert str(e.value) == (f"{path}: tensor '{c.refused}' not created by {where}; "
+                                    f"llama.cpp refuses the file: wrong number of tensors; "
+                                    f"expected {n}, got {n - 1}"), c
+        else:
+            k = c.n_refused
+            assert str(e.value).startswith(f"{path}: {k} tensors '{c.refused}', "), c
+            assert str(e.value).endswith(f" and {k - 3} more not created by {where}; llama.cpp "
+                                         f"refuses the file: wrong number of tensors; "
+                                         f"expected {n}, got {n - k}"), c
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("family", sorted(BRANCHES))
+def test_llama_cpp_takes_the_same_branches(written, family, tmp_path):
+    for i, c in enumerate(BRANCHES[family]):
+        path = _branch_file(written, c, tmp_path / f"{i}.gguf")
+        if c.refused is None:
+            assert capture_log(path, n_ctx=256)["model_buffers"], c
+            continue
+        n = len(gguf.GGUFReader(path).tensors)
+        expect = (f"tensor '{c.refused}' not found" if c.refused in c.drop
+                  else f"wrong number of tensors; expected {n}, got {n - c.n_refused}")
+        with pytest.raises(OracleError, match=re.escape(expect)):
+            capture_log(path, n_ctx=256)
+
+
+def test_the_cli_refuses_a_missing_tensor_in_one_line_with_exit_2(written, tmp_path,
+                                                                 monkeypatch, capsys):
+    bad = _branch_file(written, _missing("glm4_nextn", "blk.3.nextn.eh_proj.weight"),
+                       tmp_path / "missing.gguf")
+    monkeypatch.setattr(sys, "argv", ["graphcost", "analyze", str(bad), "-c", "256"])
+    monkeypatch.delenv("GRAPHCOST_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].endswith("tensor 'blk.3.nextn.eh_proj.weight' required by llama.cpp's glm4 "
+                             "loader (load_arch_tensors in src/models/glm4.cpp) missing from "
+                             "the file; llama.cpp refuses it: tensor "
+                             "'blk.3.nextn.eh_proj.weight' not found"), lines[0]

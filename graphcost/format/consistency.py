@@ -51,9 +51,11 @@ def _ne4(ne: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(ne) + (1,) * (4 - len(ne))
 
 
-def check_model(m: ModelInfo) -> None:
-    """Raise one line for the first inconsistency between the hyperparameters and the
-    tensor infos of ``m``; return if there is none."""
+def check_hparams(m: ModelInfo) -> None:
+    """Raise one line for the first hyperparameter of ``m`` llama.cpp's load_hparams
+    refuses, or a block tensor past block_count; return if there is none. (Run before
+    :func:`graphcost.graph.created_tensors.refuse_uncreated_tensors`, which evaluates the
+    loader's branches on these hyperparameters, and :func:`check_tensors`.)"""
     path = m.header.path
     key = lambda template: template.format(arch=m.arch)  # noqa: E731
 
@@ -73,6 +75,21 @@ def check_model(m: ModelInfo) -> None:
     if m.n_expert > MAX_EXPERTS:
         raise GraphcostError(f"{path}: {key(Keys.LLM.EXPERT_COUNT)!r} = {m.n_expert} is above "
                              f"llama.cpp's LLAMA_MAX_EXPERTS ({MAX_EXPERTS})")
+    n_blocks = m.n_layer + m.n_layer_nextn
+    for t in m.tensors.values():
+        mt = _BLK.match(t.name)
+        if mt is not None and int(mt.group(1)) >= n_blocks:
+            raise GraphcostError(f"{path}: tensor {t.name!r} is in layer {mt.group(1)}, but "
+                                 f"{key(Keys.LLM.BLOCK_COUNT)!r} = {n_blocks}")
+
+
+def check_tensors(m: ModelInfo) -> None:
+    """Raise one line for the first tensor of ``m`` whose shape contradicts the
+    hyperparameters (llama.cpp checks the shapes of the tensors it creates: run after
+    :func:`graphcost.graph.created_tensors.refuse_uncreated_tensors`); return if there is
+    none."""
+    path = m.header.path
+    key = lambda template: template.format(arch=m.arch)  # noqa: E731
 
     def expect(t: TensorInfo, ne: tuple[int, ...], why: str) -> None:
         if _ne4(t.ne) != _ne4(ne):
@@ -95,10 +112,6 @@ def check_model(m: ModelInfo) -> None:
         if mt is None:
             continue
         il, kind, part = int(mt.group(1)), mt.group(2), mt.group(3)
-        n_blocks = m.n_layer + m.n_layer_nextn
-        if il >= n_blocks:
-            raise GraphcostError(f"{path}: tensor {t.name!r} is in layer {il}, but "
-                                 f"{key(Keys.LLM.BLOCK_COUNT)!r} = {n_blocks}")
         if il >= m.n_layer:
             continue  # a NextN/MTP block: not in the trunk graph graphcost builds
         if part == "bias":

@@ -112,6 +112,11 @@ class ModelInfo:
     n_rot_swa: int = 0
     #: attention.shared_kv_layers (gemma4: the last N layers reuse earlier layers' KV)
     n_kv_shared_layers: int = 0
+    #: expert_shared_count (glm4moe: shared experts, 0: none) and
+    #: embedding_length_per_layer_input (gemma4: per-layer inputs' width, 0: none): the
+    #: hyperparameters their loaders branch on
+    n_expert_shared: int = 0
+    n_embd_per_layer: int = 0
 
     def head_k(self, il: int) -> int:
         """llama_hparams::n_embd_head_k(il): the sliding-window size on SWA layers."""
@@ -176,6 +181,34 @@ class ModelInfo:
     @property
     def n_params(self) -> int:
         return sum(t.n_elements for t in self.header.tensors.values())
+
+
+def expr_names(m: ModelInfo) -> dict[str, float]:
+    """The hyperparameter names a spec expression may use (:mod:`graphcost.format.hparam_expr`:
+    the graph's statements, the loader's branches in ``tensors:``); a layer adds its own
+    (``il``, ``is_swa``...)."""
+    return {
+        "n_embd": m.n_embd, "n_head": m.n_head[0], "n_head_kv": m.n_head_kv[0],
+        "head_dim": m.head_dim_k, "head_dim_v": m.head_dim_v, "n_layer": m.n_layer,
+        "n_rot": m.n_rot, "attn_scale": m.attn_scale,
+        "final_logit_softcap": m.final_logit_softcap,
+        "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
+        "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
+        "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
+        "attn_temp_scale": m.attn_temp_scale, "n_expert": m.n_expert,
+        # deepseek2 / glm4moe: leading dense layers; MLA ranks and head sizes
+        "n_layer_dense_lead": m.n_layer_dense_lead,
+        "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank,
+        "head_dim_k_mla": m.head_dim_k_mla or m.head_dim_k,
+        "head_dim_v_mla": m.head_dim_v_mla or m.head_dim_v,
+        "n_vocab": m.n_vocab,
+        "n_ff_shexp": m.n_ff_shexp, "n_moe_layer_step": m.n_moe_layer_step,
+        "is_mla": float(m.is_mla),
+        "n_kv_shared_layers": m.n_kv_shared_layers,
+        "n_expert_shared": m.n_expert_shared, "n_embd_per_layer": m.n_embd_per_layer,
+        # rope.scaling.type longrope (llama_hparams::rope_scaling_type_train)
+        "longrope": float(m.rope_scaling_type == "longrope"),
+    }
 
 
 #: YaRN keys only some families read (deepseek2: yarn_log_multiplier; grok: the others);
@@ -413,6 +446,8 @@ def model_info(header: GGUFHeader, specs: dict) -> ModelInfo:
         head_dim_v_swa=m.int(Keys.Attention.VALUE_LENGTH_SWA, head_dim_v),
         n_rot_swa=m.int(Keys.Rope.DIMENSION_COUNT_SWA, n_rot),
         n_kv_shared_layers=m.int(Keys.Attention.SHARED_KV_LAYERS, 0),
+        n_expert_shared=m.int(Keys.LLM.EXPERT_SHARED_COUNT, 0),
+        n_embd_per_layer=m.int(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, 0),
         is_recr=is_recr,
         **_recurrent_sizes(m, bool(is_recr)),
     )

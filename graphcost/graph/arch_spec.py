@@ -19,23 +19,38 @@ from graphcost.resources import bundled
 
 
 @dataclass(frozen=True)
-class CreatedTensors:
-    """The tensors llama.cpp's loader creates for a family when the file has them (the
-    spec's ``tensors:``, from ``load_arch_tensors`` in ``src/models/<family>.cpp``): names
-    outside blocks (``token_embd.weight``), names inside a trunk block (``attn_q.weight`` for
-    ``blk.<il>.attn_q.weight``, il < n_layer) and inside a NextN/MTP block (n_layer <= il <
-    block_count; None: the loader creates no such block). A union over the loader's
-    branches: llama.cpp creates each of them only where its hyperparameters take that branch,
-    but for one branch told apart: ``longrope`` names created only when
-    rope.scaling.type is longrope, ``not_longrope`` only when it is not
-    (``hparams.rope_scaling_type_train == LLAMA_ROPE_SCALING_TYPE_LONGROPE``: llama, granite,
-    mistral3)."""
+class TensorBranch:
+    """One branch of a family's loader in its ``tensors:`` lists: ``{if: EXPR, then: [...],
+    else: [...]}`` (EXPR over the hyperparameter names of
+    :func:`graphcost.format.model.expr_names` and, in a block, ``il``, ``is_swa``,
+    ``is_recr``, ``n_ff_layer``: ``n_expert == 0``, ``il < n_layer_dense_lead``) or ``{has: NAME, then: [...], else: [...]}`` (the file
+    has the tensor NAME of the block, ``/NAME`` a model-level one: gemma4's
+    ``ffn_gate_inp``, which the loader creates first and branches on); ``else: optional``
+    is ``then`` with every name optional."""
 
-    model: frozenset[str]
-    layer: frozenset[str]
-    nextn: frozenset[str] | None = None
-    longrope: frozenset[str] = frozenset()
-    not_longrope: frozenset[str] = frozenset()
+    test: str  # "if" | "has"
+    arg: str
+    then: tuple[str | TensorBranch, ...]
+    orelse: tuple[str | TensorBranch, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreatedTensors:
+    """The tensors llama.cpp's loader creates for a family (the spec's ``tensors:``, from
+    ``load_arch_tensors`` in ``src/models/<family>.cpp``), as the loader's branches on the
+    hyperparameters choose them: names outside blocks (``token_embd.weight``), names inside
+    a trunk block (``attn_q.weight`` for ``blk.<il>.attn_q.weight``, il < n_layer) and
+    inside a NextN/MTP block (n_layer <= il < block_count; None: the loader creates no such
+    block). An entry is a name or a :class:`TensorBranch`; ``name?`` (``{optional: [name]}``
+    in the YAML) is created TENSOR_NOT_REQUIRED, in a block ``/name`` is a model-level tensor the loader creates
+    while loading the block (``/rope_freqs.weight``). A name without ``?`` is required:
+    llama.cpp refuses a file without it (``llama_model_loader::create_tensor``: "tensor
+    'X' not found");
+    :mod:`graphcost.graph.created_tensors` evaluates the lists."""
+
+    model: tuple[str | TensorBranch, ...]
+    layer: tuple[str | TensorBranch, ...]
+    nextn: tuple[str | TensorBranch, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,32 +125,54 @@ def statement_list(v: Any, what: str, where: Any) -> list[dict]:
     return v
 
 
-def _names(v: Any, what: str, where: Any) -> frozenset[str]:
-    """A list of tensor names; a nested list (a YAML alias of another list) is flattened."""
+def _items(v: Any, what: str, where: Any) -> tuple:
+    """A ``tensors:`` list checked and parsed: names, ``{optional: [...]}`` (names created
+    TENSOR_NOT_REQUIRED, kept as ``name?``), ``{if|has, then, else}`` branches; a nested
+    list (a YAML alias of another list) is flattened."""
     if not isinstance(v, list):
         raise GraphcostError(f"{where}: tensors.{what} must be a list of tensor names")
-    out = []
+    out: list = []
     for x in v:
-        out += x if isinstance(x, list) else [x]
-    if not all(isinstance(x, str) and x for x in out):
-        raise GraphcostError(f"{where}: tensors.{what} must be a list of tensor names")
-    return frozenset(out)
+        if isinstance(x, list):
+            out += _items(x, what, where)
+        elif isinstance(x, str) and x.strip("/?"):
+            out.append(x)
+        elif isinstance(x, dict) and set(x) == {"optional"}:
+            out += _optional(_items(x["optional"], f"{what} optional", where))
+        elif isinstance(x, dict) and len(set(x) & {"if", "has"}) == 1 and "then" in x \
+                and set(x) <= {"if", "has", "then", "else"}:
+            test = "if" if "if" in x else "has"
+            if not isinstance(x[test], str) or not x[test]:
+                raise GraphcostError(f"{where}: tensors.{what}: {test} must be a string: {x!r}")
+            then = _items(x["then"], f"{what} then", where)
+            orelse = (_optional(then) if x.get("else") == "optional"
+                      else _items(x.get("else", []), f"{what} else", where))
+            out.append(TensorBranch(test, x[test], then, orelse))
+        else:
+            raise GraphcostError(f"{where}: tensors.{what}: {x!r} is neither a tensor name, "
+                                 "{optional: [...]} nor a branch {if: EXPR | has: NAME, "
+                                 "then: [...], else: [...]}")
+    return tuple(out)
+
+
+def _optional(items: tuple) -> tuple:
+    """``items`` with every name TENSOR_NOT_REQUIRED (``else: optional``: the loader creates
+    the same tensors with flags that make them optional, deepseek2's trunk_only NextN)."""
+    return tuple(TensorBranch(x.test, x.arg, _optional(x.then), _optional(x.orelse))
+                 if isinstance(x, TensorBranch) else x if x.endswith("?") else x + "?"
+                 for x in items)
 
 
 def created_tensors(v: Any, where: Any) -> CreatedTensors | None:
-    """The spec's ``tensors:`` (``model``, ``layer``, optional ``nextn``, ``longrope``,
-    ``not_longrope``) checked and parsed."""
+    """The spec's ``tensors:`` (``model``, ``layer``, optional ``nextn``) checked and
+    parsed."""
     if v is None:
         return None
-    optional = {"nextn", "longrope", "not_longrope"}
-    if not isinstance(v, dict) or not {"model", "layer"} <= set(v) <= {"model", "layer"} | optional:
-        raise GraphcostError(f"{where}: tensors must map model, layer and (optionally) nextn, "
-                             "longrope, not_longrope to lists of tensor names")
-    return CreatedTensors(
-        _names(v["model"], "model", where), _names(v["layer"], "layer", where),
-        _names(v["nextn"], "nextn", where) if "nextn" in v else None,
-        _names(v.get("longrope", []), "longrope", where),
-        _names(v.get("not_longrope", []), "not_longrope", where))
+    if not isinstance(v, dict) or not {"model", "layer"} <= set(v) <= {"model", "layer", "nextn"}:
+        raise GraphcostError(f"{where}: tensors must map model, layer and (optionally) nextn "
+                             "to lists of tensor names")
+    return CreatedTensors(_items(v["model"], "model", where), _items(v["layer"], "layer", where),
+                          _items(v["nextn"], "nextn", where) if "nextn" in v else None)
 
 
 def parse_spec(path: Path) -> ArchSpec:

@@ -5,8 +5,8 @@ import os
 from dataclasses import dataclass, field
 
 from graphcost.graph.arch_spec import load_specs
-from graphcost.format.consistency import check_model
-from graphcost.graph.created_tensors import refuse_extra_tensors
+from graphcost.format.consistency import check_hparams, check_tensors
+from graphcost.graph.created_tensors import refuse_uncreated_tensors
 from graphcost.errors import UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.format.gguf_reader import read_model
@@ -36,17 +36,21 @@ class BuiltGraph:
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
     """Read the header (all shards) and the hyperparameters of a supported architecture,
-    and check once that they agree with each other (:mod:`graphcost.format.consistency`) and
-    that llama.cpp's loader creates every tensor of the file
-    (:mod:`graphcost.graph.created_tensors`). ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
+    and check once that llama.cpp's loader creates every tensor of the file and finds every
+    one it requires (:mod:`graphcost.graph.created_tensors`) and that they agree with each
+    other (:mod:`graphcost.format.consistency`). ``path`` may be a URL or ``hf://ORG/REPO[@REV]/FILE`` (only the header is fetched)."""
     from graphcost.format.remote import is_remote
     if is_remote(path):
         from graphcost.format.remote import read_remote_model
         m = model_info(read_remote_model(str(path)), load_specs())
     else:
         m = model_info(read_model(path), load_specs())
-    check_model(m)
-    refuse_extra_tensors(m, load_specs()[m.arch])
+    # llama.cpp's order, nearly: load_hparams, then load_tensors, which checks the shapes of
+    # the tensors it creates only (a missing one and a bad shape refused as it meets them,
+    # the count last; here the created tensors first, then the shapes)
+    check_hparams(m)
+    refuse_uncreated_tensors(m, load_specs()[m.arch])
+    check_tensors(m)
     return m
 
 

@@ -1,4 +1,5 @@
-"""Refuse a file with a tensor llama.cpp's loader would not create for its architecture.
+"""Refuse a file with a tensor llama.cpp's loader would not create for its architecture,
+or without one it requires.
 
 llama.cpp counts the tensors it creates (``llama_model_loader::create_tensor``, called by
 the family's ``load_arch_tensors`` in ``src/models/<family>.cpp`` and by the generic pass of
@@ -7,28 +8,39 @@ than the file holds, refuses the file (``llama_model_loader::done_getting_tensor
 ``src/llama-model-loader.cpp``: "wrong number of tensors; expected N, got M"). Optional
 tensors (TENSOR_NOT_REQUIRED), tensors the graph never reads and skipped ones (TENSOR_SKIP:
 NextN blocks) are created and count; token_embd created again as the output
-(TENSOR_DUPLICATED) and per-layer copies of ``rope_freqs`` count once.
+(TENSOR_DUPLICATED) and per-layer copies of ``rope_freqs`` count once. A required tensor
+(created without TENSOR_NOT_REQUIRED) the file lacks stops the load before that
+(``llama_model_loader::check_tensor_dims``: "tensor 'X' not found"), whether or not the
+graph reads it.
 
-What each family creates is data: the ``tensors:`` of its spec (:class:`CreatedTensors`);
-what the generic pass adds (weight and input scales) and which fused tensors replace
-separate ones (``attn_qkv`` for ``attn_q``/``attn_k``/``attn_v``) is ``specs/loader.yaml``.
-The lists are unions over the loader's branches that hyperparameters choose, so a tensor
-of a branch the file's hyperparameters do not take (``ffn_gate_inp`` in a dense llama) is
-accepted here though llama.cpp refuses it; the one branch told apart is LongRoPE's
-(``rope_factors_long/short`` only under rope.scaling.type longrope, ``rope_freqs`` only
-without it: :class:`CreatedTensors`).
+What each family creates is data: the ``tensors:`` of its spec
+(:class:`graphcost.graph.arch_spec.CreatedTensors`), with the loader's branches on the
+hyperparameters (``{if: n_expert == 0, then: [dense FFN], else: [experts]}``, ``il <
+n_layer_dense_lead``, ``is_recr``, ``longrope``...) and on a tensor the loader probes first (``{has: ffn_gate_inp.weight, ...}``: gemma4),
+evaluated here for the file's hyperparameters, block by block (:func:`created`). What the
+generic pass adds (weight and input scales) and which fused tensors replace separate ones
+(``attn_qkv`` for ``attn_q``/``attn_k``/``attn_v``) is ``specs/loader.yaml``.
+
+Not modelled: the probe deepseek2, glm4moe, qwen35(moe), qwen3next and nemotron_h make
+for MTP-only files (no ``blk.0.attn_norm.weight``: the trunk is optional): such a file is
+refused here for its missing trunk (graphcost builds no MTP-only graph). deepseek2's and
+glm4moe's trunk_only probe (no ``blk.<n_layer>.nextn.eh_proj.weight``: every NextN block's
+tensors optional) is made on each NextN block's own ``nextn.eh_proj`` (``has:``): the same
+where nextn_predict_layers is 1 (DeepSeek V3, GLM-4.5).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable, Iterator
 
 import yaml
 
 from graphcost.errors import GraphcostError
 from graphcost.format import ggml_types as gt
-from graphcost.format.model import ModelInfo
-from graphcost.graph.arch_spec import ArchSpec, CreatedTensors
+from graphcost.format.hparam_expr import evaluate
+from graphcost.format.model import ModelInfo, expr_names
+from graphcost.graph.arch_spec import ArchSpec, TensorBranch
 from graphcost.resources import bundled
 
 #: tensors named in a refusal before "and N more"
@@ -46,6 +58,8 @@ class LoaderRules:
     scaled_output_type: gt.GGMLType
     #: fused block tensor -> the separate ones it replaces in a trunk block that has it
     fused: dict[str, frozenset[str]]
+    #: block tensor -> the tensor without which a trunk block does not create it
+    only_with: dict[str, str]
 
 
 @lru_cache(maxsize=1)
@@ -55,42 +69,97 @@ def loader_rules() -> LoaderRules:
         doc = yaml.safe_load(path.read_text())
         return LoaderRules(tuple(doc["scale_suffixes"]), frozenset(doc["scaled_layer_weights"]),
                            gt.GGMLType[doc["scaled_output_type"]],
-                           {k: frozenset(v) for k, v in doc["fused"].items()})
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+                           {k: frozenset(v) for k, v in doc["fused"].items()},
+                           {str(k): str(v) for k, v in doc["only_with"].items()})
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
         raise GraphcostError(f"{path}: cannot read the loader rules: {e}") from None
 
 
-def _block_names(t: CreatedTensors, il: int, m: ModelInfo, rules: LoaderRules) -> frozenset[str]:
-    """What the loader creates in block ``il``: a trunk block's names below n_layer (less
-    the separate tensors a fused one the block has replaces), a NextN block's up to
-    block_count (n_layer + nextn_predict_layers), nothing past it."""
-    if il < m.n_layer:
-        files = m.header.tensors
-        replaced = [v for k, v in rules.fused.items() if f"blk.{il}.{k}" in files and k in t.layer]
-        return t.layer.difference(*replaced)
-    if il < m.n_layer + m.n_layer_nextn and t.nextn is not None:
-        return t.nextn
-    return frozenset()
+def _take(items: tuple, names: dict[str, float], has: Callable[[str], bool],
+          where: str) -> Iterator[tuple[str, bool]]:
+    """The (name, required) pairs a ``tensors:`` list creates: a branch's ``then`` where
+    its test holds, else its ``else``; ``name?`` is not required."""
+    for it in items:
+        if isinstance(it, TensorBranch):
+            ok = has(it.arg) if it.test == "has" else bool(evaluate(it.arg, names, where))
+            yield from _take(it.then if ok else it.orelse, names, has, where)
+        else:
+            yield it.rstrip("?"), not it.endswith("?")
 
 
-def _is_created(name: str, t: CreatedTensors, m: ModelInfo, spec: ArchSpec,
+def _block_expr_names(m: ModelInfo, il: int) -> dict[str, float]:
+    """The names a block's branches may use besides :func:`expr_names`: its index, and
+    llama_hparams::is_swa(il), is_recr(il) and n_ff(il) (``n_ff_layer``); a NextN block is
+    neither sliding nor recurrent (qwen3next's load_arch_hparams: is_recr_impl[il] only for
+    il < n_layer) and takes n_ff."""
+    if il >= m.n_layer:
+        return {"il": il, "is_swa": 0.0, "is_recr": 0.0, "n_ff_layer": m.n_ff[0]}
+    return {"il": il, "is_swa": float(m.is_swa[il]), "is_recr": float(m.recurrent(il)),
+            "n_ff_layer": m.n_ff[il]}
+
+
+def created(m: ModelInfo, spec: ArchSpec) -> dict[str, bool]:
+    """Every tensor llama.cpp's loader creates for this file, in the loader's order: full
+    name -> whether it is required (a name required in any block is). Trunk blocks (il <
+    n_layer) take ``layer``, less the separate tensors a fused one the block has replaces
+    and the fused bias of a block without the fused weight;
+    NextN blocks (up to block_count = n_layer + nextn_predict_layers) take ``nextn``, fused
+    and separate alike (create_tensor_qkv and create_tensor_gate_up_exps under TENSOR_SKIP
+    create both, optional). Empty when the spec lists none (a flavour's spec)."""
+    t = spec.tensors
+    if t is None:
+        return {}
+    files, rules, where = m.header.tensors, loader_rules(), str(spec.path)
+    base = expr_names(m)
+    out: dict[str, bool] = {}
+
+    def add(name: str, required: bool) -> None:
+        out[name] = out.get(name, False) or required
+
+    for name, req in _take(t.model, base, lambda x: x.lstrip("/") in files, where):
+        add(name.lstrip("/"), req)
+    n_blocks = m.n_layer + (m.n_layer_nextn if t.nextn is not None else 0)
+    for il in range(n_blocks):
+        prefix = f"blk.{il}."
+
+        def has(x: str) -> bool:
+            return (x[1:] if x.startswith("/") else prefix + x) in files
+
+        block: dict[str, bool] = {}
+        items = t.layer if il < m.n_layer else t.nextn
+        for name, req in _take(items, {**base, **_block_expr_names(m, il)}, has, where):
+            if name.startswith("/"):
+                add(name[1:], req)
+            else:
+                block[name] = block.get(name, False) or req
+        for fused, separate in rules.fused.items():
+            if fused not in block:
+                continue
+            if il >= m.n_layer:  # TENSOR_SKIP: fused and separate, all TENSOR_NOT_REQUIRED
+                block.update((n, False) for n in (fused, *separate) if n in block)
+            elif prefix + fused in files:
+                for name in separate:
+                    block.pop(name, None)
+        for name, needs in rules.only_with.items():
+            if il < m.n_layer and name in block and prefix + needs not in files:
+                del block[name]
+        for name, req in block.items():
+            add(prefix + name, req)
+    return out
+
+
+def _is_created(name: str, made: dict[str, bool], m: ModelInfo, spec: ArchSpec,
                 rules: LoaderRules) -> bool:
     files = m.header.tensors
+    if name in made:
+        return True
     base, _, suffix = name.rpartition(".")
     parts = name.split(".", 2)
     if parts[0] == "blk" and len(parts) == 3 and parts[1].isdigit():
-        il, short = int(parts[1]), parts[2]
-        names = _block_names(t, il, m, rules)
-        if short in names:
-            return True
         # the generic pass: <w>.scale / <w>.input_scale beside a block weight it created
-        w = short.rpartition(".")[0]
+        w = parts[2].rpartition(".")[0]
         return (suffix in rules.scale_suffixes and w in rules.scaled_layer_weights
-                and f"{w}.weight" in names and f"{base}.weight" in files)
-    if name in t.model:
-        return True
-    if name in (t.longrope if m.rope_scaling_type == "longrope" else t.not_longrope):
-        return True
+                and f"{base}.weight" in made and f"{base}.weight" in files)
     # output.scale / output.input_scale: when the output matrix (output.weight, else the
     # tied token_embd.weight) is NVFP4
     if base == "output" and suffix in rules.scale_suffixes and spec.has_lm_head:
@@ -102,23 +171,41 @@ def _is_created(name: str, t: CreatedTensors, m: ModelInfo, spec: ArchSpec,
 def extra_tensors(m: ModelInfo, spec: ArchSpec) -> list[str]:
     """The file's tensors that llama.cpp's loader does not create for ``spec``, in file order
     (empty when the spec lists none: a flavour's spec)."""
-    t = spec.tensors
-    if t is None:
+    if spec.tensors is None:
         return []
-    rules = loader_rules()
-    return [n for n in m.header.tensors if not _is_created(n, t, m, spec, rules)]
+    made, rules = created(m, spec), loader_rules()
+    return [n for n in m.header.tensors if not _is_created(n, made, m, spec, rules)]
 
 
-def refuse_extra_tensors(m: ModelInfo, spec: ArchSpec) -> None:
-    """One line naming the tensors llama.cpp would not create and its count, if any."""
+def missing_tensors(m: ModelInfo, spec: ArchSpec) -> list[str]:
+    """The required tensors llama.cpp's loader creates for ``spec`` that the file lacks, in
+    the loader's order."""
+    files = m.header.tensors
+    return [n for n, required in created(m, spec).items() if required and n not in files]
+
+
+def _listed(names: list[str]) -> str:
+    """``'a', 'b', 'c' and 2 more``."""
+    more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+    return ", ".join(repr(n) for n in names[:_SHOWN]) + more
+
+
+def refuse_uncreated_tensors(m: ModelInfo, spec: ArchSpec) -> None:
+    """One line naming the required tensors the file lacks, if any (llama.cpp stops at the
+    first while it creates them), else the tensors llama.cpp would not create and its
+    count, if any."""
+    where = f"llama.cpp's {m.arch} loader (load_arch_tensors in {spec.source})"
+    missing = missing_tensors(m, spec)
+    if missing:
+        what = "tensor" if len(missing) == 1 else f"{len(missing)} tensors"
+        raise GraphcostError(
+            f"{m.header.path}: {what} {_listed(missing)} required by {where} missing from the "
+            f"file; llama.cpp refuses it: tensor {missing[0]!r} not found")
     extra = extra_tensors(m, spec)
     if not extra:
         return
     n_file = len(m.header.tensors)
-    shown = ", ".join(repr(n) for n in extra[:_SHOWN])
-    more = f" and {len(extra) - _SHOWN} more" if len(extra) > _SHOWN else ""
     what = "tensor" if len(extra) == 1 else f"{len(extra)} tensors"
     raise GraphcostError(
-        f"{m.header.path}: {what} {shown}{more} not created by llama.cpp's {m.arch} loader "
-        f"(load_arch_tensors in {spec.source}); llama.cpp refuses the file: "
-        f"wrong number of tensors; expected {n_file}, got {n_file - len(extra)}")
+        f"{m.header.path}: {what} {_listed(extra)} not created by {where}; llama.cpp refuses "
+        f"the file: wrong number of tensors; expected {n_file}, got {n_file - len(extra)}")

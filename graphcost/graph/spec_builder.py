@@ -16,6 +16,7 @@ import importlib
 from typing import Any, Callable
 
 from graphcost.format.hparam_expr import evaluate
+from graphcost.format.model import expr_names
 from graphcost.graph.arch_spec import ArchSpec, rope_mode, statement_list
 from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
@@ -43,25 +44,7 @@ class SpecBuilder:
         self.il: int | None = None
         m = self.m
         #: names an expression may use; in a layer also il, is_swa (hparams.is_swa(il))
-        self.names = {
-            "n_embd": m.n_embd, "n_head": m.n_head[0], "n_head_kv": m.n_head_kv[0],
-            "head_dim": m.head_dim_k, "head_dim_v": m.head_dim_v, "n_layer": m.n_layer,
-            "n_rot": m.n_rot, "attn_scale": m.attn_scale,
-            "final_logit_softcap": m.final_logit_softcap,
-            "embedding_scale": m.embedding_scale, "n_ff": m.n_ff[0],
-            "residual_scale": m.residual_scale, "logit_scale": m.logit_scale,
-            "rope_finetuned": float(m.rope_finetuned), "n_swa": m.n_swa,
-            "attn_temp_scale": m.attn_temp_scale, "n_expert": m.n_expert,
-            # deepseek2 / glm4moe: leading dense layers; MLA ranks and head sizes
-            "n_layer_dense_lead": m.n_layer_dense_lead,
-            "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank,
-            "head_dim_k_mla": m.head_dim_k_mla or m.head_dim_k,
-            "head_dim_v_mla": m.head_dim_v_mla or m.head_dim_v,
-            "n_vocab": m.n_vocab,
-            "n_ff_shexp": m.n_ff_shexp, "n_moe_layer_step": m.n_moe_layer_step,
-            "is_mla": float(m.is_mla),
-            "n_kv_shared_layers": m.n_kv_shared_layers,
-        }
+        self.names = expr_names(m)
         self.inp_attn: AttnInputs | None = None
         self.inp_attn_swa: AttnInputs | None = None
         #: llama_model_rope_type: the spec's mode, or ``hparams.rope_with_sections`` (glm4:
