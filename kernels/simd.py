@@ -15,6 +15,8 @@ kernel say which vector operations it wants while staying plain numba code:
   :func:`lanes`, :func:`permutation`/:func:`permutation2` (constant shuffles),
   :func:`maddubs`, :func:`madd`, :func:`dpbusd`, :func:`dpwssd`, :func:`hsum`,
   :func:`bit_field`/:func:`bit_picker` (bit fields, one ``vgf2p8affineqb`` with GFNI),
+  :func:`multishift` (unaligned bytes of each 64-bit lane, one ``vpmultishiftqb`` with
+  AVX512_VBMI), :func:`clobber` (values stored to a buffer are read back from memory),
   :func:`vmax`/:func:`vmin`, :func:`reduce_max`, :func:`rint` (the activation
   quantizers of :mod:`.quants`).
 
@@ -67,7 +69,8 @@ class _VecModel(models.PrimitiveModel):
 
 
 _DTYPES = {"u8": types.uint8, "i8": types.int8, "u16": types.uint16, "i16": types.int16,
-           "u32": types.uint32, "i32": types.int32, "f32": types.float32, "f64": types.float64}
+           "u32": types.uint32, "i32": types.int32, "f32": types.float32, "f64": types.float64,
+           "i64": types.int64, "u64": types.uint64}
 
 
 def _dtype(lit) -> types.Type:
@@ -1023,3 +1026,56 @@ def rint(typingctx, a):
         return builder.call(fn, [args[0]])
 
     return a(a), codegen
+
+
+def multishift(offsets) -> object:
+    """A function ``f(a)`` for 64 uint8 lanes: output byte i is the 8 bits of 64-bit lane
+    ``i // 8`` of ``a`` from bit ``offsets[i] % 64`` up, rotating (bit 63 is followed by
+    bit 0): a byte-granular shift per output byte. One ``vpmultishiftqb`` with
+    AVX512_VBMI; elsewhere a rotate of each byte's 64-bit lane (``llvm.fshr``), truncated."""
+    offs = tuple(int(o) % 64 for o in offsets)
+    if len(offs) != 64:
+        raise ValueError(f"multishift takes 64 offsets, got {len(offs)}")
+
+    @intrinsic
+    def shift(typingctx, a):
+        if not (isinstance(a, Vec) and a.n == 64 and a.dtype == types.uint8):
+            return None
+
+        def codegen(context, builder, sig, args):
+            feats = _target_features(context)
+            if "avx512vbmi" in feats and "avx512bw" in feats:
+                return _x86_call(builder, "llvm.x86.avx512.pmultishift.qb.512", args[0].type,
+                                 [_const_vec(types.uint8, offs), args[0]])
+            i64 = ir.IntType(64)
+            q = builder.bitcast(args[0], ir.VectorType(i64, 8))
+            q = _shuffle(builder, q, q, [i // 8 for i in range(64)])
+            v64 = ir.VectorType(i64, 64)
+            fshr = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v64, [v64, v64, v64]), "llvm.fshr.v64i64")
+            amt = ir.Constant(v64, [ir.Constant(i64, o) for o in offs])
+            return builder.trunc(builder.call(fshr, [q, q, amt]), args[0].type)
+
+        return a(a), codegen
+
+    return shift
+
+
+@intrinsic
+def clobber(typingctx, buf):
+    """An empty inline-asm statement that may read and write ``buf`` (and any memory):
+    what was stored to ``buf`` before it is in memory, and a :func:`load` or
+    :func:`scalar_at` after it reads memory. For a small stack buffer
+    (:func:`.bits.stack_f32`) that a kernel reloads from: without it LLVM forwards the
+    stored vector to the loads, and a ``vpbroadcastq`` from memory (a load, no vector
+    pipe) becomes a shuffle of registers (one on the shuffle pipes each)."""
+    if not (isinstance(buf, types.Array) and buf.ndim == 1):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = cgutils.create_struct_proxy(buf)(context, builder, value=args[0])
+        ptr = builder.bitcast(a.data, ir.IntType(8).as_pointer())
+        builder.asm(ir.FunctionType(ir.VoidType(), [ptr.type]), "", "r,~{memory}", [ptr], True)
+        return context.get_dummy_value()
+
+    return types.none(buf), codegen

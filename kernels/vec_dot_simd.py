@@ -46,7 +46,8 @@ Q4_K, Q5_K     per 256: int8 quants of sub-blocks 0,2,1,3,4,6,5,7, each class-gr
                (:func:`_class32`); int16 ``bsums[2j] + bsums[2j+1]``, j < 8
 Q6_K           per 256: int8 quants, each 64 in :func:`_pairs16` order; int16
                ``32 * (y[a] + y[b])`` for each maddubs pair
-Q3_K           as Q6_K over the bit-plane order (:data:`_PLANES`), ``4 * (y[a] + y[b])``
+Q3_K           as Q6_K over the bit-plane order (:data:`_PLANES`), each 64 in
+               :func:`_q3_pairs` order, ``4 * (y[a] + y[b])``
 Q2_K           per 256: int8 quants in bit-plane order
 32-blocks      quants (per 4 blocks: Q8_0 natural, others :func:`_nibble_order`), then
                float32 ``d`` of every block, then int32 ``offset * sum(q)`` (Q4_0,
@@ -64,7 +65,7 @@ from gguf import GGMLQuantizationType as QT
 from graphcost.format import ggml_types as gt
 
 from . import simd as S
-from .bits import f16_to_f32, out_of_line
+from .bits import f16_to_f32, out_of_line, stack_f32
 from .quants import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, Q8_1, Q8_K
 from .vec_dot_ggml import (blocks_q4_0, blocks_q4_1, blocks_q5_0, blocks_q5_1,
                            blocks_q8_0)
@@ -107,6 +108,15 @@ def _pairs16(base: int = 0) -> list[int]:
             for h in range(2) for c in range(8) for e in range(2) for f in range(2)]
 
 
+def _q3_pairs() -> list[int]:
+    """As :func:`_pairs16` with the halves interleaved: output dword 2c + h holds the class
+    c pair of sub-block 2h, then of 2h + 1. For Q3_K, whose 64-value plane vectors hold
+    32 values of each 128-half (:data:`_PLANES`): each 64-bit lane then needs the same
+    four scales, one ``vpbroadcastq`` (:func:`_q3_k_scale_pairs`)."""
+    return [16 * (2 * h + e) + c + 8 * f
+            for c in range(8) for h in range(2) for e in range(2) for f in range(2)]
+
+
 #: Q2_K/Q3_K bit planes: vector j holds plane j of both 128-halves (values 32j..32j+31
 #: and 128+32j..128+32j+31), the values one shift of the 64 quant bytes yields
 _PLANES = [32 * j + i if i < 32 else 128 + 32 * j + i - 32 for j in range(4) for i in range(64)]
@@ -124,7 +134,7 @@ def _nibble_order() -> list[int]:
 
 _IDX_K4 = np.array([32 * s + i for s in _K4_SUBBLOCKS for i in _class32()], dtype=np.int64)
 _IDX_K6 = np.array([64 * m + i for m in range(4) for i in _pairs16()], dtype=np.int64)
-_IDX_K3 = np.array([_PLANES[64 * m + i] for m in range(4) for i in _pairs16()], dtype=np.int64)
+_IDX_K3 = np.array([_PLANES[64 * m + i] for m in range(4) for i in _q3_pairs()], dtype=np.int64)
 _IDX_K2 = np.array(_PLANES, dtype=np.int64)
 
 _CLASS32X2 = S.permutation(_class32(0) + _class32(32))
@@ -1016,7 +1026,7 @@ _SHL_Q6 = S.constant([4] * 16 + [2] * 16, "u16")      # qh bits 0-1 | 2-3 -> bit
 _SHR_Q6 = S.constant([0] * 16 + [2] * 16, "u16")      # bits 4-5 | 6-7 -> bits 4-5
 #: Q6_K scale of int16 lane t of the scales vector: value chunk m's scale pairs (4m, 4m+1
 #: for _pairs16 dwords 0..7, 4m+2, 4m+3 for 8..15) are dword m of each 128-bit lane, taken
-#: by one in-lane ``vpshufd`` (_SC16_m; as :data:`_Q3_SC_OF` for Q3_K)
+#: by one in-lane ``vpshufd`` (_SC16_m)
 _Q6_SC_OF = S.permutation([4 * ((t // 2) % 4) + 2 * (t // 16) + t % 2 for t in range(32)])
 _SC16_0, _SC16_1, _SC16_2, _SC16_3 = [S.permutation([4 * (d // 4) + m for d in range(16)])
                                       for m in range(4)]
@@ -1055,57 +1065,75 @@ def _q6_k_ints(row, p, yp, pp, ahead):       # ql@0 qh@128 scales:i8@192 d@208, 
 #: Q3_K codes of the 4 bit planes from two bytes per value: x holds quant bits 0..3
 #: (planes 0, 1) and the value's hmask bits of planes 0, 1 at bits 4, 5; y quant bits 4..7
 #: (planes 2, 3) and hmask bits of planes 2, 3 at bits 0, 1. The hmask byte holds plane j's
-#: bit at j for the first 128 values and at 4 + j for the second (bytes 0..31 and 32..63
-#: of the _pairs16 order): 16-bit shifts by half move them there (a byte's bits that
-#: cross into its neighbour land outside the bits kept)
-_SHL_HX = S.constant([4] * 16 + [0] * 16, "u16")
-_SHR_HY = S.constant([2] * 16 + [6] * 16, "u16")
+#: bit at j for the first 128 values and at 4 + j for the second (the even and the odd
+#: dwords of the :func:`_q3_pairs` order): 16-bit shifts by half move them there (a
+#: byte's bits that cross into its neighbour land outside the bits kept)
+_SHL_HX = S.constant([4 if w // 2 % 2 == 0 else 0 for w in range(32)], "u16")
+_SHR_HY = S.constant([2 if w // 2 % 2 == 0 else 6 for w in range(32)], "u16")
 #: plane j's code (crumb + 4 * hmask bit, 0..7; ggml's value + 4) picked from x or y
 _Q3_U0, _Q3_U1 = S.bit_picker((0, 1, 4)), S.bit_picker((2, 3, 5))
 _Q3_U2, _Q3_U3 = S.bit_picker((4, 5, 0)), S.bit_picker((6, 7, 1))
+_Q3_PAIRS = S.permutation(_q3_pairs())
 
-
-#: Q3_K scales as int16 lane t of :func:`_q3_k_scales`: 128-bit lanes 0, 1 hold scales
-#: 0..7 (sub-blocks of the first 128 values), lanes 2, 3 scales 8..15, so that plane j's
-#: scale pairs (2j, 2j + 1 | 8 + 2j, 9 + 2j), one per :func:`_pairs16` dword, are dword j
-#: of each 128-bit lane: one in-lane ``vpshufd`` (_SC3_j) instead of a cross-lane
-#: broadcast of two shuffles
-_Q3_SC_OF = [2 * (4 * (t // 16) + (t // 2) % 4) + t % 2 for t in range(32)]
-_SC3_0, _SC3_1, _SC3_2, _SC3_3 = [S.permutation([4 * (d // 4) + j for d in range(16)])
-                                  for j in range(4)]
-
-
-#: Q3_K scale i as a uint16 lane: low byte the scales byte holding its low 4 bits, high
-#: byte the one holding its high 2 bits (ggml's kmask1/kmask2 unpacking); the 16 bytes
-#: are loaded from p + 94 (the block's last 16), so scales byte k is vector byte 2 + k
-_Q3_SC_BYTES = S.permutation([2 + b for i in _Q3_SC_OF
-                              for b in (i % 4 + 4 * ((i // 4) % 2), 8 + i % 4)])
-_Q3_SC_LOW = S.constant([4 * (i >= 8) for i in _Q3_SC_OF], "u16")       # -> bits 0..3
-_Q3_SC_HIGH = S.constant([4 + 2 * (i // 4) for i in _Q3_SC_OF], "u16")  # -> bits 4..5
-
-
-@njit(inline="always", cache=True)
-def _q3_k_scales(row, p):
-    """The 16 scales of a Q3_K block minus 32, as int16 lanes in :data:`_Q3_SC_OF` order
-    (int32 lanes: pairs of scales)."""
-    w = S.bitcast(_Q3_SC_BYTES(S.load(row, p + 94, 16, "u8")), "u16")
-    v = ((w >> _Q3_SC_LOW()) & 15) | ((w >> _Q3_SC_HIGH()) & 0x30)
-    return S.bitcast(S.opaque(S.bitcast(v, "i16") - 32), "i32")
+#: Q3_K scales of four rows, decoded together (:func:`_q3_k_scales4`). Each row's 16
+#: bytes from p + 94 (the block's last 16: scales byte k is byte 2 + k) fill a 128-bit
+#: lane; one in-lane shuffle makes its 64-bit halves scales bytes (0..3, 8..11) and
+#: (4..7, 8..11): all the bits of scales 0..3, 8..11 and of 4..7, 12..15. Scale i has
+#: its low 4 bits in byte i % 8 (high nibble for i >= 8), its top 2 in byte 8 + i % 4 at
+#: bit 2 * (i // 4) (ggml's kmask1/kmask2 unpacking); a ``vpmultishiftqb`` per part moves
+#: them to bits 0..3 and 4..5 of the output byte. Output bytes per row, in plane order
+#: (plane j's scale pairs: sub-blocks 2j, 2j + 1 of the first 128 values, then of the
+#: second): s0 s1 s8 s9 | s2 s3 s10 s11 | s4 s5 s12 s13 | s6 s7 s14 s15
+_Q3_SC_ORDER = (0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15)
+_Q3_SC_ARRANGE = S.permutation([16 * r + 2 + k for r in range(4)
+                                for k in (0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)])
+_Q3_SC_LOW = S.multishift([8 * (i % 4) + 4 * (i >= 8) for _ in range(4) for i in _Q3_SC_ORDER])
+_Q3_SC_HIGH = S.multishift([32 + 8 * (i % 4) + 2 * (i // 4) - 4
+                            for _ in range(4) for i in _Q3_SC_ORDER])
+#: bytes of the scales buffer one four-row decode fills: row r's plane j scale quad (int16
+#: x4) at 32 * r + 8 * j
+_Q3_SC_BYTES = 128
+#: float32 lanes of :func:`.bits.stack_f32` holding one decode, two (a double buffer)
+_Q3_SC_F32, _Q3_SC2_F32 = _Q3_SC_BYTES // 4, _Q3_SC_BYTES // 2
 
 
 @njit(inline="always", cache=True)
-def _q3_k_ints(row, p, yp, pp, ahead):       # hmask@0 qs@32 scales@96 d@108, 110 B
-    _prefetch(row, p, B_Q3_K, ahead)
-    sc = _q3_k_scales(row, p)
-    q = _PAIRS16(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
+def _q3_k_scales4(r0, r1, r2, r3, p, buf, o):
+    """The 16 scales minus 32 of the Q3_K blocks at byte p of four rows into ``buf`` from
+    byte o (int16, row r's plane j quad at o + 32 r + 8 j): 4 loads, 7 vector operations
+    and 2 stores for four rows, where decoding each row into the vpshufd-ready order took
+    7 per row and 4 ``vpshufd`` a row (one per plane)."""
+    z = S.concat(S.concat(S.load(r0, p + 94, 16, "u8"), S.load(r1, p + 94, 16, "u8")),
+                 S.concat(S.load(r2, p + 94, 16, "u8"), S.load(r3, p + 94, 16, "u8")))
+    a = _Q3_SC_ARRANGE(z)
+    v = S.bitcast((_Q3_SC_LOW(a) & 15) | (_Q3_SC_HIGH(a) & 0x30), "i8") - np.int8(32)
+    w = S.convert(v, "i16")
+    S.store(buf, o, S.lanes(w, 0, 32))
+    S.store(buf, o + 64, S.lanes(w, 32, 32))
+
+
+@njit(inline="always", cache=True)
+def _q3_k_scale_pairs(buf, o):
+    """A plane's four scales (int16 x4 at byte o of ``buf``) in every 64-bit lane: the
+    scale pairs of the first and the second 128 values in the even and odd int32 lanes
+    of the :func:`_q3_pairs` order. A ``vpbroadcastq`` from memory is a load (no vector
+    pipe), where a shuffle of a register (``vpshufd``) took one of them per plane."""
+    return S.bitcast(S.splat(S.scalar_at(buf, o, "i64"), 8, "i64"), "i32")
+
+
+@njit(inline="always", cache=True)
+def _q3_k_ints(row, p, yp, pp, buf, o):   # hmask@0 qs@32 scales@96 d@108, 110 B
+    """int32 lane 2c + h: the scaled class-c sums of the block's first (h = 0) or second
+    128 values; the row's scales at byte o of ``buf`` (:func:`_q3_k_scales4`)."""
+    q = _Q3_PAIRS(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
     hm0 = S.load(row, p, 32, "u8")
-    h = S.bitcast(_PAIRS16(S.concat(hm0, hm0)), "u16")
+    h = S.bitcast(_Q3_PAIRS(S.concat(hm0, hm0)), "u16")
     x = (q & 15) | (S.bitcast(h << _SHL_HX(), "u8") & 0xF0)
     y = (q & 0xF0) | (S.bitcast(h >> _SHR_HY(), "u8") & 15)
-    a = _pairs_dot(S.zeros(16, "i32"), _Q3_U0(x), yp, pp, pp + 256, _SC3_0(sc))
-    a = _pairs_dot(a, _Q3_U1(x), yp, pp + 64, pp + 320, _SC3_1(sc))
-    a = _pairs_dot(a, _Q3_U2(y), yp, pp + 128, pp + 384, _SC3_2(sc))
-    return _pairs_dot(a, _Q3_U3(y), yp, pp + 192, pp + 448, _SC3_3(sc))
+    a = _pairs_dot(S.zeros(16, "i32"), _Q3_U0(x), yp, pp, pp + 256, _q3_k_scale_pairs(buf, o))
+    a = _pairs_dot(a, _Q3_U1(x), yp, pp + 64, pp + 320, _q3_k_scale_pairs(buf, o + 8))
+    a = _pairs_dot(a, _Q3_U2(y), yp, pp + 128, pp + 384, _q3_k_scale_pairs(buf, o + 16))
+    return _pairs_dot(a, _Q3_U3(y), yp, pp + 192, pp + 448, _q3_k_scale_pairs(buf, o + 24))
 
 
 @njit(cache=True)
@@ -1138,27 +1166,40 @@ def _simd4_q6_k(r0, r1, r2, r3, yq, yp):
 @njit(cache=True)
 def _simd_q3_k(row, yq, yp):
     out_of_line()
+    buf = stack_f32(_Q3_SC_F32)
     sums = S.zeros(8, "f32")
     for i in range(row.shape[0] // B_Q3_K):
-        acc = _q3_k_ints(row, B_Q3_K * i, yp, 512 * i, PREFETCH)
-        d = S.half_at(row, B_Q3_K * i + 108) * S.scalar_at(yq, B_Q8_K * i, "f32")
-        sums = sums + S.convert(_fold8(acc), "f32") * d
+        p = B_Q3_K * i
+        _prefetch(row, p, B_Q3_K, PREFETCH)
+        _q3_k_scales4(row, row, row, row, p, buf, 0)
+        S.clobber(buf)
+        acc = _q3_k_ints(row, p, yp, 512 * i, buf, 0)
+        d = S.half_at(row, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32")
+        sums = sums + S.convert(_EVEN8(acc) + _ODD8(acc), "f32") * d
     return S.add_in_order(F(0), sums)
 
 
 @njit(cache=True)
 def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
+    """Four rows; block i + 1's scales are decoded during block i into the other half of
+    a double buffer (the broadcasts of block i read what was stored a block earlier)."""
     out_of_line()
-    ahead = NO_PREFETCH
+    buf = stack_f32(_Q3_SC2_F32)
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
-    for i in range(r0.shape[0] // B_Q3_K):
-        p, pp = B_Q3_K * i, 512 * i
+    nb = r0.shape[0] // B_Q3_K
+    if nb > 0:
+        _q3_k_scales4(r0, r1, r2, r3, 0, buf, 0)
+    for i in range(nb):
+        p, pp, o = B_Q3_K * i, 512 * i, _Q3_SC_BYTES * (i & 1)
         _prefetch_next4(r0, p, B_Q3_K)
-        a0, a1 = _q3_k_ints(r0, p, yp, pp, ahead), _q3_k_ints(r1, p, yp, pp, ahead)
-        a2, a3 = _q3_k_ints(r2, p, yp, pp, ahead), _q3_k_ints(r3, p, yp, pp, ahead)
+        if i + 1 < nb:
+            _q3_k_scales4(r0, r1, r2, r3, p + B_Q3_K, buf, _Q3_SC_BYTES - o)
+        S.clobber(buf)
+        a0, a1 = _q3_k_ints(r0, p, yp, pp, buf, o), _q3_k_ints(r1, p, yp, pp, buf, o + 32)
+        a2, a3 = _q3_k_ints(r2, p, yp, pp, buf, o + 64), _q3_k_ints(r3, p, yp, pp, buf, o + 96)
         d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32"))
-        s01 = s01 + S.convert(_fold2(a0, a1), "f32") * d01
-        s23 = s23 + S.convert(_fold2(a2, a3), "f32") * d23
+        s01 = s01 + S.convert(_pairwise(a0, a1), "f32") * d01
+        s23 = s23 + S.convert(_pairwise(a2, a3), "f32") * d23
     return _rows4_result(S.zeros(4, "f32"), s01, s23)
 
 

@@ -316,6 +316,28 @@ def test_byte_dots_compile_to_the_cpus_dot_instructions():
         assert "vpmaddubsw" in asm
 
 
+def test_multishift_picks_unaligned_bytes_of_each_64_bit_lane():
+    # vpmultishiftqb: output byte i = bits offsets[i] .. offsets[i] + 7 of 64-bit lane
+    # i // 8, wrapping past bit 63 (the Q3_K scale decode; its plain-IR form runs on the
+    # CPUs of test_simd_kernels_are_exact_on_other_cpus)
+    from numba import njit
+    S = K.simd
+    offsets = [(7 * i + 3 * (i // 8)) % 64 for i in range(64)]          # 0..63, some wrap
+    pick = S.multishift(offsets)
+
+    @njit(cache=False)
+    def run(a, out):
+        S.store(out, 0, pick(S.load(a, 0, 64, "u8")))
+
+    a = np.random.default_rng(7).integers(0, 256, 64, dtype=np.uint8)
+    out = np.empty(64, np.uint8)
+    run(a, out)
+    lanes = a.view(np.uint64)
+    want = [(int(lanes[i // 8]) >> o | int(lanes[i // 8]) << (64 - o)) & 0xFF
+            for i, o in enumerate(offsets)]
+    assert out.tolist() == want
+
+
 # a CPU without AVX-512 (the AVX2 intrinsics) and one without AVX2 (plain LLVM IR)
 ISAS = {"avx2": ("haswell", "+avx2,+avx,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+sse4.1,+ssse3"),
         "avx": ("ivybridge", "+avx,+f16c,+popcnt,+sse4.2,+sse4.1,+ssse3"),
