@@ -81,7 +81,7 @@ from typing import Callable
 import numpy as np
 
 from graphcost.format import ggml_types as gt
-from graphcost.cost.hardware import GET_ROWS_ACTIVATION
+from graphcost.cost.hardware import GET_ROWS_ACTIVATION, warmth_key
 
 #: row length of the probe matrices (elements)
 K = 4096
@@ -649,15 +649,24 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
 
     def cold_schedule() -> list[list[int]]:
         """The cold pass, in order: per family (flash attention's have no cold curves),
-        round and size, the nodes one flush precedes (GET_ROWS's each alone), turned
-        round by round; the timing loop and the replay of its bytes below both walk it."""
+        round and size, the nodes one flush precedes (GET_ROWS's each alone; a kind
+        that shares its table with another kind of the row, GEGLU with GELU,
+        ``hardware.warmth_key``, after a flush of its own: the other would have warmed
+        the table), turned round by round; the timing loop and the replay of its bytes
+        below both walk it."""
         out = []
         for key in order:
             if key[0].startswith(FLASH):
                 continue
             rows: dict[object, list[int]] = {}
+            seen: dict[tuple, int] = {}
             for i in groups[key]:
-                rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][6], []).append(i)
+                if key[0] == "GET_ROWS":
+                    rows.setdefault(i, []).append(i)
+                    continue
+                wk = (calls_by[i][6], warmth_key(str(calls_by[i][1].op)))
+                seen[wk] = seen.get(wk, -1) + 1          # the nth of its table at this size
+                rows.setdefault((calls_by[i][6], seen[wk]), []).append(i)
             for r in range(rounds):
                 for row in rows.values():
                     at = r % len(row)
@@ -683,7 +692,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to``, where
         the bytes streamed since its kind last ran go)."""
         nonlocal streamed
-        kind = str(calls_by[i][1].op)
+        kind = warmth_key(str(calls_by[i][1].op))      # GELU and GEGLU share a table
         if since_to is not None:
             streamed += sum(fed[f] for f in calls_by[i][4])
             if kind in last:
