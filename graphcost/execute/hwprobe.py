@@ -53,8 +53,10 @@ the same Numba kernels the executor runs.
   does) with its kind not run since (``by_op_cold``, ``by_op_tokens_cold``: a step's
   first node of its kind, after the output matmul; one flush before the nodes of one
   size, one of each kind, so that the path all calls share is warm again as in a
-  step); ``since_bytes`` gives, per curve, the median bytes streamed (matvec weights
-  and the nodes' bytes) since a node of its kind last ran at its calls, the figure the
+  step; GEGLU after a flush of its own, since GELU reads its table); ``since_bytes``
+  gives, per curve, the median bytes streamed (matvec weights and the nodes' bytes)
+  since a node of its kind (GELU and GEGLU one kind:
+  :func:`graphcost.cost.hardware.warmth_key`) last ran at its calls, the figure the
   executor model places a node between the two by
   (:func:`graphcost.cost.hardware.cold_share`). MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
@@ -228,9 +230,11 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                         f"streaming {min(FLUSH_MIB, 4 * mib)} MiB (a step's output "
                         f"matmul), its op kind not run since (one flush before the nodes "
                         f"of one size, one of each kind, in an order turning round by "
-                        f"round), median of {max(3, calls // 2)}; since_bytes: per curve, the "
-                        f"median bytes streamed (matvec weights, nodes' bytes) since a "
-                        f"node of its op kind last ran, at its calls",
+                        f"round; GEGLU, whose table GELU reads, after a flush of its "
+                        f"own), median of {max(3, calls // 2)}; since_bytes: per curve, "
+                        f"the median bytes streamed (matvec weights, nodes' bytes) since "
+                        f"a node of its op kind (GELU and GEGLU one kind) last ran, at "
+                        f"its calls",
             "matvec": matvec,
             "flash_attn_tiled": fa_tiled,
             "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
@@ -640,7 +644,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     # then each node as a step's first node of its kind meets it (the token embedding
     # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
     # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
-    # kind, each after a flush of its own), in an order that turns round by round: as in
+    # kind, each after a flush of its own; GEGLU too, whose table GELU reads), in an
+    # order that turns round by round: as in
     # a step, other kinds' nodes ran since the flush, so what all calls share (the call
     # path, the kernel threads) is warm again. After every warm curve, so that those are
     # timed as before there were cold ones (the flush's weights not yet in memory)
