@@ -656,9 +656,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         """The cold pass, in order: per family (flash attention's have no cold curves),
         round and size, the nodes one flush precedes (GET_ROWS's each alone; a kind
         that shares its table with another kind of the row, GEGLU with GELU,
-        ``hardware.warmth_key``, after a flush of its own: the other would have warmed
-        the table), turned round by round; the timing loop and the replay of its bytes
-        below both walk it."""
+        ``hardware.warmth_key``, after a flush of its own, those rows after every size's
+        first: the other would have warmed the table, and the other kinds keep one
+        flush between two of their calls), turned round by round; the timing loop and
+        the replay of its bytes below both walk it."""
         out = []
         for key in order:
             if key[0].startswith(FLASH):
@@ -667,13 +668,14 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
             seen: dict[tuple, int] = {}
             for i in groups[key]:
                 if key[0] == "GET_ROWS":
-                    rows.setdefault(i, []).append(i)
+                    rows.setdefault((0, i), []).append(i)
                     continue
                 wk = (calls_by[i][6], warmth_key(str(calls_by[i][1].op)))
                 seen[wk] = seen.get(wk, -1) + 1          # the nth of its table at this size
-                rows.setdefault((calls_by[i][6], seen[wk]), []).append(i)
+                rows.setdefault((seen[wk], calls_by[i][6]), []).append(i)
             for r in range(rounds):
-                for row in rows.values():
+                # stable: each size's first row in the ladder's order, then the others
+                for row in (rows[k] for k in sorted(rows, key=lambda k: k[0])):
                     at = r % len(row)
                     out.append(row[at:] + row[:at])
         return out
