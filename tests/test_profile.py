@@ -273,6 +273,13 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     for warm in ("by_op", "by_op_tokens"):
         for op in oc[warm + "_cold"]:
             assert since[warm + "_cold"][op] >= 64 << 20 > since[warm][op] > 0, (warm, op)
+            # one flush between two cold calls of a kind, not two: GEGLU's rows of their
+            # own (below) come after every size's first row
+            assert since[warm + "_cold"][op] < 2 * (64 << 20), (warm, op)
+    # GEGLU's warm calls come two nodes after a GELU of their size, which leaves the GELU
+    # table they share in the caches (hardware.warmth_key): counted from that GELU, fewer
+    # bytes than GELU's calls, which count from the GEGLU of the size before
+    assert since["by_op"]["GEGLU"] < since["by_op"]["GELU"]
     # flash attention's points are the attended cells' share of the node's cost: 16 of a
     # 256-cell window at head size 64, 4 heads, one query: K and V 2 * 16 * 64 * 2 B =
     # 4096 B, q and the output 2 * 4 * 64 * 4 B = 2048 B, the mask 256 * 2 B, all / 16

@@ -53,8 +53,10 @@ the same Numba kernels the executor runs.
   does) with its kind not run since (``by_op_cold``, ``by_op_tokens_cold``: a step's
   first node of its kind, after the output matmul; one flush before the nodes of one
   size, one of each kind, so that the path all calls share is warm again as in a
-  step); ``since_bytes`` gives, per curve, the median bytes streamed (matvec weights
-  and the nodes' bytes) since a node of its kind last ran at its calls, the figure the
+  step; GEGLU after a flush of its own, since GELU reads its table); ``since_bytes``
+  gives, per curve, the median bytes streamed (matvec weights and the nodes' bytes)
+  since a node of its kind (GELU and GEGLU one kind:
+  :func:`graphcost.cost.hardware.warmth_key`) last ran at its calls, the figure the
   executor model places a node between the two by
   (:func:`graphcost.cost.hardware.cold_share`). MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
@@ -81,7 +83,7 @@ from typing import Callable
 import numpy as np
 
 from graphcost.format import ggml_types as gt
-from graphcost.cost.hardware import GET_ROWS_ACTIVATION
+from graphcost.cost.hardware import GET_ROWS_ACTIVATION, warmth_key
 
 #: row length of the probe matrices (elements)
 K = 4096
@@ -228,9 +230,11 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                         f"streaming {min(FLUSH_MIB, 4 * mib)} MiB (a step's output "
                         f"matmul), its op kind not run since (one flush before the nodes "
                         f"of one size, one of each kind, in an order turning round by "
-                        f"round), median of {max(3, calls // 2)}; since_bytes: per curve, the "
-                        f"median bytes streamed (matvec weights, nodes' bytes) since a "
-                        f"node of its op kind last ran, at its calls",
+                        f"round; GEGLU, whose table GELU reads, after a flush of its "
+                        f"own), median of {max(3, calls // 2)}; since_bytes: per curve, "
+                        f"the median bytes streamed (matvec weights, nodes' bytes) since "
+                        f"a node of its op kind (GELU and GEGLU one kind) last ran, at "
+                        f"its calls",
             "matvec": matvec,
             "flash_attn_tiled": fa_tiled,
             "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
@@ -640,7 +644,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     # then each node as a step's first node of its kind meets it (the token embedding
     # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
     # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
-    # kind, each after a flush of its own), in an order that turns round by round: as in
+    # kind, each after a flush of its own; GEGLU too, whose table GELU reads), in an
+    # order that turns round by round: as in
     # a step, other kinds' nodes ran since the flush, so what all calls share (the call
     # path, the kernel threads) is warm again. After every warm curve, so that those are
     # timed as before there were cold ones (the flush's weights not yet in memory)
@@ -649,17 +654,28 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
 
     def cold_schedule() -> list[list[int]]:
         """The cold pass, in order: per family (flash attention's have no cold curves),
-        round and size, the nodes one flush precedes (GET_ROWS's each alone), turned
-        round by round; the timing loop and the replay of its bytes below both walk it."""
+        round and size, the nodes one flush precedes (GET_ROWS's each alone; a kind
+        that shares its table with another kind of the row, GEGLU with GELU,
+        ``hardware.warmth_key``, after a flush of its own, those rows after every size's
+        first: the other would have warmed the table, and the other kinds keep one
+        flush between two of their calls), turned round by round; the timing loop and
+        the replay of its bytes below both walk it."""
         out = []
         for key in order:
             if key[0].startswith(FLASH):
                 continue
             rows: dict[object, list[int]] = {}
+            seen: dict[tuple, int] = {}
             for i in groups[key]:
-                rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][6], []).append(i)
+                if key[0] == "GET_ROWS":
+                    rows.setdefault((0, i), []).append(i)
+                    continue
+                wk = (calls_by[i][6], warmth_key(str(calls_by[i][1].op)))
+                seen[wk] = seen.get(wk, -1) + 1          # the nth of its table at this size
+                rows.setdefault((seen[wk], calls_by[i][6]), []).append(i)
             for r in range(rounds):
-                for row in rows.values():
+                # stable: each size's first row in the ladder's order, then the others
+                for row in (rows[k] for k in sorted(rows, key=lambda k: k[0])):
                     at = r % len(row)
                     out.append(row[at:] + row[:at])
         return out
@@ -683,7 +699,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to``, where
         the bytes streamed since its kind last ran go)."""
         nonlocal streamed
-        kind = str(calls_by[i][1].op)
+        kind = warmth_key(str(calls_by[i][1].op))      # GELU and GEGLU share a table
         if since_to is not None:
             streamed += sum(fed[f] for f in calls_by[i][4])
             if kind in last:
