@@ -79,19 +79,19 @@ B_Q2_K, B_Q3_K, B_Q4_K, B_Q5_K, B_Q6_K, B_Q8_K = (gt.block(QT(c))[1] for c in
 
 #: bytes ahead of the current weight block that each kernel prefetches
 PREFETCH = 8192
-#: the four-row kernels prefetch the next four rows this many bytes ahead of 4 times
-#: their position (:func:`_prefetch_next4`)
-PREFETCH_NEXT4 = 4096
 #: ``ahead`` that makes :func:`_prefetch` do nothing (the four-row kernels)
 NO_PREFETCH = -1
 #: forms of the four-row kernels' sweep (:func:`_prefetch_next4`)
 SWEEP_FIXED, SWEEP_LINES = 0, 1
-#: the sweep form of each type's four-row kernel: the one that streamed faster against
-#: memory in in-process A/B runs on a 2-core AVX-512 EPYC (kernels/README.md,
-#: 2026-11-27; Q2_K, Q3_K and Q5_K tied, and keep the fixed count)
-SWEEP = {Q4_0: SWEEP_LINES, Q4_1: SWEEP_LINES, Q5_0: SWEEP_FIXED, Q5_1: SWEEP_FIXED,
-         Q8_0: SWEEP_LINES, Q2_K: SWEEP_FIXED, Q3_K: SWEEP_FIXED, Q4_K: SWEEP_LINES,
-         Q5_K: SWEEP_FIXED, Q6_K: SWEEP_LINES}
+#: (form, bytes ahead of 4 times the position) of each type's four-row sweep: what
+#: streamed faster against memory in in-process A/B runs on a 2-core AVX-512 EPYC
+#: (kernels/README.md, 2026-11-27; Q2_K, Q3_K and Q5_K tied and keep the fixed count;
+#: 8 KB ahead gained the loop's types 2-5 points when memory read at ~95 GB/s, the
+#: fixed count's nothing)
+SWEEP = {Q4_0: (SWEEP_LINES, 8192), Q4_1: (SWEEP_LINES, 8192), Q5_0: (SWEEP_FIXED, 4096),
+         Q5_1: (SWEEP_FIXED, 4096), Q8_0: (SWEEP_LINES, 8192), Q2_K: (SWEEP_FIXED, 4096),
+         Q3_K: (SWEEP_FIXED, 4096), Q4_K: (SWEEP_LINES, 8192), Q5_K: (SWEEP_FIXED, 4096),
+         Q6_K: (SWEEP_LINES, 8192)}
 _SW_Q4_0, _SW_Q4_1, _SW_Q5_0, _SW_Q5_1, _SW_Q8_0 = (SWEEP[c] for c in (Q4_0, Q4_1, Q5_0, Q5_1,
                                                                       Q8_0))
 _SW_Q2_K, _SW_Q3_K, _SW_Q4_K, _SW_Q5_K, _SW_Q6_K = (SWEEP[c] for c in (Q2_K, Q3_K, Q4_K, Q5_K,
@@ -294,20 +294,21 @@ def _prefetch(row, p, nbytes, ahead):
 
 
 @njit(inline="always", cache=True)
-def _prefetch_next4(r0, p, nbytes, form):
-    """Prefetch the cache lines the next four rows hold at 4 * [p, p + nbytes) +
-    ``PREFETCH_NEXT4`` (from the first of them; weight rows are contiguous): while a
-    four-row kernel walks bytes p..p + nbytes of rows r0..r0+3, one sequential sweep
-    runs 4 times as fast through the 4 rows after them. Per row ``ahead`` bytes ahead
-    (:func:`_prefetch`, the one-row kernels) reached 72-80% of the streaming read with 2
-    threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run).
-    ``form`` (a constant, :data:`SWEEP`): ``SWEEP_FIXED`` a fixed count of addresses 64
+def _prefetch_next4(r0, p, nbytes, sweep):
+    """Prefetch the cache lines the next four rows hold at 4 * [p, p + nbytes) + ahead
+    (from the first of them; weight rows are contiguous): while a four-row kernel walks
+    bytes p..p + nbytes of rows r0..r0+3, one sequential sweep runs 4 times as fast
+    through the 4 rows after them. Per row ``ahead`` bytes ahead (:func:`_prefetch`, the
+    one-row kernels) reached 72-80% of the streaming read with 2 threads on Q4_0; this
+    sweep 94-100% (benchmarks/bench_kernels.py, one A/B run). ``sweep`` = (form, ahead),
+    a constant of :data:`SWEEP`: form ``SWEEP_FIXED`` a fixed count of addresses 64
     bytes apart, unrolled (consecutive steps' spans abut, so every line is hit; a line
     may be hit twice); ``SWEEP_LINES`` a loop over exactly the lines a step crosses (5
     or 6 for Q2_K, a branch the predictor misses: ~12% of Q2_K's in-cache time). With
     no sweep (the hardware prefetchers alone) the 2-thread matvecs reached 18-65% of the
     streaming read (kernels/README.md)."""
-    start = 4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4
+    form, ahead = sweep
+    start = 4 * r0.shape[0] + 4 * p + ahead
     if form == SWEEP_FIXED:
         for k in range((4 * nbytes + 63) // 64):
             S.prefetch(r0, start + 64 * k)
