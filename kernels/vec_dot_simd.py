@@ -80,11 +80,23 @@ B_Q2_K, B_Q3_K, B_Q4_K, B_Q5_K, B_Q6_K, B_Q8_K = (gt.block(QT(c))[1] for c in
 
 #: bytes ahead of the current weight block that each kernel prefetches
 PREFETCH = 8192
-#: the four-row kernels prefetch the next four rows this many bytes ahead of 4 times
-#: their position (:func:`_prefetch_next4`)
-PREFETCH_NEXT4 = 4096
 #: ``ahead`` that makes :func:`_prefetch` do nothing (the four-row kernels)
 NO_PREFETCH = -1
+#: forms of the four-row kernels' sweep (:func:`_prefetch_next4`)
+SWEEP_FIXED, SWEEP_LINES = 0, 1
+#: (form, bytes ahead of 4 times the position) of each type's four-row sweep: what
+#: streamed faster against memory in in-process A/B runs on a 2-core AVX-512 EPYC
+#: (kernels/README.md, 2026-11-27; Q2_K, Q3_K and Q5_K tied and keep the fixed count;
+#: 8 KB ahead gained the loop's types 2-5 points when memory read at ~95 GB/s, the
+#: fixed count's nothing)
+SWEEP = {Q4_0: (SWEEP_LINES, 8192), Q4_1: (SWEEP_LINES, 8192), Q5_0: (SWEEP_FIXED, 4096),
+         Q5_1: (SWEEP_FIXED, 4096), Q8_0: (SWEEP_LINES, 8192), Q2_K: (SWEEP_FIXED, 4096),
+         Q3_K: (SWEEP_FIXED, 4096), Q4_K: (SWEEP_LINES, 8192), Q5_K: (SWEEP_FIXED, 4096),
+         Q6_K: (SWEEP_LINES, 8192)}
+_SW_Q4_0, _SW_Q4_1, _SW_Q5_0, _SW_Q5_1, _SW_Q8_0 = (SWEEP[c] for c in (Q4_0, Q4_1, Q5_0, Q5_1,
+                                                                      Q8_0))
+_SW_Q2_K, _SW_Q3_K, _SW_Q4_K, _SW_Q5_K, _SW_Q6_K = (SWEEP[c] for c in (Q2_K, Q3_K, Q4_K, Q5_K,
+                                                                      Q6_K))
 
 #: weight types with a kernel here (the others use :mod:`.vec_dot_ggml`)
 CODES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
@@ -292,19 +304,27 @@ def _prefetch(row, p, nbytes, ahead):
 
 
 @njit(inline="always", cache=True)
-def _prefetch_next4(r0, p, nbytes):
-    """Prefetch the cache lines the next four rows hold at 4 * [p, p + nbytes) +
-    ``PREFETCH_NEXT4`` (from the first of them; weight rows are contiguous): while a
-    four-row kernel walks bytes p..p + nbytes of rows r0..r0+3, one sequential sweep
-    runs 4 times as fast through the 4 rows after them. Per row ``ahead`` bytes ahead
-    (:func:`_prefetch`, the one-row kernels) reached 72-80% of the streaming read with 2
-    threads on Q4_0; this sweep 94-100% (benchmarks/bench_kernels.py, one A/B run).
-    A fixed count of addresses 64 bytes apart (consecutive steps' spans abut, so every
-    line is hit; a line may be hit twice), unrolled: a loop over exactly the lines a
-    step crosses (5 or 6 for Q2_K) cost ~12% of the in-cache time (kernels/README.md)."""
-    start = 4 * r0.shape[0] + 4 * p + PREFETCH_NEXT4
-    for k in range((4 * nbytes + 63) // 64):
-        S.prefetch(r0, start + 64 * k)
+def _prefetch_next4(r0, p, nbytes, sweep):
+    """Prefetch the cache lines the next four rows hold at 4 * [p, p + nbytes) + ahead
+    (from the first of them; weight rows are contiguous): while a four-row kernel walks
+    bytes p..p + nbytes of rows r0..r0+3, one sequential sweep runs 4 times as fast
+    through the 4 rows after them. Per row ``ahead`` bytes ahead (:func:`_prefetch`, the
+    one-row kernels) reached 72-80% of the streaming read with 2 threads on Q4_0; this
+    sweep 94-100% (benchmarks/bench_kernels.py, one A/B run). ``sweep`` = (form, ahead),
+    a constant of :data:`SWEEP`: form ``SWEEP_FIXED`` a fixed count of addresses 64
+    bytes apart, unrolled (consecutive steps' spans abut, so every line is hit; a line
+    may be hit twice); ``SWEEP_LINES`` a loop over exactly the lines a step crosses (5
+    or 6 for Q2_K, a branch the predictor misses: ~12% of Q2_K's in-cache time). With
+    no sweep (the hardware prefetchers alone) the 2-thread matvecs reached 18-65% of the
+    streaming read (kernels/README.md)."""
+    form, ahead = sweep
+    start = 4 * r0.shape[0] + 4 * p + ahead
+    if form == SWEEP_FIXED:
+        for k in range((4 * nbytes + 63) // 64):
+            S.prefetch(r0, start + 64 * k)
+    else:
+        for q in range((start + 63) // 64 * 64, start + 4 * nbytes, 64):
+            S.prefetch(r0, q)
 
 
 @njit(inline="always", cache=True)
@@ -613,18 +633,18 @@ def _one32(part4, flt, blocks, size, row, yq, yp):
 
 
 @njit(inline="always", cache=True)
-def _four32(part4, flt, blocks, size, r0, r1, r2, r3, yq, yp):
+def _four32(part4, flt, blocks, size, sweep, r0, r1, r2, r3, yq, yp):
     """Four rows of a 32-block type, their terms added as 4-lane vectors."""
     nb, s, ahead = r0.shape[0] // size, S.zeros(4, "f32"), NO_PREFETCH
     for g in range(nb // 8):
-        _prefetch_next4(r0, 8 * size * g, 8 * size)
+        _prefetch_next4(r0, 8 * size * g, 8 * size, sweep)
         s = _add_rows4(s, _terms8(part4, flt, size, r0, g, nb, yp, ahead),
                        _terms8(part4, flt, size, r1, g, nb, yp, ahead),
                        _terms8(part4, flt, size, r2, g, nb, yp, ahead),
                        _terms8(part4, flt, size, r3, g, nb, yp, ahead))
     if nb % 8 >= 4:
         b0 = nb // 8 * 8
-        _prefetch_next4(r0, size * b0, 4 * size)
+        _prefetch_next4(r0, size * b0, 4 * size, sweep)
         s = _add_rows4x4(s, _terms4(part4, flt, size, r0, b0, nb, yp, ahead),
                          _terms4(part4, flt, size, r1, b0, nb, yp, ahead),
                          _terms4(part4, flt, size, r2, b0, nb, yp, ahead),
@@ -741,12 +761,12 @@ _DM_ROW_Q4_1, _DM_ROW_Q5_1 = _fields_row(B_Q4_1, (0, 2)), _fields_row(B_Q5_1, (0
 
 
 @njit(inline="always", cache=True)
-def _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, b0, nb, yp):
+def _terms4x4(codes, dm, flt, size, sweep, r0, r1, r2, r3, b0, nb, yp):
     """The float terms of blocks b0..b0+3 of four rows, lane 4b + r = block b0 + b of
     row r (``codes``: _codes_<t>, ``dm``: _dm_<t>), the next four rows prefetched by
     :func:`_prefetch_next4`."""
     p, pq = size * b0, 32 * b0
-    _prefetch_next4(r0, p, 4 * size)
+    _prefetch_next4(r0, p, 4 * size, sweep)
     a0, c0 = _span4(r0, p, size)
     a1, c1 = _span4(r1, p, size)
     a2, c2 = _span4(r2, p, size)
@@ -762,12 +782,12 @@ def _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, b0, nb, yp):
 
 
 @njit(inline="always", cache=True)
-def _four_nibbles(codes, dm, flt, blocks, size, r0, r1, r2, r3, yq, yp):
+def _four_nibbles(codes, dm, flt, blocks, size, sweep, r0, r1, r2, r3, yq, yp):
     """Four rows of a nibble type (Q4_0 Q4_1 Q5_0 Q5_1): 4 blocks of each at a time, each
     block's 4 terms (one per row) added to the rows' sums in block order."""
     nb, s = r0.shape[0] // size, S.zeros(4, "f32")
     for g in range(nb // 4):
-        t = _terms4x4(codes, dm, flt, size, r0, r1, r2, r3, 4 * g, nb, yp)
+        t = _terms4x4(codes, dm, flt, size, sweep, r0, r1, r2, r3, 4 * g, nb, yp)
         s = s + S.lanes(t, 0, 4)
         s = s + S.lanes(t, 4, 4)
         s = s + S.lanes(t, 8, 4)
@@ -787,7 +807,7 @@ def _simd_q4_0(row, yq, yp):
 def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
     return _four_nibbles(_codes_q4_0, _dm_q4_0, _float_q4_0, blocks_q4_0,
-                         B_Q4_0, r0, r1, r2, r3, yq, yp)
+                         B_Q4_0, _SW_Q4_0, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -800,7 +820,7 @@ def _simd_q5_0(row, yq, yp):
 def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
     return _four_nibbles(_codes_q5_0, _dm_q5_0, _float_q5_0, blocks_q5_0,
-                         B_Q5_0, r0, r1, r2, r3, yq, yp)
+                         B_Q5_0, _SW_Q5_0, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -813,7 +833,7 @@ def _simd_q4_1(row, yq, yp):
 def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
     return _four_nibbles(_codes_q4_1, _dm_q4_1, _float_q4_1, blocks_q4_1,
-                         B_Q4_1, r0, r1, r2, r3, yq, yp)
+                         B_Q4_1, _SW_Q4_1, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -826,7 +846,7 @@ def _simd_q5_1(row, yq, yp):
 def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
     out_of_line()
     return _four_nibbles(_codes_q5_1, _dm_q5_1, _float_q5_1, blocks_q5_1,
-                         B_Q5_1, r0, r1, r2, r3, yq, yp)
+                         B_Q5_1, _SW_Q5_1, r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
@@ -838,7 +858,8 @@ def _simd_q8_0(row, yq, yp):
 @njit(cache=True)
 def _simd4_q8_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _four32(_part4_q8_0, _float_q8_0, blocks_q8_0, B_Q8_0, r0, r1, r2, r3, yq, yp)
+    return _four32(_part4_q8_0, _float_q8_0, blocks_q8_0, B_Q8_0, _SW_Q8_0, r0, r1, r2, r3,
+                   yq, yp)
 
 
 # ---------------------------------------------------------------------------- K-quants
@@ -984,7 +1005,7 @@ def _simd4_q4_k(r0, r1, r2, r3, yq, yp):
     s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q4_K):
         p, pp = B_Q4_K * i, 272 * i
-        _prefetch_next4(r0, p, B_Q4_K)
+        _prefetch_next4(r0, p, B_Q4_K, _SW_Q4_K)
         a0, m0 = _q4_k_ints(r0, p, yp, pp, ahead)
         a1, m1 = _q4_k_ints(r1, p, yp, pp, ahead)
         a2, m2 = _q4_k_ints(r2, p, yp, pp, ahead)
@@ -1012,7 +1033,7 @@ def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
     s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q5_K):
         p, pp = B_Q5_K * i, 272 * i
-        _prefetch_next4(r0, p, B_Q5_K)
+        _prefetch_next4(r0, p, B_Q5_K, _SW_Q5_K)
         a0, m0 = _q5_k_ints(r0, p, yp, pp, ahead)
         a1, m1 = _q5_k_ints(r1, p, yp, pp, ahead)
         a2, m2 = _q5_k_ints(r2, p, yp, pp, ahead)
@@ -1154,7 +1175,7 @@ def _simd4_q6_k(r0, r1, r2, r3, yq, yp):
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
     for i in range(r0.shape[0] // B_Q6_K):
         p, pp = B_Q6_K * i, 512 * i
-        _prefetch_next4(r0, p, B_Q6_K)
+        _prefetch_next4(r0, p, B_Q6_K, _SW_Q6_K)
         a0, a1 = _q6_k_ints(r0, p, yp, pp, ahead), _q6_k_ints(r1, p, yp, pp, ahead)
         a2, a3 = _q6_k_ints(r2, p, yp, pp, ahead), _q6_k_ints(r3, p, yp, pp, ahead)
         d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 208) * S.scalar_at(yq, B_Q8_K * i, "f32"))
@@ -1191,7 +1212,7 @@ def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
         _q3_k_scales4(r0, r1, r2, r3, 0, buf, 0)
     for i in range(nb):
         p, pp, o = B_Q3_K * i, 512 * i, _Q3_SC_BYTES * (i & 1)
-        _prefetch_next4(r0, p, B_Q3_K)
+        _prefetch_next4(r0, p, B_Q3_K, _SW_Q3_K)
         if i + 1 < nb:
             _q3_k_scales4(r0, r1, r2, r3, p + B_Q3_K, buf, _Q3_SC_BYTES - o)
         S.clobber(buf)
@@ -1305,7 +1326,7 @@ def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
     sumf = S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q2_K):
         p, py, pp = B_Q2_K * i, B_Q8_K * i, 256 * i
-        _prefetch_next4(r0, p, B_Q2_K)
+        _prefetch_next4(r0, p, B_Q2_K, _SW_Q2_K)
         i0, m0 = _q2_k_ints(r0, p, yq, py, yp, pp, ahead)
         i1, m1 = _q2_k_ints(r1, p, yq, py, yp, pp, ahead)
         i2, m2 = _q2_k_ints(r2, p, yq, py, yp, pp, ahead)
