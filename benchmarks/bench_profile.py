@@ -27,7 +27,8 @@ roofline estimates the executor's node times.
 4. **Profile overhead**: ``graphcost profile``'s decode rate with every node timed
    against the same steps replayed untimed through ``Executor.step`` (issue 12: < 10%).
 5. **Estimate accuracy**: ``graphcost profile`` on the 21-token prompt and 8 greedy steps
-   with the measured profile; for the decode steps and for the prompt step, median
+   with a profile probed again right before it (the memory's state, and with it every
+   curve, moves within minutes on a VM; the streaming read right after is printed); for the decode steps and for the prompt step, median
    |modelled/measured - 1| over nodes slower than 10 us (and over every node), per op kind, for
    the pure roofline (a matmul's compute roof is its weight type's peak) and for the
    executor model (``hardware.executor_seconds``: the probe's cost curve per op kind and
@@ -191,7 +192,7 @@ def main() -> None:
     numba.set_num_threads(args.threads)
     from graphcost.execute.executor import Executor
     from graphcost.cost.hardware import parse
-    from graphcost.execute.hwprobe import probe
+    from graphcost.execute.hwprobe import probe, stream_read
     from graphcost.execute.profile import run_profile
     from graphcost.graph.settings import RunSettings
 
@@ -252,12 +253,21 @@ def main() -> None:
 
     _pp_section(model, args, modes[0])
 
-    # ---- 3/4. profile: matvec vs bandwidth, estimate accuracy
+    # ---- 3/4. profile: matvec vs bandwidth, estimate accuracy. The executor model's
+    # curves from a probe right before the profile: this VM's memory flips between
+    # states (streaming read ~45-55 and ~75-97 GB/s) within minutes, and a probe from
+    # before the speed rounds put decode MUL_MAT at model/measured 0.70 in one run
     mode = modes[0]
+    doc = probe(mib=args.mib, repeat=5, threads=args.threads)
+    hw = parse({**doc, "name": "this machine"}, None)
+    bw = doc["memory_bandwidth"]
     prof = run_profile(model, RunSettings(ctx_size=N_CTX, flash_attn="on", tokens=len(PROMPT)),
                        PROMPT, greedy=8, repeat=5, hardware=hw, numerics=mode,
                        threads=args.threads)
-    print(f"\n== profile ({mode} numerics, 8 greedy steps, median of 5)")
+    after = stream_read(args.mib, args.threads)
+    print(f"\n== profile ({mode} numerics, 8 greedy steps, median of 5; the executor model "
+          f"from a probe right before it: streaming read {hw.bandwidth / 1e9:.2f} GB/s, "
+          f"{after / 1e9:.2f} right after the profile)")
     print(f"  first-run overhead {prof.first_run_overhead:.2f} s; Numba entry points: "
           f"{prof.numba_cache['misses']} compiled, {prof.numba_cache['hits']} from cache")
     dec = prof.decode

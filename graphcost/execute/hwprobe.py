@@ -121,6 +121,18 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
         return _probe(mib, repeat, progress)
 
 
+def stream_read(mib: int = 256, threads: int | None = None, repeat: int = 5) -> float:
+    """Bytes/s of the probe's streaming read (``kernels.stream.read_rows`` over ``mib`` MiB
+    of float32), median of ``repeat`` runs after one untimed: the memory's state now."""
+    from graphcost.execute.kernels_loader import load_kernels
+    from graphcost.execute.threads import kernel_threads
+
+    K_ = load_kernels()
+    big = np.ones(((mib << 20) // (4 * K), K), dtype=np.float32)
+    with kernel_threads(threads):
+        return big.nbytes / _median_seconds(lambda: K_.stream.read_rows(big), repeat)
+
+
 def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dict:
     import numba
 
