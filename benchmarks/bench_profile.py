@@ -63,6 +63,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 PROMPT = [2, 236770, 236764, 236743, 236778, 236764, 236743, 236800, 236764, 236743, 236812,
           236764, 236743, 236810, 236764, 236743, 236825, 236764, 236743, 236832, 236764]
 N_CTX = 1024
+#: streaming reads (before the probe, in it, after the profile) further apart than this
+#: factor: the memory changed state while the model was probed and the profile measured
+#: (this VM flips between ~45-55 and ~75-97 GB/s; a read under other sessions' load
+#: dips to 24-33)
+STATE_BAND = 1.25
 
 
 def _args() -> argparse.Namespace:
@@ -258,16 +263,22 @@ def main() -> None:
     # states (streaming read ~45-55 and ~75-97 GB/s) within minutes, and a probe from
     # before the speed rounds put decode MUL_MAT at model/measured 0.70 in one run
     mode = modes[0]
+    reads = [stream_read(args.mib, args.threads)]
     doc = probe(mib=args.mib, repeat=5, threads=args.threads)
     hw = parse({**doc, "name": "this machine"}, None)
     bw = doc["memory_bandwidth"]
+    reads.append(hw.bandwidth)
     prof = run_profile(model, RunSettings(ctx_size=N_CTX, flash_attn="on", tokens=len(PROMPT)),
                        PROMPT, greedy=8, repeat=5, hardware=hw, numerics=mode,
                        threads=args.threads)
-    after = stream_read(args.mib, args.threads)
+    reads.append(stream_read(args.mib, args.threads))
     print(f"\n== profile ({mode} numerics, 8 greedy steps, median of 5; the executor model "
-          f"from a probe right before it: streaming read {hw.bandwidth / 1e9:.2f} GB/s, "
-          f"{after / 1e9:.2f} right after the profile)")
+          f"from a probe right before it)")
+    print(f"  memory state: streaming read {reads[0] / 1e9:.1f} GB/s before the probe, "
+          f"{reads[1] / 1e9:.1f} in it, {reads[2] / 1e9:.1f} after the profile: "
+          + ("one state" if max(reads) <= STATE_BAND * min(reads) else
+             f"CHANGED (more than {STATE_BAND - 1:.0%} apart): the probe and the profile "
+             "may have met different memories, and the model's figures with them"))
     print(f"  first-run overhead {prof.first_run_overhead:.2f} s; Numba entry points: "
           f"{prof.numba_cache['misses']} compiled, {prof.numba_cache['hits']} from cache")
     dec = prof.decode
