@@ -368,6 +368,10 @@ def _accuracy(prof, phase: str, hw) -> None:
     for op, a in sorted(every["by_op"].items(), key=lambda kv: -kv[1]["nodes"]):
         print(f"  {op:15s} {a['nodes']:5d} nodes  model/measured {a['median_model_ratio']:5.2f}"
               f"  |err| {a['median_abs_error_model']:.2f}  (roofline {a['median_abs_error']:.2f})")
+    worst = max(every["by_op"].items(), key=lambda kv: kv[1]["median_abs_error_model"])
+    print(f"  every op kind within 0.25 over every {phase} node (issue 12's target): "
+          f"{all(a['median_abs_error_model'] <= 0.25 for a in every['by_op'].values())} "
+          f"(worst {worst[0]} {worst[1]['median_abs_error_model']:.3f})")
 
 
 if __name__ == "__main__":
