@@ -57,8 +57,10 @@ the same Numba kernels the executor runs.
   gives, per curve, the median bytes streamed (matvec weights and the nodes' bytes)
   since a node of its kind (GELU and GEGLU one kind:
   :func:`graphcost.cost.hardware.warmth_key`) last ran at its calls, the figure the
-  executor model places a node between the two by
-  (:func:`graphcost.cost.hardware.cold_share`). MUL_MAT is measured per weight type
+  executor model places a node between the curves by
+  (:func:`graphcost.cost.hardware.cold_share`). The same schedule again after a smaller
+  flush of :data:`MID_MIB` MiB (a layer's matvecs) gives the middle curves
+  (``by_op_midN``, ``by_op_tokens_midN``) and their ``since_bytes``. MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
   last-level cache), and the whole matvec itself.
