@@ -27,7 +27,11 @@ roofline estimates the executor's node times.
 4. **Profile overhead**: ``graphcost profile``'s decode rate with every node timed
    against the same steps replayed untimed through ``Executor.step`` (issue 12: < 10%).
 5. **Estimate accuracy**: ``graphcost profile`` on the 21-token prompt and 8 greedy steps
-   with the measured profile; for the decode steps and for the prompt step, median
+   with a profile probed again right before it (the memory's state, and with it every
+   curve, moves within minutes on a VM): the streaming read before the probe and after
+   the profile; while they are more than :data:`STATE_BAND` apart, probe and
+   profile again (``--state-tries``), every attempt printed with its worst kinds, the
+   tables from the last; for the decode steps and for the prompt step, median
    |modelled/measured - 1| over nodes slower than 10 us (and over every node), per op kind, for
    the pure roofline (a matmul's compute roof is its weight type's peak) and for the
    executor model (``hardware.executor_seconds``: the probe's cost curve per op kind and
@@ -62,6 +66,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 PROMPT = [2, 236770, 236764, 236743, 236778, 236764, 236743, 236800, 236764, 236743, 236812,
           236764, 236743, 236810, 236764, 236743, 236825, 236764, 236743, 236832, 236764]
 N_CTX = 1024
+#: streaming reads (``hwprobe.stream_read`` before the probe and after the profile)
+#: further apart than this factor: the memory changed state while the model was probed
+#: and the profile measured
+#: (this VM flips between ~45-55 and ~75-97 GB/s; a read under other sessions' load
+#: dips to 24-33)
+STATE_BAND = 1.25
 
 
 def _args() -> argparse.Namespace:
@@ -74,6 +84,10 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--mib", type=int, default=256, help="hwprobe matrix size")
     ap.add_argument("--pp-only", action="store_true", help="only the prompt-processing "
                     "comparison (section 2b)")
+    ap.add_argument("--state-tries", type=int, default=3,
+                    help="probe and profile again, up to this many times, while the "
+                    "streaming reads before the probe and after the profile are more "
+                    "than STATE_BAND apart (every attempt is printed)")
     ap.add_argument("--pp", type=int, default=64,
                     help="prompt tokens of the prompt-processing comparison (-p = -ub = -b)")
     return ap.parse_args()
@@ -191,7 +205,7 @@ def main() -> None:
     numba.set_num_threads(args.threads)
     from graphcost.execute.executor import Executor
     from graphcost.cost.hardware import parse
-    from graphcost.execute.hwprobe import probe
+    from graphcost.execute.hwprobe import probe, stream_read
     from graphcost.execute.profile import run_profile
     from graphcost.graph.settings import RunSettings
 
@@ -252,12 +266,43 @@ def main() -> None:
 
     _pp_section(model, args, modes[0])
 
-    # ---- 3/4. profile: matvec vs bandwidth, estimate accuracy
+    # ---- 3/4. profile: matvec vs bandwidth, estimate accuracy. The executor model's
+    # curves from a probe right before the profile: this VM's memory flips between
+    # states (streaming read ~45-55 and ~75-97 GB/s) within minutes, and a probe from
+    # before the speed rounds put decode MUL_MAT at model/measured 0.70 in one run
     mode = modes[0]
-    prof = run_profile(model, RunSettings(ctx_size=N_CTX, flash_attn="on", tokens=len(PROMPT)),
-                       PROMPT, greedy=8, repeat=5, hardware=hw, numerics=mode,
-                       threads=args.threads)
-    print(f"\n== profile ({mode} numerics, 8 greedy steps, median of 5)")
+    print(f"\n== profile ({mode} numerics, 8 greedy steps, median of 5; the executor model "
+          f"from a probe right before it)")
+    for attempt in range(1, max(1, args.state_tries) + 1):
+        reads = [stream_read(args.mib, args.threads)]
+        doc = probe(mib=args.mib, repeat=5, threads=args.threads)
+        hw = parse({**doc, "name": "this machine"}, None)
+        reads.append(hw.bandwidth)
+        prof = run_profile(model, RunSettings(ctx_size=N_CTX, flash_attn="on",
+                                              tokens=len(PROMPT)),
+                           PROMPT, greedy=8, repeat=5, hardware=hw, numerics=mode,
+                           threads=args.threads)
+        reads.append(stream_read(args.mib, args.threads))
+        # before and after, one method (the probe's own read, alternating with its
+        # matvec runs, came out 20-35% under both in every run at 07:49-08:00 UTC)
+        one = max(reads[0], reads[2]) <= STATE_BAND * min(reads[0], reads[2])
+        worst = {ph: max(prof.estimate_accuracy(0.0, phase=ph)["by_op"].items(),
+                         key=lambda kv: kv[1]["median_abs_error_model"]) for ph in
+                 ("decode", "prompt")}
+        print(f"  attempt {attempt}: streaming read {reads[0] / 1e9:.1f} GB/s before the "
+              f"probe ({reads[1] / 1e9:.1f} in it, its own method), {reads[2] / 1e9:.1f} "
+              f"after the profile: "
+              + ("one memory state" if one else f"CHANGED (before and after more than "
+                 f"{STATE_BAND - 1:.0%} apart: the probe and the profile may have met "
+                 "different memories)")
+              + "; worst kind " + ", ".join(
+                  f"{ph} {op} {a['median_abs_error_model']:.2f}"
+                  for ph, (op, a) in worst.items()) + f"   [{_load()}]")
+        if one:
+            break
+    print(f"  the figures below: attempt {attempt}"
+          + ("" if one else ", the memory state changed in every attempt"))
+    bw = doc["memory_bandwidth"]
     print(f"  first-run overhead {prof.first_run_overhead:.2f} s; Numba entry points: "
           f"{prof.numba_cache['misses']} compiled, {prof.numba_cache['hits']} from cache")
     dec = prof.decode
@@ -328,6 +373,10 @@ def _accuracy(prof, phase: str, hw) -> None:
     for op, a in sorted(every["by_op"].items(), key=lambda kv: -kv[1]["nodes"]):
         print(f"  {op:15s} {a['nodes']:5d} nodes  model/measured {a['median_model_ratio']:5.2f}"
               f"  |err| {a['median_abs_error_model']:.2f}  (roofline {a['median_abs_error']:.2f})")
+    worst = max(every["by_op"].items(), key=lambda kv: kv[1]["median_abs_error_model"])
+    print(f"  every op kind within 0.25 over every {phase} node (issue 12's target): "
+          f"{all(a['median_abs_error_model'] <= 0.25 for a in every['by_op'].values())} "
+          f"(worst {worst[0]} {worst[1]['median_abs_error_model']:.3f})")
 
 
 if __name__ == "__main__":

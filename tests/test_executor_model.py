@@ -147,8 +147,8 @@ def test_a_node_whose_kind_ran_long_ago_moves_toward_the_cold_curve():
                             "by_op_tokens": {"GEGLU": rows},
                             "by_op_tokens_cold": {"GEGLU": [[1000, 10, 60e-6]]},
                             "since_bytes": since})
-    assert hw.cold_curve("GEGLU") == (COLD, 2e6, 8e6)
-    assert hw.cold_curve("ADD") is None
+    assert hw.warmth_curves("GEGLU") == [(2e6, sorted(CURVE)), (8e6, COLD)]
+    assert hw.warmth_curves("ADD") == []
     # 3000 B: warm 4 us, cold 10 + 20 * 2000 / 6000 us = 16.67 us
     cold_3000 = (10 + 20 * 2000 / 6000) * 1e-6
     assert executor_seconds("GEGLU", 3000, 0, hw) == pytest.approx(4e-6)
@@ -176,6 +176,53 @@ def test_a_node_whose_kind_ran_long_ago_moves_toward_the_cold_curve():
         pytest.approx(8e-6)
 
 
+#: middle curves: 6 us at 1000 B, 18 us at 7000 B; 5 us flat
+MID = [[1000, 10, 6e-6], [7000, 70, 18e-6]]
+MID2 = [[1000, 10, 5e-6], [7000, 70, 5e-6]]
+
+
+def test_the_middle_curve_places_a_node_a_layer_after_its_kind_ran():
+    """The probe's middle curves (by_op_midN: each call after a matvec over N MiB of
+    weights, as a layer's matvecs stream between two GEGLUs) are measured between the warm
+    and the cold figures: a node between two neighbouring figures moves log-linearly
+    between those two curves; a middle figure not between warm and cold is not read."""
+    since = {"by_op": {"GEGLU": 1e6}, "by_op_mid2": {"GEGLU": 2e6}, "by_op_mid8": {"GEGLU": 4e6},
+             "by_op_cold": {"GEGLU": 64e6}, "by_op_tokens": {"GEGLU": 1e6},
+             "by_op_tokens_mid8": {"GEGLU": 4e6}, "by_op_tokens_cold": {"GEGLU": 64e6}}
+    hw = measured(op_costs={"by_op": {"GEGLU": CURVE}, "by_op_mid8": {"GEGLU": MID},
+                            "by_op_mid2": {"GEGLU": MID2},
+                            "by_op_cold": {"GEGLU": COLD}, "since_bytes": since})
+    assert hw.warmth_curves("GEGLU") == [(1e6, sorted(CURVE)), (2e6, MID2), (4e6, MID),
+                                         (64e6, COLD)]
+    # at 3000 B: warm 4 us, middle 5 us and 6 + 12 * 2000 / 6000 = 10 us, cold 16.67 us
+    warm, mid2, mid, cold = 4e-6, 5e-6, 10e-6, (10 + 20 * 2000 / 6000) * 1e-6
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=1e6) == pytest.approx(warm)
+    # 1.41 MB: log(2^0.5) / log(2) = half way from warm to the 2 MB curve
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=2 ** 0.5 * 1e6) == pytest.approx(
+        warm + 0.5 * (mid2 - warm))
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=2e6) == pytest.approx(mid2)
+    # 2.83 MB: half way from the 2 MB curve to the 4 MB one
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=2 ** 1.5 * 1e6) == pytest.approx(
+        mid2 + 0.5 * (mid - mid2))
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=4e6) == pytest.approx(mid)
+    # 16 MB: log(16/4) / log(64/4) = half way from middle to cold
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=16e6) == pytest.approx(
+        mid + 0.5 * (cold - mid))
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=171e6) == pytest.approx(cold)
+    # several tokens without a curve on several tokens: the one-row curves, as op_curve
+    assert executor_seconds("GEGLU", 3000, 0, hw, tokens=16, since=4e6) == pytest.approx(mid)
+    # a middle figure not between the two others (a kind whose warm calls came that
+    # long after its last): warm to cold, log(4/2) / log(64/2) = 1/5 of the way
+    for b in (2e6, 64e6, 100e6):
+        oc = {**hw.extra["op_costs"], "since_bytes": {**since, "by_op": {"GEGLU": 2e6},
+                                                      "by_op_mid8": {"GEGLU": b}}}
+        del oc["by_op_mid2"]
+        hw2 = measured(op_costs=oc)
+        assert [s for s, _ in hw2.warmth_curves("GEGLU")] == [2e6, 64e6]
+        assert executor_seconds("GEGLU", 3000, 0, hw2, since=4e6) == pytest.approx(
+            warm + (cold - warm) / 5)
+
+
 def test_bad_since_bytes_are_one_line():
     with pytest.raises(GraphcostError, match=r"op_costs.since_bytes.by_op.GEGLU must be"):
         measured(op_costs={"since_bytes": {"by_op": {"GEGLU": -1}}})
@@ -183,6 +230,8 @@ def test_bad_since_bytes_are_one_line():
         measured(op_costs={"since_bytes": {"by_op": 3}})
     with pytest.raises(GraphcostError, match=r"op_costs.by_op_cold.ADD must list"):
         measured(op_costs={"by_op_cold": {"ADD": []}})
+    with pytest.raises(GraphcostError, match=r"op_costs.by_op_mid8.ADD\[0\] must be"):
+        measured(op_costs={"by_op_mid8": {"ADD": [[1, 2]]}})
 
 
 def test_peak_per_weight_type_sets_the_compute_roof():

@@ -280,6 +280,18 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     # table they share in the caches (hardware.warmth_key): counted from that GELU, fewer
     # bytes than GELU's calls, which count from the GEGLU of the size before
     assert since["by_op"]["GEGLU"] < since["by_op"]["GELU"]
+    # and again after each middle flush (hwprobe.MID_MIB, each at most a quarter of the
+    # flush: 4 and 8 MiB here), the same nodes: for GEGLU, whose warm calls come soon
+    # after its size's GELU, between the warm and the cold figures, and growing
+    from graphcost.execute.hwprobe import MID_MIB
+    assert MID_MIB == (4, 8)
+    for warm in ("by_op", "by_op_tokens"):
+        for m in MID_MIB:
+            assert set(oc[f"{warm}_mid{m}"]) == set(oc[warm + "_cold"])
+            for op in oc[f"{warm}_mid{m}"]:
+                assert m << 20 <= since[f"{warm}_mid{m}"][op] < since[warm + "_cold"][op]
+        assert since[warm]["GEGLU"] < since[warm + "_mid4"]["GEGLU"] \
+            < since[warm + "_mid8"]["GEGLU"] < 2 * (8 << 20), warm
     # flash attention's points are the attended cells' share of the node's cost: 16 of a
     # 256-cell window at head size 64, 4 heads, one query: K and V 2 * 16 * 64 * 2 B =
     # 4096 B, q and the output 2 * 4 * 64 * 4 B = 2048 B, the mask 256 * 2 B, all / 16
@@ -294,6 +306,9 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     hw = hwmod.load("probe-test")
     assert hw.kind == "measured" and hw.overhead == doc["op_overhead"]["seconds"]
     assert hw.path == target
+    # the model reads GEGLU's four curves, warm to cold (hardware.warmth_curves)
+    assert [b for b, _ in hw.warmth_curves("GEGLU")] == [
+        since[p]["GEGLU"] for p in ("by_op", "by_op_mid4", "by_op_mid8", "by_op_cold")]
 
 
 @pytest.mark.parametrize("n", [1, 16], ids=["decode_matvec", "prompt_matmul"])

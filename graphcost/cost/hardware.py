@@ -19,7 +19,8 @@ matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP
 executor's matmul nodes reach per weight type) and ``op_costs``: each op kind's measured
 time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right after a
 small op, measured but not modelled, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
-right after a flush with the kind not run since, ``since_bytes`` the bytes streamed since
+right after a flush with the kind not run since, ``by_op_mid`` and ``by_op_tokens_mid``
+after a smaller one (a layer's matvecs), ``since_bytes`` the bytes streamed since
 the kind last ran at each curve's calls; flash attention's query tiles in
 ``flash_attn_tiled``; the decode matvec per weight type in ``matvec``), as ``[bytes, flops,
 seconds]`` points, and the prompt matmuls per weight type in ``matmul`` as ``[weight
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from pathlib import Path
@@ -117,24 +119,33 @@ class Hardware:
             return self.op_curve("GET_ROWS", type_name, head_size, tokens)
         return sorted(pts) if pts else None
 
-    def cold_curve(self, op: str, tokens: int = 1) -> tuple[list, float, float] | None:
-        """(curve, warm bytes, cold bytes) for ``op`` met cold: the probe's
-        ``op_costs.by_op_cold`` curve (``by_op_tokens_cold`` for a node of several tokens
-        where ``op`` has a curve on several tokens, as :meth:`op_curve` picks), each call
-        right after a flush, the op kind not run since; with the median bytes streamed
-        since the kind last ran at the calls of the warm curve (``by_op`` or
-        ``by_op_tokens``) and of the cold one (``op_costs.since_bytes``). None when the
-        profile has no such curve or figures (an older profile), or they do not grow."""
+    def warmth_curves(self, op: str, tokens: int = 1) -> list[tuple[float, list]]:
+        """``[(bytes, curve), ...]`` for ``op`` by how long ago its kind last ran, the
+        bytes growing: the warm curve (``by_op``, or ``by_op_tokens`` for a node of several
+        tokens where ``op`` has a curve on several tokens, as :meth:`op_curve` picks), the
+        middle ones (``op_costs.by_op_midN``/``by_op_tokens_midN``: each call after a
+        matvec streaming N MiB, ``hwprobe.MID_MIB``) and the cold one (``by_op_cold``/
+        ``by_op_tokens_cold``: after a flush as the output matmul streams), each at the
+        median bytes streamed since the kind last ran at its calls
+        (``op_costs.since_bytes``). A middle curve only where its bytes lie between the
+        warm and cold ones (a kind whose warm calls already come that long after its last
+        is measured there by its warm curve). [] when the profile has no cold curve or
+        figures (an older profile), or they do not grow."""
         oc = self.extra.get("op_costs") or {}
         warm = "by_op_tokens" if tokens > 1 and op in (oc.get("by_op_tokens") or {}) \
             else "by_op"
-        pts = (oc.get(warm + "_cold") or {}).get(op)
         since = oc.get("since_bytes") or {}
-        lo = (since.get(warm) or {}).get(op)
-        hi = (since.get(warm + "_cold") or {}).get(op)
-        if not pts or not lo or not hi or hi <= lo:
-            return None
-        return sorted(pts), float(lo), float(hi)
+
+        def at(part: str) -> tuple[float, list] | None:
+            pts = (oc.get(part) or {}).get(op)
+            b = (since.get(part) or {}).get(op)
+            return (float(b), sorted(pts)) if pts and b else None
+        ends = [at(warm), at(warm + "_cold")]
+        if None in ends or ends[1][0] <= ends[0][0]:
+            return []
+        mids = [m for k in oc if MID_PART.fullmatch(k) and k.startswith(warm + "_mid")
+                and (m := at(k)) and ends[0][0] < m[0] < ends[1][0]]
+        return [ends[0]] + sorted(mids, key=lambda m: m[0]) + [ends[1]]
 
     def matmul_points(self, type_name: str | None) -> list | None:
         """The probe's prompt-matmul points for ``type_name`` weights
@@ -236,6 +247,11 @@ def model_op(node) -> str:
 SHARED_TABLE = {"GELU": "GELU table", "GEGLU": "GELU table"}
 
 
+#: the ``op_costs`` keys of the probe's middle curves: ``by_op_midN`` and
+#: ``by_op_tokens_midN``, each call after a matvec streaming N MiB (``hwprobe.MID_MIB``)
+MID_PART = re.compile(r"by_op(_tokens)?_mid\d+")
+
+
 def warmth_key(op: str) -> str:
     """What "the kind last ran" means for ``op`` when counting the bytes streamed since
     (:func:`graphcost.execute.profile.streamed_since`, the probe's ``since_bytes``): the
@@ -244,11 +260,11 @@ def warmth_key(op: str) -> str:
 
 
 def cold_share(since: float, warm: float, cold: float) -> float:
-    """How far a node whose op kind last ran ``since`` bytes of streaming ago is from its
-    warm probe curve (measured ``warm`` bytes after the kind last ran) toward its cold one
-    (``cold`` bytes after): 0 up to ``warm``, 1 from ``cold`` on, linear in log(bytes)
+    """How far a node whose op kind last ran ``since`` bytes of streaming ago is from a
+    warmer probe curve (measured ``warm`` bytes after the kind last ran) toward a colder
+    one (``cold`` bytes after): 0 up to ``warm``, 1 from ``cold`` on, linear in log(bytes)
     between (what a cache keeps falls off with each doubling of what streamed through
-    it; the probe measured only the two ends)."""
+    it; the probe measured the ends, :meth:`Hardware.warmth_curves`)."""
     if since <= warm:
         return 0.0
     if since >= cold:
@@ -273,9 +289,10 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     compute roof ``flops / peak`` (a matmul's peak is its weight type's). A node whose op
     kind last ran ``since`` bytes of streaming ago (matmul weights and every node's bytes,
     :func:`graphcost.execute.profile.streamed_since`) moves from that curve toward the
-    kind's cold curve by :func:`cold_share` (:meth:`Hardware.cold_curve`: a step's first
-    node of its kind, after the output matmul, meets its code and tables out of the
-    caches). Without a curve (an op the probe did not
+    kind's middle and cold curves (:meth:`Hardware.warmth_curves`: a layer's matvecs
+    push its table out of the L2, a step's first node of its kind, after the output
+    matmul, meets its code and tables out of the caches), between the two whose bytes
+    lie around ``since`` by :func:`cold_share`. Without a curve (an op the probe did not
     time, an older or datasheet profile): the per-call overhead of ``op`` plus the
     roofline with the memory roof lowered to the matvec rate for ``weight_type`` (other
     ops stream at the bandwidth)."""
@@ -294,11 +311,14 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
         # bytes (a prompt's q and output rows are most of its bytes)
         at = (flops, 1) if op == "FLASH_ATTN_EXT" else (nbytes, 0)
         sec = curve_seconds(curve, *at)
-        cold = None if since is None or mat else hw.cold_curve(op, tokens)
-        if cold is not None:
-            share = cold_share(since, cold[1], cold[2])
-            if share:
-                sec += share * (curve_seconds(cold[0], *at) - sec)
+        warmth = [] if since is None or mat else hw.warmth_curves(op, tokens)
+        for (b0, c0), (b1, c1) in zip(warmth, warmth[1:]):
+            if since <= b1 or b1 == warmth[-1][0]:
+                share = cold_share(since, b0, b1)
+                if share:
+                    t0 = curve_seconds(c0, *at)
+                    sec = t0 + share * (curve_seconds(c1, *at) - t0)
+                break
         return max(sec, flops / peak)
     rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth
     return hw.op_overhead(op) + roofline_seconds(nbytes, flops, hw, rate, peak)[0]
@@ -373,7 +393,8 @@ def parse(doc: Any, path: Path | None) -> Hardware:
                 raise GraphcostError(f"{where}: op_costs.matmul_row_tile.{key} must be an "
                                      f"integer >= 1, got {_show(v)}")
         for part in ("by_op", "by_op_chained", "by_op_tokens", "by_op_cold",
-                     "by_op_tokens_cold", "matvec", "matmul", "flash_attn_tiled"):
+                     "by_op_tokens_cold", "matvec", "matmul", "flash_attn_tiled",
+                     *sorted(k for k in oc if MID_PART.fullmatch(str(k)))):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
                                        where).items():
                 _check_curve(pts, f"op_costs.{part}.{key}", where)

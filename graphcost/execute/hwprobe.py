@@ -57,8 +57,10 @@ the same Numba kernels the executor runs.
   gives, per curve, the median bytes streamed (matvec weights and the nodes' bytes)
   since a node of its kind (GELU and GEGLU one kind:
   :func:`graphcost.cost.hardware.warmth_key`) last ran at its calls, the figure the
-  executor model places a node between the two by
-  (:func:`graphcost.cost.hardware.cold_share`). MUL_MAT is measured per weight type
+  executor model places a node between the curves by
+  (:func:`graphcost.cost.hardware.cold_share`). The same schedule again after a smaller
+  flush of :data:`MID_MIB` MiB (a layer's matvecs) gives the middle curves
+  (``by_op_midN``, ``by_op_tokens_midN``) and their ``since_bytes``. MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
   last-level cache), and the whole matvec itself.
@@ -121,6 +123,18 @@ def probe(mib: int = 256, repeat: int = 5, threads: int | None = None,
         return _probe(mib, repeat, progress)
 
 
+def stream_read(mib: int = 256, threads: int | None = None, repeat: int = 5) -> float:
+    """Bytes/s of the probe's streaming read (``kernels.stream.read_rows`` over ``mib`` MiB
+    of float32), median of ``repeat`` runs after one untimed: the memory's state now."""
+    from graphcost.execute.kernels_loader import load_kernels
+    from graphcost.execute.threads import kernel_threads
+
+    K_ = load_kernels()
+    big = np.ones(((mib << 20) // (4 * K), K), dtype=np.float32)
+    with kernel_threads(threads):
+        return big.nbytes / _median_seconds(lambda: K_.stream.read_rows(big), repeat)
+
+
 def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dict:
     import numba
 
@@ -171,8 +185,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     peak_by_type = {name: round(best) for name, pts in prompt_mm.items()
                     if (best := max([hot[name]] + [f / t for _, f, t in pts if t > 0])) > 0}
     say("op costs")
-    by_op, chained, fa_tiled, by_tokens, by_op_cold, by_tokens_cold, since = \
-        op_costs(ctx, rng, calls, mib)
+    curves = op_costs(ctx, rng, calls, mib)
+    by_op = curves["by_op"]
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
     overhead = float(np.median(list(overheads.values())))
@@ -219,24 +233,23 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"of {calls} calls; points are [bytes, flops, seconds] (cost model's "
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
                    f"matrix (a new slice each call), and the whole matrix",
-            "by_op": by_op,
-            "by_op_chained": chained,
-            "by_op_tokens": by_tokens,
+            **{k: curves[k] for k in ("by_op", "by_op_chained", "by_op_tokens")},
             "by_op_tokens_rows": LADDER_TOKENS,
-            "by_op_cold": by_op_cold,
-            "by_op_tokens_cold": by_tokens_cold,
-            "since_bytes": since,
+            **{k: v for k, v in curves.items() if k.endswith("_cold") or "_mid" in k
+               or k == "since_bytes"},
             "cold_how": f"by_op_cold, by_op_tokens_cold: each node after a matvec "
                         f"streaming {min(FLUSH_MIB, 4 * mib)} MiB (a step's output "
                         f"matmul), its op kind not run since (one flush before the nodes "
                         f"of one size, one of each kind, in an order turning round by "
                         f"round; GEGLU, whose table GELU reads, after a flush of its "
-                        f"own), median of {max(3, calls // 2)}; since_bytes: per curve, "
+                        f"own), median of {max(3, calls // 2)}; by_op_midN, "
+                        f"by_op_tokens_midN: the same after a matvec over N MiB of "
+                        f"those weights, the next slice each time; since_bytes: per curve, "
                         f"the median bytes streamed (matvec weights, nodes' bytes) since "
                         f"a node of its op kind (GELU and GEGLU one kind) last ran, at "
                         f"its calls",
             "matvec": matvec,
-            "flash_attn_tiled": fa_tiled,
+            "flash_attn_tiled": curves["flash_attn_tiled"],
             "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
             "flash_attn_tile_queries": int(K_.attention.QT),
             "matmul": prompt_mm,
@@ -487,11 +500,25 @@ FLASH = "flash "
 #: left a GEGLU's and a row select's code and state warm (2.6 and 0.7 us against 1.7
 #: and 0.2 hot) and one of 128 MiB did not (5.7 and 2.1 us), as after the output matmul
 FLUSH_MIB = 192
+#: MiB the probe's middle flushes stream (each at most a quarter of the flush): between
+#: the L2 (1 MiB a core on that VM) and the L3 (32 MiB), what a layer's matvecs stream
+#: between two nodes of one kind in a decode or a prompt (gemma3 270M: ~4 MiB in a
+#: decode, ~7.5 in a 21-token prompt). The ``by_op_midN`` curves measure that middle
+#: instead of assuming it log-linear between the warm and cold curves: a GEGLU of 2048
+#: values after 0 / 4 / 8 / 192 MiB took 4.5 / 6.9-9.5 / 7.0 / 15.5-16.3 us in one memory
+#: state (2026-11-27 07:31 UTC, streaming read ~49 GB/s) and a decode's, 4.2 MiB after
+#: the last, 3.7-4.6 in the other (~76 GB/s), where the probe's warm curve gave 3.6-3.8
+MID_MIB = (4, 8)
 
 
-def flusher(ctx, rng, nbytes: int) -> tuple[Callable[[], None], int]:
-    """(call, bytes it streams): a MUL_MAT node of one row by about ``nbytes`` of Q8_0
-    weights of its own, run as the executor runs it (the fused decode matvec)."""
+def flusher(ctx, rng, nbytes: int, parts: tuple[int, ...]) -> tuple[
+        Callable[[], None], int, list[tuple[Callable[[], None], int]]]:
+    """(call, bytes it streams, [(part call, bytes it streams), ...]): a MUL_MAT node of
+    one row by about ``nbytes`` of Q8_0 weights of its own, run as the executor runs it
+    (the fused decode matvec); and for each of ``parts``, one of about that many bytes of
+    those weights, each call over the next slice of them (wrapping: a slice comes back
+    after the others went by, out of the last-level cache when ``nbytes`` is larger than
+    it), as a layer's matvecs stream weights of their own from memory."""
     from graphcost.execute.weights import random_raw
 
     q8 = gt.GGMLType.Q8_0
@@ -499,9 +526,21 @@ def flusher(ctx, rng, nbytes: int) -> tuple[Callable[[], None], int]:
     rows = max(1, nbytes // rb)
     node = _matmul_node(q8, LADDER_K, rows, 1)
     w = random_raw(q8, (LADDER_K, rows), rng).reshape(rows, rb)
-    call = _node_calls(node, ctx, [_values(node, [w, rng.standard_normal((1, LADDER_K))
-                                                  .astype(np.float32)])])[1][0]
-    return call, rows * rb
+    x = rng.standard_normal((1, LADDER_K)).astype(np.float32)
+    call = _node_calls(node, ctx, [_values(node, [w, x])])[1][0]
+
+    def part_call(part: int) -> tuple[Callable[[], None], int]:
+        p_rows = max(1, min(rows, part // rb))
+        p_node = _matmul_node(q8, LADDER_K, p_rows, 1)
+        slices = _node_calls(p_node, ctx, [_values(p_node, [w[i * p_rows:(i + 1) * p_rows], x])
+                                           for i in range(rows // p_rows)])[1]
+        turn = [0]
+
+        def run() -> None:
+            slices[turn[0] % len(slices)]()
+            turn[0] += 1
+        return run, p_rows * rb
+    return call, rows * rb, [part_call(p) for p in parts]
 
 
 def feed_width(n: int) -> int:
@@ -649,7 +688,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     # a step, other kinds' nodes ran since the flush, so what all calls share (the call
     # path, the kernel threads) is warm again. After every warm curve, so that those are
     # timed as before there were cold ones (the flush's weights not yet in memory)
-    flush, flush_bytes = flusher(ctx, rng, min(FLUSH_MIB, 4 * mib) << 20)
+    flush_mib = min(FLUSH_MIB, 4 * mib)
+    mids = sorted({min(m, flush_mib // 4) for m in MID_MIB})
+    flush, flush_bytes, mid_flushes = flusher(ctx, rng, flush_mib << 20,
+                                              tuple(m << 20 for m in mids))
     rounds = max(3, calls // 2)
 
     def cold_schedule() -> list[list[int]]:
@@ -680,17 +722,23 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                     out.append(row[at:] + row[:at])
         return out
     schedule = cold_schedule()
-    for row in schedule:
-        flush()
-        for i in row:
-            for f in calls_by[i][4]:
-                f()
-            flush_cold[i].append(_seconds(calls_by[i][3]))
+    # the cold pass, then the same schedule after each middle flush (:data:`MID_MIB`: the
+    # kind a layer's matvecs ago, as most of a step's nodes meet it)
+    flush_mid = [[[] for _ in calls_by] for _ in mids]
+    for before, times in [(flush, flush_cold)] + [(f, t) for (f, _), t in
+                                                  zip(mid_flushes, flush_mid)]:
+        for row in schedule:
+            before()
+            for i in row:
+                for f in calls_by[i][4]:
+                    f()
+                times[i].append(_seconds(calls_by[i][3]))
     # the bytes streamed since each timed call's kind last ran, from the loops' order
     # replayed in bytes (not counted as they ran: a few Python statements between a
     # matvec and the node it feeds moved the small ops' curves by 0.1-0.2 us)
     since: list[list[int]] = [[] for _ in calls_by]
     since_cold: list[list[int]] = [[] for _ in calls_by]
+    since_mid = [[[] for _ in calls_by] for _ in mids]
     last: dict[str, int] = {}           # op kind -> bytes streamed when a node of it last ran
     streamed = 0
     moved = [_point(c[1], 0.0)[0] for c in calls_by]     # each node's bytes
@@ -712,22 +760,27 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
                 ran(i, since[i])
             for i in groups[key]:
                 ran(i, None)
-    for row in schedule:
-        streamed += flush_bytes
-        for i in row:
-            ran(i, since_cold[i])
+    for nbytes, since_to in [(flush_bytes, since_cold)] + [(b, s) for (_, b), s in
+                                                            zip(mid_flushes, since_mid)]:
+        for row in schedule:
+            streamed += nbytes
+            for i in row:
+                ran(i, since_to[i])
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
     after_flush: dict[str, list[list]] = {}
-    for (op, node, frac, *_), c, h, f in zip(calls_by, cold, hot, flush_cold):
-        for table, runs in ((after_mm, c), (chained, h), (after_flush, f)):
+    after_mid: list[dict[str, list[list]]] = [{} for _ in mids]
+    for j, (op, node, frac, *_) in enumerate(calls_by):
+        for table, runs in [(after_mm, cold[j]), (chained, hot[j]), (after_flush, flush_cold[j])] \
+                + [(a, t[j]) for a, t in zip(after_mid, flush_mid)]:
             if runs:
                 b, fl, sec = _point(node, float(np.median(runs)))
                 table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
     streamed_since: dict[str, dict[str, list[int]]] = {"by_op": {}, "cold": {}}
-    for (op, *_), s_warm, s_cold in zip(calls_by, since, since_cold):
-        for name, vals in (("by_op", s_warm), ("cold", s_cold)):
-            streamed_since[name].setdefault(op, []).extend(vals)
+    for j, (op, *_) in enumerate(calls_by):
+        for name, vals in [("by_op", since[j]), ("cold", since_cold[j])] + \
+                [(f"mid{m}", s[j]) for m, s in zip(mids, since_mid)]:
+            streamed_since.setdefault(name, {}).setdefault(op, []).extend(vals)
 
     def part(table: dict, prefix: str | None) -> dict[str, list[list]]:
         """The curves of ``table`` whose key has ``prefix`` (None: no prefix), unprefixed."""
@@ -738,11 +791,19 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
         """Median bytes streamed since the kind last ran, over each curve's calls."""
         return {k: int(np.median(v)) for k, v in part(streamed_since[name], prefix).items()
                 if v}
-    return (part(after_mm, None), part(chained, None), part(after_mm, TILED),
-            part(after_mm, TOKENS), part(after_flush, None), part(after_flush, TOKENS),
-            {"by_op": since_part("by_op", None), "by_op_cold": since_part("cold", None),
-             "by_op_tokens": since_part("by_op", TOKENS),
-             "by_op_tokens_cold": since_part("cold", TOKENS)})
+    out = {"by_op": part(after_mm, None), "by_op_chained": part(chained, None),
+           "flash_attn_tiled": part(after_mm, TILED), "by_op_tokens": part(after_mm, TOKENS),
+           "by_op_cold": part(after_flush, None),
+           "by_op_tokens_cold": part(after_flush, TOKENS),
+           "since_bytes": {"by_op": since_part("by_op", None),
+                           "by_op_cold": since_part("cold", None),
+                           "by_op_tokens": since_part("by_op", TOKENS),
+                           "by_op_tokens_cold": since_part("cold", TOKENS)}}
+    for m, a in zip(mids, after_mid):
+        out[f"by_op_mid{m}"], out[f"by_op_tokens_mid{m}"] = part(a, None), part(a, TOKENS)
+        out["since_bytes"][f"by_op_mid{m}"] = since_part(f"mid{m}", None)
+        out["since_bytes"][f"by_op_tokens_mid{m}"] = since_part(f"mid{m}", TOKENS)
+    return out
 
 
 def default_name() -> str:
