@@ -31,6 +31,7 @@ from gguf import quants as gq
 import gguf_writer as W
 from graphcost.format import ggml_types as gt
 from graphcost.execute.kernels_loader import load_kernels
+from graphcost.execute.weights import read_only
 from graphcost.resources import bundled
 
 K = load_kernels()
@@ -47,17 +48,10 @@ def row_len(qt: QT) -> int:
     return {QT.F32: 97, QT.F16: 97, QT.BF16: 97}.get(qt, 768 if qt.name.endswith("_K") else 96)
 
 
-def read_only(w: np.ndarray) -> np.ndarray:
-    """``w``, read-only as the executor's weights are (a mapped file, or
-    graphcost.execute.weights.RandomWeights): the kernels are then compiled for the one
-    array type the executor gives them, not a second time for a writable copy (numba types
-    a read-only array apart; one signature of a per-type dot costs seconds to compile)."""
-    w.flags.writeable = False
-    return w
-
-
 def weight(qt: QT, rows: int, seed: int = 0) -> np.ndarray:
-    """Raw ``[rows, row_bytes]`` uint8 weight from the shared fixture maker, read-only."""
+    """Raw ``[rows, row_bytes]`` uint8 weight from the shared fixture maker, read-only as
+    the executor's weights are (:func:`read_only`: the kernels are compiled for the one
+    array type the executor gives them, not a second time for a writable copy)."""
     w = W.make_weight(np.random.default_rng(seed), (rows, row_len(qt)), qt)
     return read_only(np.ascontiguousarray(w).view(np.uint8).reshape(rows, -1))
 

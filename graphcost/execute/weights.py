@@ -76,7 +76,7 @@ def available_memory() -> int:
     return 8 << 30
 
 
-def _read_only(a: np.ndarray) -> np.ndarray:
+def read_only(a: np.ndarray) -> np.ndarray:
     """``a`` marked read-only, as a mapped file's weights are (:func:`mapped_weights`):
     numba types a read-only array apart from a writable one, so random weights of the same
     array type as mapped ones run the kernels already compiled (and cached) for those,
@@ -107,12 +107,12 @@ class RandomWeights(Mapping):
         if name not in self.drawn:
             t = self.model.tensors[name]
             if self.own_bytes + t.nbytes <= self.budget:
-                self.drawn[name] = _read_only(random_raw(t.type, t.ne, self.rng))
+                self.drawn[name] = read_only(random_raw(t.type, t.ne, self.rng))
                 self.own_bytes += t.nbytes
             else:
                 pool = self.pools.get(t.type)
                 if pool is None or pool.nbytes < t.nbytes:
-                    pool = self.pools[t.type] = _read_only(random_raw(t.type, t.ne, self.rng))
+                    pool = self.pools[t.type] = read_only(random_raw(t.type, t.ne, self.rng))
                 self.drawn[name] = pool[:t.nbytes]
         return self.drawn[name]
 
