@@ -31,6 +31,7 @@ from gguf import quants as gq
 import gguf_writer as W
 from graphcost.format import ggml_types as gt
 from graphcost.execute.kernels_loader import load_kernels
+from graphcost.execute.weights import read_only
 from graphcost.resources import bundled
 
 K = load_kernels()
@@ -48,9 +49,11 @@ def row_len(qt: QT) -> int:
 
 
 def weight(qt: QT, rows: int, seed: int = 0) -> np.ndarray:
-    """Raw ``[rows, row_bytes]`` uint8 weight from the shared fixture maker."""
+    """Raw ``[rows, row_bytes]`` uint8 weight from the shared fixture maker, read-only as
+    the executor's weights are (:func:`read_only`: the kernels are compiled for the one
+    array type the executor gives them, not a second time for a writable copy)."""
     w = W.make_weight(np.random.default_rng(seed), (rows, row_len(qt)), qt)
-    return np.ascontiguousarray(w).view(np.uint8).reshape(rows, -1)
+    return read_only(np.ascontiguousarray(w).view(np.uint8).reshape(rows, -1))
 
 
 def bound_of(w, qt, x):
@@ -244,7 +247,7 @@ def arbitrary_weight(qt: QT, rows: int, k: int, seed: int = 5) -> np.ndarray:
     wb, gb = w.reshape(rows, -1, size), good.reshape(rows, -1, size)
     for off in F16_FIELDS[qt]:
         wb[..., off:off + 2] = gb[..., off:off + 2]
-    return w
+    return read_only(w)
 
 
 @pytest.mark.parametrize("n", [1, 3], ids=["decode", "n3"])
@@ -252,7 +255,7 @@ def arbitrary_weight(qt: QT, rows: int, k: int, seed: int = 5) -> np.ndarray:
 def test_mul_mat_ggml_simd_is_bit_exact_on_long_rows(qt, n):
     k, m = long_row(qt), 13                      # 13 rows: three 4-row calls and one row
     w = W.make_weight(np.random.default_rng(2), (m, k), qt)
-    w, x = np.ascontiguousarray(w).view(np.uint8).reshape(m, -1), rand((n, k), scale=3.0)
+    w, x = read_only(np.ascontiguousarray(w).view(np.uint8).reshape(m, -1)), rand((n, k), scale=3.0)
     for x86 in (True, False):
         assert np.array_equal(MM.mul_mat_ggml(w, qt, k, m, x, x86),
                               MM.mul_mat_ggml_ref(w, qt, k, m, x, x86))
@@ -264,7 +267,7 @@ def test_fused_matvec_is_mul_mat_ggml(qt, monkeypatch):
     # reused): the same bits as mul_mat_ggml, serial and parallel, run twice
     k, m = long_row(qt), 13
     w = W.make_weight(np.random.default_rng(3), (m, k), qt)
-    w = np.ascontiguousarray(w).view(np.uint8).reshape(m, -1)
+    w = read_only(np.ascontiguousarray(w).view(np.uint8).reshape(m, -1))
     for n in (1, 3):
         for serial_below in (0, 1 << 30):
             monkeypatch.setattr(MM, "SERIAL_BELOW", serial_below)

@@ -17,6 +17,7 @@ from gguf import quants as gq
 from graphcost.format import ggml_types as gt
 from graphcost.execute.exec_ops import Ctx, matmul_fn, weight_types
 from graphcost.execute.kernels_loader import load_kernels
+from graphcost.execute.weights import read_only
 
 K = load_kernels()
 X = K.mxfp4
@@ -28,7 +29,8 @@ KDIM, MROWS = 288, 160
 def _weights(m: int, k: int, seed: int = 0) -> np.ndarray:
     """gguf-py's MXFP4 quantization of normal values: [m, k / 32 * 17] uint8."""
     rng = np.random.default_rng(seed)
-    return gq.quantize((0.05 * rng.standard_normal((m, k))).astype(np.float32), QT.MXFP4)
+    return read_only(gq.quantize((0.05 * rng.standard_normal((m, k))).astype(np.float32),
+                                  QT.MXFP4))
 
 
 def _arbitrary(m: int, k: int, seed: int = 1) -> np.ndarray:
@@ -36,7 +38,8 @@ def _arbitrary(m: int, k: int, seed: int = 1) -> np.ndarray:
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, size=(m, k // 32, 17), dtype=np.uint8)
     raw[:, :, 0] = rng.integers(100, 141, size=(m, k // 32), dtype=np.uint8)
-    return raw.reshape(m, -1)
+    return read_only(raw.reshape(m, -1))
+
 
 
 def test_block_layout_and_tables_come_from_gguf():

@@ -76,6 +76,15 @@ def available_memory() -> int:
     return 8 << 30
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` marked read-only, as a mapped file's weights are (:func:`mapped_weights`):
+    numba types a read-only array apart from a writable one, so random weights of the same
+    array type as mapped ones run the kernels already compiled (and cached) for those,
+    instead of compiling every kernel a second time."""
+    a.flags.writeable = False
+    return a
+
+
 class RandomWeights(Mapping):
     """Random bytes for the tensors of a header-only file, drawn when the graph first
     asks for a tensor: a tensor the graph never uses costs nothing.
@@ -98,12 +107,12 @@ class RandomWeights(Mapping):
         if name not in self.drawn:
             t = self.model.tensors[name]
             if self.own_bytes + t.nbytes <= self.budget:
-                self.drawn[name] = random_raw(t.type, t.ne, self.rng)
+                self.drawn[name] = read_only(random_raw(t.type, t.ne, self.rng))
                 self.own_bytes += t.nbytes
             else:
                 pool = self.pools.get(t.type)
                 if pool is None or pool.nbytes < t.nbytes:
-                    pool = self.pools[t.type] = random_raw(t.type, t.ne, self.rng)
+                    pool = self.pools[t.type] = read_only(random_raw(t.type, t.ne, self.rng))
                 self.drawn[name] = pool[:t.nbytes]
         return self.drawn[name]
 
