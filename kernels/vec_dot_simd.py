@@ -1405,9 +1405,8 @@ def _rows4_u32(r0, r1, r2, r3, p):
                     S.concat(S.load(r2, p, 1, "u32"), S.load(r3, p, 1, "u32")))
 
 
-@njit(cache=True)
-def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q2_k(r0, r1, r2, r3, yq, yp):
     ahead = NO_PREFETCH
     sumf = S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q2_K):
@@ -1422,6 +1421,22 @@ def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
         t = _DMIN_LAST(S.scalar_at(yq, py, "f32") * dd) * sums   # dall*isum, dmin*summs
         sumf = sumf + (S.lanes(t, 0, 4) - S.lanes(t, 4, 4))
     return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
+
+
+@njit(cache=True)
+def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q2_k(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _groups4_q2_k(w, r0, r1, yq, yp, out):
+    """:func:`_rows4_q2_k` of rows r0..r1 of ``w`` into ``out`` in one call (as
+    :func:`_groups4_q3_k`)."""
+    out_of_line()
+    for r in range(r0, r1, 4):
+        out[r], out[r + 1], out[r + 2], out[r + 3] = _rows4_q2_k(w[r], w[r + 1], w[r + 2],
+                                                                 w[r + 3], yq, yp)
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -1485,10 +1500,13 @@ def dot_rows4_simd(code, r0, r1, r2, r3, yq, yp):
 @njit(inline="always", cache=True)
 def dot_groups4_simd(code, w, r0, r1, yq, yp, out):
     """``out[r]`` = :func:`dot_row_simd` of weight row ``w[r]`` for r in r0..r1 (r1 - r0 a
-    multiple of 4), four rows at a time (:func:`dot_rows4_simd`); Q3_K's in one call
-    for the whole span (:func:`_groups4_q3_k`)."""
+    multiple of 4), four rows at a time (:func:`dot_rows4_simd`); Q3_K's and Q2_K's in
+    one call for the whole span (:func:`_groups4_q3_k`, :func:`_groups4_q2_k`)."""
     if code == Q3_K:
         _groups4_q3_k(w, r0, r1, yq, yp, out)
+        return
+    if code == Q2_K:
+        _groups4_q2_k(w, r0, r1, yq, yp, out)
         return
     for r in range(r0, r1, 4):
         out[r], out[r + 1], out[r + 2], out[r + 3] = dot_rows4_simd(code, w[r], w[r + 1],
