@@ -1177,6 +1177,15 @@ def _q3_k_plane(acc, u, ya, yo, buf, o):
 
 
 @njit(inline="always", cache=True)
+def _q3_k_plane4(a0, a1, a2, a3, u0, u1, u2, u3, yp, pp, buf, o):
+    """:func:`_q3_k_plane` of four rows (codes u0..u3, scales at o + 32 r), one plane:
+    its activations at pp and offset pair sums at pp + 256 loaded once."""
+    ya, yo = S.load(yp, pp, 64, "i8"), S.load(yp, pp + 256, 32, "i16")
+    return (_q3_k_plane(a0, u0, ya, yo, buf, o), _q3_k_plane(a1, u1, ya, yo, buf, o + 32),
+            _q3_k_plane(a2, u2, ya, yo, buf, o + 64), _q3_k_plane(a3, u3, ya, yo, buf, o + 96))
+
+
+@njit(inline="always", cache=True)
 def _q3_k_ints4(r0, r1, r2, r3, p, yp, pp, buf, o):
     """:func:`_q3_k_ints` of four rows, written plane by plane over the rows (the four
     rows' weight loads and permutes first): LLVM keeps roughly this order, and the loop
@@ -1186,27 +1195,14 @@ def _q3_k_ints4(r0, r1, r2, r3, p, yp, pp, buf, o):
     x2, y2 = _q3_k_xy(r2, p)
     x3, y3 = _q3_k_xy(r3, p)
     z = S.zeros(16, "i32")
-    ya, yo = S.load(yp, pp, 64, "i8"), S.load(yp, pp + 256, 32, "i16")
-    a0 = _q3_k_plane(z, _Q3_U0(x0), ya, yo, buf, o)
-    a1 = _q3_k_plane(z, _Q3_U0(x1), ya, yo, buf, o + 32)
-    a2 = _q3_k_plane(z, _Q3_U0(x2), ya, yo, buf, o + 64)
-    a3 = _q3_k_plane(z, _Q3_U0(x3), ya, yo, buf, o + 96)
-    ya, yo = S.load(yp, pp + 64, 64, "i8"), S.load(yp, pp + 320, 32, "i16")
-    a0 = _q3_k_plane(a0, _Q3_U1(x0), ya, yo, buf, o + 8)
-    a1 = _q3_k_plane(a1, _Q3_U1(x1), ya, yo, buf, o + 40)
-    a2 = _q3_k_plane(a2, _Q3_U1(x2), ya, yo, buf, o + 72)
-    a3 = _q3_k_plane(a3, _Q3_U1(x3), ya, yo, buf, o + 104)
-    ya, yo = S.load(yp, pp + 128, 64, "i8"), S.load(yp, pp + 384, 32, "i16")
-    a0 = _q3_k_plane(a0, _Q3_U2(y0), ya, yo, buf, o + 16)
-    a1 = _q3_k_plane(a1, _Q3_U2(y1), ya, yo, buf, o + 48)
-    a2 = _q3_k_plane(a2, _Q3_U2(y2), ya, yo, buf, o + 80)
-    a3 = _q3_k_plane(a3, _Q3_U2(y3), ya, yo, buf, o + 112)
-    ya, yo = S.load(yp, pp + 192, 64, "i8"), S.load(yp, pp + 448, 32, "i16")
-    a0 = _q3_k_plane(a0, _Q3_U3(y0), ya, yo, buf, o + 24)
-    a1 = _q3_k_plane(a1, _Q3_U3(y1), ya, yo, buf, o + 56)
-    a2 = _q3_k_plane(a2, _Q3_U3(y2), ya, yo, buf, o + 88)
-    a3 = _q3_k_plane(a3, _Q3_U3(y3), ya, yo, buf, o + 120)
-    return a0, a1, a2, a3
+    a0, a1, a2, a3 = _q3_k_plane4(z, z, z, z, _Q3_U0(x0), _Q3_U0(x1), _Q3_U0(x2), _Q3_U0(x3),
+                                  yp, pp, buf, o)
+    a0, a1, a2, a3 = _q3_k_plane4(a0, a1, a2, a3, _Q3_U1(x0), _Q3_U1(x1), _Q3_U1(x2),
+                                  _Q3_U1(x3), yp, pp + 64, buf, o + 8)
+    a0, a1, a2, a3 = _q3_k_plane4(a0, a1, a2, a3, _Q3_U2(y0), _Q3_U2(y1), _Q3_U2(y2),
+                                  _Q3_U2(y3), yp, pp + 128, buf, o + 16)
+    return _q3_k_plane4(a0, a1, a2, a3, _Q3_U3(y0), _Q3_U3(y1), _Q3_U3(y2), _Q3_U3(y3), yp,
+                        pp + 192, buf, o + 24)
 
 
 #: two rows' class sums side by side in 128-bit lanes: lane 2c from a, 2c + 1 from b
