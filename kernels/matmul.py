@@ -38,7 +38,7 @@ from .vec_dot import dot_row, x_sums16
 from .vec_dot_ggml import FLOAT_CODES as GGML_FLOAT_CODES
 from .vec_dot_ggml import dot_row_ggml, dot_rows_ggml_ref, matvec_ggml_float
 from .vec_dot_simd import CODES as SIMD_CODES
-from .vec_dot_simd import dot_row_simd, dot_rows4_simd, prep_bytes, prepare_row
+from .vec_dot_simd import dot_groups4_simd, dot_row_simd, prep_bytes, prepare_row
 
 #: largest batch that takes the matrix-vector path
 MATVEC_MAX_N = 4
@@ -56,6 +56,11 @@ GGML_TASK_BYTES = 64 * 1024
 #: region costs ~5 us to wake idle workers, more on a loaded machine; 64 KB of weights
 #: take ~5 us on one core)
 SERIAL_BELOW = 64 * 1024
+#: the fused matvec's tasks (one dot_groups4_simd call each): at most this many 4-row
+#: groups a task (a Q3_K call per four rows cost ~70 ns, ~28% of their time at K = 4096)
+MATVEC_TASK_GROUPS = 16
+#: ... and at least this many tasks a matvec (so that as many threads can share it)
+MATVEC_MIN_TASKS = 16
 
 
 # ---------------------------------------------------------------------------- reference
@@ -141,17 +146,13 @@ def _matmul_ggml(w, code, yq, y):
 @njit(inline="always", cache=True)
 def _simd_task(w, code, yq, yp, y, r0, r1):
     # weight rows r0..r1 times every activation row: the task's rows stay in cache across
-    # the N rows and go four at a time (dot_rows4_simd)
+    # the N rows and go four at a time (dot_groups4_simd)
+    r4 = r0 + (r1 - r0) // 4 * 4
     for n in range(yq.shape[0]):
-        yqn, ypn = yq[n], yp[n]
-        r = r0
-        while r + 4 <= r1:
-            y[n, r], y[n, r + 1], y[n, r + 2], y[n, r + 3] = dot_rows4_simd(
-                code, w[r], w[r + 1], w[r + 2], w[r + 3], yqn, ypn)
-            r += 4
-        while r < r1:
-            y[n, r] = dot_row_simd(code, w[r], yqn, ypn)
-            r += 1
+        yqn, ypn, yn = yq[n], yp[n], y[n]
+        dot_groups4_simd(code, w, r0, r4, yqn, ypn, yn)
+        for r in range(r4, r1):
+            yn[r] = dot_row_simd(code, w[r], yqn, ypn)
 
 
 @njit(parallel=True, cache=True)
@@ -180,8 +181,11 @@ def _matvec_ggml_fused(w, code, x, qcode, x86, yq, yp, y):
     # time, one contiguous span per thread
     _quantize_prepare(code, x, qcode, x86, yq, yp)
     m = w.shape[0]
-    for g in prange((m + 3) // 4):          # numba hands each thread one even span
-        _simd_task(w, code, yq, yp, y, 4 * g, min(m, 4 * g + 4))
+    groups = (m + 3) // 4
+    tasks = min(groups, max(MATVEC_MIN_TASKS, -(-groups // MATVEC_TASK_GROUPS)))
+    for t in prange(tasks):                 # numba hands each thread one even span of tasks
+        g0, g1 = groups * t // tasks, groups * (t + 1) // tasks
+        _simd_task(w, code, yq, yp, y, 4 * g0, min(m, 4 * g1))
 
 
 @njit(cache=True)

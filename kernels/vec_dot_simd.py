@@ -1157,6 +1157,71 @@ def _q3_k_ints(row, p, yp, pp, buf, o):   # hmask@0 qs@32 scales@96 d@108, 110 B
     return _pairs_dot(a, _Q3_U3(y), yp, pp + 192, pp + 448, _q3_k_scale_pairs(buf, o + 24))
 
 
+@njit(inline="always", cache=True)
+def _q3_k_xy(row, p):
+    """The block's x and y (:data:`_SHL_HX`): quant and hmask bytes in :func:`_q3_pairs`
+    order, merged two planes a byte."""
+    q = _Q3_PAIRS(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
+    hm0 = S.load(row, p, 32, "u8")
+    h = S.bitcast(_Q3_PAIRS(S.concat(hm0, hm0)), "u16")
+    x = (q & 15) | (S.bitcast(h << _SHL_HX(), "u8") & 0xF0)
+    y = (q & 0xF0) | (S.bitcast(h >> _SHR_HY(), "u8") & 15)
+    return x, y
+
+
+@njit(inline="always", cache=True)
+def _q3_k_plane(acc, u, ya, yo, buf, o):
+    """acc + scales (int16 x4 at byte o of ``buf``) x (maddubs(codes u, activations ya) -
+    offset pair sums yo): one plane of one row (:func:`_pairs_dot`)."""
+    return S.dpwssd(acc, S.maddubs(u, ya) - yo, S.bitcast(_q3_k_scale_pairs(buf, o), "i16"))
+
+
+@njit(inline="always", cache=True)
+def _q3_k_plane4(a0, a1, a2, a3, u0, u1, u2, u3, yp, pp, buf, o):
+    """:func:`_q3_k_plane` of four rows (codes u0..u3, scales at o + 32 r), one plane:
+    its activations at pp and offset pair sums at pp + 256 loaded once."""
+    ya, yo = S.load(yp, pp, 64, "i8"), S.load(yp, pp + 256, 32, "i16")
+    return (_q3_k_plane(a0, u0, ya, yo, buf, o), _q3_k_plane(a1, u1, ya, yo, buf, o + 32),
+            _q3_k_plane(a2, u2, ya, yo, buf, o + 64), _q3_k_plane(a3, u3, ya, yo, buf, o + 96))
+
+
+@njit(inline="always", cache=True)
+def _q3_k_ints4(r0, r1, r2, r3, p, yp, pp, buf, o):
+    """:func:`_q3_k_ints` of four rows, written plane by plane over the rows (the four
+    rows' weight loads and permutes first): LLVM keeps roughly this order, and the loop
+    ran ~5% faster than with the rows one after the other (kernels/README.md)."""
+    x0, y0 = _q3_k_xy(r0, p)
+    x1, y1 = _q3_k_xy(r1, p)
+    x2, y2 = _q3_k_xy(r2, p)
+    x3, y3 = _q3_k_xy(r3, p)
+    z = S.zeros(16, "i32")
+    a0, a1, a2, a3 = _q3_k_plane4(z, z, z, z, _Q3_U0(x0), _Q3_U0(x1), _Q3_U0(x2), _Q3_U0(x3),
+                                  yp, pp, buf, o)
+    a0, a1, a2, a3 = _q3_k_plane4(a0, a1, a2, a3, _Q3_U1(x0), _Q3_U1(x1), _Q3_U1(x2),
+                                  _Q3_U1(x3), yp, pp + 64, buf, o + 8)
+    a0, a1, a2, a3 = _q3_k_plane4(a0, a1, a2, a3, _Q3_U2(y0), _Q3_U2(y1), _Q3_U2(y2),
+                                  _Q3_U2(y3), yp, pp + 128, buf, o + 16)
+    return _q3_k_plane4(a0, a1, a2, a3, _Q3_U3(y0), _Q3_U3(y1), _Q3_U3(y2), _Q3_U3(y3), yp,
+                        pp + 192, buf, o + 24)
+
+
+#: two rows' class sums side by side in 128-bit lanes: lane 2c from a, 2c + 1 from b
+_BLEND_EO = S.permutation2([i if i % 2 == 0 else 16 + i for i in range(16)])
+#: float lanes of :func:`_q3_k_fold2`'s order back to row-major (8 class lanes a row)
+_UNZIP_EO = S.permutation(list(range(0, 16, 2)) + list(range(1, 16, 2)))
+#: the four rows' d (float32 x4) spread as rows (0, 1) or (2, 3) alternating
+_ALT01, _ALT23 = S.permutation([0, 1] * 8), S.permutation([2, 3] * 8)
+
+
+@njit(inline="always", cache=True)
+def _q3_k_fold2(a, b):
+    """ggml's aux32 of two rows (int32 lanes 2c + h of :func:`_q3_k_ints` -> lane 2c: class c
+    of a, 2c + 1: of b) with in-lane operations (LLVM makes one blend, one two-source
+    permute and an add), where :func:`_pairwise`'s two cross-lane ``vpermt2d`` put each
+    row's 8 sums in one 256-bit half (6.5 cycles each on the block's dependency chain)."""
+    return _BLEND_EO(a + _SWAP32(a), b + _SWAP32(b))
+
+
 @njit(cache=True)
 def _simd_q6_k(row, yq, yp):
     out_of_line()
@@ -1200,12 +1265,11 @@ def _simd_q3_k(row, yq, yp):
     return S.add_in_order(F(0), sums)
 
 
-@njit(cache=True)
-def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
+@njit(inline="always", cache=True)
+def _rows4_q3_k(r0, r1, r2, r3, yq, yp, buf):
     """Four rows; block i + 1's scales are decoded during block i into the other half of
-    a double buffer (the broadcasts of block i read what was stored a block earlier)."""
-    out_of_line()
-    buf = stack_f32(_Q3_SC2_F32)
+    a double buffer ``buf`` (the broadcasts of block i read what was stored a block
+    earlier)."""
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
     nb = r0.shape[0] // B_Q3_K
     if nb > 0:
@@ -1216,12 +1280,30 @@ def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
         if i + 1 < nb:
             _q3_k_scales4(r0, r1, r2, r3, p + B_Q3_K, buf, _Q3_SC_BYTES - o)
         S.clobber(buf)
-        a0, a1 = _q3_k_ints(r0, p, yp, pp, buf, o), _q3_k_ints(r1, p, yp, pp, buf, o + 32)
-        a2, a3 = _q3_k_ints(r2, p, yp, pp, buf, o + 64), _q3_k_ints(r3, p, yp, pp, buf, o + 96)
-        d01, d23 = _spread4(S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32"))
-        s01 = s01 + S.convert(_pairwise(a0, a1), "f32") * d01
-        s23 = s23 + S.convert(_pairwise(a2, a3), "f32") * d23
-    return _rows4_result(S.zeros(4, "f32"), s01, s23)
+        a0, a1, a2, a3 = _q3_k_ints4(r0, r1, r2, r3, p, yp, pp, buf, o)
+        d = S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32")
+        s01 = s01 + S.convert(_q3_k_fold2(a0, a1), "f32") * _ALT01(d)
+        s23 = s23 + S.convert(_q3_k_fold2(a2, a3), "f32") * _ALT23(d)
+    return _rows4_result(S.zeros(4, "f32"), _UNZIP_EO(s01), _UNZIP_EO(s23))
+
+
+@njit(cache=True)
+def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q3_k(r0, r1, r2, r3, yq, yp, stack_f32(_Q3_SC2_F32))
+
+
+@njit(cache=True)
+def _groups4_q3_k(w, r0, r1, yq, yp, out):
+    """:func:`_rows4_q3_k` of rows r0..r1 of ``w`` (r1 - r0 a multiple of 4) into ``out``,
+    in one call: a call per four rows (the array arguments passed field by field, the
+    constants loaded again, the double buffer's first decode) cost ~70 ns, ~28% of the
+    four rows' time at K = 4096 (kernels/README.md)."""
+    out_of_line()
+    buf = stack_f32(_Q3_SC2_F32)
+    for r in range(r0, r1, 4):
+        out[r], out[r + 1], out[r + 2], out[r + 3] = _rows4_q3_k(w[r], w[r + 1], w[r + 2],
+                                                                 w[r + 3], yq, yp, buf)
 
 
 #: Q2_K: the sub-block of each int16 lane of ``maddubs(plane j codes, activations)``:
@@ -1319,9 +1401,8 @@ def _rows4_u32(r0, r1, r2, r3, p):
                     S.concat(S.load(r2, p, 1, "u32"), S.load(r3, p, 1, "u32")))
 
 
-@njit(cache=True)
-def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q2_k(r0, r1, r2, r3, yq, yp):
     ahead = NO_PREFETCH
     sumf = S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q2_K):
@@ -1336,6 +1417,22 @@ def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
         t = _DMIN_LAST(S.scalar_at(yq, py, "f32") * dd) * sums   # dall*isum, dmin*summs
         sumf = sumf + (S.lanes(t, 0, 4) - S.lanes(t, 4, 4))
     return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
+
+
+@njit(cache=True)
+def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q2_k(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _groups4_q2_k(w, r0, r1, yq, yp, out):
+    """:func:`_rows4_q2_k` of rows r0..r1 of ``w`` into ``out`` in one call (as
+    :func:`_groups4_q3_k`)."""
+    out_of_line()
+    for r in range(r0, r1, 4):
+        out[r], out[r + 1], out[r + 2], out[r + 3] = _rows4_q2_k(w[r], w[r + 1], w[r + 2],
+                                                                 w[r + 3], yq, yp)
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -1394,3 +1491,19 @@ def dot_rows4_simd(code, r0, r1, r2, r3, yq, yp):
         return _simd4_q5_1(r0, r1, r2, r3, yq, yp)
     nan = F(np.nan)
     return nan, nan, nan, nan
+
+
+@njit(inline="always", cache=True)
+def dot_groups4_simd(code, w, r0, r1, yq, yp, out):
+    """``out[r]`` = :func:`dot_row_simd` of weight row ``w[r]`` for r in r0..r1 (r1 - r0 a
+    multiple of 4), four rows at a time (:func:`dot_rows4_simd`); Q3_K's and Q2_K's in
+    one call for the whole span (:func:`_groups4_q3_k`, :func:`_groups4_q2_k`)."""
+    if code == Q3_K:
+        _groups4_q3_k(w, r0, r1, yq, yp, out)
+        return
+    if code == Q2_K:
+        _groups4_q2_k(w, r0, r1, yq, yp, out)
+        return
+    for r in range(r0, r1, 4):
+        out[r], out[r + 1], out[r + 2], out[r + 3] = dot_rows4_simd(code, w[r], w[r + 1],
+                                                                    w[r + 2], w[r + 3], yq, yp)

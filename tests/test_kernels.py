@@ -264,11 +264,15 @@ def test_mul_mat_ggml_simd_is_bit_exact_on_long_rows(qt, n):
 @pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
 def test_fused_matvec_is_mul_mat_ggml(qt, monkeypatch):
     # the executor's decode matvec (quantize + rearrange + dots in one call, buffers
-    # reused): the same bits as mul_mat_ggml, serial and parallel, run twice
-    k, m = long_row(qt), 13
-    w = W.make_weight(np.random.default_rng(3), (m, k), qt)
-    w = read_only(np.ascontiguousarray(w).view(np.uint8).reshape(m, -1))
-    for n in (1, 3):
+    # reused): the same bits as mul_mat_ggml, serial and parallel, run twice. 13 rows:
+    # 3 four-row groups and a row, one group a task; 77 rows: 20 groups (the last one
+    # row) in 16 tasks (MATVEC_MIN_TASKS), the 4 tasks t with 20 * t // 16 != 20 * (t + 1)
+    # // 16 - 1 two groups long (Q2_K/Q3_K: two groups in one kernel call)
+    k = long_row(qt)
+    w77 = W.make_weight(np.random.default_rng(3), (77, k), qt)
+    w77 = read_only(np.ascontiguousarray(w77).view(np.uint8).reshape(77, -1))
+    for m, n in ((13, 1), (13, 3), (77, 1)):
+        w = w77[:m]
         for serial_below in (0, 1 << 30):
             monkeypatch.setattr(MM, "SERIAL_BELOW", serial_below)
             kern, code, tail = MM.fused_matvec(qt, k, m, n)
@@ -277,7 +281,7 @@ def test_fused_matvec_is_mul_mat_ggml(qt, monkeypatch):
                 x = rand((n, k), scale=3.0, seed=seed)
                 kern(w, code, x, *tail, y)
                 assert np.array_equal(y, MM.mul_mat_ggml(w, qt, k, m, x))
-    assert MM.fused_matvec(qt, k, m, MM.MATVEC_MAX_N + 1) is None
+    assert MM.fused_matvec(qt, k, 13, MM.MATVEC_MAX_N + 1) is None
 
 
 @pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
