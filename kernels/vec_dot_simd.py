@@ -1405,9 +1405,9 @@ def _rows4_u32(r0, r1, r2, r3, p):
                     S.concat(S.load(r2, p, 1, "u32"), S.load(r3, p, 1, "u32")))
 
 
-@njit(cache=True)
-def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q2_k(r0, r1, r2, r3, yq, yp):
+    """Four rows (:func:`_simd4_q2_k` calls it once, :func:`_groups4` once a group)."""
     ahead = NO_PREFETCH
     sumf = S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q2_K):
@@ -1422,6 +1422,30 @@ def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
         t = _DMIN_LAST(S.scalar_at(yq, py, "f32") * dd) * sums   # dall*isum, dmin*summs
         sumf = sumf + (S.lanes(t, 0, 4) - S.lanes(t, 4, 4))
     return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
+
+
+@njit(cache=True)
+def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q2_k(r0, r1, r2, r3, yq, yp)
+
+
+@njit(inline="always", cache=True)
+def _groups4(rows4, w, r0, r1, yq, yp, out):
+    """``rows4`` (a type's four-row kernel, ``_rows4_<t>``) of rows r0..r1 of ``w`` (r1 - r0
+    a multiple of 4) into ``out``. Each type's ``_groups4_<t>`` is one out-of-line call of
+    this for a task's rows: a call per four rows cost ~70 ns (Q3_K: ~28% of the four rows'
+    time at K = 4096, kernels/README.md). (Passed a kernel as a run-time argument, the
+    fused matvec could not be cached: "uses dynamic globals".)"""
+    for r in range(r0, r1, 4):
+        out[r], out[r + 1], out[r + 2], out[r + 3] = rows4(w[r], w[r + 1], w[r + 2], w[r + 3],
+                                                           yq, yp)
+
+
+@njit(cache=True)
+def _groups4_q2_k(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_rows4_q2_k, w, r0, r1, yq, yp, out)
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -1489,6 +1513,9 @@ def dot_groups4_simd(code, w, r0, r1, yq, yp, out):
     for the whole span (:func:`_groups4_q3_k`)."""
     if code == Q3_K:
         _groups4_q3_k(w, r0, r1, yq, yp, out)
+        return
+    if code == Q2_K:
+        _groups4_q2_k(w, r0, r1, yq, yp, out)
         return
     for r in range(r0, r1, 4):
         out[r], out[r + 1], out[r + 2], out[r + 3] = dot_rows4_simd(code, w[r], w[r + 1],
