@@ -1428,27 +1428,51 @@ def _groups4(rows4, w, r0, r1, yq, yp, out):
 
 
 @njit(cache=True)
+def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q4_0(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
 def _groups4_q4_0(w, r0, r1, yq, yp, out):
     out_of_line()
-    _groups4(_rows4_q4_0, w, r0, r1, yq, yp, out)
+    _groups4(_simd4_q4_0, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q5_0(r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _groups4_q5_0(w, r0, r1, yq, yp, out):
     out_of_line()
-    _groups4(_rows4_q5_0, w, r0, r1, yq, yp, out)
+    _groups4(_simd4_q5_0, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q4_1(r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _groups4_q4_1(w, r0, r1, yq, yp, out):
     out_of_line()
-    _groups4(_rows4_q4_1, w, r0, r1, yq, yp, out)
+    _groups4(_simd4_q4_1, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q5_1(r0, r1, r2, r3, yq, yp)
 
 
 @njit(cache=True)
 def _groups4_q5_1(w, r0, r1, yq, yp, out):
     out_of_line()
-    _groups4(_rows4_q5_1, w, r0, r1, yq, yp, out)
+    _groups4(_simd4_q5_1, w, r0, r1, yq, yp, out)
 
 
 @njit(cache=True)
