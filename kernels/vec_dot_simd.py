@@ -1420,9 +1420,10 @@ def _groups4(rows4, w, r0, r1, yq, yp, out):
     """``rows4`` (a type's four-row kernel, ``_rows4_<t>``) of rows r0..r1 of ``w`` (r1 - r0
     a multiple of 4) into ``out``. Each type's ``_groups4_<t>`` is one out-of-line call of
     this for a task's rows: a call per four rows cost ~70 ns (Q3_K: ~28% of the four rows'
-    time at K = 4096, kernels/README.md). The nibble types (Q4_0 Q4_1 Q5_0 Q5_1) pass their
-    out-of-line ``_simd4_<t>`` instead, a call per four rows: with the body inlined in
-    this loop they ran 2-7% slower. (Passed a kernel as a run-time argument, the fused
+    time at K = 4096, kernels/README.md). The nibble types (Q4_0 Q4_1 Q5_0 Q5_1) and Q5_K pass
+    their out-of-line ``_simd4_<t>`` instead, a call per four rows: with the body inlined
+    in this loop the nibble types ran 2-7% slower in cache, Q5_K 3-5% faster in cache but
+    at 85-90% of the streaming read against 91-99% (2 threads, kernels/README.md). (Passed a kernel as a run-time argument, the fused
     matvec could not be cached: "uses dynamic globals".)"""
     for r in range(r0, r1, 4):
         out[r], out[r + 1], out[r + 2], out[r + 3] = rows4(w[r], w[r + 1], w[r + 2], w[r + 3],
@@ -1490,9 +1491,15 @@ def _groups4_q4_k(w, r0, r1, yq, yp, out):
 
 
 @njit(cache=True)
+def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q5_k(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
 def _groups4_q5_k(w, r0, r1, yq, yp, out):
     out_of_line()
-    _groups4(_rows4_q5_k, w, r0, r1, yq, yp, out)
+    _groups4(_simd4_q5_k, w, r0, r1, yq, yp, out)
 
 
 @njit(cache=True)
