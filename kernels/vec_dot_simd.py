@@ -803,9 +803,8 @@ def _simd_q4_0(row, yq, yp):
     return _one32(_part4_q4_0, _float_q4_0, blocks_q4_0, B_Q4_0, row, yq, yp)
 
 
-@njit(cache=True)
-def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q4_0(r0, r1, r2, r3, yq, yp):
     return _four_nibbles(_codes_q4_0, _dm_q4_0, _float_q4_0, blocks_q4_0,
                          B_Q4_0, _SW_Q4_0, r0, r1, r2, r3, yq, yp)
 
@@ -816,9 +815,8 @@ def _simd_q5_0(row, yq, yp):
     return _one32(_part4_q5_0, _float_q5_0, blocks_q5_0, B_Q5_0, row, yq, yp)
 
 
-@njit(cache=True)
-def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q5_0(r0, r1, r2, r3, yq, yp):
     return _four_nibbles(_codes_q5_0, _dm_q5_0, _float_q5_0, blocks_q5_0,
                          B_Q5_0, _SW_Q5_0, r0, r1, r2, r3, yq, yp)
 
@@ -829,9 +827,8 @@ def _simd_q4_1(row, yq, yp):
     return _one32(_part4_q4_1, _float_q4_1, blocks_q4_1, B_Q4_1, row, yq, yp)
 
 
-@njit(cache=True)
-def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q4_1(r0, r1, r2, r3, yq, yp):
     return _four_nibbles(_codes_q4_1, _dm_q4_1, _float_q4_1, blocks_q4_1,
                          B_Q4_1, _SW_Q4_1, r0, r1, r2, r3, yq, yp)
 
@@ -842,9 +839,8 @@ def _simd_q5_1(row, yq, yp):
     return _one32(_part4_q5_1, _float_q5_1, blocks_q5_1, B_Q5_1, row, yq, yp)
 
 
-@njit(cache=True)
-def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q5_1(r0, r1, r2, r3, yq, yp):
     return _four_nibbles(_codes_q5_1, _dm_q5_1, _float_q5_1, blocks_q5_1,
                          B_Q5_1, _SW_Q5_1, r0, r1, r2, r3, yq, yp)
 
@@ -855,9 +851,8 @@ def _simd_q8_0(row, yq, yp):
     return _one32(_part4_q8_0, _float_q8_0, blocks_q8_0, B_Q8_0, row, yq, yp)
 
 
-@njit(cache=True)
-def _simd4_q8_0(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q8_0(r0, r1, r2, r3, yq, yp):
     return _four32(_part4_q8_0, _float_q8_0, blocks_q8_0, B_Q8_0, _SW_Q8_0, r0, r1, r2, r3,
                    yq, yp)
 
@@ -867,7 +862,7 @@ def _simd4_q8_0(r0, r1, r2, r3, yq, yp):
 # _<t>_ints(row, p, yp, pp): the integer parts of the block at byte p of a weight row
 # (16 int32 lanes of scaled class sums, lanes c and 8 + c being ggml's aux32[c]; plus the
 # mins of Q4_K/Q5_K). The float parts follow per row (_simd_<t>) or four rows at a time
-# (_simd4_<t>), whose per-row lanes see exactly the same operations.
+# (_rows4_<t>), whose per-row lanes see exactly the same operations.
 
 _SC02, _SC13 = _lane_pairs(0, 2), _lane_pairs(1, 3)
 _SC46, _SC57 = _lane_pairs(4, 6), _lane_pairs(5, 7)
@@ -998,9 +993,8 @@ def _simd_q4_k(row, yq, yp):
     return S.add_in_order(sumf, sums)
 
 
-@njit(cache=True)
-def _simd4_q4_k(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q4_k(r0, r1, r2, r3, yq, yp):
     ahead = NO_PREFETCH
     s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q4_K):
@@ -1026,9 +1020,8 @@ def _simd_q5_k(row, yq, yp):
     return S.add_in_order(sumf, sums)
 
 
-@njit(cache=True)
-def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q5_k(r0, r1, r2, r3, yq, yp):
     ahead = NO_PREFETCH
     s01, s23, sumf = S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q5_K):
@@ -1233,9 +1226,8 @@ def _simd_q6_k(row, yq, yp):
     return S.add_in_order(F(0), sums)
 
 
-@njit(cache=True)
-def _simd4_q6_k(r0, r1, r2, r3, yq, yp):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _rows4_q6_k(r0, r1, r2, r3, yq, yp):
     ahead = NO_PREFETCH
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
     for i in range(r0.shape[0] // B_Q6_K):
@@ -1285,12 +1277,6 @@ def _rows4_q3_k(r0, r1, r2, r3, yq, yp, buf):
         s01 = s01 + S.convert(_q3_k_fold2(a0, a1), "f32") * _ALT01(d)
         s23 = s23 + S.convert(_q3_k_fold2(a2, a3), "f32") * _ALT23(d)
     return _rows4_result(S.zeros(4, "f32"), _UNZIP_EO(s01), _UNZIP_EO(s23))
-
-
-@njit(cache=True)
-def _simd4_q3_k(r0, r1, r2, r3, yq, yp):
-    out_of_line()
-    return _rows4_q3_k(r0, r1, r2, r3, yq, yp, stack_f32(_Q3_SC2_F32))
 
 
 @njit(cache=True)
@@ -1419,20 +1405,103 @@ def _rows4_q2_k(r0, r1, r2, r3, yq, yp):
     return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
 
 
+@njit(inline="always", cache=True)
+def _groups4(rows4, w, r0, r1, yq, yp, out):
+    """``rows4`` (a type's four-row kernel, ``_rows4_<t>``) of rows r0..r1 of ``w`` (r1 - r0
+    a multiple of 4) into ``out``. Each type's ``_groups4_<t>`` is one out-of-line call of
+    this for a task's rows: a call per four rows cost ~70 ns (Q3_K: ~28% of the four rows'
+    time at K = 4096, kernels/README.md). The nibble types (Q4_0 Q4_1 Q5_0 Q5_1) and Q5_K pass
+    their out-of-line ``_simd4_<t>`` instead, a call per four rows: with the body inlined
+    in this loop the nibble types ran 2-7% slower in cache, Q5_K 3-5% faster in cache but
+    at 85-90% of the streaming read against 91-99% (2 threads, kernels/README.md). (Passed a kernel as a run-time argument, the fused
+    matvec could not be cached: "uses dynamic globals".)"""
+    for r in range(r0, r1, 4):
+        out[r], out[r + 1], out[r + 2], out[r + 3] = rows4(w[r], w[r + 1], w[r + 2], w[r + 3],
+                                                           yq, yp)
+
+
 @njit(cache=True)
-def _simd4_q2_k(r0, r1, r2, r3, yq, yp):
+def _simd4_q4_0(r0, r1, r2, r3, yq, yp):
     out_of_line()
-    return _rows4_q2_k(r0, r1, r2, r3, yq, yp)
+    return _rows4_q4_0(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _groups4_q4_0(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_simd4_q4_0, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _simd4_q5_0(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q5_0(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _groups4_q5_0(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_simd4_q5_0, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _simd4_q4_1(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q4_1(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _groups4_q4_1(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_simd4_q4_1, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _simd4_q5_1(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q5_1(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _groups4_q5_1(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_simd4_q5_1, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _groups4_q8_0(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_rows4_q8_0, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _groups4_q4_k(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_rows4_q4_k, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _simd4_q5_k(r0, r1, r2, r3, yq, yp):
+    out_of_line()
+    return _rows4_q5_k(r0, r1, r2, r3, yq, yp)
+
+
+@njit(cache=True)
+def _groups4_q5_k(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_simd4_q5_k, w, r0, r1, yq, yp, out)
+
+
+@njit(cache=True)
+def _groups4_q6_k(w, r0, r1, yq, yp, out):
+    out_of_line()
+    _groups4(_rows4_q6_k, w, r0, r1, yq, yp, out)
 
 
 @njit(cache=True)
 def _groups4_q2_k(w, r0, r1, yq, yp, out):
-    """:func:`_rows4_q2_k` of rows r0..r1 of ``w`` into ``out`` in one call (as
-    :func:`_groups4_q3_k`)."""
     out_of_line()
-    for r in range(r0, r1, 4):
-        out[r], out[r + 1], out[r + 2], out[r + 3] = _rows4_q2_k(w[r], w[r + 1], w[r + 2],
-                                                                 w[r + 3], yq, yp)
+    _groups4(_rows4_q2_k, w, r0, r1, yq, yp, out)
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -1466,44 +1535,30 @@ def dot_row_simd(code, row, yq, yp):
 
 
 @njit(inline="always", cache=True)
-def dot_rows4_simd(code, r0, r1, r2, r3, yq, yp):
-    """:func:`dot_row_simd` of four weight rows with the same activations (the same four
-    numbers, computed together)."""
-    if code == Q4_K:
-        return _simd4_q4_k(r0, r1, r2, r3, yq, yp)
-    if code == Q6_K:
-        return _simd4_q6_k(r0, r1, r2, r3, yq, yp)
-    if code == Q8_0:
-        return _simd4_q8_0(r0, r1, r2, r3, yq, yp)
-    if code == Q5_0:
-        return _simd4_q5_0(r0, r1, r2, r3, yq, yp)
-    if code == Q4_0:
-        return _simd4_q4_0(r0, r1, r2, r3, yq, yp)
-    if code == Q5_K:
-        return _simd4_q5_k(r0, r1, r2, r3, yq, yp)
-    if code == Q3_K:
-        return _simd4_q3_k(r0, r1, r2, r3, yq, yp)
-    if code == Q2_K:
-        return _simd4_q2_k(r0, r1, r2, r3, yq, yp)
-    if code == Q4_1:
-        return _simd4_q4_1(r0, r1, r2, r3, yq, yp)
-    if code == Q5_1:
-        return _simd4_q5_1(r0, r1, r2, r3, yq, yp)
-    nan = F(np.nan)
-    return nan, nan, nan, nan
-
-
-@njit(inline="always", cache=True)
 def dot_groups4_simd(code, w, r0, r1, yq, yp, out):
     """``out[r]`` = :func:`dot_row_simd` of weight row ``w[r]`` for r in r0..r1 (r1 - r0 a
-    multiple of 4), four rows at a time (:func:`dot_rows4_simd`); Q3_K's and Q2_K's in
-    one call for the whole span (:func:`_groups4_q3_k`, :func:`_groups4_q2_k`)."""
-    if code == Q3_K:
+    multiple of 4), four rows at a time with the same activations, in one call for the
+    whole span (``_groups4_<t>``: :func:`_groups4` of the type's four-row kernel
+    ``_rows4_<t>``; Q3_K's :func:`_groups4_q3_k`)."""
+    if code == Q4_K:
+        _groups4_q4_k(w, r0, r1, yq, yp, out)
+    elif code == Q6_K:
+        _groups4_q6_k(w, r0, r1, yq, yp, out)
+    elif code == Q8_0:
+        _groups4_q8_0(w, r0, r1, yq, yp, out)
+    elif code == Q5_0:
+        _groups4_q5_0(w, r0, r1, yq, yp, out)
+    elif code == Q4_0:
+        _groups4_q4_0(w, r0, r1, yq, yp, out)
+    elif code == Q5_K:
+        _groups4_q5_k(w, r0, r1, yq, yp, out)
+    elif code == Q3_K:
         _groups4_q3_k(w, r0, r1, yq, yp, out)
-        return
-    if code == Q2_K:
+    elif code == Q2_K:
         _groups4_q2_k(w, r0, r1, yq, yp, out)
-        return
-    for r in range(r0, r1, 4):
-        out[r], out[r + 1], out[r + 2], out[r + 3] = dot_rows4_simd(code, w[r], w[r + 1],
-                                                                    w[r + 2], w[r + 3], yq, yp)
+    elif code == Q4_1:
+        _groups4_q4_1(w, r0, r1, yq, yp, out)
+    elif code == Q5_1:
+        _groups4_q5_1(w, r0, r1, yq, yp, out)
+    else:
+        out[r0:r1] = np.nan

@@ -362,7 +362,8 @@ K = load_kernels()
 MM, V, Q = K.matmul, K.vec_dot_simd, K.quants
 for name in ("Q4_K", "Q6_K", "Q3_K", "Q2_K", "Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1"):
     # the per-type dots directly (compiling mul_mat_ggml's dispatch for every type costs
-    # a minute per CPU model); 13 rows: three 4-row calls and one row, like the kernel
+    # a minute per CPU model); 13 rows: three 4-row groups in one call and one row, like
+    # the kernel
     qt, code = QT[name], np.int64(int(QT[name]))
     k, m = (768 if name.endswith("_K") else 416), 13
     rng = np.random.default_rng(3)
@@ -370,13 +371,14 @@ for name in ("Q4_K", "Q6_K", "Q3_K", "Q2_K", "Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5
     x = (rng.standard_normal((2, k)) * 3).astype(np.float32)
     want = MM.mul_mat_ggml_ref(w, qt, k, m, x)
     yq = Q.quantize_activations(x, Q.VEC_DOT_TYPE[qt], True)
-    one, four = getattr(V, "_simd_" + name.lower()), getattr(V, "_simd4_" + name.lower())
+    one, groups = getattr(V, "_simd_" + name.lower()), getattr(V, "_groups4_" + name.lower())
     for n in range(2):
         yp = np.empty(V.prep_bytes(code, k), np.uint8)
         V.prepare_row(code, yq[n], yp)
-        got = [v for r in range(0, 12, 4) for v in four(w[r], w[r + 1], w[r + 2], w[r + 3], yq[n], yp)]
-        got.append(one(w[12], yq[n], yp))
-        if not np.array_equal(np.array(got, np.float32), want[n]):
+        got = np.empty(m, np.float32)
+        groups(w, 0, 12, yq[n], yp, got)
+        got[12] = one(w[12], yq[n], yp)
+        if not np.array_equal(got, want[n]):
             print("MISMATCH", name)
 for name in ("Q4_0", "Q5_1", "Q4_K", "Q6_K"):
     # the prompt gemm (kernels/gemm.py) directly: 37 rows = two 16-row panels and one of 5,
