@@ -548,7 +548,7 @@ def feed_width(n: int) -> int:
     return int(max(32, min(LADDER_K, (1 << 19) // (n * 34 // 32) // 32 * 32)))
 
 
-def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...]:
+def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     """Each op kind's ``[[bytes, flops, seconds], ...]`` over the ladder (see the module
     docstring), twice: called right after matvecs over weights not in the caches wrote its
     float inputs, and called right after the op before it in the ladder's list (a node in
@@ -558,8 +558,11 @@ def op_costs(ctx, rng, calls: int, mib: int) -> tuple[dict[str, list[list]], ...
     attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``,
     ``tile_fraction``). Then the one-row and several-token curves again after a flush
     (:func:`flusher`) with the kind not run since, and the bytes streamed since the kind
-    last ran at each curve's calls. Returns (by_op, by_op_chained, flash_attn_tiled,
-    by_op_tokens, by_op_cold, by_op_tokens_cold, since_bytes)."""
+    last ran at each curve's calls; then the same after each middle flush (:data:`MID_MIB`).
+    Returns the profile's ``op_costs`` curves by key: by_op, by_op_chained,
+    flash_attn_tiled, by_op_tokens, by_op_cold, by_op_tokens_cold, by_op_midN and
+    by_op_tokens_midN for each N of :data:`MID_MIB` (at most a quarter of the flush), and
+    since_bytes (the same keys but by_op_chained and flash_attn_tiled)."""
     from graphcost.execute.exec_ops import DTYPES, flat_bytes, tensor_view
     from graphcost.execute.weights import random_raw
 
