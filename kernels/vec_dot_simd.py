@@ -1051,8 +1051,14 @@ def _pairs_dot(acc, u, yp, pq, pb, scales):
     """acc + scale * (class sums of 4 sub-blocks of 16) for codes u in :func:`_pairs16`
     order, activations at pq and their offset pair sums at pb (integers: exact in any
     order, so a block's four calls chain through one accumulator)."""
-    t = S.maddubs(u, S.load(yp, pq, 64, "i8")) - S.load(yp, pb, 32, "i16")
-    return S.dpwssd(acc, t, S.bitcast(scales, "i16"))
+    return _pairs_term(acc, u, S.load(yp, pq, 64, "i8"), S.load(yp, pb, 32, "i16"), scales)
+
+
+@njit(inline="always", cache=True)
+def _pairs_term(acc, u, ya, yo, scales):
+    """:func:`_pairs_dot` on activations ``ya`` and offset pair sums ``yo`` already loaded
+    (four rows' planes share them, :func:`_q3_k_plane4`)."""
+    return S.dpwssd(acc, S.maddubs(u, ya) - yo, S.bitcast(scales, "i16"))
 
 
 @njit(inline="always", cache=True)
@@ -1139,11 +1145,7 @@ def _q3_k_scale_pairs(buf, o):
 def _q3_k_ints(row, p, yp, pp, buf, o):   # hmask@0 qs@32 scales@96 d@108, 110 B
     """int32 lane 2c + h: the scaled class-c sums of the block's first (h = 0) or second
     128 values; the row's scales at byte o of ``buf`` (:func:`_q3_k_scales4`)."""
-    q = _Q3_PAIRS(S.load(row, p + 32, 64, "u8"))      # permuted once for the 4 planes
-    hm0 = S.load(row, p, 32, "u8")
-    h = S.bitcast(_Q3_PAIRS(S.concat(hm0, hm0)), "u16")
-    x = (q & 15) | (S.bitcast(h << _SHL_HX(), "u8") & 0xF0)
-    y = (q & 0xF0) | (S.bitcast(h >> _SHR_HY(), "u8") & 15)
+    x, y = _q3_k_xy(row, p)
     a = _pairs_dot(S.zeros(16, "i32"), _Q3_U0(x), yp, pp, pp + 256, _q3_k_scale_pairs(buf, o))
     a = _pairs_dot(a, _Q3_U1(x), yp, pp + 64, pp + 320, _q3_k_scale_pairs(buf, o + 8))
     a = _pairs_dot(a, _Q3_U2(y), yp, pp + 128, pp + 384, _q3_k_scale_pairs(buf, o + 16))
@@ -1163,19 +1165,14 @@ def _q3_k_xy(row, p):
 
 
 @njit(inline="always", cache=True)
-def _q3_k_plane(acc, u, ya, yo, buf, o):
-    """acc + scales (int16 x4 at byte o of ``buf``) x (maddubs(codes u, activations ya) -
-    offset pair sums yo): one plane of one row (:func:`_pairs_dot`)."""
-    return S.dpwssd(acc, S.maddubs(u, ya) - yo, S.bitcast(_q3_k_scale_pairs(buf, o), "i16"))
-
-
-@njit(inline="always", cache=True)
 def _q3_k_plane4(a0, a1, a2, a3, u0, u1, u2, u3, yp, pp, buf, o):
-    """:func:`_q3_k_plane` of four rows (codes u0..u3, scales at o + 32 r), one plane:
-    its activations at pp and offset pair sums at pp + 256 loaded once."""
+    """:func:`_pairs_dot` of four rows (codes u0..u3, scales at byte o + 32 r of ``buf``),
+    one plane: its activations at pp and offset pair sums at pp + 256 loaded once."""
     ya, yo = S.load(yp, pp, 64, "i8"), S.load(yp, pp + 256, 32, "i16")
-    return (_q3_k_plane(a0, u0, ya, yo, buf, o), _q3_k_plane(a1, u1, ya, yo, buf, o + 32),
-            _q3_k_plane(a2, u2, ya, yo, buf, o + 64), _q3_k_plane(a3, u3, ya, yo, buf, o + 96))
+    return (_pairs_term(a0, u0, ya, yo, _q3_k_scale_pairs(buf, o)),
+            _pairs_term(a1, u1, ya, yo, _q3_k_scale_pairs(buf, o + 32)),
+            _pairs_term(a2, u2, ya, yo, _q3_k_scale_pairs(buf, o + 64)),
+            _pairs_term(a3, u3, ya, yo, _q3_k_scale_pairs(buf, o + 96)))
 
 
 @njit(inline="always", cache=True)
