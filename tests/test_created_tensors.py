@@ -32,7 +32,8 @@ from graphcost.errors import GraphcostError
 from graphcost.format.model import expr_names
 from graphcost.graph.arch_spec import TensorBranch, load_specs
 from graphcost.graph.build import load_model
-from graphcost.graph.created_tensors import extra_tensors, loader_rules, missing_tensors
+from graphcost.graph.created_tensors import (_probed, extra_tensors, loader_rules,
+                                             missing_tensors)
 from graphcost.judge.oracle import (OracleError, capture_log, llama_cpp_available,
                                     llama_cpp_unavailable_reason)
 from graphcost.resources import bundled
@@ -326,12 +327,13 @@ def test_a_spec_without_its_tensor_list_is_refused(tmp_path):
 
 
 def _conditions(items) -> list[str]:
-    """Every ``if:`` expression of a ``tensors:`` list, taken branch or not."""
+    """Every ``if:`` expression of a ``tensors:`` list, taken branch or not, and every
+    ``{h}`` placeholder of a ``has:`` probe as the expression ``h``."""
     out = []
     for it in items or ():
         if isinstance(it, TensorBranch):
-            out += ([it.arg] if it.test == "if" else []) + _conditions(it.then) \
-                + _conditions(it.orelse)
+            out += ([it.arg] if it.test == "if" else re.findall(r"\{(\w+)\}", it.arg)) \
+                + _conditions(it.then) + _conditions(it.orelse)
     return out
 
 
@@ -408,6 +410,10 @@ BRANCHES: dict[str, list[Case]] = {
         # its nextn.eh_proj, optional where not (trunk_only)
         _missing("deepseek2_nextn", "blk.2.nextn.enorm.weight"),
         Case("deepseek2_nextn", drop=("blk.2.nextn.eh_proj.weight", "blk.2.nextn.enorm.weight")),
+        # one trunk_only probe, the first NextN block's (blk.2) nextn.eh_proj: there, the
+        # second block's tensors are required, eh_proj too; not there, none is, enorm neither
+        _missing("deepseek2_nextn2", "blk.3.nextn.eh_proj.weight"),
+        Case("deepseek2_nextn2", drop=("blk.2.nextn.eh_proj.weight", "blk.3.nextn.enorm.weight")),
     ],
     "ernie4_5-moe": [
         _extra("ernie", "blk.0.ffn_gate_exps.weight"),   # il < n_layer_dense_lead 1
@@ -544,3 +550,15 @@ def test_the_cli_refuses_a_missing_tensor_in_one_line_with_exit_2(written, tmp_p
                              "loader (load_arch_tensors in src/models/glm4.cpp) missing from "
                              "the file; llama.cpp refuses it: tensor "
                              "'blk.3.nextn.eh_proj.weight' not found"), lines[0]
+
+
+def test_a_probe_names_the_hyperparameters_of_its_placeholders():
+    """``has: /blk.{n_layer}.x``: a model-level name, its placeholder the value; in a
+    block, a bare name is the block's."""
+    assert _probed("/blk.{n_layer}.nextn.eh_proj.weight", "blk.3.", {"n_layer": 61.0},
+                   "spec.yaml") == "blk.61.nextn.eh_proj.weight"
+    assert _probed("nextn.eh_proj.weight", "blk.3.", {}, "spec.yaml") \
+        == "blk.3.nextn.eh_proj.weight"
+    with pytest.raises(GraphcostError, match=r"spec.yaml: has: '/blk.\{frob\}.x' names "
+                                             r"'frob', not a hyperparameter"):
+        _probed("/blk.{frob}.x", "", {"n_layer": 2.0}, "spec.yaml")

@@ -24,12 +24,13 @@ generic pass adds (weight and input scales) and which fused tensors replace sepa
 Not modelled: the probe deepseek2, glm4moe, qwen35(moe), qwen3next and nemotron_h make
 for MTP-only files (no ``blk.0.attn_norm.weight``: the trunk is optional): such a file is
 refused here for its missing trunk (graphcost builds no MTP-only graph). deepseek2's and
-glm4moe's trunk_only probe (no ``blk.<n_layer>.nextn.eh_proj.weight``: every NextN block's
-tensors optional) is made on each NextN block's own ``nextn.eh_proj`` (``has:``): the same
-where nextn_predict_layers is 1 (DeepSeek V3, GLM-4.5).
+glm4moe's trunk_only probe is modelled: one probe of the first NextN block's
+``blk.<n_layer>.nextn.eh_proj.weight`` (``has: /blk.{n_layer}.nextn.eh_proj.weight``)
+makes every NextN block's tensors optional when absent, required when present.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
@@ -87,6 +88,25 @@ def _take(items: tuple, names: dict[str, float], has: Callable[[str], bool],
             yield it.rstrip("?"), not it.endswith("?")
 
 
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def _probed(x: str, prefix: str, names: dict[str, float], where: str) -> str:
+    """The file tensor a ``has:`` branch probes: ``name`` in the block (``prefix`` +
+    name), ``/name`` a model-level name, whose ``{h}`` placeholders take the hyperparameter
+    ``h`` (``/blk.{n_layer}.nextn.eh_proj.weight``: deepseek2's one trunk_only probe, the
+    first NextN block's)."""
+    if not x.startswith("/"):
+        return prefix + x
+
+    def value(mt: re.Match) -> str:
+        if mt[1] not in names:
+            raise GraphcostError(f"{where}: has: {x!r} names {mt[1]!r}, not a hyperparameter")
+        return str(int(names[mt[1]]))
+
+    return _PLACEHOLDER.sub(value, x[1:])
+
+
 def _block_expr_names(m: ModelInfo, il: int) -> dict[str, float]:
     """The names a block's branches may use besides :func:`expr_names`: its index, and
     llama_hparams::is_swa(il), is_recr(il) and n_ff(il) (``n_ff_layer``); a NextN block is
@@ -116,14 +136,15 @@ def created(m: ModelInfo, spec: ArchSpec) -> dict[str, bool]:
     def add(name: str, required: bool) -> None:
         out[name] = out.get(name, False) or required
 
-    for name, req in _take(t.model, base, lambda x: x.lstrip("/") in files, where):
+    for name, req in _take(t.model, base, lambda x: _probed(x, "", base, where) in files,
+                           where):
         add(name.lstrip("/"), req)
     n_blocks = m.n_layer + (m.n_layer_nextn if t.nextn is not None else 0)
     for il in range(n_blocks):
         prefix = f"blk.{il}."
 
         def has(x: str) -> bool:
-            return (x[1:] if x.startswith("/") else prefix + x) in files
+            return _probed(x, prefix, base, where) in files
 
         block: dict[str, bool] = {}
         items = t.layer if il < m.n_layer else t.nextn
