@@ -562,3 +562,50 @@ def test_a_probe_names_the_hyperparameters_of_its_placeholders():
     with pytest.raises(GraphcostError, match=r"spec.yaml: has: '/blk.\{frob\}.x' names "
                                              r"'frob', not a hyperparameter"):
         _probed("/blk.{frob}.x", "", {"n_layer": 2.0}, "spec.yaml")
+
+
+def _faults(written, tmp_path: Path, name: str, bad_shape: str, drop: tuple[str, ...] = (),
+            add: tuple[str, ...] = ()) -> Path:
+    """The llama tiny model with ``bad_shape`` (a layer norm) 8 long instead of n_embd,
+    less ``drop``, plus the [8] F32 tensors ``add``."""
+    return with_tensors(written["llama"], tmp_path / name,
+                        {bad_shape: ([8], QT.F32), **{n: ([8], QT.F32) for n in add}},
+                        drop=(bad_shape, *drop))
+
+
+#: (file, the tensor named first) where a file has two faults: llama.cpp creates the
+#: tensors in its loader's order (blk.0's before blk.1's), stops at the first missing or
+#: wrongly shaped one, and counts them last
+FIRST_FAULT = {
+    "shape-before-missing": (dict(bad_shape="blk.0.attn_norm.weight",
+                                  drop=("blk.1.ffn_up.weight",)), "blk.0.attn_norm.weight"),
+    "missing-before-shape": (dict(bad_shape="blk.1.attn_norm.weight",
+                                  drop=("blk.0.ffn_up.weight",)), "blk.0.ffn_up.weight"),
+    "shape-before-count": (dict(bad_shape="blk.1.attn_norm.weight",
+                                add=("blk.0.frob.weight",)), "blk.1.attn_norm.weight"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FIRST_FAULT))
+def test_the_first_fault_in_the_loaders_order_is_named(written, tmp_path, case):
+    kw, first = FIRST_FAULT[case]
+    path = _faults(written, tmp_path, f"{case}.gguf", **kw)
+    n_embd = load_model(written["llama"]).n_embd
+    with pytest.raises(GraphcostError) as e:
+        load_model(path)
+    if first in kw.get("drop", ()):
+        assert str(e.value).endswith(f"llama.cpp refuses it: tensor '{first}' not found")
+    else:
+        assert str(e.value) == (f"{path}: tensor '{first}' has shape [8], the "
+                                f"hyperparameters say [{n_embd}] (n_embd {n_embd})")
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("case", sorted(FIRST_FAULT))
+def test_llama_cpp_names_the_same_first_fault(written, tmp_path, case):
+    kw, first = FIRST_FAULT[case]
+    path = _faults(written, tmp_path, f"{case}.gguf", **kw)
+    expect = (f"tensor '{first}' not found" if first in kw.get("drop", ())
+              else f"tensor '{first}' has wrong shape")
+    with pytest.raises(OracleError, match=re.escape(expect)):
+        capture_log(path, n_ctx=256)

@@ -39,6 +39,7 @@ import yaml
 
 from graphcost.errors import GraphcostError
 from graphcost.format import ggml_types as gt
+from graphcost.format.consistency import check_shapes
 from graphcost.format.hparam_expr import evaluate
 from graphcost.format.model import ModelInfo, expr_names
 from graphcost.graph.arch_spec import ArchSpec, TensorBranch
@@ -212,11 +213,17 @@ def _listed(names: list[str]) -> str:
 
 
 def refuse_uncreated_tensors(m: ModelInfo, spec: ArchSpec) -> None:
-    """One line naming the required tensors the file lacks, if any (llama.cpp stops at the
-    first while it creates them), else the tensors llama.cpp would not create and its
-    count, if any."""
+    """One line for the first fault llama.cpp's loader meets, in its order: it creates the
+    tensors one by one (``create_tensor``), stopping at a required one the file lacks
+    ("not found") or one of the wrong shape (:func:`check_shapes`), and counts them last.
+    So: a wrong shape among the tensors created before the first missing one; else the
+    required tensors the file lacks (all named, the first as llama.cpp names it); else a
+    wrong shape among all created; else the tensors it would not create and its count."""
     where = f"llama.cpp's {m.arch} loader (load_arch_tensors in {spec.source})"
-    missing = missing_tensors(m, spec)
+    made = created(m, spec)
+    missing = [n for n, required in made.items() if required and n not in m.header.tensors]
+    order = list(made)
+    check_shapes(m, order[:order.index(missing[0])] if missing else order)
     if missing:
         what = "tensor" if len(missing) == 1 else f"{len(missing)} tensors"
         raise GraphcostError(
