@@ -28,7 +28,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from graphcost.cli import main
-from graphcost.errors import GraphcostError
+from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.format.model import expr_names
 from graphcost.graph.arch_spec import TensorBranch, load_specs
 from graphcost.graph.build import load_model
@@ -324,6 +324,13 @@ def test_a_spec_without_its_tensor_list_is_refused(tmp_path):
     with pytest.raises(GraphcostError, match=r"tensors\.layer: \{'when': 'x', 'then': \['b'\]\} "
                        r"is neither a tensor name, \{optional: \[\.\.\.\]\} nor a branch"):
         parse_spec(p)
+    p.write_text("architecture: fam\ntensors: {model: [a], layer: [b], mtp_only: blk.0.b}\n")
+    with pytest.raises(GraphcostError, match=r"tensors\.mtp_only must be a tensor name, beside "
+                                             r"a nextn list: 'blk\.0\.b'"):
+        parse_spec(p)
+    p.write_text("architecture: fam\ntensors: {model: [a], layer: [b], nextn: [b], "
+                 "mtp_only: blk.0.b}\n")
+    assert parse_spec(p).tensors.mtp_only == "blk.0.b"
 
 
 def _conditions(items) -> list[str]:
@@ -609,3 +616,46 @@ def test_llama_cpp_names_the_same_first_fault(written, tmp_path, case):
               else f"tensor '{first}' has wrong shape")
     with pytest.raises(OracleError, match=re.escape(expect)):
         capture_log(path, n_ctx=256)
+
+
+#: a tiny model with NextN blocks for each family whose loader probes for MTP-only files
+#: (load_arch_tensors' mtp_only: NextN blocks and no blk.0.attn_norm.weight)
+MTP_ONLY = {"deepseek2": "deepseek2_nextn", "glm4moe": "glm45", "qwen3next": "qwen3next_nextn",
+            "qwen35": "qwen35_nextn", "qwen35moe": "qwen35moe_nextn",
+            "nemotron_h_moe": "nemotron_h_moe_nextn"}
+
+
+def _mtp_only(written, model: str, path: Path) -> Path:
+    """``model`` less every trunk block's tensors (blk.<il>, il < n_layer)."""
+    m = load_model(written[model])
+    trunk = tuple(n for n in m.header.tensors
+                  if n.startswith("blk.") and int(n.split(".")[1]) < m.n_layer)
+    return with_tensors(written[model], path, {}, drop=trunk)
+
+
+def test_the_mtp_only_probe_is_in_the_specs_that_make_it():
+    assert sorted(f for f in FAMILIES if (load_specs()[f].tensors.mtp_only
+                                          == "blk.0.attn_norm.weight")) \
+        == sorted(["deepseek2", "glm4moe", "qwen3next", "qwen35", "qwen35moe", "nemotron_h",
+                   "nemotron_h_moe"])
+
+
+@pytest.mark.parametrize("family", sorted(MTP_ONLY))
+def test_an_mtp_only_file_is_refused_as_not_modelled(written, family, tmp_path):
+    path = _mtp_only(written, MTP_ONLY[family], tmp_path / "mtp.gguf")
+    spec, n = load_specs()[family], load_model(written[MTP_ONLY[family]]).n_layer_nextn
+    with pytest.raises(UnsupportedError) as e:
+        load_model(path)
+    assert str(e.value) == (
+        f"{path}: an MTP-only file (nextn_predict_layers {n}, no 'blk.0.attn_norm.weight': the "
+        f"mtp_only probe of llama.cpp's {family} loader (load_arch_tensors in {spec.source}), "
+        "which makes the trunk's tensors optional): graphcost builds the trunk graph only; "
+        "not modelled")
+
+
+@needs_llama_cpp
+def test_llama_cpp_runs_no_trunk_graph_on_an_mtp_only_file(written, tmp_path):
+    """llama.cpp's loader accepts it (the trunk optional); its trunk graph has no tensors
+    to read, and the worker dies (0.3.36: SIGSEGV)."""
+    with pytest.raises(OracleError, match="llama.cpp worker failed"):
+        capture_log(_mtp_only(written, "deepseek2_nextn", tmp_path / "mtp.gguf"), n_ctx=256)

@@ -21,9 +21,10 @@ evaluated here for the file's hyperparameters, block by block (:func:`created`).
 generic pass adds (weight and input scales) and which fused tensors replace separate ones
 (``attn_qkv`` for ``attn_q``/``attn_k``/``attn_v``) is ``specs/loader.yaml``.
 
-Not modelled: the probe deepseek2, glm4moe, qwen35(moe), qwen3next and nemotron_h make
-for MTP-only files (no ``blk.0.attn_norm.weight``: the trunk is optional): such a file is
-refused here for its missing trunk (graphcost builds no MTP-only graph). deepseek2's and
+The probe deepseek2, glm4moe, qwen35(moe), qwen3next and nemotron_h make for MTP-only
+files (NextN blocks and no ``blk.0.attn_norm.weight``: the trunk's tensors optional) is the
+spec's ``tensors: mtp_only``; such a file is refused as not modelled (graphcost builds the
+trunk graph only), before any tensor is checked. deepseek2's and
 glm4moe's trunk_only probe is modelled: one probe of the first NextN block's
 ``blk.<n_layer>.nextn.eh_proj.weight`` (``has: /blk.{n_layer}.nextn.eh_proj.weight``)
 makes every NextN block's tensors optional when absent, required when present.
@@ -37,7 +38,7 @@ from typing import Callable, Iterator
 
 import yaml
 
-from graphcost.errors import GraphcostError
+from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.format import ggml_types as gt
 from graphcost.format.consistency import check_shapes
 from graphcost.format.hparam_expr import evaluate
@@ -220,6 +221,12 @@ def refuse_uncreated_tensors(m: ModelInfo, spec: ArchSpec) -> None:
     required tensors the file lacks (all named, the first as llama.cpp names it); else a
     wrong shape among all created; else the tensors it would not create and its count."""
     where = f"llama.cpp's {m.arch} loader (load_arch_tensors in {spec.source})"
+    probe = spec.tensors.mtp_only if spec.tensors is not None else None
+    if probe is not None and m.n_layer_nextn > 0 and probe not in m.header.tensors:
+        raise UnsupportedError(
+            f"{m.header.path}: an MTP-only file (nextn_predict_layers {m.n_layer_nextn}, no "
+            f"{probe!r}: the mtp_only probe of {where}, which makes the trunk's tensors "
+            "optional): graphcost builds the trunk graph only; not modelled")
     made = created(m, spec)
     missing = [n for n, required in made.items() if required and n not in m.header.tensors]
     order = list(made)
