@@ -487,3 +487,30 @@ def test_flash_attention_uses_the_nearest_head_size():
     # nearest measured size; a tie (96: 64 or 128, 192: 128 or 256) takes the smaller
     assert at == {64: 1e-6, 80: 1e-6, 96: 1e-6, 128: 2e-6, 192: 2e-6, 256: 3e-6, 512: 3e-6}
     assert executor_seconds("FLASH_ATTN_EXT", 500, 0, hw) == 2e-6      # no head size: 128's
+
+
+# ---- benchmarks/check_small_ops.py: the GELU table lines a layer's gate values index ----
+
+def _check_small_ops():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "check_small_ops.py"
+    spec = importlib.util.spec_from_file_location("check_small_ops", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_table_lines_are_f16_bits_over_32():
+    mod = _check_small_ops()
+    # F16 bits: 0.0 -> 0x0000 (line 0); 1.0 -> 0x3C00 = 15360 (line 15360 // 32 = 480);
+    # 1 + 2**-10 -> 0x3C01 (line 480 too); 2.0 -> 0x4000 = 16384 (line 512);
+    # -1.0 -> 0xBC00 = 48128 (line 1504)
+    assert mod.table_lines([0.0, 1.0, 1.0 + 2 ** -10, 2.0, -1.0]) == {0, 480, 512, 1504}
+
+
+def test_new_lines_counts_lines_no_earlier_node_read():
+    mod = _check_small_ops()
+    # {0, 480}: both new; {480, 512}: 512 new; {0, 512}: none; {7}: new
+    assert mod.new_lines([{0, 480}, {480, 512}, {0, 512}, {7}]) == [2, 1, 0, 1]
