@@ -72,7 +72,7 @@ class StepResult:
     n_tokens: int
     past: int
     logits: np.ndarray                       # [n_outputs, n_vocab] float32
-    timings: list[NodeTiming]
+    timings: list[NodeTiming]                # one per timed run (node times if time_nodes)
     captured: dict[int, np.ndarray] = field(default_factory=dict)   # node index -> value copy
     graph: BuiltGraph | None = None
     warmup_ns: int | None = None             # wall time of the untimed first run, if any
@@ -141,13 +141,16 @@ class Executor:
         return self._plans[key]
 
     def step(self, tokens: Iterable[int], *, n_outputs: int = 1, repeat: int = 1,
-             capture: Iterable[str | int] = (), warmup: bool = False,
+             capture: Iterable[str | int] = (), warmup: bool = False, time_nodes: bool = False,
              on_run: Callable[[bool], None] | None = None) -> StepResult:
         """``llama_decode`` of one ubatch: ``tokens`` at positions ``past..``; logits of the
         last ``n_outputs`` tokens. ``repeat`` runs the graph that many times for timing
         (idempotent for the KV cache; a recurrent state is restored before each rerun);
-        ``warmup`` adds one untimed run first; ``on_run(timed)`` is called after every run
-        (progress bars). The kernels run on :attr:`threads` threads for this call only."""
+        ``warmup`` adds one untimed run first; ``time_nodes`` reads the clock after every
+        node of the timed runs (:class:`~graphcost.execute.plan.NodeTiming`; without it a
+        run reads the clock twice, for its wall time); ``on_run(timed)`` is called after
+        every run (progress bars). The kernels run on :attr:`threads` threads for this
+        call only."""
         tokens = [int(t) for t in tokens]
         if not tokens:
             raise SettingsError("a step needs at least one token")
@@ -176,13 +179,14 @@ class Executor:
         vals, cap = None, {}
         with kernel_threads(self.threads):
             if warmup:
-                warmup_ns = run_plan(plan)[1].wall_ns
+                warmup_ns = run_plan(plan, timed=False)[1].wall_ns
                 if on_run:
                     on_run(False)
             for r in range(max(1, repeat)):
                 if r > 0 or warmup:
                     restore()
-                vals, timing, c = run_plan(plan, capture=idx if r == 0 else ())
+                vals, timing, c = run_plan(plan, capture=idx if r == 0 else (),
+                                           timed=time_nodes)
                 timings.append(timing)
                 cap = cap or c
                 if on_run:
