@@ -28,8 +28,8 @@ roofline estimates the executor's node times.
 3. **Matvec against bandwidth**: the output matmul (tied token embeddings, 178 MB of Q8_0,
    larger than any cache) as the executor ran it, against the probe's bandwidth.
 4. **Profile overhead**: what timing every node adds to a step (issue 12: < 10%):
-   ``graphcost profile``'s replay of the steps through ``Executor.step``, untimed and
-   node-timed, paired round by round (a replay apart), the median of the paired ratios
+   ``graphcost profile``'s replay of the steps through ``Executor.step``, each step run
+   untimed and node-timed, one after the other, the median of the paired ratios
    (``graphcost.execute.profile.paired_overhead``).
 5. **Estimate accuracy**: ``graphcost profile`` on the 21-token prompt and 8 greedy steps
    with a profile probed again right before it (the memory's state, and with it every
@@ -350,8 +350,8 @@ def main() -> None:
     pairs = sum(len(s.timed_runs) for s in dec)
     print(f"  decode: {tps['decode_untimed']:.1f} tok/s untimed (Executor.step replayed), "
           f"{tps['decode']:.1f} with every node timed: node timing adds "
-          f"{prof.timing_overhead():+.1%} to a step (median of {pairs} pairs of one step "
-          "untimed and node-timed, a replay apart; issue 12's target < 10%)")
+          f"{prof.timing_overhead():+.1%} to a step (median of {pairs} pairs: a step run "
+          "untimed and node-timed, one after the other; issue 12's target < 10%)")
 
     for phase in ("decode", "prompt"):
         _accuracy(prof, phase, hw)

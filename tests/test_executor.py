@@ -194,6 +194,24 @@ def test_a_step_times_its_nodes_only_when_asked(llama):
     assert len(timed.timings[0].resumed) == 1 and not timed.timings[1].resumed
 
 
+def test_a_checkpoint_puts_the_sequence_back(gemma3):
+    # gemma3: a sliding-window cache beside the full one, both cells put back
+    once = Executor(gemma3, RunSettings(ctx_size=256))
+    twice = Executor(gemma3, RunSettings(ctx_size=256))
+    a = [once.step([4, 5, 6]), once.step([7]), once.step([8])]
+    b = [twice.step([4, 5, 6])]
+    back = twice.checkpoint()
+    twice.step([9])                   # another token: other rows, cells, past
+    back()
+    b += [twice.step([7]), twice.step([8])]
+    for x, y in zip(a, b):
+        assert x.past == y.past
+        np.testing.assert_array_equal(x.logits, y.logits)
+    assert twice.past == 5 and set(twice.cells) == set(once.cells)
+    for k in once.cells:
+        np.testing.assert_array_equal(once.cells[k].pos, twice.cells[k].pos)
+
+
 def test_small_nodes_are_preallocated_bound_and_return_copies(llama):
     from graphcost.execute.plan import BOUND, COMPUTE
     ex = Executor(llama, RunSettings(ctx_size=256))

@@ -275,9 +275,9 @@ def _profile(hw) -> Profile:
         return StepRow(n_tokens, past, 7, [(7, 2.0), (3, 1.0)], wall_ms * 1e-3, nodes,
                        timed_runs=[t * 1e-3 for t, _ in replay_ms],
                        untimed_runs=[u * 1e-3 for _, u in replay_ms])
-    # the replay: the memory changes state in round 2 between the untimed replay (fast:
-    # 4 ms a decode step) and the node-timed one (slow: 8.4 ms); rounds 1 and 3 meet one
-    # state each: 4.2 / 4.0 and 8.4 / 8.0, node timing adding 5%
+    # the replay's pairs: in round 2 the memory changes state between a step's untimed
+    # run (fast: 4 ms a decode step) and its node-timed one (slow: 8.4 ms); rounds 1 and
+    # 3 meet one state each: 4.2 / 4.0 and 8.4 / 8.0, node timing adding 5%
     decode = [(4.2, 4.0), (8.4, 4.0), (8.4, 8.0)]
     steps = [step(0, 4, 10.0, [(10.0, 12.0)] * 3, [_node(0, "MUL_MAT", 400, 300)]),
              # decode: MUL_MAT 100 us (model 80) and 120 us (model 150), GEGLU 20 (model 15)

@@ -10,14 +10,14 @@ first-run overhead (Numba compiling kernels, or loading them from its cache).
 
 Untimed rate and what node timing costs: after the timed steps the same tokens are
 replayed ``repeat`` rounds through :meth:`Executor.step` as a caller runs it (one run per
-step, no node clock, timed from outside with one clock read before and after), each
-round paired with a replay of the same steps with node timing on (``time_nodes``, timed
-the same way), the executor reset before each; which of a pair goes first alternates from
-round to round. The untimed rate is the median untimed step; node timing's cost is the
-median over the pairs of timed / untimed - 1 (:func:`paired_overhead`): a step and its
-pair run a replay apart (~0.1 s), so a change in the memory's state (minutes apart on a
-VM) meets both sides of most pairs alike, where a ratio of two medians taken minutes
-apart would carry it.
+step, no node clock, timed from outside with one clock read before and after), each step
+run twice, untimed and with node timing on (``time_nodes``, timed the same way), the
+sequence put back between the two (:meth:`Executor.checkpoint`); which of a pair goes
+first alternates from step to step. The untimed rate is the median untimed step; node
+timing's cost is the median over the pairs of timed / untimed - 1
+(:func:`paired_overhead`): the two sides of a pair run one step apart (milliseconds), so
+a change in the memory's state (minutes apart on a VM) or a burst of other load meets
+both alike, where a ratio of two medians taken minutes apart would carry it.
 
 Per node: measured seconds, modelled bytes (read + written) and FLOPs
 (:mod:`graphcost.cost.analysis`), achieved GB/s and GFLOP/s, the roofline time on the
@@ -449,20 +449,24 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
         if i + 1 < n_steps:
             tokens = [decode_ids[i]] if decode_ids else [int(top[0])]
     # the same tokens again through Executor.step as a caller runs it (no warm-up, one
-    # run per step, one clock read around it; every shape is compiled by now), each
-    # round paired with a node-timed replay, alternating which goes first
+    # run per step, one clock read around it; every shape is compiled by now), each step
+    # twice, untimed and node-timed, the sequence put back between (Executor.checkpoint),
+    # which goes first alternating from step to step
     clock = time.perf_counter_ns
     same = True
     for r in range(repeat):
-        for time_nodes in ((False, True) if r % 2 == 0 else (True, False)):
-            ex.reset()
-            for s, toks in zip(steps, fed):
+        ex.reset()
+        for k, (s, toks) in enumerate(zip(steps, fed)):
+            back = ex.checkpoint()
+            for j, time_nodes in enumerate((False, True) if (r + k) % 2 == 0 else (True, False)):
+                if j:
+                    back()
                 t0 = clock()
                 out = ex.step(toks, time_nodes=time_nodes)
                 sec = (clock() - t0) / 1e9
                 (s.timed_runs if time_nodes else s.untimed_runs).append(sec)
                 same = same and int(np.argmax(out.logits[-1])) == s.argmax
-        tick(f"replay {r + 1}/{repeat} (untimed and node-timed)", 0)
+        tick(f"replay {r + 1}/{repeat} (each step untimed and node-timed)", 0)
     notes = list(ex.notes)
     if not same:
         notes.append("the replay's argmax differed from the timed run's at some step")
