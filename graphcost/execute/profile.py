@@ -116,7 +116,8 @@ class StepRow:
     wall: float                         # median seconds of the whole graph (Python included)
     nodes: list[NodeRow]
     warmup: float | None = None         # seconds of the untimed first run, if there was one
-    #: seconds of each replay round's Executor.step, untimed and node-timed, paired by round
+    #: seconds of this step's Executor.step in each replay round, untimed and node-timed
+    #: (one pair a round, run one after the other)
     untimed_runs: list[float] = field(default_factory=list)
     timed_runs: list[float] = field(default_factory=list)
 
@@ -191,7 +192,7 @@ class Profile:
     def tokens_per_second(self) -> dict[str, float | None]:
         """Untimed (``*_untimed``: :meth:`Executor.step` replayed, the rate a caller gets)
         and with every node timed (``prompt``, ``decode``: the replay's node-timed
-        rounds); the decode rates are 1 / the median over the decode steps' rounds."""
+        runs); the decode rates are 1 / the median over every decode step's runs."""
         p = self.prompt
 
         def rate(n, runs):
