@@ -3,9 +3,12 @@
     python benchmarks/bench_node_timing.py [--model PATH] [--runs 200] [--threads 2]
 
 1. **The clock alone**: a loop of no-op calls, as :func:`graphcost.execute.plan.run_plan`
-   runs bound nodes, untimed, with one clock read a node (a stamp after it, as
-   ``run_plan`` times now) and with two (a read before and after it, as it timed before):
-   nanoseconds a node, best of 7.
+   runs bound nodes: untimed; with the clock read before and after each call and the
+   difference appended (as ``run_plan`` times a node); with both reads appended as
+   stamps, the differences taken after the run; with one read after each call (a stamp
+   a node: a node's time would then hold its turn of the run loop, which on the decode
+   graph added 0.3-0.7 us to a node, 25-47% of the small ones, against the probe, which
+   times the kernel call alone): nanoseconds a node, best of 9.
 2. **On the decode graph** (Gemma 3 270M by default, ``-c 1024``, flash attention, fast
    numerics): ``run_plan`` of one decode step's plan, node-timed and untimed,
    ``--runs`` pairs, alternating which of a pair runs first (the memory's state on this
@@ -42,8 +45,8 @@ def _args() -> argparse.Namespace:
 
 
 def clock_alone(n: int = 500) -> dict[str, float]:
-    """Nanoseconds a no-op node costs in a loop untimed, with one clock read (a stamp
-    appended after it) and with two (a read before, the difference appended after)."""
+    """Nanoseconds a no-op node costs in a loop: untimed, with the difference of two
+    clock reads appended, with both reads appended (stamps), with one read appended."""
     timer = time.perf_counter_ns
 
     def nop():
@@ -54,22 +57,30 @@ def clock_alone(n: int = 500) -> dict[str, float]:
         for c in calls:
             c()
 
-    def one_read():
-        stamps = []
-        stamp = stamps.append
-        for c in calls:
-            c()
-            stamp(timer())
-
-    def two_reads():
+    def difference():
         ns = []
         append = ns.append
         for c in calls:
             t0 = timer()
             c()
             append(timer() - t0)
-    return {f.__name__: min(timeit.repeat(f, number=200, repeat=7)) / 200 / n * 1e9
-            for f in (untimed, one_read, two_reads)}
+
+    def two_stamps():
+        stamps = []
+        stamp = stamps.append
+        for c in calls:
+            stamp(timer())
+            c()
+            stamp(timer())
+
+    def one_stamp():
+        stamps = []
+        stamp = stamps.append
+        for c in calls:
+            c()
+            stamp(timer())
+    return {f.__name__: min(timeit.repeat(f, number=300, repeat=9)) / 300 / n * 1e9
+            for f in (untimed, difference, two_stamps, one_stamp)}
 
 
 def paired(run_timed, run_untimed, pairs: int) -> tuple[list[int], list[int]]:
@@ -91,15 +102,14 @@ def main() -> None:
     import numba
     numba.set_num_threads(args.threads)
     from graphcost.execute.executor import Executor
-    from graphcost.execute.plan import FIXED, run_plan
+    from graphcost.execute.plan import BOUND, COMPUTE, run_plan
     from graphcost.execute.profile import paired_overhead
     from graphcost.execute.threads import kernel_threads
     from graphcost.graph.settings import RunSettings
 
     c = clock_alone()
-    print(f"== the clock alone (a no-op node, best of 7): untimed {c['untimed']:.1f} ns, "
-          f"one read a node {c['one_read']:.1f} ns (+{c['one_read'] - c['untimed']:.1f}), "
-          f"two reads {c['two_reads']:.1f} ns (+{c['two_reads'] - c['untimed']:.1f})")
+    print("== the clock alone (a no-op node, best of 9): " + ", ".join(
+        f"{k.replace('_', ' ')} {v:.1f} ns (+{v - c['untimed']:.1f})" for k, v in c.items()))
 
     if args.model:
         model = args.model
@@ -111,12 +121,12 @@ def main() -> None:
     res = ex.step(PROMPT)
     ex.step([int(np.argmax(res.logits[-1]))], warmup=True)   # compile, resolve the plan
     plan = ex.plan(1)
-    stamped = sum(k != FIXED for k in plan.kinds)
+    stamped = sum(st.kind in (BOUND, COMPUTE) for st in plan.steps)
     with kernel_threads(args.threads):
         timed, untimed = paired(lambda: run_plan(plan), lambda: run_plan(plan, timed=False),
                                 args.runs)
     diff = statistics.median(t - u for t, u in zip(timed, untimed))
-    print(f"== one decode step's graph ({len(plan.kinds)} nodes, {stamped} read the clock), "
+    print(f"== one decode step's graph ({len(plan.steps)} nodes, {stamped} timed), "
           f"{args.runs} pairs: timed {statistics.median(timed) / 1e6:.3f} ms, untimed "
           f"{statistics.median(untimed) / 1e6:.3f} ms; median paired ratio - 1 "
           f"{paired_overhead(timed, untimed):+.2%}; median paired difference "

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from functools import cached_property
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
@@ -69,58 +68,16 @@ class Plan:
     inputs: list[tuple[GraphInput, np.ndarray]]   # each graph input and its array
     needs_raw: set[int]                   # node slots that views or writers look through
     resolved: bool = False                # bound calls go to the compiled overloads
-    kinds: tuple[int, ...] = field(init=False)   # each step's kind, in run order (node_ns)
-
-    def __post_init__(self):
-        self.kinds = tuple(st.kind for st in self.steps)
 
 
 @dataclass
 class NodeTiming:
-    """One run's clock: ``wall_ns`` nanoseconds from before the first node to after the
-    last, and for a node-timed run (:func:`run_plan` ``timed=True``) one
-    :func:`time.perf_counter_ns` stamp after each node that does work (BOUND, COMPUTE,
-    VIEW steps; none after a FIXED one, which does nothing): a node's time is its stamp
-    minus the one before it (``start_ns`` before the first), so it holds the node's own
-    turn of the run loop (dispatch, argument list, result checks) as well as its kernel.
-    One clock read a node, not two around it: about half the cost
-    (``benchmarks/bench_node_timing.py``: ~104 against ~218 ns a node on a decode
-    graph)."""
+    """Nanoseconds per executed node of one run (``None`` for views), the clock read
+    before and after each kernel call; ``ns`` is None for an untimed run
+    (:func:`run_plan` ``timed=False``), which has only its wall time."""
 
+    ns: list[int | None] | None
     wall_ns: int
-    kinds: tuple[int, ...] = ()           # the plan's step kinds, in run order
-    start_ns: int = 0
-    stamps: list[int] | None = None       # None: an untimed run
-    resumed: dict[int, int] = field(default_factory=dict)  # stamp index -> clock after a capture copy
-
-    @cached_property
-    def ns(self) -> list[int | None] | None:
-        """Nanoseconds per node (``None`` for views and fixed views); ``None`` for an
-        untimed run. A captured node's copy is not charged to the next node: it starts
-        at the clock read after the copy (``resumed``)."""
-        if self.stamps is None:
-            return None
-        return node_ns(self.kinds, self.start_ns, self.stamps, self.resumed)
-
-
-def node_ns(kinds: tuple[int, ...], start: int, stamps: list[int],
-            resumed: dict[int, int] | None = None) -> list[int | None]:
-    """Per step of ``kinds``: the stamp of each BOUND or COMPUTE step minus the stamp
-    before it (``start`` before the first, or the clock read that ``resumed`` holds for
-    that earlier stamp's index); VIEW steps have a stamp but no time (making a view is
-    not a node's work to report), FIXED steps neither."""
-    out: list[int | None] = []
-    prev = start
-    j = 0
-    for kind in kinds:
-        if kind == FIXED:
-            out.append(None)
-            continue
-        t = stamps[j]
-        out.append(None if kind == VIEW else t - prev)
-        prev = resumed.get(j, t) if resumed else t
-        j += 1
-    return out
 
 
 def compile_plan(bg: BuiltGraph, ctx: Ctx, weights: Mapping[str, np.ndarray],
@@ -194,16 +151,15 @@ def run_plan(plan: Plan, *, capture: Iterable[int] = (), timed: bool = True,
              timer: Callable[[], int] = time.perf_counter_ns
              ) -> tuple[list, NodeTiming, dict[int, np.ndarray]]:
     """Execute every node once (inputs already filled); values of ``capture`` indices
-    are copied out. ``timed``: one clock read after each node that does work
-    (:class:`NodeTiming`); untimed, two clock reads in all (the wall). Returns (values by
-    slot, timing, captured values)."""
+    are copied out. ``timed``: the clock read around each kernel call (a node costs
+    ~0.2-0.3 us more, ``benchmarks/bench_node_timing.py``); untimed, twice in all (the
+    wall). Returns (values by slot, timing, captured values)."""
     vals: list = [None] * plan.n_slots
     for s, v in plan.fixed.items():
         vals[s] = v
     raws: dict[int, np.ndarray] = dict(plan.fixed_raw)
-    stamps: list[int] = []
-    stamp = stamps.append
-    resumed: dict[int, int] = {}
+    ns: list[int | None] = []
+    append = ns.append
     captured = set(capture)
     cap: dict[int, np.ndarray] = {}
     needs_raw = plan.needs_raw
@@ -211,33 +167,42 @@ def run_plan(plan: Plan, *, capture: Iterable[int] = (), timed: bool = True,
     t_start = timer()
     for st in plan.steps:
         kind = st.kind
-        if kind != FIXED:
-            if kind == BOUND:
-                st.call()
-            elif kind == VIEW:
-                vals[st.slot] = new_view(st.shape, dtype=st.dtype, buffer=raws[st.storage],
-                                         offset=st.offset, strides=st.strides)
-            else:
-                res = st.fn(*[vals[s] for s in st.srcs])
-                if res is not None:          # None: it wrote into fixed memory (cache rows)
-                    if res.shape != st.shape or res.dtype != st.dtype \
-                            or not res.flags.c_contiguous:
-                        res = tensor_view(flat_bytes(np.ascontiguousarray(res)), st.node, 0)
-                    vals[st.slot] = res
-                    if st.slot in needs_raw:
-                        raws[st.slot] = flat_bytes(res)
+        if kind == BOUND:
+            call = st.call
             if timed:
-                stamp(timer())
+                t0 = timer()
+                call()
+                append(timer() - t0)
+            else:
+                call()
+        elif kind == VIEW:
+            vals[st.slot] = new_view(st.shape, dtype=st.dtype, buffer=raws[st.storage],
+                                     offset=st.offset, strides=st.strides)
+            if timed:
+                append(None)
+        elif kind == FIXED:
+            if timed:
+                append(None)
+        else:
+            args = [vals[s] for s in st.srcs]
+            if timed:
+                t0 = timer()
+                res = st.fn(*args)
+                append(timer() - t0)
+            else:
+                res = st.fn(*args)
+            if res is not None:          # None: it wrote into fixed memory (cache rows)
+                if res.shape != st.shape or res.dtype != st.dtype or not res.flags.c_contiguous:
+                    res = tensor_view(flat_bytes(np.ascontiguousarray(res)), st.node, 0)
+                vals[st.slot] = res
+                if st.slot in needs_raw:
+                    raws[st.slot] = flat_bytes(res)
         if captured and st.index in captured:
             cap[st.index] = np.array(vals[st.slot], copy=True)
-            if timed and stamps:
-                resumed[len(stamps) - 1] = timer()
     wall = timer() - t_start
     if not plan.resolved:        # every bound kernel has run (compiled) once
         for st in plan.steps:
             if st.call is not None:
                 st.call = resolve_entry(st.call)
         plan.resolved = True
-    timing = NodeTiming(wall, plan.kinds, t_start, stamps, resumed) if timed \
-        else NodeTiming(wall)
-    return vals, timing, cap
+    return vals, NodeTiming(ns if timed else None, wall), cap
