@@ -172,9 +172,9 @@ class Executor:
         """``llama_decode`` of one ubatch: ``tokens`` at positions ``past..``; logits of the
         last ``n_outputs`` tokens. ``repeat`` runs the graph that many times for timing
         (idempotent for the KV cache; a recurrent state is restored before each rerun);
-        ``warmup`` adds one untimed run first; ``time_nodes`` reads the clock after every
-        node of the timed runs (:class:`~graphcost.execute.plan.NodeTiming`; without it a
-        run reads the clock twice, for its wall time); ``on_run(timed)`` is called after
+        ``warmup`` adds one untimed run first; ``time_nodes`` reads the clock around every
+        kernel call of the timed runs (:class:`~graphcost.execute.plan.NodeTiming`; without
+        it a run reads the clock twice, for its wall time); ``on_run(timed)`` is called after
         every run (progress bars). The kernels run on :attr:`threads` threads for this
         call only."""
         tokens = [int(t) for t in tokens]
