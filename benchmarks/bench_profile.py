@@ -36,8 +36,8 @@ roofline estimates the executor's node times.
    curve, moves within minutes on a VM): the streaming read before the probe and after
    the profile; while they are more than :data:`STATE_BAND` apart, probe and
    profile again (``--state-tries``, :func:`_in_one_state`), every attempt printed with
-   its worst kinds, the tables from the last; for the decode steps and for the prompt step, median
-   |modelled/measured - 1| over nodes slower than 10 us (and over every node), per op kind, for
+   its worst kinds, the tables from the last; for the decode steps and for the prompt
+   step, median |modelled/measured - 1| over nodes slower than 10 us (and over every node), per op kind, for
    the pure roofline (a matmul's compute roof is its weight type's peak) and for the
    executor model (``hardware.executor_seconds``: the probe's cost curve per op kind and
    per matvec weight type), whether every kind is within 0.25, and the reason a kind misses:
@@ -65,8 +65,8 @@ from typing import Callable, TypeVar
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-T = TypeVar("T")
 sys.path.insert(0, str(ROOT / "tests"))
+T = TypeVar("T")
 
 #: "1, 2, 3, 4, 5, 6, 7," in gemma3's tokenizer: greedy margins >= 2.6 logits, so both
 #: sides generate the same tokens (tests/test_numerics.py); other models: ids < n_vocab
@@ -92,9 +92,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--pp-only", action="store_true", help="only the prompt-processing "
                     "comparison (section 2b)")
     ap.add_argument("--state-tries", type=int, default=3,
-                    help="measure again (the probe of section 1, the probe and profile of section 5), up to this many times, while the "
-                    "streaming reads before the probe and after the profile are more "
-                    "than STATE_BAND apart (every attempt is printed)")
+                    help="measure again (section 1's probe, section 5's probe and "
+                    "profile), up to this many times, while the streaming reads before "
+                    "and after are more than STATE_BAND apart (every attempt is printed)")
     ap.add_argument("--pp", type=int, default=64,
                     help="prompt tokens of the prompt-processing comparison (-p = -ub = -b)")
     return ap.parse_args()
