@@ -48,7 +48,9 @@ Q6_K           per 256: int8 quants, each 64 in :func:`_pairs16` order; int16
                ``32 * (y[a] + y[b])`` for each maddubs pair
 Q3_K           as Q6_K over the bit-plane order (:data:`_PLANES`), each 64 in
                :func:`_q3_pairs` order, ``4 * (y[a] + y[b])``
-Q2_K           per 256: int8 quants in bit-plane order
+Q2_K           per 256: int8 quants in bit-plane order; the 16 ``bsums`` split as
+               ``128 * hi + lo``, int8 hi then int8 lo, each tiled to 64 bytes
+               (:func:`_prep_q2_k_bsums`)
 32-blocks      quants (per 4 blocks: Q8_0 natural, others :func:`_nibble_order`), then
                float32 ``d`` of every block, then int32 ``offset * sum(q)`` (Q4_0,
                Q5_0, Q8_0) or float32 ``s`` (Q4_1, Q5_1) of every block; then both
@@ -88,9 +90,10 @@ SWEEP_FIXED, SWEEP_LINES = 0, 1
 #: streamed faster against memory in in-process A/B runs on a 2-core AVX-512 EPYC
 #: (kernels/README.md, 2026-11-27; Q2_K, Q3_K and Q5_K tied and keep the fixed count;
 #: 8 KB ahead gained the loop's types 2-5 points when memory read at ~95 GB/s, the
-#: fixed count's nothing)
+#: fixed count's nothing; Q2_K's table kernel: 8 KB ahead, one core from memory 81-85%
+#: -> 89-90% of that core's streaming read)
 SWEEP = {Q4_0: (SWEEP_LINES, 8192), Q4_1: (SWEEP_LINES, 8192), Q5_0: (SWEEP_FIXED, 4096),
-         Q5_1: (SWEEP_FIXED, 4096), Q8_0: (SWEEP_LINES, 8192), Q2_K: (SWEEP_FIXED, 4096),
+         Q5_1: (SWEEP_FIXED, 4096), Q8_0: (SWEEP_LINES, 8192), Q2_K: (SWEEP_FIXED, 8192),
          Q3_K: (SWEEP_FIXED, 4096), Q4_K: (SWEEP_LINES, 8192), Q5_K: (SWEEP_FIXED, 4096),
          Q6_K: (SWEEP_LINES, 8192)}
 _SW_Q4_0, _SW_Q4_1, _SW_Q5_0, _SW_Q5_1, _SW_Q8_0 = (SWEEP[c] for c in (Q4_0, Q4_1, Q5_0, Q5_1,
