@@ -668,7 +668,8 @@ def test_flash_attn_query_tiles_equal_the_row_kernel(kv, name):
     rows = np.empty_like(got)
     FA._flash_attn(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
                    np.float32(0.2), np.float32(softcap), FA.alibi_slopes(4, max_bias),
-                   np.zeros(4, np.float32) if sinks is None else sinks, sinks is not None, rows)
+                   K.bits.read_only_view(np.zeros(4, np.float32) if sinks is None else sinks),
+                   sinks is not None, rows)   # sinks read-only, as flash_attn_ext passes them
     np.testing.assert_array_equal(got, rows)
     assert np.all(got[5] == 0.0)
 
