@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import simd as S
-from .bits import f16_round, f16_to_f32, fma_f32
+from .bits import f16_round, f16_to_f32, fma_f32, read_only_view
 from .softmax import alibi_slopes
 
 F = np.float32
@@ -243,7 +243,8 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray
     else:
         m = np.zeros((1, 1, 1), np.uint16)
     has_sinks = sinks is not None
-    sk = np.ascontiguousarray(sinks if has_sinks else np.zeros(n_head), dtype=np.float32)
+    sk = read_only_view(np.ascontiguousarray(sinks if has_sinks else np.zeros(n_head),
+                                             dtype=np.float32))
     shape = (n_tok, n_head, v.shape[2])
     if out is None:
         out = np.empty(shape, dtype=np.float32)

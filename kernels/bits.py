@@ -278,3 +278,14 @@ def bf16_round_ref(x: np.ndarray) -> np.ndarray:
     nan = (u & 0x7FFFFFFF) > 0x7F800000
     r = (u + (0x7FFF + ((u >> 16) & 1))) >> 16
     return np.where(nan, (u >> 16) | 64, r).astype(np.uint16)
+
+
+def read_only_view(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (``a``'s own flags unchanged), for an input a kernel only
+    reads that is sometimes a weight: numba compiles a kernel once for a read-only array
+    (a mapped file's weights) and again for a writable one, so the wrappers hand every such
+    input over read-only (attention sinks, rope freq_factors) and each kernel is compiled
+    once."""
+    v = a.view()
+    v.flags.writeable = False
+    return v

@@ -82,7 +82,7 @@ def set_rows(dst: np.ndarray, dst_type: QT, src: np.ndarray, idx: np.ndarray,
     """dst[idx[i]] = convert(src[i]) in place; ``dst`` raw uint8 ``[rows, row_bytes]``."""
     src = np.ascontiguousarray(src, dtype=np.float32)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
-    w = check_weight(dst, dst_type, src.shape[1])
+    w = check_weight(dst, dst_type, src.shape[1], writable=True)
     if not np.shares_memory(w, dst):
         raise ValueError("dst must be a C-contiguous uint8 buffer (it is written in place)")
     _check(dst_type, w.shape[0], src, idx)

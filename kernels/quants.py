@@ -49,7 +49,7 @@ from graphcost.format import ggml_types as gt
 from . import simd as S
 from .bits import (b_and, b_f32, b_or, b_shl, b_shr, b_sub, b_test, bf16_round_ref,
                    bf16_to_f32, f16_at, f16_to_f32, f32_bits, f32_to_bf16, f32_to_f16,
-                   out_of_line, sb_f32, u32_at, u32_bit)
+                   out_of_line, read_only_view, sb_f32, u32_at, u32_bit)
 
 # ---------------------------------------------------------------------------- types
 
@@ -80,8 +80,12 @@ def row_bytes(qtype: QT, k: int) -> int:
     return k // blck * tsize
 
 
-def check_weight(w_raw: np.ndarray, qtype: QT, k: int) -> np.ndarray:
-    """Return ``w_raw`` as a C-contiguous ``uint8 [rows, row_bytes]`` view, or raise."""
+def check_weight(w_raw: np.ndarray, qtype: QT, k: int, writable: bool = False) -> np.ndarray:
+    """Return ``w_raw`` as a C-contiguous ``uint8 [rows, row_bytes]`` view (a copy where
+    it is not contiguous), or raise. Read-only unless ``writable`` (a cache written into):
+    numba compiles a kernel, with every per-type function it dispatches to, once for
+    read-only rows (a mapped file's weights) and again for writable ones, so rows that are
+    only read (a KV cache in KQ, a copy of a strided view) take the weights' code."""
     qtype = QT(qtype)
     if qtype not in SUPPORTED:
         raise NotImplementedError(f"weight type {qtype.name} is not supported by the kernels")
@@ -91,7 +95,7 @@ def check_weight(w_raw: np.ndarray, qtype: QT, k: int) -> np.ndarray:
         w = w.reshape(-1, rb)
     if w.shape[1] != rb:
         raise ValueError(f"{qtype.name} rows of {k} elements take {rb} bytes, got {w.shape[1]}")
-    return w
+    return w if writable else read_only_view(w)
 
 
 # ---------------------------------------------------------------------------- reference

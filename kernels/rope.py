@@ -36,6 +36,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .bits import read_only_view
+
 F = np.float32
 #: ggml.h GGML_ROPE_TYPE_NORMAL, _NEOX, _MROPE, _IMROPE (VISION, 24, is not run)
 NORMAL, NEOX, MROPE, IMROPE = 0, 2, 8, 40
@@ -188,7 +190,8 @@ def _params(n_dims, freq_base, n_ctx_orig, beta_fast, beta_slow, freq_factors, e
     low, high = (yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
                  if ext_factor != 0.0 else (0.0, 0.0))   # only YaRN reads them
     has_ff = freq_factors is not None
-    ff = np.ascontiguousarray(freq_factors if has_ff else np.ones(1), dtype=np.float32)
+    ff = read_only_view(np.ascontiguousarray(freq_factors if has_ff else np.ones(1),
+                                             dtype=np.float32))
     if has_ff and ff.shape[0] < n_dims // 2:
         raise ValueError(f"freq_factors needs {n_dims // 2} values, got {ff.shape[0]}")
     return theta_scale, F(low), F(high), has_ff, ff

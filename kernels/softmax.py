@@ -26,7 +26,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .bits import f16_to_f32
+from .bits import f16_to_f32, read_only_view
 
 F = np.float32
 
@@ -115,7 +115,8 @@ def _prepare(x, mask, scale, max_bias, sinks):
         else:
             m32, kind = np.ascontiguousarray(m4, dtype=np.float32), 1
     has_sinks = sinks is not None
-    sk = np.ascontiguousarray(sinks if has_sinks else np.zeros(n2), dtype=np.float32)
+    sk = read_only_view(np.ascontiguousarray(sinks if has_sinks else np.zeros(n2),
+                                             dtype=np.float32))
     return x, x4, m32, m16, kind, alibi_slopes(n2, max_bias), sk, has_sinks
 
 

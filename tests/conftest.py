@@ -35,3 +35,25 @@ def cli(monkeypatch, capsys):
         out = capsys.readouterr()
         return subprocess.CompletedProcess(args, e.value.code, out.out, out.err)
     return run
+
+
+
+#: test modules whose background work was started (test_kernels: the other-CPU compiles)
+_BACKGROUND: list = []
+
+
+def pytest_collection_finish(session):
+    """Start test_kernels.py's other-CPU compiles (test_simd_kernels_are_exact_on_other_cpus:
+    a subprocess each, ~50 s of one core cold) as soon as the selection is known, in the
+    background: the suite runs in one process and leaves a second core idle."""
+    items = [item for item in session.items
+             if getattr(item, "originalname", None) == "test_simd_kernels_are_exact_on_other_cpus"]
+    if items:
+        items[0].module.start_isa_runs([item.callspec.params["isa"] for item in items])
+        _BACKGROUND.append(items[0].module)
+
+
+def pytest_sessionfinish(session):
+    """Stop background work whose tests did not run (a session stopped early)."""
+    for module in _BACKGROUND:
+        module.stop_isa_runs()

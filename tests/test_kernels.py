@@ -20,6 +20,7 @@ import os
 import platform
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -397,21 +398,72 @@ print("done")
 """
 
 
-@pytest.mark.parametrize("isa", list(ISAS))
-def test_simd_kernels_are_exact_on_other_cpus(isa):
-    # numba compiles for NUMBA_CPU_NAME/FEATURES: the vpmaddubsw-without-VNNI and the
-    # plain-IR lowerings of kernels/simd.py
+def _isa_skip_reason(isa: str) -> str | None:
+    """Why ``isa``'s code cannot run here (None: it can)."""
     if platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("the CPU models are x86")
+        return "the CPU models are x86"
     cpu, feats = ISAS[isa]
     # the compiled code runs here: the host must have every feature it was compiled for
     missing = sorted({f.lstrip("+") for f in feats.split(",")} - _host_features())
-    if missing:
-        pytest.skip(f"this CPU lacks {', '.join(missing)} to run {cpu} code")
-    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": feats + ",+sse3,+sse2,+sse,+cx16"}
+    return f"this CPU lacks {', '.join(missing)} to run {cpu} code" if missing else None
+
+
+def _run_isa_script(isa: str, started: list) -> subprocess.CompletedProcess:
+    """ISA_SCRIPT in a new process compiling for ``isa``'s CPU model, with a numba cache
+    of its own (``cpu-<isa>`` beside the host's: a second process writing the host's cache
+    index files at the same time could pair a signature with another's machine code).
+    ``kernels_loader`` drops ``__pycache__/cpu-*`` with the host's cache when a kernel
+    source changes."""
+    cpu, feats = ISAS[isa]
+    cache = Path(os.environ.get("NUMBA_CACHE_DIR") or bundled("kernels") / "__pycache__")
+    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": feats + ",+sse3,+sse2,+sse,+cx16",
+           "NUMBA_CACHE_DIR": str(cache / f"cpu-{isa}")}
     script = ISA_SCRIPT.format(tests=str(Path(__file__).parent))
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         timeout=900)
+    with subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        started.append(proc)
+        try:
+            out, err = proc.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+#: the other-CPU runs started so far by ISA, their processes, and the one thread that runs
+#: them in turn
+_ISA_RUNS: dict[str, Future] = {}
+_ISA_PROCS: list[subprocess.Popen] = []
+_ISA_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="other-cpus")
+
+
+def start_isa_runs(isas: list[str]) -> None:
+    """Start the other-CPU compiles of ``isas`` in the background, one at a time (~50 s of
+    one core each, cold): conftest.py calls this once the tests are collected, so they
+    run on the core the suite (one process) leaves idle, not in turn with the tests."""
+    for isa in isas:
+        if isa not in _ISA_RUNS and _isa_skip_reason(isa) is None:
+            _ISA_RUNS[isa] = _ISA_POOL.submit(_run_isa_script, isa, _ISA_PROCS)
+
+
+def stop_isa_runs() -> None:
+    """End the runs still going or waiting (a session stopped before their tests)."""
+    for run in _ISA_RUNS.values():
+        run.cancel()
+    for proc in _ISA_PROCS:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("isa", list(ISAS))
+def test_simd_kernels_are_exact_on_other_cpus(isa):
+    # numba compiles for NUMBA_CPU_NAME/FEATURES: the vpmaddubsw-without-VNNI and the
+    # plain-IR lowerings of kernels/simd.py (the run started at collection: start_isa_runs)
+    reason = _isa_skip_reason(isa)
+    if reason:
+        pytest.skip(reason)
+    start_isa_runs([isa])
+    out = _ISA_RUNS[isa].result()
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["done"], out.stdout
 
@@ -616,7 +668,8 @@ def test_flash_attn_query_tiles_equal_the_row_kernel(kv, name):
     rows = np.empty_like(got)
     FA._flash_attn(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
                    np.float32(0.2), np.float32(softcap), FA.alibi_slopes(4, max_bias),
-                   np.zeros(4, np.float32) if sinks is None else sinks, sinks is not None, rows)
+                   K.bits.read_only_view(np.zeros(4, np.float32) if sinks is None else sinks),
+                   sinks is not None, rows)   # sinks read-only, as flash_attn_ext passes them
     np.testing.assert_array_equal(got, rows)
     assert np.all(got[5] == 0.0)
 
@@ -725,13 +778,14 @@ FLOAT_LENGTHS = [1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 63, 64, 65, 71, 72, 80,
 
 
 def float_row(qt: QT, a: np.ndarray) -> np.ndarray:
-    """float32 values -> raw bytes of type qt (bf16 by truncation: any bits will do)."""
+    """float32 values -> raw bytes of type qt (bf16 by truncation: any bits will do),
+    read-only as weights are (:func:`read_only`)."""
     if qt == QT.F32:
-        return np.ascontiguousarray(a, dtype=np.float32).view(np.uint8)
+        return read_only(np.ascontiguousarray(a, dtype=np.float32).view(np.uint8))
     if qt == QT.F16:
-        return np.ascontiguousarray(a.astype(np.float16)).view(np.uint8)
-    return np.ascontiguousarray((a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-                                ).view(np.uint8)
+        return read_only(np.ascontiguousarray(a.astype(np.float16)).view(np.uint8))
+    return read_only(np.ascontiguousarray((a.astype(np.float32).view(np.uint32) >> 16)
+                                          .astype(np.uint16)).view(np.uint8))
 
 
 @pytest.mark.parametrize("qt", FLOATS, ids=[t.name for t in FLOATS])
@@ -759,7 +813,7 @@ def test_ggml_f32_fuses_main_loop_and_last_leftovers_only():
         w, x = np.zeros((1, k), np.float32), np.zeros((1, k), np.float32)
         w[0, 0], x[0, 0] = c, 1
         w[0, i], x[0, i] = a, a
-        return MM.mul_mat_ggml(w.view(np.uint8), QT.F32, k, 1, x)[0, 0]
+        return MM.mul_mat_ggml(read_only(w.view(np.uint8)), QT.F32, k, 1, x)[0, 0]
 
     assert dot(128, 64) == np.float32(2.0**-24)     # main loop: one lane, fma
     assert dot(9, 8) == np.float32(2.0**-24)        # the 9th of 9 leftovers: scalar fma

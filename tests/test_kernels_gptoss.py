@@ -129,7 +129,7 @@ def test_swiglu_oai_kernel_within_a_few_ulp_of_reference(rows):
 def test_add_id_is_exact_and_refuses_out_of_range_ids():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((7, 2, 160)).astype(np.float32)      # [T, k, n]
-    b = rng.standard_normal((5, 160)).astype(np.float32)         # [E, n]
+    b = read_only(rng.standard_normal((5, 160)).astype(np.float32))   # [E, n]: a weight
     ids = rng.integers(0, 5, size=(7, 2)).astype(np.int32)
     assert np.array_equal(E.add_id(a, b, ids), E.add_id_ref(a, b, ids))
     assert np.array_equal(E.add_id(a, b, ids)[3, 1], a[3, 1] + b[ids[3, 1]])

@@ -19,6 +19,7 @@ import pytest
 
 from graphcost.execute.executor import Executor
 from graphcost.execute.kernels_loader import load_kernels
+from graphcost.execute.weights import read_only
 from graphcost.judge.oracle import llama_cpp_available, llama_cpp_unavailable_reason, run_model
 from graphcost.graph.settings import RunSettings
 from numerics import compare_steps, profile_steps
@@ -36,7 +37,7 @@ def rand(shape, seed, scale=1.0):
 
 def test_ssm_conv_matches_reference_and_the_definition():
     # 2 sequences, d_inner 37, d_conv 4, 5 tokens: sx has 3 + 5 columns
-    sx, c = rand((2, 37, 8), 1), rand((37, 4), 2)
+    sx, c = rand((2, 37, 8), 1), read_only(rand((37, 4), 2))     # c: a weight, read-only
     out = np.full((2, 5, 37), np.nan, dtype=F32)
     SSM.ssm_conv(sx, c, out)
     ref = SSM.ssm_conv_ref(sx, c)
@@ -52,7 +53,7 @@ def test_ssm_scan_matches_reference_over_tokens_and_groups():
     s = rand((3, 4, 5, 7), 3)
     x, dt = rand((1, 3, 4, 5), 4), rand((1, 3, 4), 5)
     dt[0, 1, 2] = 25.0
-    A = -np.linspace(0.5, 2.0, 4, dtype=F32)
+    A = read_only(-np.linspace(0.5, 2.0, 4, dtype=F32))             # a weight, read-only
     B, C = rand((1, 3, 2, 7), 6), rand((1, 3, 2, 7), 7)
     ids = np.array([2], dtype=np.int32)
     y = np.full((1, 3, 4, 5), np.nan, dtype=F32)

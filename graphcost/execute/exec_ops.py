@@ -52,6 +52,7 @@ from graphcost.format import ggml_types as gt
 from graphcost.errors import UnsupportedError
 from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.ops import Op
+from graphcost.execute.weights import read_only
 
 OpFn = Callable[..., "np.ndarray | None"]
 
@@ -108,9 +109,13 @@ def _f32(a: np.ndarray) -> np.ndarray:
 
 
 def _rows2d(a: np.ndarray) -> np.ndarray:
-    """A 2-D ``[rows, row]`` view of a 2-D slice, as uint8 rows for the kernels' weights."""
-    return a if a.dtype == np.uint8 else a.view(np.uint8) if a.strides[-1] == a.itemsize \
-        else np.ascontiguousarray(a).view(np.uint8)
+    """A 2-D ``[rows, row]`` view of a 2-D slice, as read-only uint8 rows for the kernels'
+    weights. Read-only as a mapped file's weights are (:func:`graphcost.execute.weights.read_only`): numba
+    compiles a kernel again, with every per-type function it dispatches to, for a
+    writable array, so a KV cache or an activation read as rows (KQ, KQV, GET_ROWS of
+    activations, a quantized cache decoded) takes the code compiled for the weights."""
+    return read_only((a if a.strides[-1] == a.itemsize else np.ascontiguousarray(a))
+                     .view(np.uint8))
 
 
 def is_contiguous(t: Tensor) -> bool:
@@ -657,7 +662,9 @@ def _sinks(node: Tensor, i: int) -> Tensor | None:
 
 
 def _sink_values(sv: np.ndarray) -> np.ndarray:
-    return sv.reshape(-1) if sv.flags.c_contiguous else np.ascontiguousarray(sv).reshape(-1)
+    # read-only, as the kernels take sinks (a weight; zeros without: see _soft_max)
+    return read_only(sv.reshape(-1) if sv.flags.c_contiguous
+                     else np.ascontiguousarray(sv).reshape(-1))
 
 
 @op(Op.SOFT_MAX)
@@ -691,8 +698,9 @@ def _soft_max(node: Tensor, ctx: Ctx) -> OpFn:
         S = ctx.K.softmax
         m32, m16 = np.zeros((1, 1, 1, 1), np.float32), np.zeros((1, 1, 1, 1), np.uint16)
         kind = np.int64(0 if mask is None else 2 if mask.type == gt.F16 else 1)
+        # no sinks: zeros, read-only as sinks are (a weight), one compiled kernel for both
         tail = (np.float32(scale), S.alibi_slopes(a.ne[2], max_bias),
-                np.zeros(a.ne[2], dtype=np.float32), False)
+                read_only(np.zeros(a.ne[2], dtype=np.float32)), False)
 
         def prep(av, mv=None, out=None):
             if mv is None:
@@ -843,7 +851,7 @@ def _flash_attn_node(node: Tensor, ctx: Ctx) -> OpFn:
     z16, z32 = np.zeros((1, 1, 1), np.uint16), np.zeros((1, 1, 1), np.float32)
     kv_f16 = np.array([k_f16, v_f16])
     head = (np.float32(p["scale"]), np.float32(p["softcap"]), A.alibi_slopes(n_head, p["max_bias"]))
-    tail = head + (np.zeros(n_head, dtype=np.float32), False)
+    tail = head + (read_only(np.zeros(n_head, dtype=np.float32)), False)   # as _soft_max's
 
     def c(a, i):
         return a if contig[i] else np.ascontiguousarray(a)
@@ -880,7 +888,7 @@ def _q_for_k(k: Tensor, ctx: Ctx) -> Callable[[np.ndarray], np.ndarray]:
     def roundtrip(a):
         h, t, _ = a.shape
         raw = quant(np.ascontiguousarray(a, dtype=np.float32).reshape(h * t, d), vdt)
-        return gr(raw, vdt, d, np.arange(h * t)).reshape(h, t, d)
+        return gr(_rows2d(raw), vdt, d, np.arange(h * t)).reshape(h, t, d)
     return roundtrip
 
 
@@ -897,7 +905,7 @@ def _kv_as_float(t: Tensor, ctx: Ctx) -> Callable[[np.ndarray], np.ndarray]:
 
     def deq(a):
         h, n, rb = a.shape
-        rows = np.ascontiguousarray(a).reshape(h * n, rb)
+        rows = _rows2d(np.ascontiguousarray(a).reshape(h * n, rb))
         return gr(rows, t.type, d, np.arange(h * n)).reshape(h, n, d)
     return deq
 

@@ -140,7 +140,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
 
     from graphcost.execute.exec_ops import Ctx
     from graphcost.execute.kernels_loader import load_kernels
-    from graphcost.execute.weights import random_raw
+    from graphcost.execute.weights import random_raw, read_only
 
     K_ = load_kernels()
     rng = np.random.default_rng(0)
@@ -159,7 +159,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         t = gt.GGMLType(int(t))
         rows = max(1, (mib << 20) // gt.row_size(t, K))
         say(f"matvec: {gt.type_name(t)} {rows} x {K}")
-        w = random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K))
+        w = read_only(random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K)))
         node = _matmul_node(t, K, rows, 1)
         mv = _node_calls(node, ctx, [_values(node, [w, x])])[1][0]  # compiled or loaded from cache
         runs = []
@@ -178,7 +178,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
 
     m, n = 1024, 256
     say(f"peak FLOP rate: f32 {m} x {K} times {n} rows")
-    w = random_raw(gt.F32, (K, m), rng).reshape(m, gt.row_size(gt.F32, K))
+    w = read_only(random_raw(gt.F32, (K, m), rng).reshape(m, gt.row_size(gt.F32, K)))
     xs = rng.standard_normal((n, K)).astype(np.float32)
     sec = _median_seconds(lambda: K_.matmul.mul_mat(w, gt.F32, K, m, xs), repeat)
     flops = 2.0 * m * n * K / sec
@@ -519,13 +519,13 @@ def flusher(ctx, rng, nbytes: int, parts: tuple[int, ...]) -> tuple[
     those weights, each call over the next slice of them (wrapping: a slice comes back
     after the others went by, out of the last-level cache when ``nbytes`` is larger than
     it), as a layer's matvecs stream weights of their own from memory."""
-    from graphcost.execute.weights import random_raw
+    from graphcost.execute.weights import random_raw, read_only
 
     q8 = gt.GGMLType.Q8_0
     rb = gt.row_size(q8, LADDER_K)
     rows = max(1, nbytes // rb)
     node = _matmul_node(q8, LADDER_K, rows, 1)
-    w = random_raw(q8, (LADDER_K, rows), rng).reshape(rows, rb)
+    w = read_only(random_raw(q8, (LADDER_K, rows), rng).reshape(rows, rb))
     x = rng.standard_normal((1, LADDER_K)).astype(np.float32)
     call = _node_calls(node, ctx, [_values(node, [w, x])])[1][0]
 
@@ -564,12 +564,12 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     by_op_tokens_midN for each N of :data:`MID_MIB` (at most a quarter of the flush), and
     since_bytes (the same keys but by_op_chained and flash_attn_tiled)."""
     from graphcost.execute.exec_ops import DTYPES, flat_bytes, tensor_view
-    from graphcost.execute.weights import random_raw
+    from graphcost.execute.weights import random_raw, read_only
 
     # the weights a decode's matvecs stream: a pool larger than the last-level cache
     q8 = gt.GGMLType.Q8_0
-    pool = random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20) // gt.row_size(q8, LADDER_K))),
-                      rng)
+    pool = read_only(random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20)
+                                                    // gt.row_size(q8, LADDER_K))), rng))
     cursor = [0]                        # slices of the pool handed to feeders so far
     fed: dict[Callable[[], None], int] = {}     # bytes of weights each feeding matvec reads
 

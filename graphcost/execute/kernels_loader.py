@@ -11,7 +11,8 @@ Numba's on-disk cache (``cache=True``) is keyed on each function's own source fi
 not on the files it calls into: after editing ``quants.py`` a kernel in
 ``matmul.py`` would load stale machine code. The loader therefore stamps the
 kernels' ``__pycache__`` with a digest of all kernel sources and the numba version,
-and drops the numba cache files when the stamp changes (best effort: an installed,
+and drops the numba cache files there (and in its subdirectories: the tests' caches for
+other CPU models) when the stamp changes (best effort: an installed,
 read-only copy never changes, and numba then caches elsewhere anyway).
 
 It changes nothing process-wide (no environment variable, no thread count): other
@@ -48,8 +49,8 @@ def _drop_stale_numba_cache(root: Path) -> None:
     try:
         if stamp.is_file() and stamp.read_text() == digest:
             return
-        if cache.is_dir():
-            for f in list(cache.glob("*.nbi")) + list(cache.glob("*.nbc")):
+        if cache.is_dir():     # and the caches of other CPU models below it (cpu-*)
+            for f in list(cache.rglob("*.nbi")) + list(cache.rglob("*.nbc")):
                 f.unlink()
         cache.mkdir(exist_ok=True)
         stamp.write_text(digest)
