@@ -37,7 +37,6 @@ def cli(monkeypatch, capsys):
     return run
 
 
-
 #: test modules whose background work was started (test_kernels: the other-CPU compiles)
 _BACKGROUND: list = []
 
