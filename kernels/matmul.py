@@ -192,7 +192,8 @@ def _matvec_ggml_fused(w, code, x, qcode, x86, yq, yp, y):
 def _matvec_ggml_fused_serial(w, code, x, qcode, x86, yq, yp, y):
     # _matvec_ggml_fused on the calling thread (small weights: no parallel region)
     _quantize_prepare(code, x, qcode, x86, yq, yp)
-    _simd_task(w, code, yq, yp, y, 0, w.shape[0])
+    # np.int64(0): a literal 0 would type r0 Literal[int] and compile every _groups4_<t> again
+    _simd_task(w, code, yq, yp, y, np.int64(0), w.shape[0])
 
 
 def fused_matvec(w_type: QT, k: int, m: int, n: int, x86: bool = True):
