@@ -65,7 +65,7 @@ def _lanes(acc):
     return s
 
 
-#: bytes ahead in the weight row that the float dots prefetch into L2, every cache line
+#: bytes ahead in the weight row that the float dots prefetch (simd.prefetch), every cache line
 #: of the row (here and in .vec_dot_ggml; 1 KB ahead, every second or fourth line:
 #: F16 48%, F32 63% of the streaming read)
 PREFETCH_AHEAD = 8192

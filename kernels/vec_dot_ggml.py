@@ -334,6 +334,12 @@ def _ggml_q6_k(row, y):
 @njit(cache=True)
 def _ggml_f32(row, y):
     out_of_line()
+    return _f32_dot(row, y)
+
+
+@njit(inline="always", cache=True)
+def _f32_dot(row, y):
+    """ggml_vec_dot_f32 of raw float32 rows (the body of :func:`_ggml_f32`)."""
     n = row.shape[0] // 4
     n64 = n - n % 64
     s0, s1, s2, s3 = f32_chains4(row, y, n64)
@@ -451,9 +457,8 @@ def _ggml_bf16(row, y):
 # exact: every half and bfloat16 is a float32), the fast path of :func:`matvec_ggml_float`:
 # one conversion per 16 weights instead of two, identical arithmetic.
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _ggml_f16_yf(row, yf):
-    out_of_line()
     n = row.shape[0] // 2
     n64 = n - n % 64
     s0, s1, s2, s3 = fma_chains4(halves16, row, yf, n64)
@@ -464,9 +469,8 @@ def _ggml_f16_yf(row, yf):
     return F(s)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _ggml_bf16_yf(row, yf):
-    out_of_line()
     n = row.shape[0] // 2
     s, nv = _bf16_main(row, yf.view(np.uint8), n, True)
     for i in range(nv, n):
@@ -477,6 +481,35 @@ def _ggml_bf16_yf(row, yf):
 
 #: weight types (codes) :func:`matvec_ggml_float` takes
 FLOAT_CODES = (F32, F16, BF16)
+#: weight bytes of a :func:`matvec_ggml_float` task (one out-of-line call over its rows;
+#: a call per row cost F32 ~12 points of the streaming read, kernels/README.md) ...
+FLOAT_TASK_BYTES = 256 * 1024
+#: ... and at least this many tasks a matrix (so that the threads can share it)
+FLOAT_MIN_TASKS = 16
+
+
+@njit(cache=True)
+def _rows_f32(w, r0, r1, y, out):
+    """out[r] = ggml_vec_dot_f32(w[r], y) for rows r0..r1 - 1 (one call a task)."""
+    out_of_line()
+    for r in range(r0, r1):
+        out[r] = _f32_dot(w[r], y)
+
+
+@njit(cache=True)
+def _rows_f16_yf(w, r0, r1, yf, out):
+    """out[r] = ggml_vec_dot_f16(w[r], y) for rows r0..r1 - 1, y expanded to ``yf``."""
+    out_of_line()
+    for r in range(r0, r1):
+        out[r] = _ggml_f16_yf(w[r], yf)
+
+
+@njit(cache=True)
+def _rows_bf16_yf(w, r0, r1, yf, out):
+    """out[r] = ggml_vec_dot_bf16(w[r], y) for rows r0..r1 - 1, y expanded to ``yf``."""
+    out_of_line()
+    for r in range(r0, r1):
+        out[r] = _ggml_bf16_yf(w[r], yf)
 
 
 @njit(parallel=True, cache=True)
@@ -484,8 +517,10 @@ def matvec_ggml_float(w, code, yq, y):
     """``y[n, r] = ggml_vec_dot_<f32|f16|bf16>(w[r], yq[n])`` for raw weight rows ``w``
     ``[M, row_bytes]`` and raw activation rows ``yq`` ``[N, row_bytes]`` of the same float
     type ``code``; each activation row is expanded to float32 once, threads split the
-    weight rows. Same results as :func:`dot_row_ggml`."""
+    weight rows in tasks of about ``FLOAT_TASK_BYTES`` (at least ``FLOAT_MIN_TASKS``),
+    each task's rows times every activation row. Same results as :func:`dot_row_ggml`."""
     nrow = yq.shape[0]
+    m = w.shape[0]
     k = w.shape[1] // (4 if code == F32 else 2)
     yf = np.empty((nrow, k), dtype=np.float32)
     for n in range(nrow):
@@ -495,15 +530,16 @@ def matvec_ggml_float(w, code, yq, y):
             h = yq[n].view(np.uint16)
             for i in range(k):
                 yf[n, i] = f16_to_f32(h[i]) if code == F16 else bf16_to_f32(h[i])
-    for r in prange(w.shape[0]):
-        row = w[r]
+    tasks = min(m, max(FLOAT_MIN_TASKS, m * w.shape[1] // FLOAT_TASK_BYTES))
+    for t in prange(tasks):                 # numba hands each thread one even span of tasks
+        r0, r1 = m * t // tasks, m * (t + 1) // tasks
         for n in range(nrow):
             if code == F16:
-                y[n, r] = _ggml_f16_yf(row, yf[n])
+                _rows_f16_yf(w, r0, r1, yf[n], y[n])
             elif code == BF16:
-                y[n, r] = _ggml_bf16_yf(row, yf[n])
+                _rows_bf16_yf(w, r0, r1, yf[n], y[n])
             else:
-                y[n, r] = _ggml_f32(row, yq[n])
+                _rows_f32(w, r0, r1, yq[n], y[n])
 
 
 @njit(inline="always", cache=True)
