@@ -344,12 +344,13 @@ def _f32_dot(row, y):
     n64 = n - n % 64
     s0, s1, s2, s3 = f32_chains4(row, y, n64)
     sumf = simd.reduce_add_ps((s0 + s2) + (s1 + s3))
-    w, v = row.view(np.float32), y.view(np.float32)
-    n8 = n - n % 8
-    for i in range(n64, n8):
-        sumf = sumf + w[i] * v[i]
-    for i in range(n8, n):
-        sumf = simd.fma(w[i], v[i], sumf)
+    if n64 < n:                     # the views only where there is a tail: an array view
+        w, v = row.view(np.float32), y.view(np.float32)     # a row cost ~9 points of the
+        n8 = n - n % 8                                      # streaming read (README)
+        for i in range(n64, n8):
+            sumf = sumf + w[i] * v[i]
+        for i in range(n8, n):
+            sumf = simd.fma(w[i], v[i], sumf)
     return sumf
 
 
@@ -369,9 +370,10 @@ def _ggml_f16(row, y):
         s3 = simd.fma(simd.f16_to_f32(simd.load(row, p + 96, 16, "u16")),
                       simd.f16_to_f32(simd.load(y, p + 96, 16, "u16")), s3)
     s = np.float64(simd.reduce_add_ps((s0 + s2) + (s1 + s3)))
-    w, v = row.view(np.uint16), y.view(np.uint16)
-    for i in range(n64, n):
-        s += np.float64(f16_to_f32(w[i]) * f16_to_f32(v[i]))
+    if n64 < n:
+        w, v = row.view(np.uint16), y.view(np.uint16)
+        for i in range(n64, n):
+            s += np.float64(f16_to_f32(w[i]) * f16_to_f32(v[i]))
     return F(s)
 
 
@@ -447,9 +449,10 @@ def _ggml_bf16(row, y):
     out_of_line()
     n = row.shape[0] // 2
     s, nv = _bf16_main(row, y, n, False)
-    w, v = row.view(np.uint16), y.view(np.uint16)
-    for i in range(nv, n):
-        s += np.float64(bf16_to_f32(w[i]) * bf16_to_f32(v[i]))
+    if nv < n:
+        w, v = row.view(np.uint16), y.view(np.uint16)
+        for i in range(nv, n):
+            s += np.float64(bf16_to_f32(w[i]) * bf16_to_f32(v[i]))
     return F(s)
 
 
@@ -470,9 +473,10 @@ def _ggml_f16_yf(row, yf):
 
 
 @njit(inline="always", cache=True)
-def _ggml_bf16_yf(row, yf):
+def _ggml_bf16_yf(row, yf, yb):
+    # yb: yf's bytes (one view a task, not one a row)
     n = row.shape[0] // 2
-    s, nv = _bf16_main(row, yf.view(np.uint8), n, True)
+    s, nv = _bf16_main(row, yb, n, True)
     for i in range(nv, n):
         s += np.float64(bf16_to_f32(np.uint16(row[2 * i]) | (np.uint16(row[2 * i + 1]) << 8))
                         * yf[i])
@@ -508,8 +512,9 @@ def _rows_f16_yf(w, r0, r1, yf, out):
 def _rows_bf16_yf(w, r0, r1, yf, out):
     """out[r] = ggml_vec_dot_bf16(w[r], y) for rows r0..r1 - 1, y expanded to ``yf``."""
     out_of_line()
+    yb = yf.view(np.uint8)
     for r in range(r0, r1):
-        out[r] = _ggml_bf16_yf(w[r], yf)
+        out[r] = _ggml_bf16_yf(w[r], yf, yb)
 
 
 @njit(parallel=True, cache=True)
