@@ -6,7 +6,10 @@ roofline estimates the executor's node times.
 
 1. **Hardware**: ``graphcost.execute.hwprobe.probe`` (256 MiB): streaming-read bandwidth
    (``kernels.stream``), the executor's matvec rate per weight type against it, peak FLOP
-   rate, per-op overhead.
+   rate, per-op overhead; in one memory state, checked as section 5's profile is
+   (:func:`_in_one_state`: the streaming read before and after, probed again while they
+   are more than :data:`STATE_BAND` apart, up to ``--state-tries`` times, every attempt
+   printed).
 2. **Speed**, in ``--rounds`` alternating rounds (the machine is shared: alternating puts
    both under the same load): llama.cpp in its own process, started with the
    environment this benchmark was started with (:data:`USER_ENV`; llama-cpp-python,
@@ -24,15 +27,17 @@ roofline estimates the executor's node times.
    and shape), median of 5 node-timed runs.
 3. **Matvec against bandwidth**: the output matmul (tied token embeddings, 178 MB of Q8_0,
    larger than any cache) as the executor ran it, against the probe's bandwidth.
-4. **Profile overhead**: ``graphcost profile``'s decode rate with every node timed
-   against the same steps replayed untimed through ``Executor.step`` (issue 12: < 10%).
+4. **Profile overhead**: what timing every node adds to a step (issue 12: < 10%):
+   ``graphcost profile``'s replay of the steps through ``Executor.step``, each step run
+   untimed and node-timed, one after the other, the median of the paired ratios
+   (``graphcost.execute.profile.paired_overhead``).
 5. **Estimate accuracy**: ``graphcost profile`` on the 21-token prompt and 8 greedy steps
    with a profile probed again right before it (the memory's state, and with it every
    curve, moves within minutes on a VM): the streaming read before the probe and after
    the profile; while they are more than :data:`STATE_BAND` apart, probe and
-   profile again (``--state-tries``), every attempt printed with its worst kinds, the
-   tables from the last; for the decode steps and for the prompt step, median
-   |modelled/measured - 1| over nodes slower than 10 us (and over every node), per op kind, for
+   profile again (``--state-tries``, :func:`_in_one_state`), every attempt printed with
+   its worst kinds, the tables from the last; for the decode steps and for the prompt
+   step, median |modelled/measured - 1| over nodes slower than 10 us (and over every node), per op kind, for
    the pure roofline (a matmul's compute roof is its weight type's peak) and for the
    executor model (``hardware.executor_seconds``: the probe's cost curve per op kind and
    per matvec weight type), whether every kind is within 0.25, and the reason a kind misses:
@@ -55,11 +60,13 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+T = TypeVar("T")
 
 #: "1, 2, 3, 4, 5, 6, 7," in gemma3's tokenizer: greedy margins >= 2.6 logits, so both
 #: sides generate the same tokens (tests/test_numerics.py); other models: ids < n_vocab
@@ -85,9 +92,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--pp-only", action="store_true", help="only the prompt-processing "
                     "comparison (section 2b)")
     ap.add_argument("--state-tries", type=int, default=3,
-                    help="probe and profile again, up to this many times, while the "
-                    "streaming reads before the probe and after the profile are more "
-                    "than STATE_BAND apart (every attempt is printed)")
+                    help="measure again (section 1's probe, section 5's probe and "
+                    "profile), up to this many times, while the streaming reads before "
+                    "and after are more than STATE_BAND apart (every attempt is printed)")
     ap.add_argument("--pp", type=int, default=64,
                     help="prompt tokens of the prompt-processing comparison (-p = -ub = -b)")
     return ap.parse_args()
@@ -179,7 +186,7 @@ def _pp_breakdown(ex, tokens: list[int], reps: int) -> None:
     node-timed runs of the step) summed per op kind, matmuls per weight type and shape."""
     from graphcost.format.ggml_types import type_name
     ex.reset()
-    res = ex.step(tokens, repeat=reps)
+    res = ex.step(tokens, repeat=reps, time_nodes=True)
     per: dict[str, list[float]] = {}
     for i, node in enumerate(res.graph.nodes):
         ns = [t.ns[i] for t in res.timings if t.ns[i] is not None]
@@ -199,13 +206,36 @@ def _pp_breakdown(ex, tokens: list[int], reps: int) -> None:
               f"  {statistics.median(v) * 1e3:8.1f} us a call")
 
 
+def _in_one_state(measure: Callable[[], T], describe: Callable[[T], str],
+                  args: argparse.Namespace) -> tuple[T, int, bool]:
+    """``measure()`` between two streaming reads (``hwprobe.stream_read``, the same
+    method before and after); while they are more than :data:`STATE_BAND` apart (the
+    memory changed state during the measurement), measure again, up to ``--state-tries``
+    times, every attempt printed with ``describe(result)``. Returns (the last result, its
+    attempt, whether its reads agreed)."""
+    from graphcost.execute.hwprobe import stream_read
+    for attempt in range(1, max(1, args.state_tries) + 1):
+        before = stream_read(args.mib, args.threads)
+        result = measure()
+        after = stream_read(args.mib, args.threads)
+        one = max(before, after) <= STATE_BAND * min(before, after)
+        print(f"  attempt {attempt}: streaming read {before / 1e9:.1f} GB/s before, "
+              f"{after / 1e9:.1f} after: "
+              + ("one memory state" if one else f"CHANGED (more than {STATE_BAND - 1:.0%} "
+                 "apart: the measurement may have met different memories)")
+              + f"; {describe(result)}   [{_load()}]")
+        if one:
+            break
+    return result, attempt, one
+
+
 def main() -> None:
     args = _args()
     import numba
     numba.set_num_threads(args.threads)
     from graphcost.execute.executor import Executor
     from graphcost.cost.hardware import parse
-    from graphcost.execute.hwprobe import probe, stream_read
+    from graphcost.execute.hwprobe import probe
     from graphcost.execute.profile import run_profile
     from graphcost.graph.settings import RunSettings
 
@@ -218,11 +248,21 @@ def main() -> None:
         _pp_section(model, args, modes[0])
         return
 
-    # ---- 1. hardware
-    doc = probe(mib=args.mib, repeat=5, threads=args.threads)
+    # ---- 1. hardware, in one memory state (a probe whose memory changes state between
+    # its matvec runs gives per-type figures that do not rank the types)
+    print(f"\n== hwprobe ({args.mib} MiB), the streaming read before and after it")
+
+    def by_type(d):
+        return "matvec/bandwidth " + ", ".join(
+            f"{t} {v / d['memory_bandwidth']['bytes_per_second']:.0%}"
+            for t, v in d["memory_bandwidth"]["by_type"].items())
+    doc, attempt, one = _in_one_state(
+        lambda: probe(mib=args.mib, repeat=5, threads=args.threads), by_type, args)
     bw = doc["memory_bandwidth"]
     hw = parse({**doc, "name": "this machine"}, None)
-    print(f"\n== hwprobe ({args.mib} MiB): streaming read {hw.bandwidth / 1e9:.2f} GB/s; the "
+    print(f"  the figures below: attempt {attempt}"
+          + ("" if one else ", the memory state changed in every attempt"))
+    print(f"  streaming read {hw.bandwidth / 1e9:.2f} GB/s; the "
           "executor's matvec per weight type (target >= 80%):")
     for t, v in bw["by_type"].items():
         print(f"  {t:5s} {v / 1e9:6.2f} GB/s  {v / hw.bandwidth:4.0%}")
@@ -273,33 +313,23 @@ def main() -> None:
     mode = modes[0]
     print(f"\n== profile ({mode} numerics, 8 greedy steps, median of 5; the executor model "
           f"from a probe right before it)")
-    for attempt in range(1, max(1, args.state_tries) + 1):
-        reads = [stream_read(args.mib, args.threads)]
-        doc = probe(mib=args.mib, repeat=5, threads=args.threads)
-        hw = parse({**doc, "name": "this machine"}, None)
-        reads.append(hw.bandwidth)
-        prof = run_profile(model, RunSettings(ctx_size=N_CTX, flash_attn="on",
-                                              tokens=len(PROMPT)),
-                           PROMPT, greedy=8, repeat=5, hardware=hw, numerics=mode,
-                           threads=args.threads)
-        reads.append(stream_read(args.mib, args.threads))
-        # before and after, one method (the probe's own read, alternating with its
-        # matvec runs, came out 20-35% under both in every run at 07:49-08:00 UTC)
-        one = max(reads[0], reads[2]) <= STATE_BAND * min(reads[0], reads[2])
-        worst = {ph: max(prof.estimate_accuracy(0.0, phase=ph)["by_op"].items(),
-                         key=lambda kv: kv[1]["median_abs_error_model"]) for ph in
-                 ("decode", "prompt")}
-        print(f"  attempt {attempt}: streaming read {reads[0] / 1e9:.1f} GB/s before the "
-              f"probe ({reads[1] / 1e9:.1f} in it, its own method), {reads[2] / 1e9:.1f} "
-              f"after the profile: "
-              + ("one memory state" if one else f"CHANGED (before and after more than "
-                 f"{STATE_BAND - 1:.0%} apart: the probe and the profile may have met "
-                 "different memories)")
-              + "; worst kind " + ", ".join(
-                  f"{ph} {op} {a['median_abs_error_model']:.2f}"
-                  for ph, (op, a) in worst.items()) + f"   [{_load()}]")
-        if one:
-            break
+    def probed_profile():
+        d = probe(mib=args.mib, repeat=5, threads=args.threads)
+        h = parse({**d, "name": "this machine"}, None)
+        return d, h, run_profile(model, RunSettings(ctx_size=N_CTX, flash_attn="on",
+                                                    tokens=len(PROMPT)),
+                                 PROMPT, greedy=8, repeat=5, hardware=h, numerics=mode,
+                                 threads=args.threads)
+
+    def worst(r):
+        # the probe's own read, alternating with its matvec runs, came out 20-35% under
+        # the reads around it in every run at 07:49-08:00 UTC: the check uses those
+        w = {ph: max(r[2].estimate_accuracy(0.0, phase=ph)["by_op"].items(),
+                     key=lambda kv: kv[1]["median_abs_error_model"]) for ph in
+             ("decode", "prompt")}
+        return (f"the probe's own read {r[1].bandwidth / 1e9:.1f}; worst kind " + ", ".join(
+            f"{ph} {op} {a['median_abs_error_model']:.2f}" for ph, (op, a) in w.items()))
+    (doc, hw, prof), attempt, one = _in_one_state(probed_profile, worst, args)
     print(f"  the figures below: attempt {attempt}"
           + ("" if one else ", the memory state changed in every attempt"))
     bw = doc["memory_bandwidth"]
@@ -317,9 +347,11 @@ def main() -> None:
     print(f"  per decode step: nodes {node_sum * 1e3:.2f} ms + executor loop "
           f"{(wall - node_sum) * 1e3:.2f} ms = {wall * 1e3:.2f} ms")
     tps = prof.tokens_per_second()
+    pairs = sum(len(s.timed_runs) for s in dec)
     print(f"  decode: {tps['decode_untimed']:.1f} tok/s untimed (Executor.step replayed), "
           f"{tps['decode']:.1f} with every node timed: node timing adds "
-          f"{prof.timing_overhead():+.1%} to a step (issue 12's target < 10%)")
+          f"{prof.timing_overhead():+.1%} to a step (median of {pairs} pairs: a step run "
+          "untimed and node-timed, one after the other; issue 12's target < 10%)")
 
     for phase in ("decode", "prompt"):
         _accuracy(prof, phase, hw)

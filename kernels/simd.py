@@ -807,12 +807,15 @@ def bit_field(typingctx, a, shift, width):
     return a(a, shift, width), codegen
 
 
-def bit_picker(picks) -> object:
+def bit_picker(picks, fill: int = 0) -> object:
     """A function ``f(a)`` for 64 uint8 lanes: output bit i of each byte is its bit
-    ``picks[i]`` (``-1``, or past the end of ``picks``: 0). One ``vgf2p8affineqb`` with
-    GFNI (the bit matrix of the selection); elsewhere a shift, mask and or per bit."""
+    ``picks[i]`` (``-1``, or past the end of ``picks``: 0), xor the constant byte ``fill``
+    (which sets the bits no pick lands on). One ``vgf2p8affineqb`` with GFNI (the bit
+    matrix of the selection, ``fill`` its immediate); elsewhere a shift, mask and or per
+    bit."""
     picks = tuple(int(b) for b in picks) + (-1,) * (8 - len(picks))
     qword = sum((1 << b) << (8 * (7 - i)) for i, b in enumerate(picks) if b >= 0)
+    fill = int(fill) & 0xFF
 
     @intrinsic
     def pick(typingctx, a):
@@ -824,8 +827,8 @@ def bit_picker(picks) -> object:
             if "gfni" in feats and "avx512bw" in feats:
                 mat = _const_vec(types.uint8, [(qword >> (8 * (k % 8))) & 0xFF for k in range(64)])
                 return _x86_call(builder, "llvm.x86.vgf2p8affineqb.512", args[0].type,
-                                 [args[0], mat, ir.Constant(ir.IntType(8), 0)])
-            out = ir.Constant(args[0].type, None)
+                                 [args[0], mat, ir.Constant(ir.IntType(8), fill)])
+            out = _const_vec(types.uint8, [fill] * 64)
             for i, b in enumerate(picks):
                 if b < 0:
                     continue
@@ -837,6 +840,62 @@ def bit_picker(picks) -> object:
         return a(a), codegen
 
     return pick
+
+
+@intrinsic
+def lookup16(typingctx, table, idx):
+    """``out[i] = table[16 * (i // 16) + idx[i] % 16]``, or 0 where ``idx[i] >= 128``: a
+    16-byte table per 128-bit lane, indexed by bytes (``vpshufb``; 64 uint8 lanes)."""
+    if not (isinstance(table, Vec) and table == idx and table.dtype == types.uint8
+            and table.n == 64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        feats = _target_features(context)
+        for width, name, need in ((64, "llvm.x86.avx512.pshuf.b.512", "avx512bw"),
+                                  (32, "llvm.x86.avx2.pshuf.b", "avx2"),
+                                  (16, "llvm.x86.ssse3.pshuf.b.128", "ssse3")):
+            if need in feats:
+                vt = ir.VectorType(ir.IntType(8), width)
+                return _join(builder, [_x86_call(builder, name, vt, [t, i]) for t, i in
+                                       zip(_chunks(builder, args[0], width),
+                                           _chunks(builder, args[1], width))])
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        out = ir.Constant(args[0].type, None)
+        for k in range(64):
+            x = builder.extract_element(args[1], ir.Constant(i32, k))
+            j = builder.add(builder.zext(builder.and_(x, ir.Constant(i8, 15)), i32),
+                            ir.Constant(i32, 16 * (k // 16)))
+            v = builder.select(builder.icmp_unsigned(">=", x, ir.Constant(i8, 128)),
+                               ir.Constant(i8, 0), builder.extract_element(args[0], j))
+            out = builder.insert_element(out, v, ir.Constant(i32, k))
+        return out
+
+    return table(table, idx), codegen
+
+
+@intrinsic
+def lookup64(typingctx, table, idx):
+    """``out[i] = table[idx[i] % 64]`` for 64 uint8 lanes (``vpermb`` with AVX512_VBMI;
+    elsewhere lane by lane)."""
+    if not (isinstance(table, Vec) and table == idx and table.dtype == types.uint8
+            and table.n == 64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        if "avx512vbmi" in _target_features(context):
+            return _x86_call(builder, "llvm.x86.avx512.permvar.qi.512", args[0].type,
+                             [args[0], args[1]])
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        out = ir.Constant(args[0].type, None)
+        for k in range(64):
+            j = builder.zext(builder.and_(builder.extract_element(args[1], ir.Constant(i32, k)),
+                                          ir.Constant(i8, 63)), i32)
+            out = builder.insert_element(out, builder.extract_element(args[0], j),
+                                         ir.Constant(i32, k))
+        return out
+
+    return table(table, idx), codegen
 
 
 @intrinsic

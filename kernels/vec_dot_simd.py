@@ -48,7 +48,9 @@ Q6_K           per 256: int8 quants, each 64 in :func:`_pairs16` order; int16
                ``32 * (y[a] + y[b])`` for each maddubs pair
 Q3_K           as Q6_K over the bit-plane order (:data:`_PLANES`), each 64 in
                :func:`_q3_pairs` order, ``4 * (y[a] + y[b])``
-Q2_K           per 256: int8 quants in bit-plane order
+Q2_K           per 256: int8 quants in bit-plane order; the 16 ``bsums`` split as
+               ``128 * hi + lo``, int8 hi then int8 lo, each tiled to 64 bytes
+               (:func:`_prep_q2_k_bsums`)
 32-blocks      quants (per 4 blocks: Q8_0 natural, others :func:`_nibble_order`), then
                float32 ``d`` of every block, then int32 ``offset * sum(q)`` (Q4_0,
                Q5_0, Q8_0) or float32 ``s`` (Q4_1, Q5_1) of every block; then both
@@ -88,9 +90,10 @@ SWEEP_FIXED, SWEEP_LINES = 0, 1
 #: streamed faster against memory in in-process A/B runs on a 2-core AVX-512 EPYC
 #: (kernels/README.md, 2026-11-27; Q2_K, Q3_K and Q5_K tied and keep the fixed count;
 #: 8 KB ahead gained the loop's types 2-5 points when memory read at ~95 GB/s, the
-#: fixed count's nothing)
+#: fixed count's nothing; Q2_K's table kernel: 8 KB ahead, one core from memory 81-85%
+#: -> 89-90% of that core's streaming read)
 SWEEP = {Q4_0: (SWEEP_LINES, 8192), Q4_1: (SWEEP_LINES, 8192), Q5_0: (SWEEP_FIXED, 4096),
-         Q5_1: (SWEEP_FIXED, 4096), Q8_0: (SWEEP_LINES, 8192), Q2_K: (SWEEP_FIXED, 4096),
+         Q5_1: (SWEEP_FIXED, 4096), Q8_0: (SWEEP_LINES, 8192), Q2_K: (SWEEP_FIXED, 8192),
          Q3_K: (SWEEP_FIXED, 4096), Q4_K: (SWEEP_LINES, 8192), Q5_K: (SWEEP_FIXED, 4096),
          Q6_K: (SWEEP_LINES, 8192)}
 _SW_Q4_0, _SW_Q4_1, _SW_Q5_0, _SW_Q5_1, _SW_Q8_0 = (SWEEP[c] for c in (Q4_0, Q4_1, Q5_0, Q5_1,
@@ -168,7 +171,7 @@ def prep_bytes(code: int, k: int) -> int:
     if code in (Q6_K, Q3_K):
         return k // 256 * 512
     if code == Q2_K:
-        return k
+        return k // 256 * PREP_Q2_K
     return k // 32 * PREP32      # see _prep_32
 
 
@@ -201,6 +204,22 @@ def _prep_k_tail(yq, out, py, po, perm, per_block, pair_offset):
         S.store(out, po + 256, (_EVENS128(w) + _ODDS128(w)) * np.int16(pair_offset))
 
 
+#: prepared bytes per Q2_K block: 256 quants, then :func:`_prep_q2_k_bsums`' 2 x 64
+PREP_Q2_K = 256 + 128
+#: bsums byte b of dword 4L + r (any r): bsums[4L + b] (:func:`_q2_k_mins4`' layout)
+_Q2_BSUMS4 = S.permutation([4 * (d // 4 // 4) + b for d in range(64) for b in [d % 4]])
+
+
+@njit(inline="always", cache=True)
+def _prep_q2_k_bsums(yq, out, py, po):
+    """Q8_K ``bsums`` (int16, within [-2048, 2047]) split as ``128 * hi + lo`` (hi in
+    [-16, 15], lo in [0, 127]), each as int8 in :data:`_Q2_BSUMS4` order: hi at ``po``,
+    lo at ``po + 64``, the signed operands of Q2_K's mins ``vpdpbusd``."""
+    bs = S.load(yq, py + 260, 16, "i16")
+    S.store(out, po, _Q2_BSUMS4(S.convert(bs >> 7, "i8")))
+    S.store(out, po + 64, _Q2_BSUMS4(S.convert(bs & 127, "i8")))
+
+
 @njit(cache=True)
 def _prep_k(yq, out, code):
     """Permuted quants of each Q8_K block (``_IDX_K*`` of weight type ``code``), then
@@ -221,7 +240,8 @@ def _prep_k(yq, out, code):
             S.store(out, 512 * i, v)
             _prep_k_tail(yq, out, py, 512 * i, v, 512, 4)
         else:
-            S.store(out, 256 * i, _PERM_K2(q))
+            S.store(out, PREP_Q2_K * i, _PERM_K2(q))
+            _prep_q2_k_bsums(yq, out, py, PREP_Q2_K * i + 256)
 
 
 #: prepared bytes per 32-block of activations: 32 quants, float32 d, int32/float32 extra,
@@ -1330,8 +1350,6 @@ _LO32, _HI32 = [(0, 0), (1, 0), (0, 1), (1, 1)], [(0, 2), (1, 2), (0, 3), (1, 3)
 _LO64, _HI64 = [(0, 0), (0, 1), (1, 0), (1, 1)], [(0, 2), (0, 3), (1, 2), (1, 3)]
 _LO32_16, _HI32_16 = _in_lanes(16, _LO32), _in_lanes(16, _HI32)
 _LO64_16, _HI64_16 = _in_lanes(16, _LO64), _in_lanes(16, _HI64)
-_LO32_8, _HI32_8 = _in_lanes(8, _LO32), _in_lanes(8, _HI32)
-_LO64_8, _HI64_8 = _in_lanes(8, _LO64), _in_lanes(8, _HI64)
 
 
 @njit(inline="always", cache=True)
@@ -1343,32 +1361,13 @@ def _lane_sums16(a, b, c, d):
     return _LO64_16(t0, t1) + _HI64_16(t0, t1)
 
 
-@njit(inline="always", cache=True)
-def _lane_sums8(a, b, c, d):
-    """:func:`_lane_sums16` of four 8-lane vectors."""
-    t0 = _LO32_8(a, b) + _HI32_8(a, b)
-    t1 = _LO32_8(c, d) + _HI32_8(c, d)
-    return _LO64_8(t0, t1) + _HI64_8(t0, t1)
-
-
-@njit(inline="always", cache=True)
-def _q2_k_sums4(i0, i1, i2, i3, m0, m1, m2, m3):
-    """Four rows' isum and summs lanes -> int32 x8: isum of rows 0..3, then summs. In-lane
-    unpacks first, then two 128-bit lane folds: the cross-lane ``vpermt2d`` tree cost
-    27% of the in-cache time (22.5 GB/s with it, 30.8 without any reduction)."""
-    v = _lane_sums16(i0, i1, i2, i3)
-    v = S.lanes(v, 0, 8) + S.lanes(v, 8, 8)
-    m = _lane_sums8(m0, m1, m2, m3)
-    return S.concat(S.lanes(v, 0, 4) + S.lanes(v, 4, 4), S.lanes(m, 0, 4) + S.lanes(m, 4, 4))
-
-
 @njit(cache=True)
 def _simd_q2_k(row, yq, yp):
     out_of_line()
     sumf = F(0)
     for i in range(row.shape[0] // B_Q2_K):
         p, py = B_Q2_K * i, B_Q8_K * i
-        isum, summs = _q2_k_ints(row, p, yq, py, yp, 256 * i, PREFETCH)
+        isum, summs = _q2_k_ints(row, p, yq, py, yp, PREP_Q2_K * i, PREFETCH)
         yd = S.scalar_at(yq, py, "f32")
         dd = S.halves_at(row, p + 80, 2)
         sumf += ((yd * S.lane(dd, 0)) * F(S.hsum(isum))
@@ -1384,21 +1383,83 @@ def _rows4_u32(r0, r1, r2, r3, p):
                     S.concat(S.load(r2, p, 1, "u32"), S.load(r3, p, 1, "u32")))
 
 
+#: Q2_K four-row form: the 16 scale bytes of rows 0..3 side by side (``_q2_k_scales4``,
+#: 128-bit lane r: row r). Row r's byte table (``_q2_k_table``): in 128-bit lane L, byte
+#: 4j + c = c * (scale of the sub-block that plane j's codes in lane L belong to, 2j +
+#: (0, 1, 8, 9)[L]), made by one byte permute of the scales, an or of 16c and one
+#: lookup in ``_Q2_MUL`` (byte 16c + s = c * s)
+_Q2_SC_R0, _Q2_SC_R1, _Q2_SC_R2, _Q2_SC_R3 = (
+    S.permutation([16 * r + 2 * j + (0, 1, 8, 9)[L] for L in range(4) for j in range(4)
+                   for c in range(4)]) for r in range(4))
+_Q2_C16 = S.constant([16 * c for L in range(4) for j in range(4) for c in range(4)], "u8")
+_Q2_MUL = S.constant([(i // 16) * (i % 16) for i in range(64)], "u8")
+#: plane j's codes as table indices 4j + code (one ``vgf2p8affineqb`` each; plane 0: q & 3)
+_Q2_IDX1, _Q2_IDX2, _Q2_IDX3 = (S.bit_picker([2 * j, 2 * j + 1], 4 * j) for j in (1, 2, 3))
+#: int32 lanes of the four rows' scale bytes -> lane 4L + r: row r's bytes 4L..4L+3
+_Q2_MINS_T = S.permutation([4 * r + L for L in range(4) for r in range(4)])
+_Q2_ISUM_SUMMS_A = S.permutation2(list(range(8)) + list(range(16, 24)))
+_Q2_ISUM_SUMMS_B = S.permutation2(list(range(8, 16)) + list(range(24, 32)))
+_Q2_SWAP128 = S.permutation([i ^ 4 for i in range(16)])
+#: float32 (dall, dmin) pairs of rows 0..3 -> dall in lanes 0..3, dmin in lanes 8..11
+_Q2_DD16 = S.permutation([0, 2, 4, 6] * 2 + [1, 3, 5, 7] * 2)
+
+
+@njit(inline="always", cache=True)
+def _q2_k_scales4(r0, r1, r2, r3, p):
+    """The 16 scale bytes of the blocks at p of four rows, row r in 128-bit lane r."""
+    return S.concat(S.concat(S.load(r0, p, 16, "u8"), S.load(r1, p, 16, "u8")),
+                    S.concat(S.load(r2, p, 16, "u8"), S.load(r3, p, 16, "u8")))
+
+
+@njit(inline="always", cache=True)
+def _q2_k_table(sc):
+    """A row's code x scale byte table from its scale bytes ``sc`` as ``_Q2_SC_R<r>``
+    picks them (scales are their low nibbles, at most 15: products at most 45)."""
+    return S.lookup64(_Q2_MUL(), (sc & 15) | _Q2_C16())
+
+
+@njit(inline="always", cache=True)
+def _q2_k_isum(row, p, tab, y0, y1, y2, y3):
+    """int32 lanes summing to ggml's isum of one row's block: each plane's codes looked
+    up as code * scale bytes (``vpshufb`` of the row's table) and dotted with the
+    activations by one ``vpdpbusd`` (products at most 45 * 128: exact, no int16 step)."""
+    q = S.load(row, p + 16, 64, "u8")
+    acc = S.dpbusd(S.zeros(16, "i32"), S.lookup16(tab, q & 3), y0)
+    acc = S.dpbusd(acc, S.lookup16(tab, _Q2_IDX1(q)), y1)
+    acc = S.dpbusd(acc, S.lookup16(tab, _Q2_IDX2(q)), y2)
+    return S.dpbusd(acc, S.lookup16(tab, _Q2_IDX3(q)), y3)
+
+
+@njit(inline="always", cache=True)
+def _q2_k_mins4(s4, yp, pb):
+    """int32 lane 4L + r: row r's sum of mins[4L + b] * bsums[4L + b] over b, from the
+    scale bytes' high nibbles and the activations' split bsums (``_prep_q2_k_bsums``):
+    128 * dpbusd(mins, hi) + dpbusd(mins, lo)."""
+    t = S.bit_field(S.bitcast(_Q2_MINS_T(S.bitcast(s4, "i32")), "u8"), 4, 4)
+    hi = S.dpbusd(S.zeros(16, "i32"), t, S.load(yp, pb, 64, "i8"))
+    return S.dpbusd(hi << 7, t, S.load(yp, pb + 64, 64, "i8"))
+
+
 @njit(inline="always", cache=True)
 def _rows4_q2_k(r0, r1, r2, r3, yq, yp):
-    ahead = NO_PREFETCH
     sumf = S.zeros(4, "f32")
     for i in range(r0.shape[0] // B_Q2_K):
-        p, py, pp = B_Q2_K * i, B_Q8_K * i, 256 * i
+        p, py, pp = B_Q2_K * i, B_Q8_K * i, PREP_Q2_K * i
         _prefetch_next4(r0, p, B_Q2_K, _SW_Q2_K)
-        i0, m0 = _q2_k_ints(r0, p, yq, py, yp, pp, ahead)
-        i1, m1 = _q2_k_ints(r1, p, yq, py, yp, pp, ahead)
-        i2, m2 = _q2_k_ints(r2, p, yq, py, yp, pp, ahead)
-        i3, m3 = _q2_k_ints(r3, p, yq, py, yp, pp, ahead)
-        sums = S.convert(_q2_k_sums4(i0, i1, i2, i3, m0, m1, m2, m3), "f32")
+        s4 = _q2_k_scales4(r0, r1, r2, r3, p)
+        y0, y1 = S.load(yp, pp, 64, "i8"), S.load(yp, pp + 64, 64, "i8")
+        y2, y3 = S.load(yp, pp + 128, 64, "i8"), S.load(yp, pp + 192, 64, "i8")
+        a0 = _q2_k_isum(r0, p, _q2_k_table(_Q2_SC_R0(s4)), y0, y1, y2, y3)
+        a1 = _q2_k_isum(r1, p, _q2_k_table(_Q2_SC_R1(s4)), y0, y1, y2, y3)
+        a2 = _q2_k_isum(r2, p, _q2_k_table(_Q2_SC_R2(s4)), y0, y1, y2, y3)
+        a3 = _q2_k_isum(r3, p, _q2_k_table(_Q2_SC_R3(s4)), y0, y1, y2, y3)
+        v = _lane_sums16(a0, a1, a2, a3)                  # lane 4L + r: isum parts
+        m = _q2_k_mins4(s4, yp, pp + 256)                 # lane 4L + r: summs parts
+        c = _Q2_ISUM_SUMMS_A(v, m) + _Q2_ISUM_SUMMS_B(v, m)
+        sums = S.convert(c + _Q2_SWAP128(c), "f32")      # lanes 0..3 isum, 8..11 summs
         dd = _halves(_rows4_u32(r0, r1, r2, r3, p + 80))          # d, dmin of rows 0..3
-        t = _DMIN_LAST(S.scalar_at(yq, py, "f32") * dd) * sums   # dall*isum, dmin*summs
-        sumf = sumf + (S.lanes(t, 0, 4) - S.lanes(t, 4, 4))
+        t = _Q2_DD16(S.scalar_at(yq, py, "f32") * dd) * sums     # dall*isum, dmin*summs
+        sumf = sumf + (S.lanes(t, 0, 4) - S.lanes(t, 8, 4))
     return S.lane(sumf, 0), S.lane(sumf, 1), S.lane(sumf, 2), S.lane(sumf, 3)
 
 

@@ -221,6 +221,8 @@ MODELS: dict[str, tuple[Callable, dict]] = {
     "deepseek2_gate_up": (DS.write_deepseek2, dict(n_layer=2, merged_gate_up=True)),
     # GLM-4.7-Flash style: 2 trunk layers + 1 NextN/MTP block the trunk graph skips
     "deepseek2_nextn": (DS.write_deepseek2, dict(n_layer=2, n_nextn=1)),
+    # two NextN blocks: the loader probes the first's nextn.eh_proj once (trunk_only)
+    "deepseek2_nextn2": (DS.write_deepseek2, dict(n_layer=2, n_nextn=2)),
     # a pre-MLA file (attn_kv_b, no MLA head sizes): llama.cpp's non-MLA path, MHA over
     # a full K/V cache (K heads of 32 + 32 = 64: the Hadamard path with quantized K;
     # V heads of 64)

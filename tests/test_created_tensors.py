@@ -28,11 +28,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from graphcost.cli import main
-from graphcost.errors import GraphcostError
+from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.format.model import expr_names
 from graphcost.graph.arch_spec import TensorBranch, load_specs
 from graphcost.graph.build import load_model
-from graphcost.graph.created_tensors import extra_tensors, loader_rules, missing_tensors
+from graphcost.graph.created_tensors import (_probed, extra_tensors, loader_rules,
+                                             missing_tensors)
 from graphcost.judge.oracle import (OracleError, capture_log, llama_cpp_available,
                                     llama_cpp_unavailable_reason)
 from graphcost.resources import bundled
@@ -323,15 +324,23 @@ def test_a_spec_without_its_tensor_list_is_refused(tmp_path):
     with pytest.raises(GraphcostError, match=r"tensors\.layer: \{'when': 'x', 'then': \['b'\]\} "
                        r"is neither a tensor name, \{optional: \[\.\.\.\]\} nor a branch"):
         parse_spec(p)
+    p.write_text("architecture: fam\ntensors: {model: [a], layer: [b], mtp_only: blk.0.b}\n")
+    with pytest.raises(GraphcostError, match=r"tensors\.mtp_only must be a tensor name, beside "
+                                             r"a nextn list: 'blk\.0\.b'"):
+        parse_spec(p)
+    p.write_text("architecture: fam\ntensors: {model: [a], layer: [b], nextn: [b], "
+                 "mtp_only: blk.0.b}\n")
+    assert parse_spec(p).tensors.mtp_only == "blk.0.b"
 
 
 def _conditions(items) -> list[str]:
-    """Every ``if:`` expression of a ``tensors:`` list, taken branch or not."""
+    """Every ``if:`` expression of a ``tensors:`` list, taken branch or not, and every
+    ``{h}`` placeholder of a ``has:`` probe as the expression ``h``."""
     out = []
     for it in items or ():
         if isinstance(it, TensorBranch):
-            out += ([it.arg] if it.test == "if" else []) + _conditions(it.then) \
-                + _conditions(it.orelse)
+            out += ([it.arg] if it.test == "if" else re.findall(r"\{(\w+)\}", it.arg)) \
+                + _conditions(it.then) + _conditions(it.orelse)
     return out
 
 
@@ -408,6 +417,10 @@ BRANCHES: dict[str, list[Case]] = {
         # its nextn.eh_proj, optional where not (trunk_only)
         _missing("deepseek2_nextn", "blk.2.nextn.enorm.weight"),
         Case("deepseek2_nextn", drop=("blk.2.nextn.eh_proj.weight", "blk.2.nextn.enorm.weight")),
+        # one trunk_only probe, the first NextN block's (blk.2) nextn.eh_proj: there, the
+        # second block's tensors are required, eh_proj too; not there, none is, enorm neither
+        _missing("deepseek2_nextn2", "blk.3.nextn.eh_proj.weight"),
+        Case("deepseek2_nextn2", drop=("blk.2.nextn.eh_proj.weight", "blk.3.nextn.enorm.weight")),
     ],
     "ernie4_5-moe": [
         _extra("ernie", "blk.0.ffn_gate_exps.weight"),   # il < n_layer_dense_lead 1
@@ -544,3 +557,105 @@ def test_the_cli_refuses_a_missing_tensor_in_one_line_with_exit_2(written, tmp_p
                              "loader (load_arch_tensors in src/models/glm4.cpp) missing from "
                              "the file; llama.cpp refuses it: tensor "
                              "'blk.3.nextn.eh_proj.weight' not found"), lines[0]
+
+
+def test_a_probe_names_the_hyperparameters_of_its_placeholders():
+    """``has: /blk.{n_layer}.x``: a model-level name, its placeholder the value; in a
+    block, a bare name is the block's."""
+    assert _probed("/blk.{n_layer}.nextn.eh_proj.weight", "blk.3.", {"n_layer": 61.0},
+                   "spec.yaml") == "blk.61.nextn.eh_proj.weight"
+    assert _probed("nextn.eh_proj.weight", "blk.3.", {}, "spec.yaml") \
+        == "blk.3.nextn.eh_proj.weight"
+    with pytest.raises(GraphcostError, match=r"spec.yaml: has: '/blk.\{frob\}.x' names "
+                                             r"'frob', not a hyperparameter"):
+        _probed("/blk.{frob}.x", "", {"n_layer": 2.0}, "spec.yaml")
+
+
+def _faults(written, tmp_path: Path, name: str, bad_shape: str, drop: tuple[str, ...] = (),
+            add: tuple[str, ...] = ()) -> Path:
+    """The llama tiny model with ``bad_shape`` (a layer norm) 8 long instead of n_embd,
+    less ``drop``, plus the [8] F32 tensors ``add``."""
+    return with_tensors(written["llama"], tmp_path / name,
+                        {bad_shape: ([8], QT.F32), **{n: ([8], QT.F32) for n in add}},
+                        drop=(bad_shape, *drop))
+
+
+#: (file, the tensor named first) where a file has two faults: llama.cpp creates the
+#: tensors in its loader's order (blk.0's before blk.1's), stops at the first missing or
+#: wrongly shaped one, and counts them last
+FIRST_FAULT = {
+    "shape-before-missing": (dict(bad_shape="blk.0.attn_norm.weight",
+                                  drop=("blk.1.ffn_up.weight",)), "blk.0.attn_norm.weight"),
+    "missing-before-shape": (dict(bad_shape="blk.1.attn_norm.weight",
+                                  drop=("blk.0.ffn_up.weight",)), "blk.0.ffn_up.weight"),
+    "shape-before-count": (dict(bad_shape="blk.1.attn_norm.weight",
+                                add=("blk.0.frob.weight",)), "blk.1.attn_norm.weight"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FIRST_FAULT))
+def test_the_first_fault_in_the_loaders_order_is_named(written, tmp_path, case):
+    kw, first = FIRST_FAULT[case]
+    path = _faults(written, tmp_path, f"{case}.gguf", **kw)
+    n_embd = load_model(written["llama"]).n_embd
+    with pytest.raises(GraphcostError) as e:
+        load_model(path)
+    if first in kw.get("drop", ()):
+        assert str(e.value).endswith(f"llama.cpp refuses it: tensor '{first}' not found")
+    else:
+        assert str(e.value) == (f"{path}: tensor '{first}' has shape [8], the "
+                                f"hyperparameters say [{n_embd}] (n_embd {n_embd})")
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("case", sorted(FIRST_FAULT))
+def test_llama_cpp_names_the_same_first_fault(written, tmp_path, case):
+    kw, first = FIRST_FAULT[case]
+    path = _faults(written, tmp_path, f"{case}.gguf", **kw)
+    expect = (f"tensor '{first}' not found" if first in kw.get("drop", ())
+              else f"tensor '{first}' has wrong shape")
+    with pytest.raises(OracleError, match=re.escape(expect)):
+        capture_log(path, n_ctx=256)
+
+
+#: a tiny model with NextN blocks for each family whose loader probes for MTP-only files
+#: (load_arch_tensors' mtp_only: NextN blocks and no blk.0.attn_norm.weight)
+MTP_ONLY = {"deepseek2": "deepseek2_nextn", "glm4moe": "glm45", "qwen3next": "qwen3next_nextn",
+            "qwen35": "qwen35_nextn", "qwen35moe": "qwen35moe_nextn",
+            "nemotron_h_moe": "nemotron_h_moe_nextn"}
+
+
+def _mtp_only(written, model: str, path: Path) -> Path:
+    """``model`` less every trunk block's tensors (blk.<il>, il < n_layer)."""
+    m = load_model(written[model])
+    trunk = tuple(n for n in m.header.tensors
+                  if n.startswith("blk.") and int(n.split(".")[1]) < m.n_layer)
+    return with_tensors(written[model], path, {}, drop=trunk)
+
+
+def test_the_mtp_only_probe_is_in_the_specs_that_make_it():
+    assert sorted(f for f in FAMILIES if (load_specs()[f].tensors.mtp_only
+                                          == "blk.0.attn_norm.weight")) \
+        == sorted(["deepseek2", "glm4moe", "qwen3next", "qwen35", "qwen35moe", "nemotron_h",
+                   "nemotron_h_moe"])
+
+
+@pytest.mark.parametrize("family", sorted(MTP_ONLY))
+def test_an_mtp_only_file_is_refused_as_not_modelled(written, family, tmp_path):
+    path = _mtp_only(written, MTP_ONLY[family], tmp_path / "mtp.gguf")
+    spec, n = load_specs()[family], load_model(written[MTP_ONLY[family]]).n_layer_nextn
+    with pytest.raises(UnsupportedError) as e:
+        load_model(path)
+    assert str(e.value) == (
+        f"{path}: an MTP-only file (nextn_predict_layers {n}, no 'blk.0.attn_norm.weight': the "
+        f"mtp_only probe of llama.cpp's {family} loader (load_arch_tensors in {spec.source}), "
+        "which makes the trunk's tensors optional): graphcost builds the trunk graph only; "
+        "not modelled")
+
+
+@needs_llama_cpp
+def test_llama_cpp_runs_no_trunk_graph_on_an_mtp_only_file(written, tmp_path):
+    """llama.cpp's loader accepts it (the trunk optional); its trunk graph has no tensors
+    to read, and the worker dies (0.3.36: SIGSEGV)."""
+    with pytest.raises(OracleError, match="llama.cpp worker failed"):
+        capture_log(_mtp_only(written, "deepseek2_nextn", tmp_path / "mtp.gguf"), n_ctx=256)

@@ -165,6 +165,43 @@ def test_repeated_runs_of_a_step_are_idempotent(llama):
     np.testing.assert_array_equal(ex2.step([9, 10]).logits, r.logits)
 
 
+def test_a_step_times_its_nodes_only_when_asked(llama):
+    from graphcost.execute.plan import FIXED, VIEW
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    plain = ex.step([9, 10], repeat=2)
+    ex.reset()
+    timed = ex.step([9, 10], repeat=2, time_nodes=True, capture=["result_norm"])
+    np.testing.assert_array_equal(plain.logits, timed.logits)
+    assert [t.ns for t in plain.timings] == [None, None]
+    assert all(t.wall_ns > 0 for t in plain.timings)
+    kinds = [st.kind for st in ex.plan(2).steps]
+    for t in timed.timings:
+        # a time for every node that computes, none for views; the nodes ran in the wall
+        assert [n is None for n in t.ns] == [k in (FIXED, VIEW) for k in kinds]
+        assert all(n > 0 for n in t.ns if n is not None)
+        assert sum(n for n in t.ns if n is not None) <= t.wall_ns
+    assert set(timed.captured) == {next(i for i, n in enumerate(timed.graph.nodes)
+                                        if n.name == "result_norm")}
+
+
+def test_a_checkpoint_puts_the_sequence_back(gemma3):
+    # gemma3: a sliding-window cache beside the full one, both cells put back
+    once = Executor(gemma3, RunSettings(ctx_size=256))
+    twice = Executor(gemma3, RunSettings(ctx_size=256))
+    a = [once.step([4, 5, 6]), once.step([7]), once.step([8])]
+    b = [twice.step([4, 5, 6])]
+    back = twice.checkpoint()
+    twice.step([9])                   # another token: other rows, cells, past
+    back()
+    b += [twice.step([7]), twice.step([8])]
+    for x, y in zip(a, b):
+        assert x.past == y.past
+        np.testing.assert_array_equal(x.logits, y.logits)
+    assert twice.past == 5 and set(twice.cells) == set(once.cells)
+    for k in once.cells:
+        np.testing.assert_array_equal(once.cells[k].pos, twice.cells[k].pos)
+
+
 def test_small_nodes_are_preallocated_bound_and_return_copies(llama):
     from graphcost.execute.plan import BOUND, COMPUTE
     ex = Executor(llama, RunSettings(ctx_size=256))

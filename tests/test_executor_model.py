@@ -270,14 +270,20 @@ def _node(i: int, op: str, us: float, model_us: float) -> NodeRow:
 
 
 def _profile(hw) -> Profile:
-    def step(past, n_tokens, wall_ms, untimed_ms, nodes):
+    def step(past, n_tokens, wall_ms, replay_ms, nodes):
+        """``replay_ms``: (timed, untimed) ms of each replay round."""
         return StepRow(n_tokens, past, 7, [(7, 2.0), (3, 1.0)], wall_ms * 1e-3, nodes,
-                       untimed=untimed_ms * 1e-3)
-    steps = [step(0, 4, 10.0, 12.0, [_node(0, "MUL_MAT", 400, 300)]),
+                       timed_runs=[t * 1e-3 for t, _ in replay_ms],
+                       untimed_runs=[u * 1e-3 for _, u in replay_ms])
+    # the replay's pairs: in round 2 the memory changes state between a step's untimed
+    # run (fast: 4 ms a decode step) and its node-timed one (slow: 8.4 ms); rounds 1 and
+    # 3 meet one state each: 4.2 / 4.0 and 8.4 / 8.0, node timing adding 5%
+    decode = [(4.2, 4.0), (8.4, 4.0), (8.4, 8.0)]
+    steps = [step(0, 4, 10.0, [(10.0, 12.0)] * 3, [_node(0, "MUL_MAT", 400, 300)]),
              # decode: MUL_MAT 100 us (model 80) and 120 us (model 150), GEGLU 20 (model 15)
-             step(4, 1, 5.0, 4.0, [_node(0, "MUL_MAT", 100, 80), _node(1, "GEGLU", 20, 15)]),
-             step(5, 1, 7.0, 5.0, [_node(0, "MUL_MAT", 120, 150), _node(1, "GEGLU", 20, 15)]),
-             step(6, 1, 6.0, 6.0, [_node(0, "MUL_MAT", 100, 100), _node(1, "GEGLU", 20, 25)])]
+             step(4, 1, 5.0, decode, [_node(0, "MUL_MAT", 100, 80), _node(1, "GEGLU", 20, 15)]),
+             step(5, 1, 7.0, decode, [_node(0, "MUL_MAT", 120, 150), _node(1, "GEGLU", 20, 15)]),
+             step(6, 1, 6.0, decode, [_node(0, "MUL_MAT", 100, 100), _node(1, "GEGLU", 20, 25)])]
     settings = {"n_ctx": 256, "n_ubatch": 512, "flash_attn": "on", "cache_type_k": "f16",
                 "cache_type_v": "f16"}
     return Profile("m.gguf", "m", "llama", settings, "fast", 2, 3, hw, steps, 0.5,
@@ -287,12 +293,38 @@ def _profile(hw) -> Profile:
 def test_untimed_rate_and_timing_overhead():
     p = _profile(measured())
     tps = p.tokens_per_second()
-    # timed: median decode wall 6 ms -> 166.67 tok/s; untimed: median 5 ms -> 200 tok/s
-    assert tps["decode"] == pytest.approx(1 / 6e-3) and tps["decode_untimed"] == pytest.approx(200)
+    # untimed decode runs 4, 4, 8 ms in each of 3 steps: median 4 ms -> 250 tok/s; timed
+    # 4.2, 8.4, 8.4: median 8.4 ms -> 119.05 tok/s
+    assert tps["decode_untimed"] == pytest.approx(250) and tps["decode"] == pytest.approx(1 / 8.4e-3)
     # prompt: 4 tokens in 10 ms timed, 12 ms untimed
     assert tps["prompt"] == pytest.approx(400) and tps["prompt_untimed"] == pytest.approx(4 / 12e-3)
-    # 6 ms / 5 ms - 1 = +20%
-    assert p.timing_overhead() == pytest.approx(0.2)
+    # paired: 4.2/4.0, 8.4/4.0, 8.4/8.0 = 1.05, 2.1, 1.05 in each step: median of the 9
+    # ratios 1.05 -> +5%, where the medians' ratio 8.4 / 4.0 - 1 would say +110%
+    assert p.timing_overhead() == pytest.approx(0.05)
+    # the steps' medians: untimed 12 ms (prompt), 4 ms (decode); timed 10, 8.4
+    assert [s.untimed for s in p.steps] == pytest.approx([12e-3, 4e-3, 4e-3, 4e-3])
+    assert [s.timed for s in p.steps] == pytest.approx([10e-3, 8.4e-3, 8.4e-3, 8.4e-3])
+    # with no decode step, the prompt's pairs: 10 / 12 - 1 = -16.7% in each round
+    p.steps[1:] = []
+    assert p.timing_overhead() == pytest.approx(10 / 12 - 1)
+
+
+@pytest.mark.parametrize("timed,untimed,overhead", [
+    ([1.1, 2.2, 3.0], [1.0, 2.0, 2.0], 0.1),     # ratios 1.1, 1.1, 1.5 -> median 1.1
+    ([2.0, 1.0], [1.0, 1.0], 0.5),               # ratios 2, 1 -> median 1.5
+    ([0.9], [1.0], -0.1),                        # one pair, timed quicker
+    ([], [], None),                              # no pair: no figure, not zero
+], ids=["odd", "even", "negative", "none"])
+def test_paired_overhead(timed, untimed, overhead):
+    from graphcost.execute.profile import paired_overhead
+    got = paired_overhead(timed, untimed)
+    assert got is None if overhead is None else got == pytest.approx(overhead)
+
+
+def test_paired_overhead_needs_pairs():
+    from graphcost.execute.profile import paired_overhead
+    with pytest.raises(ValueError, match="2 timed runs against 3 untimed"):
+        paired_overhead([1.0, 1.0], [1.0, 1.0, 1.0])
 
 
 def test_model_columns_and_per_kind_accuracy():
@@ -316,8 +348,11 @@ def test_model_columns_and_per_kind_accuracy():
         p.estimate_accuracy(phase="both")
     d = document(p)
     assert d["estimate_accuracy_prompt"] == prompt
-    assert d["node_timing_overhead"] == pytest.approx(0.2)
-    assert [s["untimed_seconds"] for s in d["steps"]] == pytest.approx([12e-3, 4e-3, 5e-3, 6e-3])
+    assert d["node_timing_overhead"] == pytest.approx(0.05)
+    assert [s["untimed_seconds"] for s in d["steps"]] == pytest.approx([12e-3, 4e-3, 4e-3, 4e-3])
+    assert [s["timed_seconds"] for s in d["steps"]] == pytest.approx([10e-3, 8.4e-3, 8.4e-3, 8.4e-3])
+    assert d["steps"][1]["timed_runs_seconds"] == pytest.approx([4.2e-3, 8.4e-3, 8.4e-3])
+    assert d["steps"][1]["untimed_runs_seconds"] == pytest.approx([4e-3, 4e-3, 8e-3])
     row = next(r for r in d["by_op"] if r["key"] == "GEGLU")
     assert row["modelled_seconds"] == pytest.approx(55e-6 / 3)
     assert row["model_ratio"] == pytest.approx(55 / 60)
@@ -326,9 +361,9 @@ def test_model_columns_and_per_kind_accuracy():
 def test_table_prints_the_untimed_rate_beside_the_timed_one():
     out = render_table(_profile(measured()), width=100, top=5)
     flat = " ".join(out.split())
-    assert "decode 200.00 untimed (Executor.step replayed, median of 3)" in flat
-    assert "with every node timed: prompt 400.00, decode 166.67" in flat
-    assert "node timing adds +20.0% to a step" in flat
+    assert "decode 250.00 untimed (Executor.step replayed, median of 3)" in flat
+    assert "with every node timed: prompt 400.00, decode 119.05" in flat
+    assert "node timing adds +5.0% to a step (median of 9 timed/untimed pairs)" in flat
     # most nodes first, then by name
     assert "the model per op kind: GEGLU 0.25 (3), MUL_MAT 0.20 (3)" in flat
     # and the prompt step's own: its one MUL_MAT, modelled 300 us against 400
@@ -487,3 +522,30 @@ def test_flash_attention_uses_the_nearest_head_size():
     # nearest measured size; a tie (96: 64 or 128, 192: 128 or 256) takes the smaller
     assert at == {64: 1e-6, 80: 1e-6, 96: 1e-6, 128: 2e-6, 192: 2e-6, 256: 3e-6, 512: 3e-6}
     assert executor_seconds("FLASH_ATTN_EXT", 500, 0, hw) == 2e-6      # no head size: 128's
+
+
+# ---- benchmarks/check_small_ops.py: the GELU table lines a layer's gate values index ----
+
+def _check_small_ops():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "check_small_ops.py"
+    spec = importlib.util.spec_from_file_location("check_small_ops", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_table_lines_are_f16_bits_over_32():
+    mod = _check_small_ops()
+    # F16 bits: 0.0 -> 0x0000 (line 0); 1.0 -> 0x3C00 = 15360 (line 15360 // 32 = 480);
+    # 1 + 2**-10 -> 0x3C01 (line 480 too); 2.0 -> 0x4000 = 16384 (line 512);
+    # -1.0 -> 0xBC00 = 48128 (line 1504)
+    assert mod.table_lines([0.0, 1.0, 1.0 + 2 ** -10, 2.0, -1.0]) == {0, 480, 512, 1504}
+
+
+def test_new_lines_counts_lines_no_earlier_node_read():
+    mod = _check_small_ops()
+    # {0, 480}: both new; {480, 512}: 512 new; {0, 512}: none; {7}: new
+    assert mod.new_lines([{0, 480}, {480, 512}, {0, 512}, {7}]) == [2, 1, 0, 1]

@@ -187,3 +187,25 @@ def test_timing_reruns_do_not_advance_the_recurrent_state(tmp_path):
         np.testing.assert_array_equal(x.logits, y.logits)
     for k in once.kv:
         np.testing.assert_array_equal(once.kv[k], timed.kv[k])
+
+
+def test_a_checkpoint_puts_the_recurrent_state_back(tmp_path):
+    """``profile``'s replay runs each step twice, the sequence put back between
+    (``Executor.checkpoint``): the recurrent state too, or the second run would start a
+    token ahead. Same logits and buffers as single runs."""
+    from fixtures_hybrid import write_granitehybrid
+    info = write_granitehybrid(tmp_path / "gh.gguf")
+    ids = [5, 77, 140, 9, 200, 31]
+    once = Executor(info.path, RunSettings(ctx_size=256), numerics="ggml")
+    twice = Executor(info.path, RunSettings(ctx_size=256), numerics="ggml")
+    a = [once.step(ids[:3])] + [once.step([t]) for t in ids[3:]]
+    b = [twice.step(ids[:3])]
+    for t in ids[3:]:
+        back = twice.checkpoint()
+        twice.step([t], time_nodes=True)
+        back()
+        b.append(twice.step([t]))
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.logits, y.logits)
+    for k in once.kv:
+        np.testing.assert_array_equal(once.kv[k], twice.kv[k])

@@ -148,11 +148,17 @@ def test_profile_json_document(llama, tmp_path):
     assert d["rollup_phase"] == "decode"
     assert set(d["tokens_per_second"]) == {"prompt", "decode", "prompt_untimed",
                                            "decode_untimed"}
-    # the untimed replay: every step run again through Executor.step, timed from outside
-    assert all(s["untimed_seconds"] > 0 for s in steps)
-    assert d["tokens_per_second"]["decode_untimed"] == pytest.approx(
-        1 / float(np.median([s["untimed_seconds"] for s in steps[1:]])))
-    assert isinstance(d["node_timing_overhead"], float)
+    # the replay: every step run again through Executor.step, timed from outside,
+    # untimed and node-timed, one pair a round (--repeat rounds)
+    repeat = d["executor"]["repeat"]
+    assert all(len(s["untimed_runs_seconds"]) == len(s["timed_runs_seconds"]) == repeat
+               and min(s["untimed_runs_seconds"] + s["timed_runs_seconds"]) > 0 for s in steps)
+    untimed = [u for s in steps[1:] for u in s["untimed_runs_seconds"]]
+    timed = [t for s in steps[1:] for t in s["timed_runs_seconds"]]
+    assert d["tokens_per_second"]["decode_untimed"] == pytest.approx(1 / float(np.median(untimed)))
+    assert d["tokens_per_second"]["decode"] == pytest.approx(1 / float(np.median(timed)))
+    assert d["node_timing_overhead"] == pytest.approx(
+        float(np.median(np.array(timed) / np.array(untimed))) - 1)
     assert set(d["compile"]) >= {"kernels_import_seconds", "first_run_overhead_seconds", "numba_cache"}
     acc = d["estimate_accuracy"]
     assert acc["min_seconds"] == 1e-5 and set(acc["by_op"]) <= {n["op"] for n in steps[1]["nodes"]}

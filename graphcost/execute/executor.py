@@ -72,7 +72,7 @@ class StepResult:
     n_tokens: int
     past: int
     logits: np.ndarray                       # [n_outputs, n_vocab] float32
-    timings: list[NodeTiming]
+    timings: list[NodeTiming]                # one per timed run (node times if time_nodes)
     captured: dict[int, np.ndarray] = field(default_factory=dict)   # node index -> value copy
     graph: BuiltGraph | None = None
     warmup_ns: int | None = None             # wall time of the untimed first run, if any
@@ -130,6 +130,32 @@ class Executor:
         self.cells.clear()
         self.past = 0
 
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the sequence back where it is now (``past``, the cells,
+        the recurrent states; a cache buffer made since is zeroed again), so that the
+        next step can be run again as it was (``profile`` runs each replayed step twice,
+        untimed and node-timed). The KV rows a step wrote stay: the rerun writes the same
+        rows at the same cells (:meth:`step`'s reruns rely on the same)."""
+        past = self.past
+        cells = {k: (c.pos.copy(), c.head) for k, c in self.cells.items()}
+        states = [(self.kv[n], self.kv[n].copy())
+                  for n in {n for p in self._plans.values() for n in _state_names(p.graph)}]
+        had = set(self.kv)
+
+        def back() -> None:
+            self.past = past
+            for k in list(self.cells):
+                if k not in cells:
+                    del self.cells[k]
+            for k, (pos, head) in cells.items():
+                np.copyto(self.cells[k].pos, pos)
+                self.cells[k].head = head
+            for buf, saved in states:
+                np.copyto(buf, saved)
+            for n in set(self.kv) - had:
+                self.kv[n][:] = 0
+        return back
+
     def plan(self, n_tokens: int, n_outputs: int = 1) -> Plan:
         """The compiled graph for a ubatch of ``n_tokens`` at the current ``past``; graphs
         differ only by their shape (tokens, outputs, attended cells), so plans are cached."""
@@ -141,13 +167,16 @@ class Executor:
         return self._plans[key]
 
     def step(self, tokens: Iterable[int], *, n_outputs: int = 1, repeat: int = 1,
-             capture: Iterable[str | int] = (), warmup: bool = False,
+             capture: Iterable[str | int] = (), warmup: bool = False, time_nodes: bool = False,
              on_run: Callable[[bool], None] | None = None) -> StepResult:
         """``llama_decode`` of one ubatch: ``tokens`` at positions ``past..``; logits of the
         last ``n_outputs`` tokens. ``repeat`` runs the graph that many times for timing
         (idempotent for the KV cache; a recurrent state is restored before each rerun);
-        ``warmup`` adds one untimed run first; ``on_run(timed)`` is called after every run
-        (progress bars). The kernels run on :attr:`threads` threads for this call only."""
+        ``warmup`` adds one untimed run first; ``time_nodes`` reads the clock around every
+        kernel call of the timed runs (:class:`~graphcost.execute.plan.NodeTiming`; without
+        it a run reads the clock twice, for its wall time); ``on_run(timed)`` is called after
+        every run (progress bars). The kernels run on :attr:`threads` threads for this
+        call only."""
         tokens = [int(t) for t in tokens]
         if not tokens:
             raise SettingsError("a step needs at least one token")
@@ -164,8 +193,7 @@ class Executor:
         # a recurrent state is read and rewritten by every run (unlike KV rows, which a
         # rerun writes again identically): each timed or warm-up run starts from the
         # state before the step, so the last run leaves the state of one decode
-        names = [t.name for st in plan.graph.states for t in (*st.r.values(), *st.s.values())]
-        before = [(self.kv[n], self.kv[n].copy()) for n in names] \
+        before = [(self.kv[n], self.kv[n].copy()) for n in _state_names(plan.graph)] \
             if warmup or repeat > 1 else []
 
         def restore():
@@ -176,13 +204,14 @@ class Executor:
         vals, cap = None, {}
         with kernel_threads(self.threads):
             if warmup:
-                warmup_ns = run_plan(plan)[1].wall_ns
+                warmup_ns = run_plan(plan, timed=False)[1].wall_ns
                 if on_run:
                     on_run(False)
             for r in range(max(1, repeat)):
                 if r > 0 or warmup:
                     restore()
-                vals, timing, c = run_plan(plan, capture=idx if r == 0 else ())
+                vals, timing, c = run_plan(plan, capture=idx if r == 0 else (),
+                                           timed=time_nodes)
                 timings.append(timing)
                 cap = cap or c
                 if on_run:
@@ -193,6 +222,11 @@ class Executor:
         res = StepResult(T, self.past, logits, timings, cap, plan.graph, warmup_ns)
         self.past += T
         return res
+
+
+def _state_names(bg: BuiltGraph) -> list[str]:
+    """The cache buffers of ``bg``'s recurrent states (``cache_r_l<il>``, ``cache_s_l<il>``)."""
+    return [t.name for st in bg.states for t in (*st.r.values(), *st.s.values())]
 
 
 def _capture_indices(bg: BuiltGraph, capture: Iterable[str | int]) -> list[int]:

@@ -72,9 +72,11 @@ class Plan:
 
 @dataclass
 class NodeTiming:
-    """Nanoseconds per executed node of one run (``None`` for views)."""
+    """Nanoseconds per executed node of one run (``None`` for views), the clock read
+    before and after each kernel call; ``ns`` is None for an untimed run
+    (:func:`run_plan` ``timed=False``), which has only its wall time."""
 
-    ns: list[int | None]
+    ns: list[int | None] | None
     wall_ns: int
 
 
@@ -145,11 +147,13 @@ def compile_plan(bg: BuiltGraph, ctx: Ctx, weights: Mapping[str, np.ndarray],
     return Plan(bg, steps, len(slot_of), fixed, fixed_raw, inputs, needs_raw)
 
 
-def run_plan(plan: Plan, *, capture: Iterable[int] = (),
+def run_plan(plan: Plan, *, capture: Iterable[int] = (), timed: bool = True,
              timer: Callable[[], int] = time.perf_counter_ns
              ) -> tuple[list, NodeTiming, dict[int, np.ndarray]]:
     """Execute every node once (inputs already filled); values of ``capture`` indices
-    are copied out. Returns (values by slot, timing, captured values)."""
+    are copied out. ``timed``: the clock read around each kernel call (a node costs
+    ~0.2-0.3 us more, ``benchmarks/bench_node_timing.py``); untimed, twice in all (the
+    wall). Returns (values by slot, timing, captured values)."""
     vals: list = [None] * plan.n_slots
     for s, v in plan.fixed.items():
         vals[s] = v
@@ -165,20 +169,28 @@ def run_plan(plan: Plan, *, capture: Iterable[int] = (),
         kind = st.kind
         if kind == BOUND:
             call = st.call
-            t0 = timer()
-            call()
-            append(timer() - t0)
+            if timed:
+                t0 = timer()
+                call()
+                append(timer() - t0)
+            else:
+                call()
         elif kind == VIEW:
             vals[st.slot] = new_view(st.shape, dtype=st.dtype, buffer=raws[st.storage],
                                      offset=st.offset, strides=st.strides)
-            append(None)
+            if timed:
+                append(None)
         elif kind == FIXED:
-            append(None)
+            if timed:
+                append(None)
         else:
             args = [vals[s] for s in st.srcs]
-            t0 = timer()
-            res = st.fn(*args)
-            append(timer() - t0)
+            if timed:
+                t0 = timer()
+                res = st.fn(*args)
+                append(timer() - t0)
+            else:
+                res = st.fn(*args)
             if res is not None:          # None: it wrote into fixed memory (cache rows)
                 if res.shape != st.shape or res.dtype != st.dtype or not res.flags.c_contiguous:
                     res = tensor_view(flat_bytes(np.ascontiguousarray(res)), st.node, 0)
@@ -193,4 +205,4 @@ def run_plan(plan: Plan, *, capture: Iterable[int] = (),
             if st.call is not None:
                 st.call = resolve_entry(st.call)
         plan.resolved = True
-    return vals, NodeTiming(ns, wall), cap
+    return vals, NodeTiming(ns if timed else None, wall), cap

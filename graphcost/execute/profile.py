@@ -8,11 +8,16 @@ the same values) and each node's time is the median over the repeats. The first 
 new graph shape is an untimed warm-up; its extra time over the median is reported as the
 first-run overhead (Numba compiling kernels, or loading them from its cache).
 
-Untimed rate: after the timed steps the executor is reset and the same tokens are replayed
-``repeat`` times through :meth:`Executor.step` as a caller runs it (one run per step,
-timed from outside with one clock read before and after); the median step time is the
-rate a user gets, printed beside the node-timed one, whose runs read the clock around
-every node.
+Untimed rate and what node timing costs: after the timed steps the same tokens are
+replayed ``repeat`` rounds through :meth:`Executor.step` as a caller runs it (one run per
+step, no node clock, timed from outside with one clock read before and after), each step
+run twice, untimed and with node timing on (``time_nodes``, timed the same way), the
+sequence put back between the two (:meth:`Executor.checkpoint`); which of a pair goes
+first alternates from step to step. The untimed rate is the median untimed step; node
+timing's cost is the median over the pairs of timed / untimed - 1
+(:func:`paired_overhead`): the two sides of a pair run one step apart (milliseconds), so
+a change in the memory's state (minutes apart on a VM) or a burst of other load meets
+both alike, where a ratio of two medians taken minutes apart would carry it.
 
 Per node: measured seconds, modelled bytes (read + written) and FLOPs
 (:mod:`graphcost.cost.analysis`), achieved GB/s and GFLOP/s, the roofline time on the
@@ -30,7 +35,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -111,11 +116,35 @@ class StepRow:
     wall: float                         # median seconds of the whole graph (Python included)
     nodes: list[NodeRow]
     warmup: float | None = None         # seconds of the untimed first run, if there was one
-    untimed: float | None = None        # median seconds of Executor.step replayed, as a caller runs it
+    #: seconds of this step's Executor.step in each replay round, untimed and node-timed
+    #: (one pair a round, run one after the other)
+    untimed_runs: list[float] = field(default_factory=list)
+    timed_runs: list[float] = field(default_factory=list)
 
     @property
     def node_seconds(self) -> float:
         return sum(n.seconds for n in self.nodes if n.seconds)
+
+    @property
+    def untimed(self) -> float | None:
+        """Median seconds of Executor.step replayed untimed, as a caller runs it."""
+        return float(np.median(self.untimed_runs)) if self.untimed_runs else None
+
+    @property
+    def timed(self) -> float | None:
+        """Median seconds of Executor.step replayed with every node timed."""
+        return float(np.median(self.timed_runs)) if self.timed_runs else None
+
+
+def paired_overhead(timed: Sequence[float], untimed: Sequence[float]) -> float | None:
+    """What timing adds, from runs paired by position (``timed[k]`` beside
+    ``untimed[k]``): the median of ``timed[k] / untimed[k]`` - 1. None without pairs."""
+    if len(timed) != len(untimed):
+        raise ValueError(f"{len(timed)} timed runs against {len(untimed)} untimed: "
+                         "pairs need both")
+    if not timed:
+        return None
+    return float(np.median([t / u for t, u in zip(timed, untimed)])) - 1
 
 
 @dataclass
@@ -161,25 +190,25 @@ class Profile:
         return sum(max(0.0, s.warmup - s.wall) for s in self.steps if s.warmup is not None)
 
     def tokens_per_second(self) -> dict[str, float | None]:
-        """Timed per node (``prompt``, ``decode``: from the runs' wall times) and untimed
-        (``*_untimed``: :meth:`Executor.step` replayed, the rate a caller gets)."""
+        """Untimed (``*_untimed``: :meth:`Executor.step` replayed, the rate a caller gets)
+        and with every node timed (``prompt``, ``decode``: the replay's node-timed
+        runs); the decode rates are 1 / the median over every decode step's runs."""
         p = self.prompt
-        dec = [s.wall for s in self.decode]
-        und = [s.untimed for s in self.decode if s.untimed]
-        return {"prompt": p.n_tokens / p.wall if p.wall else None,
-                "decode": 1.0 / float(np.median(dec)) if dec else None,
-                "prompt_untimed": p.n_tokens / p.untimed if p.untimed else None,
-                "decode_untimed": 1.0 / float(np.median(und)) if und else None}
+
+        def rate(n, runs):
+            return n / float(np.median(runs)) if runs else None
+        return {"prompt": rate(p.n_tokens, p.timed_runs),
+                "decode": rate(1, [t for s in self.decode for t in s.timed_runs]),
+                "prompt_untimed": rate(p.n_tokens, p.untimed_runs),
+                "decode_untimed": rate(1, [t for s in self.decode for t in s.untimed_runs])}
 
     def timing_overhead(self) -> float | None:
-        """How much longer a step is with every node timed than untimed: median timed
-        wall / median untimed step - 1 over the phase's steps (negative: the untimed step,
-        which also fills the inputs, took longer)."""
+        """How much longer a step is with every node timed than untimed: the median over
+        the phase's steps and replay rounds of each pair's timed / untimed - 1
+        (:func:`paired_overhead`)."""
         _, steps = self.phase()
-        und = [s.untimed for s in steps if s.untimed]
-        if not und:
-            return None
-        return float(np.median([s.wall for s in steps]) / np.median(und) - 1)
+        return paired_overhead([t for s in steps for t in s.timed_runs],
+                               [u for s in steps for u in s.untimed_runs])
 
     def phase(self) -> tuple[str, list[StepRow]]:
         """The steps the roll-ups sum over: the decode steps, else the prompt."""
@@ -401,7 +430,7 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
         fed.append(list(tokens))
         plan = ex.plan(len(tokens))
         new = id(plan) not in analyses
-        res = ex.step(tokens, repeat=repeat, warmup=new,
+        res = ex.step(tokens, repeat=repeat, warmup=new, time_nodes=True,
                       on_run=lambda timed: tick(f"step {i + 1}/{n_steps}"
                                                 + ("" if timed else " (warm-up)"), int(timed)))
         if new:
@@ -420,24 +449,28 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
                              res.warmup_ns / 1e9 if res.warmup_ns is not None else None))
         if i + 1 < n_steps:
             tokens = [decode_ids[i]] if decode_ids else [int(top[0])]
-    # the same tokens again through Executor.step as a caller runs it: no warm-up, one
-    # run per step, one clock read around it (every shape is compiled by now)
+    # the same tokens again through Executor.step as a caller runs it (no warm-up, one
+    # run per step, one clock read around it; every shape is compiled by now), each step
+    # twice, untimed and node-timed, the sequence put back between (Executor.checkpoint),
+    # which goes first alternating from step to step
     clock = time.perf_counter_ns
-    untimed: list[list[int]] = [[] for _ in steps]
     same = True
     for r in range(repeat):
         ex.reset()
-        for i, toks in enumerate(fed):
-            t0 = clock()
-            out = ex.step(toks)
-            untimed[i].append(clock() - t0)
-            same = same and int(np.argmax(out.logits[-1])) == steps[i].argmax
-        tick(f"untimed replay {r + 1}/{repeat}", 0)
-    for s, ns in zip(steps, untimed):
-        s.untimed = float(np.median(ns)) / 1e9
+        for k, (s, toks) in enumerate(zip(steps, fed)):
+            back = ex.checkpoint()
+            for j, time_nodes in enumerate((False, True) if (r + k) % 2 == 0 else (True, False)):
+                if j:
+                    back()
+                t0 = clock()
+                out = ex.step(toks, time_nodes=time_nodes)
+                sec = (clock() - t0) / 1e9
+                (s.timed_runs if time_nodes else s.untimed_runs).append(sec)
+                same = same and int(np.argmax(out.logits[-1])) == s.argmax
+        tick(f"replay {r + 1}/{repeat} (each step untimed and node-timed)", 0)
     notes = list(ex.notes)
     if not same:
-        notes.append("the untimed replay's argmax differed from the timed run's at some step")
+        notes.append("the replay's argmax differed from the timed run's at some step")
     if any(n.numpy for s in steps for n in s.nodes if not n.view):
         notes.append("ops " + ", ".join(sorted({n.op for s in steps for n in s.nodes
                                                if n.numpy and not n.view}))

@@ -25,6 +25,7 @@ runs them as such.
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from gguf import Keys
 
@@ -85,9 +86,25 @@ def check_hparams(m: ModelInfo) -> None:
 
 def check_tensors(m: ModelInfo) -> None:
     """Raise one line for the first tensor of ``m`` whose shape contradicts the
-    hyperparameters (llama.cpp checks the shapes of the tensors it creates: run after
-    :func:`graphcost.graph.created_tensors.refuse_uncreated_tensors`); return if there is
-    none."""
+    hyperparameters or whose experts have no expert_used_count (llama.cpp checks the shapes
+    of the tensors it creates: run after
+    :func:`graphcost.graph.created_tensors.refuse_uncreated_tensors`, which checks the
+    shapes of the tensors it meets before a fault of its own, in the loader's order); return
+    if there is none."""
+    path = m.header.path
+    key = lambda template: template.format(arch=m.arch)  # noqa: E731
+    check_shapes(m, m.tensors)
+    for il in range(m.n_layer):
+        if m.tensor(f"blk.{il}.ffn_gate_inp.weight") is not None and not m.n_expert_used[il]:
+            raise GraphcostError(f"{path}: layer {il} has experts (ffn_gate_inp) but "
+                                 f"{key(Keys.LLM.EXPERT_USED_COUNT)!r} gives it 0")
+
+
+def check_shapes(m: ModelInfo, names: Iterable[str]) -> None:
+    """Raise one line for the first of the tensors ``names`` (in that order; names the
+    file lacks are skipped) whose shape contradicts the hyperparameters, as llama.cpp's
+    create_tensor does for each tensor it creates ("has wrong shape"), or whose type
+    graphcost does not model (a norm weight not F32); return if there is none."""
     path = m.header.path
     key = lambda template: template.format(arch=m.arch)  # noqa: E731
 
@@ -102,7 +119,7 @@ def check_tensors(m: ModelInfo) -> None:
         if t is not None:
             expect(t, (E, V), f"n_embd {E} = {key(Keys.LLM.EMBEDDING_LENGTH)!r}, "
                               f"n_vocab {V}")
-    for t in m.tensors.values():
+    for t in (m.tensors[n] for n in names if n in m.tensors):
         if "norm" in t.name and t.name.endswith(".weight") and t.type != gt.F32:
             raise UnsupportedError(f"{path}: norm weight {t.name!r} is {t.type_name}; graphcost "
                                    "models F32 norm weights (as llama.cpp's converters write them)")
@@ -120,10 +137,6 @@ def check_tensors(m: ModelInfo) -> None:
                 expect(t, (w.ne[1],), f"one value per output of {w.name!r}")
             continue
         _check_layer_tensor(m, t, il, kind, expect)
-    for il in range(m.n_layer):
-        if m.tensor(f"blk.{il}.ffn_gate_inp.weight") is not None and not m.n_expert_used[il]:
-            raise GraphcostError(f"{path}: layer {il} has experts (ffn_gate_inp) but "
-                                 f"{key(Keys.LLM.EXPERT_USED_COUNT)!r} gives it 0")
 
 
 def _check_layer_tensor(m: ModelInfo, t: TensorInfo, il: int, kind: str, expect) -> None:

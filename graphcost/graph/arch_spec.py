@@ -51,6 +51,9 @@ class CreatedTensors:
     model: tuple[str | TensorBranch, ...]
     layer: tuple[str | TensorBranch, ...]
     nextn: tuple[str | TensorBranch, ...] | None = None
+    #: the tensor whose absence, where the file has NextN blocks, makes it an MTP-only file
+    #: (the loader's ``mtp_only`` probe, ``blk.0.attn_norm.weight``); None: no such probe
+    mtp_only: str | None = None
 
 
 @dataclass(frozen=True)
@@ -164,15 +167,21 @@ def _optional(items: tuple) -> tuple:
 
 
 def created_tensors(v: Any, where: Any) -> CreatedTensors | None:
-    """The spec's ``tensors:`` (``model``, ``layer``, optional ``nextn``) checked and
-    parsed."""
+    """The spec's ``tensors:`` (``model``, ``layer``, optional ``nextn`` and
+    ``mtp_only``) checked and parsed."""
     if v is None:
         return None
-    if not isinstance(v, dict) or not {"model", "layer"} <= set(v) <= {"model", "layer", "nextn"}:
+    if not isinstance(v, dict) or not {"model", "layer"} <= set(v) \
+            <= {"model", "layer", "nextn", "mtp_only"}:
         raise GraphcostError(f"{where}: tensors must map model, layer and (optionally) nextn "
-                             "to lists of tensor names")
+                             "to lists of tensor names, and mtp_only to a tensor name")
+    probe = v.get("mtp_only")
+    if probe is not None and (not isinstance(probe, str) or not probe or "nextn" not in v):
+        raise GraphcostError(f"{where}: tensors.mtp_only must be a tensor name, beside a "
+                             f"nextn list: {probe!r}")
     return CreatedTensors(_items(v["model"], "model", where), _items(v["layer"], "layer", where),
-                          _items(v["nextn"], "nextn", where) if "nextn" in v else None)
+                          _items(v["nextn"], "nextn", where) if "nextn" in v else None,
+                          probe)
 
 
 def parse_spec(path: Path) -> ArchSpec:

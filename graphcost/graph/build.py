@@ -45,9 +45,10 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
         m = model_info(read_remote_model(str(path)), load_specs())
     else:
         m = model_info(read_model(path), load_specs())
-    # llama.cpp's order, nearly: load_hparams, then load_tensors, which checks the shapes of
-    # the tensors it creates only (a missing one and a bad shape refused as it meets them,
-    # the count last; here the created tensors first, then the shapes)
+    # llama.cpp's order: load_hparams, then load_tensors, which checks the shapes of the
+    # tensors it creates (a missing one and a bad shape refused as it meets them, the count
+    # last); then the checks of graphcost's own (every file tensor's shape: the same by now,
+    # a norm weight's type, expert_used_count)
     check_hparams(m)
     refuse_uncreated_tensors(m, load_specs()[m.arch])
     check_tensors(m)

@@ -21,23 +21,26 @@ evaluated here for the file's hyperparameters, block by block (:func:`created`).
 generic pass adds (weight and input scales) and which fused tensors replace separate ones
 (``attn_qkv`` for ``attn_q``/``attn_k``/``attn_v``) is ``specs/loader.yaml``.
 
-Not modelled: the probe deepseek2, glm4moe, qwen35(moe), qwen3next and nemotron_h make
-for MTP-only files (no ``blk.0.attn_norm.weight``: the trunk is optional): such a file is
-refused here for its missing trunk (graphcost builds no MTP-only graph). deepseek2's and
-glm4moe's trunk_only probe (no ``blk.<n_layer>.nextn.eh_proj.weight``: every NextN block's
-tensors optional) is made on each NextN block's own ``nextn.eh_proj`` (``has:``): the same
-where nextn_predict_layers is 1 (DeepSeek V3, GLM-4.5).
+The probe deepseek2, glm4moe, qwen35(moe), qwen3next and nemotron_h make for MTP-only
+files (NextN blocks and no ``blk.0.attn_norm.weight``: the trunk's tensors optional) is the
+spec's ``tensors: mtp_only``; such a file is refused as not modelled (graphcost builds the
+trunk graph only), before any tensor is checked. deepseek2's and
+glm4moe's trunk_only probe is modelled: one probe of the first NextN block's
+``blk.<n_layer>.nextn.eh_proj.weight`` (``has: /blk.{n_layer}.nextn.eh_proj.weight``)
+makes every NextN block's tensors optional when absent, required when present.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
 
 import yaml
 
-from graphcost.errors import GraphcostError
+from graphcost.errors import GraphcostError, UnsupportedError
 from graphcost.format import ggml_types as gt
+from graphcost.format.consistency import check_shapes
 from graphcost.format.hparam_expr import evaluate
 from graphcost.format.model import ModelInfo, expr_names
 from graphcost.graph.arch_spec import ArchSpec, TensorBranch
@@ -87,6 +90,25 @@ def _take(items: tuple, names: dict[str, float], has: Callable[[str], bool],
             yield it.rstrip("?"), not it.endswith("?")
 
 
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def _probed(x: str, prefix: str, names: dict[str, float], where: str) -> str:
+    """The file tensor a ``has:`` branch probes: ``name`` in the block (``prefix`` +
+    name), ``/name`` a model-level name, whose ``{h}`` placeholders take the hyperparameter
+    ``h`` (``/blk.{n_layer}.nextn.eh_proj.weight``: deepseek2's one trunk_only probe, the
+    first NextN block's)."""
+    if not x.startswith("/"):
+        return prefix + x
+
+    def value(mt: re.Match) -> str:
+        if mt[1] not in names:
+            raise GraphcostError(f"{where}: has: {x!r} names {mt[1]!r}, not a hyperparameter")
+        return str(int(names[mt[1]]))
+
+    return _PLACEHOLDER.sub(value, x[1:])
+
+
 def _block_expr_names(m: ModelInfo, il: int) -> dict[str, float]:
     """The names a block's branches may use besides :func:`expr_names`: its index, and
     llama_hparams::is_swa(il), is_recr(il) and n_ff(il) (``n_ff_layer``); a NextN block is
@@ -116,14 +138,15 @@ def created(m: ModelInfo, spec: ArchSpec) -> dict[str, bool]:
     def add(name: str, required: bool) -> None:
         out[name] = out.get(name, False) or required
 
-    for name, req in _take(t.model, base, lambda x: x.lstrip("/") in files, where):
+    for name, req in _take(t.model, base, lambda x: _probed(x, "", base, where) in files,
+                           where):
         add(name.lstrip("/"), req)
     n_blocks = m.n_layer + (m.n_layer_nextn if t.nextn is not None else 0)
     for il in range(n_blocks):
         prefix = f"blk.{il}."
 
         def has(x: str) -> bool:
-            return (x[1:] if x.startswith("/") else prefix + x) in files
+            return _probed(x, prefix, base, where) in files
 
         block: dict[str, bool] = {}
         items = t.layer if il < m.n_layer else t.nextn
@@ -191,11 +214,23 @@ def _listed(names: list[str]) -> str:
 
 
 def refuse_uncreated_tensors(m: ModelInfo, spec: ArchSpec) -> None:
-    """One line naming the required tensors the file lacks, if any (llama.cpp stops at the
-    first while it creates them), else the tensors llama.cpp would not create and its
-    count, if any."""
+    """One line for the first fault llama.cpp's loader meets, in its order: it creates the
+    tensors one by one (``create_tensor``), stopping at a required one the file lacks
+    ("not found") or one of the wrong shape (:func:`check_shapes`), and counts them last.
+    So: a wrong shape among the tensors created before the first missing one; else the
+    required tensors the file lacks (all named, the first as llama.cpp names it); else a
+    wrong shape among all created; else the tensors it would not create and its count."""
     where = f"llama.cpp's {m.arch} loader (load_arch_tensors in {spec.source})"
-    missing = missing_tensors(m, spec)
+    probe = spec.tensors.mtp_only if spec.tensors is not None else None
+    if probe is not None and m.n_layer_nextn > 0 and probe not in m.header.tensors:
+        raise UnsupportedError(
+            f"{m.header.path}: an MTP-only file (nextn_predict_layers {m.n_layer_nextn}, no "
+            f"{probe!r}: the mtp_only probe of {where}, which makes the trunk's tensors "
+            "optional): graphcost builds the trunk graph only; not modelled")
+    made = created(m, spec)
+    missing = [n for n, required in made.items() if required and n not in m.header.tensors]
+    order = list(made)
+    check_shapes(m, order[:order.index(missing[0])] if missing else order)
     if missing:
         what = "tensor" if len(missing) == 1 else f"{len(missing)} tensors"
         raise GraphcostError(

@@ -41,7 +41,10 @@ def _ratio(x: float | None) -> str:
 
 def _overhead(p: Profile) -> str:
     o = p.timing_overhead()
-    return "" if o is None else f"; node timing adds {o:+.1%} to a step"
+    _, steps = p.phase()
+    pairs = sum(len(s.timed_runs) for s in steps)
+    return "" if o is None else (f"; node timing adds {o:+.1%} to a step (median of "
+                                 f"{pairs} timed/untimed pairs)")
 
 
 def _rollup_table(title: str, key: str, rows: list[Rollup]) -> RichTable:
@@ -102,13 +105,15 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
               + _overhead(p))
 
     st = RichTable(title="Steps", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    # untimed / timed: Executor.step replayed (medians); graph: the node-timed runs of the
+    # graph alone (inputs filled before), whose node times sum to about it
     for col in ("step", "tokens", "past", "argmax", "logit", "untimed ms", "timed ms",
-                "nodes ms"):
+                "graph ms", "nodes ms"):
         st.add_column(col, justify="right")
     for i, step in enumerate(p.steps):
         st.add_row(str(i), str(step.n_tokens), str(step.past), str(step.argmax),
-                   f"{step.top5[0][1]:.3f}", _ms(step.untimed), _ms(step.wall),
-                   _ms(step.node_seconds))
+                   f"{step.top5[0][1]:.3f}", _ms(step.untimed), _ms(step.timed),
+                   _ms(step.wall), _ms(step.node_seconds))
     con.print(st)
 
     phase, steps = p.phase()
@@ -174,7 +179,8 @@ def document(p: Profile) -> dict:
         "notes": p.notes,
         "steps": [{"n_tokens": s.n_tokens, "past": s.past, "argmax": s.argmax,
                    "top5": [[t, v] for t, v in s.top5], "wall_seconds": s.wall,
-                   "untimed_seconds": s.untimed,
+                   "untimed_seconds": s.untimed, "timed_seconds": s.timed,
+                   "untimed_runs_seconds": s.untimed_runs, "timed_runs_seconds": s.timed_runs,
                    "warmup_seconds": s.warmup, "nodes": [_node_dict(n) for n in s.nodes]}
                   for s in p.steps],
     }
