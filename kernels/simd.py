@@ -674,12 +674,15 @@ def opaque(typingctx, a):
 
 @intrinsic
 def prefetch(typingctx, buf, p):
-    """Hint the CPU to fetch the cache line at byte offset ``p`` of ``buf`` into L2
-    (``prefetcht1``, LLVM locality 2; never faults, so ``p`` may run past the end of
-    ``buf``). Into L2 rather than L1: the matvecs' L1 miss buffers then stay free for the
-    loads themselves; measured on the Q8_0 output matvec from memory (one core), the
-    four-row kernel went from 6.0 GB/s (``prefetcht0``, 2.7 KB ahead) to 14.1 GB/s
-    (``prefetcht1``, 8 KB ahead)."""
+    """Hint the CPU to fetch the cache line at byte offset ``p`` of ``buf`` into L1
+    (``prefetcht0``, LLVM locality 3; never faults, so ``p`` may run past the end of
+    ``buf``). Into L1 rather than L2 (``prefetcht1``, used before 2026-11-27): on the
+    2-core AMD EPYC (Zen 5) the matvecs then wait for no L2 -> L1 fill on their loads;
+    2 threads streaming 64 MiB, A/B in one process, read ~75 GB/s: Q4_0 78 -> 90% of the
+    streaming read, Q6_K 71 -> 84%, every block type +2 to +13 points; F32 8 KB ahead
+    80 -> 93% (kernels/README.md). (An earlier one-core measurement, ``prefetcht0`` 2.7
+    KB ahead 6.0 GB/s against ``prefetcht1`` 8 KB ahead 14.1 GB/s, changed the distance
+    as well.)"""
     if not (isinstance(buf, types.Array) and buf.ndim == 1):
         return None
 
@@ -689,7 +692,7 @@ def prefetch(typingctx, buf, p):
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
             "llvm.prefetch.p0")
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return types.none(buf, p), codegen

@@ -65,7 +65,7 @@ def _lanes(acc):
     return s
 
 
-#: bytes ahead in the weight row that the float dots prefetch into L2, every cache line
+#: bytes ahead in the weight row that the float dots prefetch (simd.prefetch), every cache line
 #: of the row (here and in .vec_dot_ggml; 1 KB ahead, every second or fourth line:
 #: F16 48%, F32 63% of the streaming read)
 PREFETCH_AHEAD = 8192
@@ -96,9 +96,10 @@ def _dot_f32(row, x, xs):
     n64 = n - n % 64
     s0, s1, s2, s3 = f32_chains4(row, x, n64)
     s = simd.reduce_add_ps((s0 + s1) + (s2 + s3))
-    w = row.view(np.float32)
-    for i in range(n64, n):
-        s += w[i] * x[i]
+    if n64 < n:                     # a view a row costs (README: "Streaming")
+        w = row.view(np.float32)
+        for i in range(n64, n):
+            s += w[i] * x[i]
     return s
 
 
@@ -142,9 +143,10 @@ def _dot_f16(row, x, xs):
     n64 = n - n % 64
     s0, s1, s2, s3 = fma_chains4(halves16, row, x, n64)
     s = simd.reduce_add_ps((s0 + s1) + (s2 + s3))
-    w = row.view(np.uint16)
-    for i in range(n64, n):
-        s += f16_to_f32(w[i]) * x[i]
+    if n64 < n:
+        w = row.view(np.uint16)
+        for i in range(n64, n):
+            s += f16_to_f32(w[i]) * x[i]
     return s
 
 
@@ -155,9 +157,10 @@ def _dot_bf16(row, x, xs):
     n64 = n - n % 64
     s0, s1, s2, s3 = fma_chains4(bhalves16, row, x, n64)
     s = simd.reduce_add_ps((s0 + s1) + (s2 + s3))
-    w = row.view(np.uint16)
-    for i in range(n64, n):
-        s += bf16_to_f32(w[i]) * x[i]
+    if n64 < n:
+        w = row.view(np.uint16)
+        for i in range(n64, n):
+            s += bf16_to_f32(w[i]) * x[i]
     return s
 
 

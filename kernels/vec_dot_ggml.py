@@ -334,16 +334,23 @@ def _ggml_q6_k(row, y):
 @njit(cache=True)
 def _ggml_f32(row, y):
     out_of_line()
+    return _f32_dot(row, y)
+
+
+@njit(inline="always", cache=True)
+def _f32_dot(row, y):
+    """ggml_vec_dot_f32 of raw float32 rows (the body of :func:`_ggml_f32`)."""
     n = row.shape[0] // 4
     n64 = n - n % 64
     s0, s1, s2, s3 = f32_chains4(row, y, n64)
     sumf = simd.reduce_add_ps((s0 + s2) + (s1 + s3))
-    w, v = row.view(np.float32), y.view(np.float32)
-    n8 = n - n % 8
-    for i in range(n64, n8):
-        sumf = sumf + w[i] * v[i]
-    for i in range(n8, n):
-        sumf = simd.fma(w[i], v[i], sumf)
+    if n64 < n:                     # the views only where there is a tail: an array view
+        w, v = row.view(np.float32), y.view(np.float32)     # a row cost ~9 points of the
+        n8 = n - n % 8                                      # streaming read (README)
+        for i in range(n64, n8):
+            sumf = sumf + w[i] * v[i]
+        for i in range(n8, n):
+            sumf = simd.fma(w[i], v[i], sumf)
     return sumf
 
 
@@ -363,9 +370,10 @@ def _ggml_f16(row, y):
         s3 = simd.fma(simd.f16_to_f32(simd.load(row, p + 96, 16, "u16")),
                       simd.f16_to_f32(simd.load(y, p + 96, 16, "u16")), s3)
     s = np.float64(simd.reduce_add_ps((s0 + s2) + (s1 + s3)))
-    w, v = row.view(np.uint16), y.view(np.uint16)
-    for i in range(n64, n):
-        s += np.float64(f16_to_f32(w[i]) * f16_to_f32(v[i]))
+    if n64 < n:
+        w, v = row.view(np.uint16), y.view(np.uint16)
+        for i in range(n64, n):
+            s += np.float64(f16_to_f32(w[i]) * f16_to_f32(v[i]))
     return F(s)
 
 
@@ -441,9 +449,10 @@ def _ggml_bf16(row, y):
     out_of_line()
     n = row.shape[0] // 2
     s, nv = _bf16_main(row, y, n, False)
-    w, v = row.view(np.uint16), y.view(np.uint16)
-    for i in range(nv, n):
-        s += np.float64(bf16_to_f32(w[i]) * bf16_to_f32(v[i]))
+    if nv < n:
+        w, v = row.view(np.uint16), y.view(np.uint16)
+        for i in range(nv, n):
+            s += np.float64(bf16_to_f32(w[i]) * bf16_to_f32(v[i]))
     return F(s)
 
 
@@ -451,9 +460,8 @@ def _ggml_bf16(row, y):
 # exact: every half and bfloat16 is a float32), the fast path of :func:`matvec_ggml_float`:
 # one conversion per 16 weights instead of two, identical arithmetic.
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _ggml_f16_yf(row, yf):
-    out_of_line()
     n = row.shape[0] // 2
     n64 = n - n % 64
     s0, s1, s2, s3 = fma_chains4(halves16, row, yf, n64)
@@ -464,11 +472,11 @@ def _ggml_f16_yf(row, yf):
     return F(s)
 
 
-@njit(cache=True)
-def _ggml_bf16_yf(row, yf):
-    out_of_line()
+@njit(inline="always", cache=True)
+def _ggml_bf16_yf(row, yf, yb):
+    # yb: yf's bytes (one view a task, not one a row)
     n = row.shape[0] // 2
-    s, nv = _bf16_main(row, yf.view(np.uint8), n, True)
+    s, nv = _bf16_main(row, yb, n, True)
     for i in range(nv, n):
         s += np.float64(bf16_to_f32(np.uint16(row[2 * i]) | (np.uint16(row[2 * i + 1]) << 8))
                         * yf[i])
@@ -477,6 +485,36 @@ def _ggml_bf16_yf(row, yf):
 
 #: weight types (codes) :func:`matvec_ggml_float` takes
 FLOAT_CODES = (F32, F16, BF16)
+#: weight bytes of a :func:`matvec_ggml_float` task (one out-of-line call over its rows;
+#: a call per row cost F32 ~12 points of the streaming read, kernels/README.md) ...
+FLOAT_TASK_BYTES = 256 * 1024
+#: ... and at least this many tasks a matrix (so that the threads can share it)
+FLOAT_MIN_TASKS = 16
+
+
+@njit(cache=True)
+def _rows_f32(w, r0, r1, y, out):
+    """out[r] = ggml_vec_dot_f32(w[r], y) for rows r0..r1 - 1 (one call a task)."""
+    out_of_line()
+    for r in range(r0, r1):
+        out[r] = _f32_dot(w[r], y)
+
+
+@njit(cache=True)
+def _rows_f16_yf(w, r0, r1, yf, out):
+    """out[r] = ggml_vec_dot_f16(w[r], y) for rows r0..r1 - 1, y expanded to ``yf``."""
+    out_of_line()
+    for r in range(r0, r1):
+        out[r] = _ggml_f16_yf(w[r], yf)
+
+
+@njit(cache=True)
+def _rows_bf16_yf(w, r0, r1, yf, out):
+    """out[r] = ggml_vec_dot_bf16(w[r], y) for rows r0..r1 - 1, y expanded to ``yf``."""
+    out_of_line()
+    yb = yf.view(np.uint8)
+    for r in range(r0, r1):
+        out[r] = _ggml_bf16_yf(w[r], yf, yb)
 
 
 @njit(parallel=True, cache=True)
@@ -484,8 +522,10 @@ def matvec_ggml_float(w, code, yq, y):
     """``y[n, r] = ggml_vec_dot_<f32|f16|bf16>(w[r], yq[n])`` for raw weight rows ``w``
     ``[M, row_bytes]`` and raw activation rows ``yq`` ``[N, row_bytes]`` of the same float
     type ``code``; each activation row is expanded to float32 once, threads split the
-    weight rows. Same results as :func:`dot_row_ggml`."""
+    weight rows in tasks of about ``FLOAT_TASK_BYTES`` (at least ``FLOAT_MIN_TASKS``),
+    each task's rows times every activation row. Same results as :func:`dot_row_ggml`."""
     nrow = yq.shape[0]
+    m = w.shape[0]
     k = w.shape[1] // (4 if code == F32 else 2)
     yf = np.empty((nrow, k), dtype=np.float32)
     for n in range(nrow):
@@ -495,15 +535,16 @@ def matvec_ggml_float(w, code, yq, y):
             h = yq[n].view(np.uint16)
             for i in range(k):
                 yf[n, i] = f16_to_f32(h[i]) if code == F16 else bf16_to_f32(h[i])
-    for r in prange(w.shape[0]):
-        row = w[r]
+    tasks = min(m, max(FLOAT_MIN_TASKS, m * w.shape[1] // FLOAT_TASK_BYTES))
+    for t in prange(tasks):                 # numba hands each thread one even span of tasks
+        r0, r1 = m * t // tasks, m * (t + 1) // tasks
         for n in range(nrow):
             if code == F16:
-                y[n, r] = _ggml_f16_yf(row, yf[n])
+                _rows_f16_yf(w, r0, r1, yf[n], y[n])
             elif code == BF16:
-                y[n, r] = _ggml_bf16_yf(row, yf[n])
+                _rows_bf16_yf(w, r0, r1, yf[n], y[n])
             else:
-                y[n, r] = _ggml_f32(row, yq[n])
+                _rows_f32(w, r0, r1, yq[n], y[n])
 
 
 @njit(inline="always", cache=True)
