@@ -194,17 +194,24 @@ def _is_created(name: str, made: dict[str, bool], m: ModelInfo, spec: ArchSpec,
 def extra_tensors(m: ModelInfo, spec: ArchSpec) -> list[str]:
     """The file's tensors that llama.cpp's loader does not create for ``spec``, in file order
     (empty when the spec lists none: a flavour's spec)."""
+    return _extra(created(m, spec), m, spec)
+
+
+def _extra(made: dict[str, bool], m: ModelInfo, spec: ArchSpec) -> list[str]:
     if spec.tensors is None:
         return []
-    made, rules = created(m, spec), loader_rules()
+    rules = loader_rules()
     return [n for n in m.header.tensors if not _is_created(n, made, m, spec, rules)]
 
 
 def missing_tensors(m: ModelInfo, spec: ArchSpec) -> list[str]:
     """The required tensors llama.cpp's loader creates for ``spec`` that the file lacks, in
     the loader's order."""
-    files = m.header.tensors
-    return [n for n, required in created(m, spec).items() if required and n not in files]
+    return _missing(created(m, spec), m)
+
+
+def _missing(made: dict[str, bool], m: ModelInfo) -> list[str]:
+    return [n for n, required in made.items() if required and n not in m.header.tensors]
 
 
 def _listed(names: list[str]) -> str:
@@ -228,7 +235,7 @@ def refuse_uncreated_tensors(m: ModelInfo, spec: ArchSpec) -> None:
             f"{probe!r}: the mtp_only probe of {where}, which makes the trunk's tensors "
             "optional): graphcost builds the trunk graph only; not modelled")
     made = created(m, spec)
-    missing = [n for n, required in made.items() if required and n not in m.header.tensors]
+    missing = _missing(made, m)
     order = list(made)
     check_shapes(m, order[:order.index(missing[0])] if missing else order)
     if missing:
@@ -236,7 +243,7 @@ def refuse_uncreated_tensors(m: ModelInfo, spec: ArchSpec) -> None:
         raise GraphcostError(
             f"{m.header.path}: {what} {_listed(missing)} required by {where} missing from the "
             f"file; llama.cpp refuses it: tensor {missing[0]!r} not found")
-    extra = extra_tensors(m, spec)
+    extra = _extra(made, m, spec)
     if not extra:
         return
     n_file = len(m.header.tensors)
