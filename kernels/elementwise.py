@@ -191,16 +191,107 @@ def _gated_serial(a, g, code, table, out):
         out[i] = _gated_one(a[i], g[i], code, table)
 
 
+# --------------------------------------------------------- fast (rational) activations
+#
+# ``--numerics fast``'s SiLU and GELU: tanh as a rational function, pure float32
+# arithmetic that LLVM vectorizes (16 lanes with AVX-512), where libm's ``tanhf``/``expf``
+# are scalar calls and ggml's F16 GELU table is a gather whose cost depends on which of its
+# 2048 cache lines the values index (docs/executor.md). The [13/6] rational approximation
+# on [-9, 9] is the one Eigen (``generic_fast_tanh_float``, MathFunctionsImpl.h), XLA and
+# onnxruntime's MLAS (``MlasTanhConstants``, tanh.cpp) use; measured against float64 tanh
+# over [-9, 9] (tests/test_kernels.py): within 2.6e-7 absolute. GELU is its tanh form,
+# SiLU ``x * sigmoid(x) = 0.5 x (1 + tanh(x / 2))``.
+
+TANH_CLAMP = F(9.0)
+_TANH_NUM = tuple(F(c) for c in (-2.76076847742355e-16, 2.00018790482477e-13,
+                                 -8.60467152213735e-11, 5.12229709037114e-08,
+                                 1.48572235717979e-05, 6.37261928875436e-04,
+                                 4.89352455891786e-03))
+_TANH_DEN = tuple(F(c) for c in (1.19825839466702e-06, 1.18534705686654e-04,
+                                 2.26843463243900e-03, 4.89352518554385e-03))
+_A13, _A11, _A9, _A7, _A5, _A3, _A1 = _TANH_NUM
+_B6, _B4, _B2, _B0 = _TANH_DEN
+#: fast-math flags of the rational kernels: contraction into FMAs, reassociation and a
+#: reciprocal division, but NaN and infinities kept (a NaN input stays NaN)
+_FAST = {"contract", "reassoc", "arcp", "afn", "nsz"}
+
+
+@njit(inline="always", fastmath=_FAST, error_model="numpy", cache=True)
+def tanh_rational(x):
+    """tanh(x) within 2.6e-7 (float32; ``x`` clamped to +-:data:`TANH_CLAMP`)."""
+    x = TANH_CLAMP if x > TANH_CLAMP else x
+    x = -TANH_CLAMP if x < -TANH_CLAMP else x
+    x2 = x * x
+    p = (((((_A13 * x2 + _A11) * x2 + _A9) * x2 + _A7) * x2 + _A5) * x2 + _A3) * x2 + _A1
+    q = ((_B6 * x2 + _B4) * x2 + _B2) * x2 + _B0
+    return x * p / q
+
+
+@njit(inline="always", fastmath=_FAST, error_model="numpy", cache=True)
+def gelu_rational(x):
+    return F(0.5) * x * (F(1) + tanh_rational(SQRT_2_OVER_PI * x * (F(1) + GELU_COEF_A * x * x)))
+
+
+@njit(inline="always", fastmath=_FAST, error_model="numpy", cache=True)
+def silu_rational(x):
+    return F(0.5) * x * (F(1) + tanh_rational(F(0.5) * x))
+
+
+@njit(parallel=True, fastmath=_FAST, error_model="numpy", cache=True)
+def _fast_unary(x, code, out):
+    # one loop per activation (no branch inside a loop: each vectorizes)
+    if code == 0:
+        for i in prange(x.shape[0]):
+            out[i] = silu_rational(x[i])
+    else:
+        for i in prange(x.shape[0]):
+            out[i] = gelu_rational(x[i])
+
+
+@njit(fastmath=_FAST, error_model="numpy", cache=True)
+def _fast_unary_serial(x, code, out):
+    if code == 0:
+        for i in range(x.shape[0]):
+            out[i] = silu_rational(x[i])
+    else:
+        for i in range(x.shape[0]):
+            out[i] = gelu_rational(x[i])
+
+
+@njit(parallel=True, fastmath=_FAST, error_model="numpy", cache=True)
+def _fast_gated(a, g, code, out):
+    if code == 0:
+        for i in prange(a.shape[0]):
+            out[i] = silu_rational(a[i]) * g[i]
+    else:
+        for i in prange(a.shape[0]):
+            out[i] = gelu_rational(a[i]) * g[i]
+
+
+@njit(fastmath=_FAST, error_model="numpy", cache=True)
+def _fast_gated_serial(a, g, code, out):
+    if code == 0:
+        for i in range(a.shape[0]):
+            out[i] = silu_rational(a[i]) * g[i]
+    else:
+        for i in range(a.shape[0]):
+            out[i] = gelu_rational(a[i]) * g[i]
+
+
 #: work (elements) below which :func:`kernel` picks the serial variant: starting a
 #: parallel region costs 5-30 us (waking the sleeping OpenMP workers), more than a few
 #: thousand elements take on one core
-SERIAL_BELOW = {"binary": 65536, "unary": 16384, "gated": 16384}
+SERIAL_BELOW = {"binary": 65536, "unary": 16384, "gated": 16384,
+                "fast_unary": 32768, "fast_gated": 32768}
 _KERNELS = {"binary": (_binary, _binary_serial), "unary": (_unary, _unary_serial),
-            "gated": (_gated, _gated_serial)}
+            "gated": (_gated, _gated_serial), "fast_unary": (_fast_unary, _fast_unary_serial),
+            "fast_gated": (_fast_gated, _fast_gated_serial)}
 #: code of each unary activation / gated activation in the kernels
 UNARY_CODES = {"silu": 0, "gelu": 1, "gelu_f16_table": 2, "tanh": 3, "scale": 4,
                "scale_bias": 5}
 GATED_CODES = {"swiglu": 0, "geglu": 1, "geglu_f16_table": 2}
+#: code of each activation in the fast (rational) kernels, unary and gated alike
+FAST_CODES = {"silu": 0, "gelu": 1}
 
 
 def kernel(name: str, work: int):
@@ -289,6 +380,42 @@ def geglu(a, g, out=None):
 def geglu_f16_table(a, g, out=None):
     """gelu(a) * g with ggml's F16-table GELU (ggml_vec_geglu_f32)."""
     return _run_gated(a, g, 2, gelu_table(), out=out)
+
+
+def _run_fast(name: str, x, g=None, out=None):
+    """:data:`FAST_CODES` activation ``name`` of ``x`` (times ``g`` when given) with the
+    rational tanh (:func:`tanh_rational`)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = _out(out, x.shape)
+    code = np.int64(FAST_CODES[name])
+    if g is None:
+        kernel("fast_unary", x.size)(x.reshape(-1), code, out.reshape(-1))
+        return out
+    g = np.ascontiguousarray(g, dtype=np.float32)
+    if x.shape != g.shape:
+        raise ValueError(f"gate shapes differ: {x.shape} vs {g.shape}")
+    kernel("fast_gated", x.size)(x.reshape(-1), g.reshape(-1), code, out.reshape(-1))
+    return out
+
+
+def silu_fast(x, out=None):
+    """silu(x) through the rational tanh (``--numerics fast``)."""
+    return _run_fast("silu", x, out=out)
+
+
+def gelu_fast(x, out=None):
+    """gelu(x), tanh form, through the rational tanh (``--numerics fast``)."""
+    return _run_fast("gelu", x, out=out)
+
+
+def swiglu_fast(a, g, out=None):
+    """silu(a) * g through the rational tanh (``--numerics fast``)."""
+    return _run_fast("silu", a, g, out=out)
+
+
+def geglu_fast(a, g, out=None):
+    """gelu(a) * g through the rational tanh (``--numerics fast``)."""
+    return _run_fast("gelu", a, g, out=out)
 
 
 # ---------------------------------------------------------------------------- references

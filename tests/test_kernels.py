@@ -532,6 +532,42 @@ def test_gated_activations_are_act_times_gate():
     assert np.array_equal(E.geglu_f16_table(a, g), E.gelu_f16_table(a) * g)
 
 
+FAST = [("silu", E.silu_fast, E.silu_ref), ("gelu", E.gelu_fast, E.gelu_ref)]
+
+
+@pytest.mark.parametrize("name,fn,ref", FAST, ids=[u[0] for u in FAST])
+def test_fast_activations_within_the_rational_tanhs_error(name, fn, ref):
+    # tanh_rational is within 2.6e-7 of tanh on [-9, 9] and clamps beyond; silu and gelu
+    # are 0.5 x (1 + tanh(..)), so |error| <= 0.5 |x| 2.6e-7 plus a few float32 roundings
+    # of the result: 2.5e-7 |x| (measured over 2e6 points of [-12, 12]: 1.97e-7 |x|)
+    x = np.concatenate([X, np.linspace(-12, 12, 200001, dtype=np.float32)])
+    assert np.all(np.abs(fn(x) - ref(x)) <= 2.5e-7 * np.abs(x) + 1e-37)
+    assert fn(np.float32([0.0]))[0] == 0.0 and fn(np.float32([30.0]))[0] == 30.0
+
+
+def test_fast_gated_activations_are_act_times_gate():
+    a, g = rand((5, 33), 6, 3.0), rand((5, 33), 7)
+    # the gate is one more float32 multiplication (reassociation: within 2 ulp)
+    np.testing.assert_allclose(E.swiglu_fast(a, g), E.silu_fast(a) * g, rtol=2.4e-7, atol=1e-37)
+    np.testing.assert_allclose(E.geglu_fast(a, g), E.gelu_fast(a) * g, rtol=2.4e-7, atol=1e-37)
+    big = rand(40000, 8)                        # the parallel kernel (>= SERIAL_BELOW)
+    assert E.kernel("fast_gated", big.size) is E._fast_gated
+    serial = np.empty_like(big)
+    E._fast_gated_serial(big, big, np.int64(E.FAST_CODES["gelu"]), serial)
+    np.testing.assert_allclose(E.geglu_fast(big, big), serial, rtol=2.4e-7, atol=1e-37)
+
+
+@pytest.mark.parametrize("kern", ["_fast_gated_serial", "_fast_unary_serial"])
+def test_fast_activation_kernels_are_vectorized(kern):
+    # the point of the rational tanh: the loop compiles to packed float32 divisions
+    # (divps on any x86-64; libm's tanhf/expf calls or the GELU table's gather would not)
+    fn = getattr(E, kern)
+    args = (rand(64, 9), rand(64, 10))[: 2 if "gated" in kern else 1]
+    fn(*args, np.int64(1), np.empty(64, np.float32))
+    asm = fn.inspect_asm(fn.signatures[-1])
+    assert "divps" in asm and "tanhf" not in asm
+
+
 # ---------------------------------------------------------------------------- norm
 
 

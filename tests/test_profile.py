@@ -384,3 +384,35 @@ def test_hwprobe_writes_to_a_path_given_with_o(tmp_path, monkeypatch):
     assert path == tmp_path / "x.yaml" and path.is_file() and note is None
     assert not (tmp_path / "config").exists()
     assert np.isclose(hwmod.load(str(path)).bandwidth, 1e9)
+
+
+@pytest.mark.parametrize("op", ["GEGLU", "SWIGLU", "GELU", "SILU"])
+def test_fast_numerics_run_activations_on_the_rational_kernels(op):
+    """``--numerics fast`` computes SiLU/GELU (and their split GLUs) with the vectorized
+    rational tanh (kernels.elementwise.*_fast, no F16 GELU table, no libm call); ``ggml``
+    numerics keep ggml's: the table for GELU, expf for SiLU."""
+    from graphcost.execute.exec_ops import Ctx, compile_node
+    from graphcost.execute.kernels_loader import load_kernels
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+
+    K = load_kernels()
+    E = K.elementwise
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((3, 640)).astype(np.float32) * 3 for _ in "ab")
+    g = Graph()
+    x, y = g.new_tensor(gt.F32, [640, 3]), g.new_tensor(gt.F32, [640, 3])
+    gated = op in ("GEGLU", "SWIGLU")
+    node = g.glu_split(op, x, y) if gated else g.unary(op, x)
+    args = (a, b) if gated else (a,)
+    fast = {"GEGLU": E.geglu_fast, "SWIGLU": E.swiglu_fast, "GELU": E.gelu_fast,
+            "SILU": E.silu_fast}[op]
+    ggml = {"GEGLU": E.geglu_f16_table, "SWIGLU": E.swiglu, "GELU": E.gelu_f16_table,
+            "SILU": E.silu}[op]
+    got = compile_node(node, Ctx(K, "fast"))(*args)
+    assert compile_node(node, Ctx(K, "fast")).kern is E.kernel(
+        "fast_gated" if gated else "fast_unary", 1920)
+    np.testing.assert_array_equal(got.reshape(3, 640), fast(*args))
+    np.testing.assert_array_equal(compile_node(node, Ctx(K, "ggml"))(*args).reshape(3, 640),
+                                  ggml(*args))
+    assert not np.array_equal(got.reshape(3, 640), ggml(*args))     # the two numerics differ

@@ -29,9 +29,11 @@ Numerics (``ctx.numerics``): ``"ggml"`` converts a matmul's activations to the w
 fastest kernel for each weight type: the same ggml byte-SIMD dots for the block types
 (``kernels.matmul.GGML_FASTEST``: they beat decoding to float32), and float32
 activations times the weights decoded on the fly (``kernels.matmul.mul_mat``) for the
-float types.
-Everything else is the same in both modes and follows ggml-cpu: GELU through ggml's F16
-table (``GGML_GELU_FP16``), F16/Q8_0 KV cache rows rounded as ``set_rows`` stores them,
+float types; and SiLU, GELU and their gated forms (SWIGLU, GEGLU) through a
+rational tanh that vectorizes (``kernels.elementwise.tanh_rational``), where ``ggml``
+numerics take GELU from ggml's F16 table (``GGML_GELU_FP16``) and SiLU from ``expf``.
+Everything else is the same in both modes and follows ggml-cpu: F16/Q8_0 KV cache rows
+rounded as ``set_rows`` stores them,
 softmax and RMS norm with float64 sums. The few ops without a kernel (CONCAT, ARGSORT,
 SUM_ROWS, CLAMP, SIGMOID, FILL: routing and bias bookkeeping; RELU, SQR: nemotron_h's MLP;
 SOFTPLUS, REPEAT: qwen3next's gates and head repeat, deepseek2's legacy k_pe; PAD: qwen3vl's
@@ -527,9 +529,25 @@ def _unary_node(node: Tensor, ctx: Ctx, name: str, s: float = 1.0, b: float = 0.
                       shape_strides(node)[0])
 
 
+def _fast_activation(node: Tensor, ctx: Ctx) -> str | None:
+    """The :data:`kernels.elementwise.FAST_CODES` name of ``node``'s activation (SILU,
+    GELU, SWIGLU, GEGLU) under ``fast`` numerics, else None (ggml's: libm, the F16 table)."""
+    if ctx.numerics != "fast":
+        return None
+    return {"SILU": "silu", "SWIGLU": "silu", "GELU": "gelu", "GEGLU": "gelu"}.get(node.op)
+
+
 @op(Op.SILU, Op.GELU, Op.TANH)
 def _unary(node: Tensor, ctx: Ctx) -> OpFn:
     e = ctx.K.elementwise
+    fast = _fast_activation(node, ctx)
+    if fast and _plain_f32(node.src[0]):
+        args = (np.int64(e.FAST_CODES[fast]),)
+        return KernelNode(e.kernel("fast_unary", node.n_elements),
+                          lambda av, out: (av.reshape(-1),) + args + (out.reshape(-1),),
+                          shape_strides(node)[0])
+    if fast:
+        return {"silu": e.silu_fast, "gelu": e.gelu_fast}[fast]
     # ggml-cpu computes GELU through its F16 table (vec.h GGML_GELU_FP16)
     if _plain_f32(node.src[0]):
         return _unary_node(node, ctx, {"SILU": "silu", "GELU": "gelu_f16_table",
@@ -619,14 +637,21 @@ def _swiglu_oai(node: Tensor, ctx: Ctx) -> OpFn:
 @op(Op.SWIGLU, Op.GEGLU)
 def _glu(node: Tensor, ctx: Ctx) -> OpFn:
     e = ctx.K.elementwise
-    gated = e.swiglu if node.op == "SWIGLU" else e.geglu_f16_table
+    fast = _fast_activation(node, ctx)
     if len(node.src) == 2 and _plain_f32(*node.src) and node.src[0].ne == node.src[1].ne:
-        name = "swiglu" if node.op == "SWIGLU" else "geglu_f16_table"
-        args = (np.int64(e.GATED_CODES[name]),
-                e.gelu_table() if name == "geglu_f16_table" else np.zeros(1, dtype=np.uint16))
-        return KernelNode(e.kernel("gated", node.n_elements),
+        if fast:
+            kind, args = "fast_gated", (np.int64(e.FAST_CODES[fast]),)
+        else:
+            name = "swiglu" if node.op == "SWIGLU" else "geglu_f16_table"
+            kind, args = "gated", (np.int64(e.GATED_CODES[name]), e.gelu_table()
+                                   if name == "geglu_f16_table" else np.zeros(1, np.uint16))
+        return KernelNode(e.kernel(kind, node.n_elements),
                           lambda av, bv, out: (av.reshape(-1), bv.reshape(-1)) + args
                           + (out.reshape(-1),), shape_strides(node)[0])
+    if fast:
+        gated = {"silu": e.swiglu_fast, "gelu": e.geglu_fast}[fast]
+    else:
+        gated = e.swiglu if node.op == "SWIGLU" else e.geglu_f16_table
     if len(node.src) == 2:          # ggml_*_split(a, b): act(a) * b
         return lambda av, bv: gated(av, bv)
     half = node.ne[0]               # ggml_swiglu(a): act(first half) * second half
