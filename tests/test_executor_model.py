@@ -117,20 +117,6 @@ def test_streamed_since_counts_back_to_the_kinds_last_node_a_step_taken_as_repea
     assert streamed_since([], []) == []
 
 
-def test_gelu_and_geglu_count_as_one_kind_since_they_share_the_gelu_table():
-    from graphcost.execute.profile import streamed_since
-    assert hwmod.warmth_key("GEGLU") == hwmod.warmth_key("GELU") != hwmod.warmth_key("SILU")
-    assert hwmod.warmth_key("ADD") == "ADD"
-    # a step of GELU(1 B) ADD(2) GEGLU(4) ADD(8), 15 B, repeating: GELU since the GEGLU a
-    # step before (ADD's 8); the first ADD since the second a step before (GELU's 1);
-    # GEGLU since this step's GELU (ADD's 2); the second ADD since the first (GEGLU's 4)
-    kinds = [hwmod.warmth_key(k) for k in ("GELU", "ADD", "GEGLU", "ADD")]
-    assert streamed_since(kinds, [1, 2, 4, 8]) == [8, 1, 2, 4]
-    # by op alone GELU and GEGLU would each count back to itself a step before:
-    # 2 + 4 + 8 = 14 and 8 + 1 + 2 = 11
-    assert streamed_since(["GELU", "ADD", "GEGLU", "ADD"], [1, 2, 4, 8]) == [14, 1, 11, 4]
-
-
 #: a cold curve: 10 us at 1000 B, 30 us at 7000 B
 COLD = [[1000, 10, 10e-6], [7000, 70, 30e-6]]
 

@@ -279,16 +279,11 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     for warm in ("by_op", "by_op_tokens"):
         for op in oc[warm + "_cold"]:
             assert since[warm + "_cold"][op] >= 64 << 20 > since[warm][op] > 0, (warm, op)
-            # one flush between two cold calls of a kind, not two: GEGLU's rows of their
-            # own (below) come after every size's first row
+            # one flush between two cold calls of a kind, not two
             assert since[warm + "_cold"][op] < 2 * (64 << 20), (warm, op)
-    # GEGLU's warm calls come two nodes after a GELU of their size, which leaves the GELU
-    # table they share in the caches (hardware.warmth_key): counted from that GELU, fewer
-    # bytes than GELU's calls, which count from the GEGLU of the size before
-    assert since["by_op"]["GEGLU"] < since["by_op"]["GELU"]
     # and again after each middle flush (hwprobe.MID_MIB, each at most a quarter of the
-    # flush: 4 and 8 MiB here), the same nodes: for GEGLU, whose warm calls come soon
-    # after its size's GELU, between the warm and the cold figures, and growing
+    # flush: 4 and 8 MiB here), the same nodes: for GEGLU between the warm and the cold
+    # figures, and growing
     from graphcost.execute.hwprobe import MID_MIB
     assert MID_MIB == (4, 8)
     for warm in ("by_op", "by_op_tokens"):
@@ -297,7 +292,7 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
             for op in oc[f"{warm}_mid{m}"]:
                 assert m << 20 <= since[f"{warm}_mid{m}"][op] < since[warm + "_cold"][op]
         assert since[warm]["GEGLU"] < since[warm + "_mid4"]["GEGLU"] \
-            < since[warm + "_mid8"]["GEGLU"] < 2 * (8 << 20), warm
+            < since[warm + "_mid8"]["GEGLU"], warm
     # flash attention's points are the attended cells' share of the node's cost: 16 of a
     # 256-cell window at head size 64, 4 heads, one query: K and V 2 * 16 * 64 * 2 B =
     # 4096 B, q and the output 2 * 4 * 64 * 4 B = 2048 B, the mask 256 * 2 B, all / 16

@@ -237,26 +237,9 @@ def model_op(node) -> str:
     return node.op
 
 
-#: op kinds whose kernels read one table that a node of either kind leaves in the caches
-#: for the other: ggml's CPU backend under ``GGML_GELU_FP16`` looks GELU up in
-#: ``ggml_table_gelu_f16`` for both ``ggml_vec_gelu_f32`` and ``ggml_vec_geglu_f32``
-#: (``ggml-cpu/vec.h``), and so does the executor (``kernels.elementwise.gelu_table``, read
-#: by ``exec_ops``' GELU and GEGLU nodes). The probe's ladder runs GELU two nodes before
-#: GEGLU at each size, which put its warm GEGLU calls at 3.2 us (2048 values) where the
-#: same ladder without GELU measured 5.9 (docs/executor.md, 2026-11-27 05:30 UTC)
-SHARED_TABLE = {"GELU": "GELU table", "GEGLU": "GELU table"}
-
-
 #: the ``op_costs`` keys of the probe's middle curves: ``by_op_midN`` and
 #: ``by_op_tokens_midN``, each call after a matvec streaming N MiB (``hwprobe.MID_MIB``)
 MID_PART = re.compile(r"by_op(_tokens)?_mid\d+")
-
-
-def warmth_key(op: str) -> str:
-    """What "the kind last ran" means for ``op`` when counting the bytes streamed since
-    (:func:`graphcost.execute.profile.streamed_since`, the probe's ``since_bytes``): the
-    table it shares with another kind (:data:`SHARED_TABLE`), else the op itself."""
-    return SHARED_TABLE.get(op, op)
 
 
 def cold_share(since: float, warm: float, cold: float) -> float:

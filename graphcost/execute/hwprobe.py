@@ -53,10 +53,9 @@ the same Numba kernels the executor runs.
   does) with its kind not run since (``by_op_cold``, ``by_op_tokens_cold``: a step's
   first node of its kind, after the output matmul; one flush before the nodes of one
   size, one of each kind, so that the path all calls share is warm again as in a
-  step; GEGLU after a flush of its own, since GELU reads its table); ``since_bytes``
+  step); ``since_bytes``
   gives, per curve, the median bytes streamed (matvec weights and the nodes' bytes)
-  since a node of its kind (GELU and GEGLU one kind:
-  :func:`graphcost.cost.hardware.warmth_key`) last ran at its calls, the figure the
+  since a node of its kind last ran at its calls, the figure the
   executor model places a node between the curves by
   (:func:`graphcost.cost.hardware.cold_share`). The same schedule again after a smaller
   flush of :data:`MID_MIB` MiB (a layer's matvecs) gives the middle curves
@@ -85,7 +84,7 @@ from typing import Callable
 import numpy as np
 
 from graphcost.format import ggml_types as gt
-from graphcost.cost.hardware import GET_ROWS_ACTIVATION, warmth_key
+from graphcost.cost.hardware import GET_ROWS_ACTIVATION
 
 #: row length of the probe matrices (elements)
 K = 4096
@@ -667,7 +666,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     # for one query, for a tile of queries): between two calls of a node only its
     # family's nodes and their matvecs run, not flash attention over thousands of cells,
     # whose data (larger than the last-level cache) would push out what a decode's layer
-    # keeps there, such as GEGLU's GELU table; GET_ROWS, whose matvecs over the whole
+    # keeps there; GET_ROWS, whose matvecs over the whole
     # pool flush that cache as a step's output matmul does, last
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(calls_by):
@@ -686,8 +685,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     # then each node as a step's first node of its kind meets it (the token embedding
     # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
     # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
-    # kind, each after a flush of its own; GEGLU too, whose table GELU reads), in an
-    # order that turns round by round: as in
+    # kind, each after a flush of its own), in an order that turns round by round: as in
     # a step, other kinds' nodes ran since the flush, so what all calls share (the call
     # path, the kernel threads) is warm again. After every warm curve, so that those are
     # timed as before there were cold ones (the flush's weights not yet in memory)
@@ -699,28 +697,17 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
 
     def cold_schedule() -> list[list[int]]:
         """The cold pass, in order: per family (flash attention's have no cold curves),
-        round and size, the nodes one flush precedes (GET_ROWS's each alone; a kind
-        that shares its table with another kind of the row, GEGLU with GELU,
-        ``hardware.warmth_key``, after a flush of its own, those rows after every size's
-        first: the other would have warmed the table, and the other kinds keep one
-        flush between two of their calls), turned round by round; the timing loop and
-        the replay of its bytes below both walk it."""
+        round and size, the nodes one flush precedes (GET_ROWS's each alone), turned
+        round by round; the timing loop and the replay of its bytes below both walk it."""
         out = []
         for key in order:
             if key[0].startswith(FLASH):
                 continue
             rows: dict[object, list[int]] = {}
-            seen: dict[tuple, int] = {}
             for i in groups[key]:
-                if key[0] == "GET_ROWS":
-                    rows.setdefault((0, i), []).append(i)
-                    continue
-                wk = (calls_by[i][6], warmth_key(str(calls_by[i][1].op)))
-                seen[wk] = seen.get(wk, -1) + 1          # the nth of its table at this size
-                rows.setdefault((seen[wk], calls_by[i][6]), []).append(i)
+                rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][6], []).append(i)
             for r in range(rounds):
-                # stable: each size's first row in the ladder's order, then the others
-                for row in (rows[k] for k in sorted(rows, key=lambda k: k[0])):
+                for row in rows.values():
                     at = r % len(row)
                     out.append(row[at:] + row[:at])
         return out
@@ -750,7 +737,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to``, where
         the bytes streamed since its kind last ran go)."""
         nonlocal streamed
-        kind = warmth_key(str(calls_by[i][1].op))      # GELU and GEGLU share a table
+        kind = str(calls_by[i][1].op)
         if since_to is not None:
             streamed += sum(fed[f] for f in calls_by[i][4])
             if kind in last:

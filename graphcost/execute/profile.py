@@ -47,7 +47,7 @@ from graphcost.errors import SettingsError
 from graphcost.execute.exec_ops import NUMPY_OPS
 from graphcost.execute.executor import Executor
 from graphcost.cost.hardware import (Hardware, executor_seconds, model_op, parse,
-                                     roofline_seconds, warmth_key)
+                                     roofline_seconds)
 from graphcost.format.model import ModelInfo
 from graphcost.graph.settings import Resolved, RunSettings
 
@@ -308,9 +308,8 @@ def tile_fraction(node, past: int, tile: int) -> float:
 
 
 def streamed_since(kinds: list[str], nbytes: list[float]) -> list[float]:
-    """For each node of a step (``kinds``: their ops in run order, as
-    :func:`graphcost.cost.hardware.warmth_key` names them, so GELU and GEGLU, which share
-    a table, are one kind; ``nbytes``: the bytes each reads and writes), the bytes the
+    """For each node of a step (``kinds``: their ops in run order; ``nbytes``: the bytes
+    each reads and writes), the bytes the
     nodes run since the last node of its kind moved,
     the step taken as repeating (``profile`` runs each step's graph back to back, and
     decode steps repeat one graph): a step's first node of a kind counts from that kind's
@@ -342,7 +341,7 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
     rows = []
     moved = [(nc.node.op, 0.0 if nc.cost is None else nc.cost.bytes_read + nc.cost.bytes_written)
              for nc, ran in zip(a.nodes, executed) if ran]
-    since = iter(streamed_since([warmth_key(k) for k, _ in moved], [b for _, b in moved]))
+    since = iter(streamed_since([k for k, _ in moved], [b for _, b in moved]))
     for nc, sec, ran in zip(a.nodes, med, executed):
         n = nc.node
         c = nc.cost
