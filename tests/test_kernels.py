@@ -561,7 +561,13 @@ def test_fast_gated_activations_are_act_times_gate():
 def test_fast_activation_kernels_are_vectorized(kern):
     # the point of the rational tanh: the loop compiles to packed float32 divisions
     # (divps on any x86-64; libm's tanhf/expf calls or the GELU table's gather would not)
-    fn = getattr(E, kern)
+    import numba
+    kernel = getattr(E, kern)
+    # compiled afresh with the kernel's own options (a copy loaded from numba's cache has
+    # no assembly text to look at)
+    fn = numba.njit(**{k: v for k, v in kernel.targetoptions.items()
+                       if k not in ("cache", "nopython")})(
+        kernel.py_func)
     args = (rand(64, 9), rand(64, 10))[: 2 if "gated" in kern else 1]
     fn(*args, np.int64(1), np.empty(64, np.float32))
     asm = fn.inspect_asm(fn.signatures[-1])
