@@ -61,8 +61,9 @@ the same Numba kernels the executor runs.
   flush of :data:`MID_MIB` MiB (a layer's matvecs) gives the middle curves
   (``by_op_midN``, ``by_op_tokens_midN``) and their ``since_bytes``. MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
-  type's ``mib`` MiB matrix (each call a new slice: cold when ``mib`` is larger than the
-  last-level cache), and the whole matvec itself.
+  type's ``mib`` MiB matrix (each call a new slice, each size's after the size before's,
+  wrapping: cold when ``mib`` is larger than twice the last-level cache,
+  :func:`matvec_ladder`), and the whole matvec itself.
   The smallest size's time of each op kind is its ``op_overhead.by_op``: what a node
   costs end to end (Python call, Numba dispatch, waking the kernel threads) when it has
   almost no work.
@@ -240,12 +241,12 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                         f"streaming {min(FLUSH_MIB, 4 * mib)} MiB (a step's output "
                         f"matmul), its op kind not run since (one flush before the nodes "
                         f"of one size, one of each kind, in an order turning round by "
-                        f"round; GEGLU, whose table GELU reads, after a flush of its "
-                        f"own), median of {max(3, calls // 2)}; by_op_midN, "
+                        f"round; GET_ROWS's nodes each after a flush of its own), "
+                        f"median of {max(3, calls // 2)}; by_op_midN, "
                         f"by_op_tokens_midN: the same after a matvec over N MiB of "
                         f"those weights, the next slice each time; since_bytes: per curve, "
                         f"the median bytes streamed (matvec weights, nodes' bytes) since "
-                        f"a node of its op kind (GELU and GEGLU one kind) last ran, at "
+                        f"a node of its op kind last ran, at "
                         f"its calls",
             "matvec": matvec,
             "flash_attn_tiled": curves["flash_attn_tiled"],
@@ -341,7 +342,7 @@ def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int,
     2026-11-27 each size took the first ``calls`` slices of ``w``, most of which the size
     before had just read: 20 MiB of 1 MiB slices sat in the 32 MiB L3 of the EPYC VM,
     and the model put gemma3 270M's decode matvecs at 0.71-0.79 of their measured time
-    (892 KiB of Q4_K: 15.5-16.0 us modelled, 20.3-21.7 measured; slices spread over
+    (892 KiB of Q5_0: 15.5-16.0 us modelled, 20.3-21.7 measured; slices spread over
     64 MiB took 21-23 us)."""
     rb = gt.row_size(t, LADDER_K)
     pool = w.reshape(-1)[: (w.nbytes // rb) * rb].reshape(-1, rb)
