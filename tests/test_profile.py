@@ -411,3 +411,52 @@ def test_fast_numerics_run_activations_on_the_rational_kernels(op):
     np.testing.assert_array_equal(compile_node(node, Ctx(K, "ggml"))(*args).reshape(3, 640),
                                   ggml(*args))
     assert not np.array_equal(got.reshape(3, 640), ggml(*args))     # the two numerics differ
+
+
+def _smaps_fields(addr: int) -> dict[str, str]:
+    """/proc/self/smaps' fields of the mapping that holds ``addr``."""
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+        lo, sep, hi = line.split()[0].partition("-")
+        if sep and all(c in "0123456789abcdef" for c in lo + hi) and int(lo, 16) <= addr < int(hi, 16):
+            block = []
+            for ln in lines[i + 1:]:
+                if "-" in ln.split()[0]:
+                    break
+                block.append(ln)
+            return {k: v.strip() for k, v in (ln.split(":", 1) for ln in block if ":" in ln)}
+    raise AssertionError("the address is in no mapping of /proc/self/smaps")
+
+
+def test_small_pages_copies_onto_pages_that_are_not_huge():
+    """hwprobe.small_pages: the bytes unchanged, read-only, and on Linux in a mapping that
+    /proc/self/smaps shows as not eligible for transparent huge pages (as a GGUF's mapped
+    weights are not on huge pages); the control: the same check sees a mapping madvised
+    into huge pages as eligible (numpy madvises its arrays of 4 MiB and more so)."""
+    import mmap
+    import sys
+
+    from graphcost.execute.hwprobe import small_pages
+
+    a = np.arange(2 << 20, dtype=np.uint32).view(np.uint8)
+    s = small_pages(a)
+    assert s.dtype == np.uint8 and s.shape == (8 << 20,) and not s.flags.writeable
+    np.testing.assert_array_equal(s, a)
+    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_NOHUGEPAGE"):
+        pytest.skip("MADV_NOHUGEPAGE is Linux's")
+    mid = 4 << 20
+    small = _smaps_fields(s.__array_interface__["data"][0] + mid)
+    assert small["AnonHugePages"] == "0 kB" and small.get("THPeligible", "0") == "0"
+    try:
+        thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        thp = ""
+    if "[never]" not in thp and "THPeligible" in small and hasattr(mmap, "MADV_HUGEPAGE"):
+        m = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m.madvise(mmap.MADV_HUGEPAGE)
+        huge = np.frombuffer(m, dtype=np.uint8)
+        huge[:] = 1
+        assert _smaps_fields(huge.__array_interface__["data"][0] + mid)["THPeligible"] == "1"
+        del huge
+        m.close()

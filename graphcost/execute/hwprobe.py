@@ -62,8 +62,9 @@ the same Numba kernels the executor runs.
   (``by_op_midN``, ``by_op_tokens_midN``) and their ``since_bytes``. MUL_MAT is measured per weight type
   (``op_costs.matvec``): one activation row times slices of 64 KiB to 4 MiB of the
   type's ``mib`` MiB matrix (each call a new slice, each size's after the size before's,
-  wrapping: cold when ``mib`` is larger than twice the last-level cache,
-  :func:`matvec_ladder`), and the whole matvec itself.
+  wrapping: cold when ``mib`` is larger than twice the last-level cache) and the whole
+  matrix, on 4 KiB pages as a GGUF's mapped weights (:func:`matvec_ladder`,
+  :func:`small_pages`); the prompt matmuls read the same copy.
   The smallest size's time of each op kind is its ``op_overhead.by_op``: what a node
   costs end to end (Python call, Numba dispatch, waking the kernel threads) when it has
   almost no work.
@@ -74,6 +75,7 @@ a roofline for graphcost's executor needs; a datasheet peak is higher.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import platform
 import tempfile
@@ -167,12 +169,12 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             stream_runs.append(_seconds(lambda: K_.stream.read_rows(big)))
             runs.append(_seconds(mv))
         by_type[gt.type_name(t)] = round(w.nbytes / float(np.median(runs)))
-        big_point = _point(node, float(np.median(runs)))
-        ladder, hot[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng)
-        matvec[gt.type_name(t)] = ladder + [big_point]
+        del mv
+        w = small_pages(w)                          # the curves: as a GGUF's mapped weights
+        matvec[gt.type_name(t)], hot[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng)
         say(f"prompt matmuls: {gt.type_name(t)}")
         prompt_mm[gt.type_name(t)] = prompt_matmul(ctx, t, w, calls, rng)
-        del w, mv
+        del w
     bandwidth = round(big.nbytes / float(np.median(stream_runs)))
     big = None                                      # free before the FLOP probe
 
@@ -232,7 +234,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"modelled: a decode's nodes after a small op take by_op's time); median "
                    f"of {calls} calls; points are [bytes, flops, seconds] (cost model's "
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
-                   f"matrix (a new slice each call), and the whole matrix",
+                   f"matrix on 4 KiB pages (a new slice each call), and the whole matrix",
             **{k: curves[k] for k in ("by_op", "by_op_chained", "by_op_tokens")},
             "by_op_tokens_rows": LADDER_TOKENS,
             **{k: v for k, v in curves.items() if k.endswith("_cold") or "_mid" in k
@@ -319,6 +321,28 @@ def _node_calls(node, ctx, arg_sets: list[list[np.ndarray]]) -> tuple[object, li
     return fn, calls
 
 
+def small_pages(a: np.ndarray) -> np.ndarray:
+    """A read-only copy of ``a``'s bytes (flat ``uint8``) in anonymous memory that the
+    kernel is told not to back with huge pages (``MADV_NOHUGEPAGE``), where the platform
+    has it: 4 KiB pages, as a GGUF's weights mapped from a file are (the page cache's
+    pages; ``/proc/meminfo`` FilePmdMapped 0 kB on the EPYC VM while the executor ran),
+    where numpy's arrays of 4 MiB and more are madvised into huge pages. On the VM a
+    matvec over cold 110 / 440 / 892 KiB slices of Q5_0 took 4.7 / 13.2 / 22.7 us on 4 KiB
+    pages and 4.1 / 11.8 / 20.9 on huge pages (medians of three rounds over 96 MiB,
+    2026-11-27 13:10 UTC); a decode's own 892 KiB ``ffn_gate`` nodes 22.5-25.8."""
+    flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    advise = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if advise is None or not flat.nbytes:
+        out = flat.copy()
+    else:
+        m = mmap.mmap(-1, flat.nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m.madvise(advise)           # before the first touch: no page is huge yet
+        out = np.frombuffer(m, dtype=np.uint8)
+        out[:] = flat
+    out.flags.writeable = False
+    return out
+
+
 #: row length of the matvec ladder's slices, and their sizes (bytes of weights)
 LADDER_K = 1024
 LADDER_BYTES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
@@ -330,12 +354,14 @@ HOT_BYTES = 256 << 10
 def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int,
                   rng) -> tuple[list[list], float]:
     """Points of one activation row times slices of ``w`` (its bytes read as rows of
-    :data:`LADDER_K`) of :data:`LADDER_BYTES`, a new slice each call, each a MUL_MAT node
+    :data:`LADDER_K`) of :data:`LADDER_BYTES`, a new slice each call, then all of ``w``
+    (the last point, median of ``calls``), each a MUL_MAT node
     run as the executor runs it (decode: ``kernels.matmul.fused_matvec`` for the block
     types, into the node's own output); and the FLOP/s of the :data:`HOT_BYTES` slice
     called ``calls`` times in a row (cache-resident weights: the kernel's compute rate).
 
-    The slices follow each other through ``w`` from one size to the next, wrapping: a
+    ``w`` is on 4 KiB pages (:func:`small_pages`), as a GGUF's mapped weights are. The
+    slices follow each other from one size to the next, wrapping: a
     slice is read again only after the rest of ``w`` went by, so when ``w`` is larger
     than twice the last-level cache every call reads weights from memory, as a decode's
     matvecs do (each reads its own tensor, not read since the step before). Until
@@ -367,6 +393,9 @@ def matvec_ladder(ctx, t: gt.GGMLType, w: np.ndarray, calls: int,
         if size == HOT_BYTES:
             sec = float(np.median([_seconds(mvs[0]) for _ in range(calls)]))
             hot = _point(node, sec)[1] / sec
+    node = _matmul_node(t, LADDER_K, len(pool), 1)        # and all of it (a step's output
+    whole = _node_calls(node, ctx, [_values(node, [pool, x])])[1][0]   # matmul's case)
+    pts.append(_point(node, float(np.median([_seconds(whole) for _ in range(calls)]))))
     return pts, hot
 
 
