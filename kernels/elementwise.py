@@ -328,11 +328,23 @@ def gelu_table() -> np.ndarray:
 _NO_TABLE = np.zeros(1, dtype=np.uint16)
 
 
-def _run_unary(x, code, s=1.0, b=0.0, table=_NO_TABLE, out=None):
+def _apply(name: str, args: tuple, x, g=None, out=None):
+    """:func:`kernel` ``name`` over the flat float32 values of ``x`` (and of the gate ``g``,
+    same shape, for the gated kernels) with its other arguments ``args``, into ``out``."""
     x = np.ascontiguousarray(x, dtype=np.float32)
+    flat = (x.reshape(-1),)
+    if g is not None:
+        g = np.ascontiguousarray(g, dtype=np.float32)
+        if x.shape != g.shape:
+            raise ValueError(f"gate shapes differ: {x.shape} vs {g.shape}")
+        flat += (g.reshape(-1),)
     out = _out(out, x.shape)
-    kernel("unary", x.size)(x.reshape(-1), np.int64(code), F(s), F(b), table, out.reshape(-1))
+    kernel(name, x.size)(*flat, *args, out.reshape(-1))
     return out
+
+
+def _run_unary(x, code, s=1.0, b=0.0, table=_NO_TABLE, out=None):
+    return _apply("unary", (np.int64(code), F(s), F(b), table), x, out=out)
 
 
 def silu(x, out=None):
@@ -357,14 +369,7 @@ def scale(x, s: float, b: float = 0.0, out=None):
 
 
 def _run_gated(a, g, code, table=_NO_TABLE, out=None):
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    g = np.ascontiguousarray(g, dtype=np.float32)
-    if a.shape != g.shape:
-        raise ValueError(f"gate shapes differ: {a.shape} vs {g.shape}")
-    out = _out(out, a.shape)
-    kernel("gated", a.size)(a.reshape(-1), g.reshape(-1), np.int64(code), table,
-                            out.reshape(-1))
-    return out
+    return _apply("gated", (np.int64(code), table), a, g, out)
 
 
 def swiglu(a, g, out=None):
@@ -385,17 +390,8 @@ def geglu_f16_table(a, g, out=None):
 def _run_fast(name: str, x, g=None, out=None):
     """:data:`FAST_CODES` activation ``name`` of ``x`` (times ``g`` when given) with the
     rational tanh (:func:`tanh_rational`)."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = _out(out, x.shape)
-    code = np.int64(FAST_CODES[name])
-    if g is None:
-        kernel("fast_unary", x.size)(x.reshape(-1), code, out.reshape(-1))
-        return out
-    g = np.ascontiguousarray(g, dtype=np.float32)
-    if x.shape != g.shape:
-        raise ValueError(f"gate shapes differ: {x.shape} vs {g.shape}")
-    kernel("fast_gated", x.size)(x.reshape(-1), g.reshape(-1), code, out.reshape(-1))
-    return out
+    return _apply("fast_unary" if g is None else "fast_gated",
+                  (np.int64(FAST_CODES[name]),), x, g, out)
 
 
 def silu_fast(x, out=None):

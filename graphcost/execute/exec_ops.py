@@ -518,15 +518,20 @@ def _scale(node: Tensor, ctx: Ctx) -> OpFn:
     return lambda av: scale(av, s, bias)
 
 
+def _flat_node(node: Tensor, ctx: Ctx, kind: str, args: tuple) -> OpFn:
+    """The element-wise kernel ``kind`` (``kernels.elementwise.kernel``) over the flat
+    values of a C-contiguous F32 source, with its other arguments ``args``."""
+    return KernelNode(ctx.K.elementwise.kernel(kind, node.src[0].n_elements),
+                      lambda av, out: (av.reshape(-1),) + args + (out.reshape(-1),),
+                      shape_strides(node)[0])
+
+
 def _unary_node(node: Tensor, ctx: Ctx, name: str, s: float = 1.0, b: float = 0.0) -> OpFn:
     """One element-wise kernel over the flat values (C-contiguous F32 source)."""
     e = ctx.K.elementwise
-    n = node.src[0].n_elements
-    args = (np.int64(e.UNARY_CODES[name]), np.float32(s), np.float32(b),
-            e.gelu_table() if name == "gelu_f16_table" else np.zeros(1, dtype=np.uint16))
-    return KernelNode(e.kernel("unary", n),
-                      lambda av, out: (av.reshape(-1),) + args + (out.reshape(-1),),
-                      shape_strides(node)[0])
+    return _flat_node(node, ctx, "unary", (
+        np.int64(e.UNARY_CODES[name]), np.float32(s), np.float32(b),
+        e.gelu_table() if name == "gelu_f16_table" else np.zeros(1, dtype=np.uint16)))
 
 
 def _fast_activation(node: Tensor, ctx: Ctx) -> str | None:
@@ -542,10 +547,7 @@ def _unary(node: Tensor, ctx: Ctx) -> OpFn:
     e = ctx.K.elementwise
     fast = _fast_activation(node, ctx)
     if fast and _plain_f32(node.src[0]):
-        args = (np.int64(e.FAST_CODES[fast]),)
-        return KernelNode(e.kernel("fast_unary", node.n_elements),
-                          lambda av, out: (av.reshape(-1),) + args + (out.reshape(-1),),
-                          shape_strides(node)[0])
+        return _flat_node(node, ctx, "fast_unary", (np.int64(e.FAST_CODES[fast]),))
     if fast:
         return {"silu": e.silu_fast, "gelu": e.gelu_fast}[fast]
     # ggml-cpu computes GELU through its F16 table (vec.h GGML_GELU_FP16)

@@ -42,7 +42,7 @@ the same Numba kernels the executor runs.
   fused decode matvec over about 0.5 MiB slices of a pool larger than the last-level
   cache) whose own outputs are its float inputs, as a node after a matmul runs
   (``by_op``; GET_ROWS, a step's first node, gathers distinct rows of a
-  :data:`TABLE_BYTES` table in a file mapped into memory after a matvec over the whole
+  :data:`TABLE_BYTES` table on 4 KiB pages (:func:`small_pages`) after a matvec over the whole
   pool, as the token embedding follows the previous step's output matmul;
   ``GET_ROWS@activation``, a GET_ROWS from rows of an activation its matvecs just wrote,
   as the last layer's ``get_rows(cur, inp_out_ids)``), and right
@@ -78,7 +78,6 @@ from __future__ import annotations
 import mmap
 import os
 import platform
-import tempfile
 import time
 from datetime import datetime, timezone
 from functools import partial
@@ -437,8 +436,8 @@ LADDER_TOKENS = 16
 LADDER_PROMPT = LADDER[4:]                          # 1024 .. 65536
 #: the key prefix of those curves while the ladder runs (they leave in their own table)
 TOKENS = "tokens:"
-#: bytes of the table GET_ROWS gathers from (a file mapped into memory: not in the
-#: caches after the matvec over the whole pool)
+#: bytes of the table GET_ROWS gathers from (on 4 KiB pages as a mapped GGUF's: not in
+#: the caches after the matvec over the whole pool)
 TABLE_BYTES = 64 << 20
 FA_CELLS = tuple(16 << i for i in range(9))         # 16 .. 4096
 #: flash attention's head sizes: its cost is per cell and head more than per byte, so each
@@ -647,15 +646,12 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     mapped: list[np.ndarray] = []
 
     def embedding() -> np.ndarray:
-        """:data:`TABLE_BYTES` of Q8_0 rows in a file mapped into memory, as the executor
-        maps a GGUF's token embeddings (the page cache's small pages, not anonymous
-        memory's huge ones: a gathered row costs its page walk too)."""
+        """:data:`TABLE_BYTES` of Q8_0 rows on 4 KiB pages (:func:`small_pages`), as the
+        executor's mapped GGUF holds the token embeddings (not huge pages: a gathered row
+        costs its page walk too)."""
         if not mapped:
-            with tempfile.TemporaryFile() as f:
-                blk, size = gt.block(q8)          # whole blocks: every table's rows fit
-                f.write(random_raw(q8, (blk, TABLE_BYTES // size), rng).tobytes())
-                f.flush()
-                mapped.append(np.memmap(f, dtype=np.uint8, mode="r"))
+            blk, size = gt.block(q8)              # whole blocks: every table's rows fit
+            mapped.append(small_pages(random_raw(q8, (blk, TABLE_BYTES // size), rng)))
         return mapped[0]
     store: dict[int, np.ndarray] = {}
     feeds: dict[int, Callable[[], None]] = {}
