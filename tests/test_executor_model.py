@@ -209,6 +209,47 @@ def test_the_middle_curve_places_a_node_a_layer_after_its_kind_ran():
             warm + (cold - warm) / 5)
 
 
+#: a curve after a small op: 1 us at 1000 B, 3 us at 7000 B
+LOCAL = [[1000, 10, 1e-6], [7000, 70, 3e-6]]
+
+
+def test_a_node_after_a_small_op_reads_the_local_curve():
+    """issue 12: a decode's node right after a small op (a residual ADD after the norm's
+    MUL) runs warmer than one right after a matvec: the probe times each one-row node
+    after its matvecs and a small op that rewrote its inputs on the calling thread
+    (by_op_local); the model reads that curve for such a node (local=True) as its warm
+    end, and the middle and cold curves (measured after matvecs) beyond it."""
+    since = {"by_op": {"ADD": 2e6}, "by_op_local": {"ADD": 1e6}, "by_op_mid8": {"ADD": 4e6},
+             "by_op_cold": {"ADD": 64e6}}
+    hw = measured(op_costs={"by_op": {"ADD": CURVE}, "by_op_local": {"ADD": LOCAL},
+                            "by_op_mid8": {"ADD": MID}, "by_op_cold": {"ADD": COLD},
+                            "by_op_tokens": {"ADD": MID2}, "since_bytes": since})
+    assert hw.op_curve("ADD", local=True) == LOCAL
+    assert hw.op_curve("ADD") == sorted(CURVE)
+    assert hw.warmth_curves("ADD", local=True) == [(1e6, LOCAL), (4e6, MID), (64e6, COLD)]
+    assert hw.warmth_curves("ADD") == [(2e6, sorted(CURVE)), (4e6, MID), (64e6, COLD)]
+    # 3000 B: local 1 + 2 * 2000 / 6000 us, after a matvec 4 us, middle 10 us
+    local = (1 + 2 * 2000 / 6000) * 1e-6
+    assert executor_seconds("ADD", 3000, 0, hw, since=1e6, local=True) == pytest.approx(local)
+    assert executor_seconds("ADD", 3000, 0, hw, since=1e6) == pytest.approx(4e-6)
+    # 2 MB since: log(2/1) / log(4/1) = half way from the local curve to the middle one
+    assert executor_seconds("ADD", 3000, 0, hw, since=2e6, local=True) == pytest.approx(
+        local + 0.5 * (10e-6 - local))
+    # several tokens (a prompt's node): the curve on several tokens, local or not
+    assert executor_seconds("ADD", 3000, 0, hw, tokens=16, local=True) == pytest.approx(5e-6)
+    # a kind without a local curve (flash attention, an older profile): by_op
+    assert executor_seconds("GEGLU", 3000, 0, measured(op_costs={"by_op": {"GEGLU": CURVE}}),
+                            local=True) == pytest.approx(4e-6)
+
+
+@pytest.mark.parametrize("prev,after", [("MUL", True), ("RMS_NORM", True),
+                                        ("MUL_MAT", False), ("MUL_MAT_ID", False),
+                                        (None, False)])
+def test_after_small_is_a_node_whose_run_order_puts_a_small_op_before_it(prev, after):
+    from graphcost.execute.profile import after_small
+    assert after_small(prev) is after
+
+
 def test_bad_since_bytes_are_one_line():
     with pytest.raises(GraphcostError, match=r"op_costs.since_bytes.by_op.GEGLU must be"):
         measured(op_costs={"since_bytes": {"by_op": {"GEGLU": -1}}})

@@ -259,6 +259,13 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
                                 "GET_ROWS@activation", "CONT",
                                 "FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64", "FLASH_ATTN_EXT@256"}
     assert set(oc["by_op_chained"]) == set(oc["by_op"])
+    # one row again after its matvecs and a small op that rewrote its activations (a
+    # node after a small op): every kind with an activation input (not flash attention,
+    # not the token embedding gather), with how much streamed since its kind last ran
+    assert set(oc["by_op_local"]) == {op for op in oc["by_op"]
+                                      if "FLASH" not in op and op != "GET_ROWS"}
+    assert all(len(pts) == len(LADDER) for pts in oc["by_op_local"].values())
+    assert all(oc["since_bytes"]["by_op_local"][op] > 0 for op in oc["by_op_local"])
     # every op kind but flash attention again on 16 tokens (rows), from 1024 values up
     from graphcost.execute.hwprobe import LADDER_PROMPT, LADDER_TOKENS
     assert LADDER_TOKENS == oc["by_op_tokens_rows"] == 16

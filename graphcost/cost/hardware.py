@@ -18,7 +18,8 @@ dispatch, thread wake-up), ``memory_bandwidth.by_type`` (bytes/s the executor's
 matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP/s the
 executor's matmul nodes reach per weight type) and ``op_costs``: each op kind's measured
 time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right after a
-small op, measured but not modelled, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
+small op, measured but not modelled, ``by_op_local`` after a matmul and a small op
+that rewrote the inputs, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
 right after a flush with the kind not run since, ``by_op_mid`` and ``by_op_tokens_mid``
 after a smaller one (a layer's matvecs), ``since_bytes`` the bytes streamed since
 the kind last ran at each curve's calls; flash attention's query tiles in
@@ -86,12 +87,15 @@ class Hardware:
         return float(by_type.get(type_name, self.peak_flops)) if type_name else self.peak_flops
 
     def op_curve(self, op: str, type_name: str | None = None,
-                 head_size: int | None = None, tokens: int = 1) -> list | None:
+                 head_size: int | None = None, tokens: int = 1,
+                 local: bool = False) -> list | None:
         """The probe's ``[[bytes, flops, seconds], ...]`` for ``op`` (a matmul: for its
         weight type; another op: ``by_op``, run right after a matmul, whatever ran before
         the node -- ``by_op_chained``, the call repeated after a small op, is not read: it
         put a decode's SCALE after a ROPE and SET_ROWS after a SET_ROWS at 1.5-2x their
-        time, docs/executor.md; flash attention: at the measured head size nearest
+        time, docs/executor.md; a one-row node that runs right after a small op
+        (``local``): ``by_op_local``, where the probe has it; flash attention: at the
+        measured head size nearest
         ``head_size``, keys ``FLASH_ATTN_EXT@D``, and for ``tokens`` queries from
         ``op_costs.flash_attn_tile_min_tokens`` on, the query-tile kernel's curves,
         ``op_costs.flash_attn_tiled``; another op of more than one token: its curve
@@ -108,6 +112,8 @@ class Hardware:
             table = oc["flash_attn_tiled"]
         elif tokens > 1 and op in (oc.get("by_op_tokens") or {}):
             table = oc["by_op_tokens"]
+        elif local and tokens == 1 and op in (oc.get("by_op_local") or {}):
+            table = oc["by_op_local"]
         key = op
         if head_size:
             sizes = {int(k.split("@")[1]) if "@" in k else 128: k for k in table
@@ -119,10 +125,12 @@ class Hardware:
             return self.op_curve("GET_ROWS", type_name, head_size, tokens)
         return sorted(pts) if pts else None
 
-    def warmth_curves(self, op: str, tokens: int = 1) -> list[tuple[float, list]]:
+    def warmth_curves(self, op: str, tokens: int = 1,
+                      local: bool = False) -> list[tuple[float, list]]:
         """``[(bytes, curve), ...]`` for ``op`` by how long ago its kind last ran, the
         bytes growing: the warm curve (``by_op``, or ``by_op_tokens`` for a node of several
-        tokens where ``op`` has a curve on several tokens, as :meth:`op_curve` picks), the
+        tokens where ``op`` has a curve on several tokens, or ``by_op_local`` for a one-row
+        node after a small op, ``local``, as :meth:`op_curve` picks), the
         middle ones (``op_costs.by_op_midN``/``by_op_tokens_midN``: each call after a
         matvec streaming N MiB, ``hwprobe.MID_MIB``) and the cold one (``by_op_cold``/
         ``by_op_tokens_cold``: after a flush as the output matmul streams), each at the
@@ -133,6 +141,7 @@ class Hardware:
         figures (an older profile), or they do not grow."""
         oc = self.extra.get("op_costs") or {}
         warm = "by_op_tokens" if tokens > 1 and op in (oc.get("by_op_tokens") or {}) \
+            else "by_op_local" if local and tokens == 1 and op in (oc.get("by_op_local") or {}) \
             else "by_op"
         since = oc.get("since_bytes") or {}
 
@@ -140,10 +149,11 @@ class Hardware:
             pts = (oc.get(part) or {}).get(op)
             b = (since.get(part) or {}).get(op)
             return (float(b), sorted(pts)) if pts and b else None
-        ends = [at(warm), at(warm + "_cold")]
+        cold = "by_op" if warm == "by_op_local" else warm
+        ends = [at(warm), at(cold + "_cold")]
         if None in ends or ends[1][0] <= ends[0][0]:
             return []
-        mids = [m for k in oc if MID_PART.fullmatch(k) and k.startswith(warm + "_mid")
+        mids = [m for k in oc if MID_PART.fullmatch(k) and k.startswith(cold + "_mid")
                 and (m := at(k)) and ends[0][0] < m[0] < ends[1][0]]
         return [ends[0]] + sorted(mids, key=lambda m: m[0]) + [ends[1]]
 
@@ -258,7 +268,7 @@ def cold_share(since: float, warm: float, cold: float) -> float:
 def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
                      weight_type: str | None = None, head_size: int | None = None, rows: int = 1,
                      weight_bytes: float | None = None, tokens: int = 1,
-                     since: float | None = None) -> float:
+                     since: float | None = None, local: bool = False) -> float:
     """Modelled seconds of one node on graphcost's executor.
 
     A matmul of more than :attr:`Hardware.matvec_max_rows` activation ``rows`` (a
@@ -275,7 +285,9 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     kind's middle and cold curves (:meth:`Hardware.warmth_curves`: a layer's matvecs
     push its table out of the L2, a step's first node of its kind, after the output
     matmul, meets its code and tables out of the caches), between the two whose bytes
-    lie around ``since`` by :func:`cold_share`. Without a curve (an op the probe did not
+    lie around ``since`` by :func:`cold_share`; a one-row node that runs right after a
+    small op (``local``: not after a matmul, :func:`graphcost.execute.profile.after_small`)
+    starts from the probe's curve after a small op (``by_op_local``). Without a curve (an op the probe did not
     time, an older or datasheet profile): the per-call overhead of ``op`` plus the
     roofline with the memory roof lowered to the matvec rate for ``weight_type`` (other
     ops stream at the bandwidth)."""
@@ -288,13 +300,13 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
             padded = -(-rows // tile) * tile
             return curve_seconds(fit[1], weight_bytes) + flops * padded / rows / fit[0]
     peak = hw.peak_for(weight_type) if mat else hw.peak_flops
-    curve = hw.op_curve(op, weight_type if mat else None, head_size, tokens)
+    curve = hw.op_curve(op, weight_type if mat else None, head_size, tokens, local)
     if curve:
         # flash attention's work is per (query, attended cell) pair: its FLOPs, not its
         # bytes (a prompt's q and output rows are most of its bytes)
         at = (flops, 1) if op == "FLASH_ATTN_EXT" else (nbytes, 0)
         sec = curve_seconds(curve, *at)
-        warmth = [] if since is None or mat else hw.warmth_curves(op, tokens)
+        warmth = [] if since is None or mat else hw.warmth_curves(op, tokens, local)
         for (b0, c0), (b1, c1) in zip(warmth, warmth[1:]):
             if since <= b1 or b1 == warmth[-1][0]:
                 share = cold_share(since, b0, b1)
@@ -375,7 +387,7 @@ def parse(doc: Any, path: Path | None) -> Hardware:
             if not _is_int(v):
                 raise GraphcostError(f"{where}: op_costs.matmul_row_tile.{key} must be an "
                                      f"integer >= 1, got {_show(v)}")
-        for part in ("by_op", "by_op_chained", "by_op_tokens", "by_op_cold",
+        for part in ("by_op", "by_op_chained", "by_op_local", "by_op_tokens", "by_op_cold",
                      "by_op_tokens_cold", "matvec", "matmul", "flash_attn_tiled",
                      *sorted(k for k in oc if MID_PART.fullmatch(str(k)))):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",

@@ -47,7 +47,14 @@ the same Numba kernels the executor runs.
   ``GET_ROWS@activation``, a GET_ROWS from rows of an activation its matvecs just wrote,
   as the last layer's ``get_rows(cur, inp_out_ids)``), and right
   after the op before it in the ladder's list, as a node in a chain of small ops runs
-  (``by_op_chained``: measured, not modelled, docs/executor.md). Each family (one row, several tokens, flash attention for one
+  (``by_op_chained``: measured, not modelled, docs/executor.md); and one row again after
+  its matvecs and a serial element-wise kernel that rewrote its activations on the
+  calling thread, as a decode's node after a small op runs (``by_op_local``: a residual
+  ADD after the norm's MUL; a norm's weight is left where its matvec wrote it). A
+  node's second input (an ADD's, a gated op's gate, a norm's weight) is fed by a matvec
+  of 32 columns, not about 0.5 MiB: a node meets one matvec's streaming right before
+  it, not two (with two, the ladder's ADD of 512 and 1024 values ran 0.15-0.3 us over
+  a decode's ADD of 640 in every probe of 2026-11-27). Each family (one row, several tokens, flash attention for one
   query, for a tile) is timed apart, GET_ROWS last. Then each node of the ladders again
   after a flush (a matvec streaming :data:`FLUSH_MIB` MiB, as a step's output matmul
   does) with its kind not run since (``by_op_cold``, ``by_op_tokens_cold``: a step's
@@ -229,12 +236,13 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         "op_costs": {
             "how": f"each op kind compiled and called as the executor does, at a ladder of "
                    f"sizes: by_op called after a matvec over weights not in the caches, "
-                   f"by_op_chained called again at once (a node after a small op; not "
-                   f"modelled: a decode's nodes after a small op take by_op's time); median "
+                   f"by_op_chained called again at once (not modelled), by_op_local "
+                   f"one row after its matvecs and a serial kernel that rewrote its "
+                   f"activations (a decode's node after a small op); median "
                    f"of {calls} calls; points are [bytes, flops, seconds] (cost model's "
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
                    f"matrix on 4 KiB pages (a new slice each call), and the whole matrix",
-            **{k: curves[k] for k in ("by_op", "by_op_chained", "by_op_tokens")},
+            **{k: curves[k] for k in ("by_op", "by_op_chained", "by_op_local", "by_op_tokens")},
             "by_op_tokens_rows": LADDER_TOKENS,
             **{k: v for k, v in curves.items() if k.endswith("_cold") or "_mid" in k
                or k == "since_bytes"},
@@ -461,6 +469,12 @@ def fa_key(d: int) -> str:
     return "FLASH_ATTN_EXT" if d == 128 else f"FLASH_ATTN_EXT@{d}"
 
 
+#: the name of a ladder node's second input (an ADD's, a gated op's gate, a norm's
+#: weight): fed by a narrow matvec (:func:`op_costs`), so that a node meets one matvec's
+#: streaming right before it, as in a decode
+SECOND = "second input"
+
+
 def _ladder_nodes(tile: int):
     """([(op, node, attended fraction, group)], {id(mask storage): attended cells}, {id(GET_ROWS
     index storage): rows of its table}) for every op kind and size of the ladder, built
@@ -480,8 +494,8 @@ def _ladder_nodes(tile: int):
         for n in sizes:
             v = n // n_tok                  # values a token (a row)
             x = g.new_tensor(gt.F32, [v, n_tok])
-            x2 = g.new_tensor(gt.F32, [v, n_tok])
-            w = g.new_tensor(gt.F32, [v])
+            x2 = g.new_tensor(gt.F32, [v, n_tok], name=SECOND)
+            w = g.new_tensor(gt.F32, [v], role="weight", name=SECOND)    # a norm's weight
             # rope: heads of 128 values, for several tokens 256 (its work is per token and
             # angle, n_dims / 2 of them, as much as per value: gemma's heads of 256 on a
             # one-head K have 128 a token)
@@ -602,7 +616,9 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     ``tile_fraction``). Then the one-row and several-token curves again after a flush
     (:func:`flusher`) with the kind not run since, and the bytes streamed since the kind
     last ran at each curve's calls; then the same after each middle flush (:data:`MID_MIB`).
-    Returns the profile's ``op_costs`` curves by key: by_op, by_op_chained,
+    The one-row nodes again after their matvecs and a serial kernel on the calling
+    thread that rewrote their activations (``by_op_local``, a node after a small op).
+    Returns the profile's ``op_costs`` curves by key: by_op, by_op_chained, by_op_local,
     flash_attn_tiled, by_op_tokens, by_op_cold, by_op_tokens_cold, by_op_midN and
     by_op_tokens_midN for each N of :data:`MID_MIB` (at most a quarter of the flush), and
     since_bytes (the same keys but by_op_chained and flash_attn_tiled)."""
@@ -616,15 +632,15 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     cursor = [0]                        # slices of the pool handed to feeders so far
     fed: dict[Callable[[], None], int] = {}     # bytes of weights each feeding matvec reads
 
-    def feeder(rows: int) -> tuple[Callable[[], None], np.ndarray]:
+    def feeder(rows: int, narrow: bool = False) -> tuple[Callable[[], None], np.ndarray]:
         """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
-        columns) over the next of its slices of the pool each run, run as the executor
+        columns, 32 if ``narrow``: a second input's) over the next of its slices of the pool each run, run as the executor
         runs it (the fused decode matvec, on the kernel threads), into its own output:
         the next node reads that output as it reads the matvec's before it. Each feeder
         owns ``2 * calls`` slices of the pool after the previous feeder's (wrapping): a
         slice comes back only after the other feeders' slices went by, out of the
         last-level cache when the pool is larger than it."""
-        k = feed_width(rows)
+        k = 32 if narrow else feed_width(rows)
         rb = gt.row_size(q8, k)
         w = pool[: (pool.nbytes // rb) * rb].reshape(-1, rb)
         n_slices = max(1, min(len(w) // rows, 2 * calls))
@@ -671,7 +687,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 m[:, :masks[id(base)]] = 0
                 raw = m.reshape(-1).view(np.uint8)
             elif base.type == gt.F32 and op != "GET_ROWS" and base.n_elements >= 64:
-                feeds[id(base)], raw = feeder(base.n_elements)
+                feeds[id(base)], raw = feeder(base.n_elements, base.name == SECOND)
             else:
                 raw = random_raw(base.type, base.ne, rng)
             store[id(base)] = raw
@@ -697,11 +713,18 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
             else:
                 small = small or feeder(1024)[0]
                 before = [small]
+        # its activations, which the local pass rewrites on the calling thread (a norm's
+        # weight, fed as the others, stays where its matvec left it)
+        acts = list({id(s.storage): store[id(s.storage)].view(np.float32) for s in node.src
+                     if id(s.storage) in feeds and s.storage.role != "weight"}.values())
         calls_by.append((op, node, frac, call, list(dict.fromkeys(before)),
                          ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1],
-                         group[1:2]))
+                         group[1:2], acts))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
+    local: list[list[float]] = [[] for _ in calls_by]
+    rewrite, one, zero = ctx.K.elementwise._unary_serial, np.float32(1), np.float32(0)
+    code, no_table = np.int64(ctx.K.elementwise.UNARY_CODES["scale"]), ctx.K.elementwise._NO_TABLE
     flush_cold: list[list[float]] = [[] for _ in calls_by]
     # one family at a time (the one-row ladder, the several-token ladder, flash attention
     # for one query, for a tile of queries): between two calls of a node only its
@@ -723,6 +746,16 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
             # then as a chain of small ops: each right after the one before it in the list
             for i in part:
                 hot[i].append(_seconds(calls_by[i][3]))
+            # then after its matvecs and a small op on the calling thread that rewrote its
+            # activations (one row: a decode's node whose inputs a small op wrote, not a
+            # matvec on the kernel threads)
+            for i in part if key[0] == "" else ():
+                if calls_by[i][7]:
+                    for f in calls_by[i][4]:
+                        f()
+                    for a in calls_by[i][7]:
+                        rewrite(a, code, one, zero, no_table, a)
+                    local[i].append(_seconds(calls_by[i][3]))
     # then each node as a step's first node of its kind meets it (the token embedding
     # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
     # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
@@ -785,12 +818,16 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 since_to.append(streamed - last[kind])
         streamed += moved[i]
         last[kind] = streamed
+    since_local: list[list[int]] = [[] for _ in calls_by]
     for key in order:
         for _ in range(calls):
             for i in groups[key]:
                 ran(i, since[i])
             for i in groups[key]:
                 ran(i, None)
+            for i in groups[key] if key[0] == "" else ():
+                if calls_by[i][7]:
+                    ran(i, since_local[i])
     for nbytes, since_to in [(flush_bytes, since_cold)] + [(b, s) for (_, b), s in
                                                             zip(mid_flushes, since_mid)]:
         for row in schedule:
@@ -799,17 +836,20 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 ran(i, since_to[i])
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
+    after_local: dict[str, list[list]] = {}
     after_flush: dict[str, list[list]] = {}
     after_mid: list[dict[str, list[list]]] = [{} for _ in mids]
     for j, (op, node, frac, *_) in enumerate(calls_by):
-        for table, runs in [(after_mm, cold[j]), (chained, hot[j]), (after_flush, flush_cold[j])] \
+        for table, runs in [(after_mm, cold[j]), (chained, hot[j]), (after_flush, flush_cold[j]),
+                            (after_local, local[j])] \
                 + [(a, t[j]) for a, t in zip(after_mid, flush_mid)]:
             if runs:
                 b, fl, sec = _point(node, float(np.median(runs)))
                 table.setdefault(op, []).append([max(1, int(b * frac)), int(fl * frac), sec])
     streamed_since: dict[str, dict[str, list[int]]] = {"by_op": {}, "cold": {}}
     for j, (op, *_) in enumerate(calls_by):
-        for name, vals in [("by_op", since[j]), ("cold", since_cold[j])] + \
+        for name, vals in [("by_op", since[j]), ("cold", since_cold[j]),
+                           ("local", since_local[j])] + \
                 [(f"mid{m}", s[j]) for m, s in zip(mids, since_mid)]:
             streamed_since.setdefault(name, {}).setdefault(op, []).extend(vals)
 
@@ -823,11 +863,13 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         return {k: int(np.median(v)) for k, v in part(streamed_since[name], prefix).items()
                 if v}
     out = {"by_op": part(after_mm, None), "by_op_chained": part(chained, None),
+           "by_op_local": part(after_local, None),
            "flash_attn_tiled": part(after_mm, TILED), "by_op_tokens": part(after_mm, TOKENS),
            "by_op_cold": part(after_flush, None),
            "by_op_tokens_cold": part(after_flush, TOKENS),
            "since_bytes": {"by_op": since_part("by_op", None),
                            "by_op_cold": since_part("cold", None),
+                           "by_op_local": since_part("local", None),
                            "by_op_tokens": since_part("by_op", TOKENS),
                            "by_op_tokens_cold": since_part("cold", TOKENS)}}
     for m, a in zip(mids, after_mid):

@@ -329,6 +329,15 @@ def streamed_since(kinds: list[str], nbytes: list[float]) -> list[float]:
     return out
 
 
+def after_small(prev: str | None) -> bool:
+    """Whether a node whose run order puts ``prev`` (an op, None: nothing) just before
+    it runs after a small op: on the calling thread, its inputs most likely written
+    there, nothing streamed since (the executor model reads the probe's ``by_op_local``
+    curve for it, :func:`graphcost.cost.hardware.executor_seconds`), not right after a
+    matmul, which streamed its weights on the kernel threads."""
+    return prev is not None and prev not in ops.MATMUL
+
+
 def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
                past: int, n_tokens: int) -> list[NodeRow]:
     """``past`` cells before this step's ``n_tokens`` queries: for the executor model of
@@ -342,6 +351,9 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
     moved = [(nc.node.op, 0.0 if nc.cost is None else nc.cost.bytes_read + nc.cost.bytes_written)
              for nc, ran in zip(a.nodes, executed) if ran]
     since = iter(streamed_since([k for k, _ in moved], [b for _, b in moved]))
+    # the op run before each node (steps repeat: the first node's is the step's last):
+    # a node right after a small op reads the probe's by_op_local curve (after_small)
+    prev = moved[-1][0] if moved else None
     for nc, sec, ran in zip(a.nodes, med, executed):
         n = nc.node
         c = nc.cost
@@ -362,7 +374,10 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
                                      if mat else 1,
                                      weight_bytes=n.src[0].data_bytes if mat else None,
                                      tokens=n_tokens if n.ne[1] * n.ne[2] * n.ne[3] > 1
-                                     else 1, since=since_n)
+                                     else 1, since=since_n,
+                                     local=after_small(prev))
+        if ran:
+            prev = n.op
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
                             float(sec) if ran else None, nbytes, flops, pred, bound, model,
                             n.op in NUMPY_OPS))
