@@ -105,15 +105,11 @@ class Hardware:
         if op in ops.MATMUL:
             pts = (oc.get("matvec") or {}).get(type_name)
             return sorted(pts) if pts else None
-        table = oc.get("by_op") or {}
+        table = oc.get(self.warm_part(op, tokens, local)) or {}
         tile_min = oc.get("flash_attn_tile_min_tokens")
         if op == "FLASH_ATTN_EXT" and tile_min and tokens >= tile_min \
                 and oc.get("flash_attn_tiled"):
             table = oc["flash_attn_tiled"]
-        elif tokens > 1 and op in (oc.get("by_op_tokens") or {}):
-            table = oc["by_op_tokens"]
-        elif local and tokens == 1 and op in (oc.get("by_op_local") or {}):
-            table = oc["by_op_local"]
         key = op
         if head_size:
             sizes = {int(k.split("@")[1]) if "@" in k else 128: k for k in table
@@ -124,6 +120,18 @@ class Hardware:
         if not pts and op == GET_ROWS_ACTIVATION:     # a profile from before the key
             return self.op_curve("GET_ROWS", type_name, head_size, tokens)
         return sorted(pts) if pts else None
+
+    def warm_part(self, op: str, tokens: int = 1, local: bool = False) -> str:
+        """The ``op_costs`` key of ``op``'s curve right after what ran before it: a node
+        of several ``tokens``, ``by_op_tokens`` where ``op`` has a curve there; a one-row
+        node right after a small op (``local``), ``by_op_local`` where ``op`` has one;
+        else ``by_op`` (right after a matmul)."""
+        oc = self.extra.get("op_costs") or {}
+        if tokens > 1 and op in (oc.get("by_op_tokens") or {}):
+            return "by_op_tokens"
+        if local and tokens == 1 and op in (oc.get("by_op_local") or {}):
+            return "by_op_local"
+        return "by_op"
 
     def warmth_curves(self, op: str, tokens: int = 1,
                       local: bool = False) -> list[tuple[float, list]]:
@@ -140,9 +148,7 @@ class Hardware:
         is measured there by its warm curve). [] when the profile has no cold curve or
         figures (an older profile), or they do not grow."""
         oc = self.extra.get("op_costs") or {}
-        warm = "by_op_tokens" if tokens > 1 and op in (oc.get("by_op_tokens") or {}) \
-            else "by_op_local" if local and tokens == 1 and op in (oc.get("by_op_local") or {}) \
-            else "by_op"
+        warm = self.warm_part(op, tokens, local)
         since = oc.get("since_bytes") or {}
 
         def at(part: str) -> tuple[float, list] | None:
