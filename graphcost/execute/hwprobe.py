@@ -713,12 +713,14 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
             else:
                 small = small or feeder(1024)[0]
                 before = [small]
-        # its activations, which the local pass rewrites on the calling thread (a norm's
-        # weight, fed as the others, stays where its matvec left it)
+        family = ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1]
+        # a one-row node's activations, which the local pass rewrites on the calling
+        # thread (a norm's weight, fed as the others, stays where its matvec left it);
+        # none: no local pass
         acts = list({id(s.storage): store[id(s.storage)].view(np.float32) for s in node.src
-                     if id(s.storage) in feeds and s.storage.role != "weight"}.values())
-        calls_by.append((op, node, frac, call, list(dict.fromkeys(before)),
-                         ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1],
+                     if id(s.storage) in feeds and s.storage.role != "weight"}.values()) \
+            if family == ("",) else []
+        calls_by.append((op, node, frac, call, list(dict.fromkeys(before)), family,
                          group[1:2], acts))
     cold: list[list[float]] = [[] for _ in calls_by]
     hot: list[list[float]] = [[] for _ in calls_by]
@@ -749,13 +751,12 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
             # then after its matvecs and a small op on the calling thread that rewrote its
             # activations (one row: a decode's node whose inputs a small op wrote, not a
             # matvec on the kernel threads)
-            for i in part if key[0] == "" else ():
-                if calls_by[i][7]:
-                    for f in calls_by[i][4]:
-                        f()
-                    for a in calls_by[i][7]:
-                        rewrite(a, code, one, zero, no_table, a)
-                    local[i].append(_seconds(calls_by[i][3]))
+            for i in (i for i in part if calls_by[i][7]):
+                for f in calls_by[i][4]:
+                    f()
+                for a in calls_by[i][7]:
+                    rewrite(a, code, one, zero, no_table, a)
+                local[i].append(_seconds(calls_by[i][3]))
     # then each node as a step's first node of its kind meets it (the token embedding
     # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
     # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
@@ -825,9 +826,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 ran(i, since[i])
             for i in groups[key]:
                 ran(i, None)
-            for i in groups[key] if key[0] == "" else ():
-                if calls_by[i][7]:
-                    ran(i, since_local[i])
+            for i in (i for i in groups[key] if calls_by[i][7]):
+                ran(i, since_local[i])
     for nbytes, since_to in [(flush_bytes, since_cold)] + [(b, s) for (_, b), s in
                                                             zip(mid_flushes, since_mid)]:
         for row in schedule:
