@@ -5,8 +5,10 @@ roofline estimates the executor's node times.
                                        [--threads 2] [--numerics fast,ggml]
 
 1. **Hardware**: ``graphcost.execute.hwprobe.probe`` (256 MiB): streaming-read bandwidth
-   (``kernels.stream``), the executor's matvec rate per weight type against it, peak FLOP
-   rate, per-op overhead; in one memory state, checked as section 5's profile is
+   (``kernels.stream``), the executor's matvec rate per weight type against it and
+   against the streaming read timed alternately with that type's matvec (the memory's
+   state while it ran: ``memory_bandwidth.stream_by_type``), peak FLOP rate, per-op
+   overhead; in one memory state, checked as section 5's profile is
    (:func:`_in_one_state`: the streaming read before and after, probed again while they
    are more than :data:`STATE_BAND` apart, up to ``--state-tries`` times, every attempt
    printed).
@@ -253,19 +255,29 @@ def main() -> None:
     print(f"\n== hwprobe ({args.mib} MiB), the streaming read before and after it")
 
     def by_type(d):
+        bw = d["memory_bandwidth"]
         return "matvec/bandwidth " + ", ".join(
-            f"{t} {v / d['memory_bandwidth']['bytes_per_second']:.0%}"
-            for t, v in d["memory_bandwidth"]["by_type"].items())
+            f"{t} {v / bw['bytes_per_second']:.0%}" for t, v in bw["by_type"].items()) \
+            + "; the read beside each " + ", ".join(
+                f"{v / 1e9:.0f}" for v in bw["stream_by_type"].values()) + " GB/s"
     doc, attempt, one = _in_one_state(
         lambda: probe(mib=args.mib, repeat=5, threads=args.threads), by_type, args)
     bw = doc["memory_bandwidth"]
     hw = parse({**doc, "name": "this machine"}, None)
     print(f"  the figures below: attempt {attempt}"
           + ("" if one else ", the memory state changed in every attempt"))
-    print(f"  streaming read {hw.bandwidth / 1e9:.2f} GB/s; the "
-          "executor's matvec per weight type (target >= 80%):")
+    print(f"  streaming read {hw.bandwidth / 1e9:.2f} GB/s (median over the probe); the "
+          "executor's matvec per weight type (target >= 80%), as a share of that and of "
+          "the streaming read timed alternately with it (the memory's state then):")
+    beside = bw["stream_by_type"]
     for t, v in bw["by_type"].items():
-        print(f"  {t:5s} {v / 1e9:6.2f} GB/s  {v / hw.bandwidth:4.0%}")
+        print(f"  {t:5s} {v / 1e9:6.2f} GB/s  {v / hw.bandwidth:4.0%}   read beside it "
+              f"{beside[t] / 1e9:6.2f} GB/s: {v / beside[t]:4.0%}")
+    for name, share in (("the probe's median read", lambda t, v: v / hw.bandwidth),
+                        ("the read beside it", lambda t, v: v / beside[t])):
+        low = min(bw["by_type"].items(), key=lambda kv: share(*kv))
+        print(f"  every type >= 80% of {name}: {share(*low) >= 0.8} "
+              f"(lowest {low[0]} {share(*low):.0%})")
     print(f"  bandwidth {hw.bandwidth / 1e9:.2f} GB/s, peak {hw.peak_flops / 1e9:.1f} GFLOP/s, "
           f"per-op overhead {hw.overhead * 1e6:.1f} us")
     print("  matmul peak per weight type (GFLOP/s; 256 rows): " + ", ".join(

@@ -691,6 +691,8 @@ def hwprobe(
     typer.echo(f"memory bandwidth: {bw['bytes_per_second'] / 1e9:.2f} GB/s (streaming read)")
     typer.echo("matvec, % of it:  " + ", ".join(
         f"{k} {v / bw['bytes_per_second']:.0%}" for k, v in bw["by_type"].items()))
+    typer.echo("  % of the read timed beside it: " + ", ".join(
+        f"{k} {v / bw['stream_by_type'][k]:.0%}" for k, v in bw["by_type"].items()))
     typer.echo(f"peak FLOP rate:   {fl['flops_per_second'] / 1e9:.1f} GFLOP/s")
     typer.echo("matmul peak per weight type (GFLOP/s): " + ", ".join(
         f"{k} {v / 1e9:.1f}" for k, v in fl["by_type"].items()))

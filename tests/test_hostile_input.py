@@ -473,6 +473,10 @@ PROBES: dict[str, tuple[Callable, str]] = {
         _profile_file(dict(PROFILE, memory_bandwidth={"bytes_per_second": 1e9,
                                                       "by_type": {"q4_K": "fast"}})),
         "memory_bandwidth.by_type.q4_K must be a finite number > 0"),
+    "hardware-stream-by-type-negative": (
+        _profile_file(dict(PROFILE, memory_bandwidth={"bytes_per_second": 1e9,
+                                                      "stream_by_type": {"q8_0": -1}})),
+        "memory_bandwidth.stream_by_type.q8_0 must be a finite number > 0"),
     "hardware-threads-a-string": (_profile_file(dict(PROFILE, threads="four")),
                                   "threads must be an integer >= 1 or null"),
     "hardware-overhead-by-op-a-list": (

@@ -228,7 +228,13 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     assert set(bw["by_type"]) == {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
                                   "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"}
     assert all(v > 0 for v in bw["by_type"].values())
+    # the streaming read timed beside each type's matvec; the overall figure is the median
+    # of all those reads, so it lies within their range
+    assert set(bw["stream_by_type"]) == set(bw["by_type"])
+    beside = bw["stream_by_type"].values()
+    assert min(beside) * 0.999 <= bw["bytes_per_second"] <= max(beside) * 1.001
     assert "matvec, % of it:" in r.output and str(target) in r.output
+    assert "% of the read timed beside it: f32 " in r.output
     assert doc["peak_flops"]["flops_per_second"] > 0 and doc["op_overhead"]["seconds"] > 0
     # a peak FLOP rate and a matvec cost curve per weight type; a cost curve per op kind
     from graphcost.execute.hwprobe import (FA_CELLS, FA_MIN_KV, FA_TILE_CELLS, LADDER,

@@ -382,6 +382,8 @@ def parse(doc: Any, path: Path | None) -> Hardware:
     bandwidth = _positive(bw, "bytes_per_second", "memory_bandwidth", where)
     if bw.get("by_type") is not None:
         mapping_of(bw["by_type"], "positive", "memory_bandwidth.by_type", where)
+    if bw.get("stream_by_type") is not None:
+        mapping_of(bw["stream_by_type"], "positive", "memory_bandwidth.stream_by_type", where)
     pk = need(doc.get("peak_flops"), "dict", "peak_flops", where)
     peak = _positive(pk, "flops_per_second", "peak_flops", where)
     if pk.get("by_type") is not None:

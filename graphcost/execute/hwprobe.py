@@ -159,6 +159,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     ctx = Ctx(K_, "fast")
     stream_runs: list[float] = []
     by_type = {}
+    beside = {}         # the streaming read timed alternately with each type's matvec
     matvec = {}
     hot: dict[str, float] = {}          # FLOP/s of each type's matvec on cache-resident weights
     prompt_mm: dict[str, list[list]] = {}
@@ -170,11 +171,13 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         w = read_only(random_raw(t, (K, rows), rng).reshape(rows, gt.row_size(t, K)))
         node = _matmul_node(t, K, rows, 1)
         mv = _node_calls(node, ctx, [_values(node, [w, x])])[1][0]  # compiled or loaded from cache
-        runs = []
+        runs, reads = [], []
         for _ in range(repeat):                     # alternate: the same load for both
-            stream_runs.append(_seconds(lambda: K_.stream.read_rows(big)))
+            reads.append(_seconds(lambda: K_.stream.read_rows(big)))
             runs.append(_seconds(mv))
+        stream_runs += reads
         by_type[gt.type_name(t)] = round(w.nbytes / float(np.median(runs)))
+        beside[gt.type_name(t)] = round(big.nbytes / float(np.median(reads)))
         del mv
         w = small_pages(w)                          # the curves: as a GGUF's mapped weights
         matvec[gt.type_name(t)], hot[gt.type_name(t)] = matvec_ladder(ctx, t, w, calls, rng)
@@ -213,6 +216,11 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "by_type": by_type,
             "by_type_how": f"the executor's matmul (--numerics fast), 1 row x {mib} MiB "
                            f"matrix of each type, median of {repeat}: bytes/s of weights",
+            "stream_by_type": beside,
+            "stream_by_type_how": f"the streaming read's median over the {repeat} runs "
+                                  f"alternating with each type's matvec runs: the memory's "
+                                  f"state while that type was timed (bytes_per_second is "
+                                  f"the median over every type's)",
             "source": "graphcost hwprobe on this machine",
         },
         "peak_flops": {
