@@ -265,6 +265,8 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
                                 "GET_ROWS@activation", "CONT",
                                 "FLASH_ATTN_EXT", "FLASH_ATTN_EXT@64", "FLASH_ATTN_EXT@256"}
     assert set(oc["by_op_chained"]) == set(oc["by_op"])
+    # --repeat 1: 5 calls a point, one pass (hwprobe.op_cost_passes)
+    assert "median over 1 pass, each over arrays of its own, of 5 calls" in oc["how"]
     # one row again after its matvecs and a small op that rewrote its activations (a
     # node after a small op): every kind with an activation input (not flash attention,
     # not the token embedding gather), with how much streamed since its kind last ran
@@ -323,6 +325,42 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
     # the model reads GEGLU's four curves, warm to cold (hardware.warmth_curves)
     assert [b for b, _ in hw.warmth_curves("GEGLU")] == [
         since[p]["GEGLU"] for p in ("by_op", "by_op_mid4", "by_op_mid8", "by_op_cold")]
+
+
+def test_op_cost_passes_merge_each_point_by_its_median(monkeypatch):
+    """Passes over arrays of their own merge point by point: seconds and since_bytes are
+    the median over the passes, bytes and FLOPs the ladder's; a pass count from the
+    calls (at least PASS_CALLS a pass, at most PASSES)."""
+    from graphcost.execute import hwprobe as hp
+
+    def run(add_us, rope_us, since):
+        return {"by_op": {"ADD": [[768, 192, add_us[0] * 1e-6], [1536, 384, add_us[1] * 1e-6]]},
+                "by_op_local": {"ROPE": [[2052, 1024, rope_us * 1e-6]]},
+                "since_bytes": {"by_op": {"ADD": since}, "by_op_local": {"ROPE": 2 * since}}}
+    merged = hp.merge_op_costs([run((1.0, 2.0), 3.0, 100), run((1.5, 1.0), 2.0, 300),
+                                run((0.5, 4.0), 9.0, 200)])
+    # ADD at 768 B: median(1.0, 1.5, 0.5) = 1.0 us; at 1536 B median(2.0, 1.0, 4.0) = 2.0;
+    # ROPE median(3, 2, 9) = 3; since: median(100, 300, 200) = 200, doubled 400
+    assert merged["by_op"]["ADD"] == [[768, 192, pytest.approx(1.0e-6)],
+                                      [1536, 384, pytest.approx(2.0e-6)]]
+    assert merged["by_op_local"]["ROPE"] == [[2052, 1024, pytest.approx(3.0e-6)]]
+    assert merged["since_bytes"] == {"by_op": {"ADD": 200}, "by_op_local": {"ROPE": 400}}
+    # two passes: the mean of the two (numpy's median)
+    two = hp.merge_op_costs([run((1.0, 2.0), 3.0, 100), run((2.0, 4.0), 5.0, 301)])
+    assert two["by_op"]["ADD"][1][2] == pytest.approx(3.0e-6) and \
+        two["since_bytes"]["by_op"]["ADD"] == 200
+    # a different ladder is not merged
+    bad = run((1.0, 2.0), 3.0, 100)
+    bad["by_op"]["ADD"][0][0] = 769
+    with pytest.raises(AssertionError):
+        hp.merge_op_costs([run((1.0, 2.0), 3.0, 100), bad])
+    # passes: 20 calls (repeat 5) -> 4 of 5; 5 calls (repeat 1) -> 1; 12 -> 2 of 6
+    assert (hp.PASS_CALLS, hp.PASSES) == (5, 4)
+    calls = []
+    monkeypatch.setattr(hp, "op_costs",
+                        lambda ctx, rng, c, mib: calls.append(c) or run((1.0, 1.0), 1.0, 1))
+    assert [hp.op_cost_passes(None, None, c, 16)[1] for c in (20, 5, 12)] == [4, 1, 2]
+    assert calls == [5] * 4 + [5] + [6] * 2
 
 
 @pytest.mark.parametrize("n", [1, 16], ids=["decode_matvec", "prompt_matmul"])

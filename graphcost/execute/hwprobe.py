@@ -77,7 +77,8 @@ the same Numba kernels the executor runs.
   almost no work.
 
 Each figure is the median of ``repeat`` timed calls after one warm-up call (compilation or
-cache load is never timed). These are achieved rates of graphcost's kernels, which is what
+cache load is never timed); the op-cost curves' points are medians over passes, each over
+arrays of its own (:func:`op_cost_passes`: where the arrays land moves a whole curve). These are achieved rates of graphcost's kernels, which is what
 a roofline for graphcost's executor needs; a datasheet peak is higher.
 """
 from __future__ import annotations
@@ -196,7 +197,9 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
     peak_by_type = {name: round(best) for name, pts in prompt_mm.items()
                     if (best := max([hot[name]] + [f / t for _, f, t in pts if t > 0])) > 0}
     say("op costs")
-    curves = op_costs(ctx, rng, calls, mib)
+    curves, passes = op_cost_passes(ctx, rng, calls, mib)
+    per_pass = (f"median over {passes} pass{'es' if passes > 1 else ''}, each over arrays "
+                f"of its own, of {calls // passes} calls")
     by_op = curves["by_op"]
     overheads = {op: pts[0][2] for op, pts in by_op.items() if "@" not in op}
     overheads["MUL_MAT"] = matvec[gt.type_name(gt.GGMLType.Q8_0)][0][2]
@@ -246,8 +249,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"sizes: by_op called after a matvec over weights not in the caches, "
                    f"by_op_chained called again at once (not modelled), by_op_local "
                    f"one row after its matvecs and a serial kernel that rewrote its "
-                   f"activations (a decode's node after a small op); median "
-                   f"of {calls} calls; points are [bytes, flops, seconds] (cost model's "
+                   f"activations (a decode's node after a small op); {per_pass} "
+                   f"(op_cost_passes); points are [bytes, flops, seconds] (cost model's "
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
                    f"matrix on 4 KiB pages (a new slice each call), and the whole matrix",
             **{k: curves[k] for k in ("by_op", "by_op_chained", "by_op_local", "by_op_tokens")},
@@ -259,7 +262,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                         f"matmul), its op kind not run since (one flush before the nodes "
                         f"of one size, one of each kind, in an order turning round by "
                         f"round; GET_ROWS's nodes each after a flush of its own), "
-                        f"median of {max(3, calls // 2)}; by_op_midN, "
+                        f"median of {max(3, calls // passes // 2)} a pass (merged as "
+                        f"the warm curves); by_op_midN, "
                         f"by_op_tokens_midN: the same after a matvec over N MiB of "
                         f"those weights, the next slice each time; since_bytes: per curve, "
                         f"the median bytes streamed (matvec weights, nodes' bytes) since "
@@ -611,6 +615,48 @@ def flusher(ctx, rng, nbytes: int, parts: tuple[int, ...]) -> tuple[
 def feed_width(n: int) -> int:
     """Columns of a feeding matvec with ``n`` rows: about 0.5 MiB of Q8_0 weights."""
     return int(max(32, min(LADDER_K, (1 << 19) // (n * 34 // 32) // 32 * 32)))
+
+
+#: calls a pass of :func:`op_cost_passes` takes at least (fewer calls: one pass)
+PASS_CALLS = 5
+#: most passes :func:`op_cost_passes` splits the calls into
+PASSES = 4
+
+
+def op_cost_passes(ctx, rng, calls: int, mib: int) -> tuple[dict[str, dict], int]:
+    """:func:`op_costs` in passes of at least :data:`PASS_CALLS` calls (at most
+    :data:`PASSES`), each over arrays of its own, merged: every point's seconds and every
+    ``since_bytes`` figure the median over the passes. Where a probe's arrays land moves
+    its small ops' curves as a whole: on the EPYC VM (2026-11-27) four passes over the same
+    arrays agreed within 5-10% while three probes' decode ROPE curves sat at 2.3, 3.2
+    and 3.0 us; over four probes each, the coefficient of variation of a decode ROPE,
+    ADD, RMS_NORM and flushed ADD point fell from 0.11 / 0.16 / 0.13 / 0.24 with one
+    pass of 20 calls to 0.03 / 0.05 / 0.04 / 0.03 with four passes of 5. Returns (the
+    merged curves, the passes)."""
+    n = max(1, min(PASSES, calls // PASS_CALLS))
+    runs = [op_costs(ctx, rng, calls // n, mib) for _ in range(n)]
+    return merge_op_costs(runs), n
+
+
+def merge_op_costs(runs: list[dict[str, dict]]) -> dict[str, dict]:
+    """:func:`op_costs` results of the same ladder merged: each curve point's seconds and
+    each ``since_bytes`` figure the median over ``runs`` (bytes and FLOPs are the
+    ladder's, the same in every run)."""
+    def curve(pts_by_run: list[list[list]]) -> list[list]:
+        out = []
+        for pts in zip(*pts_by_run, strict=True):
+            assert len({(p[0], p[1]) for p in pts}) == 1, pts    # the same ladder point
+            out.append([pts[0][0], pts[0][1], float(np.median([p[2] for p in pts]))])
+        return out
+
+    merged: dict[str, dict] = {}
+    for key, table in runs[0].items():
+        if key == "since_bytes":
+            merged[key] = {name: {op: int(np.median([r[key][name][op] for r in runs]))
+                                  for op in by_op} for name, by_op in table.items()}
+        else:
+            merged[key] = {op: curve([r[key][op] for r in runs]) for op in table}
+    return merged
 
 
 def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
