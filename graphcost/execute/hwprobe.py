@@ -78,8 +78,9 @@ the same Numba kernels the executor runs.
 
 Each figure is the median of ``repeat`` timed calls after one warm-up call (compilation or
 cache load is never timed); the op-cost curves' points are medians over passes, each over
-arrays of its own (:func:`op_cost_passes`: where the arrays land moves a whole curve). These are achieved rates of graphcost's kernels, which is what
-a roofline for graphcost's executor needs; a datasheet peak is higher.
+arrays of its own (:func:`op_cost_passes`: where the arrays land moves a whole curve).
+These are achieved rates of graphcost's kernels, which is what a roofline for graphcost's
+executor needs; a datasheet peak is higher.
 """
 from __future__ import annotations
 
@@ -262,7 +263,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                         f"matmul), its op kind not run since (one flush before the nodes "
                         f"of one size, one of each kind, in an order turning round by "
                         f"round; GET_ROWS's nodes each after a flush of its own), "
-                        f"median of {max(3, calls // passes // 2)} a pass (merged as "
+                        f"median of {cold_rounds(calls // passes)} a pass (merged as "
                         f"the warm curves); by_op_midN, "
                         f"by_op_tokens_midN: the same after a matvec over N MiB of "
                         f"those weights, the next slice each time; since_bytes: per curve, "
@@ -623,6 +624,12 @@ PASS_CALLS = 5
 PASSES = 4
 
 
+def cold_rounds(calls: int) -> int:
+    """Rounds of :func:`op_costs`' flushed (cold and middle) schedule for ``calls`` warm
+    calls a point: each flushed point is the median of that many calls."""
+    return max(3, calls // 2)
+
+
 def op_cost_passes(ctx, rng, calls: int, mib: int) -> tuple[dict[str, dict], int]:
     """:func:`op_costs` in passes of at least :data:`PASS_CALLS` calls (at most
     :data:`PASSES`), each over arrays of its own, merged: every point's seconds and every
@@ -822,7 +829,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     mids = sorted({min(m, flush_mib // 4) for m in MID_MIB})
     flush, flush_bytes, mid_flushes = flusher(ctx, rng, flush_mib << 20,
                                               tuple(m << 20 for m in mids))
-    rounds = max(3, calls // 2)
+    rounds = cold_rounds(calls)
 
     def cold_schedule() -> list[list[int]]:
         """The cold pass, in order: per family (flash attention's have no cold curves),
