@@ -18,6 +18,12 @@ whether they are equal. A figure graphcost reports as not modelled prints ``n/m`
 counts as not checked, never as equal. Exit status 0 when every modelled figure is equal,
 1 otherwise, 2 when the tools or the GPU are missing.
 
+``--examples`` adds the header-only examples (Llama 3.1 8B, Gemma 3 4B) made whole with
+sparse zero data, at real contexts (``EXAMPLE_CASES``).
+
+``--fit`` adds llama-fit-params on CUDA0 against ``graphcost fit`` given the free memory
+llama.cpp measured (``FIT_CASES``; Mistral Large 2407 made whole too).
+
 ``--dry-run`` prints graphcost's side only (no GPU needed): what the comparison would use.
 """
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +44,9 @@ sys.path.insert(0, str(ROOT))
 
 from fixtures import write_llama  # noqa: E402
 from fixtures_moe import write_mixtral, write_qwen3moe  # noqa: E402
-from llama_runs import parse_buffers, run_interactive  # noqa: E402
+from llama_runs import _run_until, parse_buffers, run_interactive  # noqa: E402
+
+from graphcost.bench_models import make_whole  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -53,6 +62,23 @@ MODELS = {
     # weighted sum), flash attention on by -fa auto
     "qwen3moe": lambda p: write_qwen3moe(p, n_layer=3),
 }
+
+#: --examples: the header-only examples made whole (sparse zeros; tokenizer "none", so
+#: llama-completion aborts at the prompt, after sched_reserve has logged every buffer)
+EXAMPLES = {
+    "llama8b": ROOT / "examples" / "llama-3.1-8b-instruct-q4_k_m.gguf",
+    "gemma4b": ROOT / "examples" / "gemma-3-4b-it-q4_k_m.gguf",
+    "mistral": ROOT / "examples" / "mistral-large-2407-q4_0.gguf",
+}
+
+#: --fit: (example, llama-fit-params / graphcost fit flags) on the GPU's free memory
+FIT_CASES = [
+    ("llama8b", []),                          # full context, every layer: no change
+    ("llama8b", ["-fitt", "76000"]),          # context down to -fitc, then layers
+    ("mistral", []),                          # 69 GB of weights: context reduced
+    ("mistral", ["-c", "65536"]),             # the user's context kept: layers reduced
+    ("mistral", ["-c", "8192", "-ctk", "q8_0", "-ctv", "q8_0"]),
+]
 
 #: GGML_CUDA_DISABLE_FUSION=1 for llama.cpp is device option fusion=0 for graphcost
 NO_FUSION = {"env": {"GGML_CUDA_DISABLE_FUSION": "1"}, "opt": "fusion=0"}
@@ -84,6 +110,18 @@ CASES = [
     ("llama4-hd128", ["-ngl", "all", "-ts", "3,1", "-fa", "off"], 2),
 ]
 
+#: real sizes (--examples): a later ``-c`` overrides the runs' ``-c 512`` on both sides
+EXAMPLE_CASES = [
+    ("llama8b", ["-ngl", "all", "-c", "8192"], 1),
+    ("llama8b", ["-ngl", "all", "-c", "8192", "-fa", "off"], 1),
+    ("llama8b", ["-ngl", "20", "-c", "4096"], 1),
+    ("llama8b", ["-ngl", "all", "-c", "16384", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
+                 "-ub", "1024"], 1),
+    ("gemma4b", ["-ngl", "all", "-c", "8192"], 1),
+    ("gemma4b", ["-ngl", "all", "-c", "8192", "-fa", "off"], 1),
+    ("gemma4b", ["-ngl", "17", "-c", "4096", "-ub", "256"], 1),
+]
+
 
 def gpus() -> list[tuple[str, int]]:
     """(compute capability like '8.9', free MiB) per visible NVIDIA GPU (nvidia-smi)."""
@@ -109,13 +147,27 @@ def build(src: Path, out: Path) -> Path:
     return out / "bin"
 
 
-def run_llama(bin_dir: Path, model: Path, args: list[str], env: dict | None = None):
+def _pythonpath() -> str:
+    """ROOT first, then whatever PYTHONPATH the caller had (where gguf may be installed)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def run_llama(bin_dir: Path, model: Path, args: list[str], env: dict | None = None,
+              no_vocab: bool = False):
     cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-n", "1", "-p", "hi",
            "-no-cnv", "-if", "-fit", "off", "-t", "1", "--no-warmup", "--seed", "1", "-lv", "5",
            "-c", "512"] + args
+    env = {**os.environ, **(env or {})}
+    if no_vocab:
+        # no tokenizer: it aborts at the prompt, after its buffer lines (sched_reserve's last)
+        rc, log = _run_until(cmd, "sched_reserve: graph", env, 600)
+        if "sched_reserve: graph" not in log:
+            raise RuntimeError(f"{' '.join(cmd)} exited ({rc}) without sched_reserve's lines:\n"
+                               f"{log[-3000:]}")
+        return parse_buffers(log)
     # interactive-first: it waits for input until its sched_reserve lines have been read
     # (llama.cpp's async log can lose a run's last lines at exit; tests/llama_runs.py)
-    return parse_buffers(run_interactive(cmd, env={**os.environ, **(env or {})}, timeout=600))
+    return parse_buffers(run_interactive(cmd, env=env, timeout=600))
 
 
 def run_graphcost(model: Path, devices: list[str], args: list[str]) -> dict:
@@ -124,10 +176,41 @@ def run_graphcost(model: Path, devices: list[str], args: list[str]) -> dict:
     for d in devices:
         cmd += ["--device", d]
     r = subprocess.run(cmd + args, capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": _pythonpath()})
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd + args)}: {r.stderr.strip()}")
     return json.loads(r.stdout)["memory"]
+
+
+FREE_RX = re.compile(r"projected to use \d+ MiB of device memory vs\. (\d+) MiB of free device memory")
+
+
+def check_fit(bin_dir: Path | None, model: Path, case: str, args: list[str], cc: str,
+              feats: str) -> list[tuple]:
+    """llama-fit-params' argument line on CUDA0 against ``graphcost fit`` given the free
+    memory llama.cpp measured (its trace line, whole MiB: graphcost gets that floor, at most
+    1 MiB under the truth). Dry run: graphcost's line for 80000 MiB free."""
+    free = 80000
+    theirs = "-"
+    if bin_dir is not None:
+        cmd = [str(bin_dir / "llama-fit-params"), "-m", str(model), "-dev", "CUDA0", "-lv", "5"]
+        r = subprocess.run(cmd + args, capture_output=True, text=True, timeout=600,
+                           stdin=subprocess.DEVNULL)
+        m = FREE_RX.search(r.stderr)
+        if r.returncode not in (0, 1) or m is None:
+            return [(case, "fit", f"llama-fit-params rc {r.returncode}, no free line", "", "",
+                     "ERROR")]
+        free = int(m.group(1))
+        theirs = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "failed"
+    cmd = [sys.executable, "-m", "graphcost", "fit", str(model), "--device",
+           f"cuda:{free}MiB,cc={cc}", "--cpu-features", feats or "none"] + args
+    g = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": _pythonpath()})
+    if g.returncode not in (0, 1):
+        return [(case, "fit", g.stderr.strip()[:60], theirs, "", "ERROR")]
+    ours = g.stdout.strip().splitlines()[-1] if g.returncode == 0 else "failed"
+    verdict = "" if bin_dir is None else ("equal" if ours == theirs else "DIFFERS")
+    return [(case, "fit", f"{free} MiB free", theirs, ours, verdict)]
 
 
 def ours_by_kind(mem: dict) -> dict[str, dict[str, list[int | None]]]:
@@ -186,6 +269,11 @@ def main() -> int:
     ap.add_argument("--build-dir", type=Path,
                     default=Path.home() / ".cache" / "graphcost" / "llama-cuda-build")
     ap.add_argument("--dry-run", action="store_true", help="graphcost's figures only")
+    ap.add_argument("--examples", action="store_true",
+                    help="also the header-only examples made whole (real sizes; sparse files)")
+    ap.add_argument("--fit", action="store_true",
+                    help="also llama-fit-params against graphcost fit on the examples (CUDA0)")
+    ap.add_argument("--json", type=Path, help="also write the rows and the GPU here")
     ap.add_argument("--cc", help="compute capability to give graphcost (default: nvidia-smi's)")
     a = ap.parse_args()
 
@@ -205,11 +293,16 @@ def main() -> int:
                             "from graphcost.memory.backends import host_cpu_features as f;"
                             "print(','.join(sorted(f())) or 'none')"],
                            capture_output=True, text=True, cwd=ROOT,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip()
+                           env={**os.environ, "PYTHONPATH": _pythonpath()}).stdout.strip()
     rows = []
     with tempfile.TemporaryDirectory() as d:
         models = {k: Path(w(Path(d) / f"{k}.gguf").path) for k, w in MODELS.items()}
-        for name, args, need, *extra in CASES:
+        cases = list(CASES)
+        if a.examples or a.fit:
+            for k, src in EXAMPLES.items():
+                models[k] = make_whole(src, Path(d) / f"{k}.gguf", data="zero")
+            cases += EXAMPLE_CASES if a.examples else []
+        for name, args, need, *extra in cases:
             if need > n_gpu:
                 continue
             x = extra[0] if extra else {}
@@ -227,13 +320,18 @@ def main() -> int:
             if not a.dry_run:
                 try:
                     run = run_llama(bin_dir, models[name],
-                                    args if need > 1 else args + ["-dev", "CUDA0"], x.get("env"))
+                                    args if need > 1 else args + ["-dev", "CUDA0"], x.get("env"),
+                                    no_vocab=name in EXAMPLES)
                 except RuntimeError as e:
                     rows.append((case, "llama.cpp", str(e).splitlines()[0][:60], "", "", "ERROR"))
                     continue
             rows += compare(case, mem, run)
             for note in mem.get("notes", []):
                 rows.append((case, "note", note[:90], "", "", ""))
+        if a.fit:
+            for name, args in FIT_CASES:
+                rows += check_fit(None if a.dry_run else bin_dir, models[name],
+                                  f"fit {name} {' '.join(args)}".strip(), args, cc, feats)
     w = max(len(r[0]) for r in rows) if rows else 10
     print(f"{'case':<{w}}  {'kind':<8} {'buffer':<14} {'llama.cpp':>10} {'graphcost':>10}  verdict")
     for r in rows:
@@ -241,6 +339,9 @@ def main() -> int:
     bad = sum(1 for r in rows if r[5] in ("DIFFERS", "ERROR"))
     checked = sum(1 for r in rows if r[5] == "equal")
     nm = sum(1 for r in rows if r[5] == "not modelled")
+    if a.json:
+        a.json.write_text(json.dumps({"gpus": found, "cc": cc, "cpu_features": feats,
+                                      "rows": rows}, indent=1))
     print(f"\n{checked} equal, {bad} differ or failed, {nm} not modelled (GPU cc {cc}, {n_gpu} GPU(s))")
     return 1 if bad else 0
 
