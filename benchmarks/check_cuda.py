@@ -24,6 +24,11 @@ sparse zero data, at real contexts (``EXAMPLE_CASES``).
 ``--fit`` adds llama-fit-params on CUDA0 against ``graphcost fit`` given the free memory
 llama.cpp measured (``FIT_CASES``; Mistral Large 2407 made whole too).
 
+``--amx`` adds CPU-only (``-dev none``) and ``--no-host`` cases for a CPU with AMX (the
+AMX buffer type; ``AMX_CASES``); ``--without amx_int8,...`` takes features from graphcost's
+list where llama.cpp's build has no AMX; ``--only REGEX`` keeps the cases it matches.
+A run counts once sched_reserve has logged its buffers, whatever its exit (printed).
+
 ``--dry-run`` prints graphcost's side only (no GPU needed): what the comparison would use.
 """
 from __future__ import annotations
@@ -44,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from fixtures import write_llama  # noqa: E402
 from fixtures_moe import write_mixtral, write_qwen3moe  # noqa: E402
-from llama_runs import _run_until, parse_buffers, run_interactive  # noqa: E402
+from llama_runs import _run_until, parse_buffers  # noqa: E402
 
 from graphcost.bench_models import make_whole  # noqa: E402
 
@@ -70,6 +75,20 @@ EXAMPLES = {
     "gemma4b": ROOT / "examples" / "gemma-3-4b-it-q4_k_m.gguf",
     "mistral": ROOT / "examples" / "mistral-large-2407-q4_0.gguf",
 }
+
+#: --amx: the CPU's AMX buffer type (a CPU with amx_int8 and avx512_vnni and the
+#: sapphirerapids variant kept); GPUs needed 0: CPU only (-dev none). With a GPU, a weight
+#: on the CPU goes to the GPU's host buffer first (mapped with mmap), so --no-host
+AMX_CASES = [
+    ("llama5-hd32", [], 0),
+    ("llama4-hd128", ["-fa", "on"], 0),
+    ("mixtral", [], 0),
+    ("llama8b", ["-c", "4096"], 0),
+    ("gemma4b", ["-c", "4096"], 0),
+    ("llama4-hd128", ["-ngl", "2", "--no-host"], 1),
+    ("llama8b", ["-ngl", "20", "-c", "4096", "--no-host"], 1),
+    ("llama8b", ["-ngl", "20", "-c", "4096"], 1),
+]
 
 #: --fit: (example, llama-fit-params / graphcost fit flags) on the GPU's free memory
 FIT_CASES = [
@@ -152,22 +171,20 @@ def _pythonpath() -> str:
     return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
-def run_llama(bin_dir: Path, model: Path, args: list[str], env: dict | None = None,
-              no_vocab: bool = False):
+def run_llama(bin_dir: Path, model: Path, args: list[str], env: dict | None = None):
+    """(its buffers, its exit status): llama-completion interactive-first, its stdin closed
+    once sched_reserve's last line has been read (llama.cpp's async log can lose a run's
+    last lines at exit; tests/llama_runs.py). The buffers count once those lines are out,
+    whatever the exit: a header-only example made whole has no tokenizer and aborts at the
+    prompt, and on the device machine a prompt through AMX kernels died of SIGILL (-4)."""
     cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-n", "1", "-p", "hi",
            "-no-cnv", "-if", "-fit", "off", "-t", "1", "--no-warmup", "--seed", "1", "-lv", "5",
            "-c", "512"] + args
-    env = {**os.environ, **(env or {})}
-    if no_vocab:
-        # no tokenizer: it aborts at the prompt, after its buffer lines (sched_reserve's last)
-        rc, log = _run_until(cmd, "sched_reserve: graph", env, 600)
-        if "sched_reserve: graph" not in log:
-            raise RuntimeError(f"{' '.join(cmd)} exited ({rc}) without sched_reserve's lines:\n"
-                               f"{log[-3000:]}")
-        return parse_buffers(log)
-    # interactive-first: it waits for input until its sched_reserve lines have been read
-    # (llama.cpp's async log can lose a run's last lines at exit; tests/llama_runs.py)
-    return parse_buffers(run_interactive(cmd, env=env, timeout=600))
+    rc, log = _run_until(cmd, "sched_reserve: graph", {**os.environ, **(env or {})}, 600)
+    if "sched_reserve: graph" not in log:
+        raise RuntimeError(f"{' '.join(cmd)} exited ({rc}) without sched_reserve's lines:\n"
+                           f"{log[-3000:]}")
+    return parse_buffers(log), rc
 
 
 def run_graphcost(model: Path, devices: list[str], args: list[str]) -> dict:
@@ -273,6 +290,12 @@ def main() -> int:
                     help="also the header-only examples made whole (real sizes; sparse files)")
     ap.add_argument("--fit", action="store_true",
                     help="also llama-fit-params against graphcost fit on the examples (CUDA0)")
+    ap.add_argument("--without", default="",
+                    help="CPU features to take from graphcost's list, e.g. amx_int8 where "
+                         "llama.cpp's build has no AMX variant (ggml-cpu-sapphirerapids removed)")
+    ap.add_argument("--amx", action="store_true",
+                    help="also the AMX cases (a CPU with AMX; the examples are made whole)")
+    ap.add_argument("--only", help="the cases whose name matches this regular expression")
     ap.add_argument("--json", type=Path, help="also write the rows and the GPU here")
     ap.add_argument("--cc", help="compute capability to give graphcost (default: nvidia-smi's)")
     a = ap.parse_args()
@@ -294,16 +317,20 @@ def main() -> int:
                             "print(','.join(sorted(f())) or 'none')"],
                            capture_output=True, text=True, cwd=ROOT,
                            env={**os.environ, "PYTHONPATH": _pythonpath()}).stdout.strip()
+    drop = {f for f in a.without.split(",") if f}
+    feats = ",".join(f for f in feats.split(",") if f not in drop) or "none"
     rows = []
+    errors: list[tuple[str, str]] = []     # (case, the failing run's log tail)
     with tempfile.TemporaryDirectory() as d:
         models = {k: Path(w(Path(d) / f"{k}.gguf").path) for k, w in MODELS.items()}
         cases = list(CASES)
-        if a.examples or a.fit:
+        if a.examples or a.fit or a.amx:
             for k, src in EXAMPLES.items():
                 models[k] = make_whole(src, Path(d) / f"{k}.gguf", data="zero")
             cases += EXAMPLE_CASES if a.examples else []
+        cases += AMX_CASES if a.amx else []
         for name, args, need, *extra in cases:
-            if need > n_gpu:
+            if need > n_gpu or (a.only and not re.search(a.only, f"{name} {' '.join(args)}")):
                 continue
             x = extra[0] if extra else {}
             opt = f",{x['opt']}" if x.get("opt") else ""
@@ -319,17 +346,22 @@ def main() -> int:
             run = None
             if not a.dry_run:
                 try:
-                    run = run_llama(bin_dir, models[name],
-                                    args if need > 1 else args + ["-dev", "CUDA0"], x.get("env"),
-                                    no_vocab=name in EXAMPLES)
+                    dev = [] if need > 1 else ["-dev", "CUDA0" if need else "none"]
+                    run, rc = run_llama(bin_dir, models[name], args + dev, x.get("env"))
+                    if rc != 0 and name not in EXAMPLES:
+                        rows.append((case, "note", f"llama.cpp exited {rc} after its buffer "
+                                     "lines", "", "", ""))
                 except RuntimeError as e:
                     rows.append((case, "llama.cpp", str(e).splitlines()[0][:60], "", "", "ERROR"))
+                    errors.append((case, str(e)[-4000:]))
                     continue
             rows += compare(case, mem, run)
             for note in mem.get("notes", []):
                 rows.append((case, "note", note[:90], "", "", ""))
         if a.fit:
             for name, args in FIT_CASES:
+                if a.only and not re.search(a.only, f"fit {name} {' '.join(args)}"):
+                    continue
                 rows += check_fit(None if a.dry_run else bin_dir, models[name],
                                   f"fit {name} {' '.join(args)}".strip(), args, cc, feats)
     w = max(len(r[0]) for r in rows) if rows else 10
@@ -341,7 +373,9 @@ def main() -> int:
     nm = sum(1 for r in rows if r[5] == "not modelled")
     if a.json:
         a.json.write_text(json.dumps({"gpus": found, "cc": cc, "cpu_features": feats,
-                                      "rows": rows}, indent=1))
+                                      "rows": rows, "errors": errors}, indent=1))
+    for case, log in errors:
+        print(f"--- {case}: llama.cpp failed; its log ends:\n{log[-1500:]}")
     print(f"\n{checked} equal, {bad} differ or failed, {nm} not modelled (GPU cc {cc}, {n_gpu} GPU(s))")
     return 1 if bad else 0
 

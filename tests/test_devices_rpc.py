@@ -201,8 +201,10 @@ def server_sets(tmp_path_factory):
 def test_per_device_buffers_equal_llama_cpp(models, server_sets, case):
     name, n_rpc, args = CASES[case]
     if {"amx_int8", "avx512_vnni"} <= host_cpu_features() and "--no-repack" not in args:
-        pytest.skip("this CPU has AMX_INT8 and AVX512_VNNI: llama.cpp adds its AMX buffer "
-                    "type, which graphcost does not model")
+        pytest.skip("this CPU has AMX_INT8 and AVX512_VNNI: graphcost's AMX buffers were "
+                    "checked against llama.cpp on a Sapphire Rapids host (benchmarks/"
+                    "check_cuda.py --amx), whose prompt through the AMX kernels died of "
+                    "SIGILL; this test needs that prompt")
     servers = server_sets[n_rpc]
     marks = [s.mark() for s in servers]
     # -ot names a buffer type: the second server's is RPC0[its endpoint]

@@ -162,6 +162,48 @@ def test_repack_takes_q4_0_and_q4_k_matmul_weights_with_avx2(llama5):
     assert "output.weight" not in p.repacked and "token_embd.weight" not in p.repacked
 
 
+AMX = frozenset({"avx2", "avx512", "avx512_vnni", "amx_int8"})
+
+
+def test_amx_comes_before_repack_and_packs_its_rows(llama5):
+    """AMX (ggml_backend_cpu_get_extra_buffer_types' first) takes every MUL_MAT weight whose
+    rows are a multiple of 32 and whose type it knows; it packs Q8_0 with an int32 a block
+    and Q4_K with 4 bytes a block (amx/mmq.cpp get_row_size); F16 as it is."""
+    p = place(llama5, [], PlacementFlags(cpu_features=AMX))
+    got = {b.name: b.bytes for b in p.model_buffers}
+    # per layer, [ne0, ne1]: attn_q Q4_0 [256,256]: 256 x 8 x 18 = 36864
+    #   attn_k F16 [256,64]: 32768 (not packed)   attn_v Q8_0 [256,64]: 64 x 8 x (34+4) = 19456
+    #   attn_output Q4_K [256,256]: 256 x 1 x (144+4) = 37888
+    #   ffn_gate Q4_0 [256,768]: 110592   ffn_down Q4_K [768,256]: 256 x 3 x 148 = 113664
+    #   ffn_up Q8_0 [256,768]: 768 x 8 x 38 = 233472          sum 584704
+    assert got["AMX"] == 5 * (36864 + 32768 + 19456 + 37888 + 110592 + 113664 + 233472)
+    assert 36864 + 32768 + 19456 + 37888 + 110592 + 113664 + 233472 == 584704
+    # output.weight Q6_K [256, 300]: 300 % 32 != 0, and no x86 repack layout: mapped
+    assert "CPU_REPACK" not in got and "output.weight" not in p.repacked
+    assert len(p.repacked) == 35
+    # without amx_int8 the type is not compiled in: CPU_REPACK as before
+    p = place(llama5, [], PlacementFlags(cpu_features=AMX - {"amx_int8"}))
+    assert "AMX" not in {b.name for b in p.model_buffers}
+    assert {b.name: b.bytes for b in p.model_buffers}["CPU_REPACK"] == 5 * 294912
+
+
+def test_amx_alignment_rules():
+    from graphcost.memory.backends import load
+    from graphcost.memory.placement import amx_layout, extra_alloc_size
+    amx = next(e for e in load("cpu").extra_buffer_types if e.name == "AMX")
+    assert amx_layout(amx, "Q4_K", (512, 96), "MUL_MAT")
+    assert not amx_layout(amx, "Q4_K", (512, 80), "MUL_MAT")      # 80 rows: not a multiple of 32
+    assert not amx_layout(amx, "Q4_K", (384, 96), "MUL_MAT")      # 384 % 256 != 0
+    assert amx_layout(amx, "Q4_0", (96, 32), "MUL_MAT")           # Q4_0: ne0 % 32
+    assert not amx_layout(amx, "Q5_0", (256, 32), "MUL_MAT")      # no AMX kernel for Q5_0
+    assert not amx_layout(amx, "Q4_0", (256, 32), "GET_ROWS")     # MUL_MAT only
+    assert not amx_layout(amx, "Q4_0", (256, 32, 8), "MUL_MAT_ID")
+    # IQ4_XS [512, 64]: 64 rows x 2 blocks x (136 + 2) = 17664; Q6_K: 64 x 2 x 210 = 26880
+    assert extra_alloc_size(amx, gt.GGMLType.IQ4_XS, (512, 64), 0) == 17664
+    assert extra_alloc_size(amx, gt.GGMLType.Q6_K, (512, 64), 0) == 26880
+    assert extra_alloc_size(amx, gt.GGMLType.F16, (512, 64), 65536) == 65536
+
+
 def test_repack_on_arm_dotprod_takes_q8_0_too(llama5):
     p = place(llama5, [], PlacementFlags(cpu_features=frozenset({"neon", "dotprod"})))
     # + attn_v Q8_0 [256,64] 17408 + ffn_up Q8_0 [256,768] 208896 per layer; output Q6_K

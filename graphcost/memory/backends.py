@@ -49,10 +49,16 @@ class ExtraBufferType:
     name: str
     source: str
     modelled: bool
-    features: frozenset[str] = frozenset()  # unmodelled types: the features that enable them
+    #: the CPU features the type exists with (ggml compiles it in only with them)
+    features: frozenset[str] = frozenset()
     alignment: int = 32
     ops: tuple[str, ...] = ()
+    #: CPU_REPACK: the layouts by weight type (ggml_repack_get_optimal_repack_type)
     rules: dict[str, tuple[RepackRule, ...]] = field(default_factory=dict)
+    #: AMX: the weight's ne[1] must be a multiple of this (supports_op: TILE_N * 2)
+    ne1_multiple: int = 1
+    #: AMX: weight type -> (ne[0] multiple, bytes added a block; None: not packed, nbytes)
+    types: dict[str, tuple[int, int | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,11 @@ def _extra(e: dict, path: str) -> ExtraBufferType:
                            modelled=bool(e.get("modelled", True)),
                            features=frozenset(e.get("features", ())),
                            alignment=int(e.get("alignment", 32)),
-                           ops=tuple(e.get("ops", ())), rules=rules)
+                           ops=tuple(e.get("ops", ())), rules=rules,
+                           ne1_multiple=int(e.get("ne1_multiple", 1)),
+                           types={t: (int(v["ne0_multiple"]), None if v["block_extra"] is None
+                                      else int(v["block_extra"]))
+                                  for t, v in (e.get("types") or {}).items()})
 
 
 def parse(doc: dict, path: str) -> Backend:

@@ -373,12 +373,12 @@ def cpu_buft_list(devices: list[Device], flags: PlacementFlags) -> list[Buft]:
                 break
     if flags.repack:
         for e in cpu.extra_buffer_types:
+            if not e.features <= flags.cpu_features:
+                continue            # not compiled in for this CPU
             if not e.modelled:
-                if e.features and e.features <= flags.cpu_features:
-                    raise GraphcostError(f"CPU extra buffer type {e.name} (features "
-                                         f"{', '.join(sorted(e.features))}) is not modelled; "
-                                         "use --no-repack")
-                continue
+                raise GraphcostError(f"CPU extra buffer type {e.name} (features "
+                                     f"{', '.join(sorted(e.features))}) is not modelled; "
+                                     "use --no-repack")
             out.append(Buft(e.name, e.name, "extra", cpu, e))
     out.append(Buft(cpu.buffer_type, "CPU", "cpu", cpu))
     return out
@@ -405,12 +405,36 @@ def repack_layout(e: ExtraBufferType, type_name: str, ne: tuple[int, ...], op: s
     return False
 
 
+def amx_layout(e: ExtraBufferType, type_name: str, ne: tuple[int, ...], op: str) -> bool:
+    """Whether ``AMX`` takes this weight: amx.cpp extra_buffer_type::supports_op on the
+    MUL_MAT llama.cpp builds to test it (src1 F32, contiguous): the weight's ne[1] (the
+    op's ne[0]) a multiple of :attr:`ExtraBufferType.ne1_multiple`, its type one AMX knows
+    and its ne[0] a multiple of that type's alignment."""
+    if op not in e.ops or type_name not in e.types:
+        return False
+    return ne[1] % e.ne1_multiple == 0 and ne[0] % e.types[type_name][0] == 0
+
+
+def extra_alloc_size(e: ExtraBufferType, type_: gt.GGMLType, ne: tuple[int, ...],
+                     nbytes: int) -> int:
+    """An extra buffer type's get_alloc_size for a weight (bytes): AMX's packed rows
+    (amx/mmq.cpp ggml_backend_amx_get_alloc_size: ``ne[1] * get_row_size(ne[0])``, each
+    block ``block_extra`` bytes larger); ggml_nbytes otherwise (CPU_REPACK, AMX's F16)."""
+    extra = e.types.get(gt.GGMLType(type_).name, (0, None))[1]
+    if extra is None:
+        return nbytes
+    blk, size = gt.block(type_)
+    return ne[1] * (ne[0] // blk) * (size + extra)
+
+
 def supports(b: Buft, type_name: str, ne: tuple[int, ...], op: str,
              features: frozenset[str]) -> bool:
     """weight_buft_supported: extra types by their rules; a device type by its backend's
     ``supports_op`` on the op llama.cpp builds to test it (:func:`weight_op_tensor`);
     host and CPU types, and devices without ``supports_op`` rules (RPC), take every weight."""
     if b.kind == "extra":
+        if b.extra.types:
+            return amx_layout(b.extra, type_name, ne, op)
         return repack_layout(b.extra, type_name, ne, op, features)
     if b.kind == "device" and b.backend.supports_op is not None:
         t = weight_op_tensor(type_name, ne, op)
@@ -600,6 +624,8 @@ def place(model: ModelInfo, args: list[DeviceArg], flags: PlacementFlags) -> Pla
         mapped = use_mmap and b.kind in ("cpu", "device") and b.backend.buffer_from_host_ptr
         if mapped or b.alignment is None:
             nb = 0
+        elif b.kind == "extra":
+            nb = gt.ggml_pad(extra_alloc_size(b.extra, t.type, t.ne, t.nbytes), b.alignment)
         else:
             nb = gt.ggml_pad(alloc_size(b.backend, t.type, t.ne, t.nbytes), b.alignment)
         weights.append(WeightPlacement(name, layer, il, op, b, nb))
