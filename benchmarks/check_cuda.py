@@ -49,9 +49,10 @@ sys.path.insert(0, str(ROOT))
 
 from fixtures import write_llama  # noqa: E402
 from fixtures_moe import write_mixtral, write_qwen3moe  # noqa: E402
-from llama_runs import _run_until, parse_buffers  # noqa: E402
+from llama_runs import parse_buffers, run_until_buffers  # noqa: E402
 
 from graphcost.bench_models import make_whole  # noqa: E402
+from graphcost.memory.backends import host_cpu_features  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -166,11 +167,6 @@ def build(src: Path, out: Path) -> Path:
     return out / "bin"
 
 
-def _pythonpath() -> str:
-    """ROOT first, then whatever PYTHONPATH the caller had (where gguf may be installed)."""
-    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-
-
 def run_llama(bin_dir: Path, model: Path, args: list[str], env: dict | None = None):
     """(its buffers, its exit status): llama-completion interactive-first, its stdin closed
     once sched_reserve's last line has been read (llama.cpp's async log can lose a run's
@@ -180,22 +176,25 @@ def run_llama(bin_dir: Path, model: Path, args: list[str], env: dict | None = No
     cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-n", "1", "-p", "hi",
            "-no-cnv", "-if", "-fit", "off", "-t", "1", "--no-warmup", "--seed", "1", "-lv", "5",
            "-c", "512"] + args
-    rc, log = _run_until(cmd, "sched_reserve: graph", {**os.environ, **(env or {})}, 600)
-    if "sched_reserve: graph" not in log:
-        raise RuntimeError(f"{' '.join(cmd)} exited ({rc}) without sched_reserve's lines:\n"
-                           f"{log[-3000:]}")
+    rc, log = run_until_buffers(cmd, {**os.environ, **(env or {})}, 600)
     return parse_buffers(log), rc
 
 
+def graphcost(*args: str) -> subprocess.CompletedProcess:
+    """``python -m graphcost ARGS`` from this checkout (ROOT first on PYTHONPATH, then the
+    caller's entries, where gguf may be installed)."""
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "graphcost", *args], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": pythonpath})
+
+
 def run_graphcost(model: Path, devices: list[str], args: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "graphcost", "memory", str(model), "-c", "512",
-           "--format", "json"]
+    cmd = ["memory", str(model), "-c", "512", "--format", "json"]
     for d in devices:
         cmd += ["--device", d]
-    r = subprocess.run(cmd + args, capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": _pythonpath()})
+    r = graphcost(*cmd, *args)
     if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd + args)}: {r.stderr.strip()}")
+        raise RuntimeError(f"graphcost {' '.join(cmd + args)}: {r.stderr.strip()}")
     return json.loads(r.stdout)["memory"]
 
 
@@ -219,10 +218,8 @@ def check_fit(bin_dir: Path | None, model: Path, case: str, args: list[str], cc:
                      "ERROR")]
         free = int(m.group(1))
         theirs = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "failed"
-    cmd = [sys.executable, "-m", "graphcost", "fit", str(model), "--device",
-           f"cuda:{free}MiB,cc={cc}", "--cpu-features", feats or "none"] + args
-    g = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": _pythonpath()})
+    g = graphcost("fit", str(model), "--device", f"cuda:{free}MiB,cc={cc}",
+                  "--cpu-features", feats or "none", *args)
     if g.returncode not in (0, 1):
         return [(case, "fit", g.stderr.strip()[:60], theirs, "", "ERROR")]
     ours = g.stdout.strip().splitlines()[-1] if g.returncode == 0 else "failed"
@@ -312,13 +309,7 @@ def main() -> int:
         return 2
     cc = a.cc or (found[0][0] if found else "8.9")
     n_gpu = len(found) if found else 2
-    feats = subprocess.run([sys.executable, "-c",
-                            "from graphcost.memory.backends import host_cpu_features as f;"
-                            "print(','.join(sorted(f())) or 'none')"],
-                           capture_output=True, text=True, cwd=ROOT,
-                           env={**os.environ, "PYTHONPATH": _pythonpath()}).stdout.strip()
-    drop = {f for f in a.without.split(",") if f}
-    feats = ",".join(f for f in feats.split(",") if f not in drop) or "none"
+    feats = ",".join(sorted(host_cpu_features() - set(a.without.split(",")))) or "none"
     rows = []
     errors: list[tuple[str, str]] = []     # (case, the failing run's log tail)
     with tempfile.TemporaryDirectory() as d:

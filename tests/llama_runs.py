@@ -163,19 +163,43 @@ def run_completion(model: Path, servers: list[RpcServer], args: list[str]) -> Bu
     return parse_buffers(run_interactive(cmd))
 
 
+#: sched_reserve's last line: every buffer line of a run comes before it
+BUFFERS_LOGGED = "sched_reserve: graph"
+
+
 def run_interactive(cmd: list[str], env: dict | None = None, timeout: float = RUN_S) -> str:
     """stdout + stderr of an interactive llama-completion ``cmd`` (``-if``): its stdin is a
     pipe, closed once sched_reserve's last line (``sched_reserve: graph ...``) has been read
     from stderr. Raises with the log's tail if it fails or never logs that line; killed
     after ``timeout`` seconds."""
-    marker = "sched_reserve: graph"
-    rc, log = _run_until(cmd, marker, env, timeout)
+    rc, log = run_until_buffers(cmd, env, timeout)
     if rc != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({rc}):\n{log[-3000:]}")
-    if marker not in log:
-        raise RuntimeError(f"{' '.join(cmd)} exited without sched_reserve's lines:\n"
-                           f"{log[-3000:]}")
     return log
+
+
+def run_until_buffers(cmd: list[str], env: dict | None = None,
+                      timeout: float = RUN_S) -> tuple[int, str]:
+    """(exit status, stdout + stderr) of :func:`run_interactive`'s run, whatever its exit
+    once its buffer lines are out (a run that dies after them still logged every buffer).
+    Raises with the log's tail if it never logs sched_reserve's last line."""
+    rc, log = _run_until(cmd, BUFFERS_LOGGED, env, timeout)
+    if BUFFERS_LOGGED not in log:
+        raise RuntimeError(f"{' '.join(cmd)} exited ({rc}) without sched_reserve's lines:\n"
+                           f"{log[-3000:]}")
+    return rc, log
+
+
+def amx_skip_reason() -> str | None:
+    """Why a test that needs llama.cpp's prompt on this CPU skips where its AMX buffer type
+    is compiled in (AMX_INT8 and AVX512_VNNI); None elsewhere."""
+    from graphcost.memory.backends import host_cpu_features
+    if {"amx_int8", "avx512_vnni"} <= host_cpu_features():
+        return ("this CPU has AMX_INT8 and AVX512_VNNI: graphcost's AMX buffers were checked "
+                "against llama.cpp on a Sapphire Rapids host (benchmarks/check_cuda.py --amx), "
+                "whose prompt through the AMX kernels died of SIGILL; this test needs that "
+                "prompt")
+    return None
 
 
 def _run_until(cmd: list[str], marker: str, env: dict | None,

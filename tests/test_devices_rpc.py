@@ -33,7 +33,7 @@ from fixtures_moe import write_gemma2, write_mixtral, write_qwen3moe
 from fixtures_simple import write_cohere2
 from graphcost.cli import app
 from graphcost.memory.backends import host_cpu_features
-from llama_runs import rpc_servers, run_completion, skip_reason
+from llama_runs import amx_skip_reason, rpc_servers, run_completion, skip_reason
 
 MiB = 1024 * 1024
 
@@ -200,11 +200,8 @@ def server_sets(tmp_path_factory):
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_per_device_buffers_equal_llama_cpp(models, server_sets, case):
     name, n_rpc, args = CASES[case]
-    if {"amx_int8", "avx512_vnni"} <= host_cpu_features() and "--no-repack" not in args:
-        pytest.skip("this CPU has AMX_INT8 and AVX512_VNNI: graphcost's AMX buffers were "
-                    "checked against llama.cpp on a Sapphire Rapids host (benchmarks/"
-                    "check_cuda.py --amx), whose prompt through the AMX kernels died of "
-                    "SIGILL; this test needs that prompt")
+    if amx_skip_reason() and "--no-repack" not in args:
+        pytest.skip(amx_skip_reason())
     servers = server_sets[n_rpc]
     marks = [s.mark() for s in servers]
     # -ot names a buffer type: the second server's is RPC0[its endpoint]

@@ -33,7 +33,7 @@ from graphcost.errors import GraphcostError
 from graphcost.graph.build import load_model as load_model_info
 from graphcost.memory.backends import host_cpu_features
 from graphcost.memory.tensor_split import AXIS_0, AXIS_1, MIRRORED, _shares, device_bytes, split_state
-from llama_runs import rpc_servers, run_completion, skip_reason
+from llama_runs import amx_skip_reason, rpc_servers, run_completion, skip_reason
 
 MiB = 1024 * 1024
 KINDS = ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate",
@@ -299,11 +299,8 @@ def _printed(n: int) -> float:
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_per_device_buffers_equal_llama_cpp(models, server_sets, case):
     name, n, args = CASES[case]
-    if {"amx_int8", "avx512_vnni"} <= host_cpu_features():
-        pytest.skip("this CPU has AMX_INT8 and AVX512_VNNI: graphcost's AMX buffers were "
-                    "checked against llama.cpp on a Sapphire Rapids host (benchmarks/"
-                    "check_cuda.py --amx), whose prompt through the AMX kernels died of "
-                    "SIGILL; this test needs that prompt")
+    if amx_skip_reason():
+        pytest.skip(amx_skip_reason())
     servers = server_sets[n]
     marks = [s.mark() for s in servers]
     run = run_completion(models[name], servers, ["-c", "512", "-sm", "tensor"] + args)
