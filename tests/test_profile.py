@@ -363,6 +363,24 @@ def test_op_cost_passes_merge_each_point_by_its_median(monkeypatch):
     assert calls == [5] * 4 + [5] + [6] * 2
 
 
+def test_probe_calls_run_through_the_executors_loop():
+    """calls_plan: bare calls become bound steps that run_plan runs in order and times one
+    reading each, as it times a graph's bound nodes (the probe's sequences run so)."""
+    from graphcost.execute.plan import BOUND, calls_plan, run_plan
+
+    ran = []
+    plan = calls_plan([lambda: ran.append("feed"), lambda: ran.append("node"),
+                       lambda: ran.append("next")])
+    assert [st.kind for st in plan.steps] == [BOUND] * 3 and plan.resolved
+    for _ in range(2):
+        vals, timing, cap = run_plan(plan)
+        assert len(timing.ns) == 3 and all(isinstance(t, int) and t >= 0 for t in timing.ns)
+        assert timing.wall_ns >= sum(timing.ns) and vals == [] and cap == {}
+    assert ran == ["feed", "node", "next"] * 2
+    # untimed: the calls run, no readings
+    assert run_plan(plan, timed=False)[1].ns is None and len(ran) == 9
+
+
 @pytest.mark.parametrize("n", [1, 16], ids=["decode_matvec", "prompt_matmul"])
 def test_hwprobe_times_the_executors_own_matmul_nodes(n):
     """The probe's matmul calls are MUL_MAT nodes as exec_ops compiles them for the

@@ -29,7 +29,11 @@ the same Numba kernels the executor runs.
 * **Op costs** (``op_costs``): each op kind the executor runs, compiled by
   :mod:`graphcost.execute.exec_ops` exactly as for a graph node and called the way the
   executor calls it (bound to its arrays where the node allows, through the overload it
-  compiled), at a ladder of sizes (64 to 65536 values a row; again on
+  compiled) and timed as the executor's loop times a node (each sequence of the probe's
+  calls is a plan of bound steps run by :func:`graphcost.execute.plan.run_plan`,
+  :func:`graphcost.execute.plan.calls_plan`: from a plain loop of its own, the probe's
+  decode-sized norms, ROPEs and ADDs came out 10-30% above the decode's same nodes), at a
+  ladder of sizes (64 to 65536 values a row; again on
   :data:`LADDER_TOKENS` tokens from 1024 values, ``by_op_tokens``, for a prompt's nodes;
   flash attention over 16 to 4096 attended cells of a window of at least
   :data:`FA_MIN_KV`, K and V caches of their own, 4 query heads per KV head, head sizes
@@ -684,6 +688,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     by_op_tokens_midN for each N of :data:`MID_MIB` (at most a quarter of the flush), and
     since_bytes (the same keys but by_op_chained and flash_attn_tiled)."""
     from graphcost.execute.exec_ops import DTYPES, flat_bytes, tensor_view
+    from graphcost.execute.plan import calls_plan, run_plan
     from graphcost.execute.weights import random_raw, read_only
 
     # the weights a decode's matvecs stream: a pool larger than the last-level cache
@@ -799,25 +804,41 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     for i, c in enumerate(calls_by):
         groups.setdefault(c[5], []).append(i)
     order = sorted(groups, key=lambda k: k[0] == "GET_ROWS")
+
+    def sequence(rows: list[tuple[list[Callable[[], object]], int, list[float]]]
+                 ) -> Callable[[], None]:
+        """A call that runs, in order, each row's calls before its node and then the
+        node (``calls_by[i][3]``), as one plan through the executor's loop
+        (:func:`~graphcost.execute.plan.calls_plan`: every call timed as a step's bound
+        node is), and appends each node's seconds to its row's list."""
+        seq: list[Callable[[], object]] = []
+        at: list[tuple[int, list[float]]] = []
+        for before, i, times in rows:
+            seq += before
+            at.append((len(seq), times))
+            seq.append(calls_by[i][3])
+        plan = calls_plan(seq)
+
+        def run() -> None:
+            ns = run_plan(plan)[1].ns
+            for k, times in at:
+                times.append(ns[k] * 1e-9)
+        return run
+
     for key in order:
         part = groups[key]
+        runs = [sequence([(calls_by[i][4], i, cold[i]) for i in part]),
+                # then as a chain of small ops: each right after the one before it
+                sequence([([], i, hot[i]) for i in part]),
+                # then after its matvecs and a small op on the calling thread that
+                # rewrote its activations (one row: a decode's node whose inputs a small
+                # op wrote, not a matvec on the kernel threads)
+                sequence([(calls_by[i][4] + [partial(rewrite, a, code, one, zero, no_table, a)
+                                             for a in calls_by[i][7]], i, local[i])
+                          for i in part if calls_by[i][7]])]
         for _ in range(calls):
-            for i in part:
-                for f in calls_by[i][4]:
-                    f()
-                cold[i].append(_seconds(calls_by[i][3]))
-            # then as a chain of small ops: each right after the one before it in the list
-            for i in part:
-                hot[i].append(_seconds(calls_by[i][3]))
-            # then after its matvecs and a small op on the calling thread that rewrote its
-            # activations (one row: a decode's node whose inputs a small op wrote, not a
-            # matvec on the kernel threads)
-            for i in (i for i in part if calls_by[i][7]):
-                for f in calls_by[i][4]:
-                    f()
-                for a in calls_by[i][7]:
-                    rewrite(a, code, one, zero, no_table, a)
-                local[i].append(_seconds(calls_by[i][3]))
+            for run in runs:
+                run()
     # then each node as a step's first node of its kind meets it (the token embedding
     # gather, layer 0's nodes after the output matmul): after a flush, its kind not run
     # since. One flush before each size's nodes (one of each kind; GET_ROWS's two, of one
@@ -853,12 +874,9 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     flush_mid = [[[] for _ in calls_by] for _ in mids]
     for before, times in [(flush, flush_cold)] + [(f, t) for (f, _), t in
                                                   zip(mid_flushes, flush_mid)]:
-        for row in schedule:
-            before()
-            for i in row:
-                for f in calls_by[i][4]:
-                    f()
-                times[i].append(_seconds(calls_by[i][3]))
+        for run in [sequence([([before] * (k == 0) + calls_by[i][4], i, times[i])
+                              for k, i in enumerate(row)]) for row in schedule]:
+            run()
     # the bytes streamed since each timed call's kind last ran, from the loops' order
     # replayed in bytes (not counted as they ran: a few Python statements between a
     # matvec and the node it feeds moved the small ops' curves by 0.1-0.2 us)
