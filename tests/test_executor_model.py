@@ -209,6 +209,51 @@ def test_the_middle_curve_places_a_node_a_layer_after_its_kind_ran():
             warm + (cold - warm) / 5)
 
 
+#: a curve with the kind's code warm: 1 us at 1000 B, 2 us at 7000 B
+AGAIN = [[1000, 10, 1e-6], [7000, 70, 2e-6]]
+
+
+def test_a_node_whose_code_just_ran_reads_the_code_warm_curve():
+    """A decode's node mostly meets its code warm (the Q norm ran before the K norm, the
+    MUL before the residual ADD: one kernel, exec_ops.code_kind); the probe times each
+    one-row kind so too (by_op_again: a node of its op right before its matvecs;
+    by_op_local_again: right before it, after the local pass), the warmest curve, at its
+    own since_bytes (0 right before: nothing moved between)."""
+    from graphcost.execute.exec_ops import code_kind
+
+    since = {"by_op_again": {"GEGLU": 0.5e6}, "by_op": {"GEGLU": 2e6},
+             "by_op_cold": {"GEGLU": 8e6}, "by_op_local": {"GEGLU": 1e6},
+             "by_op_local_again": {"GEGLU": 0}}
+    hw = measured(op_costs={"by_op": {"GEGLU": CURVE}, "by_op_again": {"GEGLU": AGAIN},
+                            "by_op_local": {"GEGLU": LOCAL},
+                            "by_op_local_again": {"GEGLU": AGAIN},
+                            "by_op_cold": {"GEGLU": COLD}, "since_bytes": since})
+    assert hw.warmth_curves("GEGLU") == [(0.5e6, AGAIN), (2e6, sorted(CURVE)), (8e6, COLD)]
+    assert hw.warmth_curves("GEGLU", local=True) == [(0.0, AGAIN), (1e6, LOCAL), (8e6, COLD)]
+    # 3000 B: code-warm 1 + 1 * 2000 / 6000 = 1.33 us, warm 4 us
+    again, warm = (1 + 2000 / 6000) * 1e-6, 4e-6
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=0.0) == pytest.approx(again)
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=0.5e6) == pytest.approx(again)
+    # 1 MB: log(1 / 0.5) / log(2 / 0.5) = half way to the warm curve
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=1e6) == pytest.approx(
+        again + 0.5 * (warm - again))
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=2e6) == pytest.approx(warm)
+    # after a small op, 0 bytes since: the code-warm curve; 1 MB: the local curve,
+    # 1 + 2 * 2000 / 6000 = 1.67 us
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=0.0, local=True) == \
+        pytest.approx(again)
+    assert executor_seconds("GEGLU", 3000, 0, hw, since=1e6, local=True) == \
+        pytest.approx((1 + 2 * 2000 / 6000) * 1e-6)
+    # without a since figure the warm curve, as before
+    assert executor_seconds("GEGLU", 3000, 0, hw) == pytest.approx(warm)
+    # a code-warm figure not below the warm one is not read
+    oc = {**hw.extra["op_costs"], "since_bytes": {**since, "by_op_again": {"GEGLU": 2e6}}}
+    assert [b for b, _ in measured(op_costs=oc).warmth_curves("GEGLU")] == [2e6, 8e6]
+    # ADD, SUB, MUL and DIV run one kernel: one code kind; others their own
+    assert {code_kind(op) for op in ("ADD", "SUB", "MUL", "DIV")} == {"binary"}
+    assert code_kind("RMS_NORM") == "RMS_NORM" and code_kind("SCALE") == "SCALE"
+
+
 #: a curve after a small op: 1 us at 1000 B, 3 us at 7000 B
 LOCAL = [[1000, 10, 1e-6], [7000, 70, 3e-6]]
 

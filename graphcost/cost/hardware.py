@@ -136,7 +136,10 @@ class Hardware:
     def warmth_curves(self, op: str, tokens: int = 1,
                       local: bool = False) -> list[tuple[float, list]]:
         """``[(bytes, curve), ...]`` for ``op`` by how long ago its kind last ran, the
-        bytes growing: the warm curve (``by_op``, or ``by_op_tokens`` for a node of several
+        bytes growing: first, where the probe has it and its bytes are fewer than the warm
+        curve's, the curve with the kind's code warm (``by_op_again`` /
+        ``by_op_local_again``: a node of the same op ran just before its matvecs, or just
+        before it); the warm curve (``by_op``, or ``by_op_tokens`` for a node of several
         tokens where ``op`` has a curve on several tokens, or ``by_op_local`` for a one-row
         node after a small op, ``local``, as :meth:`op_curve` picks), the
         middle ones (``op_costs.by_op_midN``/``by_op_tokens_midN``: each call after a
@@ -154,14 +157,16 @@ class Hardware:
         def at(part: str) -> tuple[float, list] | None:
             pts = (oc.get(part) or {}).get(op)
             b = (since.get(part) or {}).get(op)
-            return (float(b), sorted(pts)) if pts and b else None
+            return (float(b), sorted(pts)) if pts and b is not None else None
         cold = "by_op" if warm == "by_op_local" else warm
         ends = [at(warm), at(cold + "_cold")]
         if None in ends or ends[1][0] <= ends[0][0]:
             return []
         mids = [m for k in oc if MID_PART.fullmatch(k) and k.startswith(cold + "_mid")
                 and (m := at(k)) and ends[0][0] < m[0] < ends[1][0]]
-        return [ends[0]] + sorted(mids, key=lambda m: m[0]) + [ends[1]]
+        again = at(warm + "_again")
+        first = [again] if again and again[0] < ends[0][0] else []
+        return first + [ends[0]] + sorted(mids, key=lambda m: m[0]) + [ends[1]]
 
     def matmul_points(self, type_name: str | None) -> list | None:
         """The probe's prompt-matmul points for ``type_name`` weights
@@ -268,6 +273,7 @@ def cold_share(since: float, warm: float, cold: float) -> float:
         return 0.0
     if since >= cold:
         return 1.0
+    warm = max(warm, 1.0)       # a code-warm curve: nothing streamed since (0 bytes)
     return math.log(since / warm) / math.log(cold / warm)
 
 
@@ -293,7 +299,9 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     matmul, meets its code and tables out of the caches), between the two whose bytes
     lie around ``since`` by :func:`cold_share`; a one-row node that runs right after a
     small op (``local``: not after a matmul, :func:`graphcost.execute.profile.after_small`)
-    starts from the probe's curve after a small op (``by_op_local``). Without a curve (an op the probe did not
+    starts from the probe's curve after a small op (``by_op_local``); a node whose code
+    kind ran fewer bytes ago than that curve's calls met reads the probe's code-warm
+    curve (``by_op_again``, ``by_op_local_again``). Without a curve (an op the probe did not
     time, an older or datasheet profile): the per-call overhead of ``op`` plus the
     roofline with the memory roof lowered to the matvec rate for ``weight_type`` (other
     ops stream at the bandwidth)."""
@@ -316,9 +324,8 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
         for (b0, c0), (b1, c1) in zip(warmth, warmth[1:]):
             if since <= b1 or b1 == warmth[-1][0]:
                 share = cold_share(since, b0, b1)
-                if share:
-                    t0 = curve_seconds(c0, *at)
-                    sec = t0 + share * (curve_seconds(c1, *at) - t0)
+                t0 = curve_seconds(c0, *at)     # warmth[0] is op_curve's but for the
+                sec = t0 + share * (curve_seconds(c1, *at) - t0)   # code-warm curve
                 break
         return max(sec, flops / peak)
     rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth
@@ -395,7 +402,8 @@ def parse(doc: Any, path: Path | None) -> Hardware:
             if not _is_int(v):
                 raise GraphcostError(f"{where}: op_costs.matmul_row_tile.{key} must be an "
                                      f"integer >= 1, got {_show(v)}")
-        for part in ("by_op", "by_op_chained", "by_op_local", "by_op_tokens", "by_op_cold",
+        for part in ("by_op", "by_op_chained", "by_op_local", "by_op_again",
+                     "by_op_local_again", "by_op_tokens", "by_op_cold",
                      "by_op_tokens_cold", "matvec", "matmul", "flash_attn_tiled",
                      *sorted(k for k in oc if MID_PART.fullmatch(str(k)))):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",
@@ -403,7 +411,7 @@ def parse(doc: Any, path: Path | None) -> Hardware:
                 _check_curve(pts, f"op_costs.{part}.{key}", where)
         for part, v in mapping_of(oc.get("since_bytes") or {}, "dict",
                                   "op_costs.since_bytes", where).items():
-            mapping_of(v, "positive", f"op_costs.since_bytes.{part}", where)
+            mapping_of(v, "nonneg", f"op_costs.since_bytes.{part}", where)
         for key in ("matvec_max_rows", "flash_attn_tile_min_tokens", "flash_attn_tile_queries",
                     "by_op_tokens_rows"):
             v = oc.get(key)

@@ -254,25 +254,30 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"sizes: by_op called after a matvec over weights not in the caches, "
                    f"by_op_chained called again at once (not modelled), by_op_local "
                    f"one row after its matvecs and a serial kernel that rewrote its "
-                   f"activations (a decode's node after a small op); {per_pass} "
+                   f"activations (a decode's node after a small op); by_op_again, "
+                   f"by_op_local_again the same with a node of the same op (next "
+                   f"ladder size) run right before the matvecs, or right before it: "
+                   f"its code warm, as a decode's nodes mostly meet it; {per_pass} "
                    f"(op_cost_passes); points are [bytes, flops, seconds] (cost model's "
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
                    f"matrix on 4 KiB pages (a new slice each call), and the whole matrix",
-            **{k: curves[k] for k in ("by_op", "by_op_chained", "by_op_local", "by_op_tokens")},
+            **{k: curves[k] for k in ("by_op", "by_op_chained", "by_op_local", "by_op_again",
+                                      "by_op_local_again", "by_op_tokens")},
             "by_op_tokens_rows": LADDER_TOKENS,
             **{k: v for k, v in curves.items() if k.endswith("_cold") or "_mid" in k
                or k == "since_bytes"},
             "cold_how": f"by_op_cold, by_op_tokens_cold: each node after a matvec "
                         f"streaming {min(FLUSH_MIB, 4 * mib)} MiB (a step's output "
                         f"matmul), its op kind not run since (one flush before the nodes "
-                        f"of one size, one of each kind, in an order turning round by "
+                        f"of one size, one of each code kind (nodes sharing a kernel, "
+                        f"ADD and MUL, in rows of their own), in an order turning round by "
                         f"round; GET_ROWS's nodes each after a flush of its own), "
                         f"median of {cold_rounds(calls // passes)} a pass (merged as "
                         f"the warm curves); by_op_midN, "
                         f"by_op_tokens_midN: the same after a matvec over N MiB of "
                         f"those weights, the next slice each time; since_bytes: per curve, "
                         f"the median bytes streamed (matvec weights, nodes' bytes) since "
-                        f"a node of its op kind last ran, at "
+                        f"a node of its code kind (ADD, SUB, MUL, DIV: one kernel) last ran, at "
                         f"its calls",
             "matvec": matvec,
             "flash_attn_tiled": curves["flash_attn_tiled"],
@@ -683,11 +688,19 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     last ran at each curve's calls; then the same after each middle flush (:data:`MID_MIB`).
     The one-row nodes again after their matvecs and a serial kernel on the calling
     thread that rewrote their activations (``by_op_local``, a node after a small op).
+    Each one-row node again with its code warm: a node of its op at the next ladder size
+    (arrays of its own) right before its matvecs (``by_op_again``), or right before it,
+    after its matvecs and the serial kernel (``by_op_local_again``), as a decode's nodes
+    mostly meet their code (the Q norm before the K norm, the MUL before the residual
+    ADD, :func:`~graphcost.execute.exec_ops.code_kind`); ``since_bytes`` counts from the
+    last node of the same code kind.
     Returns the profile's ``op_costs`` curves by key: by_op, by_op_chained, by_op_local,
+    by_op_again, by_op_local_again,
     flash_attn_tiled, by_op_tokens, by_op_cold, by_op_tokens_cold, by_op_midN and
     by_op_tokens_midN for each N of :data:`MID_MIB` (at most a quarter of the flush), and
     since_bytes (the same keys but by_op_chained and flash_attn_tiled)."""
-    from graphcost.execute.exec_ops import DTYPES, flat_bytes, tensor_view
+    from graphcost.execute.exec_ops import (DTYPES, code_kind, flat_bytes, resolve_entry,
+                                            tensor_view)
     from graphcost.execute.plan import calls_plan, run_plan
     from graphcost.execute.weights import random_raw, read_only
 
@@ -825,6 +838,28 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 times.append(ns[k] * 1e-9)
         return run
 
+    def rewriter(a: np.ndarray) -> Callable[[], object]:
+        """The serial scale by 1 of ``a`` in place, called as a bound step is: through the
+        overload it compiled (run once here), not Numba's dispatcher."""
+        call = partial(rewrite, a, code, one, zero, no_table, a)
+        call()
+        return resolve_entry(call)
+
+    def twin(i: int) -> int | None:
+        """A one-row node of ``calls_by[i]``'s op at the ladder's next size (the previous
+        at the top): the same code on arrays of its own, run before ``i`` in the
+        ``again`` passes. None for other families."""
+        if calls_by[i][5] != ("",) or calls_by[i][0] == "SET_ROWS":
+            # SET_ROWS: the probe writes the same cache rows every call, a decode a new
+            # cell each step; with its code warm too the probe's point fell to a call on
+            # hot data (0.36 us, the decode's V write 1.16: scratch /tmp/dg g4)
+            return None
+        same = [j for j in groups[("",)] if calls_by[j][0] == calls_by[i][0]]
+        k = same.index(i)
+        return same[k + 1] if k + 1 < len(same) else (same[k - 1] if k else None)
+    twins = [twin(i) for i in range(len(calls_by))]
+    again: list[list[float]] = [[] for _ in calls_by]
+    local_again: list[list[float]] = [[] for _ in calls_by]
     for key in order:
         part = groups[key]
         runs = [sequence([(calls_by[i][4], i, cold[i]) for i in part]),
@@ -833,9 +868,18 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 # then after its matvecs and a small op on the calling thread that
                 # rewrote its activations (one row: a decode's node whose inputs a small
                 # op wrote, not a matvec on the kernel threads)
-                sequence([(calls_by[i][4] + [partial(rewrite, a, code, one, zero, no_table, a)
-                                             for a in calls_by[i][7]], i, local[i])
-                          for i in part if calls_by[i][7]])]
+                sequence([(calls_by[i][4] + [rewriter(a) for a in calls_by[i][7]], i, local[i])
+                          for i in part if calls_by[i][7]]),
+                # then each one-row node with its code warm, as a decode's node meets
+                # it (its kind ran a few nodes before: the Q norm before the K norm, the
+                # MUL before the residual ADD): a node of its op on arrays of its own,
+                # then its matvecs, then it (``by_op_again``); and its matvecs, the small
+                # op rewriting its activations, that node, then it (``by_op_local_again``)
+                sequence([([calls_by[t][3]] + calls_by[i][4], i, again[i])
+                          for i in part if (t := twins[i]) is not None]),
+                sequence([(calls_by[i][4] + [rewriter(a) for a in calls_by[i][7]]
+                           + [calls_by[t][3]], i, local_again[i])
+                          for i in part if (t := twins[i]) is not None and calls_by[i][7]])]
         for _ in range(calls):
             for run in runs:
                 run()
@@ -863,8 +907,19 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
             rows: dict[object, list[int]] = {}
             for i in groups[key]:
                 rows.setdefault(i if key[0] == "GET_ROWS" else calls_by[i][6], []).append(i)
+            # a flush before each node of a code kind: nodes that share a kernel (ADD
+            # and MUL, code_kind) go to rows of their own
+            split: list[list[int]] = []
+            for row in rows.values():
+                subs: list[list[int]] = []
+                for i in row:
+                    kind = code_kind(str(calls_by[i][1].op))
+                    free = [s for s in subs
+                            if all(code_kind(str(calls_by[j][1].op)) != kind for j in s)]
+                    (free[0].append(i) if free else subs.append([i]))
+                split += subs
             for r in range(rounds):
-                for row in rows.values():
+                for row in split:
                     at = r % len(row)
                     out.append(row[at:] + row[:at])
         return out
@@ -887,18 +942,22 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     streamed = 0
     moved = [_point(c[1], 0.0)[0] for c in calls_by]     # each node's bytes
 
-    def ran(i: int, since_to: list | None) -> None:
-        """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to``, where
-        the bytes streamed since its kind last ran go)."""
+    def ran(i: int, since_to: list | None, fed_here: bool = True) -> None:
+        """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to`` and
+        ``fed_here``, where the bytes streamed since its code kind last ran go,
+        :func:`~graphcost.execute.exec_ops.code_kind`)."""
         nonlocal streamed
-        kind = str(calls_by[i][1].op)
+        kind = code_kind(str(calls_by[i][1].op))
         if since_to is not None:
-            streamed += sum(fed[f] for f in calls_by[i][4])
+            if fed_here:
+                streamed += sum(fed[f] for f in calls_by[i][4])
             if kind in last:
                 since_to.append(streamed - last[kind])
         streamed += moved[i]
         last[kind] = streamed
     since_local: list[list[int]] = [[] for _ in calls_by]
+    since_again: list[list[int]] = [[] for _ in calls_by]
+    since_local_again: list[list[int]] = [[] for _ in calls_by]
     for key in order:
         for _ in range(calls):
             for i in groups[key]:
@@ -907,6 +966,15 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 ran(i, None)
             for i in (i for i in groups[key] if calls_by[i][7]):
                 ran(i, since_local[i])
+            for i in groups[key]:
+                if (t := twins[i]) is not None:
+                    ran(t, None)
+                    ran(i, since_again[i])
+            for i in groups[key]:
+                if (t := twins[i]) is not None and calls_by[i][7]:
+                    streamed += sum(fed[f] for f in calls_by[i][4])
+                    ran(t, None)
+                    ran(i, since_local_again[i], fed_here=False)
     for nbytes, since_to in [(flush_bytes, since_cold)] + [(b, s) for (_, b), s in
                                                             zip(mid_flushes, since_mid)]:
         for row in schedule:
@@ -918,9 +986,12 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     after_local: dict[str, list[list]] = {}
     after_flush: dict[str, list[list]] = {}
     after_mid: list[dict[str, list[list]]] = [{} for _ in mids]
+    after_again: dict[str, list[list]] = {}
+    after_local_again: dict[str, list[list]] = {}
     for j, (op, node, frac, *_) in enumerate(calls_by):
         for table, runs in [(after_mm, cold[j]), (chained, hot[j]), (after_flush, flush_cold[j]),
-                            (after_local, local[j])] \
+                            (after_local, local[j]), (after_again, again[j]),
+                            (after_local_again, local_again[j])] \
                 + [(a, t[j]) for a, t in zip(after_mid, flush_mid)]:
             if runs:
                 b, fl, sec = _point(node, float(np.median(runs)))
@@ -928,7 +999,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     streamed_since: dict[str, dict[str, list[int]]] = {"by_op": {}, "cold": {}}
     for j, (op, *_) in enumerate(calls_by):
         for name, vals in [("by_op", since[j]), ("cold", since_cold[j]),
-                           ("local", since_local[j])] + \
+                           ("local", since_local[j]), ("again", since_again[j]),
+                           ("local_again", since_local_again[j])] + \
                 [(f"mid{m}", s[j]) for m, s in zip(mids, since_mid)]:
             streamed_since.setdefault(name, {}).setdefault(op, []).extend(vals)
 
@@ -943,12 +1015,16 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 if v}
     out = {"by_op": part(after_mm, None), "by_op_chained": part(chained, None),
            "by_op_local": part(after_local, None),
+           "by_op_again": part(after_again, None),
+           "by_op_local_again": part(after_local_again, None),
            "flash_attn_tiled": part(after_mm, TILED), "by_op_tokens": part(after_mm, TOKENS),
            "by_op_cold": part(after_flush, None),
            "by_op_tokens_cold": part(after_flush, TOKENS),
            "since_bytes": {"by_op": since_part("by_op", None),
                            "by_op_cold": since_part("cold", None),
                            "by_op_local": since_part("local", None),
+                           "by_op_again": since_part("again", None),
+                           "by_op_local_again": since_part("local_again", None),
                            "by_op_tokens": since_part("by_op", TOKENS),
                            "by_op_tokens_cold": since_part("cold", TOKENS)}}
     for m, a in zip(mids, after_mid):

@@ -44,7 +44,7 @@ from graphcost.graph import ops
 from graphcost.cost.analysis import Analysis, analyze_graph
 from graphcost.graph.build import load_model
 from graphcost.errors import SettingsError
-from graphcost.execute.exec_ops import NUMPY_OPS
+from graphcost.execute.exec_ops import NUMPY_OPS, code_kind
 from graphcost.execute.executor import Executor
 from graphcost.cost.hardware import (Hardware, executor_seconds, model_op, parse,
                                      roofline_seconds)
@@ -308,9 +308,9 @@ def tile_fraction(node, past: int, tile: int) -> float:
 
 
 def streamed_since(kinds: list[str], nbytes: list[float]) -> list[float]:
-    """For each node of a step (``kinds``: their ops in run order; ``nbytes``: the bytes
-    each reads and writes), the bytes the
-    nodes run since the last node of its kind moved,
+    """For each node of a step (``kinds``: the code each runs, in run order,
+    :func:`graphcost.execute.exec_ops.code_kind`; ``nbytes``: the bytes each reads and
+    writes), the bytes the nodes run since the last node of its kind moved,
     the step taken as repeating (``profile`` runs each step's graph back to back, and
     decode steps repeat one graph): a step's first node of a kind counts from that kind's
     last node a step before, the only node of its kind from itself a step before. The
@@ -350,7 +350,7 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
     rows = []
     moved = [(nc.node.op, 0.0 if nc.cost is None else nc.cost.bytes_read + nc.cost.bytes_written)
              for nc, ran in zip(a.nodes, executed) if ran]
-    since = iter(streamed_since([k for k, _ in moved], [b for _, b in moved]))
+    since = iter(streamed_since([code_kind(k) for k, _ in moved], [b for _, b in moved]))
     # the op run before each node (steps repeat: the first node's is the step's last):
     # a node right after a small op reads the probe's by_op_local curve (after_small)
     prev = moved[-1][0] if moved else None
