@@ -916,7 +916,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                     kind = code_kind(str(calls_by[i][1].op))
                     free = [s for s in subs
                             if all(code_kind(str(calls_by[j][1].op)) != kind for j in s)]
-                    (free[0].append(i) if free else subs.append([i]))
+                    if free:
+                        free[0].append(i)
+                    else:
+                        subs.append([i])
                 split += subs
             for r in range(rounds):
                 for row in split:
