@@ -323,9 +323,10 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
         warmth = [] if since is None or mat else hw.warmth_curves(op, tokens, local)
         for (b0, c0), (b1, c1) in zip(warmth, warmth[1:]):
             if since <= b1 or b1 == warmth[-1][0]:
+                # from the nearer curve: warmth[0] is op_curve's, or the code-warm one
                 share = cold_share(since, b0, b1)
-                t0 = curve_seconds(c0, *at)     # warmth[0] is op_curve's but for the
-                sec = t0 + share * (curve_seconds(c1, *at) - t0)   # code-warm curve
+                t0 = curve_seconds(c0, *at)
+                sec = t0 + share * (curve_seconds(c1, *at) - t0)
                 break
         return max(sec, flops / peak)
     rate = hw.matvec_rate(weight_type) if mat else hw.bandwidth

@@ -862,13 +862,15 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     local_again: list[list[float]] = [[] for _ in calls_by]
     for key in order:
         part = groups[key]
+        # the local passes' rewrites of each node's activations, made once for both
+        rewrites = {i: [rewriter(a) for a in calls_by[i][7]] for i in part}
         runs = [sequence([(calls_by[i][4], i, cold[i]) for i in part]),
                 # then as a chain of small ops: each right after the one before it
                 sequence([([], i, hot[i]) for i in part]),
                 # then after its matvecs and a small op on the calling thread that
                 # rewrote its activations (one row: a decode's node whose inputs a small
                 # op wrote, not a matvec on the kernel threads)
-                sequence([(calls_by[i][4] + [rewriter(a) for a in calls_by[i][7]], i, local[i])
+                sequence([(calls_by[i][4] + rewrites[i], i, local[i])
                           for i in part if calls_by[i][7]]),
                 # then each one-row node with its code warm, as a decode's node meets
                 # it (its kind ran a few nodes before: the Q norm before the K norm, the
@@ -877,8 +879,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 # op rewriting its activations, that node, then it (``by_op_local_again``)
                 sequence([([calls_by[t][3]] + calls_by[i][4], i, again[i])
                           for i in part if (t := twins[i]) is not None]),
-                sequence([(calls_by[i][4] + [rewriter(a) for a in calls_by[i][7]]
-                           + [calls_by[t][3]], i, local_again[i])
+                sequence([(calls_by[i][4] + rewrites[i] + [calls_by[t][3]], i, local_again[i])
                           for i in part if (t := twins[i]) is not None and calls_by[i][7]])]
         for _ in range(calls):
             for run in runs:
@@ -945,6 +946,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     streamed = 0
     moved = [_point(c[1], 0.0)[0] for c in calls_by]     # each node's bytes
 
+    def fed_bytes(i: int) -> int:
+        """Bytes of weights ``calls_by[i]``'s feeding matvecs read."""
+        return sum(fed[f] for f in calls_by[i][4])
+
     def ran(i: int, since_to: list | None, fed_here: bool = True) -> None:
         """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to`` and
         ``fed_here``, where the bytes streamed since its code kind last ran go,
@@ -953,7 +958,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         kind = code_kind(str(calls_by[i][1].op))
         if since_to is not None:
             if fed_here:
-                streamed += sum(fed[f] for f in calls_by[i][4])
+                streamed += fed_bytes(i)
             if kind in last:
                 since_to.append(streamed - last[kind])
         streamed += moved[i]
@@ -975,7 +980,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                     ran(i, since_again[i])
             for i in groups[key]:
                 if (t := twins[i]) is not None and calls_by[i][7]:
-                    streamed += sum(fed[f] for f in calls_by[i][4])
+                    streamed += fed_bytes(i)
                     ran(t, None)
                     ran(i, since_local_again[i], fed_here=False)
     for nbytes, since_to in [(flush_bytes, since_cold)] + [(b, s) for (_, b), s in
