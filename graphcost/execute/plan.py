@@ -151,7 +151,7 @@ def calls_plan(calls: Iterable[Callable[[], object]]) -> Plan:
     """A plan of bare zero-argument calls, each a bound step: :func:`run_plan` times
     them as it times a graph's bound nodes. The probe times its nodes so
     (:func:`graphcost.execute.hwprobe.op_costs`): on the EPYC VM (2026-11-27) a decode's
-    K norm (256 values after the K matvec) took 0.69-0.78 us timed by run_plan's loop and
+    K norm (256 values after the K matvec) took 0.69-0.79 us timed by run_plan's loop and
     1.1-1.3 us when the same kernels ran from a loop that differed only in reading no
     clock around the other calls or keeping no list of the readings; the probe's
     small-op points came out above the decode's nodes by about as much."""
