@@ -793,11 +793,12 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 small = small or feeder(1024)[0]
                 before = [small]
         family = ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1]
-        # a one-row node's activations, which the local pass rewrites on the calling
-        # thread (a norm's weight, fed as the others, stays where its matvec left it);
-        # none: no local pass
+        # a one-row node's first activation, which the local pass rewrites on the calling
+        # thread as a decode's small op before it wrote it (a norm's weight, fed as the
+        # others, stays where its matvec left it; so does a residual ADD's second input,
+        # written layers' matvecs ago); none: no local pass
         acts = list({id(s.storage): store[id(s.storage)].view(np.float32) for s in node.src
-                     if id(s.storage) in feeds and s.storage.role != "weight"}.values()) \
+                     if id(s.storage) in feeds and s.storage.role != "weight"}.values())[:1] \
             if family == ("",) else []
         calls_by.append((op, node, frac, call, list(dict.fromkeys(before)), family,
                          group[1:2], acts))
