@@ -709,7 +709,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     pool = read_only(random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20)
                                                     // gt.row_size(q8, LADDER_K))), rng))
     cursor = [0]                        # slices of the pool handed to feeders so far
-    fed: dict[Callable[[], None], int] = {}     # bytes of weights each feeding matvec reads
+    fed: dict[int, int] = {}    # id of a feeding matvec (a flush, later) -> bytes of weights it reads
 
     def feeder(rows: int, narrow: bool = False) -> tuple[Callable[[], None], np.ndarray]:
         """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
@@ -734,7 +734,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         def run():
             mvs[mine[0] % n_slices]()
             mine[0] += 1
-        fed[run] = rows * rb
+        fed[id(run)] = rows * rb
         return run, flat_bytes(fn.out)
 
     nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
@@ -778,7 +778,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     whole = _node_calls(node, ctx, [_values(node, [pool[: len(pool) // rb * rb], rng
                                                    .standard_normal((1, LADDER_K))
                                                    .astype(np.float32)])])[1][0]
-    fed[whole] = len(pool) // rb * rb
+    fed[id(whole)] = len(pool) // rb * rb
     small = None
     calls_by = []
     for op, node, frac, group in nodes:
@@ -819,24 +819,50 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         groups.setdefault(c[5], []).append(i)
     order = sorted(groups, key=lambda k: k[0] == "GET_ROWS")
 
-    def sequence(rows: list[tuple[list[Callable[[], object]], int, list[float]]]
-                 ) -> Callable[[], None]:
+    # the bytes streamed since each timed node's code kind last ran
+    # (:func:`~graphcost.execute.exec_ops.code_kind`), counted from each sequence's own
+    # calls after its plan ran (not between its calls: a few Python statements between a
+    # matvec and the node it feeds moved the small ops' curves by 0.1-0.2 us)
+    moved = [_point(c[1], 0.0)[0] for c in calls_by]     # each node's bytes
+    node_at = {id(c[3]): i for i, c in enumerate(calls_by)}
+    last: dict[str, int] = {}           # code kind -> bytes streamed when it last ran
+    streamed = 0
+
+    def sequence(rows: list[tuple[list[Callable[[], object]], int, list[float],
+                                  list[int] | None]]) -> Callable[[], None]:
         """A call that runs, in order, each row's calls before its node and then the
         node (``calls_by[i][3]``), as one plan through the executor's loop
         (:func:`~graphcost.execute.plan.calls_plan`: every call timed as a step's bound
-        node is), and appends each node's seconds to its row's list."""
+        node is), and appends each node's seconds to its row's list, and, where the row
+        has a since list, the bytes streamed since its code kind last ran: each call's
+        bytes are a feeder's weights or a flush's (``fed``), a node's :func:`_point`
+        bytes (a twin too), or none (a rewrite on the calling thread)."""
         seq: list[Callable[[], object]] = []
         at: list[tuple[int, list[float]]] = []
-        for before, i, times in rows:
-            seq += before
-            at.append((len(seq), times))
-            seq.append(calls_by[i][3])
+        tally: list[tuple[int, str | None, list[int] | None]] = []
+        for before, i, times, since_to in rows:
+            for c in before:
+                j = node_at.get(id(c))
+                tally.append((fed.get(id(c), 0), None, None) if j is None else
+                             (moved[j], code_kind(str(calls_by[j][1].op)), None))
+            at.append((len(seq) + len(before), times))
+            seq += before + [calls_by[i][3]]
+            tally.append((moved[i], code_kind(str(calls_by[i][1].op)), since_to))
         plan = calls_plan(seq)
 
         def run() -> None:
+            nonlocal streamed
             ns = run_plan(plan)[1].ns
             for k, times in at:
                 times.append(ns[k] * 1e-9)
+            for nbytes, kind, since_to in tally:
+                if kind is not None:
+                    if since_to is not None and kind in last:
+                        since_to.append(streamed - last[kind])
+                    streamed += nbytes
+                    last[kind] = streamed
+                else:
+                    streamed += nbytes
         return run
 
     def rewriter(a: np.ndarray) -> Callable[[], object]:
@@ -861,26 +887,31 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     twins = [twin(i) for i in range(len(calls_by))]
     again: list[list[float]] = [[] for _ in calls_by]
     local_again: list[list[float]] = [[] for _ in calls_by]
+    since: list[list[int]] = [[] for _ in calls_by]
+    since_local: list[list[int]] = [[] for _ in calls_by]
+    since_again: list[list[int]] = [[] for _ in calls_by]
+    since_local_again: list[list[int]] = [[] for _ in calls_by]
     for key in order:
         part = groups[key]
         # the local passes' rewrites of each node's activations, made once for both
         rewrites = {i: [rewriter(a) for a in calls_by[i][7]] for i in part}
-        runs = [sequence([(calls_by[i][4], i, cold[i]) for i in part]),
+        runs = [sequence([(calls_by[i][4], i, cold[i], since[i]) for i in part]),
                 # then as a chain of small ops: each right after the one before it
-                sequence([([], i, hot[i]) for i in part]),
+                sequence([([], i, hot[i], None) for i in part]),
                 # then after its matvecs and a small op on the calling thread that
                 # rewrote its activations (one row: a decode's node whose inputs a small
                 # op wrote, not a matvec on the kernel threads)
-                sequence([(calls_by[i][4] + rewrites[i], i, local[i])
+                sequence([(calls_by[i][4] + rewrites[i], i, local[i], since_local[i])
                           for i in part if calls_by[i][7]]),
                 # then each one-row node with its code warm, as a decode's node meets
                 # it (its kind ran a few nodes before: the Q norm before the K norm, the
                 # MUL before the residual ADD): a node of its op on arrays of its own,
                 # then its matvecs, then it (``by_op_again``); and its matvecs, the small
                 # op rewriting its activations, that node, then it (``by_op_local_again``)
-                sequence([([calls_by[t][3]] + calls_by[i][4], i, again[i])
+                sequence([([calls_by[t][3]] + calls_by[i][4], i, again[i], since_again[i])
                           for i in part if (t := twins[i]) is not None]),
-                sequence([(calls_by[i][4] + rewrites[i] + [calls_by[t][3]], i, local_again[i])
+                sequence([(calls_by[i][4] + rewrites[i] + [calls_by[t][3]], i,
+                           local_again[i], since_local_again[i])
                           for i in part if (t := twins[i]) is not None and calls_by[i][7]])]
         for _ in range(calls):
             for run in runs:
@@ -932,64 +963,15 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     # the cold pass, then the same schedule after each middle flush (:data:`MID_MIB`: the
     # kind a layer's matvecs ago, as most of a step's nodes meet it)
     flush_mid = [[[] for _ in calls_by] for _ in mids]
-    for before, times in [(flush, flush_cold)] + [(f, t) for (f, _), t in
-                                                  zip(mid_flushes, flush_mid)]:
-        for run in [sequence([([before] * (k == 0) + calls_by[i][4], i, times[i])
-                              for k, i in enumerate(row)]) for row in schedule]:
-            run()
-    # the bytes streamed since each timed call's kind last ran, from the loops' order
-    # replayed in bytes (not counted as they ran: a few Python statements between a
-    # matvec and the node it feeds moved the small ops' curves by 0.1-0.2 us)
-    since: list[list[int]] = [[] for _ in calls_by]
     since_cold: list[list[int]] = [[] for _ in calls_by]
     since_mid = [[[] for _ in calls_by] for _ in mids]
-    last: dict[str, int] = {}           # op kind -> bytes streamed when a node of it last ran
-    streamed = 0
-    moved = [_point(c[1], 0.0)[0] for c in calls_by]     # each node's bytes
-
-    def fed_bytes(i: int) -> int:
-        """Bytes of weights ``calls_by[i]``'s feeding matvecs read."""
-        return sum(fed[f] for f in calls_by[i][4])
-
-    def ran(i: int, since_to: list | None, fed_here: bool = True) -> None:
-        """``calls_by[i]``'s node ran (after its feeding matvecs if ``since_to`` and
-        ``fed_here``, where the bytes streamed since its code kind last ran go,
-        :func:`~graphcost.execute.exec_ops.code_kind`)."""
-        nonlocal streamed
-        kind = code_kind(str(calls_by[i][1].op))
-        if since_to is not None:
-            if fed_here:
-                streamed += fed_bytes(i)
-            if kind in last:
-                since_to.append(streamed - last[kind])
-        streamed += moved[i]
-        last[kind] = streamed
-    since_local: list[list[int]] = [[] for _ in calls_by]
-    since_again: list[list[int]] = [[] for _ in calls_by]
-    since_local_again: list[list[int]] = [[] for _ in calls_by]
-    for key in order:
-        for _ in range(calls):
-            for i in groups[key]:
-                ran(i, since[i])
-            for i in groups[key]:
-                ran(i, None)
-            for i in (i for i in groups[key] if calls_by[i][7]):
-                ran(i, since_local[i])
-            for i in groups[key]:
-                if (t := twins[i]) is not None:
-                    ran(t, None)
-                    ran(i, since_again[i])
-            for i in groups[key]:
-                if (t := twins[i]) is not None and calls_by[i][7]:
-                    streamed += fed_bytes(i)
-                    ran(t, None)
-                    ran(i, since_local_again[i], fed_here=False)
-    for nbytes, since_to in [(flush_bytes, since_cold)] + [(b, s) for (_, b), s in
-                                                            zip(mid_flushes, since_mid)]:
-        for row in schedule:
-            streamed += nbytes
-            for i in row:
-                ran(i, since_to[i])
+    fed[id(flush)] = flush_bytes
+    fed.update((id(f), b) for f, b in mid_flushes)
+    for before, times, since_to in [(flush, flush_cold, since_cold)] + [
+            (f, t, s) for (f, _), t, s in zip(mid_flushes, flush_mid, since_mid)]:
+        for run in [sequence([([before] * (k == 0) + calls_by[i][4], i, times[i], since_to[i])
+                              for k, i in enumerate(row)]) for row in schedule]:
+            run()
     after_mm: dict[str, list[list]] = {}
     chained: dict[str, list[list]] = {}
     after_local: dict[str, list[list]] = {}
