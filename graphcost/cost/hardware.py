@@ -19,7 +19,7 @@ matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP
 executor's matmul nodes reach per weight type) and ``op_costs``: each op kind's measured
 time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right after a
 small op, measured but not modelled, ``by_op_local`` after a matmul and a small op
-that rewrote the inputs, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
+that rewrote the first input, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
 right after a flush with the kind not run since, ``by_op_mid`` and ``by_op_tokens_mid``
 after a smaller one (a layer's matvecs), ``since_bytes`` the bytes streamed since
 the kind last ran at each curve's calls; flash attention's query tiles in

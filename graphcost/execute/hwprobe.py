@@ -52,9 +52,10 @@ the same Numba kernels the executor runs.
   as the last layer's ``get_rows(cur, inp_out_ids)``), and right
   after the op before it in the ladder's list, as a node in a chain of small ops runs
   (``by_op_chained``: measured, not modelled, docs/executor.md); and one row again after
-  its matvecs and a serial element-wise kernel that rewrote its activations on the
+  its matvecs and a serial element-wise kernel that rewrote its first activation on the
   calling thread, as a decode's node after a small op runs (``by_op_local``: a residual
-  ADD after the norm's MUL; a norm's weight is left where its matvec wrote it). A
+  ADD after the norm's MUL; a norm's weight and an ADD's second input, the residual, are
+  left where their matvecs wrote them). A
   node's second input (an ADD's, a gated op's gate, a norm's weight) is fed by a matvec
   of 32 columns, not about 0.5 MiB: a node meets one matvec's streaming right before
   it, not two (with two, the ladder's ADD of 512 and 1024 values ran 0.15-0.3 us over
@@ -254,7 +255,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"sizes: by_op called after a matvec over weights not in the caches, "
                    f"by_op_chained called again at once (not modelled), by_op_local "
                    f"one row after its matvecs and a serial kernel that rewrote its "
-                   f"activations (a decode's node after a small op); by_op_again, "
+                   f"first activation (a decode's node after a small op); by_op_again, "
                    f"by_op_local_again the same with a node of the same op (next "
                    f"ladder size) run right before the matvecs, or right before it: "
                    f"its code warm, as a decode's nodes mostly meet it; {per_pass} "
@@ -687,7 +688,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     (:func:`flusher`) with the kind not run since, and the bytes streamed since the kind
     last ran at each curve's calls; then the same after each middle flush (:data:`MID_MIB`).
     The one-row nodes again after their matvecs and a serial kernel on the calling
-    thread that rewrote their activations (``by_op_local``, a node after a small op).
+    thread that rewrote their first activation (``by_op_local``, a node after a small op).
     Each one-row node again with its code warm: a node of its op at the next ladder size
     (arrays of its own) right before its matvecs (``by_op_again``), or right before it,
     after its matvecs and the serial kernel (``by_op_local_again``), as a decode's nodes
@@ -893,13 +894,13 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     since_local_again: list[list[int]] = [[] for _ in calls_by]
     for key in order:
         part = groups[key]
-        # the local passes' rewrites of each node's activations, made once for both
+        # the local passes' rewrites of each node's first activation, made once for both
         rewrites = {i: [rewriter(a) for a in calls_by[i][7]] for i in part}
         runs = [sequence([(calls_by[i][4], i, cold[i], since[i]) for i in part]),
                 # then as a chain of small ops: each right after the one before it
                 sequence([([], i, hot[i], None) for i in part]),
                 # then after its matvecs and a small op on the calling thread that
-                # rewrote its activations (one row: a decode's node whose inputs a small
+                # rewrote its first activation (one row: a decode's node whose input a small
                 # op wrote, not a matvec on the kernel threads)
                 sequence([(calls_by[i][4] + rewrites[i], i, local[i], since_local[i])
                           for i in part if calls_by[i][7]]),
@@ -907,7 +908,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 # it (its kind ran a few nodes before: the Q norm before the K norm, the
                 # MUL before the residual ADD): a node of its op on arrays of its own,
                 # then its matvecs, then it (``by_op_again``); and its matvecs, the small
-                # op rewriting its activations, that node, then it (``by_op_local_again``)
+                # op rewriting its first activation, that node, then it (``by_op_local_again``)
                 sequence([([calls_by[t][3]] + calls_by[i][4], i, again[i], since_again[i])
                           for i in part if (t := twins[i]) is not None]),
                 sequence([(calls_by[i][4] + rewrites[i] + [calls_by[t][3]], i,
