@@ -287,12 +287,43 @@ def test_a_node_after_a_small_op_reads_the_local_curve():
                             local=True) == pytest.approx(4e-6)
 
 
-@pytest.mark.parametrize("prev,after", [("MUL", True), ("RMS_NORM", True),
-                                        ("MUL_MAT", False), ("MUL_MAT_ID", False),
-                                        (None, False)])
-def test_after_small_is_a_node_whose_run_order_puts_a_small_op_before_it(prev, after):
+def test_a_prompt_node_after_a_small_op_reads_the_local_curve_on_several_tokens():
+    """A prompt's node right after a small op that wrote its input (the Q scale after
+    the rope) reads the probe's curve on several tokens after a small op
+    (by_op_tokens_local) as its warm end, and the middle and cold curves on several
+    tokens beyond it; without one the curve on several tokens (MID2)."""
+    since = {"by_op_tokens": {"ADD": 2e6}, "by_op_tokens_local": {"ADD": 1e6},
+             "by_op_tokens_cold": {"ADD": 64e6}}
+    hw = measured(op_costs={"by_op": {"ADD": CURVE}, "by_op_tokens": {"ADD": MID2},
+                            "by_op_tokens_local": {"ADD": LOCAL},
+                            "by_op_tokens_cold": {"ADD": COLD}, "since_bytes": since})
+    assert hw.warmth_curves("ADD", tokens=16, local=True) == [(1e6, LOCAL), (64e6, COLD)]
+    assert hw.warmth_curves("ADD", tokens=16) == [(2e6, MID2), (64e6, COLD)]
+    # 3000 B: local 1 + 2 * 2000 / 6000 us; after a matvec MID2's 5 us
+    assert executor_seconds("ADD", 3000, 0, hw, tokens=16, since=1e6, local=True) == \
+        pytest.approx((1 + 2 * 2000 / 6000) * 1e-6)
+    assert executor_seconds("ADD", 3000, 0, hw, tokens=16, since=2e6) == pytest.approx(5e-6)
+    # one row: no local curve on one row here, so by_op (CURVE's 4 us at 3000 B)
+    assert executor_seconds("ADD", 3000, 0, hw, local=True) == pytest.approx(4e-6)
+
+
+def test_after_small_is_a_node_right_after_a_small_op_that_wrote_its_first_input():
     from graphcost.execute.profile import after_small
-    assert after_small(prev) is after
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+    g = Graph()
+    x, w, r = (g.new_tensor(gt.F32, [64]) for _ in range(3))
+    normed = g.rms_norm(x, 1e-6)
+    scaled = g.mul(normed, w)
+    added = g.add(g.reshape(scaled, [64, 1]), r)    # through a view of MUL's output
+    mm = g.mul_mat(g.new_tensor(gt.F32, [64, 8]), x)
+    assert after_small(normed, scaled) is True
+    assert after_small(scaled, added) is True
+    assert after_small(None, scaled) is False       # nothing ran before it
+    assert after_small(mm, g.scale(mm, 2.0)) is False       # a matmul wrote it
+    # a small op ran just before but wrote elsewhere (a V cache write after the K's)
+    assert after_small(normed, g.add(r, x)) is False
+    assert after_small(normed, g.add(r, normed)) is False   # its second input only
 
 
 def test_bad_since_bytes_are_one_line():

@@ -335,6 +335,12 @@ def test_hwprobe_measures_and_writes_a_profile(tmp_path, monkeypatch):
         assert 0 < since["by_op_again"][op] < since["by_op"][op], op
     # right before it: nothing moved between (since counts from a node's end)
     assert set(since["by_op_local_again"].values()) == {0}
+    # the local pass on several tokens: every kind on several tokens with an activation
+    # a matvec feeds (not GET_ROWS of a weight table), its calls a family's pass after
+    # their kind last ran, as the warm ones, far less than the flush ago
+    assert set(oc["by_op_tokens_local"]) == set(oc["by_op_tokens"]) - {"GET_ROWS"}
+    for op, b in since["by_op_tokens_local"].items():
+        assert 0 < b < since["by_op_tokens_cold"][op] / 4, op
     # the model reads GEGLU's five curves, code-warm to cold (hardware.warmth_curves)
     assert [b for b, _ in hw.warmth_curves("GEGLU")] == [
         since[p]["GEGLU"] for p in ("by_op_again", "by_op", "by_op_mid4", "by_op_mid8",

@@ -123,12 +123,14 @@ class Hardware:
 
     def warm_part(self, op: str, tokens: int = 1, local: bool = False) -> str:
         """The ``op_costs`` key of ``op``'s curve right after what ran before it: a node
-        of several ``tokens``, ``by_op_tokens`` where ``op`` has a curve there; a one-row
-        node right after a small op (``local``), ``by_op_local`` where ``op`` has one;
-        else ``by_op`` (right after a matmul)."""
+        of several ``tokens``, ``by_op_tokens`` where ``op`` has a curve there; a node
+        right after a small op that wrote its first input (``local``), ``by_op_local``
+        or for several tokens ``by_op_tokens_local``, where ``op`` has one; else
+        ``by_op`` (right after a matmul)."""
         oc = self.extra.get("op_costs") or {}
         if tokens > 1 and op in (oc.get("by_op_tokens") or {}):
-            return "by_op_tokens"
+            return "by_op_tokens_local" if local and op in (oc.get("by_op_tokens_local")
+                                                            or {}) else "by_op_tokens"
         if local and tokens == 1 and op in (oc.get("by_op_local") or {}):
             return "by_op_local"
         return "by_op"
@@ -158,7 +160,7 @@ class Hardware:
             pts = (oc.get(part) or {}).get(op)
             b = (since.get(part) or {}).get(op)
             return (float(b), sorted(pts)) if pts and b is not None else None
-        cold = "by_op" if warm == "by_op_local" else warm
+        cold = warm.removesuffix("_local")      # the middle and cold curves: not local
         ends = [at(warm), at(cold + "_cold")]
         if None in ends or ends[1][0] <= ends[0][0]:
             return []
@@ -297,9 +299,10 @@ def executor_seconds(op: str, nbytes: float, flops: float, hw: Hardware,
     kind's middle and cold curves (:meth:`Hardware.warmth_curves`: a layer's matvecs
     push its table out of the L2, a step's first node of its kind, after the output
     matmul, meets its code and tables out of the caches), between the two whose bytes
-    lie around ``since`` by :func:`cold_share`; a one-row node that runs right after a
-    small op (``local``: not after a matmul, :func:`graphcost.execute.profile.after_small`)
-    starts from the probe's curve after a small op (``by_op_local``); a node whose code
+    lie around ``since`` by :func:`cold_share`; a node that runs right after a small op
+    that wrote its first input (``local``, :func:`graphcost.execute.profile.after_small`)
+    starts from the probe's curve after a small op (``by_op_local``, on several tokens
+    ``by_op_tokens_local``); a node whose code
     kind ran fewer bytes ago than that curve's calls met reads the probe's code-warm
     curve (``by_op_again``, ``by_op_local_again``). Without a curve (an op the probe did not
     time, an older or datasheet profile): the per-call overhead of ``op`` plus the
@@ -404,7 +407,7 @@ def parse(doc: Any, path: Path | None) -> Hardware:
                 raise GraphcostError(f"{where}: op_costs.matmul_row_tile.{key} must be an "
                                      f"integer >= 1, got {_show(v)}")
         for part in ("by_op", "by_op_chained", "by_op_local", "by_op_again",
-                     "by_op_local_again", "by_op_tokens", "by_op_cold",
+                     "by_op_local_again", "by_op_tokens", "by_op_tokens_local", "by_op_cold",
                      "by_op_tokens_cold", "matvec", "matmul", "flash_attn_tiled",
                      *sorted(k for k in oc if MID_PART.fullmatch(str(k)))):
             for key, pts in mapping_of(oc.get(part) or {}, "list", f"op_costs.{part}",

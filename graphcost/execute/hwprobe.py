@@ -55,7 +55,9 @@ the same Numba kernels the executor runs.
   its matvecs and a serial element-wise kernel that rewrote its first activation on the
   calling thread, as a decode's node after a small op runs (``by_op_local``: a residual
   ADD after the norm's MUL; a norm's weight and an ADD's second input, the residual, are
-  left where their matvecs wrote them). A
+  left where their matvecs wrote them); the same on several tokens
+  (``by_op_tokens_local``: a prompt's Q scale after its rope; the rewrite's kernel
+  parallel from its work threshold on, as a prompt's small op runs). A
   node's second input (an ADD's, a gated op's gate, a norm's weight) is fed by a matvec
   of 32 columns, not about 0.5 MiB: a node meets one matvec's streaming right before
   it, not two (with two, the ladder's ADD of 512 and 1024 values ran 0.15-0.3 us over
@@ -255,7 +257,9 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"sizes: by_op called after a matvec over weights not in the caches, "
                    f"by_op_chained called again at once (not modelled), by_op_local "
                    f"one row after its matvecs and a serial kernel that rewrote its "
-                   f"first activation (a decode's node after a small op); by_op_again, "
+                   f"first activation (a decode's node after a small op), "
+                   f"by_op_tokens_local the same on several tokens (the kernel's "
+                   f"parallel form from its work threshold on); by_op_again, "
                    f"by_op_local_again the same with a node of the same op (next "
                    f"ladder size) run right before the matvecs, or right before it: "
                    f"its code warm, as a decode's nodes mostly meet it; {per_pass} "
@@ -263,7 +267,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
                    f"bytes and FLOPs); matvec: 1 row x slices of each type's {mib} MiB "
                    f"matrix on 4 KiB pages (a new slice each call), and the whole matrix",
             **{k: curves[k] for k in ("by_op", "by_op_chained", "by_op_local", "by_op_again",
-                                      "by_op_local_again", "by_op_tokens")},
+                                      "by_op_local_again", "by_op_tokens",
+                                      "by_op_tokens_local")},
             "by_op_tokens_rows": LADDER_TOKENS,
             **{k: v for k, v in curves.items() if k.endswith("_cold") or "_mid" in k
                or k == "since_bytes"},
@@ -688,7 +693,9 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     (:func:`flusher`) with the kind not run since, and the bytes streamed since the kind
     last ran at each curve's calls; then the same after each middle flush (:data:`MID_MIB`).
     The one-row nodes again after their matvecs and a serial kernel on the calling
-    thread that rewrote their first activation (``by_op_local``, a node after a small op).
+    thread that rewrote their first activation (``by_op_local``, a node after a small op);
+    the several-token nodes the same (``by_op_tokens_local``, the rewrite parallel from
+    the kernel's work threshold on).
     Each one-row node again with its code warm: a node of its op at the next ladder size
     (arrays of its own) right before its matvecs (``by_op_again``), or right before it,
     after its matvecs and the serial kernel (``by_op_local_again``), as a decode's nodes
@@ -696,7 +703,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     ADD, :func:`~graphcost.execute.exec_ops.code_kind`); ``since_bytes`` counts from the
     last node of the same code kind.
     Returns the profile's ``op_costs`` curves by key: by_op, by_op_chained, by_op_local,
-    by_op_again, by_op_local_again,
+    by_op_again, by_op_local_again, by_op_tokens_local,
     flash_attn_tiled, by_op_tokens, by_op_cold, by_op_tokens_cold, by_op_midN and
     by_op_tokens_midN for each N of :data:`MID_MIB` (at most a quarter of the flush), and
     since_bytes (the same keys but by_op_chained and flash_attn_tiled)."""
@@ -794,13 +801,13 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 small = small or feeder(1024)[0]
                 before = [small]
         family = ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1]
-        # a one-row node's first activation, which the local pass rewrites on the calling
-        # thread as a decode's small op before it wrote it (a norm's weight, fed as the
+        # a one-row or several-token node's first activation, which the local pass
+        # rewrites as a decode's or prompt's small op before it wrote it (a norm's weight, fed as the
         # others, stays where its matvec left it; so does a residual ADD's second input,
         # written layers' matvecs ago); none: no local pass
         acts = list({id(s.storage): store[id(s.storage)].view(np.float32) for s in node.src
                      if id(s.storage) in feeds and s.storage.role != "weight"}.values())[:1] \
-            if family == ("",) else []
+            if family in (("",), (TOKENS,)) else []
         calls_by.append((op, node, frac, call, list(dict.fromkeys(before)), family,
                          group[1:2], acts))
     cold: list[list[float]] = [[] for _ in calls_by]
@@ -866,10 +873,13 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                     streamed += nbytes
         return run
 
-    def rewriter(a: np.ndarray) -> Callable[[], object]:
-        """The serial scale by 1 of ``a`` in place, called as a bound step is: through the
-        overload it compiled (run once here), not Numba's dispatcher."""
-        call = partial(rewrite, a, code, one, zero, no_table, a)
+    def rewriter(a: np.ndarray, tokens: bool) -> Callable[[], object]:
+        """The scale by 1 of ``a`` in place, called as a bound step is: through the
+        overload it compiled (run once here), not Numba's dispatcher; serial on the
+        calling thread for a one-row node, for several ``tokens`` as the executor runs a
+        prompt's small op (parallel from the kernel's work threshold on)."""
+        call = partial(ctx.K.elementwise.kernel("unary", a.size) if tokens else rewrite,
+                       a, code, one, zero, no_table, a)
         call()
         return resolve_entry(call)
 
@@ -895,13 +905,13 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     for key in order:
         part = groups[key]
         # the local passes' rewrites of each node's first activation, made once for both
-        rewrites = {i: [rewriter(a) for a in calls_by[i][7]] for i in part}
+        rewrites = {i: [rewriter(a, key == (TOKENS,)) for a in calls_by[i][7]] for i in part}
         runs = [sequence([(calls_by[i][4], i, cold[i], since[i]) for i in part]),
                 # then as a chain of small ops: each right after the one before it
                 sequence([([], i, hot[i], None) for i in part]),
-                # then after its matvecs and a small op on the calling thread that
-                # rewrote its first activation (one row: a decode's node whose input a small
-                # op wrote, not a matvec on the kernel threads)
+                # then after its matvecs and a small op that rewrote its first
+                # activation (a node whose input a small op wrote, not a matvec on the
+                # kernel threads; one row: on the calling thread)
                 sequence([(calls_by[i][4] + rewrites[i], i, local[i], since_local[i])
                           for i in part if calls_by[i][7]]),
                 # then each one-row node with its code warm, as a decode's node meets
@@ -1007,6 +1017,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 if v}
     out = {"by_op": part(after_mm, None), "by_op_chained": part(chained, None),
            "by_op_local": part(after_local, None),
+           "by_op_tokens_local": part(after_local, TOKENS),
            "by_op_again": part(after_again, None),
            "by_op_local_again": part(after_local_again, None),
            "flash_attn_tiled": part(after_mm, TILED), "by_op_tokens": part(after_mm, TOKENS),
@@ -1015,6 +1026,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
            "since_bytes": {"by_op": since_part("by_op", None),
                            "by_op_cold": since_part("cold", None),
                            "by_op_local": since_part("local", None),
+                           "by_op_tokens_local": since_part("local", TOKENS),
                            "by_op_again": since_part("again", None),
                            "by_op_local_again": since_part("local_again", None),
                            "by_op_tokens": since_part("by_op", TOKENS),

@@ -49,6 +49,7 @@ from graphcost.execute.executor import Executor
 from graphcost.cost.hardware import (Hardware, executor_seconds, model_op, parse,
                                      roofline_seconds)
 from graphcost.format.model import ModelInfo
+from graphcost.graph.ggml_graph import Tensor
 from graphcost.graph.settings import Resolved, RunSettings
 
 
@@ -329,13 +330,16 @@ def streamed_since(kinds: list[str], nbytes: list[float]) -> list[float]:
     return out
 
 
-def after_small(prev: str | None) -> bool:
-    """Whether a node whose run order puts ``prev`` (an op, None: nothing) just before
-    it runs after a small op: on the calling thread, its inputs most likely written
-    there, nothing streamed since (the executor model reads the probe's ``by_op_local``
-    curve for it, :func:`graphcost.cost.hardware.executor_seconds`), not right after a
-    matmul, which streamed its weights on the kernel threads."""
-    return prev is not None and prev not in ops.MATMUL
+def after_small(prev: Tensor | None, node: Tensor) -> bool:
+    """Whether ``node``, whose run order puts ``prev`` (a node, None: nothing) just
+    before it, runs right after a small op that wrote its first input: that input in
+    the caches, nothing streamed since (the executor model reads the probe's
+    ``by_op_local`` / ``by_op_tokens_local`` curve for it,
+    :func:`graphcost.cost.hardware.executor_seconds`); not after a matmul, which
+    streamed its weights on the kernel threads, nor after a small op that wrote
+    elsewhere (a V cache write after the K cache's: its input came from a matvec)."""
+    return prev is not None and prev.op not in ops.MATMUL and bool(node.src) \
+        and node.src[0].storage is prev.storage
 
 
 def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
@@ -351,9 +355,11 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
     moved = [(nc.node.op, 0.0 if nc.cost is None else nc.cost.bytes_read + nc.cost.bytes_written)
              for nc, ran in zip(a.nodes, executed) if ran]
     since = iter(streamed_since([code_kind(k) for k, _ in moved], [b for _, b in moved]))
-    # the op run before each node (steps repeat: the first node's is the step's last):
-    # a node right after a small op reads the probe's by_op_local curve (after_small)
-    prev = moved[-1][0] if moved else None
+    # the node run before each (steps repeat: the first node's is the step's last): a
+    # node right after a small op that wrote its input reads the probe's local curve
+    # (after_small)
+    prev = next((nc.node for nc, ran in zip(reversed(a.nodes), reversed(executed)) if ran),
+                None)
     for nc, sec, ran in zip(a.nodes, med, executed):
         n = nc.node
         c = nc.cost
@@ -375,9 +381,9 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
                                      weight_bytes=n.src[0].data_bytes if mat else None,
                                      tokens=n_tokens if n.ne[1] * n.ne[2] * n.ne[3] > 1
                                      else 1, since=since_n,
-                                     local=after_small(prev))
+                                     local=after_small(prev, n))
         if ran:
-            prev = n.op
+            prev = n
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
                             float(sec) if ran else None, nbytes, flops, pred, bound, model,
                             n.op in NUMPY_OPS))
