@@ -19,9 +19,10 @@ matrix-vector kernel streams for each weight type), ``peak_flops.by_type`` (FLOP
 executor's matmul nodes reach per weight type) and ``op_costs``: each op kind's measured
 time at a ladder of sizes (``by_op`` right after a matmul, ``by_op_chained`` right after a
 small op, measured but not modelled, ``by_op_local`` after a matmul and a small op
-that rewrote the first input, ``by_op_tokens`` on several tokens, ``by_op_cold`` and ``by_op_tokens_cold``
-right after a flush with the kind not run since, ``by_op_mid`` and ``by_op_tokens_mid``
-after a smaller one (a layer's matvecs), ``since_bytes`` the bytes streamed since
+that rewrote the first input, ``by_op_tokens`` on several tokens (``by_op_tokens_local``
+after a small op), ``by_op_cold`` and ``by_op_tokens_cold`` right after a flush with the
+kind not run since, ``by_op_mid`` and ``by_op_tokens_mid`` after a smaller one (a layer's
+matvecs), ``since_bytes`` the bytes streamed since
 the kind last ran at each curve's calls; flash attention's query tiles in
 ``flash_attn_tiled``; the decode matvec per weight type in ``matvec``), as ``[bytes, flops,
 seconds]`` points, and the prompt matmuls per weight type in ``matmul`` as ``[weight

@@ -717,7 +717,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     pool = read_only(random_raw(q8, (LADDER_K, max(1024, (min(mib, 64) << 20)
                                                     // gt.row_size(q8, LADDER_K))), rng))
     cursor = [0]                        # slices of the pool handed to feeders so far
-    fed: dict[int, int] = {}    # id of a feeding matvec (a flush, later) -> bytes of weights it reads
+    fed: dict[int, int] = {}    # id of a feeding matvec (a flush's, later) -> bytes it reads
 
     def feeder(rows: int, narrow: bool = False) -> tuple[Callable[[], None], np.ndarray]:
         """(run, output bytes): a MUL_MAT node of ``rows`` rows (:func:`feed_width`
@@ -802,9 +802,9 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
                 before = [small]
         family = ("GET_ROWS",) + group[:1] if op.endswith("GET_ROWS") else group[:1]
         # a one-row or several-token node's first activation, which the local pass
-        # rewrites as a decode's or prompt's small op before it wrote it (a norm's weight, fed as the
-        # others, stays where its matvec left it; so does a residual ADD's second input,
-        # written layers' matvecs ago); none: no local pass
+        # rewrites as a decode's or prompt's small op before it wrote it (a norm's
+        # weight, fed as the others, stays where its matvec left it; so does a residual
+        # ADD's second input, written layers' matvecs ago); none: no local pass
         acts = list({id(s.storage): store[id(s.storage)].view(np.float32) for s in node.src
                      if id(s.storage) in feeds and s.storage.role != "weight"}.values())[:1] \
             if family in (("",), (TOKENS,)) else []
@@ -832,6 +832,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     # calls after its plan ran (not between its calls: a few Python statements between a
     # matvec and the node it feeds moved the small ops' curves by 0.1-0.2 us)
     moved = [_point(c[1], 0.0)[0] for c in calls_by]     # each node's bytes
+    kinds = [code_kind(str(c[1].op)) for c in calls_by]  # each node's code kind
     node_at = {id(c[3]): i for i, c in enumerate(calls_by)}
     last: dict[str, int] = {}           # code kind -> bytes streamed when it last ran
     streamed = 0
@@ -852,10 +853,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
             for c in before:
                 j = node_at.get(id(c))
                 tally.append((fed.get(id(c), 0), None, None) if j is None else
-                             (moved[j], code_kind(str(calls_by[j][1].op)), None))
+                             (moved[j], kinds[j], None))
             at.append((len(seq) + len(before), times))
             seq += before + [calls_by[i][3]]
-            tally.append((moved[i], code_kind(str(calls_by[i][1].op)), since_to))
+            tally.append((moved[i], kinds[i], since_to))
         plan = calls_plan(seq)
 
         def run() -> None:
@@ -957,9 +958,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
             for row in rows.values():
                 subs: list[list[int]] = []
                 for i in row:
-                    kind = code_kind(str(calls_by[i][1].op))
-                    free = [s for s in subs
-                            if all(code_kind(str(calls_by[j][1].op)) != kind for j in s)]
+                    free = [s for s in subs if all(kinds[j] != kinds[i] for j in s)]
                     if free:
                         free[0].append(i)
                     else:
