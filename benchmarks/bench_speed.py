@@ -163,6 +163,8 @@ def report(rows: list[dict], paths: dict, a, bench) -> None:
     for name, b in cal.band.items():
         print(f"{name:12s}: {b['cases']} cases, median |pred/meas - 1| = "
               f"{100 * b['median']:.1f}%, worst {100 * b['worst']:.1f}%")
+    print("coefficients the calibration cases do not pin down: "
+          f"{', '.join(cal.undetermined) or 'none'}")
     print(f"target (held-out median <= 10%, worst <= 25%): "
           f"{'met' if cal.target_met else 'NOT met'}")
     if a.profile:

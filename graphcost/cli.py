@@ -766,6 +766,8 @@ def calibrate(
     for k, b in cal.band.items():
         typer.echo(f"{k}: {b['cases']} cases, median |pred/meas - 1| {100 * b['median']:.1f}%, "
                    f"worst {100 * b['worst']:.1f}%")
+    if cal.undetermined:
+        typer.echo(f"not pinned down by the calibration cases: {', '.join(cal.undetermined)}")
     path, note = store(name, section(cal, bench, quick))
     typer.echo(f"wrote {path}" + (f" ({note})" if note else ""))
 
@@ -821,11 +823,12 @@ def speed(
     desc = model_description(info)
     note = describe(sm, hw)
     missing = sorted({k for p in preds for k in sm.missing(p.counts)})
+    loose = sorted({k for p in preds for k, v in p.counts.items() if v and k in sm.undetermined})
     if fmt == "json":
         sys.stdout.write(render_json(preds, desc, info, str(path), hw.name, note))
         return
     sys.stdout.write(render_md(preds, shown_fields(given), desc, info))
-    sys.stdout.write(footer(note, hw, missing, set(t_list)))
+    sys.stdout.write(footer(note, hw, missing, set(t_list), loose))
 
 
 @app.command()

@@ -179,6 +179,20 @@ def test_evaluate_exact():
                                   "worst": pytest.approx(0.25, rel=1e-6)}
     h = c.band["held-out"]
     assert c.target_met == (h["median"] <= 0.10 and h["worst"] <= 0.25)
+    # (steps, barriers) = (10, 100), (10, 1000), (32, 200): rank 2, both pinned
+    assert c.undetermined == []
+
+
+def test_evaluate_names_what_one_case_cannot_pin():
+    # one calibration case, two coefficients: 1e-5 x 10 + 2e-6 x 100 s is met by any
+    # non-negative trade of steps against barriers along 10 x d_steps + 100 x d_barriers = 0
+    rows = [r for r in _rows() if r["model"] != "tiny-12" and r["test"] != "tg32"
+            or not r["cal"]]
+    assert [r["cal"] for r in rows] == [True, False, False]
+    c = C.evaluate(rows, threads=2)
+    assert c.undetermined == ["barriers", "steps"]
+    assert C.section(c, Path("/x/llama-bench"), quick=True)["undetermined"] == ["barriers",
+                                                                              "steps"]
 
 
 def test_evaluate_without_calibration_cases():
@@ -265,8 +279,8 @@ def test_quick_calibration_end_to_end(cli, tmp_path):
     n_cases = 2 + 8 + 6 + 2          # tiny 1 + 1, small pp ub x fa, tg depth x fa, pp @ d512
     assert len(sec["cases"]) == n_cases
     assert sec["error_band"]["cases"] + sec["calibration_band"]["cases"] == n_cases
-    assert sec["calibration_band"]["cases"] == 2 + 11
+    assert sec["calibration_band"]["cases"] == 2 + 12
     assert "llama-bench" in sec["source"] and sec["how"].startswith("graphcost calibrate --quick")
     assert all(v >= 0 for v in sec["coefficients"].values())
-    assert f"wrote {prof}" in r.stdout and "held-out: 5 cases" in r.stdout
+    assert f"wrote {prof}" in r.stdout and "held-out: 4 cases" in r.stdout
     print(f"quick calibration: {time.perf_counter() - t0:.0f} s")

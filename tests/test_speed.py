@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from graphcost.cost.analysis import analyze_graph
-from graphcost.cost.speed_model import SpeedModel, counts, fit, roofline_coefficients
+from graphcost.cost.speed_model import (SpeedModel, counts, fit, roofline_coefficients,
+                                        undetermined)
 from graphcost.format import ggml_types as gt
 from graphcost.graph.build import BuiltGraph
 from graphcost.graph.ggml_graph import Graph
@@ -109,6 +110,22 @@ def test_fit_recovers_known_coefficients():
     assert got["a"] == pytest.approx(2e-3, rel=1e-6)
     assert got["b"] == pytest.approx(5e-9, rel=1e-6)
     assert got["c"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_undetermined_names_the_coefficients_a_null_vector_moves():
+    # a and b always in the proportion 1:2 (column b = 2 x column a): a fit can trade one
+    # for the other (a + 2 b fixed) and match every case; c varies on its own, so it is
+    # pinned; d no case counts (missing, not undetermined)
+    rows = [{"a": 1, "b": 2, "c": 0}, {"a": 2, "b": 4, "c": 1}, {"a": 3, "b": 6, "c": 5}]
+    secs = [1.0, 2.0, 4.0]
+    assert undetermined(rows, secs, ["a", "b", "c", "d"]) == ["a", "b"]
+    # one case that breaks the proportion pins all three: rank 3 of 3
+    rows.append({"a": 1, "b": 0, "c": 0})
+    assert undetermined(rows, secs + [1.0], ["a", "b", "c", "d"]) == []
+    # fewer cases than counted keys: 2 equations, 3 unknowns, every key in the null space
+    # (the null vector of [[1, 1, 0], [0, 1, 1]] is (1, -1, 1))
+    assert undetermined([{"x": 1, "y": 1}, {"y": 1, "z": 1}], [1.0, 1.0],
+                        ["x", "y", "z"]) == ["x", "y", "z"]
 
 
 def test_llama_bench_schedule():
@@ -310,13 +327,35 @@ def test_flash_attention_kernel_and_macs(n_q, n_kv, key):
     assert c["barriers"] == 2
 
 
+def test_cli_names_coefficients_the_calibration_did_not_pin(tiny, cli, tmp_path):
+    model, _ = tiny
+    p = tmp_path / "loose.yaml"
+    doc = {"name": "loose", "kind": "measured", "memory_bandwidth": {"bytes_per_second": 1e10},
+           "peak_flops": {"flops_per_second": 1e11},
+           "llama_cpp": {"threads": 2, "coefficients": {"steps": 1e-5, "barriers": 2e-6,
+                                                        "weight_bytes": 1e-10},
+                         "error_band": {"median": 0.05, "worst": 0.1, "cases": 4}}}
+    p.write_text(yaml.safe_dump(doc))
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-n", "0", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    assert "did not pin down" not in r.stdout
+    # barriers: every graph counts them; "fa_mac:nowhere": no graph counts it (not named)
+    doc["llama_cpp"]["undetermined"] = ["barriers", "fa_mac:nowhere"]
+    p.write_text(yaml.safe_dump(doc))
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-n", "0", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    assert ("note: coefficients the calibration cases did not pin down (the band may not "
+            "hold): barriers\n") in r.stdout
+
+
 @pytest.mark.parametrize("section,needle", [
     ({"threads": 2, "coefficients": {"steps": "abc"}}, "llama_cpp.coefficients.steps"),
     ({"threads": 0, "coefficients": {"steps": 1e-5}}, "llama_cpp.threads"),
     ({"coefficients": {"steps": 1e-5}, "error_band": {"median": float("nan"), "worst": 0.1,
                                                       "cases": 3}}, "llama_cpp.error_band.median"),
     ("x", "llama_cpp"),
-], ids=["coefficient", "threads", "band-nan", "not-a-mapping"])
+    ({"coefficients": {"steps": 1e-5}, "undetermined": "steps"}, "llama_cpp.undetermined"),
+], ids=["coefficient", "threads", "band-nan", "not-a-mapping", "undetermined-not-a-list"])
 def test_bad_calibration_section_is_one_line_exit_2(tiny, cli, tmp_path, section, needle):
     model, _ = tiny
     p = tmp_path / "bad.yaml"

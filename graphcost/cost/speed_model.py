@@ -175,6 +175,8 @@ class SpeedModel:
     source: str
     verified: bool
     band: Mapping[str, float] | None = None      # error band measured by the calibration
+    #: coefficients the calibration cases did not pin down (:func:`undetermined`)
+    undetermined: tuple[str, ...] = ()
 
     def seconds(self, c: Mapping[str, int], threads: int | None = None) -> float:
         """Modelled seconds for counts ``c`` (:func:`counts`). With ``threads`` other than
@@ -226,7 +228,8 @@ def from_profile(hw) -> SpeedModel:
     if sec:
         return SpeedModel(dict(sec["coefficients"]), sec.get("threads"),
                           sec.get("how", "calibrated against llama-bench"),
-                          hw.kind == "measured", sec.get("error_band"))
+                          hw.kind == "measured", sec.get("error_band"),
+                          tuple(sec.get("undetermined", ())))
     why = ("datasheet profile" if hw.kind == "theoretical"
            else "no llama_cpp calibration in this profile")
     return SpeedModel(roofline_coefficients(hw.bandwidth, hw.peak_flops), hw.threads,
@@ -262,6 +265,29 @@ def fit(rows: list[Mapping[str, float]], seconds: list[float], keys: list[str],
         if moved < 1e-12:
             break
     return {k: float(v / s) for k, v, s in zip(keys, x, scale)}
+
+
+def undetermined(rows: list[Mapping[str, float]], seconds: list[float],
+                 keys: list[str]) -> list[str]:
+    """The keys whose coefficient the cases ``rows`` (counts) taking ``seconds`` do not pin
+    down: the columns of :func:`fit`'s system (each count over its case's seconds, each
+    column over its largest value) that a null vector of the system touches. A coefficient
+    in that list can trade against the others it moves with and fit these cases equally
+    well (two counts always in the same proportion, or more coefficients than cases), so a
+    graph whose counts mix them otherwise is predicted from a guess. Keys no case counts
+    are not listed (:meth:`SpeedModel.missing` names those)."""
+    import numpy as np
+
+    A = np.array([[float(r.get(k, 0)) for k in keys] for r in rows]).reshape(len(rows), len(keys))
+    used = [j for j in range(len(keys)) if A[:, j].any()]
+    if not used:
+        return []
+    A = A[:, used] / np.array(seconds, dtype=float)[:, None]
+    A = A / np.abs(A).max(axis=0)
+    _, s, vt = np.linalg.svd(A)
+    rank = int((s > 1e-9 * s[0]).sum())
+    null = vt[rank:]                            # rows of vt past the rank span the null space
+    return [keys[j] for i, j in enumerate(used) if null.size and np.abs(null[:, i]).max() > 1e-6]
 
 
 def repacked_weights(model, features=None) -> list[str]:

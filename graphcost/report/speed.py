@@ -112,8 +112,10 @@ def describe(sm, hw) -> dict:
     return out
 
 
-def footer(note: dict, hw, missing: list[str], threads: set[int]) -> str:
-    """The lines under the table (graphcost's, not llama-bench's)."""
+def footer(note: dict, hw, missing: list[str], threads: set[int],
+           loose: list[str] = ()) -> str:
+    """The lines under the table (graphcost's, not llama-bench's); ``loose``: counts of
+    these tests whose coefficient the calibration cases did not pin down."""
     lines = [f"\npredicted by graphcost for --hardware {hw.name} ({hw.kind} profile)"]
     if "error_band" in note:
         b = note["error_band"]
@@ -129,4 +131,7 @@ def footer(note: dict, hw, missing: list[str], threads: set[int]) -> str:
     if missing:
         lines.append(f"note: no coefficient of their own (mean of the others used): "
                      f"{', '.join(missing)}")
+    if loose:
+        lines.append(f"note: coefficients the calibration cases did not pin down (the band "
+                     f"may not hold): {', '.join(loose)}")
     return "\n".join(lines) + "\n"
