@@ -824,6 +824,10 @@ def speed(
     note = describe(sm, hw)
     missing = sorted({k for p in preds for k in sm.missing(p.counts)})
     loose = sorted({k for p in preds for k, v in p.counts.items() if v and k in sm.undetermined})
+    if missing:                 # the JSON rows carry what the footer says under a table
+        note["no_coefficient"] = missing
+    if loose:
+        note["not_pinned_down"] = loose
     if fmt == "json":
         sys.stdout.write(render_json(preds, desc, info, str(path), hw.name, note))
         return

@@ -346,6 +346,9 @@ def test_cli_names_coefficients_the_calibration_did_not_pin(tiny, cli, tmp_path)
     assert r.returncode == 0, r.stderr
     assert ("note: coefficients the calibration cases did not pin down (the band may not "
             "hold): barriers\n") in r.stdout
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-n", "0", "-t", "2", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["graphcost"]["not_pinned_down"] == ["barriers"]
 
 
 @pytest.mark.parametrize("section,needle", [
