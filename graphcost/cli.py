@@ -824,7 +824,7 @@ def speed(
     note = describe(sm, hw)
     missing = sorted({k for p in preds for k in sm.missing(p.counts)})
     loose = sorted({k for p in preds for k, v in p.counts.items() if v and k in sm.undetermined})
-    if missing:                 # the JSON rows carry what the footer says under a table
+    if missing:                 # the footer under a table and each JSON row say so
         note["no_coefficient"] = missing
     if loose:
         note["not_pinned_down"] = loose
@@ -832,7 +832,7 @@ def speed(
         sys.stdout.write(render_json(preds, desc, info, str(path), hw.name, note))
         return
     sys.stdout.write(render_md(preds, shown_fields(given), desc, info))
-    sys.stdout.write(footer(note, hw, missing, set(t_list), loose))
+    sys.stdout.write(footer(note, hw, set(t_list)))
 
 
 @app.command()

@@ -441,11 +441,9 @@ def parse(doc: Any, path: Path | None) -> Hardware:
             band = need(lc["error_band"], "dict", "llama_cpp.error_band", where)
             for k in ("median", "worst", "cases"):
                 field(band, k, "nonneg", "llama_cpp.error_band", where)
-        loose = lc.get("undetermined")
-        if loose is not None and not (isinstance(loose, list)
-                                      and all(isinstance(k, str) for k in loose)):
-            raise GraphcostError(f"{where}: llama_cpp.undetermined must be a list of "
-                                 f"coefficient names, got {_show(loose)}")
+        for i, k in enumerate(field(lc, "undetermined", "list", "llama_cpp", where,
+                                    required=False, null=True) or []):
+            need(k, "str", f"llama_cpp.undetermined[{i}]", where)     # coefficient names
     return Hardware(name=str(doc.get("name") or (path.stem if path else "this machine")),
                     bandwidth=bandwidth, peak_flops=peak, kind=kind,
                     description=str(doc.get("description") or ""), threads=threads, path=path,

@@ -236,6 +236,19 @@ def from_profile(hw) -> SpeedModel:
                       f"bandwidth and peak FLOP rate only ({why})", False)
 
 
+def _system(rows: list[Mapping[str, float]], seconds: list[float], keys: list[str]):
+    """(A, scale): :func:`fit`'s system, each case's counts over its seconds (so that
+    ``A @ coef = 1`` is an exact fit), each column over its largest value (``scale``; 1
+    for a column no case counts)."""
+    import numpy as np
+
+    A = (np.array([[float(r.get(k, 0)) for k in keys] for r in rows]).reshape(len(rows), len(keys))
+         / np.array(seconds, dtype=float)[:, None])
+    scale = A.max(axis=0) if len(rows) else np.ones(len(keys))
+    scale[scale == 0] = 1.0
+    return A / scale, scale
+
+
 def fit(rows: list[Mapping[str, float]], seconds: list[float], keys: list[str],
         iters: int = 20000) -> dict[str, float]:
     """Non-negative coefficients minimising the squared relative error
@@ -243,11 +256,8 @@ def fit(rows: list[Mapping[str, float]], seconds: list[float], keys: list[str],
     would do; a projected coordinate descent is short and enough for a dozen unknowns."""
     import numpy as np
 
-    A = np.array([[float(r.get(k, 0)) for k in keys] for r in rows]) / np.array(seconds)[:, None]
+    A, scale = _system(rows, seconds, keys)
     b = np.ones(len(rows))
-    scale = A.max(axis=0)
-    scale[scale == 0] = 1.0
-    A = A / scale
     x = np.zeros(len(keys))
     col = (A * A).sum(axis=0)
     r = b - A @ x
@@ -278,16 +288,15 @@ def undetermined(rows: list[Mapping[str, float]], seconds: list[float],
     are not listed (:meth:`SpeedModel.missing` names those)."""
     import numpy as np
 
-    A = np.array([[float(r.get(k, 0)) for k in keys] for r in rows]).reshape(len(rows), len(keys))
+    A, _ = _system(rows, seconds, keys)
     used = [j for j in range(len(keys)) if A[:, j].any()]
     if not used:
         return []
-    A = A[:, used] / np.array(seconds, dtype=float)[:, None]
-    A = A / np.abs(A).max(axis=0)
-    _, s, vt = np.linalg.svd(A)
-    rank = int((s > 1e-9 * s[0]).sum())
-    null = vt[rank:]                            # rows of vt past the rank span the null space
-    return [keys[j] for i, j in enumerate(used) if null.size and np.abs(null[:, i]).max() > 1e-6]
+    _, s, vt = np.linalg.svd(A[:, used])
+    null = vt[int((s > 1e-9 * s[0]).sum()):]    # rows of vt past the rank: the null space
+    if not null.size:
+        return []
+    return [keys[j] for i, j in enumerate(used) if np.abs(null[:, i]).max() > 1e-6]
 
 
 def repacked_weights(model, features=None) -> list[str]:

@@ -112,10 +112,12 @@ def describe(sm, hw) -> dict:
     return out
 
 
-def footer(note: dict, hw, missing: list[str], threads: set[int],
-           loose: list[str] = ()) -> str:
-    """The lines under the table (graphcost's, not llama-bench's); ``loose``: counts of
-    these tests whose coefficient the calibration cases did not pin down."""
+def footer(note: dict, hw, threads: set[int]) -> str:
+    """The lines under the table (graphcost's, not llama-bench's), from ``note``
+    (:func:`describe`'s, with the tests' counts that have no coefficient,
+    ``no_coefficient``, or one the calibration cases did not pin down,
+    ``not_pinned_down``)."""
+    missing, loose = note.get("no_coefficient"), note.get("not_pinned_down")
     lines = [f"\npredicted by graphcost for --hardware {hw.name} ({hw.kind} profile)"]
     if "error_band" in note:
         b = note["error_band"]
