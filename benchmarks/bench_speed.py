@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from graphcost import calibrate as C  # noqa: E402
 from graphcost.bench_models import make_whole  # noqa: E402
+from graphcost.memory.backends import parse_cpu_features  # noqa: E402
 
 #: the value check's model key: the real Gemma 3 270M made whole again (synthetic data)
 SYNTH = "gemma-3-270m-synth"
@@ -62,15 +63,20 @@ def main() -> int:
     ap.add_argument("--llama-bench", help="llama-bench executable (default: as graphcost finds it)")
     ap.add_argument("--save", type=Path, help="write the measurements (JSON) here")
     ap.add_argument("--reuse", type=Path, help="fit on measurements saved by --save")
+    ap.add_argument("--cpu-features", help="ggml CPU features the measured llama.cpp has, for "
+                    "its weight placement (e.g. avx2,avx512,avx512_vnni for a variant without "
+                    "AMX) [default: this machine's]")
     ap.add_argument("--quiet-limit", type=float, default=0.10,
                     help="start each llama-bench run when other top-priority sessions use "
                          "less than this share of the CPU (waiting up to 5 min); re-run a "
                          "run they used more of (up to 3 tries, the least disturbed kept)")
     a = ap.parse_args()
+    a.features = parse_cpu_features(a.cpu_features)
 
     bench = C.find_llama_bench(a.llama_bench)
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"{_cpu_name()}; threads {a.threads}")
+          f"{_cpu_name()}; threads {a.threads}; weights placed for CPU features "
+          f"{', '.join(sorted(a.features)) or 'none'}")
     print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; load {C.load_avg()}; "
           f"autogroup {autogroup()}; llama-bench {bench}")
     tmp = Path(tempfile.mkdtemp(prefix="graphcost-speed-"))
@@ -146,9 +152,9 @@ def report(rows: list[dict], paths: dict, a, bench) -> None:
 
     # 2. counts, fit on the calibration cases, predict all (the package's calibration)
     t0 = time.perf_counter()
-    C.count(cases, paths)
+    C.count(cases, paths, a.features)
     print(f"\ngraphs built and counted in {time.perf_counter() - t0:.1f} s")
-    cal = C.evaluate(cases, a.threads)
+    cal = C.evaluate(cases, a.threads, a.features)
     print("\ncoefficients (seconds per unit; fitted on the calibration cases):")
     for k, v in cal.coef.items():
         print(f"  {k:16s} {v:.4g}")

@@ -213,9 +213,11 @@ def _fa_name(v) -> str:
     return {1: "on", 0: "off", -1: "auto"}[int(v)]
 
 
-def count(rows: list[dict], paths: dict[str, Path]) -> list[dict]:
+def count(rows: list[dict], paths: dict[str, Path],
+          features: frozenset[str] | None = None) -> list[dict]:
     """Add to every row its graphs' ``counts``, ``meas_ts`` (median of the repetitions),
-    ``seconds`` (of the timed part at that rate) and ``cal`` (calibration case or not)."""
+    ``seconds`` (of the timed part at that rate) and ``cal`` (calibration case or not).
+    Weights are placed for the ggml CPU ``features`` (None: this machine's)."""
     from graphcost.cost.speed_model import SpeedModel
     from graphcost.graph.build import load_model
     from graphcost.speed import BenchTest, Predictor
@@ -224,7 +226,7 @@ def count(rows: list[dict], paths: dict[str, Path]) -> list[dict]:
     for r in rows:
         if r["model"] not in predictors:
             predictors[r["model"]] = Predictor(load_model(paths[r["model"]]),
-                                               SpeedModel({}, None, "", False))
+                                               SpeedModel({}, None, "", False), features)
         t = BenchTest(r["n_prompt"], r["n_gen"], r["n_depth"], r["n_batch"], r["n_ubatch"],
                       _fa_name(r["flash_attn"]), r["type_k"], r["type_v"], r["n_threads"])
         r["counts"] = dict(predictors[r["model"]].counts(t))
@@ -250,6 +252,8 @@ class Calibration:
     band: dict[str, dict]          # {"calibration": {...}, "held-out": {...}}
     #: coefficients the calibration cases leave free (graphcost.cost.speed_model.undetermined)
     undetermined: list[str] = field(default_factory=list)
+    #: the ggml CPU features the counts placed weights for (None: not said)
+    cpu_features: frozenset[str] | None = None
 
     @property
     def target_met(self) -> bool:
@@ -264,9 +268,11 @@ def _band(errors: list[float]) -> dict:
             "worst": float(max(errors))}
 
 
-def evaluate(rows: list[dict], threads: int) -> Calibration:
+def evaluate(rows: list[dict], threads: int,
+             features: frozenset[str] | None = None) -> Calibration:
     """Fit on the rows with ``cal`` true, predict every row (``pred_ts``, ``ratio`` =
-    predicted / measured tok/s), and measure both bands (|ratio - 1|)."""
+    predicted / measured tok/s), and measure both bands (|ratio - 1|); ``features``: the
+    CPU features the rows were counted with (:func:`count`), kept with the fit."""
     from graphcost.cost.speed_model import SpeedModel, fit, undetermined
 
     cal = [r for r in rows if r["cal"]]
@@ -283,7 +289,7 @@ def evaluate(rows: list[dict], threads: int) -> Calibration:
     return Calibration(coef, threads, rows,
                        {"calibration": _band(errs[True]), "held-out": _band(errs[False])},
                        undetermined([r["counts"] for r in cal], [r["seconds"] for r in cal],
-                                    keys))
+                                    keys), features)
 
 
 def section(c: Calibration, bench: Path, quick: bool) -> dict:
@@ -295,6 +301,7 @@ def section(c: Calibration, bench: Path, quick: bool) -> dict:
         "error_band": c.band["held-out"],
         "calibration_band": c.band["calibration"],
         "undetermined": list(c.undetermined),
+        **({} if c.cpu_features is None else {"cpu_features": sorted(c.cpu_features)}),
         "how": (f"graphcost calibrate{' --quick' if quick else ''}: llama.cpp measured with "
                 f"llama-bench on this machine ({len(c.rows)} cases, median of the "
                 f"repetitions); non-negative least squares of the relative error over the "
@@ -339,9 +346,14 @@ def store(name: str, sec: dict) -> tuple[Path, str | None]:
 
 
 def calibrate(bench: Path, threads: int, quick: bool, log: Callable[[str], None] = print,
-              rows: list[dict] | None = None) -> Calibration:
-    """Prepare the models, measure (unless ``rows`` are given: saved measurements), count,
-    fit; the temporary models are deleted before returning."""
+              rows: list[dict] | None = None,
+              features: frozenset[str] | None = None) -> Calibration:
+    """Prepare the models, measure (unless ``rows`` are given: saved measurements), count
+    with weights placed for the ggml CPU ``features`` (None: this machine's; the profile
+    keeps them), fit; the temporary models are deleted before returning."""
+    from graphcost.memory.backends import host_cpu_features
+
+    features = host_cpu_features() if features is None else frozenset(features)
     tmp = Path(tempfile.mkdtemp(prefix="graphcost-calibrate-"))
     try:
         paths = prepare(tmp, quick, log, "random" if rows is None else "zero")
@@ -351,6 +363,6 @@ def calibrate(bench: Path, threads: int, quick: bool, log: Callable[[str], None]
         if missing:
             raise GraphcostError(f"saved measurements name models this calibration does "
                                  f"not build: {', '.join(missing)}")
-        return evaluate(count(rows, paths), threads)
+        return evaluate(count(rows, paths, features), threads, features)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

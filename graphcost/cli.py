@@ -62,7 +62,7 @@ CpuFeatOpt = Annotated[Optional[str], typer.Option(
 def _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, no_host, mode,
                      cpu_features, dev=None, no_op_offload=False):
     """llama.cpp's placement flags as graphcost.memory.placement.PlacementFlags."""
-    from graphcost.memory.backends import host_cpu_features
+    from graphcost.memory.backends import parse_cpu_features
     from graphcost.memory.placement import (PlacementFlags, cpu_moe_override, n_cpu_moe_overrides,
                                             parse_gpu_layers, parse_overrides, parse_tensor_split)
     if n_cpu_moe < 0:
@@ -72,8 +72,7 @@ def _placement_flags(ngl, ts, sm, mg, ot, n_cpu_moe, cpu_moe, nkvo, no_repack, n
     if cpu_moe:
         overrides.append(cpu_moe_override())
     overrides += n_cpu_moe_overrides(n_cpu_moe)
-    feats = host_cpu_features() if cpu_features is None else frozenset(
-        f.strip().lower() for f in cpu_features.split(",") if f.strip())
+    feats = parse_cpu_features(cpu_features)
     return PlacementFlags(n_gpu_layers=parse_gpu_layers(ngl), tensor_split=parse_tensor_split(ts),
                           split_mode=sm, main_gpu=mg, overrides=tuple(overrides),
                           no_kv_offload=nkvo, repack=not no_repack, no_host=no_host,
@@ -215,8 +214,13 @@ def analyze(
     if output is not None:
         check_output(output, [path, *_hardware_inputs(hardware)])
     hw = load_hardware(hardware) if hardware is not None else None
+    feats = None
+    if cpu_features is not None:          # the placement (--device) and the predicted step
+        from graphcost.memory.backends import parse_cpu_features
+        feats = parse_cpu_features(cpu_features)
     opts = RenderOptions(layers=None if layers is None else set(), hardware=hw, width=80,
-                         color=wants_colour(RENDERERS[fmt], output is not None, sys.stdout.isatty()))
+                         color=wants_colour(RENDERERS[fmt], output is not None, sys.stdout.isatty()),
+                         cpu_features=feats)
     refuse_unused(RENDERERS, fmt, opts)   # before the analysis, not after
     info = load_model(path)
     # the ranges are checked against the model's layers before a set is built
@@ -239,8 +243,10 @@ def analyze(
         a.schedule = step
     elif (n_gpu_layers != "auto" or tensor_split is not None or split_mode != "layer"
           or main_gpu or override_tensor or n_cpu_moe or cpu_moe or no_kv_offload or no_repack
-          or no_host or cpu_features is not None or dev is not None or no_op_offload):
-        _fail("the placement flags (-ngl, -ts, -sm, -mg, -ot, -dev, ...) go with --device")
+          or no_host or (cpu_features is not None and hw is None) or dev is not None
+          or no_op_offload):
+        _fail("the placement flags (-ngl, -ts, -sm, -mg, -ot, -dev, ...) go with --device "
+              "(--cpu-features: with --device or --hardware)")
     else:
         a = analyze_graph(build_graph(info, settings), memory=RENDERERS[fmt].memory)
     _emit(render(RENDERERS, fmt, a, opts), output)
@@ -726,6 +732,10 @@ def calibrate(
         "--threads", "-t", help="llama-bench -t [default: the profile's, else all cores]")] = None,
     save_runs: Annotated[Optional[Path], typer.Option(
         "--save", help="also write llama-bench's measurements (JSON) here")] = None,
+    cpu_features: Annotated[Optional[str], typer.Option(
+        "--cpu-features", help="ggml CPU features of the llama-bench measured, for its weight "
+        "repacking (a build or variant without some of this CPU's, e.g. no AMX), e.g. "
+        "avx2,avx512 [default: this machine's]; kept in the profile")] = None,
 ) -> None:
     """Fit graphcost speed's coefficients against llama-bench on this machine; store them
     and the held-out error band in a hardware profile (docs/speed.md)."""
@@ -736,9 +746,11 @@ def calibrate(
     from graphcost.cost.hardware import find, is_path, load, user_dir
     from graphcost.execute.hwprobe import default_name
     from graphcost.files import check_output
+    from graphcost.memory.backends import parse_cpu_features
 
     if threads is not None and threads < 1:
         _fail(f"--threads {threads}: use 1 or more")
+    feats = parse_cpu_features(cpu_features)
     bench = find_llama_bench(llama_bench)
     name = output or default_name()
     for target in ([Path(name).expanduser()] if is_path(name) else []) + \
@@ -753,8 +765,10 @@ def calibrate(
         threads = (load(name).threads if existing is not None and existing.exists() else None) \
             or os.cpu_count() or 1
     typer.echo(f"llama-bench: {bench}; threads {threads}; "
-               f"{'quick (small models)' if quick else 'full'} calibration", err=True)
-    cal = run_calibration(bench, threads, quick, log=lambda s: typer.echo(s, err=True))
+               f"{'quick (small models)' if quick else 'full'} calibration; weights placed "
+               f"for CPU features {', '.join(sorted(feats)) or 'none'}", err=True)
+    cal = run_calibration(bench, threads, quick, log=lambda s: typer.echo(s, err=True),
+                          features=feats)
     if save_runs is not None:
         keep = ("counts", "pred_ts", "ratio", "meas_ts", "seconds", "cal")
         save_runs.write_text(json.dumps([{k: v for k, v in r.items() if k not in keep}
@@ -790,10 +804,15 @@ def speed(
     ctv: Annotated[Optional[str], typer.Option("-ctv", "--cache-type-v", help="list")] = None,
     reps: Annotated[str, typer.Option("-r", "--repetitions", help="accepted; a prediction "
                                       "has no repetitions")] = "5",
+    cpu_features: Annotated[Optional[str], typer.Option(
+        "--cpu-features", help="ggml CPU features of the llama.cpp that will run, for its "
+        "weight repacking, e.g. avx2,avx512 or none [default: those the profile was "
+        "calibrated with, else this machine's]")] = None,
     fmt: Annotated[str, typer.Option("-o", "--format", help="md | json")] = "md",
 ) -> None:
     """Predict what llama-bench prints (pp and tg tokens/s) for a model on a hardware profile."""
     from graphcost.cost.hardware import load as load_hardware
+    from graphcost.memory.backends import parse_cpu_features
     from graphcost.report.speed import (FORMATS, describe, footer, render_json, render_md,
                                         shown_fields)
     from graphcost.speed import DEFAULTS, instances, model_description, parse_list, predict_all
@@ -804,6 +823,7 @@ def speed(
         _fail("--hardware is required: a profile name or a .yaml (graphcost hwprobe, then "
               "graphcost calibrate -o NAME to calibrate it against llama-bench)")
     hw = load_hardware(hardware)
+    feats = None if cpu_features is None else parse_cpu_features(cpu_features)
     given = {"n_batch": None if batch is None else parse_list("-b", batch, "int"),
              "n_ubatch": None if ubatch is None else parse_list("-ub", ubatch, "int"),
              "flash_attn": None if fa is None else parse_list("-fa", fa, "fa"),
@@ -818,10 +838,11 @@ def speed(
     # no test (-p 0 -n 0): llama-bench prints its header and no row, exit 0 (main in
     # tools/llama-bench/llama-bench.cpp prints the header before looping over the instances)
     path = _model_path(model)
-    info, sm, preds = predict_all(path, hw, tests, progress=lambda line: typer.echo(
-        f"graphcost speed: {line}", err=True))
+    info, pr, preds = predict_all(path, hw, tests, progress=lambda line: typer.echo(
+        f"graphcost speed: {line}", err=True), features=feats)
+    sm = pr.speed
     desc = model_description(info)
-    note = describe(sm, hw)
+    note = describe(sm, hw, pr.features, pr.features_from)
     missing = sorted({k for p in preds for k in sm.missing(p.counts)})
     loose = sorted({k for p in preds for k, v in p.counts.items() if v and k in sm.undetermined})
     if missing:                 # the footer under a table and each JSON row say so

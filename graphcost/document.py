@@ -40,10 +40,12 @@ def _rollup(items) -> list[dict]:
     return [{"key": k, **c.to_dict()} for k, c in items]
 
 
-def document(a: Analysis, hardware=None) -> dict:
+def document(a: Analysis, hardware=None, cpu_features=None) -> dict:
     """Everything ``analyze --format json|yaml`` writes, in a stable order; with a
     hardware profile (``--hardware``) also ``roofline`` and each node's
-    ``roofline_seconds`` (graphcost.cost.roofline)."""
+    ``roofline_seconds`` (graphcost.cost.roofline), and ``llama_cpp_cpu``, the step on
+    llama.cpp's CPU backend (weights placed with ``cpu_features``: see
+    graphcost.cost.speed_model.step_estimate)."""
     bg = a.graph
     m = bg.model
     run = bg.run
@@ -132,7 +134,7 @@ def document(a: Analysis, hardware=None) -> dict:
         est = estimate(a, hardware)
         doc["roofline"] = est.to_dict(run.n_tokens)
         from graphcost.cost.speed_model import step_estimate
-        doc["llama_cpp_cpu"] = step_estimate(a, hardware)
+        doc["llama_cpp_cpu"] = step_estimate(a, hardware, features=cpu_features)
         for nd, sec in zip(doc["nodes"], est.per_node):
             nd["roofline_seconds"] = sec
     return doc

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, from_profile,
-                                        repacked_weights)
+                                        placement_features, repacked_weights)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
 from graphcost.graph.settings import INT32_MAX, Rows, RunSettings
@@ -183,12 +183,16 @@ class Predictor:
     summed cells being :meth:`~graphcost.graph.settings.Resolved.kv_cells_sum` (a floor
     sum). All in integers: equal to the ubatch-by-ubatch sum, and the work does not grow
     with ``-p``, ``-n``, ``-d``, ``-b`` or ``-ub`` (at most five runs, a few pieces each).
-    ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds."""
+    ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds. Weights are placed
+    (repacked or not) for ``features``, ggml CPU feature names
+    (:func:`~graphcost.cost.speed_model.placement_features`: given, else the calibration's,
+    else this machine's); ``features_from`` says which."""
 
     def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model
         self.speed = speed
-        self.repacked = repacked_weights(model, features)
+        self.features, self.features_from = placement_features(speed, features)
+        self.repacked = repacked_weights(model, self.features)
         self.progress = progress
         self.built = 0
         self._cache: dict[tuple, Counter] = {}
@@ -490,13 +494,12 @@ def parse_list(flag: str, text: str, kind: str) -> list:
     return out
 
 
-def predict_all(path, hw, tests: list[BenchTest], progress=None
-                ) -> tuple[object, SpeedModel, list[Prediction]]:
-    """Load ``path``, price every test with ``hw``'s speed model (``progress``: see
-    :class:`Predictor`)."""
+def predict_all(path, hw, tests: list[BenchTest], progress=None, features=None
+                ) -> tuple[object, "Predictor", list[Prediction]]:
+    """Load ``path``, price every test with ``hw``'s speed model (``progress``,
+    ``features``: see :class:`Predictor`, whose ``speed`` is the model)."""
     from graphcost.graph.build import load_model
 
     model = load_model(path)
-    sm = from_profile(hw)
-    pr = Predictor(model, sm, progress=progress)
-    return model, sm, [pr.predict(t) for t in tests]
+    pr = Predictor(model, from_profile(hw), features=features, progress=progress)
+    return model, pr, [pr.predict(t) for t in tests]

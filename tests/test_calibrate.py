@@ -195,6 +195,17 @@ def test_evaluate_names_what_one_case_cannot_pin():
                                                                               "steps"]
 
 
+def test_section_keeps_the_cpu_features_the_counts_used(tmp_path):
+    c = C.evaluate(_rows(), threads=2, features=frozenset({"avx512", "avx2"}))
+    sec = C.section(c, Path("/x/llama-bench"), quick=True)
+    assert sec["cpu_features"] == ["avx2", "avx512"]
+    path, _ = C.store(str(tmp_path / "f.yaml"), sec)
+    assert from_profile(load(str(path))).cpu_features == {"avx2", "avx512"}
+    # without features (an older calibration's rows): no key, the profile does not say
+    assert "cpu_features" not in C.section(C.evaluate(_rows(), threads=2),
+                                           Path("/x/llama-bench"), quick=True)
+
+
 def test_evaluate_without_calibration_cases():
     rows = [r for r in _rows() if not r["cal"]]
     with pytest.raises(C.GraphcostError, match="no calibration case was measured"):
@@ -238,6 +249,7 @@ def test_store_new_then_existing_profile(tmp_path):
 @pytest.mark.parametrize("args, msg", [
     (("--llama-bench", "/nonexistent/llama-bench"), "not an executable llama-bench"),
     (("--threads", "0"), "--threads 0: use 1 or more"),
+    (("--cpu-features", "avx2,amx"), "--cpu-features 'avx2,amx': unknown feature amx"),
     (("--bogus",), "No such option"),
 ])
 def test_cli_bad_flags(cli, args, msg):

@@ -351,6 +351,76 @@ def test_cli_names_coefficients_the_calibration_did_not_pin(tiny, cli, tmp_path)
     assert json.loads(r.stdout)[0]["graphcost"]["not_pinned_down"] == ["barriers"]
 
 
+def test_weights_placed_for_the_profile_or_the_given_cpu_features(tiny, cli, tmp_path):
+    """The profile's calibration names the CPU features its counts placed weights for;
+    ``--cpu-features`` overrides them (a llama.cpp built without some, e.g. no AMX)."""
+    from graphcost.cost.hardware import load
+    from graphcost.cost.speed_model import from_profile
+    from graphcost.graph.build import load_model
+    from graphcost.speed import Predictor
+
+    model, prof = tiny
+    doc = yaml.safe_load(prof.read_text())
+    doc["llama_cpp"]["cpu_features"] = ["avx2"]
+    p = tmp_path / "avx2.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    sm = from_profile(load(str(p)))
+    info = load_model(model)
+    t = BenchTest(16, 0, 0, 2048, 512, "off", "f16", "f16", 2)
+    by_profile = Predictor(info, sm)
+    assert (by_profile.features, by_profile.features_from) == ({"avx2"}, "the profile's calibration")
+    c_avx2 = by_profile.counts(t)
+    none = Predictor(info, sm, features=frozenset())
+    assert none.features_from == "--cpu-features"
+    c_none = none.counts(t)
+    # AVX2 repacks Q4_0 (attn_q [256, 256], ffn_gate [256, 512]) and Q4_K (attn_output
+    # [256, 256], ffn_down [512, 256]): ne[1] multiples of 8 (specs/backends/cpu.yaml).
+    # 16 rows by gemm (16 - 16 % 4), but the last layer's FFN runs on its one output row
+    # (gemv): Q4_K 16 x 256 x 256 x 2 + 16 x 512 x 256 = 4194304, then 512 x 256 = 131072
+    assert c_avx2["mac:q4_K:gemm"] == 16 * 256 * 256 * 2 + 16 * 512 * 256 == 4194304
+    assert c_avx2["mac:q4_K:gemv"] == 512 * 256 == 131072
+    assert c_avx2["mac:q4_0:gemm"] == 16 * 256 * 256 * 2 + 16 * 256 * 512 == 4194304
+    # no feature: no repack, the same MACs by the plain matmul paths
+    assert not any(k.endswith(("gemm", "gemv")) for k in c_none)
+    assert (c_none["mac:q4_K:mat"], c_none["mac:q4_K:vec"]) == (4194304, 131072)
+    assert (c_none["mac:q4_0:mat"], c_none["mac:q4_0:vec"]) == (4194304, 131072)
+
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-n", "0", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    assert ("weights placed (repacked or not) for CPU features avx2 (the profile's "
+            "calibration)\n") in r.stdout and "calibrated with CPU features" not in r.stdout
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-n", "0", "-t", "2",
+            "--cpu-features", "none", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)[0]["graphcost"]
+    assert (g["cpu_features"], g["cpu_features_from"], g["cpu_features_calibrated"]) == \
+        ([], "--cpu-features", ["avx2"])
+    # the tiny profile has no gemm/mat coefficient of Q4 types: each takes its path's mean
+    assert "mac:q4_K:mat" in g["no_coefficient"]
+    # an older profile (no cpu_features): this machine's, said so
+    r = cli("speed", model, "--hardware", prof, "-p", "16", "-n", "0", "-t", "2", "-o", "json")
+    assert json.loads(r.stdout)[0]["graphcost"]["cpu_features_from"] == "this machine's"
+    # analyze --hardware takes --cpu-features without --device, for the predicted step
+    r = cli("analyze", model, "--hardware", p, "--cpu-features", "none", "-f", "json")
+    est = json.loads(r.stdout)["llama_cpp_cpu"]
+    assert (est["cpu_features"], est["cpu_features_from"]) == ([], "--cpu-features")
+    r = cli("analyze", model, "--hardware", p)
+    assert "weights placed for CPU features avx2 (the profile's calibration)" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--cpu-features", "avx-512"), "--cpu-features 'avx-512': unknown feature avx-512 (known:"),
+    (("--cpu-features", "AVX2,sse9"), "unknown feature sse9"),
+], ids=["typo", "one-of-two"])
+def test_cli_unknown_cpu_feature_is_one_line_exit_2(tiny, cli, args, needle):
+    model, prof = tiny
+    for cmd in (("speed", model, "--hardware", prof, "-p", "16", "-n", "0"),
+                ("analyze", model, "--hardware", prof), ("memory", model)):
+        r = cli(*cmd, *args)
+        assert r.returncode == 2 and needle in r.stderr, (cmd, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("section,needle", [
     ({"threads": 2, "coefficients": {"steps": "abc"}}, "llama_cpp.coefficients.steps"),
     ({"threads": 0, "coefficients": {"steps": 1e-5}}, "llama_cpp.threads"),
@@ -358,7 +428,12 @@ def test_cli_names_coefficients_the_calibration_did_not_pin(tiny, cli, tmp_path)
                                                       "cases": 3}}, "llama_cpp.error_band.median"),
     ("x", "llama_cpp"),
     ({"coefficients": {"steps": 1e-5}, "undetermined": "steps"}, "llama_cpp.undetermined"),
-], ids=["coefficient", "threads", "band-nan", "not-a-mapping", "undetermined-not-a-list"])
+    ({"coefficients": {"steps": 1e-5}, "cpu_features": ["avx2", 3]},
+     "llama_cpp.cpu_features[1] must be a string"),
+    ({"coefficients": {"steps": 1e-5}, "cpu_features": ["avx2", "amx"]},
+     "llama_cpp.cpu_features 'avx2,amx': unknown feature amx"),
+], ids=["coefficient", "threads", "band-nan", "not-a-mapping", "undetermined-not-a-list",
+        "feature-not-a-string", "feature-unknown"])
 def test_bad_calibration_section_is_one_line_exit_2(tiny, cli, tmp_path, section, needle):
     model, _ = tiny
     p = tmp_path / "bad.yaml"

@@ -177,6 +177,9 @@ class SpeedModel:
     band: Mapping[str, float] | None = None      # error band measured by the calibration
     #: coefficients the calibration cases did not pin down (:func:`undetermined`)
     undetermined: tuple[str, ...] = ()
+    #: the ggml CPU features the calibration placed weights with (its llama.cpp's repacked
+    #: and AMX layouts); None where the profile does not say
+    cpu_features: frozenset[str] | None = None
 
     def seconds(self, c: Mapping[str, int], threads: int | None = None) -> float:
         """Modelled seconds for counts ``c`` (:func:`counts`). With ``threads`` other than
@@ -229,7 +232,9 @@ def from_profile(hw) -> SpeedModel:
         return SpeedModel(dict(sec["coefficients"]), sec.get("threads"),
                           sec.get("how", "calibrated against llama-bench"),
                           hw.kind == "measured", sec.get("error_band"),
-                          tuple(sec.get("undetermined", ())))
+                          tuple(sec.get("undetermined") or ()),
+                          None if sec.get("cpu_features") is None
+                          else frozenset(sec["cpu_features"]))
     why = ("datasheet profile" if hw.kind == "theoretical"
            else "no llama_cpp calibration in this profile")
     return SpeedModel(roofline_coefficients(hw.bandwidth, hw.peak_flops), hw.threads,
@@ -309,16 +314,34 @@ def repacked_weights(model, features=None) -> list[str]:
     return list(place(model, [], PlacementFlags(cpu_features=feats)).repacked)
 
 
-def step_estimate(analysis, hw, threads: int | None = None) -> dict:
+def placement_features(sm: SpeedModel, given: frozenset[str] | None = None
+                       ) -> tuple[frozenset[str], str]:
+    """(ggml CPU features, where they come from) that llama.cpp's weight placement is
+    counted with: ``given`` (``--cpu-features``), else those the profile's calibration
+    used (its counts, hence its coefficients, assumed them), else this machine's."""
+    from graphcost.memory.backends import host_cpu_features
+
+    if given is not None:
+        return frozenset(given), "--cpu-features"
+    if sm.cpu_features is not None:
+        return sm.cpu_features, "the profile's calibration"
+    return host_cpu_features(), "this machine's"
+
+
+def step_estimate(analysis, hw, threads: int | None = None,
+                  features: frozenset[str] | None = None) -> dict:
     """``analyze --hardware``: the modelled seconds of this one graph on llama.cpp's CPU
     backend (the same model as ``graphcost speed``), with where the figure comes from.
-    The step is taken to have its outputs (as ``--outputs`` says)."""
+    The step is taken to have its outputs (as ``--outputs`` says); weights are placed
+    with ``features`` (:func:`placement_features`)."""
     sm = from_profile(hw)
-    c = counts(analysis, repacked_weights(analysis.graph.model))
+    feats, feats_from = placement_features(sm, features)
+    c = counts(analysis, repacked_weights(analysis.graph.model, feats))
     sec = sm.seconds(c, threads)
     n = analysis.graph.run.n_tokens
     out = {"seconds": sec, "tokens_per_second": n / sec if sec > 0 else None,
            "verified": sm.verified and bool(sm.band), "how": sm.source,
+           "cpu_features": sorted(feats), "cpu_features_from": feats_from,
            "counts": dict(sorted(c.items()))}
     if sm.band:
         out["error_band"] = dict(sm.band)

@@ -215,6 +215,32 @@ def host_cpu_features(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset(v for k, v in _CPUINFO_FEATURES.items() if k in flags)
 
 
+def known_cpu_features() -> frozenset[str]:
+    """Every ggml CPU feature name graphcost reads: those taken from /proc/cpuinfo and
+    those the CPU backend spec's extra buffer types and repack rules name."""
+    cpu = load("cpu")
+    named = {f for e in cpu.extra_buffer_types for f in e.features}
+    named |= {f for e in cpu.extra_buffer_types for rules in e.rules.values()
+              for r in rules for f in r.features}
+    return frozenset(_CPUINFO_FEATURES.values()) | named
+
+
+def parse_cpu_features(text: str | None, what: str = "--cpu-features") -> frozenset[str]:
+    """``--cpu-features``: a comma list of ggml feature names (``none``: no feature; None:
+    this machine's, :func:`host_cpu_features`). A name graphcost does not know is one line
+    naming it, so that a typo (``avx-512``) does not silently place weights as if the
+    feature were absent."""
+    if text is None:
+        return host_cpu_features()
+    names = {f.strip().lower() for f in text.split(",") if f.strip()} - {"none"}
+    known = known_cpu_features()
+    bad = sorted(names - known)
+    if bad:
+        raise GraphcostError(f"{what} {text!r}: unknown feature {', '.join(bad)} (known: "
+                             f"{', '.join(sorted(known))}, or none)")
+    return frozenset(names)
+
+
 def host_total_memory() -> int | None:
     """Bytes of this machine's memory as llama.cpp's CPU device reports them (ggml-cpu.cpp
     ``ggml_backend_cpu_device_get_memory``: free = total = ``sysconf(_SC_PHYS_PAGES) *

@@ -26,7 +26,8 @@ class Summary(Renderer):
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
         from graphcost.report.summary import render_summary
-        return render_summary(a, width=opts.width, color=opts.color, hardware=opts.hardware)
+        return render_summary(a, width=opts.width, color=opts.color, hardware=opts.hardware,
+                              cpu_features=opts.cpu_features)
 
 
 class Tree(Renderer):
@@ -47,7 +48,7 @@ class Json(Renderer):
     memory = True
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
-        return to_json(document(a, hardware=opts.hardware))
+        return to_json(document(a, hardware=opts.hardware, cpu_features=opts.cpu_features))
 
 
 class Yaml(Renderer):
@@ -57,7 +58,7 @@ class Yaml(Renderer):
     memory = True
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
-        return yaml.safe_dump(document(a, hardware=opts.hardware), sort_keys=False, width=100)
+        return yaml.safe_dump(document(a, hardware=opts.hardware, cpu_features=opts.cpu_features), sort_keys=False, width=100)
 
 
 class Html(Renderer):
@@ -69,7 +70,7 @@ class Html(Renderer):
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
         from graphcost.report.html import render_analysis
-        return render_analysis(a, hardware=opts.hardware)
+        return render_analysis(a, hardware=opts.hardware, cpu_features=opts.cpu_features)
 
 
 #: every Format has exactly one renderer (tests/test_cli.py checks this)

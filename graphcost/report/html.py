@@ -35,10 +35,10 @@ def render_page(kind: str, doc: dict) -> str:
     return template.replace(_SLOT, payload)
 
 
-def render_analysis(a, *, hardware=None) -> str:
+def render_analysis(a, *, hardware=None, cpu_features=None) -> str:
     """``analyze --format html``: the JSON report's document, drawn."""
     from graphcost.document import document
-    return render_page("analyze", document(a, hardware=hardware))
+    return render_page("analyze", document(a, hardware=hardware, cpu_features=cpu_features))
 
 
 def render_memory_page(plan, sweep=None) -> str:

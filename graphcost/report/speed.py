@@ -99,9 +99,17 @@ def render_json(preds: list[Prediction], desc: str, model, path: str, hw_name: s
     return json.dumps(rows, indent=2) + "\n"
 
 
-def describe(sm, hw) -> dict:
-    """Where the figures come from: the profile, whether they were checked, the band."""
+def describe(sm, hw, features=None, features_from: str = "") -> dict:
+    """Where the figures come from: the profile, whether they were checked, the band, the
+    ggml CPU ``features`` weights were placed for and where those come from
+    (graphcost.cost.speed_model.placement_features)."""
     out = {"verified": sm.verified, "how": sm.source, "threads_calibrated": sm.threads}
+    if features is not None:
+        out["cpu_features"] = sorted(features)
+        out["cpu_features_from"] = features_from
+        cal = sm.cpu_features
+        if cal is not None and frozenset(features) != cal:
+            out["cpu_features_calibrated"] = sorted(cal)
     if sm.band:
         out["error_band"] = dict(sm.band)
     if hw.kind == "theoretical":
@@ -126,6 +134,13 @@ def footer(note: dict, hw, threads: set[int]) -> str:
                      f"{b['cases']} cases")
     if "warning" in note:
         lines.append(f"UNVERIFIED: {note['warning']}")
+    if "cpu_features" in note:
+        lines.append(f"weights placed (repacked or not) for CPU features "
+                     f"{', '.join(note['cpu_features']) or 'none'} ({note['cpu_features_from']})")
+    if "cpu_features_calibrated" in note:
+        lines.append(f"note: calibrated with CPU features "
+                     f"{', '.join(note['cpu_features_calibrated']) or 'none'}; other layouts' "
+                     f"coefficients may be missing or not pinned down (below)")
     cal = note.get("threads_calibrated")
     if cal and any(t != cal for t in threads):
         lines.append(f"note: calibrated at {cal} threads; other thread counts scale the "

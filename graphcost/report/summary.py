@@ -30,7 +30,8 @@ def _cost_table(title: str, key: str, rows: list[tuple[str, Cost]]) -> Table:
     return t
 
 
-def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardware=None) -> str:
+def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardware=None,
+                   cpu_features=None) -> str:
     bg, m, run = a.graph, a.graph.model, a.graph.run
     buf = io.StringIO()
     # markup and emoji codes off: strings from the file are shown literally, never parsed
@@ -111,7 +112,7 @@ def render_summary(a: Analysis, *, width: int = 80, color: bool = False, hardwar
 
     if hardware is not None:
         con.print(_roofline_table(a, hardware))
-        con.print(_llama_cpp_line(a, hardware))
+        con.print(_llama_cpp_line(a, hardware, cpu_features))
 
     if a.unmodelled:
         ops = sorted({nc.node.op for nc in a.unmodelled})
@@ -141,12 +142,12 @@ def _experts_table(ew) -> Table:
     return t
 
 
-def _llama_cpp_line(a: Analysis, hw) -> str:
+def _llama_cpp_line(a: Analysis, hw, cpu_features=None) -> str:
     """--hardware: the step's predicted time on llama.cpp's CPU backend (graphcost speed's
     model, graphcost.cost.speed_model), with its error band or UNVERIFIED."""
     from graphcost.cost.speed_model import step_estimate
 
-    e = step_estimate(a, hw)
+    e = step_estimate(a, hw, features=cpu_features)
     tps = e["tokens_per_second"]
     line = (f"llama.cpp CPU, predicted: {e['seconds'] * 1e3:.3f} ms per step"
             + (f", {tps:.1f} tokens/s" if tps else ""))
@@ -154,6 +155,8 @@ def _llama_cpp_line(a: Analysis, hw) -> str:
         b = e["error_band"]
         line += (f"\n  error band (held-out llama-bench cases): median {100 * b['median']:.1f}%, "
                  f"worst {100 * b['worst']:.1f}%")
+    line += (f"\n  weights placed for CPU features {', '.join(e['cpu_features']) or 'none'} "
+             f"({e['cpu_features_from']})")
     if "warning" in e:
         line += f"\nUNVERIFIED: {e['warning']}"
     return line + "\n"
