@@ -25,7 +25,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, from_profile,
-                                        placement_features, repacked_weights)
+                                        placement_features, repacked_weights,
+                                        tiled_available)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
 from graphcost.graph.settings import INT32_MAX, Rows, RunSettings
@@ -193,6 +194,7 @@ class Predictor:
         self.speed = speed
         self.features, self.features_from = placement_features(speed, features)
         self.repacked = repacked_weights(model, self.features)
+        self.tiled = tiled_available(self.features)
         self.progress = progress
         self.built = 0
         self._cache: dict[tuple, Counter] = {}
@@ -207,17 +209,18 @@ class Predictor:
     @staticmethod
     def _key(t: BenchTest, base, tokens: int, past: int, output: bool) -> tuple:
         """A ubatch's graph: its shape and the cells each cache attends (``base``: ``t``'s
-        resolved context, :meth:`_resolve`)."""
+        resolved context, :meth:`_resolve`), and the threads (the tiled path's chunks)."""
         run = base.step(tokens, past, 1)
         return (tokens, output, run.n_kv, run.n_kv_swa, t.flash_attn, t.type_k, t.type_v,
-                run.n_ctx, run.n_ubatch)
+                run.n_ctx, run.n_ubatch, t.threads)
 
     def _build(self, key: tuple, where: tuple) -> Counter:
         """The counts of ``key``'s graph, built at ``where`` = (test, tokens, past)."""
         if key not in self._cache:
             t, tokens, past = where
             a = analyze_graph(build_graph(self.model, self._resolve(t, tokens, past)))
-            self._cache[key] = counts(a, self.repacked, outputs=key[1])
+            self._cache[key] = counts(a, self.repacked, outputs=key[1],
+                                      tiled_threads=t.threads if self.tiled else None)
             self.built += 1
             if self.progress and self.built % PROGRESS_EVERY == 0:
                 self.progress(f"{self.built} graphs built so far (a graph per ubatch shape "

@@ -11,6 +11,7 @@ import yaml
 
 from graphcost.cost.analysis import analyze_graph
 from graphcost.cost.speed_model import (SpeedModel, counts, fit, roofline_coefficients,
+                                        tiled_unpacks,
                                         undetermined)
 from graphcost.format import ggml_types as gt
 from graphcost.graph.build import BuiltGraph
@@ -65,6 +66,41 @@ def test_repacked_weights_split_gemm_and_gemv_rows():
     assert not any(k.startswith("mac:q4_K:") and k[-3:] in ("vec", "mat") for k in c)
     # Q4_K: 144 bytes per 256 values, 8 rows
     assert c["weight_bytes"] == 8 * 144
+
+
+Q6K = gt.GGMLType.Q6_K
+
+
+@pytest.mark.parametrize("rows,threads,key", [(8, 2, "mac:q6_K:tiled"), (7, 2, "mac:q6_K:mat"),
+                                              (8, None, "mac:q6_K:mat")],
+                         ids=["tiled", "too-few-rows", "no-tiled-path"])
+def test_k_quant_prompt_matmuls_take_the_tiled_path(rows, threads, key):
+    # tiled.cpp: a K-quant weight (not repacked) times >= 8 rows, where llama.cpp has the
+    # path (x86 AVX2/AVX-512: tiled_threads given); else ggml's vec_dot loop ("mat")
+    c = counts(_analysis(_mlp(rows, Q6K, k=256, m=16)), tiled_threads=threads)
+    assert c[key] == 256 * 16 * rows
+    assert sum(v for k, v in c.items() if k.startswith("mac:")) == 256 * 16 * rows
+    if key.endswith("tiled"):
+        # 16 weight rows x 8 activation rows on 2 threads: chunk edge 256 -> 128 -> 64 ->
+        # 32 -> 16 (1 x 1 chunks, fewer than 2 x 4, stops at 16): each side unpacked once
+        assert (c["tiled_unpack:w"], c["tiled_unpack:a"]) == (16 * 256, 8 * 256)
+    else:
+        assert "tiled_unpack:w" not in c
+
+
+@pytest.mark.parametrize("nr0,nr1,threads,passes", [
+    (4096, 512, 2, (2, 16)),     # edge 256: 16 x 2 chunks >= 8
+    (4096, 512, 16, (4, 32)),    # 32 < 64 chunks: edge 128, 32 x 4
+    (512, 32, 2, (1, 8)),        # edge 64: 8 x 1 chunks
+    (512, 128, 2, (2, 8)),       # edge 64: 8 x 2
+    (4096, 1, 2, (1, 16)),       # one row (taken only where forced): 16 x 1 at edge 256
+    (300, 40, 4, (2, 10)),       # edge 32: 10 x 2 chunks of 30 x 20 rows
+])
+def test_tiled_unpacks_follow_the_driver_chunks(nr0, nr1, threads, passes):
+    # each weight row unpacked once per chunk of activation rows, each activation row
+    # once per chunk of weight rows; K = 256 values a row
+    assert tiled_unpacks(nr0, nr1, 256, threads) == (nr0 * 256 * passes[0],
+                                                     nr1 * 256 * passes[1])
 
 
 def test_no_output_rows_do_no_work_but_keep_their_barriers():

@@ -24,6 +24,12 @@ plain integer from the graph and the cost model, :func:`counts`):
                           and is not repacked: one activation row (vec_dot) or more
                           (llamafile_sgemm where it has a kernel for T, else vec_dot per
                           row); KV-cache matmuls are ``f16``
+``mac:T:tiled``           the same for a K-quant or IQ weight, not repacked, with at
+                          least 8 activation rows, on an x86 CPU with AVX2/AVX-512:
+                          ggml-cpu/tiled/tiled.cpp's int8 tiles (:func:`tiled_unpacks`)
+``tiled_unpack:w`` /      values that path unpacks into its tiles: each weight row once
+``tiled_unpack:a``        per chunk of activation rows, each activation row once per
+                          chunk of weight rows (the chunks depend on the threads)
 ``mac:T:gemv`` / ``gemm`` the same for a repacked weight: activation rows outside groups
                           of 4 (gemv) and inside them (gemm)
 ``convert``               activation values converted to a ``vec_dot_type``
@@ -62,6 +68,50 @@ N_KV_SWITCHES = (FA_SPLIT_KV,)
 #: names of the output-row index input (llm_graph_input_out_ids; ``out_ids`` in
 #: llama.cpp's graph callbacks)
 OUT_IDS = ("out_ids", "inp_out_ids")
+#: weight types ggml-cpu/tiled/tiled.cpp multiplies in int8 tiles
+#: (ggml_tiled_supported and ggml_tiled_matmul_type_dispatch: the same list), by ggml's
+#: type names (graphcost.format.ggml_types.type_name)
+TILED_TYPES = frozenset({"q6_K", "q5_K", "q4_K", "q3_K", "q2_K", "iq4_xs", "iq2_xxs",
+                         "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"})
+#: tiled.cpp ggml_tiled_min_batch: activation rows from which the tiled path is taken
+TILED_MIN_ROWS = 8
+#: tiled.cpp ggml_compute_forward_mul_mat_tiled_driver: the chunk edge starts at 256
+#: (TILED_TILE_ROWS) and halves, down to 16 (TILED_MICRO), while there are fewer than
+#: 4 chunks a thread
+TILED_CHUNK, TILED_CHUNK_MIN, TILED_CHUNKS_PER_THREAD = 256, 16, 4
+#: the path is compiled with __AVX__, __AVX2__ or __AVX512VNNI__ (tiled.cpp
+#: ggml_tiled_supported; false elsewhere, e.g. ARM): graphcost's feature names for it
+TILED_FEATURES = frozenset({"avx2", "avx512"})
+
+
+def tiled_available(features) -> bool:
+    """Whether a llama.cpp with ggml CPU ``features`` has the tiled K-quant path (an
+    AVX-only CPU without AVX2 is taken not to: graphcost does not read ``avx``)."""
+    return bool(TILED_FEATURES & frozenset(features))
+
+
+def tiled_unpacks(nr0: int, nr1: int, k: int, threads: int) -> tuple[int, int]:
+    """(weight values, activation values) the tiled path unpacks for a ``[k, nr0]``
+    weight times ``nr1`` activation rows on ``threads`` threads. The driver cuts the
+    output into chunks (edge 256, halved while there are fewer than 4 per thread, down to
+    16): a chunk unpacks its weight rows and its activation rows once each (its rows are
+    at most one 256-wide window), so every weight row is unpacked once per non-empty
+    chunk of activation rows and every activation row once per chunk of weight rows.
+
+    >>> tiled_unpacks(4096, 512, 4096, 2)     # 16 x 2 chunks of 256: 2 and 16 passes
+    (33554432, 33554432)
+    >>> tiled_unpacks(512, 32, 512, 2)        # edge 64: 8 x 1 chunks
+    (262144, 131072)
+    """
+    def ceil(a: int, b: int) -> int:
+        return -(-a // b)
+    edge = TILED_CHUNK
+    n0, n1 = ceil(nr0, edge), ceil(nr1, edge)
+    while n0 * n1 < threads * TILED_CHUNKS_PER_THREAD and edge > TILED_CHUNK_MIN:
+        edge //= 2
+        n0, n1 = ceil(nr0, edge), ceil(nr1, edge)
+    d0, d1 = ceil(nr0, n0), ceil(nr1, n1)        # rows a chunk, the last ones may be empty
+    return nr0 * k * ceil(nr1, d1), nr1 * k * ceil(nr0, d0)
 
 
 def _storage(t):
@@ -80,12 +130,15 @@ def _fused_with_next(nodes, i: int) -> bool:
             and all(s.type == gt.F32 for s in m.src))
 
 
-def counts(analysis, repacked: Iterable[str] = (), *, outputs: bool = True) -> Counter:
+def counts(analysis, repacked: Iterable[str] = (), *, outputs: bool = True,
+           tiled_threads: int | None = None) -> Counter:
     """The counts of one evaluation of ``analysis``'s graph (see the module docstring).
 
     ``repacked``: names of weights llama.cpp holds in ``CPU_REPACK`` on this CPU
     (:func:`repacked_weights`). ``outputs=False``: the ubatch has no output row, so the
-    nodes after the ``inp_out_ids`` GET_ROWS do no work (they still end in a barrier)."""
+    nodes after the ``inp_out_ids`` GET_ROWS do no work (they still end in a barrier).
+    ``tiled_threads``: the threads llama.cpp runs with where it has the tiled K-quant path
+    (:func:`tiled_available`), None where it has not."""
     rep = set(repacked)
     c: Counter = Counter(steps=1)
     nodes = [nc.node for nc in analysis.nodes]
@@ -107,7 +160,7 @@ def counts(analysis, repacked: Iterable[str] = (), *, outputs: bool = True) -> C
             empty.add(id(n))
             continue
         if n.op in ops.MATMUL:
-            _matmul_counts(c, n, rep)
+            _matmul_counts(c, n, rep, tiled_threads)
         elif n.op == "FLASH_ATTN_EXT":
             c["barriers"] += 1          # the op's own ggml_barrier after setting up chunks
             c[_fa_key(n)] += _fa_macs(n)
@@ -135,7 +188,7 @@ def _fa_key(n) -> str:
     return "fa_mac:tiled" if kv_float and q.ne[1] >= FA_TILE_Q else "fa_mac"
 
 
-def _matmul_counts(c: Counter, n, rep: set[str]) -> None:
+def _matmul_counts(c: Counter, n, rep: set[str], tiled_threads: int | None) -> None:
     # W:[K, M, ...] x A:[K, N, ...] -> [M, N, ...]  (MUL_MAT_ID: experts used, cost model)
     w, a = n.src[0], n.src[1]
     store = _storage(w)
@@ -159,6 +212,14 @@ def _matmul_counts(c: Counter, n, rep: set[str]) -> None:
             c[f"mac:{name}:gemm"] += per_row * gemm_rows
         if n_rows - gemm_rows:
             c[f"mac:{name}:gemv"] += per_row * (n_rows - gemm_rows)
+    elif (tiled_threads and n.op == "MUL_MAT" and name in TILED_TYPES
+          and n_rows >= TILED_MIN_ROWS):
+        # ggml_compute_forward_mul_mat hands it to ggml_compute_forward_mul_mat_tiled first
+        # (MUL_MAT_ID's experts take it by their routed rows: not modelled, counted below)
+        c[f"mac:{name}:tiled"] += macs
+        w_vals, a_vals = tiled_unpacks(n.ne[0], n_rows, K, tiled_threads)
+        c["tiled_unpack:w"] += w_vals
+        c["tiled_unpack:a"] += a_vals
     else:
         # llamafile_sgemm (GGML_LLAMAFILE, on by default) takes ne11 >= 2 for the types it
         # has kernels for; ne11 == 1 is always ggml's vec_dot: two paths, two rates
@@ -220,7 +281,7 @@ def roofline_coefficients(bandwidth: float, peak_flops: float) -> dict[str, floa
     What a profile without a ``llama_cpp`` calibration predicts with (unverified)."""
     mac = 2.0 / peak_flops
     return {"steps": 0.0, "barriers": 0.0, "weight_bytes": 1.0 / bandwidth, "convert": 0.0,
-            "fa_mac": mac, "fa_mac:tiled": mac, "fa_mac:split": mac,
+            "tiled_unpack:w": 0.0, "tiled_unpack:a": 0.0, "fa_mac": mac, "fa_mac:tiled": mac, "fa_mac:split": mac,
             "other_bytes": 1.0 / bandwidth,
             "mac:f32:vec": mac}
 
@@ -334,9 +395,13 @@ def step_estimate(analysis, hw, threads: int | None = None,
     backend (the same model as ``graphcost speed``), with where the figure comes from.
     The step is taken to have its outputs (as ``--outputs`` says); weights are placed
     with ``features`` (:func:`placement_features`)."""
+    import os
+
     sm = from_profile(hw)
     feats, feats_from = placement_features(sm, features)
-    c = counts(analysis, repacked_weights(analysis.graph.model, feats))
+    nth = threads or sm.threads or hw.threads or os.cpu_count() or 1
+    c = counts(analysis, repacked_weights(analysis.graph.model, feats),
+               tiled_threads=nth if tiled_available(feats) else None)
     sec = sm.seconds(c, threads)
     n = analysis.graph.run.n_tokens
     out = {"seconds": sec, "tokens_per_second": n / sec if sec > 0 else None,

@@ -145,9 +145,14 @@ def footer(note: dict, hw, threads: set[int]) -> str:
     if cal and any(t != cal for t in threads):
         lines.append(f"note: calibrated at {cal} threads; other thread counts scale the "
                      f"compute terms (not checked)")
-    if missing:
-        lines.append(f"note: no coefficient of their own (mean of the others used): "
-                     f"{', '.join(missing)}")
+    macs = [k for k in missing or () if k.startswith("mac:")]
+    rest = [k for k in missing or () if not k.startswith("mac:")]
+    if macs:
+        lines.append(f"note: no coefficient of their own (the mean of their path's, else of "
+                     f"every MAC coefficient, used): {', '.join(macs)}")
+    if rest:
+        lines.append(f"note: not calibrated in this profile, priced at 0 (the prediction is "
+                     f"short by their time): {', '.join(rest)}")
     if loose:
         lines.append(f"note: coefficients the calibration cases did not pin down (the band "
                      f"may not hold): {', '.join(loose)}")
