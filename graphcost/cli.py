@@ -219,8 +219,8 @@ def analyze(
         from graphcost.memory.backends import parse_cpu_features
         feats = parse_cpu_features(cpu_features)
     opts = RenderOptions(layers=None if layers is None else set(), hardware=hw, width=80,
-                         color=wants_colour(RENDERERS[fmt], output is not None, sys.stdout.isatty()),
-                         cpu_features=feats)
+                         color=wants_colour(RENDERERS[fmt], output is not None,
+                                            sys.stdout.isatty()), cpu_features=feats)
     refuse_unused(RENDERERS, fmt, opts)   # before the analysis, not after
     info = load_model(path)
     # the ranges are checked against the model's layers before a set is built

@@ -404,7 +404,8 @@ def test_weights_placed_for_the_profile_or_the_given_cpu_features(tiny, cli, tmp
     info = load_model(model)
     t = BenchTest(16, 0, 0, 2048, 512, "off", "f16", "f16", 2)
     by_profile = Predictor(info, sm)
-    assert (by_profile.features, by_profile.features_from) == ({"avx2"}, "the profile's calibration")
+    assert (by_profile.features, by_profile.features_from) == ({"avx2"},
+                                                                "the profile's calibration")
     c_avx2 = by_profile.counts(t)
     none = Predictor(info, sm, features=frozenset())
     assert none.features_from == "--cpu-features"
@@ -468,8 +469,10 @@ def test_cli_unknown_cpu_feature_is_one_line_exit_2(tiny, cli, args, needle):
      "llama_cpp.cpu_features[1] must be a string"),
     ({"coefficients": {"steps": 1e-5}, "cpu_features": ["avx2", "amx"]},
      "llama_cpp.cpu_features 'avx2,amx': unknown feature amx"),
+    ({"coefficients": {"steps": 1e-5}, "cpu_features": ["avx2,avx512"]},
+     "unknown feature avx2,avx512"),         # one element, not a comma list
 ], ids=["coefficient", "threads", "band-nan", "not-a-mapping", "undetermined-not-a-list",
-        "feature-not-a-string", "feature-unknown"])
+        "feature-not-a-string", "feature-unknown", "feature-comma-list"])
 def test_bad_calibration_section_is_one_line_exit_2(tiny, cli, tmp_path, section, needle):
     model, _ = tiny
     p = tmp_path / "bad.yaml"

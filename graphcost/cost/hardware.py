@@ -446,10 +446,11 @@ def parse(doc: Any, path: Path | None) -> Hardware:
             need(k, "str", f"llama_cpp.undetermined[{i}]", where)     # coefficient names
         feats = field(lc, "cpu_features", "list", "llama_cpp", where, required=False, null=True)
         if feats is not None:            # the weight placement the coefficients were fitted on
-            from graphcost.memory.backends import parse_cpu_features
+            from graphcost.memory.backends import check_cpu_features
             for i, f in enumerate(feats):
                 need(f, "str", f"llama_cpp.cpu_features[{i}]", where)
-            parse_cpu_features(",".join(feats) or "none", f"{where}: llama_cpp.cpu_features")
+            # each element a name (not a comma list: "avx2,avx512" is one unknown name)
+            check_cpu_features(feats, f"{where}: llama_cpp.cpu_features {','.join(feats)!r}")
     return Hardware(name=str(doc.get("name") or (path.stem if path else "this machine")),
                     bandwidth=bandwidth, peak_flops=peak, kind=kind,
                     description=str(doc.get("description") or ""), threads=threads, path=path,

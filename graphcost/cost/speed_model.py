@@ -281,7 +281,8 @@ def roofline_coefficients(bandwidth: float, peak_flops: float) -> dict[str, floa
     What a profile without a ``llama_cpp`` calibration predicts with (unverified)."""
     mac = 2.0 / peak_flops
     return {"steps": 0.0, "barriers": 0.0, "weight_bytes": 1.0 / bandwidth, "convert": 0.0,
-            "tiled_unpack:w": 0.0, "tiled_unpack:a": 0.0, "fa_mac": mac, "fa_mac:tiled": mac, "fa_mac:split": mac,
+            "tiled_unpack:w": 0.0, "tiled_unpack:a": 0.0,
+            "fa_mac": mac, "fa_mac:tiled": mac, "fa_mac:split": mac,
             "other_bytes": 1.0 / bandwidth,
             "mac:f32:vec": mac}
 
@@ -365,14 +366,12 @@ def undetermined(rows: list[Mapping[str, float]], seconds: list[float],
     return [keys[j] for i, j in enumerate(used) if np.abs(null[:, i]).max() > 1e-6]
 
 
-def repacked_weights(model, features=None) -> list[str]:
-    """Weights llama.cpp puts in ``CPU_REPACK`` on a CPU with ``features`` (this machine's
-    by default), by graphcost.memory.placement's rules."""
-    from graphcost.memory.backends import host_cpu_features
+def repacked_weights(model, features: frozenset[str]) -> list[str]:
+    """Weights llama.cpp puts in ``CPU_REPACK`` on a CPU with ``features`` (resolved by
+    :func:`placement_features`), by graphcost.memory.placement's rules."""
     from graphcost.memory.placement import PlacementFlags, place
 
-    feats = host_cpu_features() if features is None else frozenset(features)
-    return list(place(model, [], PlacementFlags(cpu_features=feats)).repacked)
+    return list(place(model, [], PlacementFlags(cpu_features=frozenset(features))).repacked)
 
 
 def placement_features(sm: SpeedModel, given: frozenset[str] | None = None

@@ -225,20 +225,26 @@ def known_cpu_features() -> frozenset[str]:
     return frozenset(_CPUINFO_FEATURES.values()) | named
 
 
-def parse_cpu_features(text: str | None, what: str = "--cpu-features") -> frozenset[str]:
+def check_cpu_features(names, what: str) -> frozenset[str]:
+    """``names`` as a set, each a ggml feature name graphcost knows
+    (:func:`known_cpu_features`); one that is not is one line starting with ``what``, so
+    that a typo (``avx-512``) does not silently place weights as if the feature were
+    absent."""
+    known = known_cpu_features()
+    bad = sorted(set(names) - known)
+    if bad:
+        raise GraphcostError(f"{what}: unknown feature {', '.join(bad)} (known: "
+                             f"{', '.join(sorted(known))}, or none)")
+    return frozenset(names)
+
+
+def parse_cpu_features(text: str | None) -> frozenset[str]:
     """``--cpu-features``: a comma list of ggml feature names (``none``: no feature; None:
-    this machine's, :func:`host_cpu_features`). A name graphcost does not know is one line
-    naming it, so that a typo (``avx-512``) does not silently place weights as if the
-    feature were absent."""
+    this machine's, :func:`host_cpu_features`), checked by :func:`check_cpu_features`."""
     if text is None:
         return host_cpu_features()
     names = {f.strip().lower() for f in text.split(",") if f.strip()} - {"none"}
-    known = known_cpu_features()
-    bad = sorted(names - known)
-    if bad:
-        raise GraphcostError(f"{what} {text!r}: unknown feature {', '.join(bad)} (known: "
-                             f"{', '.join(sorted(known))}, or none)")
-    return frozenset(names)
+    return check_cpu_features(names, f"--cpu-features {text!r}")
 
 
 def host_total_memory() -> int | None:

@@ -58,7 +58,8 @@ class Yaml(Renderer):
     memory = True
 
     def render(self, a: Analysis, opts: RenderOptions) -> str:
-        return yaml.safe_dump(document(a, hardware=opts.hardware, cpu_features=opts.cpu_features), sort_keys=False, width=100)
+        return yaml.safe_dump(document(a, hardware=opts.hardware, cpu_features=opts.cpu_features),
+                              sort_keys=False, width=100)
 
 
 class Html(Renderer):
