@@ -492,6 +492,13 @@ FA_TILE_CELLS = tuple(16 << i for i in range(7))    # 16 .. 1024
 TILED = "tiled:"
 
 
+def cache_cells(values: int, tokens: int) -> int:
+    """Cells of the probe's SET_ROWS cache for rows of ``values`` F16 values and
+    ``tokens`` rows a call: 1024 (``bench_profile``'s context), fewer for long rows (8 MiB
+    at most), at least 16 calls' worth."""
+    return max(16 * tokens, min(1024, (8 << 20) // (2 * values)))
+
+
 def fa_key(d: int) -> str:
     """The op_costs key of flash attention's curve at head size ``d``."""
     return "FLASH_ATTN_EXT" if d == 128 else f"FLASH_ATTN_EXT@{d}"
@@ -505,12 +512,13 @@ SECOND = "second input"
 
 def _ladder_nodes(tile: int):
     """([(op, node, attended fraction, group)], {id(mask storage): attended cells}, {id(GET_ROWS
-    index storage): rows of its table}) for every op kind and size of the ladder, built
-    with the ggml graph mirror (one graph: sources are leaves, filled with random values;
-    flash attention's masks unmask their first cells; the prompt's flash attention with
-    ``tile`` queries a head; GET_ROWS gathers distinct rows of a :data:`TABLE_BYTES` table,
-    as token ids pick rows of an embedding table far larger than the caches; SET_ROWS of
-    several tokens writes distinct cells). A group
+    index storage): rows of its table}, {id(SET_ROWS index storage): cells of its cache})
+    for every op kind and size of the ladder, built with the ggml graph mirror (one
+    graph: sources are leaves, filled with random values; flash attention's masks unmask
+    their first cells; the prompt's flash attention with ``tile`` queries a head; GET_ROWS
+    gathers distinct rows of a :data:`TABLE_BYTES` table, as token ids pick rows of an
+    embedding table far larger than the caches; SET_ROWS writes a run of cells of a
+    :func:`cache_cells` cache, moved on before each call by :func:`op_costs`). A group
     names the node's family and size; a family is timed apart from the others."""
     from graphcost.graph.ggml_graph import Graph
 
@@ -518,6 +526,7 @@ def _ladder_nodes(tile: int):
     g = Graph()
     out = []
     gathers: dict[int, int] = {}
+    set_cells: dict[int, int] = {}
     for n_tok, prefix, sizes in ((1, "", LADDER), (LADDER_TOKENS, TOKENS, LADDER_PROMPT)):
         for n in sizes:
             v = n // n_tok                  # values a token (a row)
@@ -532,9 +541,11 @@ def _ladder_nodes(tile: int):
             pos = g.new_tensor(gt.I32, [n_tok])
             idx = g.new_tensor(gt.I64, [n_tok])
             rows = g.new_tensor(gt.I32, [n_tok])
-            cache = g.new_tensor(gt.F16, [v, max(16, n_tok)], role="kv")
-            if n_tok > 1:                   # SET_ROWS: a prompt's tokens, distinct cells
-                gathers[id(idx.storage)] = cache.ne[1]
+            # SET_ROWS's cache: cells enough that each call writes cells not written
+            # for a while (:func:`op_costs` moves the index on before each call), as a
+            # decode writes a new cell each step and a prompt its tokens' run of cells
+            cache = g.new_tensor(gt.F16, [v, cache_cells(v, n_tok)], role="kv")
+            set_cells[id(idx.storage)] = cache.ne[1]
             table = g.new_tensor(Q8, [v, TABLE_BYTES // gt.row_size(Q8, v)], role="weight")
             gathers[id(rows.storage)] = table.ne[1]
             side = 1 << ((n.bit_length() - 1) // 2)
@@ -574,7 +585,7 @@ def _ladder_nodes(tile: int):
                            g.flash_attn_ext(g.permute(q, 0, 2, 1, 3), kv[0], kv[1], mask,
                                             d ** -0.5, 0.0, 0.0), cells / n_kv,
                            (FLASH + table, d, cells)))
-    return [(op, node, 1.0, group) for op, node, group in out] + fa, masks, gathers
+    return [(op, node, 1.0, group) for op, node, group in out] + fa, masks, gathers, set_cells
 
 
 #: the group name of flash attention's families (they have no flushed curves)
@@ -745,7 +756,7 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         fed[id(run)] = rows * rb
         return run, flat_bytes(fn.out)
 
-    nodes, masks, gathers = _ladder_nodes(int(ctx.K.attention.QT))
+    nodes, masks, gathers, set_cells = _ladder_nodes(int(ctx.K.attention.QT))
     mapped: list[np.ndarray] = []
 
     def embedding() -> np.ndarray:
@@ -758,6 +769,16 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         return mapped[0]
     store: dict[int, np.ndarray] = {}
     feeds: dict[int, Callable[[], None]] = {}
+
+    def next_cells(idx: np.ndarray, n_cells: int) -> Callable[[], None]:
+        """A call that moves a SET_ROWS node's cell indices on to the next run of
+        ``len(idx)`` cells of its ``n_cells`` (wrapping), as the positions of a decode's
+        next step or a prompt's next ubatch: the node writes cells not in the caches."""
+        idx[:] = np.arange(len(idx))
+
+        def run() -> None:
+            idx[:] = (idx + len(idx)) % n_cells
+        return run
 
     def value(t, op: str):
         base = t.storage
@@ -794,6 +815,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         # called as the executor calls it: bound to its arrays when the node allows it
         call = _node_calls(node, ctx, [args])[1][0]
         before = [feeds[id(s.storage)] for s in node.src if id(s.storage) in feeds]
+        if op.endswith("SET_ROWS"):
+            # first: the cells move on before its matvecs (and a flush) run
+            before.insert(0, next_cells(args[1].reshape(-1),
+                                        set_cells[id(node.src[1].storage)]))
         if not before:
             if op == "GET_ROWS":
                 before = [whole]
@@ -889,9 +914,10 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         at the top): the same code on arrays of its own, run before ``i`` in the
         ``again`` passes. None for other families."""
         if calls_by[i][5] != ("",) or calls_by[i][0] == "SET_ROWS":
-            # SET_ROWS: the probe writes the same cache rows every call, a decode a new
-            # cell each step; with its code warm too the probe's point fell to a call on
-            # hot data (0.36 us, the decode's V write 1.16: scratch /tmp/dg g4)
+            # SET_ROWS: a decode's V write follows its K write, the same kernel, and
+            # takes as long (1.08-1.16 us against 1.20-1.45, Gemma 3 270M); the probe's
+            # point with its code warm fell to 0.46-0.76 us (new cells each call, the
+            # twin's moving on or not: scratch /tmp/dg s20f-s20k, 2026-11-27)
             return None
         same = [j for j in groups[("",)] if calls_by[j][0] == calls_by[i][0]]
         k = same.index(i)
