@@ -445,6 +445,57 @@ def test_weights_placed_for_the_profile_or_the_given_cpu_features(tiny, cli, tmp
     assert "weights placed for CPU features avx2 (the profile's calibration)" in r.stdout
 
 
+def test_weights_placed_for_the_profiles_cpu(tiny, cli, tmp_path):
+    """A profile's top-level ``cpu_features`` (its machine's: a datasheet's CPU) place the
+    weights where its calibration names none; the calibration's, which its coefficients
+    were fitted with, come first; every bundled datasheet profile names its CPU's."""
+    from graphcost.cost.hardware import hardware_dir, load
+    from graphcost.cost.speed_model import from_profile
+    from graphcost.graph.build import load_model
+    from graphcost.speed import Predictor
+
+    model, prof = tiny
+    info = load_model(model)
+    doc = yaml.safe_load(prof.read_text())
+    doc["cpu_features"] = ["avx2"]
+    p = tmp_path / "machine.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    pr = Predictor(info, from_profile(load(str(p))))
+    assert (pr.features, pr.features_from) == ({"avx2"}, "the profile's CPU")
+    doc["llama_cpp"]["cpu_features"] = ["avx512"]
+    p.write_text(yaml.safe_dump(doc))
+    pr = Predictor(info, from_profile(load(str(p))))
+    assert (pr.features, pr.features_from) == ({"avx512"}, "the profile's calibration")
+
+    bundled = {f.stem: yaml.safe_load(f.read_text())["cpu_features"]
+               for f in sorted(hardware_dir().glob("*.yaml"))}
+    assert bundled["apple-m2"] == ["neon", "dotprod", "i8mm"]
+    assert all(bundled.values()), bundled
+    r = cli("speed", model, "--hardware", "apple-m2", "-p", "16", "-n", "0", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)[0]["graphcost"]
+    assert (g["cpu_features"], g["cpu_features_from"]) == (["dotprod", "i8mm", "neon"],
+                                                           "the profile's CPU")
+
+
+@pytest.mark.parametrize("feats,needle", [
+    ("avx2", "cpu_features must be a list"),
+    (["avx2", 3], "cpu_features[1] must be a string"),
+    (["sse9"], "cpu_features 'sse9': unknown feature sse9"),
+], ids=["not-a-list", "not-a-string", "unknown"])
+def test_bad_profile_cpu_features_is_one_line_exit_2(tiny, cli, tmp_path, feats, needle):
+    model, _ = tiny
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump({"name": "bad", "memory_bandwidth": {"bytes_per_second": 1e10},
+                                 "peak_flops": {"flops_per_second": 1e11},
+                                 "cpu_features": feats}))
+    for cmd in (("speed", model, "--hardware", p, "-p", "16", "-n", "0"),
+                ("analyze", model, "--hardware", p)):
+        r = cli(*cmd)
+        assert r.returncode == 2 and needle in r.stderr, (cmd, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args,needle", [
     (("--cpu-features", "avx-512"), "--cpu-features 'avx-512': unknown feature avx-512 (known:"),
     (("--cpu-features", "AVX2,sse9"), "unknown feature sse9"),

@@ -80,6 +80,15 @@ class Hardware:
         by_op = (self.extra.get("op_overhead") or {}).get("by_op") or {}
         return float(by_op.get(op, self.overhead))
 
+    @property
+    def cpu_features(self) -> frozenset[str] | None:
+        """The machine's CPU features under ggml's names (the profile's top-level
+        ``cpu_features``: a datasheet's, or those ``hwprobe`` read on the machine it
+        measured), which decide llama.cpp's weight layouts there; None where the profile
+        does not say."""
+        feats = self.extra.get("cpu_features")
+        return None if feats is None else frozenset(feats)
+
     def peak_for(self, type_name: str | None) -> float:
         """FLOP/s of the executor's matmul with ``type_name`` weights (the profile's
         ``peak_flops.by_type``; the F32 peak if it has none): the compute roof a matmul of
@@ -444,17 +453,28 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         for i, k in enumerate(field(lc, "undetermined", "list", "llama_cpp", where,
                                     required=False, null=True) or []):
             need(k, "str", f"llama_cpp.undetermined[{i}]", where)     # coefficient names
-        feats = field(lc, "cpu_features", "list", "llama_cpp", where, required=False, null=True)
-        if feats is not None:            # the weight placement the coefficients were fitted on
-            from graphcost.memory.backends import check_cpu_features
-            for i, f in enumerate(feats):
-                need(f, "str", f"llama_cpp.cpu_features[{i}]", where)
-            # each element a name (not a comma list: "avx2,avx512" is one unknown name)
-            check_cpu_features(feats, f"{where}: llama_cpp.cpu_features {','.join(feats)!r}")
+        # the weight placement the coefficients were fitted on
+        _features(field(lc, "cpu_features", "list", "llama_cpp", where, required=False,
+                        null=True), "llama_cpp.cpu_features", where)
+    # the machine's own (a datasheet's, or the probed machine's)
+    _features(field(doc, "cpu_features", "list", "", where, required=False, null=True),
+              "cpu_features", where)
+    field(doc, "cpu_features_source", "str", "", where, required=False, null=True)
     return Hardware(name=str(doc.get("name") or (path.stem if path else "this machine")),
                     bandwidth=bandwidth, peak_flops=peak, kind=kind,
                     description=str(doc.get("description") or ""), threads=threads, path=path,
                     overhead=overhead, extra=doc)
+
+
+def _features(feats: list | None, at: str, where) -> None:
+    """A profile's list of ggml CPU feature names (``at`` names it): each element a
+    known name (not a comma list: ``"avx2,avx512"`` is one unknown name)."""
+    if feats is None:
+        return
+    from graphcost.memory.backends import check_cpu_features
+    for i, f in enumerate(feats):
+        need(f, "str", f"{at}[{i}]", where)
+    check_cpu_features(feats, f"{where}: {at} {','.join(feats)!r}")
 
 
 def _check_curve(pts: list, at: str, where) -> None:

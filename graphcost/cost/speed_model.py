@@ -241,6 +241,9 @@ class SpeedModel:
     #: the ggml CPU features the calibration placed weights with (its llama.cpp's repacked
     #: and AMX layouts); None where the profile does not say
     cpu_features: frozenset[str] | None = None
+    #: the profile's machine's CPU features (its top-level ``cpu_features``: a
+    #: datasheet's, or the probed machine's); None where the profile does not say
+    machine_features: frozenset[str] | None = None
 
     def seconds(self, c: Mapping[str, int], threads: int | None = None) -> float:
         """Modelled seconds for counts ``c`` (:func:`counts`). With ``threads`` other than
@@ -296,11 +299,12 @@ def from_profile(hw) -> SpeedModel:
                           hw.kind == "measured", sec.get("error_band"),
                           tuple(sec.get("undetermined") or ()),
                           None if sec.get("cpu_features") is None
-                          else frozenset(sec["cpu_features"]))
+                          else frozenset(sec["cpu_features"]), hw.cpu_features)
     why = ("datasheet profile" if hw.kind == "theoretical"
            else "no llama_cpp calibration in this profile")
     return SpeedModel(roofline_coefficients(hw.bandwidth, hw.peak_flops), hw.threads,
-                      f"bandwidth and peak FLOP rate only ({why})", False)
+                      f"bandwidth and peak FLOP rate only ({why})", False,
+                      machine_features=hw.cpu_features)
 
 
 def _system(rows: list[Mapping[str, float]], seconds: list[float], keys: list[str]):
@@ -378,13 +382,16 @@ def placement_features(sm: SpeedModel, given: frozenset[str] | None = None
                        ) -> tuple[frozenset[str], str]:
     """(ggml CPU features, where they come from) that llama.cpp's weight placement is
     counted with: ``given`` (``--cpu-features``), else those the profile's calibration
-    used (its counts, hence its coefficients, assumed them), else this machine's."""
+    used (its counts, hence its coefficients, assumed them), else the profile's machine's
+    (its top-level ``cpu_features``: a datasheet profile's CPU), else this machine's."""
     from graphcost.memory.backends import host_cpu_features
 
     if given is not None:
         return frozenset(given), "--cpu-features"
     if sm.cpu_features is not None:
         return sm.cpu_features, "the profile's calibration"
+    if sm.machine_features is not None:
+        return sm.machine_features, "the profile's CPU"
     return host_cpu_features(), "this machine's"
 
 

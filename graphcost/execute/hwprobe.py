@@ -103,6 +103,7 @@ import numpy as np
 
 from graphcost.format import ggml_types as gt
 from graphcost.cost.hardware import GET_ROWS_ACTIVATION
+from graphcost.memory.backends import host_cpu_features
 
 #: row length of the probe matrices (elements)
 K = 4096
@@ -219,6 +220,8 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
         "kind": "measured",
         "threads": n_threads,
         "cpu": _cpu_name(),
+        "cpu_features": sorted(host_cpu_features()),
+        "cpu_features_source": "/proc/cpuinfo of the machine probed, under ggml's names",
         "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "memory_bandwidth": {
             "bytes_per_second": bandwidth,
