@@ -652,3 +652,15 @@ def test_new_lines_counts_lines_no_earlier_node_read():
     mod = _check_small_ops()
     # {0, 480}: both new; {480, 512}: 512 new; {0, 512}: none; {7}: new
     assert mod.new_lines([{0, 480}, {480, 512}, {0, 512}, {7}]) == [2, 1, 0, 1]
+
+
+def test_probe_set_rows_cache_cells():
+    """The probe's SET_ROWS caches: 1024 cells (bench_profile's context) where 1024 rows
+    of F16 fit in 8 MiB, fewer for long rows, never under 16 calls' worth of cells."""
+    from graphcost.execute.hwprobe import cache_cells
+
+    assert cache_cells(256, 1) == 1024          # 8 MiB / (256 x 2 B) = 16384 -> 1024
+    assert cache_cells(8192, 1) == 512          # 8 MiB / 16 KiB
+    assert cache_cells(65536, 1) == 64          # 8 MiB / 128 KiB
+    assert cache_cells(4096, 16) == 1024        # 8 MiB / 8 KiB: 64 runs of 16 cells
+    assert cache_cells(1 << 20, 16) == 256      # 8 MiB / 2 MiB = 4 < 16 x 16
