@@ -807,7 +807,7 @@ def speed(
     cpu_features: Annotated[Optional[str], typer.Option(
         "--cpu-features", help="ggml CPU features of the llama.cpp that will run, for its "
         "weight repacking, e.g. avx2,avx512 or none [default: those the profile was "
-        "calibrated with, else this machine's]")] = None,
+        "calibrated with, else the profile's CPU's, else this machine's]")] = None,
     fmt: Annotated[str, typer.Option("-o", "--format", help="md | json")] = "md",
 ) -> None:
     """Predict what llama-bench prints (pp and tg tokens/s) for a model on a hardware profile."""

@@ -187,7 +187,7 @@ class Predictor:
     ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds. Weights are placed
     (repacked or not) for ``features``, ggml CPU feature names
     (:func:`~graphcost.cost.speed_model.placement_features`: given, else the calibration's,
-    else this machine's); ``features_from`` says which."""
+    else the profile's CPU's, else this machine's); ``features_from`` says which."""
 
     def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model

@@ -819,7 +819,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
         call = _node_calls(node, ctx, [args])[1][0]
         before = [feeds[id(s.storage)] for s in node.src if id(s.storage) in feeds]
         if op.endswith("SET_ROWS"):
-            # first: the cells move on before its matvecs (and a flush) run
+            # first of its own calls: the cells move on before its matvecs run (after
+            # the flush, in a pass that has one)
             before.insert(0, next_cells(args[1].reshape(-1),
                                         set_cells[id(node.src[1].storage)]))
         if not before:

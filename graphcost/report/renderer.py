@@ -26,8 +26,8 @@ class RenderOptions:
     layers: set[int] | None = None      # --layers: only these model layers
     hardware: Any = None                # --hardware: a graphcost.cost.hardware.Hardware
     #: --cpu-features with --hardware: the ggml CPU features llama.cpp's weight placement is
-    #: counted with for the predicted step (None: the profile's calibration's, else this
-    #: machine's; graphcost.cost.speed_model.placement_features)
+    #: counted with for the predicted step (None: the profile's calibration's, else its
+    #: CPU's, else this machine's; graphcost.cost.speed_model.placement_features)
     cpu_features: frozenset[str] | None = None
     top: int | None = None              # --top: rows of the slowest-nodes table
     width: int = 80                     # characters per line
