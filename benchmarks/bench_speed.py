@@ -57,7 +57,9 @@ def autogroup() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--threads", type=int, default=None,
+                    help="llama-bench's -t [default: this machine's CPUs; with --reuse, the "
+                         "saved runs' n_threads]")
     ap.add_argument("--quick", action="store_true", help="the quick set (small models only)")
     ap.add_argument("--profile", help="hardware profile to store the calibration in")
     ap.add_argument("--llama-bench", help="llama-bench executable (default: as graphcost finds it)")
@@ -72,6 +74,12 @@ def main() -> int:
                          "run they used more of (up to 3 tries, the least disturbed kept)")
     a = ap.parse_args()
     a.features = parse_cpu_features(a.cpu_features)
+    saved = json.loads(a.reuse.read_text()) if a.reuse else None
+    if a.threads is None:   # a refit predicts for the threads the saved runs used
+        ran = {r["n_threads"] for r in saved} if saved else {os.cpu_count()}
+        if len(ran) != 1:
+            ap.error(f"--reuse {a.reuse}: runs at threads {sorted(ran)}; name one with --threads")
+        a.threads = ran.pop()
 
     bench = C.find_llama_bench(a.llama_bench)
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
@@ -89,12 +97,10 @@ def main() -> int:
                                       vocab_none=False, data="zero" if a.reuse else "random")
             runs.append(C.Run(SYNTH, ("-p", "512", "-n", "32", "-fa", "1"), 3))
         if a.reuse:
-            rows = json.loads(a.reuse.read_text())
+            rows = saved
         else:
             print("llama-bench runs:")
             rows = measure_gated(bench, paths, runs, a)
-            if a.save:
-                a.save.write_text(json.dumps(rows, indent=1))
         report(rows, paths, a, bench)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -133,6 +139,8 @@ def measure_gated(bench, paths: dict, runs: list, a) -> list[dict]:
         for r in best[0]:
             r["others_cpu"] = round(best[1], 3)
         rows += best[0]
+        if a.save:          # after every run: a run cut short keeps what it measured
+            a.save.write_text(json.dumps(rows, indent=1))
     return rows
 
 
