@@ -842,7 +842,7 @@ def speed(
         f"graphcost speed: {line}", err=True), features=feats)
     sm = pr.speed
     desc = model_description(info)
-    note = describe(sm, hw, pr.features, pr.features_from)
+    note = describe(sm, hw, pr.placement.features, pr.placement.features_from)
     missing = sorted({k for p in preds for k in sm.missing(p.counts)})
     loose = sorted({k for p in preds for k, v in p.counts.items() if v and k in sm.undetermined})
     if missing:                 # the footer under a table and each JSON row say so

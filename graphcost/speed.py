@@ -24,9 +24,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, from_profile,
-                                        placement_features, repacked_weights,
-                                        tiled_available)
+from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, cpu_placement,
+                                        from_profile)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
 from graphcost.graph.settings import INT32_MAX, Rows, RunSettings
@@ -187,14 +186,14 @@ class Predictor:
     ``progress(line)`` is called every :data:`PROGRESS_EVERY` builds. Weights are placed
     (repacked or not) for ``features``, ggml CPU feature names
     (:func:`~graphcost.cost.speed_model.placement_features`: given, else the calibration's,
-    else the profile's CPU's, else this machine's); ``features_from`` says which."""
+    else the profile's CPU's, else this machine's): ``placement``
+    (:class:`~graphcost.cost.speed_model.CpuPlacement`) holds them, where they come from,
+    the repacked weights and whether the tiled K-quant path is there."""
 
     def __init__(self, model, speed: SpeedModel, features=None, progress=None):
         self.model = model
         self.speed = speed
-        self.features, self.features_from = placement_features(speed, features)
-        self.repacked = repacked_weights(model, self.features)
-        self.tiled = tiled_available(self.features)
+        self.placement = cpu_placement(speed, model, features)
         self.progress = progress
         self.built = 0
         self._cache: dict[tuple, Counter] = {}
@@ -219,8 +218,8 @@ class Predictor:
         if key not in self._cache:
             t, tokens, past = where
             a = analyze_graph(build_graph(self.model, self._resolve(t, tokens, past)))
-            self._cache[key] = counts(a, self.repacked, outputs=key[1],
-                                      tiled_threads=t.threads if self.tiled else None)
+            self._cache[key] = counts(a, self.placement.repacked, outputs=key[1],
+                                      tiled_threads=t.threads if self.placement.tiled else None)
             self.built += 1
             if self.progress and self.built % PROGRESS_EVERY == 0:
                 self.progress(f"{self.built} graphs built so far (a graph per ubatch shape "

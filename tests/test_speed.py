@@ -404,11 +404,11 @@ def test_weights_placed_for_the_profile_or_the_given_cpu_features(tiny, cli, tmp
     info = load_model(model)
     t = BenchTest(16, 0, 0, 2048, 512, "off", "f16", "f16", 2)
     by_profile = Predictor(info, sm)
-    assert (by_profile.features, by_profile.features_from) == ({"avx2"},
+    assert (by_profile.placement.features, by_profile.placement.features_from) == ({"avx2"},
                                                                 "the profile's calibration")
     c_avx2 = by_profile.counts(t)
     none = Predictor(info, sm, features=frozenset())
-    assert none.features_from == "--cpu-features"
+    assert none.placement.features_from == "--cpu-features"
     c_none = none.counts(t)
     # AVX2 repacks Q4_0 (attn_q [256, 256], ffn_gate [256, 512]) and Q4_K (attn_output
     # [256, 256], ffn_down [512, 256]): ne[1] multiples of 8 (specs/backends/cpu.yaml).
@@ -461,11 +461,11 @@ def test_weights_placed_for_the_profiles_cpu(tiny, cli, tmp_path):
     p = tmp_path / "machine.yaml"
     p.write_text(yaml.safe_dump(doc))
     pr = Predictor(info, from_profile(load(str(p))))
-    assert (pr.features, pr.features_from) == ({"avx2"}, "the profile's CPU")
+    assert (pr.placement.features, pr.placement.features_from) == ({"avx2"}, "the profile's CPU")
     doc["llama_cpp"]["cpu_features"] = ["avx512"]
     p.write_text(yaml.safe_dump(doc))
     pr = Predictor(info, from_profile(load(str(p))))
-    assert (pr.features, pr.features_from) == ({"avx512"}, "the profile's calibration")
+    assert (pr.placement.features, pr.placement.features_from) == ({"avx512"}, "the profile's calibration")
 
     bundled = {f.stem: yaml.safe_load(f.read_text())["cpu_features"]
                for f in sorted(hardware_dir().glob("*.yaml"))}

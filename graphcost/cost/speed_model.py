@@ -395,6 +395,28 @@ def placement_features(sm: SpeedModel, given: frozenset[str] | None = None
     return host_cpu_features(), "this machine's"
 
 
+@dataclass(frozen=True)
+class CpuPlacement:
+    """How llama.cpp's CPU backend holds a model's weights, for a prediction: the ggml CPU
+    ``features`` it is counted with and where they come from (:func:`placement_features`),
+    the weights in ``CPU_REPACK`` (:func:`repacked_weights`) and whether the tiled K-quant
+    path is there (:func:`tiled_available`)."""
+
+    features: frozenset[str]
+    features_from: str
+    repacked: tuple[str, ...]
+    tiled: bool
+
+
+def cpu_placement(sm: SpeedModel, model, given: frozenset[str] | None = None
+                  ) -> CpuPlacement:
+    """:class:`CpuPlacement` of ``model`` for a prediction with ``sm``, the features
+    ``given`` (``--cpu-features``) or found as :func:`placement_features` says."""
+    feats, feats_from = placement_features(sm, given)
+    return CpuPlacement(feats, feats_from, tuple(repacked_weights(model, feats)),
+                        tiled_available(feats))
+
+
 def step_estimate(analysis, hw, threads: int | None = None,
                   features: frozenset[str] | None = None) -> dict:
     """``analyze --hardware``: the modelled seconds of this one graph on llama.cpp's CPU
@@ -404,15 +426,14 @@ def step_estimate(analysis, hw, threads: int | None = None,
     import os
 
     sm = from_profile(hw)
-    feats, feats_from = placement_features(sm, features)
+    place = cpu_placement(sm, analysis.graph.model, features)
     nth = threads or sm.threads or hw.threads or os.cpu_count() or 1
-    c = counts(analysis, repacked_weights(analysis.graph.model, feats),
-               tiled_threads=nth if tiled_available(feats) else None)
+    c = counts(analysis, place.repacked, tiled_threads=nth if place.tiled else None)
     sec = sm.seconds(c, threads)
     n = analysis.graph.run.n_tokens
     out = {"seconds": sec, "tokens_per_second": n / sec if sec > 0 else None,
            "verified": sm.verified and bool(sm.band), "how": sm.source,
-           "cpu_features": sorted(feats), "cpu_features_from": feats_from,
+           "cpu_features": sorted(place.features), "cpu_features_from": place.features_from,
            "counts": dict(sorted(c.items()))}
     if sm.band:
         out["error_band"] = dict(sm.band)
