@@ -95,6 +95,43 @@ def test_get_rows_from_an_activation_has_a_curve_of_its_own():
     assert executor_seconds(hwmod.GET_ROWS_ACTIVATION, 3000, 0, hw0) == pytest.approx(4e-6)
 
 
+def test_a_gather_of_repeated_rows_costs_its_distinct_rows_plus_warm_repeats():
+    """issue 12: the probe gathers distinct rows; a prompt's token ids repeat (the
+    bench_profile prompt: 10 distinct of 21), and a repeated row was just read. The gather
+    is modelled as its distinct rows' (at the node's warmth) plus the repeats at the warm
+    curve: warm(all rows) - warm(distinct rows)."""
+    since = {"by_op": {"GET_ROWS": 2e6}, "by_op_cold": {"GET_ROWS": 8e6}}
+    hw = measured(op_costs={"by_op": {"GET_ROWS": CURVE}, "by_op_cold": {"GET_ROWS": COLD},
+                            "since_bytes": since})
+    # 6000 B, half of the rows distinct, cold (since 8 MB): the distinct half, 3000 B on
+    # the cold curve, 10 + 20 * 2000 / 6000 us; the repeats, warm(6000 B) - warm(3000 B)
+    # = (4 + 8 * 3000 / 4000) - 4 = 6 us
+    assert executor_seconds("GET_ROWS", 6000, 0, hw, since=8e6, distinct=0.5) == \
+        pytest.approx((10 + 20 * 2000 / 6000 + 6) * 1e-6)
+    # every row distinct: the cold curve at 6000 B, 10 + 20 * 5000 / 6000 us
+    assert executor_seconds("GET_ROWS", 6000, 0, hw, since=8e6) == \
+        pytest.approx((10 + 20 * 5000 / 6000) * 1e-6)
+    # warm (no since): 4 us at 3000 B + 6 us of repeats = warm(6000 B), 10 us
+    assert executor_seconds("GET_ROWS", 6000, 0, hw, distinct=0.5) == pytest.approx(10e-6)
+
+
+def test_distinct_share_reads_the_token_ids_of_the_embedding_gather_only():
+    from graphcost.execute.profile import distinct_share
+    from graphcost.format import ggml_types as gt
+    from graphcost.graph.ggml_graph import Graph
+
+    g = Graph()
+    table = g.new_tensor(gt.GGMLType.Q8_0, [64, 300], role="weight")
+    ids = g.new_tensor(gt.I32, [6])
+    emb = g.get_rows(table, ids)
+    assert distinct_share(emb, [5, 7, 5, 9, 7, 5]) == 3 / 6          # 5, 7, 9
+    assert distinct_share(emb, [1, 2, 3, 4, 5, 6]) == 1.0
+    assert distinct_share(emb, [5, 5]) == 1.0                        # not this step's ids
+    act = g.add(g.new_tensor(gt.F32, [64, 6]), g.new_tensor(gt.F32, [64, 6]))
+    assert distinct_share(g.get_rows(act, ids), [5, 5, 5, 5, 5, 5]) == 1.0   # an activation
+    assert distinct_share(act, [5, 5, 5, 5, 5, 5]) == 1.0
+
+
 @pytest.mark.parametrize("since,share", [
     (1e6, 0.0),                        # below the warm curve's figure: warm
     (2e6, 0.0),

@@ -549,3 +549,32 @@ def test_small_pages_copies_onto_pages_that_are_not_huge():
         assert _smaps_fields(huge.__array_interface__["data"][0] + mid)["THPeligible"] == "1"
         del huge
         m.close()
+
+
+def test_profile_models_the_embedding_gather_on_its_distinct_token_ids(llama):
+    """issue 12: a prompt whose ids repeat (5, 6, 5, 5: 2 distinct of 4) gathers its
+    distinct rows from memory and reads the repeats from the caches; the profile passes
+    that share to the executor model (hardware.executor_seconds's ``distinct``)."""
+    from graphcost.execute.profile import run_profile
+
+    curve = [[100, 0, 2e-6], [100_000, 0, 12e-6]]
+    cold = [[100, 0, 10e-6], [100_000, 0, 40e-6]]
+    doc = {"name": "m", "kind": "measured", "memory_bandwidth": {"bytes_per_second": 20e9},
+           "peak_flops": {"flops_per_second": 100e9}, "op_overhead": {"seconds": 5e-6},
+           "op_costs": {"by_op_tokens": {"GET_ROWS": curve},
+                        "by_op_tokens_cold": {"GET_ROWS": cold},
+                        # the kind last ran more than 2 B ago at the cold curve's calls:
+                        # the step's only gather (since: the whole step) is cold
+                        "since_bytes": {"by_op_tokens": {"GET_ROWS": 1},
+                                        "by_op_tokens_cold": {"GET_ROWS": 2}}}}
+    hw = hwmod.parse(doc, None)
+    prof = run_profile(llama.path, RunSettings(ctx_size=64), [5, 6, 5, 5], repeat=1,
+                       hardware=hw, numerics="fast")
+    row = next(n for n in prof.prompt.nodes if n.op == "GET_ROWS")
+    b = row.bytes
+    # the 2 distinct rows cold, the 2 repeats on the warm curve (linear here: 1e-4 us/B)
+    distinct = hwmod.curve_seconds(cold, b / 2)
+    repeats = hwmod.curve_seconds(curve, b) - hwmod.curve_seconds(curve, b / 2)
+    assert repeats == pytest.approx(10e-6 * (b / 2) / 99_900)
+    assert row.modelled == pytest.approx(distinct + repeats)
+    assert row.modelled < hwmod.curve_seconds(cold, b)          # all 4 rows as distinct

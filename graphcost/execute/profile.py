@@ -308,6 +308,17 @@ def tile_fraction(node, past: int, tile: int) -> float:
     return lanes / (n_tok * n_kv)
 
 
+def distinct_share(node, token_ids: list[int]) -> float:
+    """The share of a gather's rows that are distinct: for a GET_ROWS from a weight
+    table (the token embedding; its index is the step's ``token_ids``), distinct ids /
+    ids; 1 for other nodes (a row select from an activation, whose index is not the
+    tokens) and for a step whose ids do not match the node's rows."""
+    if node.op != "GET_ROWS" or node.src[0].storage.role != "weight" \
+            or len(token_ids) != node.src[1].n_elements or not token_ids:
+        return 1.0
+    return len(set(token_ids)) / len(token_ids)
+
+
 def streamed_since(kinds: list[str], nbytes: list[float]) -> list[float]:
     """For each node of a step (``kinds``: the code each runs, in run order,
     :func:`graphcost.execute.exec_ops.code_kind`; ``nbytes``: the bytes each reads and
@@ -343,11 +354,13 @@ def after_small(prev: Tensor | None, node: Tensor) -> bool:
 
 
 def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
-               past: int, n_tokens: int) -> list[NodeRow]:
-    """``past`` cells before this step's ``n_tokens`` queries: for the executor model of
-    flash attention, the cells a query attends on average (causal: past + (T + 1) / 2,
-    :func:`attended_fraction`), or with the probe's query-tile curves for this many
-    queries, the pairs the tile kernel computes (:func:`tile_fraction`)."""
+               past: int, token_ids: list[int]) -> list[NodeRow]:
+    """``past`` cells before this step's ``token_ids`` (its queries): for the executor
+    model of flash attention, the cells a query attends on average (causal: past + (T +
+    1) / 2, :func:`attended_fraction`), or with the probe's query-tile curves for this
+    many queries, the pairs the tile kernel computes (:func:`tile_fraction`); for the
+    token embedding gather, the ids that repeat (:func:`distinct_share`)."""
+    n_tokens = len(token_ids)
     oc = hw.extra.get("op_costs") or {}
     tile_min, tile = oc.get("flash_attn_tile_min_tokens"), oc.get("flash_attn_tile_queries")
     tiled = bool(tile and tile_min and n_tokens >= tile_min and oc.get("flash_attn_tiled"))
@@ -381,7 +394,8 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
                                      weight_bytes=n.src[0].data_bytes if mat else None,
                                      tokens=n_tokens if n.ne[1] * n.ne[2] * n.ne[3] > 1
                                      else 1, since=since_n,
-                                     local=after_small(prev, n))
+                                     local=after_small(prev, n),
+                                     distinct=distinct_share(n, token_ids))
         if ran:
             prev = n
         rows.append(NodeRow(nc.index, n.name, n.op, n.layer, n.block, not ran,
@@ -465,7 +479,7 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
         wall = float(np.median([tm.wall_ns for tm in res.timings])) / 1e9
         steps.append(StepRow(res.n_tokens, res.past, int(top[0]),
                              [(int(t), float(logits[t])) for t in top], wall,
-                             _node_rows(a, med, executed, hardware, res.past, res.n_tokens),
+                             _node_rows(a, med, executed, hardware, res.past, fed[-1]),
                              res.warmup_ns / 1e9 if res.warmup_ns is not None else None))
         if i + 1 < n_steps:
             tokens = [decode_ids[i]] if decode_ids else [int(top[0])]
