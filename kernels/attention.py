@@ -200,18 +200,108 @@ def _flash_attn_tiled(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
                          slopes, sinks, has_sinks, out, r // n_tiles, r % n_tiles * QT)
 
 
+# ---------------------------------------------------------------------------- head groups
+# A decode's query heads that share a KV head (GQA): up to QT of them at a time read each
+# key once, and their K dots run side by side (lane g = head h0 + g), as a prompt's query
+# tiles do for queries; every head sees the same operations in the same order as in
+# _flash_attn_row, so the results are bit for bit those of the row kernel.
+
+
+@njit(inline="always", cache=True)
+def _flash_attn_group(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                      sinks, has_sinks, out, hk, t, g0):
+    n_head, n_tok, dk = q.shape
+    n_kv_head, n_kv = (k16.shape[0], k16.shape[1]) if kv_f16[0] else (k32.shape[0], k32.shape[1])
+    dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
+    k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
+    rk = n_head // n_kv_head
+    h0 = hk * rk + g0
+    ng = min(QT, rk - g0)
+    sc = scale / softcap if softcap != F(0) else scale
+    qt = np.zeros(dk * QT, dtype=np.float32)          # q in K's vec_dot_type, [dk, QT]
+    for g in range(ng):
+        for i in range(dk):
+            qt[QT * i + g] = f16_round(q[h0 + g, t, i]) if k_is_f16 else q[h0 + g, t, i]
+    acc = np.zeros((QT, dv), dtype=np.float32)
+    s_sum = np.zeros(QT, dtype=np.float32)
+    m = np.full(QT, -np.inf, dtype=np.float32)
+    mv = np.zeros(QT, dtype=np.float32)
+    s = np.empty(QT, dtype=np.float64)
+    for j in range(n_kv):
+        live = False
+        for g in range(ng):
+            h = h0 + g
+            mv[g] = slopes[h] * f16_to_f32(mask[h % mask.shape[0], t, j]) if has_mask else F(0)
+            live = live or mv[g] != F(-np.inf)
+        if not live:
+            continue
+        s0, s1 = S.zeros(8, "f64"), S.zeros(8, "f64")    # lane g: head h0 + g
+        for i in range(dk):
+            kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
+            p = S.load(qt, 4 * QT * i, 16, "f32") * kv
+            s0 = s0 + S.convert(S.lanes(p, 0, 8), "f64")
+            s1 = s1 + S.convert(S.lanes(p, 8, 8), "f64")
+        S.store(s, 0, s0)
+        S.store(s, 64, s1)
+        for g in range(ng):
+            if mv[g] != F(-np.inf):
+                m[g], s_sum[g] = _online_step(acc[g], _score(s[g], sc, softcap, mv[g]),
+                                              m[g], s_sum[g], v16, v32, hk, j, v_is_f16)
+    for g in range(ng):
+        _finish(acc[g], m[g], s_sum[g], sinks[h0 + g], has_sinks, out[t, h0 + g])
+
+
+@njit(inline="always", cache=True)
+def _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                sinks, has_sinks, out, r):
+    """Work item ``r`` of the head-group kernels: (KV head, token, group of QT heads)."""
+    n_head, n_tok = q.shape[0], q.shape[1]
+    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    groups = (n_head // n_kv_head + QT - 1) // QT
+    hk, rest = r // (n_tok * groups), r % (n_tok * groups)
+    _flash_attn_group(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                      sinks, has_sinks, out, hk, rest // groups, rest % groups * QT)
+
+
+@njit(parallel=True, cache=True)
+def _flash_attn_grouped(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                        slopes, sinks, has_sinks, out):
+    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    groups = (q.shape[0] // n_kv_head + QT - 1) // QT
+    for r in prange(n_kv_head * q.shape[1] * groups):
+        _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                    sinks, has_sinks, out, r)
+
+
+@njit(cache=True)
+def _flash_attn_grouped_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale,
+                               softcap, slopes, sinks, has_sinks, out):
+    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    groups = (q.shape[0] // n_kv_head + QT - 1) // QT
+    for r in range(n_kv_head * q.shape[1] * groups):
+        _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                    sinks, has_sinks, out, r)
+
+
 #: work (query rows x keys x head size) below which :func:`kernel` picks the serial
 #: variant (a parallel region costs 5-30 us to start)
 SERIAL_BELOW = 1 << 16
 
 
-def kernel(work: int, n_tok: int = 1):
-    """The flash-attention kernel for ``work`` = H*T*n_kv*(DK+DV) (serial below
-    ``SERIAL_BELOW``) and ``n_tok`` = T queries per head (query tiles from
-    ``TILE_MIN_TOKENS``); arguments as :func:`flash_attn_ext` passes them."""
-    if work < SERIAL_BELOW:
-        return _flash_attn_serial
-    return _flash_attn_tiled if n_tok >= TILE_MIN_TOKENS else _flash_attn
+def kernel(work: int, n_tok: int = 1, n_head: int = 1, n_kv_head: int = 1):
+    """The flash-attention kernel for ``work`` = H*T*n_kv*(DK+DV), ``n_tok`` = T queries
+    per head, ``n_head`` = H query heads over ``n_kv_head`` KV heads; arguments as
+    :func:`flash_attn_ext` passes them. From ``TILE_MIN_TOKENS`` queries: query tiles;
+    fewer, with query heads sharing a KV head (GQA): head groups, one item per KV head,
+    token and ``QT`` heads (serial when there is one item, or below ``SERIAL_BELOW``);
+    otherwise one row per (head, token) (serial below ``SERIAL_BELOW``)."""
+    if n_tok >= TILE_MIN_TOKENS:
+        return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn_tiled
+    if n_kv_head and n_head // n_kv_head >= 2:
+        items = n_kv_head * n_tok * -(-(n_head // n_kv_head) // QT)
+        return _flash_attn_grouped_serial if work < SERIAL_BELOW or items == 1 \
+            else _flash_attn_grouped
+    return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn
 
 
 def _kv(a):
@@ -250,7 +340,7 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray
         out = np.empty(shape, dtype=np.float32)
     elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {shape}")
-    kern = kernel(n_head * n_tok * k.shape[1] * (dk + v.shape[2]), n_tok)
+    kern = kernel(n_head * n_tok * k.shape[1] * (dk + v.shape[2]), n_tok, n_head, k.shape[0])
     kern(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), m, has_mask, F(scale), F(softcap),
          alibi_slopes(n_head, max_bias), sk, has_sinks, out)
     return out

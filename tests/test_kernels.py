@@ -716,6 +716,44 @@ def test_flash_attn_query_tiles_equal_the_row_kernel(kv, name):
     assert np.all(got[5] == 0.0)
 
 
+@pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
+@pytest.mark.parametrize("name", list(FA_CASES))
+@pytest.mark.parametrize("n_head,n_kv_head,n_tok", [(4, 1, 1), (36, 2, 1), (6, 3, 3)],
+                         ids=["gemma_decode", "two_groups", "three_tokens"])
+def test_flash_attn_head_groups_equal_the_row_kernel(kv, name, n_head, n_kv_head, n_tok):
+    # a decode's query heads that share a KV head (GQA), up to FA.QT of them side by side,
+    # against the one-row kernel bit for bit; 36 heads over 2 KV heads: 18 a KV head, a
+    # group of 16 and one of 2; token 1 of three masked everywhere
+    max_bias, softcap, sinks = FA_CASES[name]
+    if sinks is not None:
+        sinks = np.linspace(-2.0, 3.0, n_head).astype(np.float32)
+    q, k, v, mask = attn_inputs(kv, seed=16, n_head=n_head, n_kv_head=n_kv_head,
+                                n_tok=n_tok, n_kv=53)
+    if n_tok > 1:
+        mask[:, 1, :] = -np.inf
+    items = n_kv_head * n_tok * -(-(n_head // n_kv_head) // FA.QT)
+    assert FA.kernel(1 << 20, n_tok, n_head, n_kv_head) is (
+        FA._flash_attn_grouped_serial if items == 1 else FA._flash_attn_grouped)
+    assert FA.kernel(1 << 10, n_tok, n_head, n_kv_head) is FA._flash_attn_grouped_serial
+    assert FA.kernel(1 << 20, n_tok, n_head, n_head) is FA._flash_attn     # no GQA: rows
+    k16, k32, k_f16 = FA._kv(k)
+    v16, v32, v_f16 = FA._kv(v)
+    args = (q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
+            np.float32(0.2), np.float32(softcap), FA.alibi_slopes(n_head, max_bias),
+            K.bits.read_only_view(np.zeros(n_head, np.float32) if sinks is None else sinks),
+            sinks is not None)
+    rows = np.empty((n_tok, n_head, v.shape[2]), np.float32)
+    FA._flash_attn(*args, rows)
+    for kern in (FA._flash_attn_grouped, FA._flash_attn_grouped_serial):
+        got = np.full_like(rows, np.nan)
+        kern(*args, got)
+        np.testing.assert_array_equal(got, rows)
+    np.testing.assert_array_equal(FA.flash_attn_ext(q, k, v, mask, 0.2, max_bias, softcap,
+                                                    sinks), rows)
+    if n_tok > 1:
+        assert np.all(rows[1] == 0.0)
+
+
 def test_flash_attn_fully_masked_row_is_zero():
     q, k, v, mask = attn_inputs(np.float16)
     mask[:, 1, :] = -np.inf
