@@ -209,7 +209,7 @@ def _flash_attn_tiled(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
 
 @njit(inline="always", cache=True)
 def _flash_attn_group(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                      sinks, has_sinks, out, hk, t, g0):
+                      sinks, has_sinks, out, hk, t, g0, fast):
     n_head, n_tok, dk = q.shape
     n_kv_head, n_kv = (k16.shape[0], k16.shape[1]) if kv_f16[0] else (k32.shape[0], k32.shape[1])
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
@@ -235,14 +235,39 @@ def _flash_attn_group(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
             live = live or mv[g] != F(-np.inf)
         if not live:
             continue
-        s0, s1 = S.zeros(8, "f64"), S.zeros(8, "f64")    # lane g: head h0 + g
-        for i in range(dk):
-            kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
-            p = S.load(qt, 4 * QT * i, 16, "f32") * kv
-            s0 = s0 + S.convert(S.lanes(p, 0, 8), "f64")
-            s1 = s1 + S.convert(S.lanes(p, 8, 8), "f64")
-        S.store(s, 0, s0)
-        S.store(s, 64, s1)
+        if fast:    # float32 sums, four of them over i (i % 4), added at the end
+            a0, a1, a2, a3 = (S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"),
+                              S.zeros(16, "f32"))
+            i = 0
+            while i + 4 <= dk:
+                for u in range(4):
+                    kv = f16_to_f32(k16[hk, j, i + u]) if k_is_f16 else k32[hk, j, i + u]
+                    p = S.load(qt, 4 * QT * (i + u), 16, "f32") * kv
+                    if u == 0:
+                        a0 = a0 + p
+                    elif u == 1:
+                        a1 = a1 + p
+                    elif u == 2:
+                        a2 = a2 + p
+                    else:
+                        a3 = a3 + p
+                i += 4
+            while i < dk:
+                kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
+                a0 = a0 + S.load(qt, 4 * QT * i, 16, "f32") * kv
+                i += 1
+            tot = (a0 + a1) + (a2 + a3)
+            S.store(s, 0, S.convert(S.lanes(tot, 0, 8), "f64"))
+            S.store(s, 64, S.convert(S.lanes(tot, 8, 8), "f64"))
+        else:
+            s0, s1 = S.zeros(8, "f64"), S.zeros(8, "f64")    # lane g: head h0 + g
+            for i in range(dk):
+                kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
+                p = S.load(qt, 4 * QT * i, 16, "f32") * kv
+                s0 = s0 + S.convert(S.lanes(p, 0, 8), "f64")
+                s1 = s1 + S.convert(S.lanes(p, 8, 8), "f64")
+            S.store(s, 0, s0)
+            S.store(s, 64, s1)
         for g in range(ng):
             if mv[g] != F(-np.inf):
                 m[g], s_sum[g] = _online_step(acc[g], _score(s[g], sc, softcap, mv[g]),
@@ -253,14 +278,14 @@ def _flash_attn_group(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
 
 @njit(inline="always", cache=True)
 def _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                sinks, has_sinks, out, r):
+                sinks, has_sinks, out, r, fast):
     """Work item ``r`` of the head-group kernels: (KV head, token, group of QT heads)."""
     n_head, n_tok = q.shape[0], q.shape[1]
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
     groups = (n_head // n_kv_head + QT - 1) // QT
     hk, rest = r // (n_tok * groups), r % (n_tok * groups)
     _flash_attn_group(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                      sinks, has_sinks, out, hk, rest // groups, rest % groups * QT)
+                      sinks, has_sinks, out, hk, rest // groups, rest % groups * QT, fast)
 
 
 @njit(parallel=True, cache=True)
@@ -270,7 +295,7 @@ def _flash_attn_grouped(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, so
     groups = (q.shape[0] // n_kv_head + QT - 1) // QT
     for r in prange(n_kv_head * q.shape[1] * groups):
         _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r)
+                    sinks, has_sinks, out, r, False)
 
 
 @njit(cache=True)
@@ -280,7 +305,31 @@ def _flash_attn_grouped_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, sc
     groups = (q.shape[0] // n_kv_head + QT - 1) // QT
     for r in range(n_kv_head * q.shape[1] * groups):
         _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r)
+                    sinks, has_sinks, out, r, False)
+
+
+# ``fast`` numerics (graphcost.execute.exec_ops): the K dots in float32, four partial
+# sums a lane over i % 4 (a chain a quarter as long), as ggml's SIMD dots sum in float32
+# lanes; everything else as above
+
+@njit(parallel=True, cache=True)
+def _flash_attn_grouped_fast(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                             slopes, sinks, has_sinks, out):
+    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    groups = (q.shape[0] // n_kv_head + QT - 1) // QT
+    for r in prange(n_kv_head * q.shape[1] * groups):
+        _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                    sinks, has_sinks, out, r, True)
+
+
+@njit(cache=True)
+def _flash_attn_grouped_fast_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale,
+                                    softcap, slopes, sinks, has_sinks, out):
+    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    groups = (q.shape[0] // n_kv_head + QT - 1) // QT
+    for r in range(n_kv_head * q.shape[1] * groups):
+        _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                    sinks, has_sinks, out, r, True)
 
 
 #: work (query rows x keys x head size) below which :func:`kernel` picks the serial
@@ -288,19 +337,22 @@ def _flash_attn_grouped_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, sc
 SERIAL_BELOW = 1 << 16
 
 
-def kernel(work: int, n_tok: int = 1, n_head: int = 1, n_kv_head: int = 1):
+def kernel(work: int, n_tok: int = 1, n_head: int = 1, n_kv_head: int = 1,
+           fast: bool = False):
     """The flash-attention kernel for ``work`` = H*T*n_kv*(DK+DV), ``n_tok`` = T queries
     per head, ``n_head`` = H query heads over ``n_kv_head`` KV heads; arguments as
     :func:`flash_attn_ext` passes them. From ``TILE_MIN_TOKENS`` queries: query tiles;
     fewer, with query heads sharing a KV head (GQA): head groups, one item per KV head,
     token and ``QT`` heads (serial when there is one item, or below ``SERIAL_BELOW``);
-    otherwise one row per (head, token) (serial below ``SERIAL_BELOW``)."""
+    otherwise one row per (head, token) (serial below ``SERIAL_BELOW``). ``fast``: the
+    head groups' float32 K dots (``fast`` numerics)."""
     if n_tok >= TILE_MIN_TOKENS:
         return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn_tiled
     if n_kv_head and n_head // n_kv_head >= 2:
         items = n_kv_head * n_tok * -(-(n_head // n_kv_head) // QT)
-        return _flash_attn_grouped_serial if work < SERIAL_BELOW or items == 1 \
-            else _flash_attn_grouped
+        if work < SERIAL_BELOW or items == 1:
+            return _flash_attn_grouped_fast_serial if fast else _flash_attn_grouped_serial
+        return _flash_attn_grouped_fast if fast else _flash_attn_grouped
     return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn
 
 

@@ -752,6 +752,15 @@ def test_flash_attn_head_groups_equal_the_row_kernel(kv, name, n_head, n_kv_head
                                                     sinks), rows)
     if n_tok > 1:
         assert np.all(rows[1] == 0.0)
+    # fast numerics: the K dots in float32 (four partial sums a lane), the rest the same
+    assert FA.kernel(1 << 20, n_tok, n_head, n_kv_head, fast=True) is (
+        FA._flash_attn_grouped_fast_serial if items == 1 else FA._flash_attn_grouped_fast)
+    ref = FA.flash_attn_ext_ref(q, k, v, mask, 0.2, max_bias, softcap, sinks)
+    for kern in (FA._flash_attn_grouped_fast, FA._flash_attn_grouped_fast_serial):
+        got = np.full_like(rows, np.nan)
+        kern(*args, got)
+        # F16 V: VKQ16 rounds the accumulator to F16 (2^-11 relative) after every key
+        np.testing.assert_allclose(got, ref, rtol=0, atol=4e-3 if kv == np.float16 else 2e-6)
 
 
 def test_flash_attn_fully_masked_row_is_zero():

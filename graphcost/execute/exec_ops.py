@@ -907,7 +907,8 @@ def _flash_attn_node(node: Tensor, ctx: Ctx) -> OpFn:
         t = tail if sv is None else head + (_sink_values(sv), True)
         return (c(qv[0], 0),) + ks + vs + (kv_f16, m, mv is not None) + t + (out[0],)
 
-    kern = A.kernel(n_head * n_tok * n_kv * (k.ne[0] + v.ne[0]), n_tok, n_head, k.ne[2])
+    kern = A.kernel(n_head * n_tok * n_kv * (k.ne[0] + v.ne[0]), n_tok, n_head, k.ne[2],
+                    fast=ctx.numerics == "fast")
     shape = shape_strides(node)[0]
     if len(node.src) > 4:           # sinks (src[4], after the mask)
         return KernelNode(kern, lambda qv, kv, vv, mv, sv, out: prep(qv, kv, vv, mv, out, sv),
