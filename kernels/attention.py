@@ -140,7 +140,13 @@ def _flash_attn_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, sof
 # K dots run side by side (lane tt = query tt) instead of one float64 chain each. Every
 # query sees the same operations in the same order as in _flash_attn_row (the dot summed
 # over i in float64 from 0.0, the same online-softmax steps key after key, keys it masks
-# skipped), so the results are bit for bit those of the row kernel.
+# skipped), so the results are bit for bit those of the row kernel (with the ``FAST`` flag
+# the K dots sum in float32 instead, :func:`_lane_dots`).
+
+#: the index in the kernels' ``kv_f16`` flags (K is F16, V is F16) of a third, optional
+#: flag: ``fast`` numerics (graphcost.execute.exec_ops), for which the query tiles and head
+#: groups sum the K dots in float32 (:func:`_lane_dots`); the row kernels ignore it
+FAST = 2
 
 #: queries of one head per tile (the K dots' two 8-lane float64 vectors: fixed at 16)
 QT = 16
@@ -149,33 +155,38 @@ TILE_MIN_TOKENS = 4
 
 
 @njit(inline="always", cache=True)
-def _flash_attn_tile(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                     sinks, has_sinks, out, h, t0):
-    n_head, n_tok, dk = q.shape
-    n_kv_head, n_kv = (k16.shape[0], k16.shape[1]) if kv_f16[0] else (k32.shape[0], k32.shape[1])
-    dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
-    k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
-    hk = h // (n_head // n_kv_head)
-    sc = scale / softcap if softcap != F(0) else scale
-    slope = slopes[h]
-    nt = min(QT, n_tok - t0)
-    qt = np.zeros(dk * QT, dtype=np.float32)          # q in K's vec_dot_type, [dk, QT]
-    for tt in range(nt):
-        for i in range(dk):
-            qt[QT * i + tt] = f16_round(q[h, t0 + tt, i]) if k_is_f16 else q[h, t0 + tt, i]
-    acc = np.zeros((QT, dv), dtype=np.float32)
-    s_sum = np.zeros(QT, dtype=np.float32)
-    m = np.full(QT, -np.inf, dtype=np.float32)
-    mv = np.zeros(QT, dtype=np.float32)
-    s = np.empty(QT, dtype=np.float64)
-    for j in range(n_kv):
-        live = False
-        for tt in range(nt):
-            mv[tt] = slope * f16_to_f32(mask[h % mask.shape[0], t0 + tt, j]) if has_mask else F(0)
-            live = live or mv[tt] != F(-np.inf)
-        if not live:
-            continue
-        s0, s1 = S.zeros(8, "f64"), S.zeros(8, "f64")    # lane tt: query t0 + tt
+def _lane_dots(qt, k16, k32, k_is_f16, hk, j, s, fast):
+    """Key ``j``'s dots with QT query vectors side by side (``qt`` [dk, QT], lane by lane)
+    into ``s`` (float64 [QT]): each lane summed over i in float64 from 0.0, as the row
+    kernel's one chain; ``fast``, in float32 with four partial sums a lane over i % 4 (a
+    chain a quarter as long), as ggml's SIMD dots sum in float32 lanes."""
+    dk = qt.shape[0] // QT
+    if fast:
+        a0, a1, a2, a3 = (S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"),
+                          S.zeros(16, "f32"))
+        i = 0
+        while i + 4 <= dk:
+            for u in range(4):
+                kv = f16_to_f32(k16[hk, j, i + u]) if k_is_f16 else k32[hk, j, i + u]
+                p = S.load(qt, 4 * QT * (i + u), 16, "f32") * kv
+                if u == 0:
+                    a0 = a0 + p
+                elif u == 1:
+                    a1 = a1 + p
+                elif u == 2:
+                    a2 = a2 + p
+                else:
+                    a3 = a3 + p
+            i += 4
+        while i < dk:
+            kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
+            a0 = a0 + S.load(qt, 4 * QT * i, 16, "f32") * kv
+            i += 1
+        tot = (a0 + a1) + (a2 + a3)
+        S.store(s, 0, S.convert(S.lanes(tot, 0, 8), "f64"))
+        S.store(s, 64, S.convert(S.lanes(tot, 8, 8), "f64"))
+    else:
+        s0, s1 = S.zeros(8, "f64"), S.zeros(8, "f64")
         for i in range(dk):
             kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
             p = S.load(qt, 4 * QT * i, 16, "f32") * kv
@@ -183,12 +194,55 @@ def _flash_attn_tile(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softc
             s1 = s1 + S.convert(S.lanes(p, 8, 8), "f64")
         S.store(s, 0, s0)
         S.store(s, 64, s1)
-        for tt in range(nt):
-            if mv[tt] != F(-np.inf):
-                m[tt], s_sum[tt] = _online_step(acc[tt], _score(s[tt], sc, softcap, mv[tt]),
-                                                m[tt], s_sum[tt], v16, v32, hk, j, v_is_f16)
-    for tt in range(nt):
-        _finish(acc[tt], m[tt], s_sum[tt], sinks[h], has_sinks, out[t0 + tt, h])
+
+
+@njit(inline="always", cache=True)
+def _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                      sinks, has_sinks, out, hk, lh, lt, nl):
+    """Lanes ``l < nl`` side by side: query head ``lh[l]``'s token ``lt[l]``, all over KV
+    head ``hk`` (a prompt's tile: one head's QT queries; a decode's group: the heads
+    sharing ``hk``); each key read once, every lane the row kernel's steps."""
+    n_head, n_tok, dk = q.shape
+    n_kv = k16.shape[1] if kv_f16[0] else k32.shape[1]
+    dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
+    k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
+    fast = kv_f16.shape[0] > FAST and kv_f16[FAST]
+    sc = scale / softcap if softcap != F(0) else scale
+    qt = np.zeros(dk * QT, dtype=np.float32)          # q in K's vec_dot_type, [dk, QT]
+    for l in range(nl):
+        for i in range(dk):
+            qt[QT * i + l] = f16_round(q[lh[l], lt[l], i]) if k_is_f16 else q[lh[l], lt[l], i]
+    acc = np.zeros((QT, dv), dtype=np.float32)
+    s_sum = np.zeros(QT, dtype=np.float32)
+    m = np.full(QT, -np.inf, dtype=np.float32)
+    mv = np.zeros(QT, dtype=np.float32)
+    s = np.empty(QT, dtype=np.float64)
+    for j in range(n_kv):
+        live = False
+        for l in range(nl):
+            mv[l] = slopes[lh[l]] * f16_to_f32(mask[lh[l] % mask.shape[0], lt[l], j]) \
+                if has_mask else F(0)
+            live = live or mv[l] != F(-np.inf)
+        if not live:
+            continue
+        _lane_dots(qt, k16, k32, k_is_f16, hk, j, s, fast)
+        for l in range(nl):
+            if mv[l] != F(-np.inf):
+                m[l], s_sum[l] = _online_step(acc[l], _score(s[l], sc, softcap, mv[l]),
+                                              m[l], s_sum[l], v16, v32, hk, j, v_is_f16)
+    for l in range(nl):
+        _finish(acc[l], m[l], s_sum[l], sinks[lh[l]], has_sinks, out[lt[l], lh[l]])
+
+
+@njit(inline="always", cache=True)
+def _flash_attn_tile(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                     sinks, has_sinks, out, h, t0):
+    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    lh = np.full(QT, h, dtype=np.int64)
+    lt = np.arange(t0, t0 + QT).astype(np.int64)
+    _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                      sinks, has_sinks, out, h // (q.shape[0] // n_kv_head), lh, lt,
+                      min(QT, q.shape[1] - t0))
 
 
 @njit(parallel=True, cache=True)
@@ -203,89 +257,25 @@ def _flash_attn_tiled(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
 # ---------------------------------------------------------------------------- head groups
 # A decode's query heads that share a KV head (GQA): up to QT of them at a time read each
 # key once, and their K dots run side by side (lane g = head h0 + g), as a prompt's query
-# tiles do for queries; every head sees the same operations in the same order as in
-# _flash_attn_row, so the results are bit for bit those of the row kernel.
-
-
-@njit(inline="always", cache=True)
-def _flash_attn_group(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                      sinks, has_sinks, out, hk, t, g0, fast):
-    n_head, n_tok, dk = q.shape
-    n_kv_head, n_kv = (k16.shape[0], k16.shape[1]) if kv_f16[0] else (k32.shape[0], k32.shape[1])
-    dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
-    k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
-    rk = n_head // n_kv_head
-    h0 = hk * rk + g0
-    ng = min(QT, rk - g0)
-    sc = scale / softcap if softcap != F(0) else scale
-    qt = np.zeros(dk * QT, dtype=np.float32)          # q in K's vec_dot_type, [dk, QT]
-    for g in range(ng):
-        for i in range(dk):
-            qt[QT * i + g] = f16_round(q[h0 + g, t, i]) if k_is_f16 else q[h0 + g, t, i]
-    acc = np.zeros((QT, dv), dtype=np.float32)
-    s_sum = np.zeros(QT, dtype=np.float32)
-    m = np.full(QT, -np.inf, dtype=np.float32)
-    mv = np.zeros(QT, dtype=np.float32)
-    s = np.empty(QT, dtype=np.float64)
-    for j in range(n_kv):
-        live = False
-        for g in range(ng):
-            h = h0 + g
-            mv[g] = slopes[h] * f16_to_f32(mask[h % mask.shape[0], t, j]) if has_mask else F(0)
-            live = live or mv[g] != F(-np.inf)
-        if not live:
-            continue
-        if fast:    # float32 sums, four of them over i (i % 4), added at the end
-            a0, a1, a2, a3 = (S.zeros(16, "f32"), S.zeros(16, "f32"), S.zeros(16, "f32"),
-                              S.zeros(16, "f32"))
-            i = 0
-            while i + 4 <= dk:
-                for u in range(4):
-                    kv = f16_to_f32(k16[hk, j, i + u]) if k_is_f16 else k32[hk, j, i + u]
-                    p = S.load(qt, 4 * QT * (i + u), 16, "f32") * kv
-                    if u == 0:
-                        a0 = a0 + p
-                    elif u == 1:
-                        a1 = a1 + p
-                    elif u == 2:
-                        a2 = a2 + p
-                    else:
-                        a3 = a3 + p
-                i += 4
-            while i < dk:
-                kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
-                a0 = a0 + S.load(qt, 4 * QT * i, 16, "f32") * kv
-                i += 1
-            tot = (a0 + a1) + (a2 + a3)
-            S.store(s, 0, S.convert(S.lanes(tot, 0, 8), "f64"))
-            S.store(s, 64, S.convert(S.lanes(tot, 8, 8), "f64"))
-        else:
-            s0, s1 = S.zeros(8, "f64"), S.zeros(8, "f64")    # lane g: head h0 + g
-            for i in range(dk):
-                kv = f16_to_f32(k16[hk, j, i]) if k_is_f16 else k32[hk, j, i]
-                p = S.load(qt, 4 * QT * i, 16, "f32") * kv
-                s0 = s0 + S.convert(S.lanes(p, 0, 8), "f64")
-                s1 = s1 + S.convert(S.lanes(p, 8, 8), "f64")
-            S.store(s, 0, s0)
-            S.store(s, 64, s1)
-        for g in range(ng):
-            if mv[g] != F(-np.inf):
-                m[g], s_sum[g] = _online_step(acc[g], _score(s[g], sc, softcap, mv[g]),
-                                              m[g], s_sum[g], v16, v32, hk, j, v_is_f16)
-    for g in range(ng):
-        _finish(acc[g], m[g], s_sum[g], sinks[h0 + g], has_sinks, out[t, h0 + g])
+# tiles do for queries (both through _flash_attn_lanes); every head sees the same
+# operations in the same order as in _flash_attn_row, so the results are bit for bit
+# those of the row kernel.
 
 
 @njit(inline="always", cache=True)
 def _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                sinks, has_sinks, out, r, fast):
+                sinks, has_sinks, out, r):
     """Work item ``r`` of the head-group kernels: (KV head, token, group of QT heads)."""
     n_head, n_tok = q.shape[0], q.shape[1]
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
     groups = (n_head // n_kv_head + QT - 1) // QT
     hk, rest = r // (n_tok * groups), r % (n_tok * groups)
-    _flash_attn_group(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                      sinks, has_sinks, out, hk, rest // groups, rest % groups * QT, fast)
+    h0 = hk * (n_head // n_kv_head) + rest % groups * QT
+    lh = np.arange(h0, h0 + QT).astype(np.int64)
+    lt = np.full(QT, rest // groups, dtype=np.int64)
+    _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                      sinks, has_sinks, out, hk, lh, lt,
+                      min(QT, n_head // n_kv_head - rest % groups * QT))
 
 
 @njit(parallel=True, cache=True)
@@ -295,41 +285,16 @@ def _flash_attn_grouped(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, so
     groups = (q.shape[0] // n_kv_head + QT - 1) // QT
     for r in prange(n_kv_head * q.shape[1] * groups):
         _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r, False)
+                    sinks, has_sinks, out, r)
 
 
 @njit(cache=True)
 def _flash_attn_grouped_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale,
                                softcap, slopes, sinks, has_sinks, out):
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
-    groups = (q.shape[0] // n_kv_head + QT - 1) // QT
-    for r in range(n_kv_head * q.shape[1] * groups):
+    for r in range(n_kv_head * q.shape[1] * ((q.shape[0] // n_kv_head + QT - 1) // QT)):
         _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r, False)
-
-
-# ``fast`` numerics (graphcost.execute.exec_ops): the K dots in float32, four partial
-# sums a lane over i % 4 (a chain a quarter as long), as ggml's SIMD dots sum in float32
-# lanes; everything else as above
-
-@njit(parallel=True, cache=True)
-def _flash_attn_grouped_fast(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
-                             slopes, sinks, has_sinks, out):
-    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
-    groups = (q.shape[0] // n_kv_head + QT - 1) // QT
-    for r in prange(n_kv_head * q.shape[1] * groups):
-        _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r, True)
-
-
-@njit(cache=True)
-def _flash_attn_grouped_fast_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale,
-                                    softcap, slopes, sinks, has_sinks, out):
-    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
-    groups = (q.shape[0] // n_kv_head + QT - 1) // QT
-    for r in range(n_kv_head * q.shape[1] * groups):
-        _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r, True)
+                    sinks, has_sinks, out, r)
 
 
 #: work (query rows x keys x head size) below which :func:`kernel` picks the serial
@@ -337,22 +302,19 @@ def _flash_attn_grouped_fast_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mas
 SERIAL_BELOW = 1 << 16
 
 
-def kernel(work: int, n_tok: int = 1, n_head: int = 1, n_kv_head: int = 1,
-           fast: bool = False):
+def kernel(work: int, n_tok: int = 1, n_head: int = 1, n_kv_head: int = 1):
     """The flash-attention kernel for ``work`` = H*T*n_kv*(DK+DV), ``n_tok`` = T queries
     per head, ``n_head`` = H query heads over ``n_kv_head`` KV heads; arguments as
     :func:`flash_attn_ext` passes them. From ``TILE_MIN_TOKENS`` queries: query tiles;
     fewer, with query heads sharing a KV head (GQA): head groups, one item per KV head,
     token and ``QT`` heads (serial when there is one item, or below ``SERIAL_BELOW``);
-    otherwise one row per (head, token) (serial below ``SERIAL_BELOW``). ``fast``: the
-    head groups' float32 K dots (``fast`` numerics)."""
+    otherwise one row per (head, token) (serial below ``SERIAL_BELOW``)."""
     if n_tok >= TILE_MIN_TOKENS:
         return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn_tiled
     if n_kv_head and n_head // n_kv_head >= 2:
         items = n_kv_head * n_tok * -(-(n_head // n_kv_head) // QT)
-        if work < SERIAL_BELOW or items == 1:
-            return _flash_attn_grouped_fast_serial if fast else _flash_attn_grouped_serial
-        return _flash_attn_grouped_fast if fast else _flash_attn_grouped
+        return _flash_attn_grouped_serial if work < SERIAL_BELOW or items == 1 \
+            else _flash_attn_grouped
     return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn
 
 

@@ -714,6 +714,16 @@ def test_flash_attn_query_tiles_equal_the_row_kernel(kv, name):
                    sinks is not None, rows)   # sinks read-only, as flash_attn_ext passes them
     np.testing.assert_array_equal(got, rows)
     assert np.all(got[5] == 0.0)
+    # fast numerics (the third kv_f16 flag, FA.FAST): the K dots in float32
+    fast = np.full_like(rows, np.nan)
+    FA._flash_attn_tiled(q, k16, k32, v16, v32, np.array([k_f16, v_f16, True]),
+                         mask.view(np.uint16), True, np.float32(0.2), np.float32(softcap),
+                         FA.alibi_slopes(4, max_bias),
+                         K.bits.read_only_view(np.zeros(4, np.float32) if sinks is None
+                                               else sinks), sinks is not None, fast)
+    ref = FA.flash_attn_ext_ref(q, k, v, mask, 0.2, max_bias, softcap, sinks)
+    np.testing.assert_allclose(fast, ref, rtol=0, atol=4e-3 if kv == np.float16 else 2e-6)
+    assert not np.array_equal(fast, rows) and np.all(fast[5] == 0.0)
 
 
 @pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
@@ -753,14 +763,16 @@ def test_flash_attn_head_groups_equal_the_row_kernel(kv, name, n_head, n_kv_head
     if n_tok > 1:
         assert np.all(rows[1] == 0.0)
     # fast numerics: the K dots in float32 (four partial sums a lane), the rest the same
-    assert FA.kernel(1 << 20, n_tok, n_head, n_kv_head, fast=True) is (
-        FA._flash_attn_grouped_fast_serial if items == 1 else FA._flash_attn_grouped_fast)
+    # (the kernels' third kv_f16 flag, FA.FAST)
     ref = FA.flash_attn_ext_ref(q, k, v, mask, 0.2, max_bias, softcap, sinks)
-    for kern in (FA._flash_attn_grouped_fast, FA._flash_attn_grouped_fast_serial):
+    fast = (args[:5] + (np.array([k_f16, v_f16, True]),) + args[6:])
+    assert FA.FAST == 2
+    for kern in (FA._flash_attn_grouped, FA._flash_attn_grouped_serial):
         got = np.full_like(rows, np.nan)
-        kern(*args, got)
+        kern(*fast, got)
         # F16 V: VKQ16 rounds the accumulator to F16 (2^-11 relative) after every key
         np.testing.assert_allclose(got, ref, rtol=0, atol=4e-3 if kv == np.float16 else 2e-6)
+        assert not np.array_equal(got, rows)        # the float32 sums did run
 
 
 def test_flash_attn_fully_masked_row_is_zero():

@@ -892,7 +892,7 @@ def _flash_attn_node(node: Tensor, ctx: Ctx) -> OpFn:
     contig = [is_contiguous(t) for t in node.src]
     k_f16, v_f16 = k.type == gt.F16, v.type == gt.F16
     z16, z32 = np.zeros((1, 1, 1), np.uint16), np.zeros((1, 1, 1), np.float32)
-    kv_f16 = np.array([k_f16, v_f16])
+    kv_f16 = np.array([k_f16, v_f16, ctx.numerics == "fast"])   # A.FAST: the third flag
     head = (np.float32(p["scale"]), np.float32(p["softcap"]), A.alibi_slopes(n_head, p["max_bias"]))
     tail = head + (read_only(np.zeros(n_head, dtype=np.float32)), False)   # as _soft_max's
 
@@ -907,8 +907,7 @@ def _flash_attn_node(node: Tensor, ctx: Ctx) -> OpFn:
         t = tail if sv is None else head + (_sink_values(sv), True)
         return (c(qv[0], 0),) + ks + vs + (kv_f16, m, mv is not None) + t + (out[0],)
 
-    kern = A.kernel(n_head * n_tok * n_kv * (k.ne[0] + v.ne[0]), n_tok, n_head, k.ne[2],
-                    fast=ctx.numerics == "fast")
+    kern = A.kernel(n_head * n_tok * n_kv * (k.ne[0] + v.ne[0]), n_tok, n_head, k.ne[2])
     shape = shape_strides(node)[0]
     if len(node.src) > 4:           # sinks (src[4], after the mask)
         return KernelNode(kern, lambda qv, kv, vv, mv, sv, out: prep(qv, kv, vv, mv, out, sv),
