@@ -262,13 +262,19 @@ def _flash_attn_tiled(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
 # those of the row kernel.
 
 
+@njit(cache=True)
+def head_groups(n_head, n_kv_head):
+    """Groups of up to QT query heads a KV head (one work item each, per token)."""
+    return (n_head // n_kv_head + QT - 1) // QT
+
+
 @njit(inline="always", cache=True)
 def _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                 sinks, has_sinks, out, r):
     """Work item ``r`` of the head-group kernels: (KV head, token, group of QT heads)."""
     n_head, n_tok = q.shape[0], q.shape[1]
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
-    groups = (n_head // n_kv_head + QT - 1) // QT
+    groups = head_groups(n_head, n_kv_head)
     hk, rest = r // (n_tok * groups), r % (n_tok * groups)
     h0 = hk * (n_head // n_kv_head) + rest % groups * QT
     lh = np.arange(h0, h0 + QT).astype(np.int64)
@@ -282,8 +288,7 @@ def _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, s
 def _flash_attn_grouped(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
                         slopes, sinks, has_sinks, out):
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
-    groups = (q.shape[0] // n_kv_head + QT - 1) // QT
-    for r in prange(n_kv_head * q.shape[1] * groups):
+    for r in prange(n_kv_head * q.shape[1] * head_groups(q.shape[0], n_kv_head)):
         _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                     sinks, has_sinks, out, r)
 
@@ -292,7 +297,7 @@ def _flash_attn_grouped(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, so
 def _flash_attn_grouped_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale,
                                softcap, slopes, sinks, has_sinks, out):
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
-    for r in range(n_kv_head * q.shape[1] * ((q.shape[0] // n_kv_head + QT - 1) // QT)):
+    for r in range(n_kv_head * q.shape[1] * head_groups(q.shape[0], n_kv_head)):
         _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                     sinks, has_sinks, out, r)
 
@@ -312,7 +317,7 @@ def kernel(work: int, n_tok: int = 1, n_head: int = 1, n_kv_head: int = 1):
     if n_tok >= TILE_MIN_TOKENS:
         return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn_tiled
     if n_kv_head and n_head // n_kv_head >= 2:
-        items = n_kv_head * n_tok * -(-(n_head // n_kv_head) // QT)
+        items = n_kv_head * n_tok * head_groups(n_head, n_kv_head)
         return _flash_attn_grouped_serial if work < SERIAL_BELOW or items == 1 \
             else _flash_attn_grouped
     return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn
