@@ -23,13 +23,17 @@ Per (token, head), following the one_chunk loop:
   multiply-add is rounded to F16, FMA as ggml's SIMD); with F32 V it is float32;
 * optional sinks, then ``out = VKQ / S``.
 
-llama.cpp switches to a tiled kernel for >= ``Q_TILE`` queries and to a split-KV
-kernel for single-token decode with >= 512 keys; those accumulate in float32 and
-round differently. The reference is a numpy loop over keys doing the same steps.
+For a single-token decode over >= 512 keys llama.cpp splits the keys into one chunk per
+thread and merges the chunks' partial results (``use_split_kv_path``); so does
+:func:`kernel` (``_flash_attn_split``, chunks from ``numba.get_num_threads()``). llama.cpp's
+tiled kernel for >= ``Q_TILE`` queries accumulates in float32 and rounds differently;
+that one is not mirrored (query tiles here run the one_chunk steps). The reference is a
+numpy loop over keys doing the same steps, split into chunks when asked.
 """
 from __future__ import annotations
 
 import numpy as np
+import numba
 from numba import njit, prange
 
 from . import simd as S
@@ -70,29 +74,59 @@ def _online_step(acc, s32, m, s_sum, v16, v32, hv, j, v_is_f16):
 
 
 @njit(inline="always", cache=True)
-def _finish(acc, m, s_sum, sink, has_sinks, out):
+def _sink(acc, m, s_sum, sink):
+    """The sink ``sink`` into the softmax sum and the accumulator: returns the new
+    (max, sum), as one_chunk's ``sinks`` step."""
+    ms = F(1)
+    vs = F(1)
+    if sink > m:
+        ms = np.exp(m - sink)
+        m = sink
+        for d in range(acc.shape[0]):
+            acc[d] *= ms
+    else:
+        vs = np.exp(sink - m)
+    return m, s_sum * ms + vs
+
+
+@njit(inline="always", cache=True)
+def _finish(acc, m, s_sum, sink, has_sinks, out, parts, chunk):
     """The sink (if any) into the softmax sum and the accumulator, then ``out = acc / S``
-    (0 for a query every key masks)."""
-    if has_sinks:
-        ms = F(1)
-        vs = F(1)
-        if sink > m:
-            ms = np.exp(m - sink)
-            for d in range(acc.shape[0]):
-                acc[d] *= ms
-        else:
-            vs = np.exp(sink - m)
-        s_sum = s_sum * ms + vs
+    (0 for a query every key masks); for KV chunk ``chunk >= 0`` instead, the partial
+    (M, S, acc) into ``parts[chunk]`` (the sink in chunk 0 only), as one_chunk's
+    ``write_partials``."""
+    if has_sinks and chunk <= 0:
+        m, s_sum = _sink(acc, m, s_sum, sink)
+    if chunk >= 0:
+        parts[chunk, 0] = m
+        parts[chunk, 1] = s_sum
+        for d in range(acc.shape[0]):
+            parts[chunk, 2 + d] = acc[d]
+        return
     inv = F(0) if s_sum == F(0) else F(1) / s_sum
     for d in range(acc.shape[0]):
         out[d] = acc[d] * inv
 
 
 @njit(inline="always", cache=True)
+def _n_kv(k16, k32, kv_f16):
+    """Keys (KV cells) of the K view."""
+    return k16.shape[1] if kv_f16[0] else k32.shape[1]
+
+
+@njit(inline="always", cache=True)
+def _NO_PARTS():
+    """The partials argument of a kernel that writes ``out`` itself (chunk -1)."""
+    return np.empty((1, 1, 1), dtype=np.float32)
+
+
+@njit(inline="always", cache=True)
 def _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r):
+                    sinks, has_sinks, out, r, j0, j1, parts, chunk):
+    """Row ``r`` = (head, token) over keys ``j0..j1``: into ``out``, or for KV chunk
+    ``chunk >= 0`` its partial into ``parts[head]`` (:func:`_finish`)."""
     n_head, n_tok, dk = q.shape
-    n_kv_head, n_kv = (k16.shape[0], k16.shape[1]) if kv_f16[0] else (k32.shape[0], k32.shape[1])
+    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
     k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
     rk, rv = n_head // n_kv_head, n_head // n_kv_head
@@ -106,7 +140,7 @@ def _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softca
     s_sum = F(0)
     m = F(-np.inf)
     hk, hv = h // rk, h // rv
-    for j in range(n_kv):
+    for j in range(j0, j1):
         mv = slope * f16_to_f32(mask[h % mask.shape[0], t, j]) if has_mask else F(0)
         if mv == F(-np.inf):
             continue
@@ -116,23 +150,25 @@ def _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softca
             s += np.float64(kv * qf[i])
         m, s_sum = _online_step(acc, _score(s, sc, softcap, mv), m, s_sum, v16, v32, hv, j,
                                 v_is_f16)
-    _finish(acc, m, s_sum, sinks[h], has_sinks, out[t, h])
+    _finish(acc, m, s_sum, sinks[h], has_sinks, out[t, h], parts[h % parts.shape[0]], chunk)
 
 
 @njit(parallel=True, cache=True)
 def _flash_attn(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                 sinks, has_sinks, out):
+    n_kv, parts = _n_kv(k16, k32, kv_f16), _NO_PARTS()
     for r in prange(q.shape[0] * q.shape[1]):
         _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
-                        slopes, sinks, has_sinks, out, r)
+                        slopes, sinks, has_sinks, out, r, 0, n_kv, parts, -1)
 
 
 @njit(cache=True)
 def _flash_attn_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
                        slopes, sinks, has_sinks, out):
+    n_kv, parts = _n_kv(k16, k32, kv_f16), _NO_PARTS()
     for r in range(q.shape[0] * q.shape[1]):
         _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
-                        slopes, sinks, has_sinks, out, r)
+                        slopes, sinks, has_sinks, out, r, 0, n_kv, parts, -1)
 
 
 # ---------------------------------------------------------------------------- query tiles
@@ -197,27 +233,63 @@ def _lane_dots(qt, k16, k32, k_is_f16, hk, j, s, fast):
 
 
 @njit(inline="always", cache=True)
+def _row_dots(qd, k16, k32, k_is_f16, hk, j, s, nl):
+    """Key ``j``'s dots with lanes ``l < nl`` one at a time (``qd`` [QT, dk]: lane ``l``'s
+    query in K's vec_dot_type), 16 dims a vector in float32 (two accumulators, then the
+    lanes summed) into ``s``: ``fast`` numerics for a few lanes (a decode's head group),
+    where :func:`_lane_dots` would spend QT lanes on each key element."""
+    dk = qd.shape[1]
+    kr16 = k16[hk if k_is_f16 else 0, j if k_is_f16 else 0]      # key j's row (the other
+    kr32 = k32[0 if k_is_f16 else hk, 0 if k_is_f16 else j]      # type's array: a dummy)
+    for l in range(nl):
+        ql = qd[l]
+        a0, a1 = S.zeros(16, "f32"), S.zeros(16, "f32")
+        i = 0
+        while i + 32 <= dk:
+            if k_is_f16:
+                k0 = S.f16_to_f32(S.load(kr16, 2 * i, 16, "u16"))
+                k1 = S.f16_to_f32(S.load(kr16, 2 * i + 32, 16, "u16"))
+            else:
+                k0 = S.load(kr32, 4 * i, 16, "f32")
+                k1 = S.load(kr32, 4 * i + 64, 16, "f32")
+            a0 = a0 + S.load(ql, 4 * i, 16, "f32") * k0
+            a1 = a1 + S.load(ql, 4 * i + 64, 16, "f32") * k1
+            i += 32
+        tot = S.reduce_add_ps(a0 + a1)
+        while i < dk:
+            tot += ql[i] * (f16_to_f32(kr16[i]) if k_is_f16 else kr32[i])
+            i += 1
+        s[l] = tot
+
+
+@njit(inline="always", cache=True)
 def _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                      sinks, has_sinks, out, hk, lh, lt, nl):
+                      sinks, has_sinks, out, hk, lh, lt, nl, j0, j1, parts, chunk):
     """Lanes ``l < nl`` side by side: query head ``lh[l]``'s token ``lt[l]``, all over KV
-    head ``hk`` (a prompt's tile: one head's QT queries; a decode's group: the heads
-    sharing ``hk``); each key read once, every lane the row kernel's steps."""
+    head ``hk``'s keys ``j0..j1`` (a prompt's tile: one head's QT queries; a decode's
+    group: the heads sharing ``hk``); each key read once, every lane the row kernel's
+    steps (and its ``out`` or, for ``chunk >= 0``, ``parts``)."""
     n_head, n_tok, dk = q.shape
-    n_kv = k16.shape[1] if kv_f16[0] else k32.shape[1]
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
     k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
     fast = kv_f16.shape[0] > FAST and kv_f16[FAST]
     sc = scale / softcap if softcap != F(0) else scale
+    rows = fast and nl < QT // 2                      # few lanes: _row_dots
     qt = np.zeros(dk * QT, dtype=np.float32)          # q in K's vec_dot_type, [dk, QT]
+    qd = np.zeros((QT if rows else 1, dk), dtype=np.float32)    # the same, [QT, dk]
     for l in range(nl):
         for i in range(dk):
-            qt[QT * i + l] = f16_round(q[lh[l], lt[l], i]) if k_is_f16 else q[lh[l], lt[l], i]
+            qi = f16_round(q[lh[l], lt[l], i]) if k_is_f16 else q[lh[l], lt[l], i]
+            if rows:
+                qd[l, i] = qi
+            else:
+                qt[QT * i + l] = qi
     acc = np.zeros((QT, dv), dtype=np.float32)
     s_sum = np.zeros(QT, dtype=np.float32)
     m = np.full(QT, -np.inf, dtype=np.float32)
     mv = np.zeros(QT, dtype=np.float32)
     s = np.empty(QT, dtype=np.float64)
-    for j in range(n_kv):
+    for j in range(j0, j1):
         live = False
         for l in range(nl):
             mv[l] = slopes[lh[l]] * f16_to_f32(mask[lh[l] % mask.shape[0], lt[l], j]) \
@@ -225,13 +297,17 @@ def _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
             live = live or mv[l] != F(-np.inf)
         if not live:
             continue
-        _lane_dots(qt, k16, k32, k_is_f16, hk, j, s, fast)
+        if rows:
+            _row_dots(qd, k16, k32, k_is_f16, hk, j, s, nl)
+        else:
+            _lane_dots(qt, k16, k32, k_is_f16, hk, j, s, fast)
         for l in range(nl):
             if mv[l] != F(-np.inf):
                 m[l], s_sum[l] = _online_step(acc[l], _score(s[l], sc, softcap, mv[l]),
                                               m[l], s_sum[l], v16, v32, hk, j, v_is_f16)
     for l in range(nl):
-        _finish(acc[l], m[l], s_sum[l], sinks[lh[l]], has_sinks, out[lt[l], lh[l]])
+        _finish(acc[l], m[l], s_sum[l], sinks[lh[l]], has_sinks, out[lt[l], lh[l]],
+                parts[lh[l] % parts.shape[0]], chunk)
 
 
 @njit(inline="always", cache=True)
@@ -242,7 +318,7 @@ def _flash_attn_tile(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softc
     lt = np.arange(t0, t0 + QT).astype(np.int64)
     _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                       sinks, has_sinks, out, h // (q.shape[0] // n_kv_head), lh, lt,
-                      min(QT, q.shape[1] - t0))
+                      min(QT, q.shape[1] - t0), 0, _n_kv(k16, k32, kv_f16), _NO_PARTS(), -1)
 
 
 @njit(parallel=True, cache=True)
@@ -281,7 +357,8 @@ def _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, s
     lt = np.full(QT, rest // groups, dtype=np.int64)
     _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                       sinks, has_sinks, out, hk, lh, lt,
-                      min(QT, n_head // n_kv_head - rest % groups * QT))
+                      min(QT, n_head // n_kv_head - rest % groups * QT), 0,
+                      _n_kv(k16, k32, kv_f16), _NO_PARTS(), -1)
 
 
 @njit(parallel=True, cache=True)
@@ -302,21 +379,114 @@ def _flash_attn_grouped_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, sc
                     sinks, has_sinks, out, r)
 
 
+# ---------------------------------------------------------------------------- split KV
+# A decode's query over at least SPLIT_KV_MIN keys (ops.cpp ``use_split_kv_path``: one
+# query token, K and V both F16 or both F32): the keys are cut into one chunk per thread,
+# ceil(n_kv / nth) each; every chunk runs all heads over its keys (head groups with GQA,
+# otherwise rows) into a partial (M, S, acc converted to float32; the sink in chunk 0
+# only), and the partials are then merged chunk by chunk in float32 as
+# ``ggml_flash_attn_ext_reduce_partials``. With one chunk the result is the unsplit
+# kernel's bit for bit. (``fast`` numerics: head groups without GQA too, a head a group,
+# for their float32 row dots.)
+
+#: keys from which a single-token decode splits its keys over the threads
+SPLIT_KV_MIN = 512
+
+
+@njit(inline="always", cache=True)
+def _split_chunk(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                 sinks, has_sinks, out, parts, c, j0, j1):
+    """Chunk ``c`` (keys ``j0..j1``) of every head into ``parts[:, c]``."""
+    n_head = q.shape[0]
+    n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    rep = n_head // n_kv_head
+    if rep >= 2 or (kv_f16.shape[0] > FAST and kv_f16[FAST]):
+        for hk in range(n_kv_head):
+            for g in range(head_groups(n_head, n_kv_head)):
+                h0 = hk * rep + g * QT
+                lh = np.arange(h0, h0 + QT).astype(np.int64)
+                lt = np.zeros(QT, dtype=np.int64)
+                _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale,
+                                  softcap, slopes, sinks, has_sinks, out, hk, lh, lt,
+                                  min(QT, rep - g * QT), j0, j1, parts, c)
+    else:
+        for h in range(n_head):
+            _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                            slopes, sinks, has_sinks, out, h, j0, j1, parts, c)
+
+
+@njit(inline="always", cache=True)
+def _reduce_partials(parts, chunk, n_kv, out):
+    """``out[0, h] = sum_c acc_c e^(M_c - M) / sum_c S_c e^(M_c - M)``, merged chunk by
+    chunk as ggml_flash_attn_ext_reduce_partials (chunks past the keys, or with S = 0,
+    skipped; a head with S = 0 everywhere gives 0)."""
+    n_head, n_chunks, dv = parts.shape[0], parts.shape[1], parts.shape[2] - 2
+    for h in range(n_head):
+        o = out[0, h]
+        o[:] = F(0)
+        m_fin, s_fin = F(-np.inf), F(0)
+        for c in range(n_chunks):
+            if c * chunk >= n_kv or parts[h, c, 1] == F(0):
+                continue
+            m_new = max(m_fin, parts[h, c, 0])
+            s_old, s_new = np.exp(m_fin - m_new), np.exp(parts[h, c, 0] - m_new)
+            for d in range(dv):
+                o[d] = o[d] * s_old + parts[h, c, 2 + d] * s_new
+            s_fin = s_fin * s_old + parts[h, c, 1] * s_new
+            m_fin = m_new
+        if s_fin != F(0):
+            inv = F(1) / s_fin
+            for d in range(dv):
+                o[d] *= inv
+
+
+@njit(parallel=True, cache=True)
+def flash_attn_split(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                     sinks, has_sinks, out, n_chunks):
+    """The split-KV decode over ``n_chunks`` chunks of keys (one a thread, in parallel),
+    then their merge; ``q`` holds one token."""
+    n_kv = _n_kv(k16, k32, kv_f16)
+    dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
+    chunk = (n_kv + n_chunks - 1) // n_chunks
+    parts = np.empty((q.shape[0], n_chunks, 2 + dv), dtype=np.float32)
+    for c in prange(n_chunks):
+        if c * chunk < n_kv:
+            _split_chunk(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                         slopes, sinks, has_sinks, out, parts, c, c * chunk,
+                         min(c * chunk + chunk, n_kv))
+    _reduce_partials(parts, chunk, n_kv, out)
+
+
+def _flash_attn_split(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                      sinks, has_sinks, out):
+    """:func:`flash_attn_split` with one chunk per thread of ``numba.get_num_threads()``
+    (llama.cpp: one per thread of its ``-t``); a Python function, as Numba cannot cache
+    a compiled function that reads the thread count."""
+    flash_attn_split(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                     sinks, has_sinks, out, numba.get_num_threads())
+
+
 #: work (query rows x keys x head size) below which :func:`kernel` picks the serial
 #: variant (a parallel region costs 5-30 us to start)
 SERIAL_BELOW = 1 << 16
 
 
-def kernel(work: int, n_tok: int = 1, n_head: int = 1, n_kv_head: int = 1):
+def kernel(work: int, n_tok: int = 1, n_head: int = 1, n_kv_head: int = 1, n_kv: int = 0,
+           split: bool = False, fast: bool = False):
     """The flash-attention kernel for ``work`` = H*T*n_kv*(DK+DV), ``n_tok`` = T queries
-    per head, ``n_head`` = H query heads over ``n_kv_head`` KV heads; arguments as
-    :func:`flash_attn_ext` passes them. From ``TILE_MIN_TOKENS`` queries: query tiles;
-    fewer, with query heads sharing a KV head (GQA): head groups, one item per KV head,
-    token and ``QT`` heads (serial when there is one item, or below ``SERIAL_BELOW``);
-    otherwise one row per (head, token) (serial below ``SERIAL_BELOW``)."""
+    per head, ``n_head`` = H query heads over ``n_kv_head`` KV heads, ``n_kv`` keys;
+    ``split``: K and V are both F16 or both F32 (the types llama.cpp splits). One token
+    over ``SPLIT_KV_MIN`` keys or more, ``split``: the split-KV decode. From
+    ``TILE_MIN_TOKENS`` queries: query tiles; fewer, with query heads sharing a KV head
+    (GQA): head groups, one item per KV head, token and ``QT`` heads (serial when there
+    is one item, or below ``SERIAL_BELOW``), also without GQA for ``fast`` numerics (the
+    float32 row dots, :func:`_row_dots`); otherwise one row per (head, token) (serial
+    below ``SERIAL_BELOW``)."""
+    if split and n_tok == 1 and n_kv >= SPLIT_KV_MIN:
+        return _flash_attn_split
     if n_tok >= TILE_MIN_TOKENS:
         return _flash_attn_serial if work < SERIAL_BELOW else _flash_attn_tiled
-    if n_kv_head and n_head // n_kv_head >= 2:
+    if n_kv_head and (n_head // n_kv_head >= 2 or fast):
         items = n_kv_head * n_tok * head_groups(n_head, n_kv_head)
         return _flash_attn_grouped_serial if work < SERIAL_BELOW or items == 1 \
             else _flash_attn_grouped
@@ -332,9 +502,11 @@ def _kv(a):
 
 def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
                    scale: float, max_bias: float = 0.0, softcap: float = 0.0,
-                   sinks: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+                   sinks: np.ndarray | None = None, out: np.ndarray | None = None,
+                   split: bool = True) -> np.ndarray:
     """ggml_flash_attn_ext -> ``out[T, H, DV]`` float32 (see module doc for layouts);
-    into ``out`` (C-contiguous) when given."""
+    into ``out`` (C-contiguous) when given. ``split=False``: never the split-KV decode
+    (a quantized cache, decoded to float32 by the caller: llama.cpp splits F16/F32 only)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     n_head, n_tok, dk = q.shape
     if k.shape[0] == 0 or n_head % k.shape[0] or k.shape[2] != dk or v.shape[:2] != k.shape[:2]:
@@ -359,14 +531,18 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray
         out = np.empty(shape, dtype=np.float32)
     elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {shape}")
-    kern = kernel(n_head * n_tok * k.shape[1] * (dk + v.shape[2]), n_tok, n_head, k.shape[0])
+    kern = kernel(n_head * n_tok * k.shape[1] * (dk + v.shape[2]), n_tok, n_head, k.shape[0],
+                  k.shape[1], split and k.dtype == v.dtype)
     kern(q, k16, k32, v16, v32, np.array([k_f16, v_f16]), m, has_mask, F(scale), F(softcap),
          alibi_slopes(n_head, max_bias), sk, has_sinks, out)
     return out
 
 
-def flash_attn_ext_ref(q, k, v, mask, scale, max_bias=0.0, softcap=0.0, sinks=None):
-    """numpy reference: the same per-key online-softmax steps, vectorized over (h, t)."""
+def flash_attn_ext_ref(q, k, v, mask, scale, max_bias=0.0, softcap=0.0, sinks=None,
+                       kv_chunks=0):
+    """numpy reference: the same per-key online-softmax steps, vectorized over (h, t);
+    ``kv_chunks > 0`` (one token): the split-KV decode, keys in that many chunks of
+    ceil(n_kv / kv_chunks), each chunk's partial (sink in chunk 0), then their merge."""
     q = np.asarray(q, dtype=np.float32)
     n_head, n_tok, dk = q.shape
     k_f16, v_f16 = k.dtype == np.float16, v.dtype == np.float16
@@ -388,27 +564,50 @@ def flash_attn_ext_ref(q, k, v, mask, scale, max_bias=0.0, softcap=0.0, sinks=No
         mv = np.zeros_like(s)
     s = (s + mv).astype(np.float32)
     rnd = (lambda a: a.astype(np.float16).astype(np.float32)) if v_f16 else (lambda a: a)
-    acc = np.zeros((n_head, n_tok, v.shape[2]), dtype=np.float32)
-    big_m = np.full((n_head, n_tok), -np.inf, dtype=np.float32)
-    big_s = np.zeros((n_head, n_tok), dtype=np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        for j in range(k.shape[1]):
-            sj, live = s[..., j], mv[..., j] != -np.inf
-            new = live & (sj > big_m)
-            ms = np.where(new, np.exp(big_m - sj), F(1)).astype(np.float32)
-            vs = np.where(new | ~live, F(1), np.exp(sj - big_m)).astype(np.float32)
-            big_m = np.where(new, sj, big_m)
-            scaled = np.where(new[..., None], rnd(acc * ms[..., None]), acc)
-            upd = rnd((vf[:, None, j, :].astype(np.float64) * vs[..., None]
-                       + scaled.astype(np.float64)).astype(np.float32))   # one rounding: FMA
-            acc = np.where(live[..., None], upd, acc).astype(np.float32)
-            big_s = np.where(live, big_s * ms + vs, big_s).astype(np.float32)
-        if sinks is not None:
-            sk = np.asarray(sinks, dtype=np.float32)[:, None]
-            new = sk > big_m
-            ms = np.where(new, np.exp(big_m - sk), F(1)).astype(np.float32)
-            vs = np.where(new, F(1), np.exp(sk - big_m)).astype(np.float32)
-            acc = (acc * ms[..., None]).astype(np.float32)
-            big_s = (big_s * ms + vs).astype(np.float32)
+
+    def partial(j0, j1, sink):
+        acc = np.zeros((n_head, n_tok, v.shape[2]), dtype=np.float32)
+        big_m = np.full((n_head, n_tok), -np.inf, dtype=np.float32)
+        big_s = np.zeros((n_head, n_tok), dtype=np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for j in range(j0, j1):
+                sj, live = s[..., j], mv[..., j] != -np.inf
+                new = live & (sj > big_m)
+                ms = np.where(new, np.exp(big_m - sj), F(1)).astype(np.float32)
+                vs = np.where(new | ~live, F(1), np.exp(sj - big_m)).astype(np.float32)
+                big_m = np.where(new, sj, big_m)
+                scaled = np.where(new[..., None], rnd(acc * ms[..., None]), acc)
+                upd = rnd((vf[:, None, j, :].astype(np.float64) * vs[..., None]
+                           + scaled.astype(np.float64)).astype(np.float32))   # one rounding: FMA
+                acc = np.where(live[..., None], upd, acc).astype(np.float32)
+                big_s = np.where(live, big_s * ms + vs, big_s).astype(np.float32)
+            if sink is not None:
+                sk = np.asarray(sink, dtype=np.float32)[:, None]
+                new = sk > big_m
+                ms = np.where(new, np.exp(big_m - sk), F(1)).astype(np.float32)
+                vs = np.where(new, F(1), np.exp(sk - big_m)).astype(np.float32)
+                acc = (acc * ms[..., None]).astype(np.float32)
+                big_m = np.where(new, sk, big_m).astype(np.float32)
+                big_s = (big_s * ms + vs).astype(np.float32)
+        return acc, big_m, big_s
+
+    n_kv = k.shape[1]
+    if kv_chunks:
+        chunk = -(-n_kv // kv_chunks)
+        acc = np.zeros((n_head, n_tok, v.shape[2]), dtype=np.float32)
+        big_m = np.full((n_head, n_tok), -np.inf, dtype=np.float32)
+        big_s = np.zeros((n_head, n_tok), dtype=np.float32)
+        for c in range(0, n_kv, chunk):
+            a_c, m_c, s_c = partial(c, min(c + chunk, n_kv), sinks if c == 0 else None)
+            with np.errstate(invalid="ignore"):
+                m_new = np.maximum(big_m, m_c)
+                s_old, s_new = np.exp(big_m - m_new), np.exp(m_c - m_new)
+            use = s_c != 0
+            acc = np.where(use[..., None], acc * s_old[..., None] + a_c * s_new[..., None],
+                           acc).astype(np.float32)
+            big_s = np.where(use, big_s * s_old + s_c * s_new, big_s).astype(np.float32)
+            big_m = np.where(use, m_new, big_m).astype(np.float32)
+    else:
+        acc, big_m, big_s = partial(0, n_kv, sinks)
     inv = np.where(big_s == 0, F(0), F(1) / np.where(big_s == 0, F(1), big_s)).astype(np.float32)
     return (acc * inv[..., None]).transpose(1, 0, 2).astype(np.float32)

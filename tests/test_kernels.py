@@ -23,6 +23,7 @@ import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES
@@ -773,6 +774,100 @@ def test_flash_attn_head_groups_equal_the_row_kernel(kv, name, n_head, n_kv_head
         # F16 V: VKQ16 rounds the accumulator to F16 (2^-11 relative) after every key
         np.testing.assert_allclose(got, ref, rtol=0, atol=4e-3 if kv == np.float16 else 2e-6)
         assert not np.array_equal(got, rows)        # the float32 sums did run
+
+
+@pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
+@pytest.mark.parametrize("name", list(FA_CASES))
+@pytest.mark.parametrize("n_head,n_kv_head", [(4, 1), (3, 3)], ids=["gemma_groups", "rows"])
+def test_flash_attn_split_kv_decode_merges_chunks_as_llama_cpp(kv, name, n_head, n_kv_head):
+    # one token over 530 keys (>= FA.SPLIT_KV_MIN = 512, llama.cpp's use_split_kv_path):
+    # chunks of ceil(530 / n) keys, each chunk's partial (M, S, acc; the sink in chunk 0
+    # only), merged chunk by chunk. Keys 0..139 masked: with 5 chunks of 106, chunk 0 has
+    # no live key (S = 0: skipped, or only the sink); 64 chunks of 9 leave chunks 59..63
+    # past the 530 keys (59 * 9 = 531)
+    max_bias, softcap, sinks = FA_CASES[name]
+    if sinks is not None:
+        sinks = np.linspace(-2.0, 3.0, n_head).astype(np.float32)
+    q, k, v, mask = attn_inputs(kv, seed=17, n_head=n_head, n_kv_head=n_kv_head, n_tok=1,
+                                n_kv=530)
+    mask[:, :, :140] = -np.inf
+    work = n_head * 530 * 40
+    assert FA.SPLIT_KV_MIN == 512
+    assert FA.kernel(work, 1, n_head, n_kv_head, 530, True) is FA._flash_attn_split
+    assert FA.kernel(work, 1, n_head, n_kv_head, 530, False) is not FA._flash_attn_split
+    assert FA.kernel(work, 1, n_head, n_kv_head, 511, True) is not FA._flash_attn_split
+    assert FA.kernel(1 << 20, 4, n_head, n_kv_head, 530, True) is FA._flash_attn_tiled
+    k16, k32, k_f16 = FA._kv(k)
+    v16, v32, v_f16 = FA._kv(v)
+    args = (q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
+            np.float32(0.2), np.float32(softcap), FA.alibi_slopes(n_head, max_bias),
+            K.bits.read_only_view(np.zeros(n_head, np.float32) if sinks is None else sinks),
+            sinks is not None)
+    rows = np.empty((1, n_head, v.shape[2]), np.float32)
+    FA._flash_attn(*args, rows)
+    one = np.full_like(rows, np.nan)
+    FA.flash_attn_split(*args, one, 1)
+    np.testing.assert_array_equal(one, rows)          # one chunk: the unsplit kernel's bits
+    for n in (2, 5, 64):
+        got = np.full_like(rows, np.nan)
+        FA.flash_attn_split(*args, got, n)
+        ref = FA.flash_attn_ext_ref(q, k, v, mask, 0.2, max_bias, softcap, sinks, kv_chunks=n)
+        np.testing.assert_allclose(got, ref, rtol=2e-6, atol=2e-6)
+        # the merge is the same softmax: F16 V rounds each chunk's accumulator apart
+        np.testing.assert_allclose(got, rows, rtol=0, atol=5e-3 if kv == np.float16 else 2e-6)
+    # fast numerics: the float32 row dots in every chunk (head groups, with or without GQA)
+    fast = args[:5] + (np.array([k_f16, v_f16, True]),) + args[6:]
+    got = np.full_like(rows, np.nan)
+    FA.flash_attn_split(*fast, got, 5)
+    np.testing.assert_allclose(got, FA.flash_attn_ext_ref(q, k, v, mask, 0.2, max_bias, softcap,
+                                                          sinks, kv_chunks=5),
+                               rtol=0, atol=4e-3 if kv == np.float16 else 2e-6)
+    assert not np.array_equal(got, rows)
+    threads = numba.get_num_threads()
+    np.testing.assert_allclose(
+        FA.flash_attn_ext(q, k, v, mask, 0.2, max_bias, softcap, sinks),
+        FA.flash_attn_ext_ref(q, k, v, mask, 0.2, max_bias, softcap, sinks, kv_chunks=threads),
+        rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
+def test_flash_attn_fast_decode_without_gqa_runs_one_head_groups(kv):
+    # no GQA (3 heads, 3 KV heads): exact numerics take the row kernel, fast numerics head
+    # groups of one head (the float32 row dots); a one-lane group in exact numerics is the
+    # row kernel bit for bit. Head size 40: one 32-dim vector step and 8 dims one by one
+    q, k, v, mask = attn_inputs(kv, seed=19, n_head=3, n_kv_head=3, n_tok=1, n_kv=45, dk=40)
+    assert FA.kernel(1 << 20, 1, 3, 3) is FA._flash_attn
+    assert FA.kernel(1 << 20, 1, 3, 3, fast=True) is FA._flash_attn_grouped
+    assert FA.kernel(1 << 20, 37, 3, 3, fast=True) is FA._flash_attn_tiled
+    k16, k32, k_f16 = FA._kv(k)
+    v16, v32, v_f16 = FA._kv(v)
+    args = (q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
+            np.float32(0.2), np.float32(0.0), FA.alibi_slopes(3, 0.0),
+            K.bits.read_only_view(np.zeros(3, np.float32)), False)
+    rows = np.empty((1, 3, 16), np.float32)
+    FA._flash_attn(*args, rows)
+    got = np.full_like(rows, np.nan)
+    FA._flash_attn_grouped(*args, got)
+    np.testing.assert_array_equal(got, rows)
+    FA._flash_attn_grouped(*(args[:5] + (np.array([k_f16, v_f16, True]),) + args[6:]), got)
+    np.testing.assert_allclose(got, FA.flash_attn_ext_ref(q, k, v, mask, 0.2), rtol=0,
+                               atol=4e-3 if kv == np.float16 else 2e-6)
+    assert not np.array_equal(got, rows)
+
+
+def test_flash_attn_split_reference_sink_only_in_chunk_zero():
+    # 2 chunks, every key of chunk 0 masked: chunk 0 is the sink alone (M = sink, S = 1,
+    # acc = 0), chunk 1 the live keys; merged: out = acc_1 e^(M_1 - M) / (e^(s - M) +
+    # S_1 e^(M_1 - M)), M = max(sink, M_1): the unsplit result, whose softmax sum also
+    # counts the sink once
+    q, k, v, mask = attn_inputs(np.float32, seed=18, n_head=2, n_kv_head=1, n_tok=1, n_kv=600)
+    mask[:, :, :300] = -np.inf
+    sinks = np.array([1.5, -0.5], np.float32)
+    split = FA.flash_attn_ext_ref(q, k, v, mask, 0.2, sinks=sinks, kv_chunks=2)
+    whole = FA.flash_attn_ext_ref(q, k, v, mask, 0.2, sinks=sinks)
+    np.testing.assert_allclose(split, whole, rtol=1e-6, atol=1e-7)
+    no_sink = FA.flash_attn_ext_ref(q, k, v, mask, 0.2, kv_chunks=2)
+    assert np.all(np.abs(no_sink) > np.abs(split))    # the sink took a share of the sum
 
 
 def test_flash_attn_fully_masked_row_is_zero():

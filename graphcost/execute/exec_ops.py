@@ -871,7 +871,8 @@ def _flash_attn(node: Tensor, ctx: Ctx) -> OpFn:
 
     def run(qv, kv, vv, mv=None, sv=None):
         out = fa(q_as(qv[0]), deq_k(kv[0]), deq_v(vv[0]), None if mv is None else mv[0],
-                 scale, max_bias, softcap, sinks=None if sv is None else _sink_values(sv))
+                 scale, max_bias, softcap, sinks=None if sv is None else _sink_values(sv),
+                 split=False)     # llama.cpp splits a decode's keys for F16/F32 K, V only
         return out[None]
     return run
 
@@ -907,7 +908,8 @@ def _flash_attn_node(node: Tensor, ctx: Ctx) -> OpFn:
         t = tail if sv is None else head + (_sink_values(sv), True)
         return (c(qv[0], 0),) + ks + vs + (kv_f16, m, mv is not None) + t + (out[0],)
 
-    kern = A.kernel(n_head * n_tok * n_kv * (k.ne[0] + v.ne[0]), n_tok, n_head, k.ne[2])
+    kern = A.kernel(n_head * n_tok * n_kv * (k.ne[0] + v.ne[0]), n_tok, n_head, k.ne[2], n_kv,
+                    k.type == v.type, ctx.numerics == "fast")
     shape = shape_strides(node)[0]
     if len(node.src) > 4:           # sinks (src[4], after the mask)
         return KernelNode(kern, lambda qv, kv, vv, mv, sv, out: prep(qv, kv, vv, mv, out, sv),
