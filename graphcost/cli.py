@@ -576,6 +576,8 @@ def profile(
     decode_ids: Annotated[Optional[str], typer.Option("--decode-ids", help="then decode these ids one by one")] = None,
     greedy: Annotated[int, typer.Option("--greedy", help="then K greedy (argmax) decode steps")] = 0,
     repeat: Annotated[int, typer.Option("--repeat", help="runs per step; node times are medians")] = 3,
+    depth: Annotated[int, typer.Option(
+        "--depth", "-d", help="KV cells filled first with random ids, untimed (llama-bench's -d)")] = 0,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", help="hardware profile for the roofline (default: probe this machine now)")] = None,
     numerics: Annotated[str, typer.Option(
@@ -629,11 +631,13 @@ def profile(
     run = resolve_for(info, settings)   # once: the executor steps through this context
     check_runnable(info, run)  # before the probe: a partial file, a huge -c, at once
     decode = _parse_ids("--decode-ids", decode_ids)
-    check_steps(prompt, decode, greedy, repeat)  # before the probe (tens of seconds)
-    if len(prompt) + (len(decode) or greedy) > ctx.kv_size:
+    check_steps(prompt, decode, greedy, repeat, depth)  # before the probe (tens of seconds)
+    if depth + len(prompt) + (len(decode) or greedy) > ctx.kv_size:
         # the last decode step would need a cell past the context: refuse now, not after
         # minutes of steps
-        _fail(f"--token-ids and {'--decode-ids' if decode else '--greedy'}: {len(prompt)} + "
+        _fail(("--depth, " if depth else "")
+              + f"--token-ids and {'--decode-ids' if decode else '--greedy'}: "
+              + (f"{depth} + " if depth else "") + f"{len(prompt)} + "
               f"{len(decode) or greedy} tokens are more than the context's {ctx.kv_size} "
               "KV cells (-c)")
     for i in prompt + decode:  # before the probe, and before numpy sees a huge id
@@ -657,7 +661,7 @@ def profile(
             bar.refresh()
         prof = run_profile(info, run, prompt, decode_ids=decode, greedy=greedy,
                            repeat=repeat, hardware=hw, numerics=numerics, threads=threads,
-                           progress=tick)
+                           depth=depth, progress=tick)
     _emit(render(RENDERERS, fmt, prof, opts), output)
 
 

@@ -20,6 +20,8 @@ from graphcost.cost.hardware import Hardware, roofline_seconds
 from graphcost.report.profile import RENDERERS, ProfileFormat
 from graphcost.cost.roofline import estimate
 from graphcost.graph.settings import RunSettings
+from graphcost.execute import profile
+from graphcost.execute.executor import Executor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,6 +166,62 @@ def test_profile_json_document(llama, tmp_path):
     assert acc["min_seconds"] == 1e-5 and set(acc["by_op"]) <= {n["op"] for n in steps[1]["nodes"]}
 
 
+def test_profile_depth_fills_cells_before_the_prompt(llama, tmp_path):
+    # --depth 40 with -ub 16: 40 random ids (profile.depth_ids) in ubatches of 16, 16 and 8,
+    # untimed; the prompt then starts at position 40, its decode step at 42, and the
+    # replay starts from the filled cells (the same argmax: no note)
+    out = tmp_path / "d.json"
+    r = cli("profile", llama.path, "--token-ids", "3,10", "--greedy", 1, "--repeat", 1,
+            "--depth", 40, "-ub", 16, "--hardware", "raspberry-pi-5", "-c", 256, "-f", "json",
+            "-o", out)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["executor"]["depth"] == 40
+    assert [s["past"] for s in d["steps"]] == [40, 42]
+    assert not any("argmax differed" in n for n in d["notes"])
+    info = load_model(llama)
+    fill = profile.depth_ids(40, info.n_vocab)
+    assert fill == profile.depth_ids(40, info.n_vocab) and len(set(fill)) > 30
+    assert all(0 <= t < info.n_vocab for t in fill)
+    ex = Executor(info, RunSettings(ctx_size=256, ubatch_size=16))
+    for i in range(0, 40, 16):
+        ex.step(fill[i:i + 16])
+    assert int(np.argmax(ex.step([3, 10]).logits[-1])) == d["steps"][0]["argmax"]
+    table = cli("profile", llama.path, "--token-ids", "3", "--repeat", 1, "-d", 5,
+                "--hardware", "raspberry-pi-5", "-c", 256)
+    assert table.returncode == 0 and "-d 5 (cells filled first, untimed)" in table.stdout
+
+
+def test_live_fraction_counts_the_cells_the_kernel_computes(llama):
+    # the fixture's flash attention (256 cells) read from the masks a step filled
+    # (profile.mask_live): a 3-token prompt at position 0, query t attends t + 1 cells
+    ex = Executor(load_model(llama), RunSettings(ctx_size=256, flash_attn="on"))
+    ex.step([3, 10, 17])
+    plan = ex.plan(3)
+    live = profile.mask_live(plan.inputs)
+    fa = [n for n in plan.graph.nodes if n.op == "FLASH_ATTN_EXT"]
+    assert fa and all(id(n.src[3]) in live for n in fa)
+    for n in fa:
+        assert n.src[1].ne[1] == 256
+        # rows: 1 + 2 + 3 = 6 live pairs of 3 x 256
+        assert profile.live_fraction(n, live) == 6 / 768
+        # a tile of 16 queries: the 3 cells any of them attends, on all 16 lanes
+        assert profile.live_fraction(n, live, tile=16) == 16 * 3 / 768
+        # a tile of 2: queries 0-1 attend cells 0-1 (2 lanes x 2), query 2 cells 0-2 (2 x 3)
+        assert profile.live_fraction(n, live, tile=2) == (2 * 2 + 2 * 3) / 768
+    # one decode token at position 3 (cells 0-3 live): split over 2 chunks of 128 from 4
+    # cells: the fullest chunk holds all 4, so both threads' share counts: 2 * 4 / 256
+    ex.step([5])
+    plan = ex.plan(1)
+    live = profile.mask_live(plan.inputs)
+    for n in (n for n in plan.graph.nodes if n.op == "FLASH_ATTN_EXT"):
+        assert profile.live_fraction(n, live) == 4 / 256
+        assert profile.live_fraction(n, live, split=(2, 4)) == 2 * 4 / 256
+        assert profile.live_fraction(n, live, split=(2, 512)) == 4 / 256   # under 512 cells
+    assert profile.live_fraction(next(n for n in plan.graph.nodes if n.op == "MUL_MAT"),
+                                 live) is None
+
+
 def test_executor_model_adds_overhead_and_lowers_the_matvec_roof():
     doc = {"name": "m", "kind": "measured",
            "memory_bandwidth": {"bytes_per_second": 20e9, "by_type": {"q4_K": 16e9}},
@@ -200,7 +258,12 @@ def test_profile_decode_ids_and_table(llama):
     (["--token-ids", "1", "--hardware", "nope"], "no such profile"),
     (["--token-ids", "99999"], "token id 99999 is not in the vocabulary"),
     (["--token-ids", "1", "--repeat", "0"], "--repeat"),
-], ids=["decode_and_greedy", "bad_ids", "format", "numerics", "hardware", "id_range", "repeat"])
+    (["--token-ids", "1", "--depth", "-1"], "--depth -1 must be >= 0"),
+    # 250 + 4 + 3 = 257 cells of a 256-cell context
+    (["--token-ids", "1,2,3,4", "--greedy", "3", "-d", "250"],
+     "--depth, --token-ids and --greedy: 250 + 4 + 3 tokens are more than the context's 256"),
+], ids=["decode_and_greedy", "bad_ids", "format", "numerics", "hardware", "id_range", "repeat",
+        "depth", "depth_past_context"])
 def test_profile_bad_flags_are_one_line(llama, args, message):
     r = cli("profile", llama.path, "-c", 256, *args)
     assert r.returncode == 2, (r.stdout, r.stderr)

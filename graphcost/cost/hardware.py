@@ -27,7 +27,8 @@ the kind last ran at each curve's calls; flash attention's query tiles in
 ``flash_attn_tiled``; the decode matvec per weight type in ``matvec``), as ``[bytes, flops,
 seconds]`` points, and the prompt matmuls per weight type in ``matmul`` as ``[weight
 bytes, flops, seconds]`` (with ``matvec_max_rows``, ``matmul_row_tile``,
-``flash_attn_tile_min_tokens``, ``flash_attn_tile_queries``: where the kernels switch).
+``flash_attn_tile_min_tokens``, ``flash_attn_tile_queries``, ``flash_attn_split_min_cells``:
+where the kernels switch).
 They are not part of the machine's roofline; :func:`executor_seconds` models the executor itself from them, and ``graphcost profile``
 reports how close both come to the measured node times.
 
@@ -444,7 +445,7 @@ def parse(doc: Any, path: Path | None) -> Hardware:
                                   "op_costs.since_bytes", where).items():
             mapping_of(v, "nonneg", f"op_costs.since_bytes.{part}", where)
         for key in ("matvec_max_rows", "flash_attn_tile_min_tokens", "flash_attn_tile_queries",
-                    "by_op_tokens_rows"):
+                    "flash_attn_split_min_cells", "by_op_tokens_rows"):
             v = oc.get(key)
             if v is not None and (not _is_int(v) or v < 1):
                 raise GraphcostError(f"{where}: op_costs.{key} must be an integer >= 1, "

@@ -292,6 +292,7 @@ def _probe(mib: int, repeat: int, progress: Callable[[str], None] | None) -> dic
             "flash_attn_tiled": curves["flash_attn_tiled"],
             "flash_attn_tile_min_tokens": int(K_.attention.TILE_MIN_TOKENS),
             "flash_attn_tile_queries": int(K_.attention.QT),
+            "flash_attn_split_min_cells": int(K_.attention.SPLIT_KV_MIN),
             "matmul": prompt_mm,
             "matmul_how": f"prompt MUL_MAT nodes as the executor runs them, {LADDER_K} "
                           f"columns, (weight rows, activation rows) = {PROMPT_SHAPES}, "

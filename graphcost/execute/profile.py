@@ -50,6 +50,7 @@ from graphcost.cost.hardware import (Hardware, executor_seconds, model_op, parse
                                      roofline_seconds)
 from graphcost.format.model import ModelInfo
 from graphcost.graph.ggml_graph import Tensor
+from graphcost.graph.llm_graph import InputKind
 from graphcost.graph.settings import Resolved, RunSettings
 
 
@@ -176,6 +177,8 @@ class Profile:
     kernels_import: float
     numba_cache: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    #: KV cells filled before the prompt (``--depth``, llama-bench's ``-d``), untimed
+    depth: int = 0
 
     @property
     def prompt(self) -> StepRow:
@@ -292,6 +295,45 @@ def attended_fraction(node, attended: float) -> float:
     return min(1.0, attended / node.src[1].ne[1])
 
 
+def mask_live(inputs) -> dict[int, np.ndarray]:
+    """``id(mask tensor)`` -> bool ``[rows, n_kv]``: the cells each query attends, read
+    from the KQ masks as a step filled them (``Plan.inputs``; read right after the step,
+    before the next one refills them)."""
+    out = {}
+    for gi, arr in inputs:
+        if gi.kind == InputKind.KQ_MASK and gi.tensor.ne[0]:
+            out[id(gi.tensor)] = np.asarray(arr).reshape(-1, gi.tensor.ne[0]) != -np.inf
+    return out
+
+
+def live_fraction(node, live: dict[int, np.ndarray], tile: int | None = None,
+                  split: tuple[int, int] | None = None) -> float | None:
+    """The share of a FLASH_ATTN_EXT node's (query, cell) pairs its kernel computes, from
+    the mask the step filled (:func:`mask_live`; None without one): a row or a decode's
+    head group computes the cells its query attends (the kernel skips a masked cell);
+    a query tile (``tile`` queries a head) every cell any of its queries attends, on all
+    its lanes; the split-KV decode (``split`` = (threads, min cells), one query over at
+    least that many cells) the cells live in its fullest chunk, times the chunks (the
+    chunks run side by side: a sliding window's live cells in one chunk leave the other
+    threads idle)."""
+    if node.op != "FLASH_ATTN_EXT" or len(node.src) < 4 or not node.src[1].ne[1]:
+        return None
+    keep = live.get(id(node.src[3]))
+    n_tok, n_kv = node.src[0].ne[1], node.src[1].ne[1]
+    if keep is None or keep.shape[0] < n_tok or keep.shape[1] != n_kv:
+        return None
+    keep = keep[:n_tok]
+    if tile:
+        pairs = sum(tile * int(keep[i:i + tile].any(axis=0).sum()) for i in range(0, n_tok, tile))
+    elif split and n_tok == 1 and n_kv >= split[1] and node.src[1].type == node.src[2].type \
+            and node.src[1].type in (gt.F16, gt.F32):
+        chunk = -(-n_kv // split[0])
+        pairs = split[0] * max(int(keep[0, c:c + chunk].sum()) for c in range(0, n_kv, chunk))
+    else:
+        pairs = int(keep.sum())
+    return pairs / (n_tok * n_kv)
+
+
 def tile_fraction(node, past: int, tile: int) -> float:
     """The share of a FLASH_ATTN_EXT node's (query, cell) pairs the query-tile kernel
     computes (``kernels.attention``'s prompt kernel): ``tile`` queries of a head at a time
@@ -354,7 +396,8 @@ def after_small(prev: Tensor | None, node: Tensor) -> bool:
 
 
 def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
-               past: int, token_ids: list[int]) -> list[NodeRow]:
+               past: int, token_ids: list[int], live: dict[int, np.ndarray] | None = None,
+               threads: int = 1) -> list[NodeRow]:
     """``past`` cells before this step's ``token_ids`` (its queries): for the executor
     model of flash attention, the cells a query attends on average (causal: past + (T +
     1) / 2, :func:`attended_fraction`), or with the probe's query-tile curves for this
@@ -364,6 +407,8 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
     oc = hw.extra.get("op_costs") or {}
     tile_min, tile = oc.get("flash_attn_tile_min_tokens"), oc.get("flash_attn_tile_queries")
     tiled = bool(tile and tile_min and n_tokens >= tile_min and oc.get("flash_attn_tiled"))
+    split = (threads, oc["flash_attn_split_min_cells"]) \
+        if oc.get("flash_attn_split_min_cells") else None
     rows = []
     moved = [(nc.node.op, 0.0 if nc.cost is None else nc.cost.bytes_read + nc.cost.bytes_written)
              for nc, ran in zip(a.nodes, executed) if ran]
@@ -383,8 +428,10 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
         if c is not None and ran:
             wtype = gt.type_name(n.src[0].type) if n.src and n.op in ops.MATMUL else None
             pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
-            f = tile_fraction(n, past, tile) if tiled else \
-                attended_fraction(n, past + (n_tokens + 1) / 2)
+            f = live_fraction(n, live or {}, tile if tiled else None, split)
+            if f is None:
+                f = tile_fraction(n, past, tile) if tiled else \
+                    attended_fraction(n, past + (n_tokens + 1) / 2)
             mat = n.op in ops.MATMUL
             model = executor_seconds(model_op(n), nbytes * f, flops * f, hw, wtype,
                                      head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
@@ -432,8 +479,17 @@ def numba_cache_stats(K) -> dict[str, int]:
     return {"hits": hits, "misses": misses}
 
 
-def check_steps(token_ids: list[int], decode_ids: list[int], greedy: int, repeat: int) -> None:
+def depth_ids(depth: int, n_vocab: int) -> list[int]:
+    """The token ids that fill ``--depth`` cells: pseudo-random over the vocabulary, the
+    same every run (seed 0), as llama-bench fills its ``-d`` cells with random tokens."""
+    return [int(t) for t in np.random.default_rng(0).integers(0, n_vocab, depth)]
+
+
+def check_steps(token_ids: list[int], decode_ids: list[int], greedy: int, repeat: int,
+                depth: int = 0) -> None:
     """The step flags, checked before anything is run or probed (one line each)."""
+    if depth < 0:
+        raise SettingsError(f"--depth {depth} must be >= 0")
     if not token_ids:
         raise SettingsError("--token-ids needs at least one token id")
     if decode_ids and greedy:
@@ -446,15 +502,23 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
                 token_ids: list[int], *,
                 decode_ids: Iterable[int] = (), greedy: int = 0, repeat: int = 3,
                 hardware: Hardware, numerics: str = "fast", threads: int | None = None,
+                depth: int = 0,
                 progress: Callable[[str, int], None] | None = None) -> Profile:
     """Run and time the steps; ``progress(description, advance)`` is called after each run
-    (``advance`` is 0 for a warm-up run, 1 for a timed one)."""
+    (``advance`` is 0 for a warm-up run, 1 for a timed one). ``depth``: that many cells
+    are filled first (:func:`depth_ids`, in ubatches of the context's size, untimed), so
+    the prompt starts at position ``depth``."""
     decode_ids = list(decode_ids)
-    check_steps(token_ids, decode_ids, greedy, repeat)
+    check_steps(token_ids, decode_ids, greedy, repeat, depth)
     model = path if isinstance(path, ModelInfo) else load_model(path)
     import_s = timed_kernel_import()
     ex = Executor(model, settings, numerics=numerics, threads=threads)
     tick = progress or (lambda d, n: None)
+    fill = depth_ids(depth, model.n_vocab)
+    for i in range(0, depth, ex.run.n_ubatch):
+        ex.step(fill[i:i + ex.run.n_ubatch])
+        tick(f"filling --depth {depth}: {min(i + ex.run.n_ubatch, depth)} cells", 0)
+    start = ex.checkpoint()            # the replay's start: the filled cells, then the steps
     n_steps = 1 + (len(decode_ids) or greedy)
     analyses: dict[int, Analysis] = {}
     steps: list[StepRow] = []
@@ -479,7 +543,8 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
         wall = float(np.median([tm.wall_ns for tm in res.timings])) / 1e9
         steps.append(StepRow(res.n_tokens, res.past, int(top[0]),
                              [(int(t), float(logits[t])) for t in top], wall,
-                             _node_rows(a, med, executed, hardware, res.past, fed[-1]),
+                             _node_rows(a, med, executed, hardware, res.past, fed[-1],
+                                        mask_live(plan.inputs), ex.threads),
                              res.warmup_ns / 1e9 if res.warmup_ns is not None else None))
         if i + 1 < n_steps:
             tokens = [decode_ids[i]] if decode_ids else [int(top[0])]
@@ -490,7 +555,7 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
     clock = time.perf_counter_ns
     same = True
     for r in range(repeat):
-        ex.reset()
+        start()
         for k, (s, toks) in enumerate(zip(steps, fed)):
             back = ex.checkpoint()
             for j, time_nodes in enumerate((False, True) if (r + k) % 2 == 0 else (True, False)):
@@ -511,7 +576,7 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
                      + " ran in numpy (no kernel)")
     run = next(iter(analyses.values())).graph.run
     return Profile(str(model.header.path), model.name, model.arch, run.to_dict(), numerics, ex.threads, repeat,
-                   hardware, steps, import_s, numba_cache_stats(ex.K), notes)
+                   hardware, steps, import_s, numba_cache_stats(ex.K), notes, depth)
 
 
 def quick_hardware(threads: int | None = None) -> Hardware:

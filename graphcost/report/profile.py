@@ -86,7 +86,9 @@ def render_table(p: Profile, *, width: int = 100, top: int = 20, color: bool = F
     con.print(Text(literal(p.model_name), style="bold")
               + Text(f" ({p.arch}) on graphcost's Numba kernels"))
     con.print(f"run: -c {s['n_ctx']} -ub {s['n_ubatch']} -fa {s['flash_attn']} "
-              f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']}; numerics {p.numerics}; "
+              f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']}"
+              + (f" -d {p.depth} (cells filled first, untimed)" if p.depth else "")
+              + f"; numerics {p.numerics}; "
               f"{p.threads} threads; median of {p.repeat}")
     con.print(f"hardware: {literal(hw.name)} ({hw.kind}): {hw.bandwidth / 1e9:.2f} GB/s, "
               f"{hw.peak_flops / 1e9:.1f} GFLOP/s"
@@ -162,7 +164,8 @@ def document(p: Profile) -> dict:
         "schema": SCHEMA,
         "model": {"path": p.model_path, "name": p.model_name, "architecture": p.arch},
         "run": p.settings,
-        "executor": {"numerics": p.numerics, "threads": p.threads, "repeat": p.repeat},
+        "executor": {"numerics": p.numerics, "threads": p.threads, "repeat": p.repeat,
+                     "depth": p.depth},
         "hardware": p.hardware.to_dict(),
         "compile": {"kernels_import_seconds": p.kernels_import,
                     "first_run_overhead_seconds": p.first_run_overhead,
