@@ -667,6 +667,18 @@ def attn_inputs(kv_dtype, seed=14, n_head=4, n_kv_head=2, n_tok=3, n_kv=37, dk=2
     return q, k, v, mask
 
 
+def kernel_args(q, k, v, mask, softcap=0.0, max_bias=0.0, sinks=None):
+    """What flash_attn_ext hands a kernel (scale 0.2; sinks read-only, as it passes
+    them), but ``out``; and K's and V's F16 flags (the fast variants add FA.FAST)."""
+    k16, k32, k_f16 = FA._kv(k)
+    v16, v32, v_f16 = FA._kv(v)
+    n_head = q.shape[0]
+    return ((q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
+             np.float32(0.2), np.float32(softcap), FA.alibi_slopes(n_head, max_bias),
+             K.bits.read_only_view(np.zeros(n_head, np.float32) if sinks is None else sinks),
+             sinks is not None), k_f16, v_f16)
+
+
 FA_CASES = {"plain": (0.0, 0.0, None), "softcap": (0.0, 30.0, None), "alibi": (8.0, 0.0, None),
             "sinks": (0.0, 0.0, np.array([0.5, -1.0, 3.0, 0.0], np.float32))}
 
@@ -747,12 +759,7 @@ def test_flash_attn_head_groups_equal_the_row_kernel(kv, name, n_head, n_kv_head
         FA._flash_attn_grouped_serial if items == 1 else FA._flash_attn_grouped)
     assert FA.kernel(1 << 10, n_tok, n_head, n_kv_head) is FA._flash_attn_grouped_serial
     assert FA.kernel(1 << 20, n_tok, n_head, n_head) is FA._flash_attn     # no GQA: rows
-    k16, k32, k_f16 = FA._kv(k)
-    v16, v32, v_f16 = FA._kv(v)
-    args = (q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
-            np.float32(0.2), np.float32(softcap), FA.alibi_slopes(n_head, max_bias),
-            K.bits.read_only_view(np.zeros(n_head, np.float32) if sinks is None else sinks),
-            sinks is not None)
+    args, k_f16, v_f16 = kernel_args(q, k, v, mask, softcap, max_bias, sinks)
     rows = np.empty((n_tok, n_head, v.shape[2]), np.float32)
     FA._flash_attn(*args, rows)
     for kern in (FA._flash_attn_grouped, FA._flash_attn_grouped_serial):
@@ -797,12 +804,7 @@ def test_flash_attn_split_kv_decode_merges_chunks_as_llama_cpp(kv, name, n_head,
     assert FA.kernel(work, 1, n_head, n_kv_head, 530, False) is not FA._flash_attn_split
     assert FA.kernel(work, 1, n_head, n_kv_head, 511, True) is not FA._flash_attn_split
     assert FA.kernel(1 << 20, 4, n_head, n_kv_head, 530, True) is FA._flash_attn_tiled
-    k16, k32, k_f16 = FA._kv(k)
-    v16, v32, v_f16 = FA._kv(v)
-    args = (q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
-            np.float32(0.2), np.float32(softcap), FA.alibi_slopes(n_head, max_bias),
-            K.bits.read_only_view(np.zeros(n_head, np.float32) if sinks is None else sinks),
-            sinks is not None)
+    args, k_f16, v_f16 = kernel_args(q, k, v, mask, softcap, max_bias, sinks)
     rows = np.empty((1, n_head, v.shape[2]), np.float32)
     FA._flash_attn(*args, rows)
     one = np.full_like(rows, np.nan)
@@ -839,11 +841,7 @@ def test_flash_attn_fast_decode_without_gqa_runs_one_head_groups(kv):
     assert FA.kernel(1 << 20, 1, 3, 3) is FA._flash_attn
     assert FA.kernel(1 << 20, 1, 3, 3, fast=True) is FA._flash_attn_grouped
     assert FA.kernel(1 << 20, 37, 3, 3, fast=True) is FA._flash_attn_tiled
-    k16, k32, k_f16 = FA._kv(k)
-    v16, v32, v_f16 = FA._kv(v)
-    args = (q, k16, k32, v16, v32, np.array([k_f16, v_f16]), mask.view(np.uint16), True,
-            np.float32(0.2), np.float32(0.0), FA.alibi_slopes(3, 0.0),
-            K.bits.read_only_view(np.zeros(3, np.float32)), False)
+    args, k_f16, v_f16 = kernel_args(q, k, v, mask)
     rows = np.empty((1, 3, 16), np.float32)
     FA._flash_attn(*args, rows)
     got = np.full_like(rows, np.nan)
