@@ -184,6 +184,12 @@ def _flash_attn_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, sof
 #: groups sum the K dots in float32 (:func:`_lane_dots`); the row kernels ignore it
 FAST = 2
 
+@njit(inline="always", cache=True)
+def _fast(kv_f16):
+    """Whether the kernel's ``kv_f16`` flags ask for ``fast`` numerics (:data:`FAST`)."""
+    return kv_f16.shape[0] > FAST and kv_f16[FAST]
+
+
 #: queries of one head per tile (the K dots' two 8-lane float64 vectors: fixed at 16)
 QT = 16
 #: tokens from which :func:`kernel` takes the tiled kernel
@@ -272,7 +278,7 @@ def _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
     n_head, n_tok, dk = q.shape
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
     k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
-    fast = kv_f16.shape[0] > FAST and kv_f16[FAST]
+    fast = _fast(kv_f16)
     sc = scale / softcap if softcap != F(0) else scale
     rows = fast and nl < QT // 2                      # few lanes: _row_dots
     qt = np.zeros(dk * QT, dtype=np.float32)          # q in K's vec_dot_type, [dk, QT]
@@ -346,8 +352,9 @@ def head_groups(n_head, n_kv_head):
 
 @njit(inline="always", cache=True)
 def _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                sinks, has_sinks, out, r):
-    """Work item ``r`` of the head-group kernels: (KV head, token, group of QT heads)."""
+                sinks, has_sinks, out, r, j0, j1, parts, chunk):
+    """Work item ``r`` of the head-group kernels: (KV head, token, group of QT heads),
+    over keys ``j0..j1`` (into ``out``, or for KV chunk ``chunk >= 0`` ``parts``)."""
     n_head, n_tok = q.shape[0], q.shape[1]
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
     groups = head_groups(n_head, n_kv_head)
@@ -357,26 +364,27 @@ def _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, s
     lt = np.full(QT, rest // groups, dtype=np.int64)
     _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                       sinks, has_sinks, out, hk, lh, lt,
-                      min(QT, n_head // n_kv_head - rest % groups * QT), 0,
-                      _n_kv(k16, k32, kv_f16), _NO_PARTS(), -1)
+                      min(QT, n_head // n_kv_head - rest % groups * QT), j0, j1, parts, chunk)
 
 
 @njit(parallel=True, cache=True)
 def _flash_attn_grouped(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
                         slopes, sinks, has_sinks, out):
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    n_kv, parts = _n_kv(k16, k32, kv_f16), _NO_PARTS()
     for r in prange(n_kv_head * q.shape[1] * head_groups(q.shape[0], n_kv_head)):
         _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r)
+                    sinks, has_sinks, out, r, 0, n_kv, parts, -1)
 
 
 @njit(cache=True)
 def _flash_attn_grouped_serial(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale,
                                softcap, slopes, sinks, has_sinks, out):
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
+    n_kv, parts = _n_kv(k16, k32, kv_f16), _NO_PARTS()
     for r in range(n_kv_head * q.shape[1] * head_groups(q.shape[0], n_kv_head)):
         _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
-                    sinks, has_sinks, out, r)
+                    sinks, has_sinks, out, r, 0, n_kv, parts, -1)
 
 
 # ---------------------------------------------------------------------------- split KV
@@ -396,19 +404,14 @@ SPLIT_KV_MIN = 512
 @njit(inline="always", cache=True)
 def _split_chunk(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                  sinks, has_sinks, out, parts, c, j0, j1):
-    """Chunk ``c`` (keys ``j0..j1``) of every head into ``parts[:, c]``."""
+    """Chunk ``c`` (keys ``j0..j1``) of every head into ``parts[:, c]``: the head
+    groups' work items (one token: an item per KV head and group), or rows."""
     n_head = q.shape[0]
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
-    rep = n_head // n_kv_head
-    if rep >= 2 or (kv_f16.shape[0] > FAST and kv_f16[FAST]):
-        for hk in range(n_kv_head):
-            for g in range(head_groups(n_head, n_kv_head)):
-                h0 = hk * rep + g * QT
-                lh = np.arange(h0, h0 + QT).astype(np.int64)
-                lt = np.zeros(QT, dtype=np.int64)
-                _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale,
-                                  softcap, slopes, sinks, has_sinks, out, hk, lh, lt,
-                                  min(QT, rep - g * QT), j0, j1, parts, c)
+    if n_head // n_kv_head >= 2 or _fast(kv_f16):
+        for r in range(n_kv_head * head_groups(n_head, n_kv_head)):
+            _group_item(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
+                        slopes, sinks, has_sinks, out, r, j0, j1, parts, c)
     else:
         for h in range(n_head):
             _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap,
