@@ -3,6 +3,7 @@ curves and per-type peaks) and the profile's untimed rate and model columns, on 
 and rows built here: exact arithmetic, no kernels run, no timing."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from graphcost.cost import hardware as hwmod
@@ -513,8 +514,14 @@ def test_table_prints_the_untimed_rate_beside_the_timed_one():
     assert all(len(line) <= 100 for line in out.splitlines())
 
 
+def causal(past: int, n_tok: int, n_kv: int) -> np.ndarray:
+    """The live cells of ``n_tok`` causal queries at positions ``past``.. over cells
+    0..n_kv-1 holding positions 0..: query t attends cells 0..past + t."""
+    return np.arange(n_kv)[None, :] <= past + np.arange(n_tok)[:, None]
+
+
 def test_flash_attention_is_modelled_on_the_cells_it_attends():
-    from graphcost.execute.profile import attended_fraction
+    from graphcost.execute.profile import live_fraction
     from graphcost.format import ggml_types as gt
     from graphcost.graph.ggml_graph import Graph
 
@@ -522,11 +529,13 @@ def test_flash_attention_is_modelled_on_the_cells_it_attends():
     q = g.permute(g.reshape(g.new_tensor(gt.F32, [64 * 4, 1]), [64, 4, 1]), 0, 2, 1, 3)
     k = g.permute(g.view(g.new_tensor(gt.F16, [64, 256], role="kv"), [64, 1, 256],
                          [128, 128], 0), 0, 2, 1, 3)
-    fa = g.flash_attn_ext(q, k, k, g.new_tensor(gt.F16, [256, 1]), 0.125, 0.0, 0.0)
+    mask = g.new_tensor(gt.F16, [256, 1])
+    fa = g.flash_attn_ext(q, k, k, mask, 0.125, 0.0, 0.0)
     # decode at past 31: 32 of the 256 cells are unmasked -> 1/8 of the K and V rows
-    assert attended_fraction(fa, 31 + (1 + 1) / 2) == 32 / 256
-    assert attended_fraction(fa, 1000) == 1.0                  # never above all cells
-    assert attended_fraction(g.add(q, q), 32) == 1.0           # other ops: as costed
+    assert live_fraction(fa, {id(mask): causal(31, 1, 256)}) == 32 / 256
+    assert live_fraction(fa, {id(mask): causal(1000, 1, 256)}) == 1.0   # never above all
+    assert live_fraction(fa, {}) == 1.0                # no mask read: every cell, as costed
+    assert live_fraction(g.add(q, q), {}) == 1.0       # other ops: as costed
 
 
 #: a prompt matmul's probe points, [weight bytes, flops, seconds]: on the 1000-byte matrix
@@ -635,7 +644,7 @@ def test_bad_row_tiles_are_one_line(tile, message):
 
 
 def test_prompt_flash_attention_runs_the_lanes_of_whole_tiles():
-    from graphcost.execute.profile import tile_fraction
+    from graphcost.execute.profile import live_fraction
     from graphcost.format import ggml_types as gt
     from graphcost.graph.ggml_graph import Graph
 
@@ -643,14 +652,17 @@ def test_prompt_flash_attention_runs_the_lanes_of_whole_tiles():
     q = g.permute(g.reshape(g.new_tensor(gt.F32, [64 * 4 * 21, 1]), [64, 4, 21]), 0, 2, 1, 3)
     k = g.permute(g.view(g.new_tensor(gt.F16, [64, 256], role="kv"), [64, 1, 256],
                          [128, 128], 0), 0, 2, 1, 3)
-    fa = g.flash_attn_ext(q, k, k, g.new_tensor(gt.F16, [256, 21]), 0.125, 0.0, 0.0)
+    mask = g.new_tensor(gt.F16, [256, 21])
+    fa = g.flash_attn_ext(q, k, k, mask, 0.125, 0.0, 0.0)
     # 21 queries from position 0 in tiles of 16: tile 0's 16 lanes over cells 0..15, tile
     # 1's 16 lanes (5 queries) over cells 0..20: 16 * 16 + 16 * 21 = 592 of 21 * 256 pairs
-    assert tile_fraction(fa, 0, 16) == 592 / (21 * 256)
+    assert live_fraction(fa, {id(mask): causal(0, 21, 256)}, 16) == 592 / (21 * 256)
     # after 100 cells: 16 * 116 + 16 * 121; never more cells than the window's 256
-    assert tile_fraction(fa, 100, 16) == (16 * 116 + 16 * 121) / (21 * 256)
-    assert tile_fraction(fa, 250, 16) == 2 * 16 * 256 / (21 * 256)
-    assert tile_fraction(g.add(q, q), 0, 16) == 1.0                 # other ops: as costed
+    assert live_fraction(fa, {id(mask): causal(100, 21, 256)}, 16) == \
+        (16 * 116 + 16 * 121) / (21 * 256)
+    assert live_fraction(fa, {id(mask): causal(250, 21, 256)}, 16) == \
+        2 * 16 * 256 / (21 * 256)
+    assert live_fraction(g.add(q, q), {}, 16) == 1.0                 # other ops: as costed
 
 
 def test_flash_attention_uses_the_nearest_head_size():

@@ -703,8 +703,8 @@ def op_costs(ctx, rng, calls: int, mib: int) -> dict[str, dict]:
     a chain of small ops); and after a matmul, each op kind again on :data:`LADDER_TOKENS`
     tokens (rows) and a prompt's flash attention (a tile of ``kernels.attention.QT``
     queries a head). Flash attention's bytes and FLOPs are those of the cells it
-    attends (the profile models it so: ``graphcost.execute.profile.attended_fraction``,
-    ``tile_fraction``). Then the one-row and several-token curves again after a flush
+    attends (the profile models it so: ``graphcost.execute.profile.live_fraction``).
+    Then the one-row and several-token curves again after a flush
     (:func:`flusher`) with the kind not run since, and the bytes streamed since the kind
     last ran at each curve's calls; then the same after each middle flush (:data:`MID_MIB`).
     The one-row nodes again after their matvecs and a serial kernel on the calling

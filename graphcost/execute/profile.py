@@ -285,43 +285,35 @@ class Profile:
                           for op, v in sorted(ratios.items())}}
 
 
-def attended_fraction(node, attended: float) -> float:
-    """The share of a FLASH_ATTN_EXT node's bytes and FLOPs its kernel does when
-    ``attended`` of its ``n_kv`` cells are unmasked: the kernel (as ggml's) skips a cell
-    whose mask is -inf, never reading its K and V rows, while the cost model counts all
-    cells. 1 for other nodes."""
-    if node.op != "FLASH_ATTN_EXT" or not node.src[1].ne[1]:
-        return 1.0
-    return min(1.0, attended / node.src[1].ne[1])
-
-
 def mask_live(inputs) -> dict[int, np.ndarray]:
     """``id(mask tensor)`` -> bool ``[rows, n_kv]``: the cells each query attends, read
-    from the KQ masks as a step filled them (``Plan.inputs``; read right after the step,
-    before the next one refills them)."""
+    from the attention masks (the KV cache's KQ mask, an encoder's own) as a step filled
+    them (``Plan.inputs``; read right after the step, before the next one refills them)."""
     out = {}
     for gi, arr in inputs:
-        if gi.kind == InputKind.KQ_MASK and gi.tensor.ne[0]:
+        if gi.kind in (InputKind.KQ_MASK, InputKind.NO_CACHE_MASK) and gi.tensor.ne[0]:
             out[id(gi.tensor)] = np.asarray(arr).reshape(-1, gi.tensor.ne[0]) != -np.inf
     return out
 
 
 def live_fraction(node, live: dict[int, np.ndarray], tile: int | None = None,
-                  split: tuple[int, int] | None = None) -> float | None:
-    """The share of a FLASH_ATTN_EXT node's (query, cell) pairs its kernel computes, from
-    the mask the step filled (:func:`mask_live`; None without one): a row or a decode's
+                  split: tuple[int, int] | None = None) -> float:
+    """The share of a FLASH_ATTN_EXT node's (query, cell) pairs its kernel computes (the
+    kernel, as ggml's, skips a masked cell, never reading its K and V rows, while the cost
+    model counts every cell), from the mask the step filled (:func:`mask_live`; without
+    one, every cell, as the kernel runs without a mask; 1 for other nodes): a row or a decode's
     head group computes the cells its query attends (the kernel skips a masked cell);
     a query tile (``tile`` queries a head) every cell any of its queries attends, on all
     its lanes; the split-KV decode (``split`` = (threads, min cells), one query over at
     least that many cells) the cells live in its fullest chunk, times the chunks (the
     chunks run side by side: a sliding window's live cells in one chunk leave the other
     threads idle)."""
-    if node.op != "FLASH_ATTN_EXT" or len(node.src) < 4 or not node.src[1].ne[1]:
-        return None
-    keep = live.get(id(node.src[3]))
+    if node.op != "FLASH_ATTN_EXT" or not node.src[1].ne[1]:
+        return 1.0
     n_tok, n_kv = node.src[0].ne[1], node.src[1].ne[1]
+    keep = live.get(id(node.src[3])) if len(node.src) > 3 else None
     if keep is None or keep.shape[0] < n_tok or keep.shape[1] != n_kv:
-        return None
+        keep = np.ones((n_tok, n_kv), dtype=bool)
     keep = keep[:n_tok]
     if tile:
         pairs = sum(tile * int(keep[i:i + tile].any(axis=0).sum()) for i in range(0, n_tok, tile))
@@ -334,20 +326,7 @@ def live_fraction(node, live: dict[int, np.ndarray], tile: int | None = None,
     return pairs / (n_tok * n_kv)
 
 
-def tile_fraction(node, past: int, tile: int) -> float:
-    """The share of a FLASH_ATTN_EXT node's (query, cell) pairs the query-tile kernel
-    computes (``kernels.attention``'s prompt kernel): ``tile`` queries of a head at a time
-    (their lanes run whether or not a query is past the end) over every cell any of them
-    attends; causal queries at positions ``past`` .. ``past + T - 1`` (query ``t`` attends
-    ``past + t + 1`` cells), so tile ``i`` runs its lanes over ``past + min((i + 1) *
-    tile, T)`` cells. 1 for other nodes. Sliding windows are not modelled (every past
-    cell counts as attended)."""
-    if node.op != "FLASH_ATTN_EXT" or not node.src[1].ne[1]:
-        return 1.0
-    n_tok, n_kv = node.src[0].ne[1], node.src[1].ne[1]
-    tiles = -(-n_tok // tile)
-    lanes = sum(tile * min(n_kv, past + min((i + 1) * tile, n_tok)) for i in range(tiles))
-    return lanes / (n_tok * n_kv)
+
 
 
 def distinct_share(node, token_ids: list[int]) -> float:
@@ -396,13 +375,12 @@ def after_small(prev: Tensor | None, node: Tensor) -> bool:
 
 
 def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
-               past: int, token_ids: list[int], live: dict[int, np.ndarray] | None = None,
-               threads: int = 1) -> list[NodeRow]:
-    """``past`` cells before this step's ``token_ids`` (its queries): for the executor
-    model of flash attention, the cells a query attends on average (causal: past + (T +
-    1) / 2, :func:`attended_fraction`), or with the probe's query-tile curves for this
-    many queries, the pairs the tile kernel computes (:func:`tile_fraction`); for the
-    token embedding gather, the ids that repeat (:func:`distinct_share`)."""
+               token_ids: list[int], live: dict[int, np.ndarray], threads: int) -> list[NodeRow]:
+    """The rows of a step of ``token_ids`` (its queries): for the executor model of flash
+    attention, the (query, cell) pairs its kernel computes (:func:`live_fraction`, from
+    the step's masks ``live``, with the probe's query-tile curves for this many queries
+    the tile kernel's, the split-KV decode's over ``threads``); for the token embedding
+    gather, the ids that repeat (:func:`distinct_share`)."""
     n_tokens = len(token_ids)
     oc = hw.extra.get("op_costs") or {}
     tile_min, tile = oc.get("flash_attn_tile_min_tokens"), oc.get("flash_attn_tile_queries")
@@ -428,10 +406,7 @@ def _node_rows(a: Analysis, med: np.ndarray, executed: list[bool], hw: Hardware,
         if c is not None and ran:
             wtype = gt.type_name(n.src[0].type) if n.src and n.op in ops.MATMUL else None
             pred, bound = roofline_seconds(nbytes, flops, hw, peak=hw.peak_for(wtype))
-            f = live_fraction(n, live or {}, tile if tiled else None, split)
-            if f is None:
-                f = tile_fraction(n, past, tile) if tiled else \
-                    attended_fraction(n, past + (n_tokens + 1) / 2)
+            f = live_fraction(n, live, tile if tiled else None, split)
             mat = n.op in ops.MATMUL
             model = executor_seconds(model_op(n), nbytes * f, flops * f, hw, wtype,
                                      head_size=n.src[0].ne[0] if n.op == "FLASH_ATTN_EXT"
@@ -543,7 +518,7 @@ def run_profile(path: str | os.PathLike | ModelInfo, settings: RunSettings | Res
         wall = float(np.median([tm.wall_ns for tm in res.timings])) / 1e9
         steps.append(StepRow(res.n_tokens, res.past, int(top[0]),
                              [(int(t), float(logits[t])) for t in top], wall,
-                             _node_rows(a, med, executed, hardware, res.past, fed[-1],
+                             _node_rows(a, med, executed, hardware, fed[-1],
                                         mask_live(plan.inputs), ex.threads),
                              res.warmup_ns / 1e9 if res.warmup_ns is not None else None))
         if i + 1 < n_steps:
