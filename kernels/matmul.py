@@ -174,6 +174,13 @@ def _quantize_prepare(code, x, qcode, x86, yq, yp):
         prepare_row(code, yq[n], yp[n])
 
 
+@njit(cache=True)
+def matvec_tasks(groups):
+    """Tasks :func:`_matvec_ggml_fused` splits ``groups`` 4-row groups into: at most
+    ``MATVEC_TASK_GROUPS`` groups a task, at least ``MATVEC_MIN_TASKS`` tasks."""
+    return min(groups, max(MATVEC_MIN_TASKS, -(-groups // MATVEC_TASK_GROUPS)))
+
+
 @njit(parallel=True, cache=True)
 def _matvec_ggml_fused(w, code, x, qcode, x86, yq, yp, y):
     # mul_mat_ggml for a few activation rows (N <= MATVEC_MAX_N) in one call: quantize x
@@ -182,7 +189,7 @@ def _matvec_ggml_fused(w, code, x, qcode, x86, yq, yp, y):
     _quantize_prepare(code, x, qcode, x86, yq, yp)
     m = w.shape[0]
     groups = (m + 3) // 4
-    tasks = min(groups, max(MATVEC_MIN_TASKS, -(-groups // MATVEC_TASK_GROUPS)))
+    tasks = matvec_tasks(groups)
     for t in prange(tasks):                 # numba hands each thread one even span of tasks
         g0, g1 = groups * t // tasks, groups * (t + 1) // tasks
         _simd_task(w, code, yq, yp, y, 4 * g0, min(m, 4 * g1))
@@ -213,6 +220,59 @@ def fused_matvec(w_type: QT, k: int, m: int, n: int, x86: bool = True):
     small = m * row_bytes(QT(w_type), k) < SERIAL_BELOW
     kern = _matvec_ggml_fused_serial if small else _matvec_ggml_fused
     return kern, code, (np.int64(qtype), x86, yq, yp)
+
+
+@njit(parallel=True, cache=True)
+def _matvecs_ggml_fused(ws, codes, x, qcodes, x86, yqs, yps, ys, shares):
+    # several _matvec_ggml_fused of one x in one parallel region (ws[i] ... ys[i]:
+    # homogeneous tuples): each member quantized and rearranged first, then shares[0]
+    # even shares of every member's 4-row groups (the thread count: one share a thread,
+    # so that the threads' work is even whatever the members' types cost a byte; spans
+    # of MATVEC_TASK_GROUPS groups, as the single matvec's tasks). The count comes in an
+    # array: numba.get_num_threads() here would keep the kernel out of numba's cache
+    n = len(ws)
+    for i in range(n):
+        _quantize_prepare(codes[i], x, qcodes[i], x86, yqs[i], yps[i])
+    nth = max(1, shares[0])
+    for t in prange(nth):                   # one iteration a thread
+        for i in range(n):
+            w = ws[i]
+            m = w.shape[0]
+            groups = (m + 3) // 4
+            g1 = groups * (t + 1) // nth
+            for g0 in range(groups * t // nth, g1, MATVEC_TASK_GROUPS):
+                _simd_task(w, codes[i], yqs[i], yps[i], ys[i], 4 * g0,
+                           min(m, 4 * min(g1, g0 + MATVEC_TASK_GROUPS)))
+
+
+def group_matvecs(members: list[tuple], shares: np.ndarray) -> tuple | None:
+    """``(kernel, args)``: one numba call ``kernel(*args)`` computing several
+    :func:`fused_matvec` calls that share their activations ``x`` (their argument tuples
+    ``(w, code, x, qcode, x86, yq, yp, y)``, e.g. a layer's Q, K and V projections) in one
+    parallel region instead of one each, with the same results (each member's own
+    quantizer, buffers and dots). ``shares`` (int64 ``[1]``, read at every call): into how
+    many even shares every member's rows are cut, one a thread: set it to the thread
+    count before calling (any count gives the same results). ``None`` for fewer than two
+    members, different ``x`` or ``x86``, or arguments numba would not type alike."""
+    import numba
+
+    if len(members) < 2:
+        return None
+    x, x86 = members[0][2], members[0][4]
+
+    def same(v):             # the same activations: one array, or views alike of it
+        return v is x or (v.ctypes.data == x.ctypes.data and v.shape == x.shape
+                          and v.strides == x.strides and v.dtype == x.dtype)
+    if any(not same(a[2]) or a[4] != x86 for a in members):
+        return None
+    for j in (0, 5, 6, 7):              # w, yq, yp, y: one array type a tuple
+        if len({numba.typeof(a[j]) for a in members}) != 1:
+            return None
+    args = (tuple(a[0] for a in members), np.array([a[1] for a in members], dtype=np.int64),
+            x, np.array([a[3] for a in members], dtype=np.int64), x86,
+            tuple(a[5] for a in members), tuple(a[6] for a in members),
+            tuple(a[7] for a in members), shares)
+    return _matvecs_ggml_fused, args
 
 
 # ---------------------------------------------------------------------------- entry points

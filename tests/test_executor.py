@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import fixtures as F
+from gguf import GGMLQuantizationType as QT
 from graphcost.format import ggml_types as gt
 from graphcost.errors import GraphcostError, SettingsError, UnsupportedError
 from graphcost.execute.exec_ops import OPS, tensor_view, unsupported_ops
@@ -220,10 +221,68 @@ def test_small_nodes_are_preallocated_bound_and_return_copies(llama):
     ex2 = Executor(llama, RunSettings(ctx_size=256))
     ex2.step([1, 2, 3])
     ex2.step([4])
+    ex2.plan(1).grouped = None        # no grouped matvecs either
     for st in ex2.plan(1).steps:
         if st.kind == BOUND:
             st.kind, st.call = COMPUTE, None
     np.testing.assert_array_equal(ex2.step([5]).logits, b.logits)
+
+
+def test_decode_matvecs_of_one_input_run_as_one_group(tmp_path):
+    # Q8_0 Q (256 x 256: 256 * 272 = 69632 bytes, over SERIAL_BELOW's 65536), Q5_0 K and
+    # Q8_0 V (64 rows: serial alone) of attn_norm's output; the fixture's Q4_0 gate and
+    # Q8_0 up (768 rows each) of ffn_norm's. An untimed run computes each set in one call
+    # at the first one's place, a node-timed run each alone: the same bits
+    from graphcost.execute.plan import BOUND, FIXED
+    llama = F.write_llama(tmp_path / "qkv.gguf", n_layer=2, weight_types={
+        "attn_q": QT.Q8_0, "attn_k": QT.Q5_0, "attn_v": QT.Q8_0})
+    ex = Executor(llama, RunSettings(ctx_size=256))
+    ex.step([1, 2, 3])
+    back = ex.checkpoint()
+    a = ex.step([4], capture=["Vcur-1"])
+    back()
+    b = ex.step([4], time_nodes=True, capture=["Vcur-1"])
+    np.testing.assert_array_equal(a.logits, b.logits)
+    assert a.captured.keys() == b.captured.keys() and a.captured    # Vcur-1 and its views
+    for i in a.captured:
+        np.testing.assert_array_equal(a.captured[i], b.captured[i])
+    plan = ex.plan(1)
+    moved = [(st.node.name, g.kind) for st, g in zip(plan.steps, plan.grouped) if st is not g]
+    assert [n for n, kind in moved if kind == BOUND] == ["Qcur-0", "ffn_gate-0", "Qcur-1",
+                                                         "ffn_gate-1"]
+    assert sorted(n for n, kind in moved if kind == FIXED) == sorted(
+        f"{n}-{il}" for il in range(2) for n in ("Kcur", "Vcur", "ffn_up"))
+    # the K and V projections' nodes stay where llama.cpp has them (after the Q rope),
+    # their values made at Q's place
+    names = [st.node.name for st in plan.steps]
+    assert names.index("Qcur-0") + 1 < min(names.index("Kcur-0"), names.index("Vcur-0"))
+
+
+def test_a_write_into_the_input_ends_a_group():
+    from types import SimpleNamespace
+    from graphcost.execute.plan import BOUND, COMPUTE, FIXED, Step, group_matvecs
+    # three matvecs of slot 1 and a node writing into slot 1's memory between the 2nd
+    # and 3rd: the first two are grouped, the third stays alone (a group of one)
+    def group(*args):
+        pass
+    K = SimpleNamespace(matmul=SimpleNamespace(
+        _matvec_ggml_fused="par", _matvec_ggml_fused_serial="ser", SERIAL_BELOW=0,
+        group_matvecs=lambda members, shares: (group, members)))
+    w = np.zeros((4, 8), dtype=np.uint8)
+
+    def mv(i, kern="par"):
+        call = SimpleNamespace(args=(w, 0, "x", 0, True, None, None, None))
+        return Step(i, None, SimpleNamespace(kern=kern), (0, 1), 10 + i, 10 + i, 0, (), (),
+                    None, BOUND, call)
+    write = Step(2, None, SimpleNamespace(kern="add"), (1,), 20, 1, 0, (), (), None, COMPUTE)
+    steps = [mv(0), mv(1), write, mv(3)]
+    out = group_matvecs(steps, K, np.ones(1, dtype=np.int64))
+    assert [s.kind for s in out] == [BOUND, FIXED, COMPUTE, BOUND]
+    assert out[0].call.func is group and out[3] is steps[3]
+    # without the write all three are one group
+    out = group_matvecs([mv(0), mv(1), mv(3)], K, np.ones(1, dtype=np.int64))
+    assert [s.kind for s in out] == [BOUND, FIXED, FIXED]
+    assert len(out[0].call.args) == 3               # the three members
 
 
 def test_captured_values_are_copies_by_node_name(llama):

@@ -286,6 +286,48 @@ def test_fused_matvec_is_mul_mat_ggml(qt, monkeypatch):
     assert MM.fused_matvec(qt, k, 13, MM.MATVEC_MAX_N + 1) is None
 
 
+@pytest.mark.parametrize("types", [(QT.Q5_0, QT.Q5_0, QT.Q8_0), (QT.Q4_K, QT.Q6_K),
+                                   (QT.Q2_K, QT.Q3_K, QT.Q5_K, QT.Q4_0)],
+                         ids=["gemma-qkv", "k-pair", "four"])
+def test_grouped_matvecs_are_each_members_matvec(types):
+    # one parallel region for several matvecs of one x (the executor's Q/K/V and
+    # gate/up): the same bits as each member's own fused call. Rows 77, 13, 130, 5: odd
+    # counts, a last group of one or two rows, 130 rows = 33 groups: more than
+    # MATVEC_TASK_GROUPS on one thread
+    k = 768                                       # 3 super-blocks, 24 32-blocks
+    rows = (77, 13, 130, 5)[:len(types)]
+    ws = [read_only(np.ascontiguousarray(W.make_weight(np.random.default_rng(10 + i), (m, k), qt))
+                    .view(np.uint8).reshape(m, -1)) for i, (qt, m) in enumerate(zip(types, rows))]
+    x = rand((1, k), scale=3.0, seed=8)
+    members = []
+    for qt, m, w in zip(types, rows, ws):
+        kern, code, tail = MM.fused_matvec(qt, k, m, 1)
+        members.append((w, code, x, *tail, np.full((1, m), np.nan, dtype=np.float32)))
+    shares = np.ones(1, dtype=np.int64)
+    kern, args = MM.group_matvecs(members, shares)
+    before = numba.get_num_threads()
+    # every thread's share of every member (5 rows: 2 groups, none for a third thread)
+    for threads in sorted({1, min(3, numba.config.NUMBA_NUM_THREADS), before}):
+        numba.set_num_threads(threads)
+        try:
+            # twice (the buffers are reused), with any share count: the same bits
+            for seed, shares[0] in ((8, threads), (9, 5)):
+                x[:] = rand((1, k), scale=3.0, seed=seed)
+                for a in members:
+                    a[-1][:] = np.nan
+                kern(*args)
+                for qt, m, w, a in zip(types, rows, ws, members):
+                    assert np.array_equal(a[-1], MM.mul_mat_ggml(w, qt, k, m, x)), qt.name
+        finally:
+            numba.set_num_threads(before)
+    # refused: one member, another x, another x86 rounding
+    assert MM.group_matvecs(members[:1], shares) is None
+    other = (members[1][0], members[1][1], x.copy(), *members[1][3:])
+    assert MM.group_matvecs([members[0], other], shares) is None
+    flipped = (*members[1][:4], not members[1][4], *members[1][5:])
+    assert MM.group_matvecs([members[0], flipped], shares) is None
+
+
 @pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
 def test_simd_and_scalar_ggml_dots_agree_on_arbitrary_bytes(qt, monkeypatch):
     # no 16-bit pair sum may saturate and no offset may be lost, whatever the bytes

@@ -183,15 +183,34 @@ def test_family_matches_llama_cpp(family_models, case):
         assert e <= node_tolerance(name), (name, e)
 
 
-def node_tolerance(name: str) -> float:
+def _host_has_avx512f() -> bool:
+    from llvmlite import binding
+    return bool(binding.get_host_cpu_features().get("avx512f"))
+
+
+#: the kernels' F32/F16/BF16 dots sum in the order llama.cpp's AVX-512F build does
+#: (kernels/vec_dot_ggml.py); on a CPU without AVX-512F llama.cpp sums 8-lane (AVX2)
+FLOAT_DOTS_IN_LLAMA_ORDER = _host_has_avx512f()
+
+
+def node_tolerance(name: str, float_order: bool | None = None) -> float:
     """Relative L2 bound of a captured node. Rope outputs and the short convolution are
     float32 in ggml's order: 1e-6 in layer 0 (measured <= 1.2e-7), 1e-4 deeper, where
     earlier layers' rounding arrives (measured 2.1e-5: qwen35moe's Kcur-3 after three MoE
     layers). The others follow quantized matmuls: 5e-3 (measured <= 2.4e-7 for dense
     layers; MoE layers up to 3.6e-3, a Q8 activation rounding flip changing one expert's
-    input, as gpt-oss's 3.2e-3)."""
+    input, as gpt-oss's 3.2e-3).
+
+    Deeper than layer 0 on a CPU without AVX-512F (``float_order`` False; default: this
+    host) the 5e-3 bound: llama.cpp's float dots there sum in AVX2's order, not the
+    kernels' (AVX-512F's), and after MoE layers such a difference can flip a Q8 rounding
+    too (2026-11-28, AVX2-only EPYC: qwen35moe's Qcur-3 7.0e-4, Kcur-3 2.9e-4)."""
+    if float_order is None:
+        float_order = FLOAT_DOTS_IN_LLAMA_ORDER
     if name.startswith(("Qcur", "Kcur", "model.layers.{}.conv.conv")):
-        return 1e-6 if name.endswith("-0") else 1e-4
+        if name.endswith("-0"):
+            return 1e-6
+        return 1e-4 if float_order else 5e-3
     return 5e-3
 
 

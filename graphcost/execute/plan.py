@@ -11,13 +11,20 @@ the loop that runs it once.
 * a node whose sources are all fixed is **bound**: its kernel arguments are prepared once
   and a run is one call of the compiled numba overload
   (:meth:`graphcost.execute.exec_ops.KernelNode.bind`,
-  :func:`graphcost.execute.exec_ops.resolve_entry`).
+  :func:`graphcost.execute.exec_ops.resolve_entry`);
+* **grouped matvecs**: an untimed run computes the bound decode matvecs that read the
+  same activations (a layer's Q, K and V projections; its FFN gate and up) in one
+  parallel region at the first one's place (:func:`group_matvecs`), where a node-timed
+  run times each alone. A parallel region costs microseconds to start (3.4 us at 2
+  threads, 8.2 us at 16 on a 16-core Xeon, ``benchmarks/bench_region_start.py``); Gemma 3
+  270M's decode has three fewer a layer.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable, Iterable
 
 import numpy as np
@@ -68,6 +75,12 @@ class Plan:
     inputs: list[tuple[GraphInput, np.ndarray]]   # each graph input and its array
     needs_raw: set[int]                   # node slots that views or writers look through
     resolved: bool = False                # bound calls go to the compiled overloads
+    #: ``steps`` with grouped matvecs (:func:`group_matvecs`), for untimed runs; None
+    #: where nothing is grouped
+    grouped: list[Step] | None = None
+    grouped_resolved: bool = False
+    #: the groups' share count (int64 [1]): the thread count, set by each grouped run
+    shares: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))
 
 
 @dataclass
@@ -144,7 +157,55 @@ def compile_plan(bg: BuiltGraph, ctx: Ctx, weights: Mapping[str, np.ndarray],
                 kind = BOUND
         steps.append(Step(i, n, fn, srcs, slot(n), st_slot, offset, shape, strides,
                           np.dtype(dtype), kind, call))
-    return Plan(bg, steps, len(slot_of), fixed, fixed_raw, inputs, needs_raw)
+    shares = np.ones(1, dtype=np.int64)
+    return Plan(bg, steps, len(slot_of), fixed, fixed_raw, inputs, needs_raw,
+                grouped=group_matvecs(steps, ctx.K, shares), shares=shares)
+
+
+def group_matvecs(steps: list[Step], K, shares: np.ndarray) -> list[Step] | None:
+    """``steps`` with the bound fused matvecs (``kernels.matmul.fused_matvec``) that
+    read the same activations run as one call at the first one's place
+    (``kernels.matmul.group_matvecs``); the others' places become no-ops (kind FIXED:
+    their outputs are their preallocated arrays, filled by the group). A matvec joins
+    the group of an earlier one only where no node between them writes into the memory
+    of the activations (an in-place op or a SET_ROWS into it), and a group only where
+    its weights are ``kernels.matmul.SERIAL_BELOW`` bytes or more (smaller ones stay on
+    the calling thread). ``shares``: the groups' share count (:attr:`Plan.shares`).
+    ``None`` where nothing is grouped."""
+    mm = K.matmul
+    kernels = (mm._matvec_ggml_fused, mm._matvec_ggml_fused_serial)
+    storage = {st.slot: st.storage for st in steps}
+    open_groups: dict[int, list[int]] = {}       # x slot -> positions of its matvecs
+    groups: list[list[int]] = []
+    for pos, st in enumerate(steps):
+        if st.kind == BOUND and getattr(st.fn, "kern", None) in kernels:
+            x = st.srcs[1]
+            if x in open_groups:
+                open_groups[x].append(pos)
+            else:
+                open_groups[x] = [pos]
+                groups.append(open_groups[x])
+            continue
+        if st.fn is not None:        # a write into memory some open group's x lives in
+            for x in [x for x in open_groups
+                      if st.storage in (x, storage.get(x, x)) and st.storage != st.slot]:
+                del open_groups[x]
+    out = list(steps)
+    grouped = False
+    for g in groups:
+        args = [steps[p].call.args for p in g]
+        if len(g) < 2 or sum(a[0].nbytes for a in args) < mm.SERIAL_BELOW:
+            continue
+        made = mm.group_matvecs(args, shares)
+        if made is None:
+            continue
+        kern, kargs = made
+        first = steps[g[0]]
+        out[g[0]] = replace(first, call=partial(kern, *kargs))
+        for p in g[1:]:
+            out[p] = replace(steps[p], kind=FIXED, call=None)
+        grouped = True
+    return out if grouped else None
 
 
 def calls_plan(calls: Iterable[Callable[[], object]]) -> Plan:
@@ -166,7 +227,13 @@ def run_plan(plan: Plan, *, capture: Iterable[int] = (), timed: bool = True,
     """Execute every node once (inputs already filled); values of ``capture`` indices
     are copied out. ``timed``: the clock read around each kernel call (a node costs
     ~0.2-0.3 us more, ``benchmarks/bench_node_timing.py``); untimed, twice in all (the
-    wall). Returns (values by slot, timing, captured values)."""
+    wall; the plan's grouped matvecs (:func:`group_matvecs`) run as groups. Returns
+    (values by slot, timing, captured values)."""
+    grouped = not timed and plan.grouped is not None
+    steps = plan.grouped if grouped else plan.steps
+    if grouped:
+        import numba
+        plan.shares[0] = numba.get_num_threads()     # one share of each group a thread
     vals: list = [None] * plan.n_slots
     for s, v in plan.fixed.items():
         vals[s] = v
@@ -178,7 +245,7 @@ def run_plan(plan: Plan, *, capture: Iterable[int] = (), timed: bool = True,
     needs_raw = plan.needs_raw
     new_view = np.ndarray
     t_start = timer()
-    for st in plan.steps:
+    for st in steps:
         kind = st.kind
         if kind == BOUND:
             call = st.call
@@ -213,9 +280,12 @@ def run_plan(plan: Plan, *, capture: Iterable[int] = (), timed: bool = True,
         if captured and st.index in captured:
             cap[st.index] = np.array(vals[st.slot], copy=True)
     wall = timer() - t_start
-    if not plan.resolved:        # every bound kernel has run (compiled) once
-        for st in plan.steps:
+    if not (plan.grouped_resolved if grouped else plan.resolved):
+        for st in steps:         # every bound kernel has run (compiled) once
             if st.call is not None:
                 st.call = resolve_entry(st.call)
-        plan.resolved = True
+        if grouped:
+            plan.grouped_resolved = True
+        else:
+            plan.resolved = True
     return vals, NodeTiming(ns if timed else None, wall), cap
