@@ -486,6 +486,22 @@ def _join(builder, parts):
     return parts[0]
 
 
+def _pshufb_ir(context, builder, table, idx):
+    """``vpshufb`` over a whole vector (64 or 32 bytes): ``out[i] = table[16 * (i // 16) +
+    idx[i] % 16]``, 0 where ``idx[i] >= 128``, in 64-, 32- or 16-byte instructions by
+    the target (AVX512BW, AVX2, SSSE3); ``None`` without SSSE3."""
+    feats = _target_features(context)
+    for width, name, need in ((64, "llvm.x86.avx512.pshuf.b.512", "avx512bw"),
+                              (32, "llvm.x86.avx2.pshuf.b", "avx2"),
+                              (16, "llvm.x86.ssse3.pshuf.b.128", "ssse3")):
+        if need in feats and table.type.count % width == 0:
+            vt = ir.VectorType(ir.IntType(8), width)
+            return _join(builder, [_x86_call(builder, name, vt, [t, i]) for t, i in
+                                   zip(_chunks(builder, table, width),
+                                       _chunks(builder, idx, width))])
+    return None
+
+
 def _madd_ir(context, builder, a, b, n):
     """n i16 x n i16 -> n/2 i32 pair sums (vpmaddwd). Emitted as the x86 intrinsic where
     available: from plain IR LLVM reasons about known-zero halves and widens instead."""
@@ -756,7 +772,10 @@ def add_if_bit(typingctx, a, src, idx, value):
     """``a[i] + value`` where bit ``idx[i] % 64`` of 64-bit lane ``i // 8`` of ``src`` is
     set, else ``a[i]`` (64 uint8 lanes; ``src`` any 64-byte vector, ``idx`` uint8 x64).
     With AVX512_BITALG one ``vpshufbitqmb`` (the bit pick, into a mask register) and a
-    masked ``vpaddb``; elsewhere shifts of the 64-bit lanes."""
+    masked ``vpaddb``; with AVX2 (or AVX512BW without BITALG) two ``vpshufb`` (the byte
+    holding the bit, then the bit), a test and a blend; elsewhere shifts of the 64-bit
+    lanes (64 lanes of 64 bits: Q5_0's matvec ran at 21% of the streaming read that way
+    on an AVX2-only EPYC, 2026-11-28)."""
     if not (isinstance(a, Vec) and a.n == 64 and a.dtype in (types.uint8, types.int8)
             and isinstance(src, Vec) and src.n * src.dtype.bitwidth == 512
             and isinstance(idx, Vec) and idx.n == 64 and idx.dtype == types.uint8):
@@ -766,10 +785,22 @@ def add_if_bit(typingctx, a, src, idx, value):
         feats = _target_features(context)
         x, i8x64 = args[0], ir.VectorType(ir.IntType(8), 64)
         s8 = builder.bitcast(args[1], i8x64)
+        u8 = types.uint8
         if "avx512bitalg" in feats and "avx512bw" in feats:
             mask = _x86_call(builder, "llvm.x86.avx512.vpshufbitqmb.512",
                              ir.VectorType(ir.IntType(1), 64), [s8, args[2]])
             x = builder.asm(ir.FunctionType(x.type, [x.type]), "", "=v,0", [x], False)
+        elif "avx2" in feats or "avx512bw" in feats:
+            # the byte holding each lane's bit (in its own 64-bit lane, so in its own
+            # 16-byte lane: one vpshufb), then the bit itself (a vpshufb of 1 << (idx % 8))
+            idx = args[2]
+            at = builder.add(builder.and_(builder.lshr(idx, _const_vec(u8, [3] * 64)),
+                                          _const_vec(u8, [7] * 64)),
+                             _const_vec(u8, [8 * ((i // 8) % 2) for i in range(64)]))
+            byte = _pshufb_ir(context, builder, s8, at)
+            bit = _pshufb_ir(context, builder, _const_vec(u8, [1 << (i % 8) for i in range(64)]),
+                             builder.and_(idx, _const_vec(u8, [7] * 64)))
+            mask = builder.icmp_unsigned("!=", builder.and_(byte, bit), _const_vec(u8, [0] * 64))
         else:
             i64 = ir.IntType(64)
             q = builder.bitcast(args[1], ir.VectorType(i64, 8))
@@ -851,15 +882,9 @@ def lookup16(typingctx, table, idx):
         return None
 
     def codegen(context, builder, sig, args):
-        feats = _target_features(context)
-        for width, name, need in ((64, "llvm.x86.avx512.pshuf.b.512", "avx512bw"),
-                                  (32, "llvm.x86.avx2.pshuf.b", "avx2"),
-                                  (16, "llvm.x86.ssse3.pshuf.b.128", "ssse3")):
-            if need in feats:
-                vt = ir.VectorType(ir.IntType(8), width)
-                return _join(builder, [_x86_call(builder, name, vt, [t, i]) for t, i in
-                                       zip(_chunks(builder, args[0], width),
-                                           _chunks(builder, args[1], width))])
+        out = _pshufb_ir(context, builder, args[0], args[1])
+        if out is not None:
+            return out
         i8, i32 = ir.IntType(8), ir.IntType(32)
         out = ir.Constant(args[0].type, None)
         for k in range(64):
@@ -877,15 +902,31 @@ def lookup16(typingctx, table, idx):
 @intrinsic
 def lookup64(typingctx, table, idx):
     """``out[i] = table[idx[i] % 64]`` for 64 uint8 lanes (``vpermb`` with AVX512_VBMI;
-    elsewhere lane by lane)."""
+    with AVX2 or AVX512BW four ``vpshufb`` a vector, one per 16-byte quarter of the
+    table, and three blends; elsewhere lane by lane)."""
     if not (isinstance(table, Vec) and table == idx and table.dtype == types.uint8
             and table.n == 64):
         return None
 
     def codegen(context, builder, sig, args):
-        if "avx512vbmi" in _target_features(context):
+        feats = _target_features(context)
+        if "avx512vbmi" in feats:
             return _x86_call(builder, "llvm.x86.avx512.permvar.qi.512", args[0].type,
                              [args[0], args[1]])
+        if "avx2" in feats or "avx512bw" in feats:
+            # each 16-byte quarter of the table in every 16-byte lane, looked up by the
+            # index's low 4 bits (vpshufb), the quarter picked by bits 4-5
+            u8 = types.uint8
+            low = builder.and_(args[1], _const_vec(u8, [15] * 64))
+            quarter = builder.and_(builder.lshr(args[1], _const_vec(u8, [4] * 64)),
+                                   _const_vec(u8, [3] * 64))
+            out = None
+            for c in range(4):
+                tab = _shuffle(builder, args[0], args[0], [16 * c + i % 16 for i in range(64)])
+                got = _pshufb_ir(context, builder, tab, low)
+                out = got if out is None else builder.select(
+                    builder.icmp_unsigned("==", quarter, _const_vec(u8, [c] * 64)), got, out)
+            return out
         i8, i32 = ir.IntType(8), ir.IntType(32)
         out = ir.Constant(args[0].type, None)
         for k in range(64):
