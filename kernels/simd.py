@@ -1135,7 +1135,9 @@ def multishift(offsets) -> object:
     """A function ``f(a)`` for 64 uint8 lanes: output byte i is the 8 bits of 64-bit lane
     ``i // 8`` of ``a`` from bit ``offsets[i] % 64`` up, rotating (bit 63 is followed by
     bit 0): a byte-granular shift per output byte. One ``vpmultishiftqb`` with
-    AVX512_VBMI; elsewhere a rotate of each byte's 64-bit lane (``llvm.fshr``), truncated."""
+    AVX512_VBMI; with AVX2 or AVX512BW two ``vpshufb`` (the two bytes the bits come
+    from) and a shift pair and blend per distinct ``offsets[i] % 8``; elsewhere a rotate
+    of each byte's 64-bit lane (``llvm.fshr``), truncated."""
     offs = tuple(int(o) % 64 for o in offsets)
     if len(offs) != 64:
         raise ValueError(f"multishift takes 64 offsets, got {len(offs)}")
@@ -1150,6 +1152,29 @@ def multishift(offsets) -> object:
             if "avx512vbmi" in feats and "avx512bw" in feats:
                 return _x86_call(builder, "llvm.x86.avx512.pmultishift.qb.512", args[0].type,
                                  [_const_vec(types.uint8, offs), args[0]])
+            if "avx2" in feats or "avx512bw" in feats:
+                # byte k = offs // 8 of the lane's qword and the next (one vpshufb each: a
+                # qword never crosses a 16-byte lane), then for each distinct bit offset
+                # r = offs % 8 (lo >> r) | (hi << (8 - r)), blended by the lanes that use it
+                u8 = types.uint8
+                s8 = builder.bitcast(args[0], ir.VectorType(ir.IntType(8), 64))
+                base = [8 * ((i // 8) % 2) for i in range(64)]
+                lo = _pshufb_ir(context, builder, s8, _const_vec(
+                    u8, [b + o // 8 for b, o in zip(base, offs)]))
+                hi = _pshufb_ir(context, builder, s8, _const_vec(
+                    u8, [b + (o // 8 + 1) % 8 for b, o in zip(base, offs)]))
+                out = None
+                for r in sorted({o % 8 for o in offs}):
+                    v = lo if r == 0 else builder.or_(
+                        builder.lshr(lo, _const_vec(u8, [r] * 64)),
+                        builder.shl(hi, _const_vec(u8, [8 - r] * 64)))
+                    if out is None:
+                        out = v
+                        continue
+                    pick = ir.Constant(ir.VectorType(ir.IntType(1), 64),
+                                       [ir.Constant(ir.IntType(1), int(o % 8 == r)) for o in offs])
+                    out = builder.select(pick, v, out)
+                return builder.bitcast(out, args[0].type)
             i64 = ir.IntType(64)
             q = builder.bitcast(args[0], ir.VectorType(i64, 8))
             q = _shuffle(builder, q, q, [i // 8 for i in range(64)])
