@@ -174,13 +174,6 @@ def _quantize_prepare(code, x, qcode, x86, yq, yp):
         prepare_row(code, yq[n], yp[n])
 
 
-@njit(cache=True)
-def matvec_tasks(groups):
-    """Tasks :func:`_matvec_ggml_fused` splits ``groups`` 4-row groups into: at most
-    ``MATVEC_TASK_GROUPS`` groups a task, at least ``MATVEC_MIN_TASKS`` tasks."""
-    return min(groups, max(MATVEC_MIN_TASKS, -(-groups // MATVEC_TASK_GROUPS)))
-
-
 @njit(parallel=True, cache=True)
 def _matvec_ggml_fused(w, code, x, qcode, x86, yq, yp, y):
     # mul_mat_ggml for a few activation rows (N <= MATVEC_MAX_N) in one call: quantize x
@@ -189,7 +182,7 @@ def _matvec_ggml_fused(w, code, x, qcode, x86, yq, yp, y):
     _quantize_prepare(code, x, qcode, x86, yq, yp)
     m = w.shape[0]
     groups = (m + 3) // 4
-    tasks = matvec_tasks(groups)
+    tasks = min(groups, max(MATVEC_MIN_TASKS, -(-groups // MATVEC_TASK_GROUPS)))
     for t in prange(tasks):                 # numba hands each thread one even span of tasks
         g0, g1 = groups * t // tasks, groups * (t + 1) // tasks
         _simd_task(w, code, yq, yp, y, 4 * g0, min(m, 4 * g1))

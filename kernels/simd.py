@@ -486,6 +486,11 @@ def _join(builder, parts):
     return parts[0]
 
 
+#: for 64 byte lanes: where the byte's 64-bit lane starts in its 16-byte lane (a vpshufb
+#: index of byte j of the lane's qword is this plus j)
+_QWORD_AT = [8 * ((i // 8) % 2) for i in range(64)]
+
+
 def _pshufb_ir(context, builder, table, idx):
     """``vpshufb`` over a whole vector (64 or 32 bytes): ``out[i] = table[16 * (i // 16) +
     idx[i] % 16]``, 0 where ``idx[i] >= 128``, in 64-, 32- or 16-byte instructions by
@@ -796,7 +801,7 @@ def add_if_bit(typingctx, a, src, idx, value):
             idx = args[2]
             at = builder.add(builder.and_(builder.lshr(idx, _const_vec(u8, [3] * 64)),
                                           _const_vec(u8, [7] * 64)),
-                             _const_vec(u8, [8 * ((i // 8) % 2) for i in range(64)]))
+                             _const_vec(u8, _QWORD_AT))
             byte = _pshufb_ir(context, builder, s8, at)
             bit = _pshufb_ir(context, builder, _const_vec(u8, [1 << (i % 8) for i in range(64)]),
                              builder.and_(idx, _const_vec(u8, [7] * 64)))
@@ -1158,11 +1163,10 @@ def multishift(offsets) -> object:
                 # r = offs % 8 (lo >> r) | (hi << (8 - r)), blended by the lanes that use it
                 u8 = types.uint8
                 s8 = builder.bitcast(args[0], ir.VectorType(ir.IntType(8), 64))
-                base = [8 * ((i // 8) % 2) for i in range(64)]
                 lo = _pshufb_ir(context, builder, s8, _const_vec(
-                    u8, [b + o // 8 for b, o in zip(base, offs)]))
+                    u8, [b + o // 8 for b, o in zip(_QWORD_AT, offs)]))
                 hi = _pshufb_ir(context, builder, s8, _const_vec(
-                    u8, [b + (o // 8 + 1) % 8 for b, o in zip(base, offs)]))
+                    u8, [b + (o // 8 + 1) % 8 for b, o in zip(_QWORD_AT, offs)]))
                 out = None
                 for r in sorted({o % 8 for o in offs}):
                     v = lo if r == 0 else builder.or_(
