@@ -7,6 +7,7 @@ achieves on the same machine, in the same run. Target (profiling issue): >= 80%.
 
     python benchmarks/bench_kernels.py [--mib 256] [--repeat 9] [--types Q4_K,Q8_0]
                                        [--threads 2] [--paths float,ggml] [--use-cache]
+                                       [--beside-llama-cpp]
 
 Two paths, side by side (``kernels/matmul.py``):
 
@@ -33,12 +34,28 @@ Bandwidth kernel: ``kernels.stream.read_rows`` (the one ``graphcost hwprobe`` us
 ``prange`` sum over a 1 GiB float32 array (rows of 4096, fastmath so it vectorizes) --
 the simplest streaming read.
 Napkin math per row of the table: bytes = weight + x + y, FLOPs = 2*M*K (FMA = 2).
+
+``--beside-llama-cpp`` adds llama.cpp's own matrix-vector for each type, timed right after
+ours: ``test-backend-ops perf -o MUL_MAT -b CPU`` (built beside llama-bench by
+``graphcost.judge.llama_tools.build``), its perf case ``type_a=<type>, type_b=f32,
+m=4096, n=1, k=14336`` (``make_test_cases_perf`` in llama.cpp's tests/test-backend-ops.cpp:
+4096 weight rows of 14336, one activation row; ggml quantizes the row to the type's
+vec_dot_type and runs its vec_dot, the plain layout: test-backend-ops allocates no
+repacked buffer). It runs in its own process with the environment this script was
+started with, on ``max(1, hardware_concurrency / 2)`` threads (its ``N_THREADS / 2``, not
+settable), so this option sets our threads to the same count. Its GB/s counts the same
+bytes (weight + x + y) over its printed us/run. Its matrix (19-235 MiB by type) can be
+smaller than ``--mib`` makes ours (a Q2_K one, 19 MiB, fits in a 32 MiB L3, and calls
+one after another then read it from there), so ours is also timed on a matrix of that
+shape right before it: those two columns compare the same bytes in the same caches.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +66,33 @@ import numpy as np
 K_COLS = 4096
 BW_BYTES = 1 << 30
 VALIDATE_ROWS = 256
+#: test-backend-ops' matrix-vector perf case: weight rows, row length (tests/test-backend-ops.cpp)
+LLAMA_M, LLAMA_K = 4096, 14336
+_LLAMA_RUN = re.compile(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=4096,n=1,k=14336,bs=\[1,1\],"
+                        r"nr=\[1,1\],per=\[0,1,2,3\][^)]*\):\s+(\d+) runs -\s+([\d.]+) us/run")
+#: the environment this script was started with (llama.cpp's process gets it, not ours)
+_USER_ENV = dict(os.environ)
+
+
+def llama_cpp_threads() -> int:
+    """test-backend-ops' CPU threads: ``max(1, N_THREADS / 2)``, N_THREADS the hardware
+    concurrency (``std::thread::hardware_concurrency``, the CPUs Linux reports)."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+def llama_cpp_matvec(exe: Path, qt) -> float:
+    """Seconds per run of llama.cpp's MUL_MAT of ``LLAMA_M`` rows of ``LLAMA_K`` ``qt``
+    weights by one f32 row (test-backend-ops perf, its own process)."""
+    from graphcost.format.ggml_types import type_name
+    name = type_name(qt)
+    r = subprocess.run([str(exe), "perf", "-o", "MUL_MAT", "-b", "CPU", "-p",
+                        rf"type_a={name},type_b=f32,m={LLAMA_M},n=1,k={LLAMA_K},bs=\[1,1\]"],
+                       capture_output=True, text=True, env=_USER_ENV, timeout=600)
+    runs = [m for m in _LLAMA_RUN.finditer(r.stdout) if m.group(1) == name]
+    if r.returncode != 0 or len(runs) != 1:
+        raise SystemExit(f"test-backend-ops perf for {name}: exit {r.returncode}, "
+                         f"{len(runs)} matching cases\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return float(runs[0].group(3)) * 1e-6
 
 
 def _args() -> argparse.Namespace:
@@ -60,6 +104,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--paths", default="float,ggml", help="comma-separated: float, ggml")
     ap.add_argument("--use-cache", action="store_true",
                     help="use numba's on-disk cache (compile column then shows load time)")
+    ap.add_argument("--beside-llama-cpp", action="store_true",
+                    help="also time llama.cpp's matrix-vector (test-backend-ops perf) per type, "
+                         "on its thread count")
     return ap.parse_args()
 
 
@@ -75,6 +122,16 @@ def main() -> None:
 
     from graphcost.execute.kernels_loader import load_kernels
 
+    llama_exe = None
+    if args.beside_llama_cpp:
+        from graphcost.judge.llama_tools import find_tool, missing_reason
+        llama_exe = find_tool("test-backend-ops")
+        if llama_exe is None:
+            raise SystemExit(missing_reason("test-backend-ops"))
+        if args.threads and args.threads != llama_cpp_threads():
+            raise SystemExit(f"--beside-llama-cpp: test-backend-ops runs {llama_cpp_threads()} "
+                             f"threads here, not --threads {args.threads}")
+        args.threads = llama_cpp_threads()
     if args.threads:
         numba.set_num_threads(args.threads)
     kern = load_kernels()
@@ -100,7 +157,12 @@ def main() -> None:
           f"{numba.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f} at start")
     print(f"bandwidth kernel: prange sum over {BW_BYTES >> 20} MiB float32 "
           f"(median of the runs interleaved with each type)\n")
+    if llama_exe:
+        print(f"beside: llama.cpp's MUL_MAT {LLAMA_M} x {LLAMA_K}, n = 1 ({llama_exe}, "
+              f"{llama_cpp_threads()} threads)\n")
     cols = "".join(f" | {p + ' ms':>9s} {'GB/s':>6s} {'% BW':>5s}" for p in paths)
+    if llama_exe:
+        cols += f" | {'ours':>6s} {'llama':>6s} {'ratio':>5s}"
     head = (f"{'type':5s} {'MiB':>5s} {'rows':>7s} {'BW GB/s':>7s}{cols} | {'compile s':>11s} "
             f"{'check':>14s}")
     print(head)
@@ -149,6 +211,24 @@ def main() -> None:
             sec = statistics.median(times[p])
             gbs = moved / sec / 1e9
             line += f" | {sec * 1e3:9.2f} {gbs:6.2f} {100 * gbs / bw:5.0f}"
+        if llama_exe:
+            # ours on llama.cpp's matrix (same bytes, same caches: up to 32 MiB of it can
+            # stay in a large L3 between calls), then llama.cpp's
+            rb = quants.row_bytes(qt, LLAMA_K)
+            t64 = np.ascontiguousarray(make_weight(rng, (64, LLAMA_K), qt)).view(np.uint8)
+            w2 = np.tile(t64.reshape(64, rb), (LLAMA_M // 64, 1))
+            x2 = rng.standard_normal((1, LLAMA_K)).astype(np.float32)
+            moved2 = LLAMA_M * rb + 4 * (LLAMA_K + LLAMA_M)
+            ours = []
+            run["ggml"](w2, qt, LLAMA_K, LLAMA_M, x2)
+            for _ in range(args.repeat):
+                t = time.perf_counter()
+                run["ggml"](w2, qt, LLAMA_K, LLAMA_M, x2)
+                ours.append(time.perf_counter() - t)
+            del w2
+            sec = llama_cpp_matvec(llama_exe, qt)
+            line += (f" | {moved2 / statistics.median(ours) / 1e9:6.2f} {moved2 / sec / 1e9:6.2f}"
+                     f" {sec * statistics.median(ours) ** -1:5.2f}")
         line += f" | {'/'.join(f'{c:.1f}' for c in compile_s):>11s} {'/'.join(checks):>14s}"
         print(line, flush=True)
         del w
@@ -156,7 +236,10 @@ def main() -> None:
           f"min {min(all_bw):.2f}, max {max(all_bw):.2f}; load average "
           f"{os.getloadavg()[0]:.2f} at end")
     print("GB/s = (weight + x + y bytes) / median time; % BW against the bandwidth runs "
-          "interleaved with that type's runs.\ncompile s = first call of each path (the "
+          "interleaved with that type's runs" + (".\nours / llama: GB/s on llama.cpp's matrix "
+          f"({LLAMA_M} rows of {LLAMA_K}), ours (mul_mat_ggml, median of --repeat) then "
+          "test-backend-ops'; ratio = llama.cpp's time / ours (> 1: ours is faster)"
+          if llama_exe else "") + ".\ncompile s = first call of each path (the "
           "first type also compiles the shared kernels); check = float path's max error\n"
           "relative to |x| @ |W|.T, ggml path bit for bit against mul_mat_ggml_ref.")
 

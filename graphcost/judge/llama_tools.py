@@ -15,7 +15,7 @@ Building is a manual step (minutes; tests never build, they skip with the reason
     python -c "from graphcost.judge.llama_tools import build; build('/path/to/llama_cpp_python-0.3.36')"
 
 which runs ``cmake -S <src>/vendor/llama.cpp -B <cache> -G Ninja -DGGML_RPC=ON
--DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release`` and builds the targets in
+-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release`` and builds the targets in
 :data:`TOOLS`. ``GRAPHCOST_LLAMA_TOOLS`` overrides the directory the tools are looked up in.
 """
 from __future__ import annotations
@@ -26,8 +26,11 @@ from importlib import metadata
 from pathlib import Path
 
 #: the tools the proof needs (cmake target names = binary names; tools/rpc/CMakeLists.txt
-#: names the RPC server ``ggml-rpc-server``)
-TOOLS = ("ggml-rpc-server", "llama-completion", "llama-fit-params", "llama-bench")
+#: names the RPC server ``ggml-rpc-server``), and ``test-backend-ops`` (tests/CMakeLists.txt,
+#: with LLAMA_BUILD_TESTS): its ``perf`` mode times one op, benchmarks/bench_kernels.py's
+#: ``--beside-llama-cpp``
+TOOLS = ("ggml-rpc-server", "llama-completion", "llama-fit-params", "llama-bench",
+         "test-backend-ops")
 
 
 def llama_cpp_version() -> str | None:
@@ -74,7 +77,8 @@ def build(sdist: str | os.PathLike, jobs: int | None = None, version: str | None
         raise FileNotFoundError(f"{src}: no llama.cpp source (give the llama_cpp_python sdist directory)")
     out = build_dir(version)
     subprocess.run(["cmake", "-S", str(src), "-B", str(out), "-G", "Ninja", "-DGGML_RPC=ON",
-                    "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DCMAKE_BUILD_TYPE=Release"],
+                    "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=ON",
+                    "-DCMAKE_BUILD_TYPE=Release"],
                    check=True)
     cmd = ["cmake", "--build", str(out), "--target", *TOOLS]
     if jobs:
