@@ -314,10 +314,15 @@ def section(c: Calibration, bench: Path, quick: bool) -> dict:
     }
 
 
-def store(name: str, sec: dict) -> tuple[Path, str | None]:
+def store(name: str, sec: dict, read: Callable[[], float] | None = None
+          ) -> tuple[Path, str | None]:
     """Write ``sec`` as the ``llama_cpp`` section of profile ``name`` (a name in the user's
     config directory or a path); an existing profile keeps its other fields, else a
-    minimal measured profile is made from the coefficients."""
+    minimal measured profile is made from the coefficients. Its bandwidth is 1 / the
+    fitted ``weight_bytes`` coefficient; where the fit left that at 0 (the MAC
+    coefficients took the bytes' time: the AVX2 EPYC's full calibration of 2026-11-28),
+    ``read()`` measures it (bytes/s: :func:`graphcost.execute.hwprobe.stream_read` on
+    this machine), and without ``read`` it is 1, a figure no roofline should use."""
     from graphcost.cost.hardware import find, is_path, save
     from graphcost.execute.hwprobe import _cpu_name
     from graphcost.files import MAX_PROFILE_BYTES, load_yaml
@@ -329,13 +334,21 @@ def store(name: str, sec: dict) -> tuple[Path, str | None]:
     else:
         macs = [v for k, v in coef.items() if k.startswith("mac:") and v > 0]
         src = "graphcost calibrate (llama-bench)"
+        if coef.get("weight_bytes"):
+            bw = {"bytes_per_second": round(1 / coef["weight_bytes"]),
+                  "how": "1 / the fitted weight_bytes coefficient", "source": src}
+        elif read is not None:
+            bw = {"bytes_per_second": round(read()),
+                  "how": "kernels.stream.read_rows (graphcost hwprobe's streaming read), "
+                         "measured by calibrate: the fit left weight_bytes at 0",
+                  "source": "graphcost calibrate (graphcost's streaming read)"}
+        else:
+            bw = {"bytes_per_second": 1, "how": "not measured: the fit left weight_bytes "
+                                                "at 0", "source": src}
         doc = {"name": Path(name).stem if is_path(name) else name,
                "kind": "measured", "threads": threads,
                "description": f"{_cpu_name()}, {threads} threads (llama-bench calibration only)",
-               "memory_bandwidth": {"bytes_per_second": round(1 / coef["weight_bytes"])
-                                    if coef.get("weight_bytes") else 1,
-                                    "how": "1 / the fitted weight_bytes coefficient",
-                                    "source": src},
+               "memory_bandwidth": bw,
                "peak_flops": {"flops_per_second": round(2 / min(macs)) if macs else 1,
                               "how": "2 FLOP / the smallest fitted seconds-per-MAC coefficient "
                                      "(llama.cpp's fastest matmul path; run graphcost hwprobe "

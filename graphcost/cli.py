@@ -748,7 +748,7 @@ def calibrate(
     from graphcost.calibrate import calibrate as run_calibration
     from graphcost.calibrate import find_llama_bench, section, store
     from graphcost.cost.hardware import find, is_path, load, user_dir
-    from graphcost.execute.hwprobe import default_name
+    from graphcost.execute.hwprobe import default_name, stream_read
     from graphcost.files import check_output
     from graphcost.memory.backends import parse_cpu_features
 
@@ -786,7 +786,8 @@ def calibrate(
                    f"worst {100 * b['worst']:.1f}%")
     if cal.undetermined:
         typer.echo(f"not pinned down by the calibration cases: {', '.join(cal.undetermined)}")
-    path, note = store(name, section(cal, bench, quick))
+    path, note = store(name, section(cal, bench, quick),
+                       read=lambda: stream_read(threads=threads))
     typer.echo(f"wrote {path}" + (f" ({note})" if note else ""))
 
 

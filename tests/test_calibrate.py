@@ -230,8 +230,16 @@ def test_store_new_then_existing_profile(tmp_path):
     assert sm.verified and sm.threads == 2 and sm.source == sec["how"]
     assert sm.band["median"] == pytest.approx(0.225, rel=1e-6)
     assert sm.coefficient("barriers") == pytest.approx(2e-6, rel=1e-6)
-    # no weight_bytes / MAC coefficient fitted: the minimal profile's figures say 1
+    # no weight_bytes / MAC coefficient fitted and nothing to measure with: the minimal
+    # profile's figures say 1, and its bandwidth says it was not measured
     assert hw.bandwidth == 1 and hw.peak_flops == 1
+    assert hw.extra["memory_bandwidth"]["how"].startswith("not measured")
+    # with a streaming read to measure (calibrate's: hwprobe.stream_read), that figure
+    other = tmp_path / "read.yaml"
+    C.store(str(other), sec, read=lambda: 2.25e10)
+    hw2 = load(str(other))
+    assert hw2.bandwidth == 22_500_000_000
+    assert hw2.extra["memory_bandwidth"]["how"].startswith("kernels.stream.read_rows")
     # a second calibration into the existing profile keeps its other fields
     import yaml
     doc = yaml.safe_load(path.read_text())

@@ -64,8 +64,12 @@ def test_roofline_takes_the_larger_bound():
     assert roofline_seconds(1e6, 1e8, hw) == (1e-3, "compute")
 
 
-def test_bundled_profiles_cite_their_sources():
+def test_bundled_profiles_cite_their_sources(tmp_path, monkeypatch):
+    # the bundled ones only: a profile the user's own hwprobe or calibrate wrote (the
+    # user's configuration directory, platformdirs reads XDG_CONFIG_HOME) is not checked here
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     names = hwmod.available()
+    assert names == sorted(p.stem for p in hwmod.hardware_dir().glob("*.yaml"))
     assert len(names) >= 3
     for name in names:
         hw = hwmod.load(name)
