@@ -182,9 +182,8 @@ def report(rows: list[dict], paths: dict, a, bench) -> None:
     print(f"target (held-out median <= 10%, worst <= 25%): "
           f"{'met' if cal.target_met else 'NOT met'}")
     if a.profile:
-        from graphcost.execute.hwprobe import stream_read
         path, note = C.store(a.profile, C.section(cal, bench, a.quick),
-                             read=lambda: stream_read(threads=cal.threads))
+                             read=lambda: C.machine_read(cal.threads))
         print(f"stored in {path}" + (f" ({note})" if note else ""))
 
 

@@ -314,6 +314,17 @@ def section(c: Calibration, bench: Path, quick: bool) -> dict:
     }
 
 
+def machine_read(threads: int) -> float:
+    """Bytes/s of graphcost's streaming read on this machine
+    (:func:`graphcost.execute.hwprobe.stream_read`) on ``threads`` threads, or on as many as
+    Numba started where that is fewer (llama-bench may run more threads than cores): the
+    bandwidth :func:`store` gives a new profile where the fit gives none."""
+    import numba
+
+    from graphcost.execute.hwprobe import stream_read
+    return stream_read(threads=min(threads, numba.config.NUMBA_NUM_THREADS))
+
+
 def store(name: str, sec: dict, read: Callable[[], float] | None = None
           ) -> tuple[Path, str | None]:
     """Write ``sec`` as the ``llama_cpp`` section of profile ``name`` (a name in the user's
@@ -321,8 +332,8 @@ def store(name: str, sec: dict, read: Callable[[], float] | None = None
     minimal measured profile is made from the coefficients. Its bandwidth is 1 / the
     fitted ``weight_bytes`` coefficient; where the fit left that at 0 (the MAC
     coefficients took the bytes' time: the AVX2 EPYC's full calibration of 2026-11-28),
-    ``read()`` measures it (bytes/s: :func:`graphcost.execute.hwprobe.stream_read` on
-    this machine), and without ``read`` it is 1, a figure no roofline should use."""
+    ``read()`` measures it (bytes/s: :func:`machine_read`), and without ``read`` it is
+    1, a figure no roofline should use."""
     from graphcost.cost.hardware import find, is_path, save
     from graphcost.execute.hwprobe import _cpu_name
     from graphcost.files import MAX_PROFILE_BYTES, load_yaml

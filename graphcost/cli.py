@@ -746,9 +746,9 @@ def calibrate(
     import json
 
     from graphcost.calibrate import calibrate as run_calibration
-    from graphcost.calibrate import find_llama_bench, section, store
+    from graphcost.calibrate import find_llama_bench, machine_read, section, store
     from graphcost.cost.hardware import find, is_path, load, user_dir
-    from graphcost.execute.hwprobe import default_name, stream_read
+    from graphcost.execute.hwprobe import default_name
     from graphcost.files import check_output
     from graphcost.memory.backends import parse_cpu_features
 
@@ -787,7 +787,7 @@ def calibrate(
     if cal.undetermined:
         typer.echo(f"not pinned down by the calibration cases: {', '.join(cal.undetermined)}")
     path, note = store(name, section(cal, bench, quick),
-                       read=lambda: stream_read(threads=threads))
+                       read=lambda: machine_read(threads))
     typer.echo(f"wrote {path}" + (f" ({note})" if note else ""))
 
 

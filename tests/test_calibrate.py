@@ -252,6 +252,18 @@ def test_store_new_then_existing_profile(tmp_path):
     assert doc2["llama_cpp"]["coefficients"] == {"steps": 3e-5}
 
 
+def test_machine_read_runs_on_at_most_the_threads_numba_started(monkeypatch):
+    # llama-bench's -t may exceed the cores; the read then runs on Numba's count
+    import numba
+
+    from graphcost.execute import hwprobe
+    asked = []
+    monkeypatch.setattr(hwprobe, "stream_read", lambda threads: asked.append(threads) or 2e10)
+    top = numba.config.NUMBA_NUM_THREADS
+    assert C.machine_read(top + 14) == 2e10 and C.machine_read(1) == 2e10
+    assert asked == [top, 1]
+
+
 # ------------------------------------------------------------------ command line
 
 @pytest.mark.parametrize("args, msg", [
