@@ -68,10 +68,18 @@ BW_BYTES = 1 << 30
 VALIDATE_ROWS = 256
 #: test-backend-ops' matrix-vector perf case: weight rows, row length (tests/test-backend-ops.cpp)
 LLAMA_M, LLAMA_K = 4096, 14336
-_LLAMA_RUN = re.compile(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=4096,n=1,k=14336,bs=\[1,1\],"
-                        r"nr=\[1,1\],per=\[0,1,2,3\][^)]*\):\s+(\d+) runs -\s+([\d.]+) us/run")
+_LLAMA_RUN = re.compile(rf"MUL_MAT\(type_a=(\w+),type_b=f32,m={LLAMA_M},n=1,k={LLAMA_K},"
+                        r"bs=\[1,1\],nr=\[1,1\],per=\[0,1,2,3\][^)]*\):\s+(\d+) runs -\s+"
+                        r"([\d.]+) us/run")
 #: the environment this script was started with (llama.cpp's process gets it, not ours)
 _USER_ENV = dict(os.environ)
+
+
+def tiled_weight(make_weight, rng, qt, k: int, rows: int, row_bytes: int) -> np.ndarray:
+    """``rows`` (a multiple of 64) raw weight rows of ``k`` values: 64 valid rows of
+    ``make_weight`` repeated."""
+    tile = np.ascontiguousarray(make_weight(rng, (64, k), qt)).view(np.uint8)
+    return np.tile(tile.reshape(64, row_bytes), (rows // 64, 1))
 
 
 def llama_cpp_threads() -> int:
@@ -120,6 +128,7 @@ def main() -> None:
     from gguf_writer import make_weight
     from gguf import GGMLQuantizationType as QT
 
+    from graphcost.execute.hwprobe import _median_seconds     # one warm-up, then the median
     from graphcost.execute.kernels_loader import load_kernels
 
     llama_exe = None
@@ -172,8 +181,7 @@ def main() -> None:
         row_bytes = quants.row_bytes(qt, K_COLS)
         rows = -(-(args.mib << 20) // row_bytes)
         rows = -(-rows // 64) * 64
-        tile = np.ascontiguousarray(make_weight(rng, (64, K_COLS), qt)).view(np.uint8)
-        w = np.tile(tile.reshape(64, row_bytes), (rows // 64, 1))
+        w = tiled_weight(make_weight, rng, qt, K_COLS, rows, row_bytes)
 
         compile_s, checks = [], []
         for p in paths:
@@ -215,20 +223,14 @@ def main() -> None:
             # ours on llama.cpp's matrix (same bytes, same caches: up to 32 MiB of it can
             # stay in a large L3 between calls), then llama.cpp's
             rb = quants.row_bytes(qt, LLAMA_K)
-            t64 = np.ascontiguousarray(make_weight(rng, (64, LLAMA_K), qt)).view(np.uint8)
-            w2 = np.tile(t64.reshape(64, rb), (LLAMA_M // 64, 1))
+            w2 = tiled_weight(make_weight, rng, qt, LLAMA_K, LLAMA_M, rb)
             x2 = rng.standard_normal((1, LLAMA_K)).astype(np.float32)
             moved2 = LLAMA_M * rb + 4 * (LLAMA_K + LLAMA_M)
-            ours = []
-            run["ggml"](w2, qt, LLAMA_K, LLAMA_M, x2)
-            for _ in range(args.repeat):
-                t = time.perf_counter()
-                run["ggml"](w2, qt, LLAMA_K, LLAMA_M, x2)
-                ours.append(time.perf_counter() - t)
+            ours = _median_seconds(lambda: run["ggml"](w2, qt, LLAMA_K, LLAMA_M, x2),
+                                   args.repeat)
             del w2
             sec = llama_cpp_matvec(llama_exe, qt)
-            line += (f" | {moved2 / statistics.median(ours) / 1e9:6.2f} {moved2 / sec / 1e9:6.2f}"
-                     f" {sec * statistics.median(ours) ** -1:5.2f}")
+            line += f" | {moved2 / ours / 1e9:6.2f} {moved2 / sec / 1e9:6.2f} {sec / ours:5.2f}"
         line += f" | {'/'.join(f'{c:.1f}' for c in compile_s):>11s} {'/'.join(checks):>14s}"
         print(line, flush=True)
         del w

@@ -182,8 +182,7 @@ def report(rows: list[dict], paths: dict, a, bench) -> None:
     print(f"target (held-out median <= 10%, worst <= 25%): "
           f"{'met' if cal.target_met else 'NOT met'}")
     if a.profile:
-        path, note = C.store(a.profile, C.section(cal, bench, a.quick),
-                             read=lambda: C.machine_read(cal.threads))
+        path, note = C.store(a.profile, C.section(cal, bench, a.quick), read=C.machine_read)
         print(f"stored in {path}" + (f" ({note})" if note else ""))
 
 

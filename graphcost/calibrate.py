@@ -325,15 +325,15 @@ def machine_read(threads: int) -> float:
     return stream_read(threads=min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
-def store(name: str, sec: dict, read: Callable[[], float] | None = None
+def store(name: str, sec: dict, read: Callable[[int], float] | None = None
           ) -> tuple[Path, str | None]:
     """Write ``sec`` as the ``llama_cpp`` section of profile ``name`` (a name in the user's
     config directory or a path); an existing profile keeps its other fields, else a
     minimal measured profile is made from the coefficients. Its bandwidth is 1 / the
     fitted ``weight_bytes`` coefficient; where the fit left that at 0 (the MAC
     coefficients took the bytes' time: the AVX2 EPYC's full calibration of 2026-11-28),
-    ``read()`` measures it (bytes/s: :func:`machine_read`), and without ``read`` it is
-    1, a figure no roofline should use."""
+    ``read(threads)`` measures it on the calibration's threads (bytes/s:
+    :func:`machine_read`), and without ``read`` it is 1, a figure no roofline should use."""
     from graphcost.cost.hardware import find, is_path, save
     from graphcost.execute.hwprobe import _cpu_name
     from graphcost.files import MAX_PROFILE_BYTES, load_yaml
@@ -349,7 +349,7 @@ def store(name: str, sec: dict, read: Callable[[], float] | None = None
             bw = {"bytes_per_second": round(1 / coef["weight_bytes"]),
                   "how": "1 / the fitted weight_bytes coefficient", "source": src}
         elif read is not None:
-            bw = {"bytes_per_second": round(read()),
+            bw = {"bytes_per_second": round(read(threads)),
                   "how": "kernels.stream.read_rows (graphcost hwprobe's streaming read), "
                          "measured by calibrate: the fit left weight_bytes at 0",
                   "source": "graphcost calibrate (graphcost's streaming read)"}

@@ -786,8 +786,7 @@ def calibrate(
                    f"worst {100 * b['worst']:.1f}%")
     if cal.undetermined:
         typer.echo(f"not pinned down by the calibration cases: {', '.join(cal.undetermined)}")
-    path, note = store(name, section(cal, bench, quick),
-                       read=lambda: machine_read(threads))
+    path, note = store(name, section(cal, bench, quick), read=machine_read)
     typer.echo(f"wrote {path}" + (f" ({note})" if note else ""))
 
 

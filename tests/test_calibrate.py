@@ -236,9 +236,10 @@ def test_store_new_then_existing_profile(tmp_path):
     assert hw.extra["memory_bandwidth"]["how"].startswith("not measured")
     # with a streaming read to measure (calibrate's: hwprobe.stream_read), that figure
     other = tmp_path / "read.yaml"
-    C.store(str(other), sec, read=lambda: 2.25e10)
+    asked = []
+    C.store(str(other), sec, read=lambda threads: asked.append(threads) or 2.25e10)
     hw2 = load(str(other))
-    assert hw2.bandwidth == 22_500_000_000
+    assert hw2.bandwidth == 22_500_000_000 and asked == [2]      # the calibration's threads
     assert hw2.extra["memory_bandwidth"]["how"].startswith("kernels.stream.read_rows")
     # a second calibration into the existing profile keeps its other fields
     import yaml
