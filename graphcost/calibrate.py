@@ -333,7 +333,10 @@ def store(name: str, sec: dict, read: Callable[[int], float] | None = None
     fitted ``weight_bytes`` coefficient; where the fit left that at 0 (the MAC
     coefficients took the bytes' time: the AVX2 EPYC's full calibration of 2026-11-28),
     ``read(threads)`` measures it on the calibration's threads (bytes/s:
-    :func:`machine_read`), and without ``read`` it is 1, a figure no roofline should use."""
+    :func:`machine_read`), and without ``read`` it is 1, a figure no roofline should use.
+    Its peak is 2 FLOP / the smallest MAC coefficient the cases pin down: an undetermined
+    one is a guess (the 16-core Xeon's fit of 2026-11-28 left ``mac:q4_0:gemv`` at 2.2e-25
+    s, which made a peak of 9.3e24 FLOP/s)."""
     from graphcost.cost.hardware import find, is_path, save
     from graphcost.execute.hwprobe import _cpu_name
     from graphcost.files import MAX_PROFILE_BYTES, load_yaml
@@ -343,7 +346,8 @@ def store(name: str, sec: dict, read: Callable[[int], float] | None = None
     if p is not None and p.exists():
         doc = load_yaml(p, "hardware profile", MAX_PROFILE_BYTES)
     else:
-        macs = [v for k, v in coef.items() if k.startswith("mac:") and v > 0]
+        free = set(sec.get("undetermined", ()))    # a free coefficient can sit at ~1e-25
+        macs = [v for k, v in coef.items() if k.startswith("mac:") and v > 0 and k not in free]
         src = "graphcost calibrate (llama-bench)"
         if coef.get("weight_bytes"):
             bw = {"bytes_per_second": round(1 / coef["weight_bytes"]),
@@ -362,6 +366,7 @@ def store(name: str, sec: dict, read: Callable[[int], float] | None = None
                "memory_bandwidth": bw,
                "peak_flops": {"flops_per_second": round(2 / min(macs)) if macs else 1,
                               "how": "2 FLOP / the smallest fitted seconds-per-MAC coefficient "
+                                     "the calibration cases pin down "
                                      "(llama.cpp's fastest matmul path; run graphcost hwprobe "
                                      "for graphcost's own probe)",
                               "source": src}}

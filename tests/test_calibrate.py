@@ -241,6 +241,15 @@ def test_store_new_then_existing_profile(tmp_path):
     hw2 = load(str(other))
     assert hw2.bandwidth == 22_500_000_000 and asked == [2]      # the calibration's threads
     assert hw2.extra["memory_bandwidth"]["how"].startswith("kernels.stream.read_rows")
+    # the peak comes from the MAC coefficients the cases pin down: an undetermined one at
+    # ~0 (the Xeon's mac:q4_0:gemv, 2.2e-25 s) would make 2 / 2e-25 = 1e25 FLOP/s
+    sec3 = dict(sec, coefficients={"mac:q4_0:gemv": 2e-25, "mac:q4_K:gemm": 5e-13,
+                                   "mac:q8_0:vec": 0.0, "weight_bytes": 1e-11},
+                undetermined=["mac:q4_0:gemv"])
+    C.store(str(tmp_path / "peak.yaml"), sec3)
+    hw3 = load(str(tmp_path / "peak.yaml"))
+    assert hw3.peak_flops == 4_000_000_000_000       # 2 FLOP / 5e-13 s
+    assert hw3.bandwidth == 100_000_000_000          # 1 / 1e-11 s per byte
     # a second calibration into the existing profile keeps its other fields
     import yaml
     doc = yaml.safe_load(path.read_text())
