@@ -15,8 +15,13 @@ and drops the numba cache files there (and in its subdirectories: the tests' cac
 other CPU models) when the stamp changes (best effort: an installed,
 read-only copy never changes, and numba then caches elsewhere anyway).
 
-It changes nothing process-wide (no environment variable, no thread count): other
-libraries in the same process (llama.cpp's OpenMP threads among them) read those.
+Processes that compile at once share the cache safely: every numba cache save holds a
+lock on its cache directory, and so does dropping a stale cache
+(:mod:`graphcost.execute.numba_cache`).
+
+It changes no setting process-wide (no environment variable, no thread count): other
+libraries in the same process (llama.cpp's OpenMP threads among them) read those. The
+save lock is the one change to numba itself, and it only serializes saves.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from graphcost.execute.numba_cache import guard_saves, locked
 from graphcost.resources import bundled
 
 PACKAGE = "graphcost_kernels"
@@ -49,11 +55,14 @@ def _drop_stale_numba_cache(root: Path) -> None:
     try:
         if stamp.is_file() and stamp.read_text() == digest:
             return
-        if cache.is_dir():     # and the caches of other CPU models below it (cpu-*)
-            for f in list(cache.rglob("*.nbi")) + list(cache.rglob("*.nbc")):
-                f.unlink()
         cache.mkdir(exist_ok=True)
-        stamp.write_text(digest)
+        with locked(cache):    # one process drops; another waits, then finds the stamp
+            if stamp.is_file() and stamp.read_text() == digest:
+                return
+            # and the caches of other CPU models below it (cpu-*)
+            for f in list(cache.rglob("*.nbi")) + list(cache.rglob("*.nbc")):
+                f.unlink(missing_ok=True)
+            stamp.write_text(digest)
     except OSError:
         pass  # read-only install: sources cannot have changed under the cache
 
@@ -66,6 +75,7 @@ def load_kernels() -> ModuleType:
     init = root / "__init__.py"
     if not init.is_file():
         raise ImportError(f"graphcost kernels not found: {init} is missing")
+    guard_saves()
     _drop_stale_numba_cache(root)
     spec = importlib.util.spec_from_file_location(PACKAGE, init,
                                                   submodule_search_locations=[str(root)])
