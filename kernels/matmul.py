@@ -61,6 +61,9 @@ SERIAL_BELOW = 64 * 1024
 MATVEC_TASK_GROUPS = 16
 #: ... and at least this many tasks a matvec (so that as many threads can share it)
 MATVEC_MIN_TASKS = 16
+#: a matvec group's members are padded to a multiple of this many (with members of no
+#: rows), so that groups of 2, 3 or 4 (gate/up, Q/K/V) share one compile of the kernel
+GROUP_PAD = 4
 
 
 # ---------------------------------------------------------------------------- reference
@@ -222,10 +225,12 @@ def _matvecs_ggml_fused(ws, codes, x, qcodes, x86, yqs, yps, ys, shares):
     # even shares of every member's 4-row groups (the thread count: one share a thread,
     # so that the threads' work is even whatever the members' types cost a byte; spans
     # of MATVEC_TASK_GROUPS groups, as the single matvec's tasks). The count comes in an
-    # array: numba.get_num_threads() here would keep the kernel out of numba's cache
+    # array: numba.get_num_threads() here would keep the kernel out of numba's cache.
+    # Members with no rows pad the tuples to GROUP_PAD (group_matvecs): no work
     n = len(ws)
     for i in range(n):
-        _quantize_prepare(codes[i], x, qcodes[i], x86, yqs[i], yps[i])
+        if ws[i].shape[0]:
+            _quantize_prepare(codes[i], x, qcodes[i], x86, yqs[i], yps[i])
     nth = max(1, shares[0])
     for t in prange(nth):                   # one iteration a thread
         for i in range(n):
@@ -258,13 +263,18 @@ def group_matvecs(members: list[tuple], shares: np.ndarray) -> tuple | None:
                           and v.strides == x.strides and v.dtype == x.dtype)
     if any(not same(a[2]) or a[4] != x86 for a in members):
         return None
+    # padded with members of no rows (the first one's arrays, its weight cut to 0 rows)
+    # to a multiple of GROUP_PAD: the member count is part of the tuples' numba type, and
+    # each count compiled the kernel again (24 s each on a 2-core Zen 3, cold)
+    first = members[0]
+    padded = list(members) + [(first[0][:0],) + tuple(first[1:])] * (-len(members) % GROUP_PAD)
     for j in (0, 5, 6, 7):              # w, yq, yp, y: one array type a tuple
-        if len({numba.typeof(a[j]) for a in members}) != 1:
+        if len({numba.typeof(a[j]) for a in padded}) != 1:
             return None
-    args = (tuple(a[0] for a in members), np.array([a[1] for a in members], dtype=np.int64),
-            x, np.array([a[3] for a in members], dtype=np.int64), x86,
-            tuple(a[5] for a in members), tuple(a[6] for a in members),
-            tuple(a[7] for a in members), shares)
+    args = (tuple(a[0] for a in padded), np.array([a[1] for a in padded], dtype=np.int64),
+            x, np.array([a[3] for a in padded], dtype=np.int64), x86,
+            tuple(a[5] for a in padded), tuple(a[6] for a in padded),
+            tuple(a[7] for a in padded), shares)
     return _matvecs_ggml_fused, args
 
 

@@ -305,6 +305,9 @@ def test_grouped_matvecs_are_each_members_matvec(types):
         members.append((w, code, x, *tail, np.full((1, m), np.nan, dtype=np.float32)))
     shares = np.ones(1, dtype=np.int64)
     kern, args = MM.group_matvecs(members, shares)
+    # 2, 3 or 4 members: padded to 4 (members of no rows), one numba type, one compile
+    assert MM.GROUP_PAD == 4 and all(len(a) == 4 for a in (args[0], args[5], args[6], args[7]))
+    assert [w.shape[0] for w in args[0]] == list(rows) + [0] * (4 - len(rows))
     before = numba.get_num_threads()
     # every thread's share of every member (5 rows: 2 groups, none for a third thread)
     for threads in sorted({1, min(3, numba.config.NUMBA_NUM_THREADS), before}):
