@@ -55,6 +55,10 @@ def test_causal_mask_rows():
     # token i sees cells 0..i, nothing else (empty cells are masked too)
     for i in range(3):
         assert (m[i, :i + 1] == 0).all() and np.isneginf(m[i, i + 1:]).all()
+    # written in place into the graph's F16 input (every value of the rows set)
+    out = np.full((3, 256), 7, dtype=np.float16)
+    assert c.mask(256, np.arange(3), out=out) is out
+    assert np.array_equal(out, m.astype(np.float16))
 
 
 def test_sliding_window_mask_and_cell_reuse():

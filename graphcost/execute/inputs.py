@@ -84,8 +84,8 @@ def _v_idxs(gi: GraphInput, arr: np.ndarray, ub: Ubatch) -> None:
 
 
 def _kq_mask(gi: GraphInput, arr: np.ndarray, ub: Ubatch) -> None:
-    m = ub.cells[gi.attn.cache.name].mask(gi.tensor.ne[0], ub.positions)
-    arr[0, 0, :len(ub.tokens), :] = m.astype(arr.dtype)
+    ub.cells[gi.attn.cache.name].mask(gi.tensor.ne[0], ub.positions,
+                                      out=arr[0, 0, :len(ub.tokens), :])
 
 
 def _rot(gi: GraphInput, arr: np.ndarray, ub: Ubatch) -> None:

@@ -25,9 +25,9 @@ class CellState:
     def __post_init__(self) -> None:
         self.pos = np.full(self.size, -1, dtype=np.int64)
 
-    def masked_swa(self, p0: np.ndarray | int, p1: int):
-        """llama_hparams::is_masked_swa for LLAMA_SWA_TYPE_STANDARD."""
-        return (p1 - p0 >= self.n_swa) if self.n_swa > 0 else np.zeros_like(p0, dtype=bool)
+    def masked_swa(self, p0: int, p1: int) -> bool:
+        """llama_hparams::is_masked_swa for LLAMA_SWA_TYPE_STANDARD (positions as ints)."""
+        return self.n_swa > 0 and p1 - p0 >= self.n_swa
 
     @property
     def used(self) -> int:
@@ -45,8 +45,9 @@ class CellState:
         """llama_kv_cache::find_slot (cont = false) for ``n`` tokens of sequence 0."""
         if n > self.size:
             raise SettingsError(f"{n} tokens do not fit a KV cache of {self.size} cells")
-        head = 0 if self.head > self.used + 2 * n else self.head
-        seq_max = int(self.pos.max()) if self.used else -1
+        used = self.used          # one pass over the cells (a decode step is ~1 ms of
+        head = 0 if self.head > used + 2 * n else self.head      # Python: kept short)
+        seq_max = int(self.pos.max()) if used else -1
         idxs: list[int] = []
         tested = 0
         while len(idxs) < n:
@@ -55,7 +56,7 @@ class CellState:
             if head >= self.size:
                 head = 0
             p = int(self.pos[head])
-            if p < 0 or bool(self.masked_swa(p, seq_max + 1)):
+            if p < 0 or self.masked_swa(p, seq_max + 1):
                 idxs.append(head)
             head += 1
             tested += 1
@@ -72,14 +73,20 @@ class CellState:
             self.pos[stale] = -1
         self.head = int(idxs[-1]) + 1
 
-    def mask(self, n_kv: int, positions: np.ndarray) -> np.ndarray:
-        """kq_mask rows [T, n_kv]: 0 where token i sees cell j, -inf elsewhere."""
+    def mask(self, n_kv: int, positions: np.ndarray, out: np.ndarray | None = None
+             ) -> np.ndarray:
+        """kq_mask rows [T, n_kv]: 0 where token i sees cell j, -inf elsewhere; written
+        into ``out`` ([T, n_kv], any float dtype) when given, else a new float32 array."""
         p0 = self.pos[:n_kv][None, :]
         p1 = positions[:, None]
         keep = (p0 >= 0) & (p0 <= p1)
         if self.n_swa > 0:
-            keep &= ~(p1 - p0 >= self.n_swa)
-        return np.where(keep, np.float32(0), np.float32(-np.inf)).astype(np.float32)
+            keep &= p1 - p0 < self.n_swa
+        if out is None:
+            out = np.empty(keep.shape, dtype=np.float32)
+        out.fill(-np.inf)
+        out[keep] = 0
+        return out
 
 
 def hadamard(n: int) -> np.ndarray:
