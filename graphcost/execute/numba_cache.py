@@ -3,8 +3,8 @@
 Numba saves a compiled overload by reading the function's index file, adding the new
 signature with the first free data-file number, and writing both back
 (``numba.core.caching.IndexDataCacheFile.save``). Two processes that save overloads of
-one function at once (two cold ``graphcost profile`` runs, or the test suite's workers)
-both read the same index, both pick data file 1, and the last to write wins the data
+one function at once (two cold ``graphcost profile`` runs started together, say) both
+read the same index, both pick data file 1, and the last to write wins the data
 file while the index may name the other's signature: a later process would load the
 machine code of one signature for another.
 
