@@ -483,13 +483,18 @@ _ISA_PROCS: list[subprocess.Popen] = []
 _ISA_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="other-cpus")
 
 
-def start_isa_runs(isas: list[str]) -> None:
+def start_isa_runs(isas: list[str], after: subprocess.Popen | None = None) -> None:
     """Start the other-CPU compiles of ``isas`` in the background, one at a time (~50 s of
     one core each, cold): conftest.py calls this once the tests are collected, so they
-    run on the core the suite (one process) leaves idle, not in turn with the tests."""
+    run on the core the suite (one process) leaves idle, not in turn with the tests;
+    ``after``: a process they start after (conftest's kernel warm-up, on that core too)."""
+    def run(isa):
+        if after is not None:
+            after.wait()
+        return _run_isa_script(isa, _ISA_PROCS)
     for isa in isas:
         if isa not in _ISA_RUNS and _isa_skip_reason(isa) is None:
-            _ISA_RUNS[isa] = _ISA_POOL.submit(_run_isa_script, isa, _ISA_PROCS)
+            _ISA_RUNS[isa] = _ISA_POOL.submit(run, isa)
 
 
 def stop_isa_runs() -> None:
