@@ -43,14 +43,15 @@ def cli(monkeypatch, capsys):
 #: test modules whose background work was started (test_kernels: the other-CPU compiles)
 _BACKGROUND: list = []
 
-#: Test files whose Numba kernels take most of a cold run: compiling them was about 10 of
-#: the suite's 21 minutes on a 2-core Zen 3 (docs/executor.md, sessions 25-26). A second
-#: pytest of these files (the warm-up: :func:`_start_warm_up`) runs on the core this one
+#: Test files with the tests whose Numba kernels take most of a cold run (marked
+#: ``warm_up``: the first to compile each big kernel; compiling was about 10 of the
+#: suite's 21 minutes on a 2-core Zen 3, docs/executor.md, sessions 25-26). A second
+#: pytest of those tests (the warm-up: :func:`_start_warm_up`) runs on the core this one
 #: leaves idle and fills Numba's cache, while this process runs the other tests first;
-#: the files' own tests here then load what it compiled (same tests, same argument types,
-#: the same cache entries). Its results are not read: every test runs here as before.
+#: the same tests here then load what it compiled (same tests, same argument types, the
+#: same cache entries). Its results are not read: every test runs here as before.
 WARM_UP_FILES = ("test_executor.py", "test_kernels.py", "test_kernels_gptoss.py",
-                 "test_executor_gptoss.py", "test_numerics_families.py")
+                 "test_executor_gptoss.py")
 #: ... and the files run after all others (the warm-up's, and the other files that run
 #: the kernels), so that the warm-up has the time of the rest to get ahead
 KERNELS_LAST = WARM_UP_FILES + ("test_exec_ops_deepseek.py", "test_exec_threads.py",
@@ -74,8 +75,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def _start_warm_up(session):
-    """The warm-up (:data:`WARM_UP_FILES` that the selection runs, minus the other-CPU
-    test) in a background pytest, output discarded, its own basetemp; None where the
+    """The warm-up (the ``warm_up`` tests of the :data:`WARM_UP_FILES` the selection
+    runs) in a background pytest, output discarded, its own basetemp; None where the
     selection runs fewer than :data:`WARM_UP_LEAD` tests before the kernel files."""
     lead = next((n for n, i in enumerate(session.items) if i.path.name in KERNELS_LAST),
                 len(session.items))
@@ -87,8 +88,7 @@ def _start_warm_up(session):
     basetemp = tempfile.mkdtemp(prefix="graphcost-warm-up-")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         f"--basetemp={basetemp}/t", "-k", "not test_simd_kernels_are_exact_on_other_cpus",
-         *files], cwd=session.config.rootpath,
+         f"--basetemp={basetemp}/t", "-m", "warm_up", *files], cwd=session.config.rootpath,
         # one Numba thread: beside this process a second one would spin against it (a
         # parallel kernel that shares its cores slows by orders of magnitude)
         env={**os.environ, WARM_UP_ENV: "1", "NUMBA_NUM_THREADS": "1"},

@@ -131,6 +131,7 @@ def test_weights_are_memory_mapped_not_copied(llama):
     assert w.nbytes == ex.model.tensor("blk.0.ffn_down.weight").nbytes
 
 
+@pytest.mark.warm_up
 def test_kv_cache_persists_across_steps(llama):
     ex = Executor(llama, RunSettings(ctx_size=256, flash_attn="off"))
     r1 = ex.step([5, 6, 7])
@@ -144,6 +145,7 @@ def test_kv_cache_persists_across_steps(llama):
     assert np.isfinite(r2.logits).all() and r2.logits.shape == (1, ex.model.n_vocab)
 
 
+@pytest.mark.warm_up
 def test_plans_are_reused_for_the_same_shape(llama):
     ex = Executor(llama, RunSettings(ctx_size=256))
     ex.step([1, 2])
@@ -232,6 +234,7 @@ def test_small_nodes_are_preallocated_bound_and_return_copies(llama):
     np.testing.assert_array_equal(ex2.step([5]).logits, b.logits)
 
 
+@pytest.mark.warm_up
 def test_decode_matvecs_of_one_input_run_as_one_group(tmp_path):
     # Q8_0 Q (256 x 256: 256 * 272 = 69632 bytes, over SERIAL_BELOW's 65536), Q5_0 K and
     # Q8_0 V (64 rows: serial alone) of attn_norm's output; the fixture's Q4_0 gate and
@@ -298,6 +301,7 @@ def test_captured_values_are_copies_by_node_name(llama):
     np.testing.assert_array_equal(out.reshape(-1), r.logits.reshape(-1))
 
 
+@pytest.mark.warm_up
 def test_fast_and_ggml_numerics_agree_to_activation_rounding(llama):
     ids = [11, 12, 13, 14]
     a = Executor(llama, RunSettings(ctx_size=256), numerics="ggml").step(ids).logits
@@ -307,6 +311,7 @@ def test_fast_and_ggml_numerics_agree_to_activation_rounding(llama):
     assert not np.array_equal(a, b)
 
 
+@pytest.mark.warm_up
 def test_sliding_window_model_runs_past_its_window(gemma3):
     # window 64, ubatch 64: the SWA cache has pad(64 + 64, 256) = 256 cells and is reused
     # from position 256 on

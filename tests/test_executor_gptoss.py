@@ -58,6 +58,7 @@ def test_random_mxfp4_weights_are_small_and_finite():
     assert np.isfinite(w).all() and 0 < np.abs(w).max() <= 12 * 2.0 ** -8
 
 
+@pytest.mark.warm_up
 def test_header_only_gptoss_runs_on_random_weights(gptoss, tmp_path):
     header_only = tmp_path / "header_only.gguf"
     header_only.write_bytes(gptoss.path.read_bytes()[:read_header(gptoss.path).data_offset])

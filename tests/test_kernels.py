@@ -116,6 +116,7 @@ def test_activation_quantizers_match_reference(qt, x86):
 Q8 = [(QT.Q8_0, True), (QT.Q8_0, False), (QT.Q8_1, True), (QT.Q8_1, False), (QT.Q8_K, True)]
 
 
+@pytest.mark.warm_up
 @pytest.mark.parametrize("qt,x86", Q8, ids=[f"{t.name}-{'x86' if a else 'ref'}" for t, a in Q8])
 def test_vector_quantizers_keep_ggml_bytes_on_edge_rows_and_strided_rows(qt, x86):
     # contiguous rows take the 16-lane quantizers (x86 rounding; Q8_K always), strided
@@ -162,6 +163,7 @@ def test_q8_1_block_is_36_bytes_as_in_ggml_common():
 # ---------------------------------------------------------------------------- matmul
 
 
+@pytest.mark.warm_up
 @pytest.mark.parametrize("n", [1, 3, 7], ids=["decode", "n3", "tiled"])
 @pytest.mark.parametrize("qt", TYPES, ids=IDS)
 def test_mul_mat_matches_dequantized_matmul(qt, n):
@@ -286,6 +288,7 @@ def test_fused_matvec_is_mul_mat_ggml(qt, monkeypatch):
     assert MM.fused_matvec(qt, k, 13, MM.MATVEC_MAX_N + 1) is None
 
 
+@pytest.mark.warm_up
 @pytest.mark.parametrize("types", [(QT.Q5_0, QT.Q5_0, QT.Q8_0), (QT.Q4_K, QT.Q6_K),
                                    (QT.Q2_K, QT.Q3_K, QT.Q5_K, QT.Q4_0)],
                          ids=["gemma-qkv", "k-pair", "four"])
@@ -331,6 +334,7 @@ def test_grouped_matvecs_are_each_members_matvec(types):
     assert MM.group_matvecs([members[0], flipped], shares) is None
 
 
+@pytest.mark.warm_up
 @pytest.mark.parametrize("qt", QUANT, ids=QUANT_IDS)
 def test_simd_and_scalar_ggml_dots_agree_on_arbitrary_bytes(qt, monkeypatch):
     # no 16-bit pair sum may saturate and no offset may be lost, whatever the bytes
@@ -733,6 +737,7 @@ FA_CASES = {"plain": (0.0, 0.0, None), "softcap": (0.0, 30.0, None), "alibi": (8
             "sinks": (0.0, 0.0, np.array([0.5, -1.0, 3.0, 0.0], np.float32))}
 
 
+@pytest.mark.warm_up
 @pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
 @pytest.mark.parametrize("name", list(FA_CASES))
 def test_flash_attn_matches_online_softmax_reference(kv, name):
@@ -757,6 +762,7 @@ def test_flash_attn_equals_softmax_of_scores_times_v(kv):
     np.testing.assert_allclose(FA.flash_attn_ext(q, k, v, mask, 0.2), expect, atol=tol)
 
 
+@pytest.mark.warm_up
 @pytest.mark.parametrize("kv", [np.float16, np.float32], ids=["F16", "F32"])
 @pytest.mark.parametrize("name", list(FA_CASES))
 def test_flash_attn_query_tiles_equal_the_row_kernel(kv, name):
@@ -979,6 +985,7 @@ def _small_op_results():
     return res
 
 
+@pytest.mark.warm_up
 def test_serial_and_parallel_kernel_variants_agree_bit_for_bit(monkeypatch):
     # small ops run a serial kernel below each module's SERIAL_BELOW (a parallel region
     # costs more than their work); both variants must give the same bits

@@ -61,6 +61,7 @@ def test_dequantize_rows_equals_gguf_exactly(make):
     assert np.count_nonzero(out) > 0.8 * out.size
 
 
+@pytest.mark.warm_up
 @pytest.mark.parametrize("n", [1, 3, 9])   # 9 rows: 160*9*288 >= SERIAL_BELOW, parallel path
 @pytest.mark.parametrize("make", [_weights, _arbitrary], ids=["quantized", "arbitrary"])
 def test_mul_mat_matches_dequantized_matmul(make, n):
@@ -71,6 +72,7 @@ def test_mul_mat_matches_dequantized_matmul(make, n):
     assert np.abs(y - X.mul_mat_ref(w, KDIM, MROWS, x)).max() <= 1e-5 * bound.max()
 
 
+@pytest.mark.warm_up
 @pytest.mark.parametrize("n", [1, 9])
 @pytest.mark.parametrize("make", [_weights, _arbitrary], ids=["quantized", "arbitrary"])
 def test_mul_mat_ggml_is_bit_exact_with_numpy_reimplementation(make, n):
