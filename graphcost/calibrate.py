@@ -329,9 +329,10 @@ def store(name: str, sec: dict, read: Callable[[int], float] | None = None
           ) -> tuple[Path, str | None]:
     """Write ``sec`` as the ``llama_cpp`` section of profile ``name`` (a name in the user's
     config directory or a path); an existing profile keeps its other fields, else a
-    minimal measured profile is made from the coefficients. Its bandwidth is 1 / the
-    fitted ``weight_bytes`` coefficient; where the fit left that at 0 (the MAC
-    coefficients took the bytes' time: the AVX2 EPYC's full calibration of 2026-11-28),
+    minimal measured profile is made from the coefficients the cases pin down (not those in
+    ``sec["undetermined"]``). Its bandwidth is 1 / the fitted ``weight_bytes`` coefficient;
+    where the fit left that at 0 or free (the MAC coefficients took the bytes' time: the
+    AVX2 EPYC's full calibration of 2026-11-28),
     ``read(threads)`` measures it on the calibration's threads (bytes/s:
     :func:`machine_read`), and without ``read`` it is 1, a figure no roofline should use.
     Its peak is 2 FLOP / the smallest MAC coefficient the cases pin down: an undetermined
@@ -346,20 +347,23 @@ def store(name: str, sec: dict, read: Callable[[int], float] | None = None
     if p is not None and p.exists():
         doc = load_yaml(p, "hardware profile", MAX_PROFILE_BYTES)
     else:
-        free = set(sec.get("undetermined", ()))    # a free coefficient can sit at ~1e-25
-        macs = [v for k, v in coef.items() if k.startswith("mac:") and v > 0 and k not in free]
+        # the coefficients the cases pin down: a free one can sit at ~1e-25
+        free = set(sec.get("undetermined", ()))
+        fitted = {k: v for k, v in coef.items() if k not in free}
+        macs = [v for k, v in fitted.items() if k.startswith("mac:") and v > 0]
         src = "graphcost calibrate (llama-bench)"
-        if coef.get("weight_bytes"):
-            bw = {"bytes_per_second": round(1 / coef["weight_bytes"]),
+        if fitted.get("weight_bytes"):
+            bw = {"bytes_per_second": round(1 / fitted["weight_bytes"]),
                   "how": "1 / the fitted weight_bytes coefficient", "source": src}
         elif read is not None:
             bw = {"bytes_per_second": round(read(threads)),
                   "how": "kernels.stream.read_rows (graphcost hwprobe's streaming read), "
-                         "measured by calibrate: the fit left weight_bytes at 0",
+                         "measured by calibrate: the fit left weight_bytes at 0 "
+                         "or undetermined",
                   "source": "graphcost calibrate (graphcost's streaming read)"}
         else:
             bw = {"bytes_per_second": 1, "how": "not measured: the fit left weight_bytes "
-                                                "at 0", "source": src}
+                                                "at 0 or undetermined", "source": src}
         doc = {"name": Path(name).stem if is_path(name) else name,
                "kind": "measured", "threads": threads,
                "description": f"{_cpu_name()}, {threads} threads (llama-bench calibration only)",

@@ -250,6 +250,12 @@ def test_store_new_then_existing_profile(tmp_path):
     hw3 = load(str(tmp_path / "peak.yaml"))
     assert hw3.peak_flops == 4_000_000_000_000       # 2 FLOP / 5e-13 s
     assert hw3.bandwidth == 100_000_000_000          # 1 / 1e-11 s per byte
+    # an undetermined weight_bytes is a guess as well: the streaming read stands in
+    sec4 = dict(sec3, undetermined=["mac:q4_0:gemv", "weight_bytes"])
+    C.store(str(tmp_path / "bw.yaml"), sec4, read=lambda threads: 3e10)
+    hw4 = load(str(tmp_path / "bw.yaml"))
+    assert hw4.bandwidth == 30_000_000_000 and hw4.peak_flops == 4_000_000_000_000
+    assert "undetermined" in hw4.extra["memory_bandwidth"]["how"]
     # a second calibration into the existing profile keeps its other fields
     import yaml
     doc = yaml.safe_load(path.read_text())
