@@ -18,7 +18,7 @@ from graphcost.execute.kv_cells import CellState, hadamard
 from graphcost.execute.weights import mapped_weights
 from graphcost.graph.ggml_graph import Graph
 from graphcost.format.gguf_reader import read_header
-from graphcost.graph.settings import RunSettings
+from graphcost.graph.settings import RunSettings, n_kv_for
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +78,40 @@ def test_sliding_window_mask_and_cell_reuse():
     # every cell still visible to position 8 is inside the window
     vis = c.pos[(c.mask(8, np.array([8]))[0] == 0)]
     assert sorted(vis.tolist()) == [5, 6, 7, 8]
+
+
+def test_cell_figures_kept_beside_the_cells_equal_a_recount():
+    # used, used_max_p1 and the highest position are kept up to date by apply (no pass
+    # over the cells a decode step); each equals the pass over pos after every apply,
+    # through fills, sliding-window reuse, purges of stale positions and a restore
+    def recount(c):
+        filled = np.flatnonzero(c.pos >= 0)
+        return (filled.size, int(filled[-1]) + 1 if filled.size else 0,
+                int(c.pos.max()) if filled.size else -1)
+
+    rng = np.random.default_rng(7)
+    for size, n_swa in ((64, 0), (40, 16), (37, 5)):
+        c = CellState(size, n_swa)
+        past, saved, restored, purged = 0, None, 0, 0
+        for step in range(300):
+            if step == 5:
+                saved = (c.pos.copy(), c.head, past)        # Executor.checkpoint's
+            n = int(rng.integers(1, 6))
+            if c.used + n > size and n_swa == 0:            # full: back to the checkpoint
+                c.restore(saved[0], saved[1])
+                past, restored = saved[2], restored + 1
+                assert (c.used, c.used_max_p1(), c.seq_pos_max()) == recount(c)
+                continue
+            idx = c.find_slot(n)
+            # now and then a ubatch that rewinds (positions below ones held): the purge
+            p0 = past - int(rng.integers(1, 4)) if past > 4 and rng.random() < 0.1 else past
+            filled = c.used + int((c.pos[idx] < 0).sum())   # after apply, unless purged
+            c.apply(idx, np.arange(p0, p0 + n))
+            purged += c.used < filled
+            past = p0 + n
+            assert (c.used, c.used_max_p1(), c.seq_pos_max()) == recount(c), (size, step)
+            assert c.n_kv() == n_kv_for(recount(c)[1], size)
+        assert (restored if n_swa == 0 else purged) > 0         # each path ran
 
 
 def test_full_cache_is_an_error():

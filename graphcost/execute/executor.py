@@ -148,8 +148,7 @@ class Executor:
                 if k not in cells:
                     del self.cells[k]
             for k, (pos, head) in cells.items():
-                np.copyto(self.cells[k].pos, pos)
-                self.cells[k].head = head
+                self.cells[k].restore(pos, head)
             for buf, saved in states:
                 np.copyto(buf, saved)
             for n in set(self.kv) - had:
@@ -159,12 +158,14 @@ class Executor:
     def plan(self, n_tokens: int, n_outputs: int = 1) -> Plan:
         """The compiled graph for a ubatch of ``n_tokens`` at the current ``past``; graphs
         differ only by their shape (tokens, outputs, attended cells), so plans are cached."""
-        run = self.run.step(n_tokens, self.past, n_outputs)
-        key = (n_tokens, n_outputs, run.n_kv, run.n_kv_swa)
-        if key not in self._plans:
-            self._plans[key] = compile_plan(build_graph(self.model, run), self.ctx,
-                                            self.weights, self.kv)
-        return self._plans[key]
+        u = self.run.ubatch(n_tokens, self.past, n_outputs)       # checked, as step()
+        key = (n_tokens, u["n_outputs"], u["n_kv"], u["n_kv_swa"])
+        plan = self._plans.get(key)
+        if plan is None:
+            run = self.run.step(n_tokens, self.past, n_outputs)
+            plan = self._plans[key] = compile_plan(build_graph(self.model, run), self.ctx,
+                                                   self.weights, self.kv)
+        return plan
 
     def step(self, tokens: Iterable[int], *, n_outputs: int = 1, repeat: int = 1,
              capture: Iterable[str | int] = (), warmup: bool = False, time_nodes: bool = False,
