@@ -616,6 +616,17 @@ def has_vnni(typingctx):
 
 
 @intrinsic
+def has_avx512(typingctx):
+    """Whether the code being compiled has AVX512BW (a constant LLVM folds): 32 vector
+    registers of 64 bytes, where AVX2 has 16 of 32, so a 64-byte vector takes two of
+    them; a kernel may keep four rows' vectors live only with the former."""
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(1), int("avx512bw" in _target_features(context)))
+
+    return types.boolean(), codegen
+
+
+@intrinsic
 def hsum(typingctx, a):
     """Sum of the lanes of an integer vector (``llvm.vector.reduce.add``)."""
     if not (isinstance(a, Vec) and isinstance(a.dtype, types.Integer)):

@@ -47,7 +47,8 @@ Q4_K, Q5_K     per 256: int8 quants of sub-blocks 0,2,1,3,4,6,5,7, each class-gr
 Q6_K           per 256: int8 quants, each 64 in :func:`_pairs16` order; int16
                ``32 * (y[a] + y[b])`` for each maddubs pair
 Q3_K           as Q6_K over the bit-plane order (:data:`_PLANES`), each 64 in
-               :func:`_q3_pairs` order, ``4 * (y[a] + y[b])``
+               :func:`_q3_pairs` order, ``4 * (y[a] + y[b])``; without AVX-512 the
+               quants in :func:`_q3_lanes` order instead
 Q2_K           per 256: int8 quants in bit-plane order; the 16 ``bsums`` split as
                ``128 * hi + lo``, int8 hi then int8 lo, each tiled to 64 bytes
                (:func:`_prep_q2_k_bsums`)
@@ -150,6 +151,21 @@ def _nibble_order() -> list[int]:
 _IDX_K4 = np.array([32 * s + i for s in _K4_SUBBLOCKS for i in _class32()], dtype=np.int64)
 _IDX_K6 = np.array([64 * m + i for m in range(4) for i in _pairs16()], dtype=np.int64)
 _IDX_K3 = np.array([_PLANES[64 * m + i] for m in range(4) for i in _q3_pairs()], dtype=np.int64)
+
+
+def _q3_lanes() -> list[int]:
+    """Q3_K without AVX-512 (:func:`_q3_k_ints_ymm`): 8 vectors of 32 bytes, vector
+    4h + 2r + g for the values 128h + 32j + l of planes j = 2r, 2r + 1 and classes c =
+    l % 8 in 4g..4g + 3; in its 128-bit lane L (l = 16L + ..) the dword of class c holds
+    values c and c + 8 of plane 2r, then of plane 2r + 1 (two sub-blocks: ``maddubs`` pairs
+    one sub-block's two values of class c, ``madd`` scales and adds the two sub-blocks),
+    bytes that in-lane shuffles of the weight bytes bring together."""
+    return [128 * h + 32 * j + 16 * L + c + 8 * e
+            for h in range(2) for r in range(2) for g in range(2) for L in range(2)
+            for c in range(4 * g, 4 * g + 4) for j in (2 * r, 2 * r + 1) for e in range(2)]
+
+
+_IDX_K3_LANES = np.array(_q3_lanes(), dtype=np.int64)
 _IDX_K2 = np.array(_PLANES, dtype=np.int64)
 
 _CLASS32X2 = S.permutation(_class32(0) + _class32(32))
@@ -177,8 +193,8 @@ def prep_bytes(code: int, k: int) -> int:
 
 #: the activation permutations of prepare_row as constant shuffles (one 256-byte Q8_K
 #: block, or four 32-byte blocks for the 4-row Q4_0/Q4_1/Q5_0/Q5_1 kernels)
-_PERM_K4, _PERM_K6, _PERM_K3, _PERM_K2 = (S.permutation(idx.tolist())
-                                          for idx in (_IDX_K4, _IDX_K6, _IDX_K3, _IDX_K2))
+_PERM_K4, _PERM_K6, _PERM_K3, _PERM_K2, _PERM_K3_LANES = (
+    S.permutation(idx.tolist()) for idx in (_IDX_K4, _IDX_K6, _IDX_K3, _IDX_K2, _IDX_K3_LANES))
 _PERM_NIB = S.permutation(_nibble_order())
 _EVENS128, _ODDS128 = S.permutation(range(0, 256, 2)), S.permutation(range(1, 256, 2))
 _EVENS8, _ODDS8 = S.permutation(range(0, 16, 2)), S.permutation(range(1, 16, 2))
@@ -236,7 +252,7 @@ def _prep_k(yq, out, code):
             S.store(out, 512 * i, v)
             _prep_k_tail(yq, out, py, 512 * i, v, 512, 32)
         elif code == Q3_K:
-            v = _PERM_K3(q)
+            v = _PERM_K3(q) if S.has_avx512() else _PERM_K3_LANES(q)
             S.store(out, 512 * i, v)
             _prep_k_tail(yq, out, py, 512 * i, v, 512, 4)
         else:
@@ -1258,6 +1274,61 @@ def _rows4_q6_k(r0, r1, r2, r3, yq, yp):
     return _rows4_result(S.zeros(4, "f32"), s01, s23)
 
 
+# Q3_K without AVX-512 (the activations in :func:`_q3_lanes` order): 32-byte vectors and
+# in-lane shuffles only. The 64-byte form's two permutes of a block's weight bytes
+# (:func:`_q3_k_xy`) cross 128-bit lanes, which AVX2 has no byte shuffle for: ~30% of its
+# time there (2-core Zen 3, 2026-11-28), and its four rows' vectors spilled AVX2's 16
+# registers. Same integers, same float operations: the same bits.
+
+#: in each 128-bit lane, bytes c and c + 8 side by side (``vpshufb``)
+_Q3Y_PAIR = S.permutation([16 * (i // 16) + (i % 16) // 2 + 8 * (i % 2) for i in range(32)])
+#: two planes' paired codes a, b -> dword c of a lane: a's pair of class c, then b's
+#: (``vpunpcklwd``: classes 0..3; ``vpunpckhwd``: 4..7)
+_Q3Y_LO, _Q3Y_HI = [S.permutation2([16 * L + 8 * g + 2 * c + e + 32 * src for L in range(2)
+                                    for c in range(4) for src in range(2) for e in range(2)])
+                    for g in range(2)]
+#: the scales of vectors 4h + 2r + g from a row's 16 (``_q3_k_scales4``' quads: int16 4j +
+#: 2h + L is sub-block 8h + 2j + L): int16 i holds plane 2r + i % 2's, lane L = i // 8
+_Q3Y_SC0, _Q3Y_SC1, _Q3Y_SC2, _Q3Y_SC3 = [
+    S.permutation([4 * (2 * r + i % 2) + 2 * h + i // 8 for i in range(16)])
+    for h in range(2) for r in range(2)]
+
+
+@njit(inline="always", cache=True)
+def _q3y_codes(q, hm, plane, hbit):
+    """Codes (crumb + 4 * hmask bit, 0..7) of one plane from bytes already paired."""
+    return S.bit_field(q, plane, 2) | (((hm >> hbit) & 1) << 2)
+
+
+@njit(inline="always", cache=True)
+def _q3y_pair(lo, hi, a, b, yp, pv, sc):
+    """``lo``, ``hi`` + the scaled class sums of the planes with codes a and b (vector pair
+    at byte pv of the prepared activations; their offset pair sums 256 bytes on)."""
+    tl = S.maddubs(_Q3Y_LO(a, b), S.load(yp, pv, 32, "i8")) - S.load(yp, pv + 256, 16, "i16")
+    th = (S.maddubs(_Q3Y_HI(a, b), S.load(yp, pv + 32, 32, "i8"))
+          - S.load(yp, pv + 288, 16, "i16"))
+    return S.dpwssd(lo, tl, sc), S.dpwssd(hi, th, sc)
+
+
+@njit(inline="always", cache=True)
+def _q3_k_ints_ymm(row, p, yp, pp, buf, o):
+    """ggml's aux32 (int32 lane c: class c) of the block at byte p, the row's scales at
+    byte o of ``buf`` (:func:`_q3_k_scales4`)."""
+    hm = _Q3Y_PAIR(S.load(row, p, 32, "u8"))
+    q0, q1 = _Q3Y_PAIR(S.load(row, p + 32, 32, "u8")), _Q3Y_PAIR(S.load(row, p + 64, 32, "u8"))
+    z = S.load(buf, o, 16, "i16")
+    lo, hi = S.zeros(8, "i32"), S.zeros(8, "i32")
+    lo, hi = _q3y_pair(lo, hi, _q3y_codes(q0, hm, 0, 0), _q3y_codes(q0, hm, 2, 1), yp, pp,
+                       _Q3Y_SC0(z))
+    lo, hi = _q3y_pair(lo, hi, _q3y_codes(q0, hm, 4, 2), _q3y_codes(q0, hm, 6, 3), yp, pp + 64,
+                       _Q3Y_SC1(z))
+    lo, hi = _q3y_pair(lo, hi, _q3y_codes(q1, hm, 0, 4), _q3y_codes(q1, hm, 2, 5), yp,
+                       pp + 128, _Q3Y_SC2(z))
+    lo, hi = _q3y_pair(lo, hi, _q3y_codes(q1, hm, 4, 6), _q3y_codes(q1, hm, 6, 7), yp,
+                       pp + 192, _Q3Y_SC3(z))
+    return S.concat(S.lanes(lo, 0, 4) + S.lanes(lo, 4, 4), S.lanes(hi, 0, 4) + S.lanes(hi, 4, 4))
+
+
 @njit(cache=True)
 def _simd_q3_k(row, yq, yp):
     out_of_line()
@@ -1268,14 +1339,47 @@ def _simd_q3_k(row, yq, yp):
         _prefetch(row, p, B_Q3_K, PREFETCH)
         _q3_k_scales4(row, row, row, row, p, buf, 0)
         S.clobber(buf)
-        acc = _q3_k_ints(row, p, yp, 512 * i, buf, 0)
         d = S.half_at(row, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32")
-        sums = sums + S.convert(_EVEN8(acc) + _ODD8(acc), "f32") * d
+        if S.has_avx512():
+            acc = _q3_k_ints(row, p, yp, 512 * i, buf, 0)
+            sums = sums + S.convert(_EVEN8(acc) + _ODD8(acc), "f32") * d
+        else:
+            sums = sums + S.convert(_q3_k_ints_ymm(row, p, yp, 512 * i, buf, 0), "f32") * d
     return S.add_in_order(F(0), sums)
 
 
 @njit(inline="always", cache=True)
 def _rows4_q3_k(r0, r1, r2, r3, yq, yp, buf):
+    """Four rows (:func:`_rows4_q3_k_ymm` without AVX-512)."""
+    if S.has_avx512():
+        return _rows4_q3_k_zmm(r0, r1, r2, r3, yq, yp, buf)
+    return _rows4_q3_k_ymm(r0, r1, r2, r3, yq, yp, buf)
+
+
+@njit(inline="always", cache=True)
+def _rows4_q3_k_ymm(r0, r1, r2, r3, yq, yp, buf):
+    """Four rows with :func:`_q3_k_ints_ymm`, one after the other, the scales as
+    :func:`_rows4_q3_k_zmm` decodes them."""
+    s0, s1, s2, s3 = S.zeros(8, "f32"), S.zeros(8, "f32"), S.zeros(8, "f32"), S.zeros(8, "f32")
+    nb = r0.shape[0] // B_Q3_K
+    if nb > 0:
+        _q3_k_scales4(r0, r1, r2, r3, 0, buf, 0)
+    for i in range(nb):
+        p, pp, o = B_Q3_K * i, 512 * i, _Q3_SC_BYTES * (i & 1)
+        _prefetch_next4(r0, p, B_Q3_K, _SW_Q3_K)
+        if i + 1 < nb:
+            _q3_k_scales4(r0, r1, r2, r3, p + B_Q3_K, buf, _Q3_SC_BYTES - o)
+        S.clobber(buf)
+        d = S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32")
+        s0 = s0 + S.convert(_q3_k_ints_ymm(r0, p, yp, pp, buf, o), "f32") * S.lane(d, 0)
+        s1 = s1 + S.convert(_q3_k_ints_ymm(r1, p, yp, pp, buf, o + 32), "f32") * S.lane(d, 1)
+        s2 = s2 + S.convert(_q3_k_ints_ymm(r2, p, yp, pp, buf, o + 64), "f32") * S.lane(d, 2)
+        s3 = s3 + S.convert(_q3_k_ints_ymm(r3, p, yp, pp, buf, o + 96), "f32") * S.lane(d, 3)
+    return _rows4_result(S.zeros(4, "f32"), S.concat(s0, s1), S.concat(s2, s3))
+
+
+@njit(inline="always", cache=True)
+def _rows4_q3_k_zmm(r0, r1, r2, r3, yq, yp, buf):
     """Four rows; block i + 1's scales are decoded during block i into the other half of
     a double buffer ``buf`` (the broadcasts of block i read what was stored a block
     earlier)."""
@@ -1430,6 +1534,31 @@ def _q2_k_isum(row, p, tab, y0, y1, y2, y3):
     return S.dpbusd(acc, S.lookup16(tab, _Q2_IDX3(q)), y3)
 
 
+#: :data:`_SC2_0` .. ``_3`` in two steps: the 16 scales (int16) as 32 lanes, scales 0..7
+#: in the first two 128-bit lanes and 8..15 in the last two, once a block (cross-lane);
+#: then each plane's scales by a shuffle within 128-bit lanes (``vpshufb``), where each
+#: plane's own cross-lane permute took a ``vpermq`` more per 32 bytes
+_SC2_X = S.permutation([t % 8 + 8 * (t // 16) for t in range(32)])
+_SC2X_0, _SC2X_1, _SC2X_2, _SC2X_3 = [S.permutation([8 * (t // 8) + 2 * j + (t // 8) % 2
+                                                     for t in range(32)]) for j in range(4)]
+
+
+@njit(inline="always", cache=True)
+def _q2_k_isum_pairs(row, p, y0, y1, y2, y3):
+    """:func:`_q2_k_isum` without VNNI: each plane's codes (0..3) dotted with the
+    activations in int16 pairs (``maddubs``, at most 2 * 3 * 127), scaled by the pairs'
+    sub-block scales and summed to int32 (``madd``), as :func:`_q2_k_ints` and ggml's AVX2
+    q2_K dot; where ``dpbusd`` is three instructions, the code x scale table (a 64-byte
+    lookup and three bit picks a row, emulated without VBMI and GFNI) cost more than it
+    saved (2-core Zen 3, 2026-11-28)."""
+    x = _SC2_X(S.opaque(S.convert(S.load(row, p, 16, "u8"), "i16") & 15))
+    q = S.load(row, p + 16, 64, "u8")
+    acc = S.dpwssd(S.zeros(16, "i32"), S.maddubs(q & 3, y0), _SC2X_0(x))
+    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 2, 2), y1), _SC2X_1(x))
+    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 4, 2), y2), _SC2X_2(x))
+    return S.dpwssd(acc, S.maddubs(S.bit_field(q, 6, 2), y3), _SC2X_3(x))
+
+
 @njit(inline="always", cache=True)
 def _q2_k_mins4(s4, yp, pb):
     """int32 lane 4L + r: row r's sum of mins[4L + b] * bsums[4L + b] over b, from the
@@ -1449,10 +1578,16 @@ def _rows4_q2_k(r0, r1, r2, r3, yq, yp):
         s4 = _q2_k_scales4(r0, r1, r2, r3, p)
         y0, y1 = S.load(yp, pp, 64, "i8"), S.load(yp, pp + 64, 64, "i8")
         y2, y3 = S.load(yp, pp + 128, 64, "i8"), S.load(yp, pp + 192, 64, "i8")
-        a0 = _q2_k_isum(r0, p, _q2_k_table(_Q2_SC_R0(s4)), y0, y1, y2, y3)
-        a1 = _q2_k_isum(r1, p, _q2_k_table(_Q2_SC_R1(s4)), y0, y1, y2, y3)
-        a2 = _q2_k_isum(r2, p, _q2_k_table(_Q2_SC_R2(s4)), y0, y1, y2, y3)
-        a3 = _q2_k_isum(r3, p, _q2_k_table(_Q2_SC_R3(s4)), y0, y1, y2, y3)
+        if S.has_vnni():
+            a0 = _q2_k_isum(r0, p, _q2_k_table(_Q2_SC_R0(s4)), y0, y1, y2, y3)
+            a1 = _q2_k_isum(r1, p, _q2_k_table(_Q2_SC_R1(s4)), y0, y1, y2, y3)
+            a2 = _q2_k_isum(r2, p, _q2_k_table(_Q2_SC_R2(s4)), y0, y1, y2, y3)
+            a3 = _q2_k_isum(r3, p, _q2_k_table(_Q2_SC_R3(s4)), y0, y1, y2, y3)
+        else:
+            a0 = _q2_k_isum_pairs(r0, p, y0, y1, y2, y3)
+            a1 = _q2_k_isum_pairs(r1, p, y0, y1, y2, y3)
+            a2 = _q2_k_isum_pairs(r2, p, y0, y1, y2, y3)
+            a3 = _q2_k_isum_pairs(r3, p, y0, y1, y2, y3)
         v = _lane_sums16(a0, a1, a2, a3)                  # lane 4L + r: isum parts
         m = _q2_k_mins4(s4, yp, pp + 256)                 # lane 4L + r: summs parts
         c = _Q2_ISUM_SUMMS_A(v, m) + _Q2_ISUM_SUMMS_B(v, m)
