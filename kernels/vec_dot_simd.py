@@ -1350,39 +1350,10 @@ def _simd_q3_k(row, yq, yp):
 
 @njit(inline="always", cache=True)
 def _rows4_q3_k(r0, r1, r2, r3, yq, yp, buf):
-    """Four rows (:func:`_rows4_q3_k_ymm` without AVX-512)."""
-    if S.has_avx512():
-        return _rows4_q3_k_zmm(r0, r1, r2, r3, yq, yp, buf)
-    return _rows4_q3_k_ymm(r0, r1, r2, r3, yq, yp, buf)
-
-
-@njit(inline="always", cache=True)
-def _rows4_q3_k_ymm(r0, r1, r2, r3, yq, yp, buf):
-    """Four rows with :func:`_q3_k_ints_ymm`, one after the other, the scales as
-    :func:`_rows4_q3_k_zmm` decodes them."""
-    s0, s1, s2, s3 = S.zeros(8, "f32"), S.zeros(8, "f32"), S.zeros(8, "f32"), S.zeros(8, "f32")
-    nb = r0.shape[0] // B_Q3_K
-    if nb > 0:
-        _q3_k_scales4(r0, r1, r2, r3, 0, buf, 0)
-    for i in range(nb):
-        p, pp, o = B_Q3_K * i, 512 * i, _Q3_SC_BYTES * (i & 1)
-        _prefetch_next4(r0, p, B_Q3_K, _SW_Q3_K)
-        if i + 1 < nb:
-            _q3_k_scales4(r0, r1, r2, r3, p + B_Q3_K, buf, _Q3_SC_BYTES - o)
-        S.clobber(buf)
-        d = S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32")
-        s0 = s0 + S.convert(_q3_k_ints_ymm(r0, p, yp, pp, buf, o), "f32") * S.lane(d, 0)
-        s1 = s1 + S.convert(_q3_k_ints_ymm(r1, p, yp, pp, buf, o + 32), "f32") * S.lane(d, 1)
-        s2 = s2 + S.convert(_q3_k_ints_ymm(r2, p, yp, pp, buf, o + 64), "f32") * S.lane(d, 2)
-        s3 = s3 + S.convert(_q3_k_ints_ymm(r3, p, yp, pp, buf, o + 96), "f32") * S.lane(d, 3)
-    return _rows4_result(S.zeros(4, "f32"), S.concat(s0, s1), S.concat(s2, s3))
-
-
-@njit(inline="always", cache=True)
-def _rows4_q3_k_zmm(r0, r1, r2, r3, yq, yp, buf):
     """Four rows; block i + 1's scales are decoded during block i into the other half of
     a double buffer ``buf`` (the broadcasts of block i read what was stored a block
-    earlier)."""
+    earlier). Without AVX-512 the rows' sums (:func:`_q3_k_ints_ymm`) one after the
+    other, row r's 8 class lanes at 8 * (r % 2) of ``s01`` (r < 2) or ``s23``."""
     s01, s23 = S.zeros(16, "f32"), S.zeros(16, "f32")
     nb = r0.shape[0] // B_Q3_K
     if nb > 0:
@@ -1393,11 +1364,21 @@ def _rows4_q3_k_zmm(r0, r1, r2, r3, yq, yp, buf):
         if i + 1 < nb:
             _q3_k_scales4(r0, r1, r2, r3, p + B_Q3_K, buf, _Q3_SC_BYTES - o)
         S.clobber(buf)
-        a0, a1, a2, a3 = _q3_k_ints4(r0, r1, r2, r3, p, yp, pp, buf, o)
         d = S.halves4(r0, r1, r2, r3, p + 108) * S.scalar_at(yq, B_Q8_K * i, "f32")
-        s01 = s01 + S.convert(_q3_k_fold2(a0, a1), "f32") * _ALT01(d)
-        s23 = s23 + S.convert(_q3_k_fold2(a2, a3), "f32") * _ALT23(d)
-    return _rows4_result(S.zeros(4, "f32"), _UNZIP_EO(s01), _UNZIP_EO(s23))
+        if S.has_avx512():
+            a0, a1, a2, a3 = _q3_k_ints4(r0, r1, r2, r3, p, yp, pp, buf, o)
+            s01 = s01 + S.convert(_q3_k_fold2(a0, a1), "f32") * _ALT01(d)
+            s23 = s23 + S.convert(_q3_k_fold2(a2, a3), "f32") * _ALT23(d)
+        else:
+            s01 = s01 + S.concat(
+                S.convert(_q3_k_ints_ymm(r0, p, yp, pp, buf, o), "f32") * S.lane(d, 0),
+                S.convert(_q3_k_ints_ymm(r1, p, yp, pp, buf, o + 32), "f32") * S.lane(d, 1))
+            s23 = s23 + S.concat(
+                S.convert(_q3_k_ints_ymm(r2, p, yp, pp, buf, o + 64), "f32") * S.lane(d, 2),
+                S.convert(_q3_k_ints_ymm(r3, p, yp, pp, buf, o + 96), "f32") * S.lane(d, 3))
+    if S.has_avx512():
+        s01, s23 = _UNZIP_EO(s01), _UNZIP_EO(s23)
+    return _rows4_result(S.zeros(4, "f32"), s01, s23)
 
 
 @njit(cache=True)
