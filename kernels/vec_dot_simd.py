@@ -1395,29 +1395,42 @@ def _groups4_q3_k(w, r0, r1, yq, yp, out):
 
 
 #: Q2_K: the sub-block of each int16 lane of ``maddubs(plane j codes, activations)``:
-#: lane t sums values 2t, 2t + 1 of bit plane j, of sub-block 2j + (0, 1, 8, 9)[t // 8]
-_SC2_0, _SC2_1, _SC2_2, _SC2_3 = [S.permutation([2 * j + (0, 1, 8, 9)[t // 8] for t in range(32)])
-                                  for j in range(4)]
+#: lane t sums values 2t, 2t + 1 of bit plane j, of sub-block 2j + (0, 1, 8, 9)[t // 8].
+#: Each plane's 32 scales in two steps: the 16 scales (int16) as 32 lanes, scales 0..7 in
+#: the first two 128-bit lanes and 8..15 in the last two, once a block (cross-lane); then
+#: each plane's by a shuffle within 128-bit lanes (``vpshufb``), where a plane's own
+#: cross-lane permute took a ``vpermq`` more per 32 bytes on AVX2
+_SC2_X = S.permutation([t % 8 + 8 * (t // 16) for t in range(32)])
+_SC2X_0, _SC2X_1, _SC2X_2, _SC2X_3 = [S.permutation([8 * (t // 8) + 2 * j + (t // 8) % 2
+                                                     for t in range(32)]) for j in range(4)]
+
+
+@njit(inline="always", cache=True)
+def _q2_k_isum_pairs(row, p, y0, y1, y2, y3):
+    """int32 lanes summing to ggml's isum of the block at p: each plane's codes (0..3)
+    dotted with the activations in int16 pairs (``maddubs``, at most 2 * 3 * 127), scaled
+    by the pairs' sub-block scales and summed to int32 (``madd``; isum is an integer: any
+    order is exact), ggml's AVX2 q2_K dot. The one-row kernel's, and the four rows' where
+    VNNI is missing: there ``dpbusd`` is three instructions, and :func:`_q2_k_isum`'s code
+    x scale table (a 64-byte lookup and three bit picks a row, emulated without VBMI and
+    GFNI) cost more than it saved (2-core Zen 3, 2026-11-28)."""
+    x = _SC2_X(S.opaque(S.convert(S.load(row, p, 16, "u8"), "i16") & 15))
+    q = S.load(row, p + 16, 64, "u8")
+    acc = S.dpwssd(S.zeros(16, "i32"), S.maddubs(q & 3, y0), _SC2X_0(x))
+    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 2, 2), y1), _SC2X_1(x))
+    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 4, 2), y2), _SC2X_2(x))
+    return S.dpwssd(acc, S.maddubs(S.bit_field(q, 6, 2), y3), _SC2X_3(x))
 
 
 @njit(inline="always", cache=True)
 def _q2_k_ints(row, p, yq, py, yp, pp, ahead):   # scales@0 qs@16 d@80 dmin@82, 84 B
     """(isum lanes, summs lanes): ggml's isum and summs of the block, still spread over
-    int32 lanes (16 and 8) whose sums they are. Each plane's pair sums (``maddubs``, at
-    most 2 * 3 * 127) are scaled and added into one accumulator by ``vpdpwssd`` (isum is
-    an integer: any order is exact)."""
+    int32 lanes (16 and 8) whose sums they are (:func:`_q2_k_isum_pairs`)."""
     _prefetch(row, p, B_Q2_K, ahead)
-    s16 = S.convert(S.load(row, p, 16, "u8"), "i16")
-    sc = S.opaque(s16 & 15)
-    q = S.load(row, p + 16, 64, "u8")
-    acc = S.dpwssd(S.zeros(16, "i32"), S.maddubs(q & 3, S.load(yp, pp, 64, "i8")), _SC2_0(sc))
-    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 2, 2), S.load(yp, pp + 64, 64, "i8")),
-                   _SC2_1(sc))
-    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 4, 2), S.load(yp, pp + 128, 64, "i8")),
-                   _SC2_2(sc))
-    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 6, 2), S.load(yp, pp + 192, 64, "i8")),
-                   _SC2_3(sc))
-    return acc, S.madd(S.load(yq, py + 260, 16, "i16"), s16 >> 4)
+    acc = _q2_k_isum_pairs(row, p, S.load(yp, pp, 64, "i8"), S.load(yp, pp + 64, 64, "i8"),
+                           S.load(yp, pp + 128, 64, "i8"), S.load(yp, pp + 192, 64, "i8"))
+    mins = S.convert(S.load(row, p, 16, "u8"), "i16") >> 4
+    return acc, S.madd(S.load(yq, py + 260, 16, "i16"), mins)
 
 
 _DMIN_LAST = S.permutation([0, 2, 4, 6, 1, 3, 5, 7])
@@ -1513,31 +1526,6 @@ def _q2_k_isum(row, p, tab, y0, y1, y2, y3):
     acc = S.dpbusd(acc, S.lookup16(tab, _Q2_IDX1(q)), y1)
     acc = S.dpbusd(acc, S.lookup16(tab, _Q2_IDX2(q)), y2)
     return S.dpbusd(acc, S.lookup16(tab, _Q2_IDX3(q)), y3)
-
-
-#: :data:`_SC2_0` .. ``_3`` in two steps: the 16 scales (int16) as 32 lanes, scales 0..7
-#: in the first two 128-bit lanes and 8..15 in the last two, once a block (cross-lane);
-#: then each plane's scales by a shuffle within 128-bit lanes (``vpshufb``), where each
-#: plane's own cross-lane permute took a ``vpermq`` more per 32 bytes
-_SC2_X = S.permutation([t % 8 + 8 * (t // 16) for t in range(32)])
-_SC2X_0, _SC2X_1, _SC2X_2, _SC2X_3 = [S.permutation([8 * (t // 8) + 2 * j + (t // 8) % 2
-                                                     for t in range(32)]) for j in range(4)]
-
-
-@njit(inline="always", cache=True)
-def _q2_k_isum_pairs(row, p, y0, y1, y2, y3):
-    """:func:`_q2_k_isum` without VNNI: each plane's codes (0..3) dotted with the
-    activations in int16 pairs (``maddubs``, at most 2 * 3 * 127), scaled by the pairs'
-    sub-block scales and summed to int32 (``madd``), as :func:`_q2_k_ints` and ggml's AVX2
-    q2_K dot; where ``dpbusd`` is three instructions, the code x scale table (a 64-byte
-    lookup and three bit picks a row, emulated without VBMI and GFNI) cost more than it
-    saved (2-core Zen 3, 2026-11-28)."""
-    x = _SC2_X(S.opaque(S.convert(S.load(row, p, 16, "u8"), "i16") & 15))
-    q = S.load(row, p + 16, 64, "u8")
-    acc = S.dpwssd(S.zeros(16, "i32"), S.maddubs(q & 3, y0), _SC2X_0(x))
-    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 2, 2), y1), _SC2X_1(x))
-    acc = S.dpwssd(acc, S.maddubs(S.bit_field(q, 4, 2), y2), _SC2X_2(x))
-    return S.dpwssd(acc, S.maddubs(S.bit_field(q, 6, 2), y3), _SC2X_3(x))
 
 
 @njit(inline="always", cache=True)
