@@ -32,9 +32,12 @@ numpy loop over keys doing the same steps, split into chunks when asked.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import numba
 from numba import njit, prange
+from numba.core.errors import NumbaPerformanceWarning
 
 from . import simd as S
 from .bits import f16_round, f16_to_f32, fma_f32, read_only_view
@@ -120,11 +123,43 @@ def _NO_PARTS():
     return np.empty((1, 1, 1), dtype=np.float32)
 
 
+# The two loop bodies, the row's (_row_body) and the lanes' (_lanes_body), are compiled
+# out of line, once for all the kernels that call them (rows, split; tiles, head groups,
+# split): inlined, each kernel compiled its own copy inside its parallel loop. The six
+# kernels' cold compile took 132 s, now 39 s (2-core Zen 3, kernels/README.md). Their
+# wrappers, _flash_attn_row and _flash_attn_lanes, pass every integer as int64, so that
+# a literal 0 or -1 or a prange's uint64 index does not compile another copy.
+
+#: Numba's parallel pipeline with only ``prange`` on, for :func:`_lanes_body`: it has no
+#: prange and no array expression is made parallel (its parallel diagnostics list no
+#: parfor), so it runs serially where it is called. Compiled through this pipeline it
+#: runs as fast as its old inlined copies in the parallel kernels; through the serial
+#: one, 13-21% slower there (why is not known), and the serial head-group kernel, which
+#: inlined it in the serial pipeline, gains 1.2x. The row body stays serial: through this
+#: pipeline the row kernel ran 10x slower (not analysed).
+BODY_PIPELINE = {"comprehension": False, "reduction": False, "inplace_binop": False,
+                 "setitem": False, "numpy": False, "stencil": False, "fusion": False,
+                 "prange": True}
+# ... and Numba's warning that such a function has no parallel loop is expected
+warnings.filterwarnings("ignore", message=r"\s*The keyword argument 'parallel=True' was "
+                        "specified but no transformation", category=NumbaPerformanceWarning,
+                        module=r".*[\\/]attention$")
+
+
 @njit(inline="always", cache=True)
 def _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                     sinks, has_sinks, out, r, j0, j1, parts, chunk):
     """Row ``r`` = (head, token) over keys ``j0..j1``: into ``out``, or for KV chunk
     ``chunk >= 0`` its partial into ``parts[head]`` (:func:`_finish`)."""
+    _row_body(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+              sinks, has_sinks, out, np.int64(r), np.int64(j0), np.int64(j1), parts,
+              np.int64(chunk))
+
+
+@njit(cache=True)
+def _row_body(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+              sinks, has_sinks, out, r, j0, j1, parts, chunk):
+    """:func:`_flash_attn_row`'s body (int64 integers)."""
     n_head, n_tok, dk = q.shape
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
@@ -275,6 +310,15 @@ def _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
     head ``hk``'s keys ``j0..j1`` (a prompt's tile: one head's QT queries; a decode's
     group: the heads sharing ``hk``); each key read once, every lane the row kernel's
     steps (and its ``out`` or, for ``chunk >= 0``, ``parts``)."""
+    _lanes_body(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                sinks, has_sinks, out, np.int64(hk), lh, lt, np.int64(nl), np.int64(j0),
+                np.int64(j1), parts, np.int64(chunk))
+
+
+@njit(cache=True, parallel=BODY_PIPELINE)
+def _lanes_body(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
+                sinks, has_sinks, out, hk, lh, lt, nl, j0, j1, parts, chunk):
+    """:func:`_flash_attn_lanes`'s body (int64 integers)."""
     n_head, n_tok, dk = q.shape
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
     k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
