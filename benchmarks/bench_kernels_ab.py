@@ -9,6 +9,7 @@ run needs the repository's git history.
 
     python benchmarks/bench_kernels_ab.py --base c259a47 --types Q2_K,Q3_K [--rows 2048]
                                           [--k 4096] [--threads 1]
+    python benchmarks/bench_kernels_ab.py --base 29701c3 --attention [--threads 2]
 
 For each type: ``_groups4_<type>`` (the four-row matvec the executor's decode runs over a
 task's rows) of ``--rows`` rows of ``--k`` columns (rows of 64 valid blocks from
@@ -16,10 +17,21 @@ task's rows) of ``--rows`` rows of ``--k`` columns (rows of 64 valid blocks from
 side's own ``quantize_activations``/``prepare_row``. Prints GB/s of the weight bytes for
 both, after/before speed, and whether both gave the same bits (they must: a kernel change
 keeps ggml's numbers; a mismatch is an error, exit 1).
+
+The base's kernels compile in this process (a new temporary directory each run); this
+tree's load from Numba's cache where it has them, and a kernel loaded from the cache can
+run slower than the same kernel compiled in the process (flash attention: 4-6%, session
+28). The run says which this tree's were; for a like-for-like run give it an empty
+cache: ``NUMBA_CACHE_DIR=$(mktemp -d) python benchmarks/bench_kernels_ab.py ...``.
+
+``--attention``: ``attention.flash_attn_ext`` instead, on F16 K/V in the shapes that
+pick each of its kernels (a decode's head groups, serial and parallel, its split KV at
+1000 and 4000 keys, rows without GQA; a prompt's query tiles), 15 rounds of 5 calls.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import subprocess
 import sys
 import tarfile
@@ -47,6 +59,62 @@ def base_kernels(rev: str, into: Path):
     return kernels_base
 
 
+def attention_cases(rng) -> dict:
+    """Name -> (q, k, v, mask) of ``flash_attn_ext`` for each kernel it picks: Gemma 3
+    270M's heads (4 over 1 KV head, 256 dims) and an 8B-like 32/8 and 8/8 at 128 dims;
+    causal masks."""
+    def case(h, hkv, t, n_kv, d=256):
+        q = rng.standard_normal((h, t, d)).astype(np.float32)
+        k = (rng.standard_normal((hkv, n_kv, d)) * 0.5).astype(np.float16)
+        v = rng.standard_normal((hkv, n_kv, d)).astype(np.float16)
+        m = np.zeros((1, t, n_kv), np.float16)
+        for i in range(t):
+            m[0, i, n_kv - t + i + 1:] = -np.inf
+        return q, k, v, m
+    return {"decode head groups, serial, 256 keys (4/1 heads)": case(4, 1, 1, 256),
+            "decode split KV, 1000 keys (4/1)": case(4, 1, 1, 1000),
+            "decode split KV, 4000 keys (4/1)": case(4, 1, 1, 4000),
+            "decode rows, 300 keys (8/8, 128 dims)": case(8, 8, 1, 300, 128),
+            "decode head groups, 300 keys (32/8, 128 dims)": case(32, 8, 1, 300, 128),
+            "prompt tiles, 64 x 64 (4/1)": case(4, 1, 64, 64),
+            "prompt tiles, 512 x 512 (4/1)": case(4, 1, 512, 512)}
+
+
+def attention_ab(old, new) -> bool:
+    """Both sides' ``flash_attn_ext`` on :func:`attention_cases`, alternated; prints each
+    case's times and whether the bits are the same (returned: all are)."""
+    same = True
+    for name, (q, k, v, m) in attention_cases(np.random.default_rng(0)).items():
+        outs = [K.attention.flash_attn_ext(q, k, v, m, 0.0625) for K in (old, new)]
+        equal = np.array_equal(outs[0], outs[1])
+        same &= equal
+        times = ([], [])
+        for _ in range(15):
+            for K, o, t in zip((old, new), outs, times):
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    K.attention.flash_attn_ext(q, k, v, m, 0.0625, out=o)
+                t.append((time.perf_counter() - t0) / 5)
+        before, after = (float(np.median(t)) for t in times)
+        print(f"{name:48s} before {before * 1e6:8.1f} us, after {after * 1e6:8.1f} us, "
+              f"after/before speed {before / after:.3f}, same bits: {equal}")
+    return same
+
+
+def cache_note(hits: int) -> str:
+    """The line saying how this tree's kernels came to this process."""
+    return ("this tree's kernels: compiled in this process, as the base's" if not hits else
+            f"this tree's kernels: {hits} loaded from Numba's cache, the base's compiled "
+            "here (not like for like: NUMBA_CACHE_DIR=$(mktemp -d) compiles both)")
+
+
+def loaded_from_cache(*modules) -> int:
+    """Functions of ``modules`` that Numba loaded from its cache in this process."""
+    from numba.core.registry import CPUDispatcher
+    return sum(sum(f.stats.cache_hits.values()) for m in modules for f in vars(m).values()
+               if isinstance(f, CPUDispatcher))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", required=True, help="the commit to compare with (git rev)")
@@ -54,6 +122,8 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=2048, help="weight rows (a multiple of 64)")
     ap.add_argument("--k", type=int, default=4096, help="columns (a multiple of 256)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--attention", action="store_true",
+                    help="flash attention's kernels instead of the matvecs")
     a = ap.parse_args()
     import numba
     numba.set_num_threads(a.threads)
@@ -68,6 +138,11 @@ def main() -> int:
         old = base_kernels(a.base, Path(tmp))
         print(f"kernels of {a.base} (before) and of {ROOT} (after), {a.threads} thread(s), "
               f"numba {numba.__version__}")
+        if a.attention:
+            importlib.import_module("kernels_base.attention")
+            same = attention_ab(old, new)
+            print(cache_note(loaded_from_cache(new.attention)))
+            return 0 if same else 1
         for name in a.types.split(","):
             qt, k, m = QT[name], a.k, a.rows
             rng = np.random.default_rng(3)
@@ -96,6 +171,7 @@ def main() -> int:
             print(f"{name:5s} {m} x {k} ({w.nbytes / 2**20:.1f} MiB): before "
                   f"{w.nbytes / before / 1e9:.2f} GB/s, after {w.nbytes / after / 1e9:.2f} "
                   f"GB/s, after/before speed {before / after:.3f}, same bits: {equal}")
+        print(cache_note(loaded_from_cache(new.vec_dot_simd)))
     return 0 if same else 1
 
 

@@ -40,7 +40,7 @@ from numba import njit, prange
 from numba.core.errors import NumbaPerformanceWarning
 
 from . import simd as S
-from .bits import f16_round, f16_to_f32, fma_f32, read_only_view
+from .bits import f16_round, f16_to_f32, fma_f32, out_of_line, read_only_view
 from .softmax import alibi_slopes
 
 F = np.float32
@@ -124,19 +124,20 @@ def _NO_PARTS():
 
 
 # The two loop bodies, the row's (_row_body) and the lanes' (_lanes_body), are compiled
-# out of line, once for all the kernels that call them (rows, split; tiles, head groups,
-# split): inlined, each kernel compiled its own copy inside its parallel loop. The six
-# kernels' cold compile took 132 s, now 39 s (2-core Zen 3, kernels/README.md). Their
-# wrappers, _flash_attn_row and _flash_attn_lanes, pass every integer as int64, so that
-# a literal 0 or -1 or a prange's uint64 index does not compile another copy.
+# once, out of line (``out_of_line``: LLVM does not inline them back), for all the kernels
+# that call them (rows, split; tiles, head groups, split): inlined, each kernel compiled
+# its own copy inside its parallel loop. The six kernels' cold compile took 132 s, now
+# 28 s (2-core Zen 3, kernels/README.md). Their wrappers, _flash_attn_row and
+# _flash_attn_lanes, pass every integer as int64, so that a literal 0 or -1 or a
+# prange's uint64 index does not compile another copy.
 
 #: Numba's parallel pipeline with only ``prange`` on, for :func:`_lanes_body`: it has no
 #: prange and no array expression is made parallel (its parallel diagnostics list no
 #: parfor), so it runs serially where it is called. Compiled through this pipeline it
-#: runs as fast as its old inlined copies in the parallel kernels; through the serial
-#: one, 13-21% slower there (why is not known), and the serial head-group kernel, which
-#: inlined it in the serial pipeline, gains 1.2x. The row body stays serial: through this
-#: pipeline the row kernel ran 10x slower (not analysed).
+#: runs as fast as its old inlined copies in the parallel kernels (0.95-1.04x); through
+#: the serial one, 13-21% slower there (why is not known), and the serial head-group
+#: kernel, which inlined it in the serial pipeline, gains 1.2x. The row body stays
+#: serial: through this pipeline the row kernel ran 10x slower (not analysed).
 BODY_PIPELINE = {"comprehension": False, "reduction": False, "inplace_binop": False,
                  "setitem": False, "numpy": False, "stencil": False, "fusion": False,
                  "prange": True}
@@ -160,6 +161,7 @@ def _flash_attn_row(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softca
 def _row_body(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
               sinks, has_sinks, out, r, j0, j1, parts, chunk):
     """:func:`_flash_attn_row`'s body (int64 integers)."""
+    out_of_line()
     n_head, n_tok, dk = q.shape
     n_kv_head = k16.shape[0] if kv_f16[0] else k32.shape[0]
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
@@ -319,6 +321,7 @@ def _flash_attn_lanes(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, soft
 def _lanes_body(q, k16, k32, v16, v32, kv_f16, mask, has_mask, scale, softcap, slopes,
                 sinks, has_sinks, out, hk, lh, lt, nl, j0, j1, parts, chunk):
     """:func:`_flash_attn_lanes`'s body (int64 integers)."""
+    out_of_line()
     n_head, n_tok, dk = q.shape
     dv = v16.shape[2] if kv_f16[1] else v32.shape[2]
     k_is_f16, v_is_f16 = kv_f16[0], kv_f16[1]
