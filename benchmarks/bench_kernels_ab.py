@@ -37,6 +37,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from functools import partial
 from io import BytesIO
 from pathlib import Path
 
@@ -57,6 +58,19 @@ def base_kernels(rev: str, into: Path):
     import kernels_base.quants
     import kernels_base.vec_dot_simd
     return kernels_base
+
+
+def alternated(sides, rounds: int, calls: int) -> list[float]:
+    """Median seconds a call of each of ``sides`` (argument-less callables): ``rounds``
+    rounds, each timing ``calls`` calls of one side, then of the next."""
+    times = [[] for _ in sides]
+    for _ in range(rounds):
+        for fn, t in zip(sides, times):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            t.append((time.perf_counter() - t0) / calls)
+    return [float(np.median(t)) for t in times]
 
 
 def attention_cases(rng) -> dict:
@@ -88,14 +102,9 @@ def attention_ab(old, new) -> bool:
         outs = [K.attention.flash_attn_ext(q, k, v, m, 0.0625) for K in (old, new)]
         equal = np.array_equal(outs[0], outs[1])
         same &= equal
-        times = ([], [])
-        for _ in range(15):
-            for K, o, t in zip((old, new), outs, times):
-                t0 = time.perf_counter()
-                for _ in range(5):
-                    K.attention.flash_attn_ext(q, k, v, m, 0.0625, out=o)
-                t.append((time.perf_counter() - t0) / 5)
-        before, after = (float(np.median(t)) for t in times)
+        before, after = alternated(
+            [partial(K.attention.flash_attn_ext, q, k, v, m, 0.0625, out=o)
+             for K, o in zip((old, new), outs)], rounds=15, calls=5)
         print(f"{name:48s} before {before * 1e6:8.1f} us, after {after * 1e6:8.1f} us, "
               f"after/before speed {before / after:.3f}, same bits: {equal}")
     return same
@@ -160,14 +169,8 @@ def main() -> int:
                 sides.append((fn, yq, yp, out))
             equal = np.array_equal(sides[0][3], sides[1][3])
             same &= equal
-            times = ([], [])
-            for _ in range(21):
-                for (fn, yq, yp, out), t in zip(sides, times):
-                    t0 = time.perf_counter()
-                    for _ in range(10):
-                        fn(w, 0, m, yq, yp, out)
-                    t.append((time.perf_counter() - t0) / 10)
-            before, after = (float(np.median(t)) for t in times)
+            before, after = alternated([partial(fn, w, 0, m, yq, yp, out)
+                                        for fn, yq, yp, out in sides], rounds=21, calls=10)
             print(f"{name:5s} {m} x {k} ({w.nbytes / 2**20:.1f} MiB): before "
                   f"{w.nbytes / before / 1e9:.2f} GB/s, after {w.nbytes / after / 1e9:.2f} "
                   f"GB/s, after/before speed {before / after:.3f}, same bits: {equal}")

@@ -100,8 +100,9 @@ def _start_warm_up(session):
 def pytest_collection_finish(session):
     """Start the kernel warm-up (:func:`_start_warm_up`), then test_kernels.py's other-CPU
     compiles (test_simd_kernels_are_exact_on_other_cpus: a subprocess each, 130-150 s of
-    one core cold on the 2-core Zen 3, session 27) after it, as soon as the selection is known, in the background: the suite
-    runs in one process and leaves a second core idle."""
+    one core cold on the 2-core Zen 3, session 27) after it, as soon as the selection is
+    known, in the background: the suite runs in one process and leaves a second core
+    idle."""
     warm = _start_warm_up(session)
     if os.environ.get(WARM_UP_ENV):
         return

@@ -503,9 +503,10 @@ _ISA_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="other-cpus")
 
 
 def start_isa_runs(isas: list[str], after: subprocess.Popen | None = None) -> None:
-    """Start the other-CPU compiles of ``isas`` in the background, one at a time (130-150 s of
-    one core each, cold, on the 2-core Zen 3 of session 27): conftest.py calls this once the tests are collected, so they
-    run on the core the suite (one process) leaves idle, not in turn with the tests;
+    """Start the other-CPU compiles of ``isas`` in the background, one at a time (130-150
+    s of one core each, cold, on the 2-core Zen 3 of session 27): conftest.py calls this
+    once the tests are collected, so they run on the core the suite (one process) leaves
+    idle, not in turn with the tests;
     ``after``: a process they start after (conftest's kernel warm-up, on that core too)."""
     def run(isa):
         if after is not None:
