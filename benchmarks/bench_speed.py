@@ -1,6 +1,7 @@
 """graphcost speed against llama-bench, side by side, on this machine (one command).
 
-    PYTHONPATH=. python benchmarks/bench_speed.py [--quick] [--profile NAME] [--save FILE] [--reuse FILE]
+    PYTHONPATH=. python benchmarks/bench_speed.py [--quick] [--profile NAME] [--save FILE]
+                                                  [--reuse FILE [FILE ...]]
 
 The calibration itself is the package's (graphcost/calibrate.py, what ``graphcost
 calibrate`` runs: the same models, runs, case split, fit and profile section); this script
@@ -15,6 +16,10 @@ adds what a benchmark report needs:
 3. every case's predicted and measured tok/s, each repetition, their ratio, the fitted
    coefficients, the median and worst |pred/meas - 1| on both sets;
 4. ``--save`` / ``--reuse``: the measurements as JSON (refit without measuring);
+   ``--reuse`` of several saved runs pools them (``graphcost.calibrate.pool``): each
+   case measured as the median of every repetition of every llama-bench process that ran
+   it (on the AVX2 VM one case moved by 25-35% between processes while the repetitions
+   within each agreed);
    ``--profile NAME``: store the result in that profile (as ``graphcost calibrate -o``);
    ``--quick``: the package's quick set (small models only).
 
@@ -64,7 +69,9 @@ def main() -> int:
     ap.add_argument("--profile", help="hardware profile to store the calibration in")
     ap.add_argument("--llama-bench", help="llama-bench executable (default: as graphcost finds it)")
     ap.add_argument("--save", type=Path, help="write the measurements (JSON) here")
-    ap.add_argument("--reuse", type=Path, help="fit on measurements saved by --save")
+    ap.add_argument("--reuse", type=Path, nargs="+",
+                    help="fit on measurements saved by --save; several files: each case "
+                         "pooled over their runs (the median of all their repetitions)")
     ap.add_argument("--cpu-features", help="ggml CPU features the measured llama.cpp has, for "
                     "its weight placement (e.g. avx2,avx512,avx512_vnni for a variant without "
                     "AMX) [default: this machine's]")
@@ -74,11 +81,14 @@ def main() -> int:
                          "run they used more of (up to 3 tries, the least disturbed kept)")
     a = ap.parse_args()
     a.features = parse_cpu_features(a.cpu_features)
-    saved = json.loads(a.reuse.read_text()) if a.reuse else None
+    try:
+        saved = C.pool([json.loads(f.read_text()) for f in a.reuse]) if a.reuse else None
+    except ValueError as e:
+        ap.error(f"--reuse: {e}")
     if a.threads is None:   # a refit predicts for the threads the saved runs used
         ran = {r["n_threads"] for r in saved} if saved else {os.cpu_count()}
         if len(ran) != 1:
-            ap.error(f"--reuse {a.reuse}: runs at threads {sorted(ran)}; name one with --threads")
+            ap.error(f"--reuse: runs at threads {sorted(ran)}; name one with --threads")
         a.threads = ran.pop()
 
     bench = C.find_llama_bench(a.llama_bench)
@@ -169,7 +179,8 @@ def report(rows: list[dict], paths: dict, a, bench) -> None:
     print(f"\n{'model':14s} {'test':14s} {'ub':>4s} {'fa':>3s} {'set':5s} {'pred t/s':>9s} "
           f"{'median':>9s} {'(runs)':>22s} {'pred/meas':>9s}  load")
     for r in cases:
-        runs = ",".join(f"{x:.1f}" for x in r["samples_ts"])
+        runs = " | ".join(",".join(f"{x:.1f}" for x in p)
+                          for p in r.get("by_process", [r["samples_ts"]]))
         print(f"{r['model']:14s} {r['test']:14s} {r['n_ubatch']:4d} {r['flash_attn']:3d} "
               f"{'cal' if r['cal'] else 'held':5s} {r['pred_ts']:9.2f} {r['meas_ts']:9.2f} "
               f"{runs:>22s} {r['ratio']:9.3f}  {r['load']}"

@@ -209,6 +209,46 @@ def measure(bench: Path, paths: dict[str, Path], runs: list[Run], threads: int,
     return rows
 
 
+#: what makes two saved rows one case (a row's other fields are its measurement)
+CASE = ("model", "test", "n_prompt", "n_gen", "n_depth", "n_batch", "n_ubatch", "flash_attn",
+        "type_k", "type_v", "n_threads")
+
+
+def pool(saved: list[list[dict]]) -> list[dict]:
+    """The rows of several passes of :func:`measure` over the same runs (as
+    benchmarks/bench_speed.py ``--save`` keeps them) as one set, in the first's order.
+    Each case's ``samples_ts`` are every pass's repetitions of it, one list after the
+    other (``by_process``: the same, a list per llama-bench process); ``avg_ts`` is their
+    mean, ``load`` each process's, ``others_cpu`` the most any of them met. A case some
+    passes lack is pooled over those that have it. A case one process measured 25-35%
+    off the others (the AVX2 VM, session 29, while the repetitions within each process
+    agreed) then moves the case's median less. ValueError where the passes' llama-bench
+    builds differ (one build's speed is not another's)."""
+    if len(saved) == 1:
+        return saved[0]
+    builds = {r.get("build") for rows in saved for r in rows}
+    if len(builds) > 1:
+        raise ValueError(f"measured by different llama-bench builds: "
+                         f"{', '.join(sorted(map(str, builds)))}")
+    out: dict[tuple, dict] = {}
+    for rows in saved:
+        for r in rows:
+            key = tuple(r[k] for k in CASE)
+            if key not in out:
+                out[key] = dict(r, samples_ts=list(r["samples_ts"]),
+                                by_process=[list(r["samples_ts"])])
+                continue
+            p = out[key]
+            p["samples_ts"] += r["samples_ts"]
+            p["by_process"].append(list(r["samples_ts"]))
+            p["load"] += f"; {r['load']}"
+            if "others_cpu" in r:
+                p["others_cpu"] = max(p.get("others_cpu", 0.0), r["others_cpu"])
+    for p in out.values():
+        p["avg_ts"] = statistics.fmean(p["samples_ts"])
+    return list(out.values())
+
+
 def _fa_name(v) -> str:
     return {1: "on", 0: "off", -1: "auto"}[int(v)]
 

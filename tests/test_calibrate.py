@@ -5,6 +5,7 @@ quick calibration end to end."""
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -163,6 +164,39 @@ def _rows():
 def test_calibration_split():
     rows = _rows()
     assert [r["cal"] for r in rows] == [True, True, True, False, False]
+
+
+def _saved(ts: list[float], depth: int = 0, build: str = "0c1e570 (1)", **extra) -> dict:
+    """A row as measure() saves it (the fields pool() reads)."""
+    return {"model": "small", "test": f"tg32 @ d{depth}" if depth else "tg32", "n_prompt": 0,
+            "n_gen": 32, "n_depth": depth, "n_batch": 2048, "n_ubatch": 512,
+            "flash_attn": 0, "type_k": "f16", "type_v": "f16", "n_threads": 2,
+            "avg_ts": sum(ts) / len(ts), "samples_ts": ts, "load": f"load {ts[0]:.0f}",
+            "build": build, **extra}
+
+
+def test_pool_pools_each_case_over_the_processes():
+    # the AVX2 VM's small tg32 @ d512 FA off: one process 367 tok/s, the next 275
+    one = [_saved([458.4, 435.9, 400.6], 256), _saved([373.6, 380.3, 346.4], 512, others_cpu=0.0)]
+    two = [_saved([268.4, 271.2, 284.4], 512, others_cpu=0.05), _saved([433.8, 530.2, 490.9], 256),
+           _saved([456.7, 425.8, 471.3])]       # a case only the second pass ran
+    rows = C.pool([one, two])
+    # the first pass's order, then the second's new case
+    assert [r["n_depth"] for r in rows] == [256, 512, 0]
+    d512 = rows[1]
+    assert d512["by_process"] == [[373.6, 380.3, 346.4], [268.4, 271.2, 284.4]]
+    assert d512["samples_ts"] == [373.6, 380.3, 346.4, 268.4, 271.2, 284.4]
+    # median of the six: (284.4 + 346.4) / 2 = 315.4 (what count() takes as meas_ts);
+    # mean (373.6 + 380.3 + 346.4 + 268.4 + 271.2 + 284.4) / 6 = 1924.3 / 6
+    assert statistics.median(d512["samples_ts"]) == pytest.approx(315.4)
+    assert d512["avg_ts"] == pytest.approx(1924.3 / 6)
+    assert d512["load"] == "load 374; load 268" and d512["others_cpu"] == 0.05
+    assert rows[2]["by_process"] == [[456.7, 425.8, 471.3]]
+    # the inputs are not changed; one pass is returned as it is
+    assert one[1]["samples_ts"] == [373.6, 380.3, 346.4] and C.pool([one]) is one
+    with pytest.raises(ValueError, match="different llama-bench builds: 0c1e570 \\(1\\), "
+                                         "abc1234 \\(2\\)"):
+        C.pool([one, [_saved([1.0], build="abc1234 (2)")]])
 
 
 def test_evaluate_exact():
