@@ -20,8 +20,8 @@ keeps ggml's numbers; a mismatch is an error, exit 1).
 
 The base's kernels compile in this process (a new temporary directory each run); this
 tree's load from Numba's cache where it has them, and a kernel loaded from the cache can
-run slower than the same kernel compiled in the process (flash attention: 4-6%, session
-28). The run says which this tree's were; for a like-for-like run give it an empty
+run slower than the same kernel compiled in the process (flash attention's kernels that
+call ``_lanes_body``: 4-7.5%, sessions 28-29). The run says which this tree's were; for a like-for-like run give it an empty
 cache: ``NUMBA_CACHE_DIR=$(mktemp -d) python benchmarks/bench_kernels_ab.py ...``.
 
 ``--attention``: ``attention.flash_attn_ext`` instead, on F16 K/V in the shapes that
