@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from graphcost.cost.speed_model import COUNTS
 from graphcost.errors import GraphcostError
 
 
@@ -341,6 +342,7 @@ def section(c: Calibration, bench: Path, quick: bool) -> dict:
         "error_band": c.band["held-out"],
         "calibration_band": c.band["calibration"],
         "undetermined": list(c.undetermined),
+        "counts": COUNTS,
         **({} if c.cpu_features is None else {"cpu_features": sorted(c.cpu_features)}),
         "how": (f"graphcost calibrate{' --quick' if quick else ''}: llama.cpp measured with "
                 f"llama-bench on this machine ({len(c.rows)} cases, median of the "

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, cpu_placement,
+                                        fa_expand, fa_pairs, fa_pairs_sum,
                                         from_profile)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
@@ -219,7 +220,8 @@ class Predictor:
             t, tokens, past = where
             a = analyze_graph(build_graph(self.model, self._resolve(t, tokens, past)))
             self._cache[key] = counts(a, self.placement.repacked, outputs=key[1],
-                                      tiled_threads=t.threads if self.placement.tiled else None)
+                                      tiled_threads=t.threads if self.placement.tiled else None,
+                                      live=False)
             self.built += 1
             if self.progress and self.built % PROGRESS_EVERY == 0:
                 self.progress(f"{self.built} graphs built so far (a graph per ubatch shape "
@@ -230,7 +232,14 @@ class Predictor:
         """The counts of one ubatch of ``t``, built (no interpolation): the per-step mode
         (the reference the closed form is tested against)."""
         key = self._key(t, self._resolve(t, tokens, past), tokens, past, output)
-        return self._build(key, (t, tokens, past))
+        c = self._build(key, (t, tokens, past))
+        return fa_expand(c, {k: v * fa_pairs(k.split(":")[1], tokens, past, self._window(k))
+                             for k, v in c.items() if k.startswith("fa_units:")})
+
+    def _window(self, units_key: str) -> int:
+        """The sliding window of an ``fa_units:<path>:<cache>`` count's cache: the
+        model's ``n_swa`` for the ``swa`` cache, else 0 (none)."""
+        return int(self.model.n_swa) if units_key.endswith(":swa") else 0
 
     def _pieces(self, t: BenchTest, base, run: Run) -> list["_Piece"]:
         """``run`` (a :class:`Run`) cut where its graphs change side of a switch
@@ -315,7 +324,18 @@ class Predictor:
         for _, c in sums:
             for k, v in c.items():
                 total[k] += v
-        return total
+        # flash attention's pairs move with the positions, not the cells: each group's
+        # graph (built above: the one at its fewest cells) gives its heads x (Dk + Dv)
+        macs: Counter = Counter()
+        for g in groups.values():
+            p0 = min(g, key=lambda p: _cells(p.key(p.lo)))
+            for k, units in p0.build(p0.lo).items():
+                if k.startswith("fa_units:"):
+                    path = k.split(":")[1]
+                    macs[k] += units * sum(fa_pairs_sum(path, p.run.tokens, p.run.cells,
+                                                        p.lo, p.hi, self._window(k))
+                                           for p in g)
+        return fa_expand(total, macs)
 
     def predict(self, t: BenchTest) -> Prediction:
         c = self.counts(t)

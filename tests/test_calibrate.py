@@ -235,6 +235,8 @@ def test_section_keeps_the_cpu_features_the_counts_used(tmp_path):
     assert sec["cpu_features"] == ["avx2", "avx512"]
     path, _ = C.store(str(tmp_path / "f.yaml"), sec)
     assert from_profile(load(str(path))).cpu_features == {"avx2", "avx512"}
+    # and the counts its coefficients were fitted to (2: flash attention's live pairs)
+    assert sec["counts"] == 2 and from_profile(load(str(path))).counts == 2
     # without features (an older calibration's rows): no key, the profile does not say
     assert "cpu_features" not in C.section(C.evaluate(_rows(), threads=2),
                                            Path("/x/llama-bench"), quick=True)

@@ -18,7 +18,7 @@ from graphcost.graph.build import BuiltGraph
 from graphcost.graph.ggml_graph import Graph
 from graphcost.speed import BenchTest, instances, steps
 
-from fixtures import write_llama
+from fixtures import write_gemma3, write_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 Q8, Q4K = gt.GGMLType.Q8_0, gt.GGMLType.Q4_K
@@ -361,6 +361,57 @@ def test_flash_attention_kernel_and_macs(n_q, n_kv, key):
     # MACs: n_q x 4 heads x n_kv x (64 + 64); one barrier after the node + one inside it
     assert c[key] == n_q * 4 * n_kv * 128
     assert c["barriers"] == 2
+
+
+@pytest.mark.parametrize("counts,note", [(None, True), (1, True), (2, False)])
+def test_cli_says_a_calibration_fitted_to_older_counts(tiny, cli, tmp_path, counts, note):
+    """A profile calibrated before flash attention counted its live cells (no
+    ``llama_cpp.counts``, or 1) gets a note under the table and in the JSON rows."""
+    model, prof = tiny
+    doc = yaml.safe_load(prof.read_text())
+    if counts is not None:
+        doc["llama_cpp"]["counts"] = counts
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-n", "4")
+    assert r.returncode == 0, r.stderr
+    assert ("note: calibrated on counts 1 (flash attention priced over every KV cell); these "
+            "are counts 2 (the cells its kernels compute): run graphcost calibrate again"
+            in r.stdout) == note
+    r = cli("speed", model, "--hardware", p, "-p", "16", "-o", "json")
+    assert (json.loads(r.stdout)[0]["graphcost"].get("counts_calibrated") == 1) == note
+
+
+def test_profile_with_bad_counts_is_one_line(tiny, cli, tmp_path):
+    model, prof = tiny
+    doc = yaml.safe_load(prof.read_text())
+    doc["llama_cpp"]["counts"] = "two"
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    r = cli("speed", model, "--hardware", p, "-p", "16")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"graphcost: {p}: llama_cpp.counts must be an integer >= 1 or null, got 'two'"]
+
+
+def test_flash_attention_over_a_cache_counts_the_live_cells(tmp_path):
+    """A step's flash attention over its KV caches counts the (query, cell) pairs ggml's
+    kernels compute, masked cells skipped: gemma3, 3 layers, window 10, pattern 2
+    (layers 0 and 2 sliding, 1 full), 4 heads of 64; 4 tokens after 8 (positions 8-11)."""
+    from graphcost.graph.build import build_graph, load_model
+    from graphcost.graph.settings import RunSettings
+
+    m = load_model(write_gemma3(tmp_path / "g.gguf", n_layer=3, swa_pattern=2,
+                                sliding_window=10))
+    bg = build_graph(m, RunSettings(ctx_size=512, flash_attn="on", tokens=4, past=8))
+    c = counts(analyze_graph(bg))
+    # per layer 4 heads x (64 + 64) = 512 MACs a pair; sliding: 9 + 10 + 10 + 10 = 39
+    # pairs, full: 9 + 10 + 11 + 12 = 42 (all cells: 4 x 256 = 1024 each)
+    assert c["fa_mac"] == 512 * (2 * 39 + 42) == 61_440
+    # the Predictor's form: heads x (Dk + Dv) per cache, the pairs left to it
+    units = counts(analyze_graph(bg), live=False)
+    assert (units["fa_units:row:swa"], units["fa_units:row:base"]) == (2 * 512, 512)
+    assert "fa_mac" not in units
 
 
 def test_cli_names_coefficients_the_calibration_did_not_pin(tiny, cli, tmp_path):

@@ -13,7 +13,8 @@ from collections import Counter
 
 import pytest
 
-from graphcost.cost.speed_model import SpeedModel, roofline_coefficients
+from graphcost.cost.speed_model import (SpeedModel, fa_pairs, fa_pairs_sum,
+                                        roofline_coefficients)
 from graphcost.graph.build import load_model
 from graphcost.graph.settings import Rows, floor_sum, n_kv_for, n_kv_sum
 from graphcost.speed import BenchTest, Predictor, step_runs, steps
@@ -111,8 +112,10 @@ def test_closed_form_equals_step_by_step_on_random_settings(model, seed):
 
 def test_hand_computed_generation(tmp_path):
     """llama, 1 layer, 8 heads of 32 (K and V), FA on, tg N at depth 0: ubatch j attends
-    n_kv = 256 ceil((j + 1) / 256) cells; one query row x 8 heads x n_kv x (32 + 32) MACs, by
-    the one-row kernel below 512 cells (fa_mac) and the split kernel from 512 (fa_mac:split)."""
+    n_kv = 256 ceil((j + 1) / 256) cells, j + 1 of them live; one query row x 8 heads x
+    (32 + 32) MACs a pair: by the one-row kernel below 512 cells (fa_mac), the j + 1 live
+    cells (it skips masked ones), and from 512 by the split kernel (fa_mac:split), whose
+    fullest chunk (n_kv / 2 cells, all live here) times the 2 threads is n_kv."""
     m = load_model(write_llama(tmp_path / "l.gguf", n_layer=1, context_length=8192))
     sm = SpeedModel({"fa_mac": 1e-9, "fa_mac:split": 2e-9}, 2, "test", True)
     pr = Predictor(m, sm, features=())
@@ -122,17 +125,18 @@ def test_hand_computed_generation(tmp_path):
     assert got.counts["steps"] == 1000
     assert got.counts["barriers"] == 1000 * per_step["barriers"]
     assert got.counts["weight_bytes"] == 1000 * per_step["weight_bytes"]
-    assert got.counts["fa_mac"] == 8 * 64 * 256 * 256 == 33_554_432
+    # 8 x 64 x (1 + 2 + ... + 256) = 512 x 32896
+    assert got.counts["fa_mac"] == 512 * 256 * 257 // 2 == 16_842_752
     # 8 x 64 x (512 x 256 + 768 x 256 + 1024 x 232) = 512 x 565248
     assert got.counts["fa_mac:split"] == 512 * 565_248 == 289_406_976
-    # 1e-9 x 33554432 + 2e-9 x 289406976 = 0.033554432 + 0.578813952
-    assert got.seconds == pytest.approx(0.612368384, rel=1e-15)
+    # 1e-9 x 16842752 + 2e-9 x 289406976 = 0.016842752 + 0.578813952
+    assert got.seconds == pytest.approx(0.595656704, rel=1e-15)
     # tg 10^8 = 256 x 390625: 256 ubatches at each of 256 k cells, k = 1..390625;
     # sum of cells 256 x 256 x 390625 x 390626 / 2; the first 256 by the one-row kernel
     big = pr.counts(BenchTest(0, 10**8, 0, 2048, 512, "on", "f16", "f16", 2))
     cells = 256 * 256 * 390625 * 390626 // 2        # 5_000_012_800_000_000
     assert big["steps"] == 10**8 and big["barriers"] == 10**8 * per_step["barriers"]
-    assert big["fa_mac"] == 512 * 256 * 256
+    assert big["fa_mac"] == 512 * 256 * 257 // 2
     assert big["fa_mac:split"] == 512 * (cells - 256 * 256) == 2_560_006_553_566_445_568
     # built: the tg1 step, then per test (n_ctx is part of a graph) 256 cells alone and
     # the line from 512 cells on at its two ends and its middle: 1 + 4 + 4
@@ -172,6 +176,44 @@ def test_counts_off_the_line_are_cut_down_to_exact_builds(tmp_path, monkeypatch,
     assert pr.built > 6
 
 
+def test_fa_pairs_hand_computed():
+    """The pairs ggml's row and tiled flash-attention kernels compute (masked cells
+    skipped): a query at position p sees p + 1 cells, min(p + 1, window) with one."""
+    assert fa_pairs("row", 1, 0) == 1                      # a decode at depth 0
+    assert fa_pairs("row", 4, 8) == 9 + 10 + 11 + 12
+    assert fa_pairs("row", 4, 8, window=10) == 9 + 10 + 10 + 10
+    assert fa_pairs("row", 4, 100, window=10) == 4 * 10
+    # 130 queries at 0: tiles of 64, 64, 2 rows over 1, 2, 3 KV tiles of 64 cells
+    assert fa_pairs("tiled", 130, 0) == 64 * 64 + 64 * 128 + 2 * 192
+    # past 1000, window 600: each tile's union is rows - 1 + 600 cells: 663 -> 11 tiles
+    # of 64 for the full ones, 601 -> 10 for the last (2 rows)
+    assert fa_pairs("tiled", 130, 1000, window=600) == 2 * 64 * 704 + 2 * 640
+    with pytest.raises(ValueError, match="'split'"):
+        fa_pairs("split", 1, 0)
+
+
+@pytest.mark.parametrize("path", ["row", "tiled"])
+def test_fa_pairs_sum_against_brute_force(path):
+    """The closed-form sum over a run's ubatches (Rows) against the ubatch-by-ubatch sum,
+    with and without a window, on random layouts: runs crossing the window's end, rows of
+    batches, single ubatches, empty ranges."""
+    rng = random.Random(7)
+    for _ in range(300):
+        tokens = rng.choice([1, 3, 64, 100, 129]) if path == "row" else rng.choice(
+            [64, 100, 129, 512])
+        step = rng.choice([tokens, tokens, 2 * tokens, 1, 0])
+        row = rng.randint(1, 9)
+        rows = rng.randint(0, 6)
+        used = rng.randint(tokens, 3000)
+        r = Rows(used, step, row, rng.randint((row - 1) * step, (row - 1) * step + 700), rows)
+        n = r.length
+        lo = rng.randint(0, n)
+        hi = rng.randint(lo, n)
+        window = rng.choice([0, 0, 64, 600, 1500, 4096])
+        want = sum(fa_pairs(path, tokens, r.at(m) - tokens, window) for m in range(lo, hi))
+        assert fa_pairs_sum(path, tokens, r, lo, hi, window) == want, (r, lo, hi, window)
+
+
 @pytest.mark.parametrize("p,n,d,b,ub", [
     (512, 128, 100, 2048, 32), (256, 0, 0, 100, 64), (0, 3, 7, 2048, 512), (4096, 5, 0, 2048, 512),
     (5000, 0, 3, 1000, 64), (7, 0, 0, 2, 8), (2048, 1, 1, 2048, 300), (999, 0, 0, 1000, 1000),
@@ -199,9 +241,11 @@ def test_step_runs_expand_to_steps(p, n, d, b, ub):
     ((10**4, 0, 2048, 512), (2 * 10**9, 0, 2048, 512)),
     ((10**4, 0, 100, 7), (2 * 10**9, 0, 100000, 7)),
 ], ids=["tg", "pp", "pp-rows"])
-def test_work_does_not_grow_with_the_run(tmp_path, monkeypatch, small, big):
+@pytest.mark.parametrize("fa", ["off", "on"])
+def test_work_does_not_grow_with_the_run(tmp_path, monkeypatch, small, big, fa):
     """(p, n, b, ub) small and 2 x 10^9 tokens (7812500 KV lengths): the graphs looked at
-    (keys) grow with the log of the run, not with the run."""
+    (keys) grow with the log of the run, not with the run; with flash attention on, its
+    pairs too (summed in closed form, :func:`fa_pairs_sum`)."""
     m = load_model(write_llama(tmp_path / "l.gguf", n_layer=1, context_length=8192))
     looked = []
     key = Predictor._key
@@ -209,7 +253,7 @@ def test_work_does_not_grow_with_the_run(tmp_path, monkeypatch, small, big):
         lambda *a: looked.append(1) or key(*a)))
     for p, n, b, ub in (small, big):
         looked.clear()
-        Predictor(m, NO_COEF, features=()).counts(BenchTest(p, n, 0, b, ub, "off", "f16",
+        Predictor(m, NO_COEF, features=()).counts(BenchTest(p, n, 0, b, ub, fa, "f16",
                                                            "f16", 2))
         # measured: 80 and 133 (tg), 67 and 167 (pp), 111 and 173 (pp-rows)
         assert len(looked) < 300, (p, n, b, ub, len(looked))

@@ -460,6 +460,10 @@ def parse(doc: Any, path: Path | None) -> Hardware:
         lc = need(doc["llama_cpp"], "dict", "llama_cpp", where)
         mapping_of(need(lc.get("coefficients"), "dict", "llama_cpp.coefficients", where),
                    "nonneg", "llama_cpp.coefficients", where)
+        n = lc.get("counts")
+        if n is not None and (not _is_int(n) or n < 1):
+            raise GraphcostError(f"{where}: llama_cpp.counts must be an integer >= 1 or null, "
+                                 f"got {_show(n)}")
         t = lc.get("threads")
         if t is not None and (not _is_int(t) or t < 1):
             raise GraphcostError(f"{where}: llama_cpp.threads must be an integer >= 1 or null, "

@@ -10,7 +10,8 @@ MUL_MAT first converts its activations to the weight type's ``vec_dot_type``
 ``vec_dot`` over chunks of rows; a weight held in ``CPU_REPACK``
 (ggml-cpu/repack.cpp ``forward_mul_mat``) runs ``gemm`` on groups of 4 activation rows
 and ``gemv`` on the rest. FLASH_ATTN_EXT (ops.cpp ``ggml_compute_forward_flash_attn_ext_f16``)
-walks every KV cell for every query row and head: K·q, online softmax, V accumulation.
+walks the KV cells for every query row and head: K·q, online softmax, V accumulation;
+its kernels skip masked cells (:func:`fa_pairs`).
 
 So one graph takes, in seconds, ``sum_k coef[k] * count[k]`` over these counts (each a
 plain integer from the graph and the cost model, :func:`counts`):
@@ -33,9 +34,10 @@ plain integer from the graph and the cost model, :func:`counts`):
 ``mac:T:gemv`` / ``gemm`` the same for a repacked weight: activation rows outside groups
                           of 4 (gemv) and inside them (gemm)
 ``convert``               activation values converted to a ``vec_dot_type``
-``fa_mac``, ``:tiled``,   flash attention: query rows x heads x KV cells x (Dk + Dv), by
-``:split``                kernel (one row at a time, tiles of 64 query rows, or one row
-                          with its >= 512 KV cells split over the threads)
+``fa_mac``, ``:tiled``,   flash attention: heads x (Dk + Dv) x the (query row, KV cell)
+``:split``                pairs its kernel computes (:func:`fa_pairs`: one row at a time,
+                          tiles of 64 query rows, or one row with its >= 512 KV cells split
+                          over the threads)
 ``other_bytes``           bytes read + written by every other non-empty node (cost model)
 ========================  ==========================================================
 
@@ -62,9 +64,15 @@ REPACK_GEMM_ROWS = 4
 FA_TILE_Q = 64
 #: ops.cpp use_split_kv_path: KV cells from which one query row's cells are split
 FA_SPLIT_KV = 512
+#: ggml-cpu/common.h GGML_FA_TILE_KV: KV cells of one tile of the tiled kernel
+FA_TILE_KV = 64
 #: attended KV cells at which :func:`counts` switches a key (its only choice keyed by the
 #: cells: :func:`_fa_key`); between two of them a graph's counts are affine in the cells
 N_KV_SWITCHES = (FA_SPLIT_KV,)
+#: the counts a calibration's coefficients were fitted to (a profile's
+#: ``llama_cpp.counts``; a section without it was fitted to 1): 2 since flash attention
+#: counts the pairs its kernels compute (:func:`fa_pairs`), 1 every cell (session 29)
+COUNTS = 2
 #: names of the output-row index input (llm_graph_input_out_ids; ``out_ids`` in
 #: llama.cpp's graph callbacks)
 OUT_IDS = ("out_ids", "inp_out_ids")
@@ -131,16 +139,24 @@ def _fused_with_next(nodes, i: int) -> bool:
 
 
 def counts(analysis, repacked: Iterable[str] = (), *, outputs: bool = True,
-           tiled_threads: int | None = None) -> Counter:
+           tiled_threads: int | None = None, live: bool = True) -> Counter:
     """The counts of one evaluation of ``analysis``'s graph (see the module docstring).
 
     ``repacked``: names of weights llama.cpp holds in ``CPU_REPACK`` on this CPU
     (:func:`repacked_weights`). ``outputs=False``: the ubatch has no output row, so the
     nodes after the ``inp_out_ids`` GET_ROWS do no work (they still end in a barrier).
     ``tiled_threads``: the threads llama.cpp runs with where it has the tiled K-quant path
-    (:func:`tiled_available`), None where it has not."""
+    (:func:`tiled_available`), None where it has not.
+
+    Flash attention over a KV cache by the row or tiled kernel counts the pairs it
+    computes (:func:`fa_pairs`) for the graph's ubatch (its ``n_tokens`` queries a stream
+    at positions ``past`` on, each stream alike); ``live=False`` leaves that to the caller
+    and counts ``fa_units:<path>:<cache>`` instead, heads x (Dk + Dv) per node, which
+    :func:`fa_expand` turns into MACs (``graphcost.speed.Predictor``: one graph stands for
+    ubatches at many positions)."""
     rep = set(repacked)
     c: Counter = Counter(steps=1)
+    caches = fa_caches(analysis)
     nodes = [nc.node for nc in analysis.nodes]
     empty: set[int] = set()                 # ids of tensors with no rows
     skip_barrier = False
@@ -163,10 +179,151 @@ def counts(analysis, repacked: Iterable[str] = (), *, outputs: bool = True,
             _matmul_counts(c, n, rep, tiled_threads)
         elif n.op == "FLASH_ATTN_EXT":
             c["barriers"] += 1          # the op's own ggml_barrier after setting up chunks
-            c[_fa_key(n)] += _fa_macs(n)
+            key, cache = _fa_key(n), caches.get(id(n.src[3])) if len(n.src) > 3 else None
+            if key == "fa_mac:split" or cache is None:
+                c[key] += _fa_macs(n)       # the split decode: its fullest chunk, every cell
+            else:
+                path = FA_PATHS[key]
+                if live:
+                    run = analysis.graph.run
+                    c[key] += _fa_units(n) * fa_pairs(path, n.src[0].ne[1], run.past,
+                                                      cache[1])
+                else:
+                    c[f"fa_units:{path}:{cache[0]}"] += _fa_units(n)
         elif nc.cost is not None:
             c["other_bytes"] += nc.cost.bytes_read + nc.cost.bytes_written
     return c
+
+
+#: :func:`_fa_key`'s key of the row and tiled kernels -> their :func:`fa_pairs` path
+FA_PATHS = {"fa_mac": "row", "fa_mac:tiled": "tiled"}
+
+
+def fa_caches(analysis) -> dict[int, tuple[str, int]]:
+    """``id(KQ mask)`` -> (its KV cache's name, the sliding window its mask applies: the
+    model's ``n_swa`` for the ``swa`` cache, 0 for none) for the graph's attention inputs."""
+    n_swa = int(getattr(analysis.graph.model, "n_swa", 0) or 0)
+    return {id(a.kq_mask): (a.cache.name, n_swa if a.cache.name == "swa" else 0)
+            for a in analysis.graph.attn_inputs if a.kq_mask is not None}
+
+
+def _fa_units(n) -> int:
+    """heads x streams x (Dk + Dv): MACs per (query, cell) pair of a FLASH_ATTN_EXT node."""
+    q, k, v = n.src[0], n.src[1], n.src[2]
+    return q.ne[2] * q.ne[3] * (k.ne[0] + v.ne[0])
+
+
+def _live_sum(tokens: int, past: int) -> int:
+    """sum(p + 1 for p in past .. past + tokens - 1): the cells a ubatch's causal queries
+    attend without a window."""
+    return tokens * past + tokens * (tokens + 1) // 2
+
+
+def fa_pairs(path: str, tokens: int, past: int, window: int = 0) -> int:
+    """(query, KV cell) pairs one head's flash attention computes for a ubatch of
+    ``tokens`` queries at positions ``past .. past + tokens - 1`` of one sequence, its
+    causal mask (and, with ``window`` > 0, the standard sliding window: a query at ``p``
+    sees positions ``p - window + 1 .. p``) over a cache holding every earlier position.
+
+    ggml skips masked cells (ops.cpp, llama-cpp-python 0.3.36): ``path`` ``"row"``
+    (``one_chunk``, one query row at a time: ``if (mv == -INFINITY) continue``) computes
+    the live pairs, ``min(p + 1, window)`` a query; ``"tiled"`` (64-query tiles,
+    ``ggml_compute_forward_flash_attn_ext_tiled``) skips a KV tile of :data:`FA_TILE_KV`
+    cells only where all its tile's queries mask it (``can_skip``), so a tile of ``r``
+    queries computes ``r`` rows over the tiles its queries' cells span, counted as
+    ``ceil(U / 64)`` tiles for ``U`` cells in their union (the cells of a cache without a
+    window lie in position order; a sliding window's may wrap in its ring, one tile more:
+    not counted). The split-KV decode is not here: its fullest chunk is all its cells
+    (:func:`counts`).
+
+    >>> fa_pairs("row", 3, 10)                # 11 + 12 + 13
+    36
+    >>> fa_pairs("row", 3, 10, window=4)      # each query sees 4
+    12
+    >>> fa_pairs("tiled", 100, 0)             # 64 rows x 1 tile, 36 rows x 2 tiles
+    8704
+    """
+    if path == "row":
+        if not window or past + tokens <= window:
+            return _live_sum(tokens, past)
+        if past >= window - 1:
+            return tokens * window
+        return sum(min(p + 1, window) for p in range(past, past + tokens))
+    if path != "tiled":
+        raise ValueError(f"flash attention path {path!r}: 'row' or 'tiled'")
+    t = FA_TILE_KV
+    total = 0
+    for i in range(0, tokens, FA_TILE_Q):
+        rows = min(FA_TILE_Q, tokens - i)
+        union = past + i + rows                 # cells 0 .. the tile's last position
+        if window:
+            union = min(union, rows - 1 + window)
+        total += rows * t * -(-union // t)
+    return total
+
+
+def fa_pairs_sum(path: str, tokens: int, cells, lo: int, hi: int, window: int = 0) -> int:
+    """``sum(fa_pairs(path, tokens, cells.at(m) - tokens, window) for m in range(lo,
+    hi))`` in closed form over ubatches laid out as ``cells``
+    (:class:`~graphcost.graph.settings.Rows`: filled cells after each), whatever ``hi -
+    lo``: ubatches whose every query sees all earlier cells (filled cells <= ``window``,
+    or no window) by sums over the rows; those whose every query sees a full window
+    (``past >= window - 1``) are constant; the few between (at most the ubatches that
+    straddle the window's end) one by one."""
+    from graphcost.graph.settings import _floor_sum_rows
+
+    lo, hi = lo, max(lo, hi)
+    a, c = hi, hi                  # first ubatch past the window's end / all at a full one
+    if window:
+        a = _first(cells, lo, hi, lambda u: u > window)
+        c = _first(cells, a, hi, lambda u: u - tokens >= window - 1)
+    out = 0
+    if a > lo:                     # no query at the window: as without one
+        n = a - lo
+        if path == "row":
+            # sum over ubatches of tokens * past + tokens (tokens + 1) / 2, past = u - tokens
+            out += (tokens * (_floor_sum_rows(cells, lo, a, 1) - n * tokens)
+                    + n * (tokens * (tokens + 1) // 2))
+        else:
+            # full tiles i = 0 .. nt - 2 (64 rows, union past + 64 (i + 1)): 64 x 64 x
+            # (i + 1 + ceil(past / 64)); the last (r rows, union u): r x 64 x ceil(u / 64)
+            t, nt = FA_TILE_KV, -(-tokens // FA_TILE_Q)
+            last = tokens - (nt - 1) * FA_TILE_Q
+            shifted = type(cells)(cells.used - tokens + t, cells.step, cells.row,
+                                  cells.row_step, cells.rows)     # ceil(past / t) + 1
+            ceil_past = _floor_sum_rows(shifted, lo, a, t) - n
+            out += (FA_TILE_Q * t * ((nt - 1) * nt // 2 * n + (nt - 1) * ceil_past)
+                    + last * t * _floor_sum_rows(cells, lo, a, t))
+    out += sum(fa_pairs(path, tokens, cells.at(m) - tokens, window) for m in range(a, c))
+    if hi > c:                     # every query at a full window
+        out += (hi - c) * fa_pairs(path, tokens, cells.at(c) - tokens, window)
+    return out
+
+
+def _first(cells, lo: int, hi: int, pred) -> int:
+    """The first ``m`` in ``lo .. hi`` with ``pred(cells.at(m))`` (``hi`` if none); the
+    cells never fall along ``m``, so ``pred`` holds on a suffix."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(cells.at(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def fa_expand(c: Mapping[str, int], macs: Mapping[str, int]) -> Counter:
+    """``c`` with each ``fa_units:<path>:<cache>`` key (:func:`counts` with ``live=False``)
+    replaced, where it stands, by ``macs[that key]`` under the path's MAC key (``fa_mac``
+    for the row kernel, ``fa_mac:tiled``; added to that key where ``c`` has it already)."""
+    out: Counter = Counter()
+    keys = {v: k for k, v in FA_PATHS.items()}
+    for k, v in c.items():
+        if k.startswith("fa_units:"):
+            out[keys[k.split(":")[1]]] += macs[k]
+        else:
+            out[k] += v
+    return out
 
 
 def _fa_macs(n) -> int:
@@ -244,6 +401,8 @@ class SpeedModel:
     #: the profile's machine's CPU features (its top-level ``cpu_features``: a
     #: datasheet's, or the probed machine's); None where the profile does not say
     machine_features: frozenset[str] | None = None
+    #: the counts the coefficients were fitted to (:data:`COUNTS`)
+    counts: int = COUNTS
 
     def seconds(self, c: Mapping[str, int], threads: int | None = None) -> float:
         """Modelled seconds for counts ``c`` (:func:`counts`). With ``threads`` other than
@@ -299,7 +458,8 @@ def from_profile(hw) -> SpeedModel:
                           hw.kind == "measured", sec.get("error_band"),
                           tuple(sec.get("undetermined") or ()),
                           None if sec.get("cpu_features") is None
-                          else frozenset(sec["cpu_features"]), hw.cpu_features)
+                          else frozenset(sec["cpu_features"]), hw.cpu_features,
+                          int(sec.get("counts") or 1))
     why = ("datasheet profile" if hw.kind == "theoretical"
            else "no llama_cpp calibration in this profile")
     return SpeedModel(roofline_coefficients(hw.bandwidth, hw.peak_flops), hw.threads,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+from graphcost.cost.speed_model import COUNTS
 from graphcost.errors import SettingsError
 from graphcost.speed import DEFAULTS, Prediction
 from graphcost.units import mib
@@ -112,6 +113,8 @@ def describe(sm, hw, features=None, features_from: str = "") -> dict:
             out["cpu_features_calibrated"] = sorted(cal)
     if sm.band:
         out["error_band"] = dict(sm.band)
+    if sm.verified and sm.counts < COUNTS:
+        out["counts_calibrated"] = sm.counts
     if hw.kind == "theoretical":
         out["warning"] = "datasheet profile: unverified, not checked against llama.cpp"
     elif not sm.verified or not sm.band:
@@ -141,6 +144,10 @@ def footer(note: dict, hw, threads: set[int]) -> str:
         lines.append(f"note: calibrated with CPU features "
                      f"{', '.join(note['cpu_features_calibrated']) or 'none'}; other layouts' "
                      f"coefficients may be missing or not pinned down (below)")
+    if "counts_calibrated" in note:
+        lines.append(f"note: calibrated on counts {note['counts_calibrated']} (flash "
+                     f"attention priced over every KV cell); these are counts {COUNTS} (the "
+                     f"cells its kernels compute): run graphcost calibrate again")
     cal = note.get("threads_calibrated")
     if cal and any(t != cal for t in threads):
         lines.append(f"note: calibrated at {cal} threads; other thread counts scale the "
