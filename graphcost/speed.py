@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from graphcost.cost.speed_model import (N_KV_SWITCHES, SpeedModel, counts, cpu_placement,
-                                        fa_expand, fa_pairs, fa_pairs_sum,
+                                        fa_expand, fa_pairs, fa_pairs_sum, fa_window,
                                         from_profile)
 from graphcost.errors import GraphcostError
 from graphcost.graph.build import build_graph, resolve_for
@@ -237,9 +237,8 @@ class Predictor:
                              for k, v in c.items() if k.startswith("fa_units:")})
 
     def _window(self, units_key: str) -> int:
-        """The sliding window of an ``fa_units:<path>:<cache>`` count's cache: the
-        model's ``n_swa`` for the ``swa`` cache, else 0 (none)."""
-        return int(self.model.n_swa) if units_key.endswith(":swa") else 0
+        """The sliding window of an ``fa_units:<path>:<cache>`` count's cache."""
+        return fa_window(self.model, units_key.split(":")[2])
 
     def _pieces(self, t: BenchTest, base, run: Run) -> list["_Piece"]:
         """``run`` (a :class:`Run`) cut where its graphs change side of a switch

@@ -199,11 +199,17 @@ def counts(analysis, repacked: Iterable[str] = (), *, outputs: bool = True,
 FA_PATHS = {"fa_mac": "row", "fa_mac:tiled": "tiled"}
 
 
+def fa_window(model, cache: str) -> int:
+    """The sliding window the mask of KV cache ``cache`` applies: the model's ``n_swa``
+    for the ``swa`` cache, 0 (none) for the others."""
+    return int(model.n_swa) if cache == "swa" else 0
+
+
 def fa_caches(analysis) -> dict[int, tuple[str, int]]:
-    """``id(KQ mask)`` -> (its KV cache's name, the sliding window its mask applies: the
-    model's ``n_swa`` for the ``swa`` cache, 0 for none) for the graph's attention inputs."""
-    n_swa = int(getattr(analysis.graph.model, "n_swa", 0) or 0)
-    return {id(a.kq_mask): (a.cache.name, n_swa if a.cache.name == "swa" else 0)
+    """``id(KQ mask)`` -> (its KV cache's name, :func:`fa_window`) for the graph's
+    attention inputs."""
+    m = analysis.graph.model
+    return {id(a.kq_mask): (a.cache.name, fa_window(m, a.cache.name))
             for a in analysis.graph.attn_inputs if a.kq_mask is not None}
 
 
@@ -270,9 +276,9 @@ def fa_pairs_sum(path: str, tokens: int, cells, lo: int, hi: int, window: int = 
     or no window) by sums over the rows; those whose every query sees a full window
     (``past >= window - 1``) are constant; the few between (at most the ubatches that
     straddle the window's end) one by one."""
-    from graphcost.graph.settings import _floor_sum_rows
+    from graphcost.graph.settings import Rows, ceil_sum_rows
 
-    lo, hi = lo, max(lo, hi)
+    hi = max(lo, hi)
     a, c = hi, hi                  # first ubatch past the window's end / all at a full one
     if window:
         a = _first(cells, lo, hi, lambda u: u > window)
@@ -282,18 +288,18 @@ def fa_pairs_sum(path: str, tokens: int, cells, lo: int, hi: int, window: int = 
         n = a - lo
         if path == "row":
             # sum over ubatches of tokens * past + tokens (tokens + 1) / 2, past = u - tokens
-            out += (tokens * (_floor_sum_rows(cells, lo, a, 1) - n * tokens)
+            out += (tokens * (ceil_sum_rows(cells, lo, a, 1) - n * tokens)
                     + n * (tokens * (tokens + 1) // 2))
         else:
             # full tiles i = 0 .. nt - 2 (64 rows, union past + 64 (i + 1)): 64 x 64 x
             # (i + 1 + ceil(past / 64)); the last (r rows, union u): r x 64 x ceil(u / 64)
             t, nt = FA_TILE_KV, -(-tokens // FA_TILE_Q)
             last = tokens - (nt - 1) * FA_TILE_Q
-            shifted = type(cells)(cells.used - tokens + t, cells.step, cells.row,
-                                  cells.row_step, cells.rows)     # ceil(past / t) + 1
-            ceil_past = _floor_sum_rows(shifted, lo, a, t) - n
+            shifted = Rows(cells.used - tokens + t, cells.step, cells.row, cells.row_step,
+                           cells.rows)          # its cells past + t: ceil(past / t) + 1
+            ceil_past = ceil_sum_rows(shifted, lo, a, t) - n
             out += (FA_TILE_Q * t * ((nt - 1) * nt // 2 * n + (nt - 1) * ceil_past)
-                    + last * t * _floor_sum_rows(cells, lo, a, t))
+                    + last * t * ceil_sum_rows(cells, lo, a, t))
     out += sum(fa_pairs(path, tokens, cells.at(m) - tokens, window) for m in range(a, c))
     if hi > c:                     # every query at a full window
         out += (hi - c) * fa_pairs(path, tokens, cells.at(c) - tokens, window)

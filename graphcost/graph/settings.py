@@ -212,7 +212,7 @@ def n_kv_sum(r: Rows, lo: int, hi: int, size: int, p: int = KV_PAD) -> int:
     binds); it is ``size`` from the first ``u > p * (ceil(size / p) - 1)`` on (a suffix of
     ``lo..hi``: the cells never fall along ``m``, found by bisection), and before that
     ``p * floor((u + p - 1) / p)``, summed row by row by :func:`floor_sum`
-    (:func:`_floor_sum_rows`)."""
+    (:func:`ceil_sum_rows`)."""
     cap = p * (-(-size // p) - 1)            # n_kv_for(u) == size exactly when u > cap
     a, b = lo, max(lo, hi)
     while a < b:                             # the first ubatch past the cap
@@ -221,11 +221,12 @@ def n_kv_sum(r: Rows, lo: int, hi: int, size: int, p: int = KV_PAD) -> int:
             b = mid
         else:
             a = mid + 1
-    return p * _floor_sum_rows(r, lo, a, p) + (max(lo, hi) - a) * size
+    return p * ceil_sum_rows(r, lo, a, p) + (max(lo, hi) - a) * size
 
 
-def _floor_sum_rows(r: Rows, lo: int, hi: int, p: int) -> int:
-    """``sum(floor((r.at(m) + p - 1) / p) for m in range(lo, hi))``: the partial first and
+def ceil_sum_rows(r: Rows, lo: int, hi: int, p: int) -> int:
+    """``sum(ceil(r.at(m) / p) for m in range(lo, hi))`` (``floor((r.at(m) + p - 1) / p)``;
+    with ``p = 1`` the cells summed): the partial first and
     last rows by :func:`floor_sum`, the whole rows between them grouped by their row number
     modulo ``p`` (row ``k + p t`` is row ``k`` with ``t p row_step`` more cells, so each of its
     ``row`` terms is ``t row_step`` more): ``min(rows, p)`` floor sums."""
