@@ -1,7 +1,7 @@
 """graphcost speed against llama-bench, side by side, on this machine (one command).
 
     PYTHONPATH=. python benchmarks/bench_speed.py [--quick] [--profile NAME] [--save FILE]
-                                                  [--reuse FILE [FILE ...]]
+                                                  [--passes N] [--reuse FILE [FILE ...]]
 
 The calibration itself is the package's (graphcost/calibrate.py, what ``graphcost
 calibrate`` runs: the same models, runs, case split, fit and profile section); this script
@@ -19,7 +19,7 @@ adds what a benchmark report needs:
    ``--reuse`` of several saved runs pools them (``graphcost.calibrate.pool``): each
    case measured as the median of every repetition of every llama-bench process that ran
    it (on the AVX2 VM one case moved by 25-35% between processes while the repetitions
-   within each agreed);
+   within each agreed); ``--passes N`` measures the set N times and pools the same way;
    ``--profile NAME``: store the result in that profile (as ``graphcost calibrate -o``);
    ``--quick``: the package's quick set (small models only).
 
@@ -69,6 +69,9 @@ def main() -> int:
     ap.add_argument("--profile", help="hardware profile to store the calibration in")
     ap.add_argument("--llama-bench", help="llama-bench executable (default: as graphcost finds it)")
     ap.add_argument("--save", type=Path, help="write the measurements (JSON) here")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="measure the whole set this many times, each case pooled over its "
+                         "llama-bench processes (graphcost calibrate --passes)")
     ap.add_argument("--reuse", type=Path, nargs="+",
                     help="fit on measurements saved by --save; several files: each case "
                          "pooled over their runs (the median of all their repetitions)")
@@ -80,6 +83,8 @@ def main() -> int:
                          "less than this share of the CPU (waiting up to 5 min); re-run a "
                          "run they used more of (up to 3 tries, the least disturbed kept)")
     a = ap.parse_args()
+    if a.passes < 1:
+        ap.error(f"--passes {a.passes}: use 1 or more")
     a.features = parse_cpu_features(a.cpu_features)
     try:
         saved = C.pool([json.loads(f.read_text()) for f in a.reuse]) if a.reuse else None
@@ -110,7 +115,12 @@ def main() -> int:
             rows = saved
         else:
             print("llama-bench runs:")
-            rows = measure_gated(bench, paths, runs, a)
+            done: list[dict] = []
+            for i in range(a.passes):
+                if a.passes > 1:
+                    print(f"pass {i + 1} of {a.passes}")
+                done += measure_gated(bench, paths, runs, a, done)
+            rows = C.pool([done])
         report(rows, paths, a, bench)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -118,10 +128,11 @@ def main() -> int:
     return 0
 
 
-def measure_gated(bench, paths: dict, runs: list, a) -> list[dict]:
+def measure_gated(bench, paths: dict, runs: list, a, before: list[dict] = ()) -> list[dict]:
     """graphcost.calibrate.measure, one run at a time, each started when no other
     top-priority session is busy (benchmarks/value_check.py's gate) and re-run when one
-    was; every row gets ``others_cpu`` (their share of the CPU during its run)."""
+    was; every row gets ``others_cpu`` (their share of the CPU during its run). ``--save``
+    gets ``before`` (earlier passes' rows) and these after every run."""
     from value_check import RivalMeter, wait_quiet
 
     rows = []
@@ -150,7 +161,7 @@ def measure_gated(bench, paths: dict, runs: list, a) -> list[dict]:
             r["others_cpu"] = round(best[1], 3)
         rows += best[0]
         if a.save:          # after every run: a run cut short keeps what it measured
-            a.save.write_text(json.dumps(rows, indent=1))
+            a.save.write_text(json.dumps([*before, *rows], indent=1))
     return rows
 
 

@@ -216,17 +216,17 @@ CASE = ("model", "test", "n_prompt", "n_gen", "n_depth", "n_batch", "n_ubatch", 
 
 
 def pool(saved: list[list[dict]]) -> list[dict]:
-    """The rows of several passes of :func:`measure` over the same runs (as
-    benchmarks/bench_speed.py ``--save`` keeps them) as one set, in the first's order.
-    Each case's ``samples_ts`` are every pass's repetitions of it, one list after the
-    other (``by_process``: the same, a list per llama-bench process); ``avg_ts`` is their
+    """The rows of one or several passes of :func:`measure` over the same runs (as
+    ``graphcost calibrate --passes`` makes them, or benchmarks/bench_speed.py ``--save``
+    keeps them) as one set, each case once, in the order first met. Each case's
+    ``samples_ts`` are every pass's repetitions of it, one list after the other
+    (``by_process``: the same, a list per llama-bench process); ``avg_ts`` is their
     mean, ``load`` each process's, ``others_cpu`` the most any of them met. A case some
-    passes lack is pooled over those that have it. A case one process measured 25-35%
-    off the others (the AVX2 VM, session 29, while the repetitions within each process
-    agreed) then moves the case's median less. ValueError where the passes' llama-bench
+    passes lack is pooled over those that have it; a row already pooled keeps its
+    processes. A case one process measured 25-35% off the others (the AVX2 VM, session
+    29, while the repetitions within each process agreed) then moves the case's median
+    less. The input rows are not changed. ValueError where the passes' llama-bench
     builds differ (one build's speed is not another's)."""
-    if len(saved) == 1:
-        return saved[0]
     builds = {r.get("build") for rows in saved for r in rows}
     if len(builds) > 1:
         raise ValueError(f"measured by different llama-bench builds: "
@@ -235,13 +235,13 @@ def pool(saved: list[list[dict]]) -> list[dict]:
     for rows in saved:
         for r in rows:
             key = tuple(r[k] for k in CASE)
+            procs = [list(x) for x in r.get("by_process", [r["samples_ts"]])]
             if key not in out:
-                out[key] = dict(r, samples_ts=list(r["samples_ts"]),
-                                by_process=[list(r["samples_ts"])])
+                out[key] = dict(r, samples_ts=list(r["samples_ts"]), by_process=procs)
                 continue
             p = out[key]
             p["samples_ts"] += r["samples_ts"]
-            p["by_process"].append(list(r["samples_ts"]))
+            p["by_process"] += procs
             p["load"] += f"; {r['load']}"
             if "others_cpu" in r:
                 p["others_cpu"] = max(p.get("others_cpu", 0.0), r["others_cpu"])
@@ -346,14 +346,23 @@ def section(c: Calibration, bench: Path, quick: bool) -> dict:
         **({} if c.cpu_features is None else {"cpu_features": sorted(c.cpu_features)}),
         "how": (f"graphcost calibrate{' --quick' if quick else ''}: llama.cpp measured with "
                 f"llama-bench on this machine ({len(c.rows)} cases, median of the "
-                f"repetitions); non-negative least squares of the relative error over the "
-                f"{c.band['calibration']['cases']} calibration cases, checked on "
+                f"repetitions{_processes(c.rows)}); non-negative least squares of the "
+                f"relative error over the {c.band['calibration']['cases']} calibration "
+                f"cases, checked on "
                 f"{c.band['held-out']['cases']} held-out cases"),
         "cases": sorted({f"{r['model']} {r['test']} ub{r['n_ubatch']} fa{r['flash_attn']}"
                          for r in c.rows}),
         "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "source": f"llama-bench {bench}, build {', '.join(builds)}",
     }
+
+
+def _processes(rows: list[dict]) -> str:
+    """How many llama-bench processes a case's repetitions came from, where more than one
+    (:func:`pool`)."""
+    n = sorted({len(r.get("by_process") or [0]) for r in rows}) or [1]
+    return "" if n[-1] < 2 else f" in {n[0]}-{n[-1]} processes" if len(n) > 1 \
+        else f" in {n[0]} processes"
 
 
 def machine_read(threads: int) -> float:
@@ -422,8 +431,9 @@ def store(name: str, sec: dict, read: Callable[[int], float] | None = None
 
 def calibrate(bench: Path, threads: int, quick: bool, log: Callable[[str], None] = print,
               rows: list[dict] | None = None,
-              features: frozenset[str] | None = None) -> Calibration:
-    """Prepare the models, measure (unless ``rows`` are given: saved measurements), count
+              features: frozenset[str] | None = None, passes: int = 1) -> Calibration:
+    """Prepare the models, measure (unless ``rows`` are given: saved measurements) in
+    ``passes`` passes over the runs, each case pooled over them (:func:`pool`), count
     with weights placed for the ggml CPU ``features`` (None: this machine's; the profile
     keeps them), fit; the temporary models are deleted before returning."""
     from graphcost.memory.backends import host_cpu_features
@@ -433,7 +443,13 @@ def calibrate(bench: Path, threads: int, quick: bool, log: Callable[[str], None]
     try:
         paths = prepare(tmp, quick, log, "random" if rows is None else "zero")
         if rows is None:
-            rows = measure(bench, paths, QUICK_RUNS if quick else FULL_RUNS, threads, log)
+            done = []
+            for i in range(passes):
+                if passes > 1:
+                    log(f"pass {i + 1} of {passes}")
+                done.append(measure(bench, paths, QUICK_RUNS if quick else FULL_RUNS,
+                                    threads, log))
+            rows = pool(done)
         missing = sorted({r["model"] for r in rows} - set(paths))
         if missing:
             raise GraphcostError(f"saved measurements name models this calibration does "

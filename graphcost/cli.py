@@ -740,6 +740,10 @@ def calibrate(
         "--cpu-features", help="ggml CPU features of the llama-bench measured, for its weight "
         "repacking (a build or variant without some of this CPU's, e.g. no AMX), e.g. "
         "avx2,avx512 [default: this machine's]; kept in the profile")] = None,
+    passes: Annotated[int, typer.Option(
+        "--passes", help="measure every case in this many llama-bench processes (the whole "
+        "set again each pass), the median of all their repetitions: for a machine whose "
+        "speed moves between processes (N times the time)")] = 1,
 ) -> None:
     """Fit graphcost speed's coefficients against llama-bench on this machine; store them
     and the held-out error band in a hardware profile (docs/speed.md)."""
@@ -754,6 +758,8 @@ def calibrate(
 
     if threads is not None and threads < 1:
         _fail(f"--threads {threads}: use 1 or more")
+    if passes < 1:
+        _fail(f"--passes {passes}: use 1 or more")
     feats = parse_cpu_features(cpu_features)
     bench = find_llama_bench(llama_bench)
     name = output or default_name()
@@ -772,7 +778,7 @@ def calibrate(
                f"{'quick (small models)' if quick else 'full'} calibration; weights placed "
                f"for CPU features {', '.join(sorted(feats)) or 'none'}", err=True)
     cal = run_calibration(bench, threads, quick, log=lambda s: typer.echo(s, err=True),
-                          features=feats)
+                          features=feats, passes=passes)
     if save_runs is not None:
         keep = ("counts", "pred_ts", "ratio", "meas_ts", "seconds", "cal")
         save_runs.write_text(json.dumps([{k: v for k, v in r.items() if k not in keep}

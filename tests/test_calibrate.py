@@ -192,8 +192,15 @@ def test_pool_pools_each_case_over_the_processes():
     assert d512["avg_ts"] == pytest.approx(1924.3 / 6)
     assert d512["load"] == "load 374; load 268" and d512["others_cpu"] == 0.05
     assert rows[2]["by_process"] == [[456.7, 425.8, 471.3]]
-    # the inputs are not changed; one pass is returned as it is
-    assert one[1]["samples_ts"] == [373.6, 380.3, 346.4] and C.pool([one]) is one
+    # the inputs are not changed; one pass gains by_process, one process a case
+    assert one[1]["samples_ts"] == [373.6, 380.3, 346.4] and "by_process" not in one[1]
+    assert [r["by_process"] for r in C.pool([one])] == [[[458.4, 435.9, 400.6]],
+                                                        [[373.6, 380.3, 346.4]]]
+    # pooled rows pooled again keep their processes; one list with a case twice (the
+    # passes of bench_speed.py --save, one after the other) is pooled as two passes
+    again = C.pool([rows, [_saved([300.0], 512)]])
+    assert again[1]["by_process"] == [[373.6, 380.3, 346.4], [268.4, 271.2, 284.4], [300.0]]
+    assert C.pool([one + two])[1]["by_process"] == d512["by_process"]
     with pytest.raises(ValueError, match="different llama-bench builds: 0c1e570 \\(1\\), "
                                          "abc1234 \\(2\\)"):
         C.pool([one, [_saved([1.0], build="abc1234 (2)")]])
@@ -304,6 +311,31 @@ def test_store_new_then_existing_profile(tmp_path):
     assert doc2["llama_cpp"]["coefficients"] == {"steps": 3e-5}
 
 
+def test_calibrate_passes_pool_the_processes(tmp_path, monkeypatch):
+    """--passes 2: the whole quick set measured twice, each case the median of both
+    processes' repetitions; the profile's how says so."""
+    calls = []
+
+    def fake_measure(bench, paths, runs, threads, log=print):
+        calls.append(len(runs))
+        ts = [100.0, 110.0] if len(calls) == 1 else [130.0, 140.0]
+        # a case per run (depth = its index), one row each
+        return [dict(_saved(ts, depth=i), model=run.model) for i, run in enumerate(runs)]
+    monkeypatch.setattr(C, "measure", fake_measure)
+    monkeypatch.setattr(C, "count", lambda rows, paths, features=None: [
+        dict(r, counts={"steps": 1}, meas_ts=statistics.median(r["samples_ts"]),
+             seconds=16 / statistics.median(r["samples_ts"]), cal=True) for r in rows])
+    lines = []
+    cal = C.calibrate(_fake_bench(tmp_path), 2, quick=True, log=lines.append, passes=2)
+    assert calls == [len(C.QUICK_RUNS)] * 2 and "pass 2 of 2" in lines
+    # a row a case, with both processes' repetitions
+    assert len(cal.rows) == len(C.QUICK_RUNS)
+    r = cal.rows[0]
+    assert r["by_process"] == [[100.0, 110.0], [130.0, 140.0]]
+    assert r["meas_ts"] == 120.0                # median of 100, 110, 130, 140
+    assert "in 2 processes" in C.section(cal, Path("/x/llama-bench"), quick=True)["how"]
+
+
 def test_machine_read_runs_on_at_most_the_threads_numba_started(monkeypatch):
     # llama-bench's -t may exceed the cores; the read then runs on Numba's count
     import numba
@@ -321,6 +353,7 @@ def test_machine_read_runs_on_at_most_the_threads_numba_started(monkeypatch):
 @pytest.mark.parametrize("args, msg", [
     (("--llama-bench", "/nonexistent/llama-bench"), "not an executable llama-bench"),
     (("--threads", "0"), "--threads 0: use 1 or more"),
+    (("--passes", "0"), "--passes 0: use 1 or more"),
     (("--cpu-features", "avx2,amx"), "--cpu-features 'avx2,amx': unknown feature amx"),
     (("--bogus",), "No such option"),
 ])
