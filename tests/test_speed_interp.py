@@ -192,6 +192,26 @@ def test_fa_pairs_hand_computed():
         fa_pairs("split", 1, 0)
 
 
+def test_fa_pairs_closed_form_against_its_definition():
+    """fa_pairs in closed form against the pairs counted query by query (row) and tile by
+    tile (tiled: rows x 64 x ceil(union / 64), the union capped by rows - 1 + window)."""
+    rng = random.Random(11)
+    for _ in range(2000):
+        tokens, past = rng.randint(1, 700), rng.randint(0, 3000)
+        window = rng.choice([0, 1, 10, 64, 600, 1500])
+        row = sum(min(p + 1, window or p + 1) for p in range(past, past + tokens))
+        assert fa_pairs("row", tokens, past, window) == row, (tokens, past, window)
+        tiled = 0
+        for i in range(0, tokens, 64):
+            rows = min(64, tokens - i)
+            union = past + i + rows
+            union = min(union, rows - 1 + window) if window else union
+            tiled += rows * 64 * -(-union // 64)
+        assert fa_pairs("tiled", tokens, past, window) == tiled, (tokens, past, window)
+    # a ubatch of 2 x 10^9 queries is counted at once (no loop over its queries or tiles)
+    assert fa_pairs("row", 2 * 10**9, 10**9, window=4096) == 2 * 10**9 * 4096
+
+
 @pytest.mark.parametrize("path", ["row", "tiled"])
 def test_fa_pairs_sum_against_brute_force(path):
     """The closed-form sum over a run's ubatches (Rows) against the ubatch-by-ubatch sum,

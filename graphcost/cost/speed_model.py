@@ -219,10 +219,12 @@ def _fa_units(n) -> int:
     return q.ne[2] * q.ne[3] * (k.ne[0] + v.ne[0])
 
 
-def _live_sum(tokens: int, past: int) -> int:
-    """sum(p + 1 for p in past .. past + tokens - 1): the cells a ubatch's causal queries
-    attend without a window."""
-    return tokens * past + tokens * (tokens + 1) // 2
+def _window_sum(x: int, window: int) -> int:
+    """sum(min(i, window) for i in 1 .. x) (no cap where ``window`` is 0): the cells the
+    queries at positions 0 .. x - 1 attend."""
+    if not window or x <= window:
+        return x * (x + 1) // 2
+    return window * (window + 1) // 2 + (x - window) * window
 
 
 def fa_pairs(path: str, tokens: int, past: int, window: int = 0) -> int:
@@ -250,22 +252,22 @@ def fa_pairs(path: str, tokens: int, past: int, window: int = 0) -> int:
     8704
     """
     if path == "row":
-        if not window or past + tokens <= window:
-            return _live_sum(tokens, past)
-        if past >= window - 1:
-            return tokens * window
-        return sum(min(p + 1, window) for p in range(past, past + tokens))
+        return _window_sum(past + tokens, window) - _window_sum(past, window)
     if path != "tiled":
         raise ValueError(f"flash attention path {path!r}: 'row' or 'tiled'")
-    t = FA_TILE_KV
-    total = 0
-    for i in range(0, tokens, FA_TILE_Q):
-        rows = min(FA_TILE_Q, tokens - i)
-        union = past + i + rows                 # cells 0 .. the tile's last position
-        if window:
-            union = min(union, rows - 1 + window)
-        total += rows * t * -(-union // t)
-    return total
+    # in closed form (a ubatch may hold millions of queries): full tiles j = 0 .. nt - 2
+    # span ceil((past + 64 (j + 1)) / 64) = j + 1 + ceil(past / 64) KV tiles (FA_TILE_Q
+    # = FA_TILE_KV), at most ceil((63 + window) / 64) with a window; then the last tile
+    t, nt = FA_TILE_KV, -(-tokens // FA_TILE_Q)
+    last = tokens - (nt - 1) * FA_TILE_Q
+    c0 = -(-past // t)
+    k = nt - 1                                  # full tiles below the window's cap
+    cap = -(-(FA_TILE_Q - 1 + window) // t) if window else 0
+    if window:
+        k = max(0, min(nt - 1, cap - c0))
+    full = k * (k + 1) // 2 + k * c0 + (nt - 1 - k) * cap
+    union = past + tokens if not window else min(past + tokens, last - 1 + window)
+    return FA_TILE_Q * t * full + last * t * -(-union // t)
 
 
 def fa_pairs_sum(path: str, tokens: int, cells, lo: int, hi: int, window: int = 0) -> int:
